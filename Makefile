@@ -1,0 +1,51 @@
+# Developer entry points. The logic lives in scripts/ (Make handles signals badly).
+#   make dev          the API on 127.0.0.1:$(OJS_PORT) against local DynamoDB/SQS
+#   make test         every test, against local DynamoDB/SQS (started if needed)
+#   make fmt | lint | build
+#   make clean-local  stop local AWS and remove .local/
+# Set AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) to use another endpoint instead of
+# starting DynamoDB Local and moto.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+OJS_PORT ?= 8080
+OJS_TABLE ?= ojs-local
+export OJS_PORT OJS_TABLE
+
+# Extra arguments for cargo test, e.g. make test TEST_ARGS='-p ojs-core'
+TEST_ARGS ?=
+
+.PHONY: help dev test fmt lint build clean-local local-aws-start local-aws-stop local-aws-status
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+dev:
+	@bash scripts/dev.sh
+
+test:
+	@bash scripts/test.sh $(TEST_ARGS)
+
+fmt:
+	cargo fmt --all -- --check
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+
+build:
+	cargo build --workspace
+
+local-aws-start:
+	@bash scripts/local-aws.sh install
+	@bash scripts/local-aws.sh start
+
+local-aws-stop:
+	@bash scripts/local-aws.sh stop
+
+local-aws-status:
+	@bash scripts/local-aws.sh status
+
+clean-local:
+	@bash scripts/local-aws.sh stop
+	rm -rf .local

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make test`: every test of the workspace (cargo test --workspace --all-targets).
+#
+# If AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL is set, that endpoint is used as is.
+# Otherwise DynamoDB Local and moto are installed and started (or reused if already running),
+# and whatever this run started is stopped again at the end. Tests make their own tables.
+# Extra arguments go to cargo test (e.g. `scripts/test.sh -- some_test_name`).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+started_file=""
+log=""
+cleanup() {
+    if [ -n "$started_file" ]; then
+        if [ -s "$started_file" ]; then
+            # shellcheck disable=SC2046
+            scripts/local-aws.sh stop $(cat "$started_file") || true
+        fi
+        rm -f "$started_file"
+        started_file=""
+    fi
+    if [ -n "$log" ]; then rm -f "$log"; log=""; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ -n "${AWS_ENDPOINT_URL_DYNAMODB:-}" ] || [ -n "${AWS_ENDPOINT_URL:-}" ]; then
+    echo "test: using DynamoDB at ${AWS_ENDPOINT_URL_DYNAMODB:-$AWS_ENDPOINT_URL} (from the environment); not starting local AWS" >&2
+else
+    scripts/local-aws.sh install
+    started_file="$(mktemp)"
+    OJS_LOCAL_AWS_STARTED_FILE="$started_file" scripts/local-aws.sh start
+    eval "$(scripts/local-aws.sh env)"
+fi
+
+log="$(mktemp)"
+t0=$SECONDS
+set +e
+cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+
+# Add up cargo's per-binary "test result: ok. 5 passed; 0 failed; 1 ignored; ..." lines.
+read -r passed failed ignored binaries < <(awk '
+    /^test result:/ {
+        n++
+        for (i = 2; i <= NF; i++) {
+            if ($i ~ /^passed;?$/)  p += $(i - 1)
+            if ($i ~ /^failed;?$/)  f += $(i - 1)
+            if ($i ~ /^ignored;?$/) s += $(i - 1)
+        }
+    }
+    END { printf "%d %d %d %d\n", p, f, s, n }' "$log")
+
+elapsed=$((SECONDS - t0))
+cleanup  # stop what we started before the closing line, so the summary stays last
+
+if [ "$rc" -ne 0 ] && [ "$binaries" -eq 0 ]; then
+    echo "test: FAILED before any test ran (cargo test exit code $rc, ${elapsed}s)"
+    exit "$rc"
+fi
+if [ "$rc" -ne 0 ]; then
+    echo "test: FAILED (cargo test exit code $rc, $binaries test binaries, ${elapsed}s)"
+else
+    echo "test: ok ($binaries test binaries, ${elapsed}s)"
+fi
+echo "summary: $passed passed, $failed failed, $ignored skipped"
+exit "$rc"

@@ -1,0 +1,210 @@
+//! The standard OJS error catalogue and the error type every layer converts into.
+
+use serde_json::{Map, Value};
+
+/// A standard OJS error code with its HTTP status and retryable flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Malformed HTTP request or missing required fields.
+    InvalidRequest,
+    /// Malformed body or envelope failing validation.
+    InvalidPayload,
+    /// Args do not conform to a registered schema.
+    SchemaValidation,
+    /// The resource does not exist.
+    NotFound,
+    /// A unique-job constraint (or an existing id) was violated.
+    Duplicate,
+    /// The operation is not valid in the job's current state.
+    Conflict,
+    /// The target queue is paused.
+    QueuePaused,
+    /// A client exceeded a rate limit.
+    RateLimited,
+    /// Backend storage or transport failure.
+    BackendError,
+    /// An operation timed out.
+    Timeout,
+    /// The feature is not supported by this server.
+    Unsupported,
+    /// The envelope exceeds the size limit.
+    EnvelopeTooLarge,
+    /// The request's media type is not supported.
+    UnsupportedMediaType,
+    /// The response media type requested by `Accept` cannot be produced.
+    NotAcceptable,
+    /// The HTTP method is not allowed on this path.
+    MethodNotAllowed,
+}
+
+impl ErrorCode {
+    /// The wire string of the code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::InvalidPayload => "invalid_payload",
+            Self::SchemaValidation => "schema_validation",
+            Self::NotFound => "not_found",
+            Self::Duplicate => "duplicate",
+            Self::Conflict => "conflict",
+            Self::QueuePaused => "queue_paused",
+            Self::RateLimited => "rate_limited",
+            Self::BackendError => "backend_error",
+            Self::Timeout => "timeout",
+            Self::Unsupported => "unsupported",
+            Self::EnvelopeTooLarge => "envelope_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotAcceptable => "not_acceptable",
+            Self::MethodNotAllowed => "method_not_allowed",
+        }
+    }
+
+    /// The HTTP status the code maps to.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidRequest | Self::InvalidPayload | Self::SchemaValidation => 400,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::NotAcceptable => 406,
+            Self::Duplicate | Self::Conflict => 409,
+            Self::EnvelopeTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::QueuePaused | Self::Unsupported => 422,
+            Self::RateLimited => 429,
+            Self::BackendError => 500,
+            Self::Timeout => 504,
+        }
+    }
+
+    /// Whether a client may retry the same request unchanged.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Self::QueuePaused | Self::RateLimited | Self::BackendError | Self::Timeout
+        )
+    }
+
+    /// A short hint for the error body.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "Check the request against the OJS HTTP binding.",
+            Self::InvalidPayload => "Send a well-formed UTF-8 JSON body.",
+            Self::SchemaValidation => "Make args conform to the registered schema.",
+            Self::NotFound => "Check the id; terminal jobs are deleted after the retention period.",
+            Self::Duplicate => "A job with this id or unique key already exists.",
+            Self::Conflict => {
+                "The job is not in a state that allows this operation; GET it to see its state."
+            }
+            Self::QueuePaused => "Resume the queue or retry later.",
+            Self::RateLimited => "Retry after the time given in Retry-After.",
+            Self::BackendError => "Retry with backoff; the storage backend failed.",
+            Self::Timeout => "Retry with backoff.",
+            Self::Unsupported => "See GET /ojs/manifest for supported features.",
+            Self::EnvelopeTooLarge => {
+                "Keep envelopes under 1 MiB; pass references instead of blobs."
+            }
+            Self::UnsupportedMediaType => "Use Content-Type: application/openjobspec+json.",
+            Self::NotAcceptable => "Accept application/openjobspec+json or application/json.",
+            Self::MethodNotAllowed => "See the OJS HTTP binding for the methods of this path.",
+        }
+    }
+}
+
+/// An OJS error: a catalogue code, a message, and optional details.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct OjsError {
+    /// The catalogue code.
+    pub code: ErrorCode,
+    /// A human-readable message (never a secret or a full payload).
+    pub message: String,
+    /// Structured details, e.g. `validation_errors` or the current job state.
+    pub details: Map<String, Value>,
+}
+
+impl OjsError {
+    /// An error with the given code and message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// `invalid_request` (400).
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// `not_found` (404).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+
+    /// `conflict` (409).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Conflict, message)
+    }
+
+    /// Records the JSON path of the offending field in `details.validation_errors`.
+    pub fn with_path(mut self, path: &str) -> Self {
+        let entry = serde_json::json!({ "path": path, "message": self.message });
+        match self.details.get_mut("validation_errors") {
+            Some(Value::Array(list)) => list.push(entry),
+            _ => {
+                self.details
+                    .insert("validation_errors".into(), Value::Array(vec![entry]));
+            }
+        }
+        self
+    }
+
+    /// Adds one detail.
+    pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_matches_the_http_binding() {
+        let table = [
+            (ErrorCode::InvalidRequest, "invalid_request", 400, false),
+            (ErrorCode::InvalidPayload, "invalid_payload", 400, false),
+            (ErrorCode::SchemaValidation, "schema_validation", 400, false),
+            (ErrorCode::NotFound, "not_found", 404, false),
+            (ErrorCode::Duplicate, "duplicate", 409, false),
+            (ErrorCode::QueuePaused, "queue_paused", 422, true),
+            (ErrorCode::Unsupported, "unsupported", 422, false),
+            (ErrorCode::RateLimited, "rate_limited", 429, true),
+            (ErrorCode::BackendError, "backend_error", 500, true),
+            (
+                ErrorCode::EnvelopeTooLarge,
+                "envelope_too_large",
+                413,
+                false,
+            ),
+        ];
+        for (code, s, status, retryable) in table {
+            assert_eq!(code.as_str(), s);
+            assert_eq!(code.http_status(), status, "{s}");
+            assert_eq!(code.retryable(), retryable, "{s}");
+        }
+    }
+
+    #[test]
+    fn with_path_accumulates() {
+        let e = OjsError::invalid_request("bad")
+            .with_path("$.a")
+            .with_path("$.b");
+        assert_eq!(
+            e.details["validation_errors"].as_array().map(Vec::len),
+            Some(2)
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! Lifecycle events (ojs-events.md): the CloudEvents-style envelope for job transitions.
+
+use serde_json::{json, Map, Value};
+
+use crate::job::Job;
+use crate::time::{self, Timestamp};
+
+/// Event types this server emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The job became available.
+    Enqueued,
+    /// The job was pushed for a future time.
+    Scheduled,
+    /// A worker claimed the job.
+    Started,
+    /// The handler succeeded.
+    Completed,
+    /// An attempt failed.
+    Failed,
+    /// A retry is scheduled.
+    Retrying,
+    /// The job failed for good.
+    Discarded,
+    /// The job was cancelled.
+    Cancelled,
+}
+
+impl EventKind {
+    /// The catalogue name, e.g. `job.completed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enqueued => "job.enqueued",
+            Self::Scheduled => "job.scheduled",
+            Self::Started => "job.started",
+            Self::Completed => "job.completed",
+            Self::Failed => "job.failed",
+            Self::Retrying => "job.retrying",
+            Self::Discarded => "job.discarded",
+            Self::Cancelled => "job.cancelled",
+        }
+    }
+}
+
+/// A rendered event, with the fields the store indexes on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// `evt_<uuidv7>`; sorts by time.
+    pub id: String,
+    /// The event type.
+    pub kind: EventKind,
+    /// The job's queue.
+    pub queue: String,
+    /// The full event envelope.
+    pub body: Value,
+}
+
+impl Event {
+    /// The event for `job` having just undergone `kind` at `at`.
+    pub fn for_job(kind: EventKind, job: &Job, at: &Timestamp, source: &str) -> Self {
+        let s = &job.status;
+        let mut data = Map::new();
+        data.insert("job_id".into(), job.id.to_string().into());
+        data.insert("job_type".into(), job.spec.job_type.as_str().into());
+        data.insert("queue".into(), job.spec.queue.as_str().into());
+        let mut put = |k: &str, v: Value| {
+            data.insert(k.into(), v);
+        };
+        match kind {
+            EventKind::Enqueued => put("priority", job.spec.priority.into()),
+            EventKind::Scheduled => {
+                if let Some(t) = &job.spec.scheduled_at {
+                    put("scheduled_at", time::format(t).into());
+                }
+            }
+            EventKind::Started => {
+                put("attempt", s.attempt.into());
+                put(
+                    "worker_id",
+                    s.worker_id.clone().map_or(Value::Null, Value::from),
+                );
+            }
+            EventKind::Completed => {
+                put("attempt", s.attempt.into());
+                let ms = s
+                    .started_at
+                    .map(|st| (*at - st).num_milliseconds().max(0))
+                    .unwrap_or(0);
+                put("duration_ms", ms.into());
+                put("result", s.result.clone().unwrap_or(Value::Null));
+            }
+            EventKind::Failed => {
+                put("attempt", s.attempt.into());
+                put("error", s.error.clone().unwrap_or(Value::Null));
+            }
+            EventKind::Retrying => {
+                put("attempt", s.attempt.into());
+                put("max_attempts", job.spec.retry.max_attempts.into());
+                if let Some(t) = &s.next_attempt_at {
+                    put("next_retry_at", time::format(t).into());
+                }
+                put("error", s.error.clone().unwrap_or(Value::Null));
+            }
+            EventKind::Discarded => {
+                put("total_attempts", s.attempt.into());
+                put("last_error", s.error.clone().unwrap_or(Value::Null));
+            }
+            EventKind::Cancelled => {
+                put("cancelled_by", "api".into());
+                put("reason", Value::Null);
+            }
+        }
+        let id = format!("evt_{}", uuid::Uuid::now_v7());
+        let body = json!({
+            "specversion": "1.0",
+            "id": id,
+            "type": kind.as_str(),
+            "source": source,
+            "time": time::format(at),
+            "subject": job.id.to_string(),
+            "datacontenttype": "application/json",
+            "data": data,
+        });
+        Self {
+            id,
+            kind,
+            queue: job.spec.queue.as_str().to_owned(),
+            body,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::NewJob;
+
+    #[test]
+    fn completed_event_carries_the_required_data() {
+        let new =
+            NewJob::from_json(json!({"type": "test.echo", "args": [], "options": {"queue": "q1"}}));
+        let mut job = Job::enqueue(new.unwrap_or_else(|e| panic!("{e}")), time::now());
+        job.status.attempt = 1;
+        job.status.started_at = Some(time::now());
+        let e = Event::for_job(EventKind::Completed, &job, &time::now(), "ojs://test/api");
+        assert_eq!(e.body["type"], "job.completed");
+        assert_eq!(e.body["data"]["job_type"], "test.echo");
+        assert_eq!(e.body["data"]["queue"], "q1");
+        assert!(e.body["data"]["duration_ms"].is_i64());
+        assert_eq!(e.body["data"]["attempt"], 1);
+        assert!(e.id.starts_with("evt_"));
+    }
+}

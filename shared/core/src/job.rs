@@ -1,0 +1,536 @@
+//! The job envelope: enqueue parsing and validation, the stored form, and the JSON view.
+
+use serde_json::{Map, Value};
+
+use crate::error::OjsError;
+use crate::ids::{JobId, JobType, QueueName};
+use crate::retry::RetryPolicy;
+use crate::state::JobState;
+use crate::time::{self, Timestamp};
+use crate::validate;
+
+/// Lowest accepted priority.
+pub const MIN_PRIORITY: i64 = -100;
+/// Highest accepted priority.
+pub const MAX_PRIORITY: i64 = 100;
+/// Lease given to a fetched job when neither the fetch nor the job sets one.
+pub const DEFAULT_VISIBILITY_TIMEOUT_MS: u64 = 30_000;
+
+/// Fields a client may not set: the server ignores them on PUSH (ojs-core 5.3).
+const SYSTEM_MANAGED: &[&str] = &[
+    "state",
+    "attempt",
+    "max_attempts",
+    "created_at",
+    "enqueued_at",
+    "started_at",
+    "completed_at",
+    "cancelled_at",
+    "discarded_at",
+    "next_attempt_at",
+    "result",
+    "error",
+    "errors",
+    "worker_id",
+];
+
+/// What a producer asked for: everything about a job that never changes after PUSH.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Handler routing key.
+    pub job_type: JobType,
+    /// Target queue.
+    pub queue: QueueName,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Metadata, preserved verbatim.
+    pub meta: Map<String, Value>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Maximum execution time.
+    pub timeout_ms: Option<u64>,
+    /// Lease length when fetched, unless the fetch names one.
+    pub visibility_timeout_ms: Option<u64>,
+    /// Earliest execution time.
+    pub scheduled_at: Option<Timestamp>,
+    /// Discard if not started by then.
+    pub expires_at: Option<Timestamp>,
+    /// Effective retry policy.
+    pub retry: RetryPolicy,
+    /// Uniqueness policy, kept as sent.
+    pub unique: Option<Value>,
+    /// Args schema URI.
+    pub schema: Option<String>,
+    /// Free-form tags.
+    pub tags: Vec<String>,
+    /// Unknown top-level fields, preserved for forward compatibility.
+    pub extensions: Map<String, Value>,
+}
+
+/// A validated PUSH request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The client's id, if it chose one.
+    pub id: Option<JobId>,
+    /// The job itself.
+    pub spec: JobSpec,
+}
+
+/// Everything the server manages about a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobStatus {
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Executions started so far.
+    pub attempt: u32,
+    /// When PUSH was received.
+    pub created_at: Timestamp,
+    /// When the job last became available.
+    pub enqueued_at: Option<Timestamp>,
+    /// When the current/last attempt started.
+    pub started_at: Option<Timestamp>,
+    /// When the job completed or was discarded.
+    pub completed_at: Option<Timestamp>,
+    /// When the job was cancelled.
+    pub cancelled_at: Option<Timestamp>,
+    /// When the job was discarded.
+    pub discarded_at: Option<Timestamp>,
+    /// When a retryable job becomes available again.
+    pub next_attempt_at: Option<Timestamp>,
+    /// The worker holding the lease.
+    pub worker_id: Option<String>,
+    /// When the worker's lease ends.
+    pub lease_until: Option<Timestamp>,
+    /// Handler result.
+    pub result: Option<Value>,
+    /// Most recent error.
+    pub error: Option<Value>,
+    /// Every error, oldest first.
+    pub errors: Vec<Value>,
+    /// Incremented by every write; guards compare-and-set.
+    pub version: u64,
+}
+
+/// A job: its id, what was asked, and where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The id.
+    pub id: JobId,
+    /// Immutable request.
+    pub spec: JobSpec,
+    /// Server-managed status.
+    pub status: JobStatus,
+}
+
+impl NewJob {
+    /// Parses and validates a PUSH body. Options may come at the top level (JSON wire
+    /// format) or in `options` (HTTP binding); `options` wins.
+    pub fn from_json(value: Value) -> Result<Self, OjsError> {
+        let Value::Object(mut fields) = value else {
+            return Err(OjsError::invalid_request(
+                "the job envelope must be a JSON object",
+            ));
+        };
+        let options = match fields.remove("options") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(o)) => o,
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request("options must be an object").with_path("$.options")
+                )
+            }
+        };
+        let mut take = |keys: &[&str]| -> Option<(String, Value)> {
+            let from_options = keys.iter().find_map(|k| {
+                options
+                    .get(*k)
+                    .filter(|v| !v.is_null())
+                    .map(|v| (format!("$.options.{k}"), v.clone()))
+            });
+            let mut from_top = None;
+            for k in keys {
+                if let Some(v) = fields.remove(*k) {
+                    if from_top.is_none() && !v.is_null() {
+                        from_top = Some((format!("$.{k}"), v));
+                    }
+                }
+            }
+            from_options.or(from_top)
+        };
+
+        let id = match take(&["id"]) {
+            None => None,
+            Some((p, Value::String(s))) => Some(JobId::parse(&s).map_err(|e| e.with_path(&p))?),
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("id must be a string").with_path(&p))
+            }
+        };
+        if let Some((p, v)) = take(&["specversion"]) {
+            if v.as_str() != Some(crate::SPEC_VERSION) {
+                return Err(OjsError::invalid_request(format!(
+                    "specversion must be \"{}\"",
+                    crate::SPEC_VERSION
+                ))
+                .with_path(&p));
+            }
+        }
+        let job_type = match take(&["type"]) {
+            Some((_, Value::String(s))) => JobType::parse(&s)?,
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("type must be a string").with_path(&p))
+            }
+            None => return Err(OjsError::invalid_request("type is required").with_path("$.type")),
+        };
+        let args = match take(&["args"]) {
+            Some((_, v)) => {
+                validate::check_args(&v)?;
+                match v {
+                    Value::Array(a) => a,
+                    _ => {
+                        return Err(OjsError::invalid_request("args must be a JSON array")
+                            .with_path("$.args"))
+                    }
+                }
+            }
+            None => return Err(OjsError::invalid_request("args is required").with_path("$.args")),
+        };
+        let queue = match take(&["queue"]) {
+            None => QueueName::default_queue(),
+            Some((_, Value::String(s))) => QueueName::parse(&s)?,
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("queue must be a string").with_path(&p))
+            }
+        };
+        let meta = match take(&["meta"]) {
+            None => Map::new(),
+            Some((p, Value::Object(m))) => {
+                validate::limit_size(&Value::Object(m.clone()), validate::MAX_META_BYTES, &p)?;
+                m
+            }
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("meta must be an object").with_path(&p))
+            }
+        };
+        let priority = match take(&["priority"]) {
+            None => 0,
+            Some((p, v)) => {
+                let n = v
+                    .as_i64()
+                    .filter(|n| (MIN_PRIORITY..=MAX_PRIORITY).contains(n));
+                match n.and_then(|n| i32::try_from(n).ok()) {
+                    Some(n) => n,
+                    None => {
+                        return Err(OjsError::invalid_request(format!(
+                            "priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+                        ))
+                        .with_path(&p))
+                    }
+                }
+            }
+        };
+        let timeout_ms = millis(take(&["timeout_ms"]), 1)?.or(millis(take(&["timeout"]), 1000)?);
+        let visibility_timeout_ms = millis(take(&["visibility_timeout_ms"]), 1)?
+            .or(millis(take(&["visibility_timeout"]), 1000)?);
+        let scheduled_at = timestamp(take(&["delay_until", "scheduled_at"]))?;
+        let expires_at = timestamp(take(&["expires_at"]))?;
+        let retry = match take(&["retry"]) {
+            None => RetryPolicy::default(),
+            Some((p, v)) => RetryPolicy::from_json(&v, &p)?,
+        };
+        let unique = match take(&["unique"]) {
+            None => None,
+            Some((_, v @ Value::Object(_))) => Some(v),
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("unique must be an object").with_path(&p))
+            }
+        };
+        let schema = match take(&["schema"]) {
+            None => None,
+            Some((_, Value::String(s))) if !s.is_empty() => Some(s),
+            Some((p, _)) => {
+                return Err(OjsError::invalid_request("schema must be a URI string").with_path(&p))
+            }
+        };
+        let tags = match take(&["tags"]) {
+            None => Vec::new(),
+            Some((p, v)) => v
+                .as_array()
+                .and_then(|a| a.iter().map(|t| t.as_str().map(str::to_owned)).collect())
+                .ok_or_else(|| {
+                    OjsError::invalid_request("tags must be an array of strings").with_path(&p)
+                })?,
+        };
+        for key in SYSTEM_MANAGED {
+            fields.remove(*key);
+        }
+        validate::limit_size(
+            &Value::Object(fields.clone()),
+            validate::MAX_EXTENSION_BYTES,
+            "$",
+        )?;
+        Ok(Self {
+            id,
+            spec: JobSpec {
+                job_type,
+                queue,
+                args,
+                meta,
+                priority,
+                timeout_ms,
+                visibility_timeout_ms,
+                scheduled_at,
+                expires_at,
+                retry,
+                unique,
+                schema,
+                tags,
+                extensions: fields,
+            },
+        })
+    }
+}
+
+fn millis(field: Option<(String, Value)>, unit_ms: u64) -> Result<Option<u64>, OjsError> {
+    match field {
+        None => Ok(None),
+        Some((p, v)) => v
+            .as_u64()
+            .and_then(|n| n.checked_mul(unit_ms))
+            .map(Some)
+            .ok_or_else(|| {
+                OjsError::invalid_request(format!("{p} must be a non-negative integer"))
+                    .with_path(&p)
+            }),
+    }
+}
+
+fn timestamp(field: Option<(String, Value)>) -> Result<Option<Timestamp>, OjsError> {
+    match field {
+        None => Ok(None),
+        Some((p, Value::String(s))) => time::parse(&s, &p).map(Some),
+        Some((p, _)) => {
+            Err(OjsError::invalid_request(format!("{p} must be an RFC 3339 string")).with_path(&p))
+        }
+    }
+}
+
+impl JobSpec {
+    /// The stored/canonical envelope of the request: parseable again by
+    /// [`NewJob::from_json`] into an equal spec.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut out = self.extensions.clone();
+        out.insert("type".into(), self.job_type.as_str().into());
+        out.insert("queue".into(), self.queue.as_str().into());
+        out.insert("args".into(), Value::Array(self.args.clone()));
+        out.insert("meta".into(), Value::Object(self.meta.clone()));
+        out.insert("priority".into(), self.priority.into());
+        if let Some(ms) = self.timeout_ms {
+            out.insert("timeout_ms".into(), ms.into());
+        }
+        if let Some(ms) = self.visibility_timeout_ms {
+            out.insert("visibility_timeout_ms".into(), ms.into());
+        }
+        if let Some(t) = &self.scheduled_at {
+            out.insert("scheduled_at".into(), time::format(t).into());
+        }
+        if let Some(t) = &self.expires_at {
+            out.insert("expires_at".into(), time::format(t).into());
+        }
+        out.insert("retry".into(), self.retry.to_json());
+        if let Some(u) = &self.unique {
+            out.insert("unique".into(), u.clone());
+        }
+        if let Some(s) = &self.schema {
+            out.insert("schema".into(), s.clone().into());
+        }
+        if !self.tags.is_empty() {
+            out.insert("tags".into(), self.tags.clone().into());
+        }
+        out
+    }
+
+    /// Reads back the form written by [`JobSpec::to_json`].
+    pub fn from_stored(stored: Value) -> Result<Self, OjsError> {
+        NewJob::from_json(stored).map(|n| n.spec)
+    }
+
+    /// The lease a fetch grants when it names none.
+    pub fn visibility_timeout_ms(&self) -> u64 {
+        self.visibility_timeout_ms
+            .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS)
+    }
+}
+
+impl Job {
+    /// The job PUSH creates at `now`: `scheduled` if its time is in the future, else
+    /// `available`.
+    pub fn enqueue(new: NewJob, now: Timestamp) -> Self {
+        let future = new.spec.scheduled_at.filter(|t| *t > now);
+        let state = if future.is_some() {
+            JobState::Scheduled
+        } else {
+            JobState::Available
+        };
+        Self {
+            id: new.id.unwrap_or_else(JobId::generate),
+            status: JobStatus {
+                state,
+                attempt: 0,
+                created_at: now,
+                enqueued_at: future.is_none().then_some(now),
+                started_at: None,
+                completed_at: None,
+                cancelled_at: None,
+                discarded_at: None,
+                next_attempt_at: None,
+                worker_id: None,
+                lease_until: None,
+                result: None,
+                error: None,
+                errors: Vec::new(),
+                version: 1,
+            },
+            spec: new.spec,
+        }
+    }
+
+    /// The full envelope as clients see it (INFO, FETCH, PUSH responses).
+    pub fn to_json(&self) -> Value {
+        let s = &self.status;
+        let mut out = self.spec.to_json();
+        out.insert("specversion".into(), crate::SPEC_VERSION.into());
+        out.insert("id".into(), self.id.to_string().into());
+        out.insert("state".into(), s.state.as_str().into());
+        out.insert("attempt".into(), s.attempt.into());
+        out.insert("max_attempts".into(), self.spec.retry.max_attempts.into());
+        let stamps = [
+            ("created_at", Some(&s.created_at)),
+            ("enqueued_at", s.enqueued_at.as_ref()),
+            ("started_at", s.started_at.as_ref()),
+            ("completed_at", s.completed_at.as_ref()),
+            ("cancelled_at", s.cancelled_at.as_ref()),
+            ("discarded_at", s.discarded_at.as_ref()),
+            ("next_attempt_at", s.next_attempt_at.as_ref()),
+        ];
+        for (key, t) in stamps {
+            if let Some(t) = t {
+                out.insert(key.into(), time::format(t).into());
+            }
+        }
+        if let Some(w) = &s.worker_id {
+            out.insert("worker_id".into(), w.clone().into());
+        }
+        if let Some(r) = &s.result {
+            out.insert("result".into(), r.clone());
+        }
+        if let Some(e) = &s.error {
+            out.insert("error".into(), e.clone());
+        }
+        if !s.errors.is_empty() {
+            out.insert("errors".into(), Value::Array(s.errors.clone()));
+        }
+        Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<NewJob, OjsError> {
+        NewJob::from_json(v)
+    }
+
+    #[test]
+    fn minimal_job_gets_defaults() {
+        let n =
+            parse(json!({"type": "email.send", "args": ["a"]})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n.spec.queue.as_str(), "default");
+        assert_eq!(n.spec.priority, 0);
+        assert_eq!(n.spec.retry, RetryPolicy::default());
+        let job = Job::enqueue(n, time::now());
+        let v = job.to_json();
+        assert_eq!(v["state"], "available");
+        assert_eq!(v["attempt"], 0);
+        assert_eq!(v["specversion"], "1.0");
+        assert!(
+            v.get("started_at").is_none() && v.get("result").is_none() && v.get("error").is_none()
+        );
+        assert_eq!(v["created_at"], v["enqueued_at"]);
+    }
+
+    #[test]
+    fn options_override_top_level_and_unknown_fields_survive() {
+        let n = parse(json!({
+            "type": "a.b", "args": [], "queue": "top", "priority": 1,
+            "options": {"queue": "inner", "priority": 10, "timeout_ms": 5000, "retry": {"max_attempts": 5}},
+            "x_custom": {"nested": true}, "state": "completed", "attempt": 9
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n.spec.queue.as_str(), "inner");
+        assert_eq!(n.spec.priority, 10);
+        assert_eq!(n.spec.timeout_ms, Some(5000));
+        assert_eq!(n.spec.retry.max_attempts, 5);
+        assert_eq!(
+            n.spec.extensions.get("x_custom"),
+            Some(&json!({"nested": true}))
+        );
+        assert!(!n.spec.extensions.contains_key("state"));
+        let job = Job::enqueue(n, time::now());
+        assert_eq!(job.to_json()["state"], "available");
+        assert_eq!(job.to_json()["attempt"], 0);
+    }
+
+    #[test]
+    fn future_schedule_means_scheduled() {
+        let n = parse(
+            json!({"type": "a", "args": [], "options": {"delay_until": "2099-12-31T23:59:59Z"}}),
+        );
+        let job = Job::enqueue(n.unwrap_or_else(|e| panic!("{e}")), time::now());
+        assert_eq!(job.status.state, JobState::Scheduled);
+        assert_eq!(job.status.enqueued_at, None);
+        let past = parse(json!({"type": "a", "args": [], "scheduled_at": "2020-01-01T00:00:00Z"}));
+        let job = Job::enqueue(past.unwrap_or_else(|e| panic!("{e}")), time::now());
+        assert_eq!(job.status.state, JobState::Available);
+    }
+
+    #[test]
+    fn invalid_envelopes_are_rejected() {
+        let bad = [
+            json!([]),
+            json!({"args": []}),
+            json!({"type": "a"}),
+            json!({"type": "a", "args": {}}),
+            json!({"type": "a", "args": null}),
+            json!({"type": 3, "args": []}),
+            json!({"type": "A", "args": []}),
+            json!({"type": "a", "args": [], "id": "550e8400-e29b-41d4-a716-446655440000"}),
+            json!({"type": "a", "args": [], "options": {"priority": 101}}),
+            json!({"type": "a", "args": [], "options": {"priority": 1.5}}),
+            json!({"type": "a", "args": [], "options": {"queue": "Default"}}),
+            json!({"type": "a", "args": [], "scheduled_at": "2025-06-01T09:00:00"}),
+            json!({"type": "a", "args": [], "specversion": "2.0"}),
+            json!({"type": "a", "args": [], "meta": []}),
+            json!({"type": "a", "args": [], "options": "fast"}),
+            json!({"type": "a", "args": [], "timeout": -1}),
+        ];
+        for v in bad {
+            assert!(parse(v.clone()).is_err(), "{v}");
+        }
+    }
+
+    #[test]
+    fn stored_spec_round_trips() {
+        let n = parse(json!({
+            "type": "report.generate", "args": [42, "q", {"c": true}], "meta": {"trace_id": "t"},
+            "options": {"queue": "reports", "priority": -5, "timeout_ms": 300000, "expires_at": "2030-01-01T00:00:00+02:00",
+                        "retry": {"max_attempts": 5, "initial_interval": "PT1S", "jitter": false}, "unique": {"keys": ["type"]}, "tags": ["x"]},
+            "schema": "urn:ojs:schema:x:v1", "x_ext": 1
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let back =
+            JobSpec::from_stored(Value::Object(n.spec.to_json())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, n.spec);
+    }
+}

@@ -1,0 +1,88 @@
+//! Size and shape limits from the JSON wire format's recommendations.
+
+use serde_json::Value;
+
+use crate::error::{ErrorCode, OjsError};
+
+/// Largest accepted envelope, in bytes of JSON.
+pub const MAX_ENVELOPE_BYTES: usize = 1024 * 1024;
+/// Largest accepted `args`, in bytes of compact JSON.
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+/// Largest accepted `meta`, in bytes of compact JSON.
+pub const MAX_META_BYTES: usize = 16 * 1024;
+/// Largest accepted unknown-field total, in bytes of compact JSON (keeps a job item well
+/// under DynamoDB's 400 KB item limit).
+pub const MAX_EXTENSION_BYTES: usize = 128 * 1024;
+/// Deepest accepted nesting inside `args` (an element of `args` is at depth 1).
+pub const MAX_ARGS_DEPTH: usize = 10;
+
+/// Compact JSON size of `v`.
+pub fn json_size(v: &Value) -> usize {
+    serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+}
+
+/// Nesting depth of a value: scalars are 1, containers 1 + their deepest child.
+pub fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 1,
+    }
+}
+
+/// Refuses a field over `max` bytes with `envelope_too_large`.
+pub fn limit_size(v: &Value, max: usize, path: &str) -> Result<(), OjsError> {
+    let size = json_size(v);
+    if size > max {
+        return Err(OjsError::new(
+            ErrorCode::EnvelopeTooLarge,
+            format!("{path} is {size} bytes; the limit is {max}"),
+        )
+        .with_path(path));
+    }
+    Ok(())
+}
+
+/// Checks `args`: an array, nested at most [`MAX_ARGS_DEPTH`] levels, at most
+/// [`MAX_ARGS_BYTES`].
+pub fn check_args(args: &Value) -> Result<(), OjsError> {
+    let Value::Array(items) = args else {
+        return Err(OjsError::invalid_request("args must be a JSON array").with_path("$.args"));
+    };
+    let deepest = items.iter().map(depth).max().unwrap_or(0);
+    if deepest > MAX_ARGS_DEPTH {
+        return Err(OjsError::invalid_request(format!(
+            "args nest {deepest} levels deep; the limit is {MAX_ARGS_DEPTH}"
+        ))
+        .with_path("$.args"));
+    }
+    limit_size(args, MAX_ARGS_BYTES, "$.args")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn depth_counts_levels() {
+        assert_eq!(depth(&json!(1)), 1);
+        assert_eq!(depth(&json!([1, [2, [3]]])), 4);
+        assert_eq!(depth(&json!({"a": {"b": []}})), 3);
+    }
+
+    #[test]
+    fn args_rules() {
+        assert!(check_args(&json!([])).is_ok());
+        assert!(check_args(&json!({"a": 1})).is_err());
+        let mut deep = json!(1);
+        for _ in 0..10 {
+            deep = json!([deep]);
+        }
+        assert!(check_args(&json!([deep.clone()])).is_err());
+        assert!(check_args(&json!([deep[0].clone()])).is_ok());
+        let big = "x".repeat(MAX_ARGS_BYTES);
+        let e = check_args(&json!([big])).err().map(|e| e.code);
+        assert_eq!(e, Some(ErrorCode::EnvelopeTooLarge));
+    }
+}

@@ -1,1 +1,165 @@
-//! placeholder
+//! Test support: a typed [`TestApp`] that serves the real routers over HTTP on a random
+//! port, backed by a fresh DynamoDB table on the endpoint of the standard AWS
+//! environment (`make test` points it at DynamoDB Local), plus the conformance engine.
+
+pub mod conformance;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use ojs_http::{app, AppState, Group, HttpConfig};
+use ojs_store::{Store, StoreConfig};
+use serde_json::Value;
+
+/// A running server with its own table.
+pub struct TestApp {
+    /// e.g. `http://127.0.0.1:41234`
+    pub base_url: String,
+    /// HTTP client.
+    pub client: reqwest::Client,
+    /// The store behind the server (to inspect usage or items directly).
+    pub store: Store,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// An HTTP response: status, headers and parsed JSON body (`Null` when empty/invalid).
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// Parsed body.
+    pub body: Value,
+}
+
+/// Points the SDK at DynamoDB Local on 127.0.0.1:8000 unless the environment names an
+/// endpoint, so `cargo test` works with `scripts/local-aws.sh start` alone.
+fn default_local_env() {
+    let set = |k: &str, v: &str| {
+        if std::env::var_os(k).is_none() {
+            // SAFETY-free: tests call this before spawning threads that read env.
+            std::env::set_var(k, v);
+        }
+    };
+    if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none()
+        && std::env::var_os("AWS_ENDPOINT_URL").is_none()
+    {
+        set("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000");
+    }
+    set("AWS_REGION", "us-east-1");
+    set("AWS_ACCESS_KEY_ID", "local");
+    set("AWS_SECRET_ACCESS_KEY", "local");
+    set("AWS_EC2_METADATA_DISABLED", "true");
+}
+
+/// A store over a new, uniquely named table.
+pub async fn fresh_store() -> anyhow::Result<Store> {
+    default_local_env();
+    let sdk = aws_config_load().await;
+    let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
+    let store = Store::new(ojs_store::client_for(&sdk), StoreConfig::for_table(table));
+    store.ensure_table().await.context(
+        "creating a test table: is DynamoDB Local running? (scripts/local-aws.sh start)",
+    )?;
+    Ok(store)
+}
+
+async fn aws_config_load() -> aws_config::SdkConfig {
+    aws_config::load_from_env().await
+}
+
+impl TestApp {
+    /// Serves every endpoint group on a random loopback port over a fresh table.
+    pub async fn spawn() -> anyhow::Result<Self> {
+        let store = fresh_store().await?;
+        let router = app(
+            AppState::new(store.clone(), HttpConfig::default()),
+            &Group::ALL,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base_url = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(64)
+            .build()?;
+        Ok(Self {
+            base_url,
+            client,
+            store,
+            server,
+        })
+    }
+
+    /// Sends a request with an optional JSON body.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Reply> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.base_url));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/openjobspec+json")
+                .body(b.to_string());
+        }
+        let res = req.send().await?;
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let bytes = res.bytes().await?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// PUSH.
+    pub async fn push(&self, job: Value) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::POST, "/ojs/v1/jobs", Some(job))
+            .await
+    }
+
+    /// FETCH.
+    pub async fn fetch(&self, body: Value) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::POST, "/ojs/v1/workers/fetch", Some(body))
+            .await
+    }
+
+    /// ACK.
+    pub async fn ack(&self, body: Value) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::POST, "/ojs/v1/workers/ack", Some(body))
+            .await
+    }
+
+    /// FAIL.
+    pub async fn nack(&self, body: Value) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::POST, "/ojs/v1/workers/nack", Some(body))
+            .await
+    }
+
+    /// INFO.
+    pub async fn info(&self, id: &str) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::GET, &format!("/ojs/v1/jobs/{id}"), None)
+            .await
+    }
+
+    /// CANCEL.
+    pub async fn cancel(&self, id: &str) -> anyhow::Result<Reply> {
+        self.call(reqwest::Method::DELETE, &format!("/ojs/v1/jobs/{id}"), None)
+            .await
+    }
+
+    /// Stops the server and deletes the table.
+    pub async fn teardown(self) {
+        self.server.abort();
+        let _ = self.store.delete_table().await;
+    }
+}

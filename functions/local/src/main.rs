@@ -1,1 +1,38 @@
-fn main() {}
+//! Local development server: every endpoint group on one port, against the DynamoDB
+//! endpoint named by the standard AWS environment. Creates the table if it is missing.
+
+use anyhow::Context;
+use ojs_http::{app, AppState, Group, HttpConfig};
+use ojs_store::Store;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let host = std::env::var("OJS_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let port = std::env::var("OJS_PORT").unwrap_or_else(|_| "8080".into());
+    let store = Store::from_env().await;
+    store
+        .ensure_table()
+        .await
+        .with_context(|| format!("creating table {}", store.table()))?;
+    let router = app(
+        AppState::new(store.clone(), HttpConfig::from_env()),
+        &Group::ALL,
+    );
+    let addr = format!("{host}:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    tracing::info!(%addr, table = store.table(), "OJS API listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

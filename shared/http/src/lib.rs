@@ -1,1 +1,100 @@
-//! placeholder
+//! The OJS HTTP binding as axum routers, one per endpoint group (one Lambda each), plus
+//! the shared layer every response passes through: request ids, `OJS-Version`,
+//! content type, and the single mapping of errors to OJS error bodies.
+
+mod error;
+mod extract;
+mod layer;
+mod routes;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use ojs_store::Store;
+
+pub use error::ApiError;
+pub use routes::system::CONFORMANCE_LEVEL;
+
+/// The endpoint groups, each deployed as its own Lambda function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// PUSH, INFO, CANCEL: `/ojs/v1/jobs...`
+    Jobs,
+    /// FETCH, ACK, FAIL: `/ojs/v1/workers/...`
+    Workers,
+    /// `/ojs/v1/queues...`
+    Queues,
+    /// Manifest, health, events.
+    System,
+}
+
+impl Group {
+    /// Every group (the local server serves them all).
+    pub const ALL: [Group; 4] = [Group::Jobs, Group::Workers, Group::Queues, Group::System];
+}
+
+/// Settings of the HTTP layer, read once per cold start.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// When FETCH finds nothing, wait this long and look once more (covers the
+    /// milliseconds a just-pushed job may take to appear in a DynamoDB GSI on AWS).
+    pub fetch_recheck: Duration,
+}
+
+impl HttpConfig {
+    /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous).
+    pub fn from_env() -> Self {
+        let ms = std::env::var("OJS_FETCH_RECHECK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Self {
+            fetch_recheck: Duration::from_millis(ms),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            fetch_recheck: Duration::ZERO,
+        }
+    }
+}
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    /// The job store.
+    pub store: Store,
+    /// HTTP settings.
+    pub config: Arc<HttpConfig>,
+    /// When this instance started (health reports uptime).
+    pub started: Instant,
+}
+
+impl AppState {
+    /// State over a store.
+    pub fn new(store: Store, config: HttpConfig) -> Self {
+        Self {
+            store,
+            config: Arc::new(config),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// A router serving `groups`, wrapped in the shared OJS layer.
+pub fn app(state: AppState, groups: &[Group]) -> Router {
+    let mut router = Router::new();
+    for group in groups {
+        router = router.merge(match group {
+            Group::Jobs => routes::jobs::router(),
+            Group::Workers => routes::workers::router(),
+            Group::Queues => routes::queues::router(),
+            Group::System => routes::system::router(),
+        });
+    }
+    layer::wrap(router.with_state(state))
+}

@@ -1,2 +1,130 @@
-//! placeholder
+//! The DynamoDB adapter: item mapping, conditional transitions and queries.
+//!
+//! Every state change is one conditional write on the expected state (and, for
+//! read-modify-write paths, the version). A failed condition is a typed
+//! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
+
+mod claim;
+mod error;
+mod events;
+mod item;
+mod jobs;
+mod keys;
+mod queues;
 pub mod schema;
+mod table;
+mod usage;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use claim::FetchRequest;
+pub use error::StoreError;
+pub use events::EventQuery;
+pub use jobs::{AckRequest, FailOutcome};
+pub use queues::QueueInfo;
+pub use usage::{Usage, UsageSnapshot};
+
+/// Store settings, read once per cold start.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// DynamoDB table name.
+    pub table: String,
+    /// How long terminal jobs are kept before DynamoDB's TTL deletes them.
+    pub retention: Duration,
+    /// Whether lifecycle events are recorded (one small write per transition).
+    pub events: bool,
+    /// How long events are kept.
+    pub event_retention: Duration,
+}
+
+impl StoreConfig {
+    /// Reads `OJS_TABLE` (default `ojs`), `OJS_RETENTION_DAYS` (default 7),
+    /// `OJS_EVENTS` (`on`/`off`, default on) and `OJS_EVENT_RETENTION_HOURS` (default 24).
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let days: u64 = var("OJS_RETENTION_DAYS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(7);
+        let event_hours: u64 = var("OJS_EVENT_RETENTION_HOURS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(24);
+        Self {
+            table: var("OJS_TABLE").unwrap_or_else(|| "ojs".to_owned()),
+            retention: Duration::from_secs(days * 86_400),
+            events: !matches!(var("OJS_EVENTS").as_deref(), Some("off" | "false" | "0")),
+            event_retention: Duration::from_secs(event_hours * 3_600),
+        }
+    }
+
+    /// Defaults for a table name (tests).
+    pub fn for_table(table: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            retention: Duration::from_secs(7 * 86_400),
+            events: true,
+            event_retention: Duration::from_secs(86_400),
+        }
+    }
+}
+
+/// The job store. Cheap to clone; build one per cold start and share it.
+#[derive(Clone)]
+pub struct Store {
+    client: aws_sdk_dynamodb::Client,
+    config: Arc<StoreConfig>,
+    usage: Arc<Usage>,
+    /// Queues this instance has already registered, so PUSH writes the queue item once
+    /// per queue per cold start rather than on every job.
+    known_queues: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Store {
+    /// A store over `client` with `config`.
+    pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
+        Self {
+            client,
+            config: Arc::new(config),
+            usage: Arc::new(Usage::default()),
+            known_queues: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// A store configured from the standard AWS environment (`AWS_ENDPOINT_URL*`,
+    /// region, credentials) and [`StoreConfig::from_env`].
+    pub async fn from_env() -> Self {
+        let sdk = aws_config::load_from_env().await;
+        Self::new(client_for(&sdk), StoreConfig::from_env())
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.config.table
+    }
+
+    /// DynamoDB calls and capacity consumed by this store so far.
+    pub fn usage(&self) -> UsageSnapshot {
+        self.usage.snapshot()
+    }
+}
+
+/// A DynamoDB client with retry and timeout settings suited to a request path: a few
+/// quick retries with backoff for throttling, and bounded attempt/operation timeouts so
+/// a stuck connection turns into a 503 instead of a Lambda timeout.
+pub fn client_for(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+    let retry = aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(25))
+        .with_max_backoff(Duration::from_millis(500));
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(3))
+        .operation_timeout(Duration::from_secs(8))
+        .build();
+    let conf = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .retry_config(retry)
+        .timeout_config(timeouts)
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}

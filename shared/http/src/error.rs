@@ -1,0 +1,71 @@
+//! The one place that turns errors into HTTP: status from the catalogue, OJS error body.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ojs_core::{ErrorCode, OjsError};
+use ojs_store::StoreError;
+
+/// An error answered to a client. The body is written by the response layer, which
+/// knows the request id (see `layer.rs`).
+#[derive(Debug)]
+pub struct ApiError(pub OjsError);
+
+impl From<OjsError> for ApiError {
+    fn from(e: OjsError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let err = match e {
+            StoreError::NotFound => OjsError::not_found("job not found"),
+            StoreError::Conflict { current } => {
+                let state = current.map_or("another state", |s| s.as_str());
+                let mut err = OjsError::conflict(format!(
+                    "the job is {state}; the operation is not valid in that state"
+                ));
+                if let Some(s) = current {
+                    err = err.with_detail("current_state", s.as_str());
+                }
+                err
+            }
+            StoreError::Duplicate => {
+                OjsError::new(ErrorCode::Duplicate, "a job with this id already exists")
+            }
+            StoreError::Throttled(cause) => {
+                tracing::warn!(%cause, "storage throttled");
+                OjsError::new(
+                    ErrorCode::BackendError,
+                    "storage is throttling requests; retry with backoff",
+                )
+            }
+            StoreError::Backend(cause) | StoreError::Corrupt(cause) => {
+                tracing::error!(%cause, "storage failure");
+                OjsError::new(
+                    ErrorCode::BackendError,
+                    "storage backend failure; retry with backoff",
+                )
+            }
+        };
+        Self(err)
+    }
+}
+
+/// Marks an error response so the layer renders its body.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingError(pub OjsError);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match self.0.code {
+            // A backend failure whose cause is throttling or an outage is 503.
+            ErrorCode::BackendError => StatusCode::SERVICE_UNAVAILABLE,
+            code => StatusCode::from_u16(code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        };
+        let mut res = status.into_response();
+        res.extensions_mut().insert(PendingError(self.0));
+        res
+    }
+}

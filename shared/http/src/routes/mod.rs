@@ -1,0 +1,15 @@
+//! One module per endpoint group.
+
+pub(crate) mod jobs;
+pub(crate) mod queues;
+pub(crate) mod system;
+pub(crate) mod workers;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// A JSON response with a status.
+pub(crate) fn reply(status: StatusCode, body: Value) -> Response {
+    (status, body.to_string()).into_response()
+}

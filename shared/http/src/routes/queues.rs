@@ -1,0 +1,73 @@
+//! Queue listing.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use ojs_core::OjsError;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::reply;
+use crate::error::ApiError;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/ojs/v1/queues", get(list_queues))
+}
+
+/// `limit`/`offset` as the binding defines them.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Page {
+    limit: Option<String>,
+    offset: Option<String>,
+}
+
+impl Page {
+    /// Validated (limit, offset): limit 1..=100 (default 50), offset >= 0.
+    pub(crate) fn parse(&self) -> Result<(usize, usize), OjsError> {
+        let num = |raw: &Option<String>, name: &str, default: usize, max: usize| match raw {
+            None => Ok(default),
+            Some(s) => s
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| {
+                    OjsError::invalid_request(format!("{name} must be an integer from 0 to {max}"))
+                }),
+        };
+        let limit = num(&self.limit, "limit", 50, 100)?.max(1);
+        let offset = num(&self.offset, "offset", 0, usize::MAX)?;
+        Ok((limit, offset))
+    }
+}
+
+async fn list_queues(
+    State(app): State<AppState>,
+    Query(page): Query<Page>,
+) -> Result<Response, ApiError> {
+    let (limit, offset) = page.parse()?;
+    let queues = app.store.list_queues().await?;
+    let total = queues.len();
+    let items: Vec<_> = queues
+        .into_iter()
+        .skip(offset)
+        .take(limit)
+        .map(|q| {
+            json!({
+                "name": q.name,
+                "state": if q.paused { "paused" } else { "active" },
+                "paused": q.paused,
+                "created_at": q.created_at,
+            })
+        })
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "queues": items,
+            "pagination": { "total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total },
+        }),
+    ))
+}

@@ -1,0 +1,347 @@
+//! FETCH: promote the queue's due jobs, then claim ready candidates in index order, each
+//! with one conditional write, moving on when another worker won a candidate.
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use futures::future::join_all;
+use ojs_core::event::{Event, EventKind};
+use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
+use ojs_core::time::Timestamp;
+use ojs_core::{Job, JobId, JobState, QueueName};
+
+use crate::error::StoreError;
+use crate::item::{self, json, n, s, ts, Item};
+use crate::jobs::old_item;
+use crate::keys;
+use crate::schema::{DUE_INDEX, READY_INDEX};
+use crate::usage::Kind;
+use crate::Store;
+
+/// How many due entries one sweep of a queue looks at.
+const DUE_BATCH: i32 = 25;
+/// How many times FETCH re-queries a queue whose candidates were all taken by others.
+const CLAIM_ROUNDS: usize = 4;
+
+/// A FETCH.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    /// Queues in preference order.
+    pub queues: Vec<QueueName>,
+    /// Most jobs to claim.
+    pub count: usize,
+    /// The claiming worker.
+    pub worker_id: Option<String>,
+    /// Lease length; the default is 30 s.
+    pub visibility_timeout_ms: Option<u64>,
+}
+
+/// A ready-index entry.
+struct Candidate {
+    id: JobId,
+    ready_sk: String,
+}
+
+/// Outcome of one claim attempt.
+enum Claim {
+    Won(Box<Job>),
+    Lost,
+}
+
+impl Store {
+    /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
+    /// then FIFO. Never returns a job that another worker holds.
+    pub async fn fetch(&self, req: &FetchRequest, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+        let mut claimed = Vec::new();
+        for queue in &req.queues {
+            if claimed.len() >= req.count {
+                break;
+            }
+            self.promote_due(queue, now).await?;
+            for _ in 0..CLAIM_ROUNDS {
+                let wanted = req.count - claimed.len();
+                let page = wanted.saturating_add(8).min(100) as i32;
+                let candidates = self.ready_candidates(queue, page).await?;
+                let exhausted = candidates.len() < page as usize;
+                let mut lost_any = false;
+                for c in candidates {
+                    match self.claim(queue, &c, req, now).await? {
+                        Claim::Won(job) => claimed.push(*job),
+                        Claim::Lost => lost_any = true,
+                    }
+                    if claimed.len() >= req.count {
+                        break;
+                    }
+                }
+                if claimed.len() >= req.count || exhausted && !lost_any {
+                    break;
+                }
+            }
+        }
+        let events: Vec<Event> = claimed
+            .iter()
+            .map(|j| Event::for_job(EventKind::Started, j, &now, "ojs://ojs-serverless/workers"))
+            .collect();
+        self.emit(&events).await;
+        Ok(claimed)
+    }
+
+    async fn ready_candidates(
+        &self,
+        queue: &QueueName,
+        limit: i32,
+    ) -> Result<Vec<Candidate>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table())
+            .index_name(READY_INDEX.name)
+            .key_condition_expression("gsi1pk = :pk")
+            .expression_attribute_values(":pk", s(keys::ready_pk(queue)))
+            .limit(limit)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        Ok(out
+            .items()
+            .iter()
+            .filter_map(|i| {
+                Some(Candidate {
+                    id: id_of(i)?,
+                    ready_sk: i.get("gsi1sk")?.as_s().ok()?.clone(),
+                })
+            })
+            .collect())
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        c: &Candidate,
+        req: &FetchRequest,
+        now: Timestamp,
+    ) -> Result<Claim, StoreError> {
+        let lease_ms = req
+            .visibility_timeout_ms
+            .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
+        let lease_until =
+            now + chrono::Duration::milliseconds(i64::try_from(lease_ms).unwrap_or(i64::MAX / 4));
+        let priority = c
+            .ready_sk
+            .get(..3)
+            .and_then(|p| p.parse::<i32>().ok())
+            .map_or(0, |k| 100 - k);
+        let worker = match &req.worker_id {
+            Some(_) => "worker_id = :worker,",
+            None => "",
+        };
+        let mut update = self
+            .update(&c.id)
+            .update_expression(format!(
+                "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} \
+                 lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk \
+                 REMOVE gsi1pk, gsi1sk"
+            ))
+            .condition_expression(
+                "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)",
+            )
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":active", s(JobState::Active.as_str()))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":rsk", s(c.ready_sk.clone()))
+            .expression_attribute_values(":nowus", n(now.timestamp_micros()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
+            .expression_attribute_values(":duepk", s(keys::due_pk(queue)))
+            .expression_attribute_values(":duesk", s(keys::due_sk(&lease_until, priority, &c.id)));
+        if let Some(w) = &req.worker_id {
+            update = update.expression_attribute_values(":worker", s(w.clone()));
+        }
+        let out = update.send().await;
+        let expired = match &out {
+            Err(e) => old_item(e)
+                .filter(|old| is_expired_available(old, &now))
+                .cloned(),
+            Ok(_) => None,
+        };
+        match self.finish_update(out) {
+            Ok(job) => Ok(Claim::Won(Box::new(job))),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
+                if let Some(old) = expired {
+                    self.expire(&c.id, &old, now).await?;
+                }
+                Ok(Claim::Lost)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Discards an available job whose `expires_at` has passed (it is never delivered).
+    async fn expire(&self, id: &JobId, old: &Item, now: Timestamp) -> Result<(), StoreError> {
+        let Some(version) = old.get("version").cloned() else {
+            return Ok(());
+        };
+        let error = serde_json::json!({
+            "type": "expired",
+            "message": "the job's expires_at passed before it started",
+        });
+        let out = self
+            .update(id)
+            .update_expression(
+                "SET #state = :discarded, completed_at = :now, discarded_at = :now, #ttl = :ttl, \
+                 #error = :error, version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
+            )
+            .condition_expression("#state = :available AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":version", version)
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":ttl", self.expiry(&now))
+            .expression_attribute_values(":error", json(&error))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match self.finish_update(out) {
+            Ok(job) => {
+                let e = Event::for_job(
+                    EventKind::Discarded,
+                    &job,
+                    &now,
+                    "ojs://ojs-serverless/workers",
+                );
+                self.emit(&[e]).await;
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
+    /// come, and active jobs whose lease expired. Returns how many moved.
+    pub async fn promote_due(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table())
+            .index_name(DUE_INDEX.name)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+            .expression_attribute_values(":pk", s(keys::due_pk(queue)))
+            .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
+            .limit(DUE_BATCH)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        let moves = out.items().iter().filter_map(|i| {
+            let id = id_of(i)?;
+            let due_sk = i.get("gsi2sk")?.as_s().ok()?.clone();
+            let state: JobState = i.get("state")?.as_s().ok()?.parse().ok()?;
+            Some(self.make_available(queue, id, due_sk, state, now))
+        });
+        let results = join_all(moves).await;
+        let mut moved = Vec::new();
+        for r in results {
+            if let Some(job) = r? {
+                moved.push(job);
+            }
+        }
+        let events: Vec<Event> = moved
+            .iter()
+            .map(|j| {
+                Event::for_job(
+                    EventKind::Enqueued,
+                    j,
+                    &now,
+                    "ojs://ojs-serverless/scheduler",
+                )
+            })
+            .collect();
+        self.emit(&events).await;
+        Ok(moved.len())
+    }
+
+    /// One conditional move of a due job to `available`. `None` if another sweep or a
+    /// worker got there first.
+    async fn make_available(
+        &self,
+        queue: &QueueName,
+        id: JobId,
+        due_sk: String,
+        state: JobState,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
+        let mut req = self
+            .update(&id)
+            .condition_expression("#state = :from AND gsi2sk = :duesk")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":from", s(state.as_str()))
+            .expression_attribute_values(":duesk", s(due_sk))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":readypk", s(keys::ready_pk(queue)))
+            .expression_attribute_values(":readysk", s(keys::ready_sk(priority, &now, &id)));
+        let set = "#state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
+                   version = version + :one";
+        req = match state {
+            JobState::Scheduled | JobState::Retryable => {
+                req.update_expression(format!("SET {set} REMOVE gsi2pk, gsi2sk, next_attempt_at"))
+            }
+            JobState::Active => {
+                // Lease expired without ACK/FAIL: back to the queue, with the timeout
+                // recorded as the attempt's error (ojs-core 6.3, active -> available).
+                let error = serde_json::json!({
+                    "type": "visibility_timeout",
+                    "message": "the worker's lease expired before ACK or FAIL",
+                    "retryable": true,
+                    "occurred_at": ojs_core::time::format(&now),
+                });
+                req.update_expression(format!(
+                    "SET {set}, #error = :error, errors = list_append(if_not_exists(errors, :empty), :errors) \
+                     REMOVE gsi2pk, gsi2sk, lease_until, worker_id, started_at"
+                ))
+                .expression_attribute_names("#error", "error")
+                .expression_attribute_values(":error", json(&error))
+                .expression_attribute_values(":errors", AttributeValue::L(vec![json(&error)]))
+                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            }
+            _ => return Ok(None),
+        };
+        match self.finish_update(req.send().await) {
+            Ok(job) => Ok(Some(job)),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn id_of(item: &Item) -> Option<JobId> {
+    let pk = item.get("pk")?.as_s().ok()?;
+    JobId::parse(pk.strip_prefix("JOB#")?).ok()
+}
+
+fn is_expired_available(old: &Item, now: &Timestamp) -> bool {
+    let available = item::state_of(old) == Some(JobState::Available);
+    let expires = old
+        .get("expires_us")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok());
+    available && expires.is_some_and(|e| e <= now.timestamp_micros())
+}

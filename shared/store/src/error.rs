@@ -1,0 +1,57 @@
+//! Typed store outcomes.
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use ojs_core::JobState;
+
+/// Why a store operation did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The item does not exist.
+    #[error("not found")]
+    NotFound,
+    /// The item exists but is not in a state that allows the operation.
+    #[error("conflict: job is {}", current.map_or("in another state", JobState::as_str))]
+    Conflict {
+        /// The state found, when known.
+        current: Option<JobState>,
+    },
+    /// An item with this key already exists.
+    #[error("duplicate")]
+    Duplicate,
+    /// DynamoDB throttled the request after the SDK's retries.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// Any other backend failure (network, 5xx, timeout).
+    #[error("backend: {0}")]
+    Backend(String),
+    /// An item could not be mapped back to the model.
+    #[error("corrupt item: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Classifies an SDK error. Conditional-check failures are handled at each call site,
+    /// where it is known what the condition meant.
+    pub(crate) fn from_sdk<E, R>(err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug,
+    {
+        let code = err.code().unwrap_or("").to_owned();
+        match code.as_str() {
+            "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded" => Self::Throttled(code),
+            "" => Self::Backend(format!(
+                "{}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&err)
+            )),
+            _ => Self::Backend(format!("{code}: {}", err.message().unwrap_or(""))),
+        }
+    }
+}
+
+/// Whether an SDK error is a failed condition.
+pub(crate) fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.code() == Some("ConditionalCheckFailedException")
+}

@@ -1,0 +1,191 @@
+//! The one place that maps jobs to DynamoDB items and back.
+//!
+//! Layout of a job item (`pk = JOB#<id>`, `sk = JOB`):
+//! - `spec` (S): the immutable request as canonical JSON;
+//! - `state`, `queue`, `attempt`, `version`, timestamps (S, RFC 3339), `lease_until` and
+//!   `expires_us` (N, epoch microseconds), `worker_id`;
+//! - `result`, `error` (S, JSON) and `errors` (L of S, JSON), so a transition can set or
+//!   append them without rewriting the spec;
+//! - `gsi1pk`/`gsi1sk` only while `available`, `gsi2pk`/`gsi2sk` only while the job waits
+//!   for a time (scheduled, retryable, active lease);
+//! - `ttl` (N, epoch seconds) once terminal.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use ojs_core::job::{JobSpec, JobStatus};
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{Job, JobId, JobState};
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::keys;
+
+/// A DynamoDB item.
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub(crate) fn ts(t: &Timestamp) -> AttributeValue {
+    s(time::format(t))
+}
+
+pub(crate) fn json(v: &Value) -> AttributeValue {
+    s(v.to_string())
+}
+
+/// The primary key of a job.
+pub(crate) fn job_key(id: &JobId) -> Item {
+    HashMap::from([
+        ("pk".to_owned(), s(keys::job_pk(id))),
+        ("sk".to_owned(), s(keys::JOB_SK)),
+    ])
+}
+
+/// The full item of a freshly enqueued job.
+pub(crate) fn job_to_item(job: &Job) -> Item {
+    let st = &job.status;
+    let mut item = job_key(&job.id);
+    let spec = Value::Object(job.spec.to_json());
+    item.insert("spec".into(), json(&spec));
+    item.insert("state".into(), s(st.state.as_str()));
+    item.insert("queue".into(), s(job.spec.queue.as_str()));
+    item.insert("attempt".into(), n(st.attempt));
+    item.insert("version".into(), n(st.version));
+    item.insert("created_at".into(), ts(&st.created_at));
+    if let Some(t) = &st.enqueued_at {
+        item.insert("enqueued_at".into(), ts(t));
+    }
+    if let Some(t) = &job.spec.expires_at {
+        item.insert("expires_us".into(), n(t.timestamp_micros()));
+    }
+    match st.state {
+        JobState::Available => {
+            let at = st.enqueued_at.unwrap_or(st.created_at);
+            item.insert("gsi1pk".into(), s(keys::ready_pk(&job.spec.queue)));
+            item.insert(
+                "gsi1sk".into(),
+                s(keys::ready_sk(job.spec.priority, &at, &job.id)),
+            );
+        }
+        JobState::Scheduled => {
+            if let Some(at) = &job.spec.scheduled_at {
+                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue)));
+                item.insert(
+                    "gsi2sk".into(),
+                    s(keys::due_sk(at, job.spec.priority, &job.id)),
+                );
+            }
+        }
+        _ => {}
+    }
+    item
+}
+
+fn get_s<'a>(item: &'a Item, key: &str) -> Option<&'a str> {
+    item.get(key)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
+fn get_n<T: std::str::FromStr>(item: &Item, key: &str) -> Option<T> {
+    item.get(key)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+fn get_ts(item: &Item, key: &str) -> Result<Option<Timestamp>, StoreError> {
+    get_s(item, key)
+        .map(|raw| time::parse(raw, key).map_err(|e| StoreError::Corrupt(e.message)))
+        .transpose()
+}
+
+fn get_json(item: &Item, key: &str) -> Result<Option<Value>, StoreError> {
+    get_s(item, key)
+        .map(|raw| {
+            serde_json::from_str(raw).map_err(|e| StoreError::Corrupt(format!("{key}: {e}")))
+        })
+        .transpose()
+}
+
+/// The state recorded in an item, if it has a readable one.
+pub(crate) fn state_of(item: &Item) -> Option<JobState> {
+    get_s(item, "state").and_then(|s| s.parse().ok())
+}
+
+/// Maps a job item back to the model.
+pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("job item without a valid {what}"));
+    let id = get_s(item, "pk")
+        .and_then(|pk| pk.strip_prefix("JOB#"))
+        .and_then(|raw| JobId::parse(raw).ok())
+        .ok_or_else(|| corrupt("pk"))?;
+    let spec_json = get_json(item, "spec")?.ok_or_else(|| corrupt("spec"))?;
+    let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
+    let errors = match item.get("errors").and_then(|v| v.as_l().ok()) {
+        Some(list) => list
+            .iter()
+            .map(|v| {
+                v.as_s()
+                    .ok()
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+                    .ok_or_else(|| corrupt("errors entry"))
+            })
+            .collect::<Result<Vec<Value>, _>>()?,
+        None => Vec::new(),
+    };
+    let status = JobStatus {
+        state: state_of(item).ok_or_else(|| corrupt("state"))?,
+        attempt: get_n(item, "attempt").ok_or_else(|| corrupt("attempt"))?,
+        created_at: get_ts(item, "created_at")?.ok_or_else(|| corrupt("created_at"))?,
+        enqueued_at: get_ts(item, "enqueued_at")?,
+        started_at: get_ts(item, "started_at")?,
+        completed_at: get_ts(item, "completed_at")?,
+        cancelled_at: get_ts(item, "cancelled_at")?,
+        discarded_at: get_ts(item, "discarded_at")?,
+        next_attempt_at: get_ts(item, "next_attempt_at")?,
+        worker_id: get_s(item, "worker_id").map(str::to_owned),
+        lease_until: get_n::<i64>(item, "lease_until").and_then(time::from_micros),
+        result: get_json(item, "result")?,
+        error: get_json(item, "error")?,
+        errors,
+        version: get_n(item, "version").ok_or_else(|| corrupt("version"))?,
+    };
+    Ok(Job { id, spec, status })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ojs_core::NewJob;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip_of_a_fresh_job() {
+        let new = NewJob::from_json(json!({
+            "type": "a.b", "args": [1, {"x": [true, null]}], "meta": {"m": 1},
+            "options": {"queue": "q", "priority": 5, "expires_at": "2030-01-01T00:00:00Z"}, "x_ext": "kept"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let job = Job::enqueue(new, time::now());
+        let item = job_to_item(&job);
+        assert!(item.contains_key("gsi1pk") && !item.contains_key("gsi2pk"));
+        assert_eq!(job_from_item(&item).ok(), Some(job));
+    }
+
+    #[test]
+    fn scheduled_job_is_in_the_due_index_only() {
+        let new = NewJob::from_json(
+            json!({"type": "a", "args": [], "scheduled_at": "2099-01-01T00:00:00Z"}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let item = job_to_item(&Job::enqueue(new, time::now()));
+        assert!(item.contains_key("gsi2pk") && !item.contains_key("gsi1pk"));
+    }
+}

@@ -1,0 +1,331 @@
+//! PUSH, INFO, CANCEL, ACK and FAIL: one conditional write each (FAIL reads first, to
+//! apply the job's retry policy, and writes under the version it read).
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
+use ojs_core::event::{Event, EventKind};
+use ojs_core::failure::Failure;
+use ojs_core::retry::{FailDecision, OnExhaustion};
+use ojs_core::time::Timestamp;
+use ojs_core::{Job, JobId, JobState, Transition};
+use serde_json::Value;
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{self, json, n, s, ts, Item};
+use crate::keys;
+use crate::usage::Kind;
+use crate::Store;
+
+/// An ACK.
+#[derive(Debug, Clone)]
+pub struct AckRequest {
+    /// The job.
+    pub id: JobId,
+    /// The handler's result, if any.
+    pub result: Option<Value>,
+    /// When given, the ACK is refused unless this worker holds the lease.
+    pub worker_id: Option<String>,
+}
+
+/// What FAIL did.
+#[derive(Debug, Clone)]
+pub struct FailOutcome {
+    /// The job after the transition (`retryable` or `discarded`).
+    pub job: Job,
+}
+
+impl Store {
+    /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
+    pub async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.register_queue(job.spec.queue.as_str()).await?;
+        let out = self
+            .client
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item::job_to_item(job)))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                let kind = match job.status.state {
+                    JobState::Scheduled => EventKind::Scheduled,
+                    _ => EventKind::Enqueued,
+                };
+                self.emit(&[Event::for_job(
+                    kind,
+                    job,
+                    &job.status.created_at,
+                    "ojs://ojs-serverless/api",
+                )])
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(StoreError::Duplicate)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+
+    /// Reads a job with a strongly consistent read.
+    pub async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(id)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        out.item().map(item::job_from_item).transpose()
+    }
+
+    /// Cancels a non-terminal job in one conditional write.
+    pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+        let sources = JobState::sources(Transition::Cancel);
+        let placeholders: Vec<String> = (0..sources.len()).map(|i| format!(":s{i}")).collect();
+        let mut req = self
+            .update(id)
+            .update_expression(
+                "SET #state = :cancelled, cancelled_at = :now, #ttl = :ttl, version = version + :one \
+                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
+            )
+            .condition_expression(format!("#state IN ({})", placeholders.join(", ")))
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":cancelled", s(JobState::Cancelled.as_str()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":ttl", self.expiry(&now))
+            .expression_attribute_values(":one", n(1));
+        for (p, state) in placeholders.iter().zip(&sources) {
+            req = req.expression_attribute_values(p, s(state.as_str()));
+        }
+        let job = self.finish_update(req.send().await)?;
+        self.emit(&[Event::for_job(
+            EventKind::Cancelled,
+            &job,
+            &now,
+            "ojs://ojs-serverless/api",
+        )])
+        .await;
+        Ok(job)
+    }
+
+    /// Completes an active job.
+    pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
+        let mut set = vec![
+            "#state = :completed",
+            "completed_at = :now",
+            "#ttl = :ttl",
+            "version = version + :one",
+        ];
+        let mut remove = vec!["#error", "gsi2pk", "gsi2sk", "lease_until"];
+        let mut condition = "#state = :active".to_owned();
+        let mut req = self
+            .update(&ack.id)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":completed", s(JobState::Completed.as_str()))
+            .expression_attribute_values(":active", s(JobState::Active.as_str()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":ttl", self.expiry(&now))
+            .expression_attribute_values(":one", n(1));
+        match &ack.result {
+            Some(result) => {
+                set.push("#result = :result");
+                req = req.expression_attribute_values(":result", json(result));
+            }
+            None => remove.push("#result"),
+        }
+        req = req.expression_attribute_names("#result", "result");
+        if let Some(worker) = &ack.worker_id {
+            condition.push_str(" AND worker_id = :worker");
+            req = req.expression_attribute_values(":worker", s(worker.clone()));
+        }
+        let req = req
+            .update_expression(format!(
+                "SET {} REMOVE {}",
+                set.join(", "),
+                remove.join(", ")
+            ))
+            .condition_expression(condition);
+        let job = self.finish_update(req.send().await)?;
+        self.emit(&[Event::for_job(
+            EventKind::Completed,
+            &job,
+            &now,
+            "ojs://ojs-serverless/workers",
+        )])
+        .await;
+        Ok(job)
+    }
+
+    /// Records a failed attempt and applies the job's retry policy: `retryable` with a
+    /// next attempt time, or `discarded`.
+    pub async fn fail_job(
+        &self,
+        id: &JobId,
+        failure: &Failure,
+        worker_id: Option<&str>,
+        now: Timestamp,
+    ) -> Result<FailOutcome, StoreError> {
+        let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
+        let lease_lost = worker_id.is_some_and(|w| job.status.worker_id.as_deref() != Some(w));
+        if job.status.state != JobState::Active || lease_lost {
+            return Err(StoreError::Conflict {
+                current: Some(job.status.state),
+            });
+        }
+        let attempt = job.status.attempt;
+        let error = failure.to_job_error(attempt, &now);
+        let decision = job.spec.retry.decide(
+            attempt,
+            &failure.error_type,
+            failure.retryable,
+            &mut rand::rng(),
+        );
+        let req = self
+            .update(id)
+            .condition_expression("#state = :active AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":active", s(JobState::Active.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":error", json(&error))
+            .expression_attribute_values(":errors", AttributeValue::L(vec![json(&error)]))
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()));
+        let common =
+            "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
+                      version = version + :one";
+        let (req, events) = match decision {
+            FailDecision::Retry(delay) => {
+                let next = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                let req = req
+                    .update_expression(format!(
+                        "SET #state = :retryable, next_attempt_at = :next, gsi2pk = :duepk, gsi2sk = :duesk, {common} \
+                         REMOVE lease_until"
+                    ))
+                    .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
+                    .expression_attribute_values(":next", ts(&next))
+                    .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+                    .expression_attribute_values(
+                        ":duesk",
+                        s(keys::due_sk(&next, job.spec.priority, id)),
+                    );
+                (req, [EventKind::Failed, EventKind::Retrying])
+            }
+            FailDecision::GiveUp(exhaustion) => {
+                let req = req
+                    .update_expression(format!(
+                        "SET #state = :discarded, completed_at = :now, discarded_at = :now, #ttl = :ttl, \
+                         dead_letter = :dead, {common} REMOVE gsi2pk, gsi2sk, lease_until"
+                    ))
+                    .expression_attribute_names("#ttl", "ttl")
+                    .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+                    .expression_attribute_values(":now", ts(&now))
+                    .expression_attribute_values(":ttl", self.expiry(&now))
+                    .expression_attribute_values(
+                        ":dead",
+                        AttributeValue::Bool(exhaustion == OnExhaustion::DeadLetter),
+                    );
+                (req, [EventKind::Failed, EventKind::Discarded])
+            }
+        };
+        let job = self.finish_update(req.send().await)?;
+        let source = "ojs://ojs-serverless/workers";
+        self.emit(&events.map(|k| Event::for_job(k, &job, &now, source)))
+            .await;
+        Ok(FailOutcome { job })
+    }
+
+    /// An UpdateItem on a job, returning the new item, or the old one on a failed condition.
+    pub(crate) fn update(
+        &self,
+        id: &JobId,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(id)))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// Maps an UpdateItem outcome to the updated job, or to NotFound/Conflict.
+    pub(crate) fn finish_update(
+        &self,
+        out: Result<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+            aws_sdk_dynamodb::error::SdkError<
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+                aws_sdk_dynamodb::config::http::HttpResponse,
+            >,
+        >,
+    ) -> Result<Job, StoreError> {
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                let item = out
+                    .attributes()
+                    .ok_or_else(|| StoreError::Corrupt("update returned no item".into()))?;
+                item::job_from_item(item)
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(conflict_from_old(old_item(&e)))
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+
+    /// The TTL value for an item becoming terminal at `now`.
+    pub(crate) fn expiry(&self, now: &Timestamp) -> AttributeValue {
+        let secs = self.config.retention.as_secs();
+        n(now.timestamp() + i64::try_from(secs).unwrap_or(i64::MAX / 2))
+    }
+}
+
+/// The old item a failed UpdateItem condition returned.
+pub(crate) fn old_item(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+) -> Option<&Item> {
+    match e.as_service_error() {
+        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
+            c.item()
+        }
+        _ => None,
+    }
+}
+
+/// NotFound when there was no item, Conflict with its state otherwise.
+pub(crate) fn conflict_from_old(old: Option<&Item>) -> StoreError {
+    match old {
+        None => StoreError::NotFound,
+        Some(item) => StoreError::Conflict {
+            current: item::state_of(item),
+        },
+    }
+}

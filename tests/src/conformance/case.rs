@@ -1,0 +1,202 @@
+//! Test-case files: loading and parsing into [`Case`] and [`Step`].
+//!
+//! Steps are parsed by hand from `serde_json::Value` so that unusual content never
+//! aborts a run: unknown fields are ignored, a missing step `id` gets a positional one,
+//! a missing `action` is reported when the step runs. Only what makes a file unusable
+//! as a case (not JSON, no `test_id`/`level`/`steps`) is a load error.
+
+use anyhow::{bail, Context as _};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// One conformance test case (one JSON file).
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// File the case was read from (test ids are not unique in the suite).
+    pub path: PathBuf,
+    /// `test_id`, e.g. `L0-ENV-001`.
+    pub test_id: String,
+    /// Conformance level 0-4.
+    pub level: u8,
+    /// Kebab-case name.
+    pub name: String,
+    /// Category within the level (`envelope`, `retry`, ...).
+    pub category: String,
+    /// Human-readable description.
+    pub description: String,
+    /// Steps run before `steps`; a failure there aborts the case.
+    pub setup: Vec<Step>,
+    /// The test steps, in order.
+    pub steps: Vec<Step>,
+    /// Steps run after the test whatever its outcome; their failures are ignored.
+    pub teardown: Vec<Step>,
+}
+
+/// One step: an HTTP request, a `WAIT` or an `ASSERT`.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Step id, referenced by templates and `parallel_with`.
+    pub id: String,
+    /// HTTP method, `WAIT` or `ASSERT` (as written).
+    pub action: String,
+    /// Request path (may contain templates).
+    pub path: Option<String>,
+    /// Request headers, in file order.
+    pub headers: Vec<(String, String)>,
+    /// JSON request body (present even when it is `null`).
+    pub body: Option<Value>,
+    /// Body sent verbatim instead of `body` (used for malformed-JSON tests).
+    pub raw_body: Option<String>,
+    /// Milliseconds to sleep before the step.
+    pub delay_ms: u64,
+    /// Milliseconds a `WAIT` step sleeps.
+    pub duration_ms: u64,
+    /// Ids of steps to execute concurrently with this one.
+    pub parallel_with: Vec<String>,
+    /// The `assertions` object, evaluated by the runner.
+    pub assertions: Option<Value>,
+}
+
+/// Recursively loads every `*.json` case below `root`, sorted by path.
+pub fn load_cases(root: &Path) -> anyhow::Result<Vec<Case>> {
+    let mut files = Vec::new();
+    if root.is_file() {
+        files.push(root.to_path_buf());
+    } else {
+        collect_json(root, &mut files)?;
+    }
+    files.sort();
+    files.iter().map(|p| Case::from_file(p)).collect()
+}
+
+fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("reading directory {}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("listing {}", dir.display()))?
+            .path();
+        if path.is_dir() {
+            collect_json(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "json") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+impl Case {
+    /// Reads and parses one case file.
+    pub fn from_file(path: &Path) -> anyhow::Result<Case> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let value: Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        Case::from_value(path, &value).with_context(|| format!("invalid case {}", path.display()))
+    }
+
+    /// Builds a case from its parsed JSON.
+    pub fn from_value(path: &Path, value: &Value) -> anyhow::Result<Case> {
+        let Some(obj) = value.as_object() else {
+            bail!("a case must be a JSON object");
+        };
+        let text = |key: &str| obj.get(key).and_then(Value::as_str).map(str::to_string);
+        let Some(test_id) = text("test_id") else {
+            bail!("missing string field `test_id`");
+        };
+        let level = obj
+            .get("level")
+            .and_then(Value::as_u64)
+            .and_then(|l| u8::try_from(l).ok())
+            .context("missing or invalid integer field `level`")?;
+        let Some(steps) = obj.get("steps").and_then(Value::as_array) else {
+            bail!("missing array field `steps`");
+        };
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        Ok(Case {
+            path: path.to_path_buf(),
+            test_id,
+            level,
+            name: text("name").or(stem).unwrap_or_default(),
+            category: text("category").unwrap_or_default(),
+            description: text("description").unwrap_or_default(),
+            setup: phase_steps(obj.get("setup")),
+            steps: parse_steps(steps),
+            teardown: phase_steps(obj.get("teardown")),
+        })
+    }
+}
+
+/// `setup` / `teardown` are `{"steps": [...]}` in the Go schema; a bare array is
+/// accepted too.
+fn phase_steps(v: Option<&Value>) -> Vec<Step> {
+    match v {
+        Some(Value::Array(items)) => parse_steps(items),
+        Some(Value::Object(o)) => o
+            .get("steps")
+            .and_then(Value::as_array)
+            .map(|items| parse_steps(items))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn parse_steps(items: &[Value]) -> Vec<Step> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Step::from_value(v, i))
+        .collect()
+}
+
+fn as_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn millis(v: Option<&Value>) -> u64 {
+    match v {
+        Some(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| *f > 0.0).map(|f| f.round() as u64))
+            .unwrap_or(0),
+        None => 0,
+    }
+}
+
+impl Step {
+    /// Parses step number `index` (0-based); never fails, see the module docs.
+    pub fn from_value(v: &Value, index: usize) -> Step {
+        let empty = Map::new();
+        let obj = v.as_object().unwrap_or(&empty);
+        let text = |key: &str| obj.get(key).and_then(Value::as_str).map(str::to_string);
+        let headers = obj
+            .get("headers")
+            .and_then(Value::as_object)
+            .map(|h| h.iter().map(|(k, v)| (k.clone(), as_text(v))).collect())
+            .unwrap_or_default();
+        let parallel_with = match obj.get("parallel_with") {
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(ids)) => ids
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        };
+        Step {
+            id: text("id").unwrap_or_else(|| format!("step#{}", index + 1)),
+            action: text("action").unwrap_or_default(),
+            path: text("path"),
+            headers,
+            body: obj.get("body").cloned(),
+            raw_body: obj.get("raw_body").filter(|v| !v.is_null()).map(as_text),
+            delay_ms: millis(obj.get("delay_ms")),
+            duration_ms: millis(obj.get("duration_ms")),
+            parallel_with,
+            assertions: obj.get("assertions").filter(|v| !v.is_null()).cloned(),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Runs the official OJS conformance suite (levels 0-4) against the real routers over
+//! HTTP, each case on its own server and fresh DynamoDB table (the suite assumes a
+//! clean `default` queue). Prints `N passed, N failed` per level and fails if any case
+//! fails at a level the manifest claims, so the manifest can never overclaim.
+//!
+//! The suite folder is `$OJS_CONFORMANCE_DIR`, else `../shared/ojs-conformance/suites`
+//! beside the repository; when absent the test says so and passes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::stream::{self, StreamExt};
+use ojs_tests::conformance::{load_cases, run_case};
+use ojs_tests::TestApp;
+
+/// Cases run at once; most time is spent in the suite's own WAIT steps.
+const PARALLEL: usize = 12;
+
+fn suite_dir() -> PathBuf {
+    std::env::var_os("OJS_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/ojs-conformance/suites")
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite() -> anyhow::Result<()> {
+    let dir = suite_dir();
+    if !dir.is_dir() {
+        println!(
+            "conformance: suite folder {} not found; skipping (set OJS_CONFORMANCE_DIR)",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let max_level: u8 = std::env::var("OJS_CONFORMANCE_MAX_LEVEL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let cases: Vec<_> = load_cases(&dir)?
+        .into_iter()
+        .filter(|c| c.level <= max_level)
+        .collect();
+    let cases = Arc::new(cases);
+    let results: Vec<(u8, String, Result<Vec<String>, String>)> = stream::iter(0..cases.len())
+        .map(|i| {
+            let cases = Arc::clone(&cases);
+            async move {
+                let case = &cases[i];
+                let label = format!("{} ({})", case.test_id, case.path.display());
+                let outcome = match TestApp::spawn().await {
+                    Err(e) => Err(format!("could not start the server: {e:#}")),
+                    Ok(app) => {
+                        let report = run_case(&app.client, &app.base_url, case).await;
+                        app.teardown().await;
+                        if report.passed {
+                            Ok(Vec::new())
+                        } else {
+                            Ok(report.failures)
+                        }
+                    }
+                };
+                (case.level, label, outcome)
+            }
+        })
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+
+    let mut per_level: BTreeMap<u8, (usize, usize)> = BTreeMap::new();
+    let mut failed_claimed = Vec::new();
+    let claimed = ojs_http::CONFORMANCE_LEVEL;
+    let mut sorted = results;
+    sorted.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (level, label, outcome) in &sorted {
+        let entry = per_level.entry(*level).or_default();
+        match outcome {
+            Ok(f) if f.is_empty() => entry.0 += 1,
+            Ok(failures) => {
+                entry.1 += 1;
+                println!("FAIL level {level} {label}");
+                for f in failures {
+                    println!("    {f}");
+                }
+                if *level <= claimed {
+                    failed_claimed.push(label.clone());
+                }
+            }
+            Err(e) => {
+                entry.1 += 1;
+                println!("FAIL level {level} {label}: {e}");
+                if *level <= claimed {
+                    failed_claimed.push(label.clone());
+                }
+            }
+        }
+    }
+    println!("conformance (manifest claims level {claimed}):");
+    for (level, (pass, fail)) in &per_level {
+        println!("level-{level}: {pass} passed, {fail} failed");
+    }
+    anyhow::ensure!(
+        failed_claimed.is_empty(),
+        "{} case(s) fail at a level the manifest claims ({claimed}): {failed_claimed:?}",
+        failed_claimed.len()
+    );
+    Ok(())
+}

@@ -261,9 +261,9 @@ fn match_string(m: &str, actual: Option<&Value>) -> MatchResult {
         .strip_prefix("string:pattern(")
         .and_then(|p| p.strip_suffix(')'))
     {
-        let s = need_string(actual, &format!("string matching {pattern:?}"))?;
         let re =
             Regex::new(pattern).map_err(|e| format!("invalid regex pattern {pattern:?}: {e}"))?;
+        let s = need_string(actual, &format!("string matching {pattern:?}"))?;
         return check(re.is_match(s), || {
             format!("expected string matching {pattern:?}, got {s:?}")
         });

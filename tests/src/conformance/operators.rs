@@ -41,10 +41,10 @@ pub fn match_object(ops: &Map<String, Value>, actual: Option<&Value>) -> MatchRe
         let pattern = spec
             .as_str()
             .ok_or_else(|| format!("invalid $match value: {spec}"))?;
+        let re = Regex::new(pattern).map_err(|e| format!("invalid regex {pattern:?}: {e}"))?;
         let s = actual
             .and_then(Value::as_str)
             .ok_or_else(|| format!("expected string for $match, got {}", show(actual)))?;
-        let re = Regex::new(pattern).map_err(|e| format!("invalid regex {pattern:?}: {e}"))?;
         return if re.is_match(s) {
             Ok(())
         } else {

@@ -8,6 +8,21 @@ use reqwest::header::HeaderMap;
 use serde_json::{json, Map};
 use std::path::PathBuf;
 
+/// Message fragments that only appear when an assertion spec itself is malformed or
+/// not understood by the engine.
+const MALFORMED: &[&str] = &[
+    "unsupported",
+    "invalid $",
+    "invalid regex",
+    "invalid range",
+    "invalid status code",
+    "invalid array",
+    "expected a list",
+    "expected an object",
+    "expected a boolean",
+    "must be an object",
+];
+
 fn suites_dir() -> Option<PathBuf> {
     let candidates = [
         std::env::var_os("OJS_CONFORMANCE_SUITES").map(PathBuf::from),

@@ -194,6 +194,9 @@ async fn failed_jobs_retry_with_backoff_and_record_every_error() -> anyhow::Resu
     Ok(())
 }
 
+/// method, path, content type (default OJS JSON), body, expected status, expected code.
+type BadInput = (Method, &'static str, Option<&'static str>, Vec<u8>, u16, &'static str);
+
 #[tokio::test]
 async fn bad_input_gets_the_ojs_error_body_and_writes_nothing() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;
@@ -201,7 +204,7 @@ async fn bad_input_gets_the_ojs_error_body_and_writes_nothing() -> anyhow::Resul
         "{{\"type\":\"a\",\"args\":[\"{}\"]}}",
         "x".repeat(1024 * 1024 + 10)
     );
-    let cases: Vec<(Method, &str, Option<&str>, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<BadInput> = vec![
         (
             Method::POST,
             "/ojs/v1/jobs",

@@ -7,6 +7,7 @@
 //! beside the repository; when absent the test says so and passes.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,11 +26,19 @@ fn suite_dir() -> PathBuf {
         })
 }
 
+/// Writes straight to stderr: libtest captures `println!` of passing tests, and these
+/// per-level counts belong in every CI log.
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_suite() -> anyhow::Result<()> {
     let dir = suite_dir();
     if !dir.is_dir() {
-        println!(
+        report!(
             "conformance: suite folder {} not found; skipping (set OJS_CONFORMANCE_DIR)",
             dir.display()
         );
@@ -80,9 +89,9 @@ async fn conformance_suite() -> anyhow::Result<()> {
             Ok(f) if f.is_empty() => entry.0 += 1,
             Ok(failures) => {
                 entry.1 += 1;
-                println!("FAIL level {level} {label}");
+                report!("FAIL level {level} {label}");
                 for f in failures {
-                    println!("    {f}");
+                    report!("    {f}");
                 }
                 if *level <= claimed {
                     failed_claimed.push(label.clone());
@@ -90,16 +99,16 @@ async fn conformance_suite() -> anyhow::Result<()> {
             }
             Err(e) => {
                 entry.1 += 1;
-                println!("FAIL level {level} {label}: {e}");
+                report!("FAIL level {level} {label}: {e}");
                 if *level <= claimed {
                     failed_claimed.push(label.clone());
                 }
             }
         }
     }
-    println!("conformance (manifest claims level {claimed}):");
+    report!("conformance (manifest claims level {claimed}):");
     for (level, (pass, fail)) in &per_level {
-        println!("level-{level}: {pass} passed, {fail} failed");
+        report!("level-{level}: {pass} passed, {fail} failed");
     }
     anyhow::ensure!(
         failed_claimed.is_empty(),

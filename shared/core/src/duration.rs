@@ -46,7 +46,7 @@ fn components(mut s: &str, units: &[(char, f64)]) -> Option<f64> {
 /// Renders a duration as ISO 8601 seconds (`PT1.5S`), the canonical form we echo back.
 pub fn format(d: Duration) -> String {
     let millis = d.as_millis();
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         format!("PT{}S", millis / 1000)
     } else {
         let s = format!("{:.3}", d.as_secs_f64());

@@ -195,7 +195,14 @@ async fn failed_jobs_retry_with_backoff_and_record_every_error() -> anyhow::Resu
 }
 
 /// method, path, content type (default OJS JSON), body, expected status, expected code.
-type BadInput = (Method, &'static str, Option<&'static str>, Vec<u8>, u16, &'static str);
+type BadInput = (
+    Method,
+    &'static str,
+    Option<&'static str>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
 
 #[tokio::test]
 async fn bad_input_gets_the_ojs_error_body_and_writes_nothing() -> anyhow::Result<()> {

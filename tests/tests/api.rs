@@ -437,3 +437,22 @@ async fn dynamodb_cost_per_operation() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_may_name_itself_at_ack_after_an_anonymous_fetch() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let id = id_of(
+        &app.push(json!({"type": "anon.job", "args": [], "options": {"queue": "anon"}}))
+            .await?,
+    );
+    assert_eq!(
+        app.fetch(json!({"queues": ["anon"]})).await?.body["jobs"][0]["id"],
+        id.as_str()
+    );
+    let ack = app
+        .ack(json!({"job_id": id, "worker_id": "w-late-name"}))
+        .await?;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -81,6 +81,11 @@ impl Failure {
     pub fn to_job_error(&self, attempt: u32, at: &Timestamp) -> Value {
         let mut obj = self.reported.clone();
         obj.insert("type".into(), Value::String(self.error_type.clone()));
+        // SDKs differ on the key they read (Go: `code`, Rust: `type`); carry both.
+        obj.entry("code")
+            .or_insert_with(|| Value::String(self.error_type.clone()));
+        obj.entry("details")
+            .or_insert_with(|| Value::Object(Map::new()));
         obj.insert("message".into(), Value::String(self.message.clone()));
         obj.insert("retryable".into(), Value::Bool(self.retryable));
         obj.insert("attempt".into(), Value::from(attempt));
@@ -102,6 +107,7 @@ mod tests {
         assert!(!f.retryable);
         let e = f.to_job_error(2, &crate::time::now());
         assert_eq!(e["type"], "handler_error");
+        assert_eq!(e["code"], "handler_error");
         assert_eq!(e["details"]["a"], 1);
         assert_eq!(e["attempt"], 2);
     }

@@ -187,6 +187,7 @@ impl Store {
         };
         let error = serde_json::json!({
             "type": "expired",
+            "code": "expired",
             "message": "the job's expires_at passed before it started",
         });
         let out = self
@@ -309,6 +310,7 @@ impl Store {
                 // recorded as the attempt's error (ojs-core 6.3, active -> available).
                 let error = serde_json::json!({
                     "type": "visibility_timeout",
+                    "code": "visibility_timeout",
                     "message": "the worker's lease expired before ACK or FAIL",
                     "retryable": true,
                     "occurred_at": ojs_core::time::format(&now),

@@ -154,7 +154,8 @@ impl Store {
         }
         req = req.expression_attribute_names("#result", "result");
         if let Some(worker) = &ack.worker_id {
-            condition.push_str(" AND worker_id = :worker");
+            // A job fetched without a worker id has no lease holder to compare.
+            condition.push_str(" AND (attribute_not_exists(worker_id) OR worker_id = :worker)");
             req = req.expression_attribute_values(":worker", s(worker.clone()));
         }
         let req = req
@@ -185,7 +186,10 @@ impl Store {
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
         let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
-        let lease_lost = worker_id.is_some_and(|w| job.status.worker_id.as_deref() != Some(w));
+        let lease_lost = match (worker_id, job.status.worker_id.as_deref()) {
+            (Some(claimed_by), Some(holder)) => claimed_by != holder,
+            _ => false,
+        };
         if job.status.state != JobState::Active || lease_lost {
             return Err(StoreError::Conflict {
                 current: Some(job.status.state),

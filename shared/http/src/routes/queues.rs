@@ -58,6 +58,7 @@ async fn list_queues(
             json!({
                 "name": q.name,
                 "state": if q.paused { "paused" } else { "active" },
+                "status": if q.paused { "paused" } else { "active" },
                 "paused": q.paused,
                 "created_at": q.created_at,
             })

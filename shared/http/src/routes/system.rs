@@ -41,6 +41,7 @@ async fn get_manifest() -> Response {
             "protocols": ["http"],
             "formats": ["application/openjobspec+json"],
             "backend": "dynamodb",
+            "extensions": ["events"],
             "capabilities": {
                 "batch_enqueue": false,
                 "cron_jobs": false,

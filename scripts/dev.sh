@@ -38,4 +38,6 @@ else
 fi
 
 echo "dev: ojs-local on http://$OJS_HOST:$OJS_PORT (table $OJS_TABLE); Ctrl-C to stop" >&2
-cargo run --release -p ojs-local
+# A debug build: it shares compiled dependencies with `make test` and starts in seconds
+# once built; request handling is still far below DynamoDB round-trip times.
+cargo run -p ojs-local

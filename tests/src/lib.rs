@@ -72,6 +72,11 @@ async fn aws_config_load() -> aws_config::SdkConfig {
 impl TestApp {
     /// Serves every endpoint group on a random loopback port over a fresh table.
     pub async fn spawn() -> anyhow::Result<Self> {
+        // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let store = fresh_store().await?;
         let router = app(
             AppState::new(store.clone(), HttpConfig::default()),

@@ -9,6 +9,8 @@ pub enum ErrorCode {
     InvalidRequest,
     /// Malformed body or envelope failing validation.
     InvalidPayload,
+    /// Well-formed but semantically invalid values (e.g. a retry policy out of range).
+    ValidationError,
     /// Args do not conform to a registered schema.
     SchemaValidation,
     /// The resource does not exist.
@@ -43,6 +45,7 @@ impl ErrorCode {
         match self {
             Self::InvalidRequest => "invalid_request",
             Self::InvalidPayload => "invalid_payload",
+            Self::ValidationError => "validation_error",
             Self::SchemaValidation => "schema_validation",
             Self::NotFound => "not_found",
             Self::Duplicate => "duplicate",
@@ -69,10 +72,22 @@ impl ErrorCode {
             Self::Duplicate | Self::Conflict => 409,
             Self::EnvelopeTooLarge => 413,
             Self::UnsupportedMediaType => 415,
-            Self::QueuePaused | Self::Unsupported => 422,
+            Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
             Self::RateLimited => 429,
             Self::BackendError => 500,
             Self::Timeout => 504,
+        }
+    }
+
+    /// The error family, reported as `error.type`: every validation failure is
+    /// `validation_error` whatever its code.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::InvalidRequest
+            | Self::InvalidPayload
+            | Self::SchemaValidation
+            | Self::ValidationError => "validation_error",
+            other => other.as_str(),
         }
     }
 
@@ -89,6 +104,7 @@ impl ErrorCode {
         match self {
             Self::InvalidRequest => "Check the request against the OJS HTTP binding.",
             Self::InvalidPayload => "Send a well-formed UTF-8 JSON body.",
+            Self::ValidationError => "Correct the named field; see details.validation_errors.",
             Self::SchemaValidation => "Make args conform to the registered schema.",
             Self::NotFound => "Check the id; terminal jobs are deleted after the retention period.",
             Self::Duplicate => "A job with this id or unique key already exists.",

@@ -28,6 +28,8 @@ const SYSTEM_MANAGED: &[&str] = &[
     "cancelled_at",
     "discarded_at",
     "next_attempt_at",
+    "retry_delay_ms",
+    "dead_letter",
     "result",
     "error",
     "errors",
@@ -97,6 +99,12 @@ pub struct JobStatus {
     pub discarded_at: Option<Timestamp>,
     /// When a retryable job becomes available again.
     pub next_attempt_at: Option<Timestamp>,
+    /// The backoff applied before the current/next attempt.
+    pub retry_delay_ms: Option<u64>,
+    /// When the running attempt exceeds its execution timeout.
+    pub deadline: Option<Timestamp>,
+    /// Whether the job was discarded into the dead letter queue.
+    pub dead_letter: bool,
     /// The worker holding the lease.
     pub worker_id: Option<String>,
     /// When the worker's lease ends.
@@ -354,6 +362,14 @@ impl JobSpec {
         NewJob::from_json(stored).map(|n| n.spec)
     }
 
+    /// The execution timeout, if the job has one.
+    pub fn execution_timeout(&self) -> Option<chrono::Duration> {
+        self.timeout_ms
+            .filter(|ms| *ms > 0)
+            .and_then(|ms| i64::try_from(ms).ok())
+            .map(chrono::Duration::milliseconds)
+    }
+
     /// The lease a fetch grants when it names none.
     pub fn visibility_timeout_ms(&self) -> u64 {
         self.visibility_timeout_ms
@@ -383,6 +399,9 @@ impl Job {
                 cancelled_at: None,
                 discarded_at: None,
                 next_attempt_at: None,
+                retry_delay_ms: None,
+                deadline: None,
+                dead_letter: false,
                 worker_id: None,
                 lease_until: None,
                 result: None,
@@ -419,6 +438,12 @@ impl Job {
         }
         if let Some(w) = &s.worker_id {
             out.insert("worker_id".into(), w.clone().into());
+        }
+        if let Some(ms) = s.retry_delay_ms {
+            out.insert("retry_delay_ms".into(), ms.into());
+        }
+        if s.dead_letter {
+            out.insert("dead_letter".into(), true.into());
         }
         if let Some(r) = &s.result {
             out.insert("result".into(), r.clone());

@@ -7,7 +7,7 @@ use rand::Rng;
 use serde_json::{json, Map, Value};
 
 use crate::duration;
-use crate::error::OjsError;
+use crate::error::{ErrorCode, OjsError};
 
 /// How the delay grows between attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,10 +104,11 @@ impl RetryPolicy {
         let obj = value.as_object().ok_or_else(|| {
             OjsError::invalid_request(format!("{path} must be an object")).with_path(path)
         })?;
+        // A policy with values out of range is well-formed JSON the server cannot act on.
         let mut policy = Self::default();
         let bad = |field: &str, what: &str| {
             let p = format!("{path}.{field}");
-            OjsError::invalid_request(format!("{p} {what}")).with_path(&p)
+            OjsError::new(ErrorCode::ValidationError, format!("{p} {what}")).with_path(&p)
         };
         if let Some(v) = obj.get("max_attempts") {
             policy.max_attempts = v
@@ -368,5 +369,14 @@ mod tests {
             let p = RetryPolicy { backoff_coefficient: coeff, ..RetryPolicy::default() };
             prop_assert!(p.base_delay(retry) <= p.base_delay(retry + 1));
         }
+    }
+}
+#[cfg(test)]
+mod conformance_policy {
+    #[test]
+    fn dlq_policy_parses() {
+        let v = serde_json::json!({"max_attempts":1,"initial_interval":"PT1S","backoff_coefficient":1,"max_interval":"PT5M","jitter":false,"non_retryable_errors":[],"on_exhaustion":"dead_letter"});
+        let r = super::RetryPolicy::from_json(&v, "$.retry");
+        assert!(r.is_ok(), "{r:?}");
     }
 }

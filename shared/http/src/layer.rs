@@ -101,6 +101,7 @@ fn accepts_json(req: &Request<Body>) -> bool {
 fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Response {
     let mut body = json!({
         "code": err.code.as_str(),
+        "type": err.code.kind(),
         "message": err.message,
         "retryable": err.code.retryable(),
         "hint": err.code.hint(),

@@ -27,11 +27,19 @@ pub enum Group {
     Queues,
     /// Manifest, health, events.
     System,
+    /// `/ojs/v1/dead-letter...`
+    DeadLetter,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 4] = [Group::Jobs, Group::Workers, Group::Queues, Group::System];
+    pub const ALL: [Group; 5] = [
+        Group::Jobs,
+        Group::Workers,
+        Group::Queues,
+        Group::System,
+        Group::DeadLetter,
+    ];
 }
 
 /// Settings of the HTTP layer, read once per cold start.
@@ -94,6 +102,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Workers => routes::workers::router(),
             Group::Queues => routes::queues::router(),
             Group::System => routes::system::router(),
+            Group::DeadLetter => routes::dead_letter::router(),
         });
     }
     layer::wrap(router.with_state(state))

@@ -1,7 +1,7 @@
 //! FETCH: promote the queue's due jobs, then claim ready candidates in index order, each
 //! with one conditional write, moving on when another worker won a candidate.
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use futures::future::join_all;
 use ojs_core::event::{Event, EventKind};
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
@@ -13,6 +13,7 @@ use crate::item::{self, json, n, s, ts, Item};
 use crate::jobs::old_item;
 use crate::keys;
 use crate::schema::{DUE_INDEX, READY_INDEX};
+use crate::settle::expired_error;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -38,6 +39,10 @@ pub struct FetchRequest {
 struct Candidate {
     id: JobId,
     ready_sk: String,
+    /// The job's own lease length, when it sets one.
+    lease_ms: Option<u64>,
+    /// The job's execution timeout, when it has one.
+    timeout_ms: Option<u64>,
 }
 
 /// Outcome of one claim attempt.
@@ -109,9 +114,16 @@ impl Store {
             .items()
             .iter()
             .filter_map(|i| {
+                let num = |k: &str| {
+                    i.get(k)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse().ok())
+                };
                 Some(Candidate {
                     id: id_of(i)?,
                     ready_sk: i.get("gsi1sk")?.as_s().ok()?.clone(),
+                    lease_ms: num("lease_ms"),
+                    timeout_ms: num("timeout_ms"),
                 })
             })
             .collect())
@@ -124,11 +136,15 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<Claim, StoreError> {
+        let ms = |v: u64| chrono::Duration::milliseconds(i64::try_from(v).unwrap_or(i64::MAX / 4));
         let lease_ms = req
             .visibility_timeout_ms
+            .or(c.lease_ms)
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
-        let lease_until =
-            now + chrono::Duration::milliseconds(i64::try_from(lease_ms).unwrap_or(i64::MAX / 4));
+        let lease_until = now + ms(lease_ms);
+        let deadline = c.timeout_ms.map(|t| now + ms(t));
+        // The due entry wakes the sweep at whichever comes first.
+        let due = deadline.map_or(lease_until, |d| d.min(lease_until));
         let priority = c
             .ready_sk
             .get(..3)
@@ -138,12 +154,16 @@ impl Store {
             Some(_) => "worker_id = :worker,",
             None => "",
         };
+        let (deadline_set, deadline_remove) = match deadline {
+            Some(_) => ("deadline_us = :deadline,", ""),
+            None => ("", ", deadline_us"),
+        };
         let mut update = self
             .update(&c.id)
             .update_expression(format!(
-                "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} \
+                "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} {deadline_set} \
                  lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk \
-                 REMOVE gsi1pk, gsi1sk"
+                 REMOVE gsi1pk, gsi1sk{deadline_remove}"
             ))
             .condition_expression(
                 "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)",
@@ -157,9 +177,12 @@ impl Store {
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
             .expression_attribute_values(":duepk", s(keys::due_pk(queue)))
-            .expression_attribute_values(":duesk", s(keys::due_sk(&lease_until, priority, &c.id)));
+            .expression_attribute_values(":duesk", s(keys::due_sk(&due, priority, &c.id)));
         if let Some(w) = &req.worker_id {
             update = update.expression_attribute_values(":worker", s(w.clone()));
+        }
+        if let Some(d) = deadline {
+            update = update.expression_attribute_values(":deadline", n(d.timestamp_micros()));
         }
         let out = update.send().await;
         let expired = match &out {
@@ -185,11 +208,7 @@ impl Store {
         let Some(version) = old.get("version").cloned() else {
             return Ok(());
         };
-        let error = serde_json::json!({
-            "type": "expired",
-            "code": "expired",
-            "message": "the job's expires_at passed before it started",
-        });
+        let error = expired_error(&now);
         let out = self
             .update(id)
             .update_expression(
@@ -306,23 +325,12 @@ impl Store {
                 req.update_expression(format!("SET {set} REMOVE gsi2pk, gsi2sk, next_attempt_at"))
             }
             JobState::Active => {
-                // Lease expired without ACK/FAIL: back to the queue, with the timeout
-                // recorded as the attempt's error (ojs-core 6.3, active -> available).
-                let error = serde_json::json!({
-                    "type": "visibility_timeout",
-                    "code": "visibility_timeout",
-                    "message": "the worker's lease expired before ACK or FAIL",
-                    "retryable": true,
-                    "occurred_at": ojs_core::time::format(&now),
-                });
-                req.update_expression(format!(
-                    "SET {set}, #error = :error, errors = list_append(if_not_exists(errors, :empty), :errors) \
-                     REMOVE gsi2pk, gsi2sk, lease_until, worker_id, started_at"
-                ))
-                .expression_attribute_names("#error", "error")
-                .expression_attribute_values(":error", json(&error))
-                .expression_attribute_values(":errors", AttributeValue::L(vec![json(&error)]))
-                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+                // The lease or the execution deadline passed: read the job to apply its
+                // retry policy, then write under the version read.
+                let Some(job) = self.get_job(&id).await? else {
+                    return Ok(None);
+                };
+                return self.settle(&job, now).await;
             }
             _ => return Ok(None),
         };

@@ -65,6 +65,13 @@ pub(crate) fn job_to_item(job: &Job) -> Item {
     if let Some(t) = &job.spec.expires_at {
         item.insert("expires_us".into(), n(t.timestamp_micros()));
     }
+    // Projected into the ready index so a claim can set the job's own lease and deadline.
+    if let Some(ms) = job.spec.visibility_timeout_ms {
+        item.insert("lease_ms".into(), n(ms));
+    }
+    if let Some(ms) = job.spec.timeout_ms.filter(|ms| *ms > 0) {
+        item.insert("timeout_ms".into(), n(ms));
+    }
     match st.state {
         JobState::Available => {
             let at = st.enqueued_at.unwrap_or(st.created_at);
@@ -150,6 +157,9 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         cancelled_at: get_ts(item, "cancelled_at")?,
         discarded_at: get_ts(item, "discarded_at")?,
         next_attempt_at: get_ts(item, "next_attempt_at")?,
+        retry_delay_ms: get_n(item, "retry_delay_ms"),
+        deadline: get_n::<i64>(item, "deadline_us").and_then(time::from_micros),
+        dead_letter: item.get("gsi3pk").is_some_and(|v| v.as_s().is_ok()),
         worker_id: get_s(item, "worker_id").map(str::to_owned),
         lease_until: get_n::<i64>(item, "lease_until").and_then(time::from_micros),
         result: get_json(item, "result")?,

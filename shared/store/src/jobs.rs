@@ -6,14 +6,14 @@ use aws_sdk_dynamodb::types::{
 };
 use ojs_core::event::{Event, EventKind};
 use ojs_core::failure::Failure;
-use ojs_core::retry::{FailDecision, OnExhaustion};
+use ojs_core::retry::FailDecision;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json, n, s, ts, Item};
-use crate::keys;
+use crate::settle::FailureOutcome;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -177,12 +177,14 @@ impl Store {
     }
 
     /// Records a failed attempt and applies the job's retry policy: `retryable` with a
-    /// next attempt time, or `discarded`.
+    /// next attempt time, or `discarded` (into the dead letter queue when the policy says
+    /// so). With `requeue`, the worker releases the job: it is available again at once.
     pub async fn fail_job(
         &self,
         id: &JobId,
         failure: &Failure,
         worker_id: Option<&str>,
+        requeue: bool,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
         let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
@@ -195,66 +197,20 @@ impl Store {
                 current: Some(job.status.state),
             });
         }
-        let attempt = job.status.attempt;
-        let error = failure.to_job_error(attempt, &now);
-        let decision = job.spec.retry.decide(
-            attempt,
-            &failure.error_type,
-            failure.retryable,
-            &mut rand::rng(),
-        );
-        let req = self
-            .update(id)
-            .condition_expression("#state = :active AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":active", s(JobState::Active.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":error", json(&error))
-            .expression_attribute_values(":errors", AttributeValue::L(vec![json(&error)]))
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()));
-        let common =
-            "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
-                      version = version + :one";
-        let (req, events) = match decision {
-            FailDecision::Retry(delay) => {
-                let next = now + chrono::Duration::from_std(delay).unwrap_or_default();
-                let req = req
-                    .update_expression(format!(
-                        "SET #state = :retryable, next_attempt_at = :next, gsi2pk = :duepk, gsi2sk = :duesk, {common} \
-                         REMOVE lease_until"
-                    ))
-                    .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
-                    .expression_attribute_values(":next", ts(&next))
-                    .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
-                    .expression_attribute_values(
-                        ":duesk",
-                        s(keys::due_sk(&next, job.spec.priority, id)),
-                    );
-                (req, [EventKind::Failed, EventKind::Retrying])
-            }
-            FailDecision::GiveUp(exhaustion) => {
-                let req = req
-                    .update_expression(format!(
-                        "SET #state = :discarded, completed_at = :now, discarded_at = :now, #ttl = :ttl, \
-                         dead_letter = :dead, {common} REMOVE gsi2pk, gsi2sk, lease_until"
-                    ))
-                    .expression_attribute_names("#ttl", "ttl")
-                    .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-                    .expression_attribute_values(":now", ts(&now))
-                    .expression_attribute_values(":ttl", self.expiry(&now))
-                    .expression_attribute_values(
-                        ":dead",
-                        AttributeValue::Bool(exhaustion == OnExhaustion::DeadLetter),
-                    );
-                (req, [EventKind::Failed, EventKind::Discarded])
+        let outcome = if requeue {
+            FailureOutcome::Requeue
+        } else {
+            match job.spec.retry.decide(
+                job.status.attempt,
+                &failure.error_type,
+                failure.retryable,
+                &mut rand::rng(),
+            ) {
+                FailDecision::Retry(delay) => FailureOutcome::Retry(delay),
+                FailDecision::GiveUp(exhaustion) => FailureOutcome::GiveUp(exhaustion),
             }
         };
-        let job = self.finish_update(req.send().await)?;
-        let source = "ojs://ojs-serverless/workers";
-        self.emit(&events.map(|k| Event::for_job(k, &job, &now, source)))
-            .await;
+        let job = self.record_failure(&job, failure, outcome, now).await?;
         Ok(FailOutcome { job })
     }
 

@@ -65,6 +65,22 @@ pub(crate) fn priority_from_due_sk(sk: &str) -> Option<i32> {
     i32::try_from(MAX_PRIORITY - key).ok()
 }
 
+/// Partition of every worker item.
+pub(crate) const WORKERS_PK: &str = "WORKERS";
+
+/// Sort key of a worker item.
+pub(crate) fn worker_sk(worker_id: &str) -> String {
+    format!("W#{worker_id}")
+}
+
+/// Partition of the dead letter index.
+pub(crate) const DEAD_PK: &str = "DEAD";
+
+/// Dead-letter sort key: queue, discard time, id (so `?queue=` is a prefix query).
+pub(crate) fn dead_sk(queue: &QueueName, at: &Timestamp, id: &JobId) -> String {
+    format!("{queue}#{:016}#{id}", at.timestamp_micros())
+}
+
 /// Partition of a queue's events.
 pub(crate) fn events_pk(queue: &str) -> String {
     format!("EVT#{queue}")

@@ -5,6 +5,7 @@
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
 mod claim;
+mod dead_letter;
 mod error;
 mod events;
 mod item;
@@ -12,19 +13,24 @@ mod jobs;
 mod keys;
 mod queues;
 pub mod schema;
+mod settle;
 mod table;
 mod usage;
+mod workers;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use claim::FetchRequest;
+pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome};
 pub use queues::QueueInfo;
+pub use settle::SweepReport;
 pub use usage::{Usage, UsageSnapshot};
+pub use workers::{Beat, Directive, WorkerInfo};
 
 /// Store settings, read once per cold start.
 #[derive(Debug, Clone)]

@@ -38,14 +38,15 @@ pub const PRIMARY: KeyDef = KeyDef {
 };
 
 /// Sparse index of `available` jobs: `READY#<queue>`, sorted by priority (higher first),
-/// then enqueue time, then id. Only the keys are projected: FETCH claims by primary key.
+/// then enqueue time, then id. Besides the keys it carries the job's own lease and
+/// execution timeout, so a claim sets the right lease in its single write.
 pub const READY_INDEX: IndexDef = IndexDef {
     name: "ready",
     keys: KeyDef {
         partition: "gsi1pk",
         sort: "gsi1sk",
     },
-    projection: Projection::KeysOnly,
+    projection: Projection::Include(&["lease_ms", "timeout_ms"]),
 };
 
 /// Sparse index of jobs that become actionable at a time (scheduled, retryable, active
@@ -60,8 +61,18 @@ pub const DUE_INDEX: IndexDef = IndexDef {
     projection: Projection::Include(&["state"]),
 };
 
+/// Sparse index of the dead letter queue: `DEAD`, sorted by queue, discard time, id.
+pub const DEAD_INDEX: IndexDef = IndexDef {
+    name: "dead",
+    keys: KeyDef {
+        partition: "gsi3pk",
+        sort: "gsi3sk",
+    },
+    projection: Projection::KeysOnly,
+};
+
 /// Every global secondary index of the table.
-pub const INDEXES: &[IndexDef] = &[READY_INDEX, DUE_INDEX];
+pub const INDEXES: &[IndexDef] = &[READY_INDEX, DUE_INDEX, DEAD_INDEX];
 
 /// The attribute DynamoDB's TTL reads (epoch seconds) to delete expired items.
 pub const TTL_ATTRIBUTE: &str = "ttl";

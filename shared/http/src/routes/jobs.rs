@@ -41,7 +41,7 @@ async fn get_job(
     let id = JobId::parse(&id)?;
     let job = app
         .store
-        .get_job(&id)
+        .get_job_settled(&id, time::now())
         .await?
         .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
     Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))

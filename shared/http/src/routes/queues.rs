@@ -18,7 +18,7 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 /// `limit`/`offset` as the binding defines them.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(crate) struct Page {
     limit: Option<String>,
     offset: Option<String>,

@@ -1,13 +1,14 @@
 //! FETCH, ACK and FAIL (nack).
 
+use axum::extract::Path;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::failure::Failure;
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
-use ojs_store::{AckRequest, FetchRequest};
+use ojs_store::{AckRequest, Directive, FetchRequest};
 use serde_json::{json, Map, Value};
 
 use super::reply;
@@ -25,6 +26,12 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/workers/fetch", post(fetch_jobs))
         .route("/ojs/v1/workers/ack", post(ack_job))
         .route("/ojs/v1/workers/nack", post(fail_job))
+        .route("/ojs/v1/workers/heartbeat", post(heartbeat))
+        .route("/ojs/v1/admin/workers", get(list_workers))
+        .route(
+            "/ojs/v1/admin/workers/{id}/{directive}",
+            post(set_directive),
+        )
 }
 
 fn object(body: Value) -> Result<Map<String, Value>, OjsError> {
@@ -147,9 +154,18 @@ async fn fail_job(
     let id = job_id(&body)?;
     let failure = Failure::from_json(body.get("error"))?;
     let worker = worker_id(&body)?;
+    let requeue = match body.get("requeue") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(OjsError::invalid_request("requeue must be a boolean")
+                .with_path("$.requeue")
+                .into())
+        }
+    };
     let outcome = app
         .store
-        .fail_job(&id, &failure, worker.as_deref(), time::now())
+        .fail_job(&id, &failure, worker.as_deref(), requeue, time::now())
         .await?;
     let job = outcome.job;
     let view = job.to_json();
@@ -174,6 +190,125 @@ async fn fail_job(
     Ok(reply(StatusCode::OK, out))
 }
 
+/// Most job ids one heartbeat may extend.
+const MAX_BEAT_JOBS: usize = 100;
+
+/// The job ids a heartbeat reports, in any of the forms SDKs send: `active_jobs` as a list
+/// of ids (or a count), `active_job_ids`, or a single `job_id`.
+fn beat_jobs(body: &Map<String, Value>) -> Result<(Vec<JobId>, u64), OjsError> {
+    let mut ids = Vec::new();
+    let mut reported = None;
+    for key in ["active_jobs", "active_job_ids", "job_ids"] {
+        match body.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if key == "active_jobs" => reported = n.as_u64(),
+            Some(Value::Array(list)) => {
+                for v in list {
+                    let raw = v.as_str().ok_or_else(|| {
+                        OjsError::invalid_request(format!("{key} must list job ids"))
+                            .with_path(&format!("$.{key}"))
+                    })?;
+                    ids.push(JobId::parse(raw).map_err(|e| e.with_path(&format!("$.{key}")))?);
+                }
+            }
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request(format!("{key} must be an array of job ids"))
+                        .with_path(&format!("$.{key}")),
+                )
+            }
+        }
+    }
+    if body.contains_key("job_id") {
+        ids.push(job_id(body)?);
+    }
+    ids.sort();
+    ids.dedup();
+    if ids.len() > MAX_BEAT_JOBS {
+        return Err(OjsError::invalid_request(format!(
+            "at most {MAX_BEAT_JOBS} jobs per heartbeat"
+        )));
+    }
+    let count = reported.unwrap_or(ids.len() as u64);
+    Ok((ids, count))
+}
+
+async fn heartbeat(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let body = object(body)?;
+    let worker = worker_id(&body)?.ok_or_else(|| {
+        OjsError::invalid_request("worker_id is required").with_path("$.worker_id")
+    })?;
+    let (jobs, reported) = beat_jobs(&body)?;
+    let vis = bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?;
+    let now = time::now();
+    let beat = app
+        .store
+        .heartbeat(&worker, &jobs, reported, vis, now)
+        .await?;
+    let ids = |v: &[JobId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "state": beat.directive.as_str(),
+            "directive": beat.directive.as_str(),
+            "jobs_extended": ids(&beat.extended),
+            "jobs_cancelled": ids(&beat.cancelled),
+            "server_time": time::format(&now),
+        }),
+    ))
+}
+
+async fn list_workers(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let workers: Vec<Value> = app
+        .store
+        .list_workers()
+        .await?
+        .into_iter()
+        .map(|w| json!({"id": w.id, "directive": w.directive.as_str(), "state": w.directive.as_str(), "last_seen": w.last_seen, "active_jobs": w.active_jobs}))
+        .collect();
+    let total = workers.len();
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "workers": workers, "pagination": {"total": total, "limit": total, "offset": 0, "has_more": false} }),
+    ))
+}
+
+/// `POST /ojs/v1/admin/workers/{id}/{quiet|terminate|resume}`: the directive the worker's
+/// next heartbeat returns.
+async fn set_directive(
+    State(app): State<AppState>,
+    Path((id, directive)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let directive = match directive.as_str() {
+        "quiet" => Directive::Quiet,
+        "terminate" => Directive::Terminate,
+        "resume" | "running" => Directive::Running,
+        other => {
+            return Err(OjsError::not_found(format!(
+                "no worker action {other:?}; use quiet, terminate or resume"
+            ))
+            .into())
+        }
+    };
+    let w = app
+        .store
+        .set_directive(&id, directive)
+        .await
+        .map_err(|e| match e {
+            ojs_store::StoreError::NotFound => {
+                ApiError(OjsError::not_found(format!("worker {id} not found")))
+            }
+            other => other.into(),
+        })?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"worker": {"id": w.id, "directive": w.directive.as_str(), "last_seen": w.last_seen}}),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +329,21 @@ mod tests {
         ] {
             assert!(parse_fetch(bad.clone()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn heartbeat_accepts_every_sdk_shape() {
+        let id = "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f";
+        let obj = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let (ids, n) = beat_jobs(&obj(json!({"active_jobs": [id]}))).unwrap_or_default();
+        assert_eq!((ids.len(), n), (1, 1));
+        let (ids, n) =
+            beat_jobs(&obj(json!({"active_jobs": 3, "active_job_ids": [id]}))).unwrap_or_default();
+        assert_eq!((ids.len(), n), (1, 3));
+        let (ids, _) =
+            beat_jobs(&obj(json!({"job_id": id, "active_jobs": [id]}))).unwrap_or_default();
+        assert_eq!(ids.len(), 1);
+        assert!(beat_jobs(&obj(json!({"active_jobs": ["nope"]}))).is_err());
+        assert!(beat_jobs(&obj(json!({"active_jobs": "x"}))).is_err());
     }
 }

@@ -1,0 +1,92 @@
+//! The dead letter queue: list, retry, delete.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use ojs_core::{time, JobId, OjsError, QueueName};
+use ojs_store::StoreError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::queues::Page;
+use super::reply;
+use crate::error::ApiError;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/dead-letter", get(list_dead_letter))
+        .route("/ojs/v1/dead-letter/{id}/retry", post(retry_dead_letter))
+        .route("/ojs/v1/dead-letter/{id}", delete(delete_dead_letter))
+}
+
+#[derive(Debug, Deserialize)]
+struct DeadLetterParams {
+    queue: Option<String>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+fn not_in_dead_letter(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::NotFound | StoreError::Conflict { .. } => ApiError(OjsError::not_found(
+            format!("job {id} is not in the dead letter queue"),
+        )),
+        other => other.into(),
+    }
+}
+
+async fn list_dead_letter(
+    State(app): State<AppState>,
+    Query(p): Query<DeadLetterParams>,
+) -> Result<Response, ApiError> {
+    let (limit, offset) = p.page.parse()?;
+    let queue = p
+        .queue
+        .as_deref()
+        .filter(|q| !q.is_empty())
+        .map(QueueName::parse)
+        .transpose()?;
+    let page = app
+        .store
+        .list_dead_letter(queue.as_ref(), limit, offset)
+        .await?;
+    let jobs: Vec<Value> = page.jobs.iter().map(|j| j.to_json()).collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "jobs": jobs,
+            "pagination": {"total": page.total, "limit": limit, "offset": offset, "has_more": offset + jobs.len() < page.total},
+        }),
+    ))
+}
+
+async fn retry_dead_letter(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .retry_dead_letter(&id, time::now())
+        .await
+        .map_err(not_in_dead_letter(&id))?;
+    Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))
+}
+
+async fn delete_dead_letter(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    app.store
+        .delete_dead_letter(&id)
+        .await
+        .map_err(not_in_dead_letter(&id))?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "deleted": true, "job_id": id.to_string() }),
+    ))
+}

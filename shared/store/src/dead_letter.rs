@@ -1,0 +1,231 @@
+//! The dead letter queue: jobs discarded with `on_exhaustion: dead_letter` carry a key in
+//! the sparse `dead` index (`DEAD`, sorted by queue, discard time, id). Listing is a Query
+//! of that index plus one BatchGetItem for the page; never a Scan.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity, Select};
+use ojs_core::event::{Event, EventKind};
+use ojs_core::time::Timestamp;
+use ojs_core::{Job, JobId, JobState, QueueName};
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{self, n, s, ts, Item};
+use crate::keys;
+use crate::schema::DEAD_INDEX;
+use crate::usage::Kind;
+use crate::Store;
+
+/// One page of the dead letter queue.
+#[derive(Debug, Clone)]
+pub struct DeadLetterPage {
+    /// The jobs, oldest discard first.
+    pub jobs: Vec<Job>,
+    /// How many dead-lettered jobs match the filter.
+    pub total: usize,
+}
+
+impl Store {
+    /// Dead-lettered jobs, optionally of one queue, `offset`/`limit` paginated.
+    pub async fn list_dead_letter(
+        &self,
+        queue: Option<&QueueName>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<DeadLetterPage, StoreError> {
+        let total = self.count_dead(queue).await?;
+        let mut keys: Vec<Item> = Vec::new();
+        let mut start = None;
+        while keys.len() < offset + limit {
+            let out = self
+                .dead_query(queue)
+                .set_exclusive_start_key(start.take())
+                .limit(
+                    i32::try_from(offset + limit - keys.len())
+                        .unwrap_or(1000)
+                        .min(1000),
+                )
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            keys.extend(out.items().iter().filter_map(|i| {
+                Some(HashMap::from([
+                    ("pk".to_owned(), i.get("pk")?.clone()),
+                    ("sk".to_owned(), i.get("sk")?.clone()),
+                ]))
+            }));
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let page: Vec<Item> = keys.into_iter().skip(offset).take(limit).collect();
+        let jobs = self.batch_get_jobs(page).await?;
+        Ok(DeadLetterPage { jobs, total })
+    }
+
+    fn dead_query(
+        &self,
+        queue: Option<&QueueName>,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        let req = self
+            .client
+            .query()
+            .table_name(self.table())
+            .index_name(DEAD_INDEX.name)
+            .expression_attribute_values(":pk", s(keys::DEAD_PK))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        match queue {
+            Some(q) => req
+                .key_condition_expression("gsi3pk = :pk AND begins_with(gsi3sk, :prefix)")
+                .expression_attribute_values(":prefix", s(format!("{q}#"))),
+            None => req.key_condition_expression("gsi3pk = :pk"),
+        }
+    }
+
+    async fn count_dead(&self, queue: Option<&QueueName>) -> Result<usize, StoreError> {
+        let mut total = 0usize;
+        let mut start = None;
+        loop {
+            let out = self
+                .dead_query(queue)
+                .select(Select::Count)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            total += usize::try_from(out.count()).unwrap_or(0);
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Reads jobs by key in order (BatchGetItem, strongly consistent, retrying
+    /// unprocessed keys a few times).
+    async fn batch_get_jobs(&self, keys: Vec<Item>) -> Result<Vec<Job>, StoreError> {
+        let order: Vec<String> = keys
+            .iter()
+            .filter_map(|k| k.get("pk").and_then(|v| v.as_s().ok()).cloned())
+            .collect();
+        let mut found: HashMap<String, Job> = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut pending = chunk.to_vec();
+            for _ in 0..5 {
+                if pending.is_empty() {
+                    break;
+                }
+                let ka = KeysAndAttributes::builder()
+                    .set_keys(Some(pending.clone()))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(self.table(), ka)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        self.usage.record(Kind::Read, None);
+                        StoreError::from_sdk(e)
+                    })?;
+                self.usage.record(Kind::Read, out.consumed_capacity());
+                for it in out
+                    .responses()
+                    .and_then(|r| r.get(self.table()))
+                    .into_iter()
+                    .flatten()
+                {
+                    let job = item::job_from_item(it)?;
+                    found.insert(crate::keys::job_pk(&job.id), job);
+                }
+                pending = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(self.table()))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+        }
+        Ok(order
+            .into_iter()
+            .filter_map(|pk| found.remove(&pk))
+            .collect())
+    }
+
+    /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
+    pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+        let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
+        if !job.status.dead_letter {
+            return Err(StoreError::NotFound);
+        }
+        let out = self
+            .update(id)
+            .update_expression(
+                "SET #state = :available, attempt = :zero, enqueued_at = :now, gsi1pk = :readypk, \
+                 gsi1sk = :readysk, version = version + :one \
+                 REMOVE gsi3pk, gsi3sk, errors, #error, #result, completed_at, discarded_at, \
+                 next_attempt_at, retry_delay_ms, started_at, worker_id, #ttl",
+            )
+            .condition_expression(
+                "#state = :discarded AND version = :version AND attribute_exists(gsi3pk)",
+            )
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_names("#result", "result")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
+            .send()
+            .await;
+        let job = self.finish_update(out)?;
+        let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
+        self.emit(&[e]).await;
+        Ok(job)
+    }
+
+    /// Permanently deletes a dead-lettered job.
+    pub async fn delete_dead_letter(&self, id: &JobId) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(id)))
+            .condition_expression("#state = :discarded AND attribute_exists(gsi3pk)")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(StoreError::NotFound)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+}

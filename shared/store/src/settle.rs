@@ -1,0 +1,297 @@
+//! Failures and overdue jobs: the writes that move an active job on after FAIL, after its
+//! lease expires, or after its execution timeout, and the promotion of a due job seen by
+//! INFO. Every write is conditional on the version that was read.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use ojs_core::event::{Event, EventKind};
+use ojs_core::failure::Failure;
+use ojs_core::retry::{FailDecision, OnExhaustion};
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{Job, JobState};
+use serde_json::json;
+
+use crate::error::StoreError;
+use crate::item::{json as json_attr, n, s, ts};
+use crate::keys;
+use crate::Store;
+
+/// What a failed attempt leads to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FailureOutcome {
+    /// `retryable`, available again after the delay.
+    Retry(Duration),
+    /// `available` at once (the worker released the job, or its lease expired with
+    /// attempts left).
+    Requeue,
+    /// `discarded`, into the dead letter queue for [`OnExhaustion::DeadLetter`].
+    GiveUp(OnExhaustion),
+}
+
+const WORKERS: &str = "ojs://ojs-serverless/workers";
+
+impl Store {
+    /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
+    /// the version read) and emits the matching events.
+    pub(crate) async fn record_failure(
+        &self,
+        job: &Job,
+        failure: &Failure,
+        outcome: FailureOutcome,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let error = failure.to_job_error(job.status.attempt, &now);
+        let req = self
+            .update(&job.id)
+            .condition_expression("#state = :active AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":active", s(JobState::Active.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":error", json_attr(&error))
+            .expression_attribute_values(":errors", AttributeValue::L(vec![json_attr(&error)]))
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()));
+        let common =
+            "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
+                      version = version + :one";
+        let (req, events): (_, &[EventKind]) = match outcome {
+            FailureOutcome::Retry(delay) => {
+                let next = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                let req = req
+                    .update_expression(format!(
+                        "SET #state = :retryable, next_attempt_at = :next, retry_delay_ms = :delay, \
+                         gsi2pk = :duepk, gsi2sk = :duesk, {common} REMOVE lease_until, deadline_us"
+                    ))
+                    .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
+                    .expression_attribute_values(":next", ts(&next))
+                    .expression_attribute_values(":delay", n(delay.as_millis()))
+                    .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+                    .expression_attribute_values(
+                        ":duesk",
+                        s(keys::due_sk(&next, job.spec.priority, &job.id)),
+                    );
+                (req, &[EventKind::Failed, EventKind::Retrying])
+            }
+            FailureOutcome::Requeue => {
+                let req = req
+                    .update_expression(format!(
+                        "SET #state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
+                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us, worker_id, started_at"
+                    ))
+                    .expression_attribute_values(":available", s(JobState::Available.as_str()))
+                    .expression_attribute_values(":now", ts(&now))
+                    .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+                    .expression_attribute_values(
+                        ":readysk",
+                        s(keys::ready_sk(job.spec.priority, &now, &job.id)),
+                    );
+                (req, &[EventKind::Failed, EventKind::Enqueued])
+            }
+            FailureOutcome::GiveUp(exhaustion) => {
+                // Dead-lettered jobs stay until an operator retries or deletes them;
+                // plain discards expire with the retention period.
+                let (extra, req) = match exhaustion {
+                    OnExhaustion::DeadLetter => (
+                        "gsi3pk = :deadpk, gsi3sk = :deadsk",
+                        req.expression_attribute_values(":deadpk", s(keys::DEAD_PK))
+                            .expression_attribute_values(
+                                ":deadsk",
+                                s(keys::dead_sk(&job.spec.queue, &now, &job.id)),
+                            ),
+                    ),
+                    OnExhaustion::Discard => (
+                        "#ttl = :ttl",
+                        req.expression_attribute_names("#ttl", "ttl")
+                            .expression_attribute_values(":ttl", self.expiry(&now)),
+                    ),
+                };
+                let req = req
+                    .update_expression(format!(
+                        "SET #state = :discarded, completed_at = :now, discarded_at = :now, {extra}, \
+                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us"
+                    ))
+                    .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+                    .expression_attribute_values(":now", ts(&now));
+                (req, &[EventKind::Failed, EventKind::Discarded])
+            }
+        };
+        let updated = self.finish_update(req.send().await)?;
+        let events: Vec<Event> = events
+            .iter()
+            .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
+            .collect();
+        self.emit(&events).await;
+        Ok(updated)
+    }
+
+    /// Moves `job` on if it is overdue at `now`: an active job past its execution
+    /// deadline fails with a `timeout` error under its retry policy; one past its lease is
+    /// re-queued while attempts remain and given up otherwise; a scheduled or retryable
+    /// job whose time has come becomes available. `None` when nothing was due or another
+    /// writer moved the job first.
+    pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
+        let st = &job.status;
+        let result = match st.state {
+            JobState::Active if st.deadline.is_some_and(|d| d <= now) => {
+                let failure = Failure {
+                    error_type: "timeout".into(),
+                    message: format!(
+                        "execution exceeded the job's timeout of {} ms",
+                        job.spec.timeout_ms.unwrap_or(0)
+                    ),
+                    retryable: true,
+                    reported: serde_json::Map::new(),
+                };
+                let outcome =
+                    match job
+                        .spec
+                        .retry
+                        .decide(st.attempt, "timeout", true, &mut rand::rng())
+                    {
+                        FailDecision::Retry(delay) => FailureOutcome::Retry(delay),
+                        FailDecision::GiveUp(e) => FailureOutcome::GiveUp(e),
+                    };
+                self.record_failure(job, &failure, outcome, now).await
+            }
+            JobState::Active if st.lease_until.is_some_and(|l| l <= now) => {
+                let failure = Failure {
+                    error_type: "visibility_timeout".into(),
+                    message: "the worker's lease expired before ACK or FAIL".into(),
+                    retryable: true,
+                    reported: serde_json::Map::new(),
+                };
+                let outcome = if st.attempt >= job.spec.retry.max_attempts {
+                    FailureOutcome::GiveUp(job.spec.retry.on_exhaustion)
+                } else {
+                    FailureOutcome::Requeue
+                };
+                self.record_failure(job, &failure, outcome, now).await
+            }
+            JobState::Scheduled | JobState::Retryable if due_at(job).is_some_and(|t| t <= now) => {
+                self.promote_job(job, now).await
+            }
+            _ => return Ok(None),
+        };
+        match result {
+            Ok(job) => Ok(Some(job)),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A due scheduled/retryable job becomes available (condition: the version read).
+    async fn promote_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
+        let out = self
+            .update(&job.id)
+            .update_expression(
+                "SET #state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
+                 version = version + :one REMOVE gsi2pk, gsi2sk, next_attempt_at",
+            )
+            .condition_expression("#state = :from AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":from", s(job.status.state.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, &job.id)))
+            .send()
+            .await;
+        let promoted = self.finish_update(out)?;
+        let e = Event::for_job(
+            EventKind::Enqueued,
+            &promoted,
+            &now,
+            "ojs://ojs-serverless/api",
+        );
+        self.emit(&[e]).await;
+        Ok(promoted)
+    }
+
+    /// Reads a job and settles it first if it is overdue, so INFO never shows a job
+    /// still active after its lease or deadline, or waiting after its time.
+    pub async fn get_job_settled(
+        &self,
+        id: &ojs_core::JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let Some(job) = self.get_job(id).await? else {
+            return Ok(None);
+        };
+        match self.settle(&job, now).await? {
+            Some(settled) => Ok(Some(settled)),
+            // Lost a race with another writer: read what it wrote.
+            None if is_overdue(&job, now) => self.get_job(id).await,
+            None => Ok(Some(job)),
+        }
+    }
+}
+
+/// When a waiting job becomes available.
+fn due_at(job: &Job) -> Option<Timestamp> {
+    match job.status.state {
+        JobState::Scheduled => job.spec.scheduled_at,
+        JobState::Retryable => job.status.next_attempt_at,
+        _ => None,
+    }
+}
+
+/// Whether [`Store::settle`] would move the job at `now`.
+pub(crate) fn is_overdue(job: &Job, now: Timestamp) -> bool {
+    let st = &job.status;
+    match st.state {
+        JobState::Active => {
+            st.deadline.is_some_and(|d| d <= now) || st.lease_until.is_some_and(|l| l <= now)
+        }
+        JobState::Scheduled | JobState::Retryable => due_at(job).is_some_and(|t| t <= now),
+        _ => false,
+    }
+}
+
+/// The error recorded on a job discarded because its `expires_at` passed.
+pub(crate) fn expired_error(now: &Timestamp) -> serde_json::Value {
+    json!({
+        "type": "expired",
+        "code": "expired",
+        "message": "the job's expires_at passed before it started",
+        "occurred_at": time::format(now),
+    })
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Queues looked at.
+    pub queues: usize,
+    /// Jobs moved (promoted, reclaimed, timed out).
+    pub moved: usize,
+}
+
+/// Most due batches one sweep takes from a queue, so one busy queue cannot starve the rest
+/// of a Lambda invocation's time.
+const MAX_BATCHES_PER_QUEUE: usize = 20;
+
+impl Store {
+    /// The scheduler's sweep: for every known queue, promote due jobs, reclaim expired
+    /// leases and time out overdue attempts (the work FETCH does for its own queues).
+    pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
+        for queue in self.list_queues().await? {
+            let Ok(name) = ojs_core::QueueName::parse(&queue.name) else {
+                continue;
+            };
+            report.queues += 1;
+            for _ in 0..MAX_BATCHES_PER_QUEUE {
+                let moved = self.promote_due(&name, now).await?;
+                report.moved += moved;
+                if moved == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(report)
+    }
+}

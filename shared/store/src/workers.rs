@@ -1,0 +1,279 @@
+//! Worker liveness and directives (`WORKERS` partition, one item per worker, expiring by
+//! TTL), and lease extension for heartbeats.
+
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+use futures::future::join_all;
+use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{JobId, JobState};
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{n, s, ts, Item};
+use crate::keys;
+use crate::usage::Kind;
+use crate::Store;
+
+/// How long a worker is remembered after its last heartbeat.
+const WORKER_TTL_SECS: i64 = 3_600;
+
+/// A worker directive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Directive {
+    /// Keep fetching.
+    Running,
+    /// Stop fetching; finish active jobs.
+    Quiet,
+    /// Shut down after active jobs.
+    Terminate,
+}
+
+impl Directive {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Quiet => "quiet",
+            Self::Terminate => "terminate",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "running" => Some(Self::Running),
+            "quiet" => Some(Self::Quiet),
+            "terminate" => Some(Self::Terminate),
+            _ => None,
+        }
+    }
+}
+
+/// A worker as the server knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerInfo {
+    /// Worker id.
+    pub id: String,
+    /// Directive returned by its next heartbeat.
+    pub directive: Directive,
+    /// Last heartbeat, if any.
+    pub last_seen: Option<String>,
+    /// Jobs it reported as active in its last heartbeat.
+    pub active_jobs: u64,
+}
+
+/// What a heartbeat did.
+#[derive(Debug, Clone)]
+pub struct Beat {
+    /// The worker's directive.
+    pub directive: Directive,
+    /// Jobs whose lease was extended.
+    pub extended: Vec<JobId>,
+    /// Reported jobs that were cancelled (the worker should stop them).
+    pub cancelled: Vec<JobId>,
+}
+
+fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
+    let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    Some(WorkerInfo {
+        id: get("worker_id")?,
+        directive: get("directive")
+            .and_then(|d| Directive::parse(&d))
+            .unwrap_or(Directive::Running),
+        last_seen: get("last_seen"),
+        active_jobs: item
+            .get("active_jobs")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    })
+}
+
+impl Store {
+    /// Records a heartbeat: liveness (one UpdateItem that also returns the directive) and
+    /// a lease extension for each reported job the worker still holds.
+    pub async fn heartbeat(
+        &self,
+        worker_id: &str,
+        jobs: &[JobId],
+        reported_active: u64,
+        visibility_timeout_ms: Option<u64>,
+        now: Timestamp,
+    ) -> Result<Beat, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(keys::WORKERS_PK))
+            .key("sk", s(keys::worker_sk(worker_id)))
+            .update_expression(
+                "SET worker_id = :id, last_seen = :now, active_jobs = :active, #ttl = :ttl",
+            )
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":id", s(worker_id))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":active", n(reported_active))
+            .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
+            .return_values(ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Write, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        let directive = out
+            .attributes()
+            .and_then(worker_from_item)
+            .map_or(Directive::Running, |w| w.directive);
+        let results = join_all(
+            jobs.iter()
+                .map(|id| self.extend_lease(id, worker_id, visibility_timeout_ms, now)),
+        )
+        .await;
+        let mut beat = Beat {
+            directive,
+            extended: Vec::new(),
+            cancelled: Vec::new(),
+        };
+        for (id, r) in jobs.iter().zip(results) {
+            match r? {
+                Extension::Extended => beat.extended.push(*id),
+                Extension::Cancelled => beat.cancelled.push(*id),
+                Extension::NotHeld => {}
+            }
+        }
+        Ok(beat)
+    }
+
+    async fn extend_lease(
+        &self,
+        id: &JobId,
+        worker_id: &str,
+        visibility_timeout_ms: Option<u64>,
+        now: Timestamp,
+    ) -> Result<Extension, StoreError> {
+        let Some(job) = self.get_job(id).await? else {
+            return Ok(Extension::NotHeld);
+        };
+        if job.status.state == JobState::Cancelled {
+            return Ok(Extension::Cancelled);
+        }
+        let held = job.status.state == JobState::Active
+            && job
+                .status
+                .worker_id
+                .as_deref()
+                .is_none_or(|w| w == worker_id)
+            && job.status.lease_until.is_some_and(|l| l > now);
+        if !held {
+            return Ok(Extension::NotHeld);
+        }
+        let ms = visibility_timeout_ms
+            .or(job.spec.visibility_timeout_ms)
+            .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
+        let lease = now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 4));
+        let due = job.status.deadline.map_or(lease, |d| d.min(lease));
+        let out = self
+            .update(id)
+            .update_expression(
+                "SET lease_until = :lease, gsi2sk = :duesk, version = version + :one",
+            )
+            .condition_expression("#state = :active AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":active", s(JobState::Active.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":lease", n(lease.timestamp_micros()))
+            .expression_attribute_values(":duesk", s(keys::due_sk(&due, job.spec.priority, id)))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match self.finish_update(out) {
+            Ok(_) => Ok(Extension::Extended),
+            Err(StoreError::Conflict {
+                current: Some(JobState::Cancelled),
+            }) => Ok(Extension::Cancelled),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(Extension::NotHeld),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets the directive a worker's next heartbeat returns; NotFound for an unknown worker.
+    pub async fn set_directive(
+        &self,
+        worker_id: &str,
+        directive: Directive,
+    ) -> Result<WorkerInfo, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(keys::WORKERS_PK))
+            .key("sk", s(keys::worker_sk(worker_id)))
+            .update_expression("SET directive = :d")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":d", s(directive.as_str()))
+            .return_values(ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                out.attributes()
+                    .and_then(worker_from_item)
+                    .ok_or_else(|| StoreError::Corrupt("worker item".into()))
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(StoreError::NotFound)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+
+    /// Workers seen within the last hour.
+    pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
+        let mut workers = Vec::new();
+        let mut start = None;
+        let now = time::now().timestamp();
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(keys::WORKERS_PK))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            // TTL deletion lags; skip items already past their TTL.
+            let live = |i: &&Item| {
+                i.get("ttl")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_none_or(|t| t > now)
+            };
+            workers.extend(out.items().iter().filter(live).filter_map(worker_from_item));
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(workers);
+            }
+        }
+    }
+}
+
+enum Extension {
+    Extended,
+    Cancelled,
+    NotHeld,
+}

@@ -60,13 +60,22 @@ async fn every_job_is_delivered_exactly_once_to_32_racing_fetchers() -> anyhow::
             }
             Ok::<_, anyhow::Error>(got)
         })
-    });
+    })
+    // Spawn all 32 before awaiting any, so they really race.
+    .collect::<Vec<_>>();
     let mut deliveries: HashMap<String, usize> = HashMap::new();
+    let mut busy_workers = 0;
     for w in workers {
-        for id in w.await?? {
+        let got = w.await??;
+        busy_workers += usize::from(!got.is_empty());
+        for id in got {
             *deliveries.entry(id).or_default() += 1;
         }
     }
+    anyhow::ensure!(
+        busy_workers > 8,
+        "the fetchers did not race: only {busy_workers} got jobs"
+    );
     let duplicated: Vec<_> = deliveries.iter().filter(|(_, n)| **n > 1).collect();
     anyhow::ensure!(duplicated.is_empty(), "delivered twice: {duplicated:?}");
     for id in &pushed {

@@ -309,3 +309,152 @@ fn function_policies_name_every_action() -> Result<()> {
     }
     Ok(())
 }
+
+/// One route of an axum router: method (upper case) and path, e.g. `GET /ojs/v1/jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Route {
+    method: String,
+    path: String,
+}
+
+/// Routes declared by `shared/http/src/routes/<group>.rs`, keyed by the binary that
+/// serves the group (`dead_letter.rs` -> `dead-letter`). Reads each file's `fn router()`
+/// body: `.route("<path>", get(..).delete(..))`.
+fn code_routes() -> Result<Vec<(String, Route)>> {
+    let route_call = regex::Regex::new(r#"\.route\(\s*"([^"]+)"\s*,"#)?;
+    let method_call = regex::Regex::new(r"\b(get|post|put|patch|delete)\(")?;
+    let mut routes = Vec::new();
+
+    let dir = workspace_root().join("shared/http/src/routes");
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        let file = entry?.path();
+        let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if stem == "mod" || file.extension().and_then(|e| e.to_str()) != Some("rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let Some(start) = text.find("fn router()") else {
+            continue;
+        };
+        let body = &text[start..];
+        let body = &body[..body.find("\n}").unwrap_or(body.len())];
+
+        let calls: Vec<_> = route_call.captures_iter(body).collect();
+        ensure!(
+            !calls.is_empty(),
+            "{}: router() declares no route",
+            file.display()
+        );
+        for (i, call) in calls.iter().enumerate() {
+            let whole = call.get(0).context("regex match")?;
+            let end = calls
+                .get(i + 1)
+                .and_then(|next| next.get(0))
+                .map_or(body.len(), |m| m.start());
+            let methods: Vec<_> = method_call
+                .captures_iter(&body[whole.end()..end])
+                .map(|m| m[1].to_uppercase())
+                .collect();
+            ensure!(
+                !methods.is_empty(),
+                "{}: no method for route {}",
+                file.display(),
+                &call[1]
+            );
+            for method in methods {
+                routes.push((
+                    stem.replace('_', "-"),
+                    Route {
+                        method,
+                        path: call[1].to_owned(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(routes)
+}
+
+/// Whether an HTTP API route (`ANY` method, `{param}` and trailing `{proxy+}` segments)
+/// matches a concrete axum route (whose `{param}` segments stand for any value).
+fn http_api_matches(api_method: &str, api_path: &str, route: &Route) -> bool {
+    if api_method != "ANY" && !api_method.eq_ignore_ascii_case(&route.method) {
+        return false;
+    }
+    let api: Vec<_> = api_path.trim_matches('/').split('/').collect();
+    let code: Vec<_> = route.path.trim_matches('/').split('/').collect();
+    for (i, segment) in api.iter().enumerate() {
+        if segment.starts_with('{') && segment.ends_with("+}") {
+            return code.len() > i;
+        }
+        let Some(actual) = code.get(i) else {
+            return false;
+        };
+        let api_param = segment.starts_with('{') && segment.ends_with('}');
+        let code_param = actual.starts_with('{') && actual.ends_with('}');
+        if !(api_param || (!code_param && segment == actual)) {
+            return false;
+        }
+    }
+    api.len() == code.len()
+}
+
+#[test]
+fn every_http_route_reaches_the_function_that_serves_it() -> Result<()> {
+    let template = template()?;
+    let routes = code_routes()?;
+    ensure!(
+        !routes.is_empty(),
+        "no route found under shared/http/src/routes"
+    );
+
+    // (binary, method, path) of every HttpApi event.
+    let mut events = Vec::new();
+    for (name, resource) in resources(&template)? {
+        if resource.get("Type").and_then(Value::as_str) != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let name = name.as_str().unwrap_or("?");
+        let binary = text(
+            field(field(resource, "Metadata")?, "BuildProperties")?,
+            "Binary",
+        )
+        .with_context(|| name.to_owned())?;
+        let Some(fn_events) = resource
+            .get("Properties")
+            .and_then(|p| p.get("Events"))
+            .and_then(Value::as_mapping)
+        else {
+            continue;
+        };
+        for event in fn_events.values() {
+            if event.get("Type").and_then(Value::as_str) != Some("HttpApi") {
+                continue;
+            }
+            let props = field(event, "Properties").with_context(|| name.to_owned())?;
+            events.push((
+                binary.to_owned(),
+                text(props, "Method")?.to_owned(),
+                text(props, "Path")?.to_owned(),
+            ));
+        }
+    }
+
+    for (binary, route) in &routes {
+        let targets: BTreeSet<_> = events
+            .iter()
+            .filter(|(_, method, path)| http_api_matches(method, path, route))
+            .map(|(target, _, _)| target.as_str())
+            .collect();
+        ensure!(
+            targets == BTreeSet::from([binary.as_str()]),
+            "{} {}: served by the `{binary}` binary, but the template routes it to {targets:?}",
+            route.method,
+            route.path
+        );
+    }
+    Ok(())
+}

@@ -45,7 +45,7 @@ async fn get_manifest() -> Response {
             "capabilities": {
                 "batch_enqueue": false,
                 "cron_jobs": false,
-                "dead_letter": false,
+                "dead_letter": true,
                 "delayed_jobs": true,
                 "job_ttl": false,
                 "priority_queues": true,
@@ -54,6 +54,9 @@ async fn get_manifest() -> Response {
                 "unique_jobs": false,
                 "workflows": false,
                 "events": true,
+                "heartbeat": true,
+                "visibility_timeout": true,
+                "execution_timeout": true,
                 "pause_resume": false,
             },
             "limits": {

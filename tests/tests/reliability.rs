@@ -1,0 +1,381 @@
+//! Level 1 behaviour over HTTP: leases, reclaim, execution timeouts, backoff schedules,
+//! heartbeats, the dead letter queue and the scheduler sweep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::DateTime;
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn id_of(reply: &ojs_tests::Reply) -> String {
+    reply.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn millis_between(a: &Value, b: &Value) -> i64 {
+    let t = |v: &Value| {
+        DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default()).map(|t| t.timestamp_millis())
+    };
+    match (t(a), t(b)) {
+        (Ok(a), Ok(b)) => b - a,
+        _ => i64::MIN,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_workers_job_goes_to_exactly_one_other_worker_and_its_late_ack_is_refused(
+) -> anyhow::Result<()> {
+    let app = Arc::new(TestApp::spawn().await?);
+    let id = id_of(&app.push(json!({"type": "crash.job", "args": [], "options": {"queue": "crash", "visibility_timeout_ms": 800}})).await?);
+    let first = app
+        .fetch(json!({"queues": ["crash"], "worker_id": "doomed"}))
+        .await?;
+    assert_eq!(first.body["jobs"][0]["id"], id.as_str());
+    // "doomed" dies here. Eight workers poll until one of them gets the job back.
+    let pollers = (0..8).map(|w| {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..30 {
+                let r = app.fetch(json!({"queues": ["crash"], "worker_id": format!("p{w}"), "visibility_timeout_ms": 30000})).await?;
+                for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
+                    got.push((format!("p{w}"), j));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, anyhow::Error>(got)
+        })
+    })
+    .collect::<Vec<_>>();
+    let mut claims = Vec::new();
+    for p in pollers {
+        claims.extend(p.await??);
+    }
+    assert_eq!(claims.len(), 1, "reclaimed exactly once: {claims:?}");
+    let (winner, job) = &claims[0];
+    assert_eq!(job["id"], id.as_str());
+    assert_eq!(job["attempt"], 2);
+    assert_eq!(job["errors"][0]["type"], "visibility_timeout");
+    let late = app
+        .ack(json!({"job_id": id, "worker_id": "doomed"}))
+        .await?;
+    assert_eq!(
+        late.status, 409,
+        "the worker that lost the lease cannot ack"
+    );
+    let info = app.info(&id).await?;
+    assert_eq!(info.body["job"]["state"], "active");
+    assert_eq!(info.body["job"]["worker_id"], winner.as_str());
+    assert_eq!(
+        app.ack(json!({"job_id": id, "worker_id": winner}))
+            .await?
+            .status,
+        200
+    );
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
+    Ok(())
+}
+
+/// Each policy's delay matches the spec's formula (no jitter), the job is not fetchable
+/// before its time and is fetchable right after it.
+#[tokio::test]
+async fn backoff_schedules_follow_the_spec_formulas() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let cases = [
+        ("exponential", 2.0, [200, 400, 800]),
+        ("linear", 1.0, [200, 400, 600]),
+        ("none", 1.0, [200, 200, 200]),
+        ("polynomial", 2.0, [200, 800, 1800]),
+    ];
+    for (strategy, coefficient, expected) in cases {
+        let queue = format!("backoff-{strategy}");
+        let id = id_of(
+            &app.push(
+                json!({"type": "b.job", "args": [], "options": {"queue": queue, "retry": {
+                "max_attempts": 4, "initial_interval": "PT0.2S", "backoff_coefficient": coefficient,
+                "backoff_strategy": strategy, "max_interval": "PT5S", "jitter": false}}}),
+            )
+            .await?,
+        );
+        for want in expected {
+            let mut fetched = app.fetch(json!({"queues": [queue]})).await?;
+            for _ in 0..60 {
+                if fetched.body["jobs"]
+                    .as_array()
+                    .is_some_and(|j| !j.is_empty())
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                fetched = app.fetch(json!({"queues": [queue]})).await?;
+            }
+            assert_eq!(fetched.body["jobs"][0]["id"], id.as_str(), "{strategy}");
+            let nack = app
+                .nack(json!({"job_id": id, "error": {"code": "x", "message": "again"}}))
+                .await?;
+            assert_eq!(nack.body["state"], "retryable", "{strategy}");
+            let delay = millis_between(
+                &nack.body["error"]["occurred_at"],
+                &nack.body["next_attempt_at"],
+            );
+            assert!(
+                (delay - want).abs() <= 100,
+                "{strategy}: delay {delay} ms, formula {want} ms"
+            );
+            assert_eq!(nack.body["job"]["retry_delay_ms"], want, "{strategy}");
+            if want >= 400 {
+                let early = app.fetch(json!({"queues": [queue]})).await?;
+                assert_eq!(
+                    early.body["jobs"],
+                    json!([]),
+                    "{strategy}: fetched before its time"
+                );
+            }
+        }
+    }
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_attempt_past_its_timeout_fails_with_a_timeout_error() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let id = id_of(
+        &app.push(
+            json!({"type": "slow.job", "args": [], "options": {"queue": "slow", "timeout_ms": 300,
+        "retry": {"max_attempts": 2, "initial_interval": "PT5S", "jitter": false}}}),
+        )
+        .await?,
+    );
+    app.fetch(json!({"queues": ["slow"], "worker_id": "w"}))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let info = app.info(&id).await?.body;
+    assert_eq!(info["job"]["state"], "retryable");
+    assert_eq!(info["job"]["error"]["type"], "timeout");
+    let late = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
+    assert_eq!(
+        late.status, 409,
+        "an attempt that timed out cannot complete"
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn heartbeats_extend_the_lease_and_report_directives_and_cancellations() -> anyhow::Result<()>
+{
+    let app = TestApp::spawn().await?;
+    let id = id_of(&app.push(json!({"type": "long.job", "args": [], "options": {"queue": "long", "visibility_timeout_ms": 600}})).await?);
+    let other = id_of(
+        &app.push(json!({"type": "long.job", "args": [], "options": {"queue": "long"}}))
+            .await?,
+    );
+    app.fetch(json!({"queues": ["long"], "worker_id": "w1", "count": 2}))
+        .await?;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let beat = app
+            .call(
+                Method::POST,
+                "/ojs/v1/workers/heartbeat",
+                Some(json!({"worker_id": "w1", "active_jobs": [id]})),
+            )
+            .await?;
+        assert_eq!(beat.status, 200);
+        assert_eq!(beat.body["state"], "running");
+        assert_eq!(beat.body["jobs_extended"], json!([id]));
+    }
+    assert_eq!(
+        app.info(&id).await?.body["job"]["state"],
+        "active",
+        "1.2 s on a 0.6 s lease, kept by heartbeats"
+    );
+    let q = app
+        .call(Method::POST, "/ojs/v1/admin/workers/w1/quiet", None)
+        .await?;
+    assert_eq!(q.status, 200);
+    assert_eq!(app.cancel(&other).await?.status, 200);
+    let beat = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workers/heartbeat",
+            Some(json!({"worker_id": "w1", "active_jobs": [id, other]})),
+        )
+        .await?;
+    assert_eq!(beat.body["state"], "quiet");
+    assert_eq!(beat.body["jobs_cancelled"], json!([other]));
+    let intruder = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workers/heartbeat",
+            Some(json!({"worker_id": "w2", "active_jobs": [id]})),
+        )
+        .await?;
+    assert_eq!(
+        intruder.body["jobs_extended"],
+        json!([]),
+        "only the holder extends a lease"
+    );
+    assert_eq!(
+        app.call(Method::POST, "/ojs/v1/admin/workers/nobody/quiet", None)
+            .await?
+            .status,
+        404
+    );
+    let workers = app.call(Method::GET, "/ojs/v1/admin/workers", None).await?;
+    assert_eq!(workers.body["workers"].as_array().map(Vec::len), Some(2));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn dead_letter_queue_lists_by_queue_with_pagination_and_retries_and_deletes(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let dead = |queue: &str| json!({"type": "d.job", "args": [], "options": {"queue": queue, "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}});
+    let mut ids = Vec::new();
+    for queue in ["dq1", "dq1", "dq1", "dq2"] {
+        let id = id_of(&app.push(dead(queue)).await?);
+        app.fetch(json!({"queues": [queue]})).await?;
+        let n = app
+            .nack(json!({"job_id": id, "error": {"code": "boom", "message": "x"}}))
+            .await?;
+        assert_eq!(n.body["state"], "discarded");
+        ids.push(id);
+    }
+    // A plain discard is not dead-lettered.
+    let plain = id_of(&app.push(json!({"type": "d.job", "args": [], "options": {"queue": "dq1", "retry": {"max_attempts": 1}}})).await?);
+    app.fetch(json!({"queues": ["dq1"]})).await?;
+    app.nack(json!({"job_id": plain, "error": {"message": "x"}}))
+        .await?;
+
+    let page = app
+        .call(Method::GET, "/ojs/v1/dead-letter?queue=dq1&limit=2", None)
+        .await?
+        .body;
+    assert_eq!(page["jobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(page["pagination"]["total"], 3);
+    assert_eq!(page["pagination"]["has_more"], true);
+    assert_eq!(page["jobs"][0]["id"], ids[0].as_str());
+    let rest = app
+        .call(
+            Method::GET,
+            "/ojs/v1/dead-letter?queue=dq1&limit=2&offset=2",
+            None,
+        )
+        .await?
+        .body;
+    assert_eq!(rest["jobs"][0]["id"], ids[2].as_str());
+    assert_eq!(rest["pagination"]["has_more"], false);
+    let all = app
+        .call(Method::GET, "/ojs/v1/dead-letter", None)
+        .await?
+        .body;
+    assert_eq!(all["pagination"]["total"], 4);
+
+    let retried = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/dead-letter/{}/retry", ids[0]),
+            None,
+        )
+        .await?;
+    assert_eq!(retried.body["job"]["state"], "available");
+    assert_eq!(retried.body["job"]["attempt"], 0);
+    assert!(retried.body["job"].get("errors").is_none());
+    let again = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/dead-letter/{}/retry", ids[0]),
+            None,
+        )
+        .await?;
+    assert_eq!(again.status, 404, "no longer dead-lettered");
+    let gone = app
+        .call(
+            Method::DELETE,
+            &format!("/ojs/v1/dead-letter/{}", ids[1]),
+            None,
+        )
+        .await?;
+    assert_eq!(gone.body, json!({"deleted": true, "job_id": ids[1]}));
+    assert_eq!(app.info(&ids[1]).await?.status, 404);
+    assert_eq!(
+        app.call(
+            Method::DELETE,
+            &format!("/ojs/v1/dead-letter/{plain}"),
+            None
+        )
+        .await?
+        .status,
+        404
+    );
+    let after = app
+        .call(Method::GET, "/ojs/v1/dead-letter?queue=dq1", None)
+        .await?
+        .body;
+    assert_eq!(after["pagination"]["total"], 1);
+    app.teardown().await;
+    Ok(())
+}
+
+/// The scheduler's sweep reclaims leases and promotes retries on queues nobody fetches,
+/// and an idle sweep is cheap. Prints the DynamoDB calls of FAIL, a reclaim and a sweep.
+#[tokio::test]
+async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let store = &app.store;
+    let leased = id_of(&app.push(json!({"type": "s.job", "args": [], "options": {"queue": "sw1", "visibility_timeout_ms": 200}})).await?);
+    let failing = id_of(&app.push(json!({"type": "s.job", "args": [], "options": {"queue": "sw2", "retry": {"initial_interval": "PT0.2S", "jitter": false}}})).await?);
+    app.fetch(json!({"queues": ["sw1"]})).await?;
+    app.fetch(json!({"queues": ["sw2"]})).await?;
+    let u0 = store.usage();
+    app.nack(json!({"job_id": failing, "error": {"message": "x"}}))
+        .await?;
+    let fail_cost = store.usage() - u0;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let u1 = store.usage();
+    let report = store.sweep(ojs_core::time::now()).await?;
+    let sweep_cost = store.usage() - u1;
+    assert_eq!(report.moved, 2, "{report:?}");
+    let raw = store
+        .get_job(&ojs_core::JobId::parse(&leased)?)
+        .await?
+        .map(|j| j.status.state);
+    assert_eq!(
+        raw,
+        Some(ojs_core::JobState::Available),
+        "reclaimed by the sweep itself"
+    );
+    let raw = store
+        .get_job(&ojs_core::JobId::parse(&failing)?)
+        .await?
+        .map(|j| j.status.state);
+    assert_eq!(
+        raw,
+        Some(ojs_core::JobState::Available),
+        "promoted by the sweep itself"
+    );
+    let u2 = store.usage();
+    let idle = store.sweep(ojs_core::time::now()).await?;
+    let idle_cost = store.usage() - u2;
+    assert_eq!(idle.moved, 0);
+    assert_eq!(
+        idle_cost.calls,
+        1 + 2,
+        "one queue listing plus one due query per queue"
+    );
+    println!(
+        "FAIL (retry): {} calls, {:.1} RCU, {:.1} WCU\nsweep moving 2 jobs over 2 queues: {} calls\nidle sweep of 2 queues: {} calls, {:.1} RCU",
+        fail_cost.calls, fail_cost.read_units, fail_cost.write_units, sweep_cost.calls, idle_cost.calls, idle_cost.read_units
+    );
+    app.teardown().await;
+    Ok(())
+}

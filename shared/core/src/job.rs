@@ -239,8 +239,9 @@ impl NewJob {
         let timeout_ms = millis(take(&["timeout_ms"]), 1)?.or(millis(take(&["timeout"]), 1000)?);
         let visibility_timeout_ms = millis(take(&["visibility_timeout_ms"]), 1)?
             .or(millis(take(&["visibility_timeout"]), 1000)?);
-        let scheduled_at = timestamp(take(&["delay_until", "scheduled_at"]))?;
-        let expires_at = timestamp(take(&["expires_at"]))?;
+        let now = time::now();
+        let scheduled_at = timestamp(take(&["delay_until", "scheduled_at"]), now)?;
+        let expires_at = timestamp(take(&["expires_at"]), now)?;
         let retry = match take(&["retry"]) {
             None => RetryPolicy::default(),
             Some((p, v)) => RetryPolicy::from_json(&v, &p)?,
@@ -312,10 +313,13 @@ fn millis(field: Option<(String, Value)>, unit_ms: u64) -> Result<Option<u64>, O
     }
 }
 
-fn timestamp(field: Option<(String, Value)>) -> Result<Option<Timestamp>, OjsError> {
+fn timestamp(
+    field: Option<(String, Value)>,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, OjsError> {
     match field {
         None => Ok(None),
-        Some((p, Value::String(s))) => time::parse(&s, &p).map(Some),
+        Some((p, Value::String(s))) => time::parse_at(&s, &p, now).map(Some),
         Some((p, _)) => {
             Err(OjsError::invalid_request(format!("{p} must be an RFC 3339 string")).with_path(&p))
         }

@@ -13,9 +13,28 @@ pub fn now() -> Timestamp {
     from_micros(t.timestamp_micros()).unwrap_or(t)
 }
 
-/// Renders `t` as `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+/// Renders `t` in UTC with as many fraction digits as it needs (none, 3 or 6), so a
+/// client's `2099-12-31T23:59:59Z` comes back unchanged.
 pub fn format(t: &Timestamp) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// Parses a timestamp field that may also be relative to `now`: `+PT30S` (an ISO 8601
+/// duration after a plus sign) means 30 seconds from now. The conformance suite sends
+/// such values; absolute values must carry a time zone.
+pub fn parse_at(raw: &str, path: &str, now: Timestamp) -> Result<Timestamp, OjsError> {
+    if let Some(duration) = raw.strip_prefix('+') {
+        let d = crate::duration::parse(duration)
+            .and_then(|d| chrono::Duration::from_std(d).ok())
+            .ok_or_else(|| {
+                OjsError::invalid_request(format!(
+                    "{path} must be an RFC 3339 timestamp or +<ISO 8601 duration>, got {raw:?}"
+                ))
+                .with_path(path)
+            })?;
+        return Ok(now + d);
+    }
+    parse(raw, path)
 }
 
 /// Parses an RFC 3339 timestamp; one without a zone designator is rejected.
@@ -46,9 +65,24 @@ mod tests {
         let t = parse("2025-06-01T11:00:00+02:00", "$.t").ok();
         assert_eq!(
             t.map(|t| format(&t)).as_deref(),
-            Some("2025-06-01T09:00:00.000000Z")
+            Some("2025-06-01T09:00:00Z")
         );
         let micro = parse("2025-06-01T09:00:00.123456Z", "$.t").ok();
         assert_eq!(micro.map(|t| t.timestamp_subsec_micros()), Some(123_456));
+        assert_eq!(
+            micro.map(|t| format(&t)).as_deref(),
+            Some("2025-06-01T09:00:00.123456Z")
+        );
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = now();
+        assert_eq!(
+            parse_at("+PT2S", "$.t", now).ok(),
+            Some(now + chrono::Duration::seconds(2))
+        );
+        assert!(parse_at("+2s", "$.t", now).is_err());
+        assert!(parse_at("2025-06-01T09:00:00", "$.t", now).is_err());
     }
 }

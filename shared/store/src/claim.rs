@@ -9,11 +9,10 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
 
 use crate::error::StoreError;
-use crate::item::{self, json, n, s, ts, Item};
+use crate::item::{self, n, s, ts, Item};
 use crate::jobs::old_item;
 use crate::keys;
 use crate::schema::{DUE_INDEX, READY_INDEX};
-use crate::settle::expired_error;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -195,51 +194,10 @@ impl Store {
             Ok(job) => Ok(Claim::Won(Box::new(job))),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
                 if let Some(old) = expired {
-                    self.expire(&c.id, &old, now).await?;
+                    self.expire_job(&item::job_from_item(&old)?, now).await?;
                 }
                 Ok(Claim::Lost)
             }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Discards an available job whose `expires_at` has passed (it is never delivered).
-    async fn expire(&self, id: &JobId, old: &Item, now: Timestamp) -> Result<(), StoreError> {
-        let Some(version) = old.get("version").cloned() else {
-            return Ok(());
-        };
-        let error = expired_error(&now);
-        let out = self
-            .update(id)
-            .update_expression(
-                "SET #state = :discarded, completed_at = :now, discarded_at = :now, #ttl = :ttl, \
-                 #error = :error, version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
-            )
-            .condition_expression("#state = :available AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":version", version)
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":error", json(&error))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
-        match self.finish_update(out) {
-            Ok(job) => {
-                let e = Event::for_job(
-                    EventKind::Discarded,
-                    &job,
-                    &now,
-                    "ojs://ojs-serverless/workers",
-                );
-                self.emit(&[e]).await;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -169,6 +169,11 @@ impl Store {
                 };
                 self.record_failure(job, &failure, outcome, now).await
             }
+            JobState::Scheduled | JobState::Available | JobState::Retryable | JobState::Pending
+                if job.spec.expires_at.is_some_and(|e| e <= now) =>
+            {
+                self.expire_job(job, now).await
+            }
             JobState::Scheduled | JobState::Retryable if due_at(job).is_some_and(|t| t <= now) => {
                 self.promote_job(job, now).await
             }
@@ -211,6 +216,39 @@ impl Store {
         Ok(promoted)
     }
 
+    /// Discards a job that has not started and whose `expires_at` has passed: it is never
+    /// delivered (`completed_at` stays unset: it never ran).
+    pub(crate) async fn expire_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
+        let out = self
+            .update(&job.id)
+            .update_expression(
+                "SET #state = :discarded, discarded_at = :now, #ttl = :ttl, #error = :error, \
+                 version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
+            )
+            .condition_expression("#state = :from AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .expression_attribute_values(":from", s(job.status.state.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":ttl", self.expiry(&now))
+            .expression_attribute_values(":error", json_attr(&expired_error(&now)))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        let expired = self.finish_update(out)?;
+        let e = Event::for_job(
+            EventKind::Discarded,
+            &expired,
+            &now,
+            "ojs://ojs-serverless/api",
+        );
+        self.emit(&[e]).await;
+        Ok(expired)
+    }
+
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job
     /// still active after its lease or deadline, or waiting after its time.
     pub async fn get_job_settled(
@@ -245,6 +283,11 @@ pub(crate) fn is_overdue(job: &Job, now: Timestamp) -> bool {
     match st.state {
         JobState::Active => {
             st.deadline.is_some_and(|d| d <= now) || st.lease_until.is_some_and(|l| l <= now)
+        }
+        JobState::Scheduled | JobState::Available | JobState::Retryable | JobState::Pending
+            if job.spec.expires_at.is_some_and(|e| e <= now) =>
+        {
+            true
         }
         JobState::Scheduled | JobState::Retryable => due_at(job).is_some_and(|t| t <= now),
         _ => false,

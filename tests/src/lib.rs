@@ -20,6 +20,7 @@ pub struct TestApp {
     /// The store behind the server (to inspect usage or items directly).
     pub store: Store,
     server: tokio::task::JoinHandle<()>,
+    sweeper: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// An HTTP response: status, headers and parsed JSON body (`Null` when empty/invalid).
@@ -47,6 +48,11 @@ fn default_local_env() {
     {
         set("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000");
     }
+    if std::env::var_os("AWS_ENDPOINT_URL_SQS").is_none()
+        && std::env::var_os("AWS_ENDPOINT_URL").is_none()
+    {
+        set("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:5000");
+    }
     set("AWS_REGION", "us-east-1");
     set("AWS_ACCESS_KEY_ID", "local");
     set("AWS_SECRET_ACCESS_KEY", "local");
@@ -72,12 +78,33 @@ async fn aws_config_load() -> aws_config::SdkConfig {
 impl TestApp {
     /// Serves every endpoint group on a random loopback port over a fresh table.
     pub async fn spawn() -> anyhow::Result<Self> {
+        Self::spawn_on(fresh_store().await?).await
+    }
+
+    /// Like [`TestApp::spawn`], with a fresh SQS timer queue (on the local SQS endpoint)
+    /// consumed in the background, as `make dev` does.
+    pub async fn spawn_with_timer() -> anyhow::Result<Self> {
+        let store = fresh_store().await?;
+        let sdk = aws_config_load().await;
+        let name = format!("{}-timer", store.table());
+        let store = store
+            .with_local_timer_queue(&sdk, &name)
+            .await
+            .context("creating a timer queue: is moto running? (scripts/local-aws.sh start)")?;
+        let mut app = Self::spawn_on(store).await?;
+        let consumer = app.store.clone();
+        app.sweeper = Some(tokio::spawn(
+            async move { consumer.consume_timer_queue().await },
+        ));
+        Ok(app)
+    }
+
+    async fn spawn_on(store: Store) -> anyhow::Result<Self> {
         // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let store = fresh_store().await?;
         let router = app(
             AppState::new(store.clone(), HttpConfig::default()),
             &Group::ALL,
@@ -96,7 +123,24 @@ impl TestApp {
             client,
             store,
             server,
+            sweeper: None,
         })
+    }
+
+    /// Like [`TestApp::spawn`], plus the scheduler sweep every second, as `make dev` runs it
+    /// (cron occurrences fire; overdue jobs move without any request). Tests that count
+    /// DynamoDB calls use [`TestApp::spawn`] so the sweep does not disturb the counts.
+    pub async fn spawn_with_sweeper() -> anyhow::Result<Self> {
+        let mut app = Self::spawn().await?;
+        let store = app.store.clone();
+        app.sweeper = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let _ = store.sweep(ojs_core::time::now()).await;
+            }
+        }));
+        Ok(app)
     }
 
     /// Sends a request with an optional JSON body.
@@ -165,6 +209,9 @@ impl TestApp {
     /// Stops the server and deletes the table.
     pub async fn teardown(self) {
         self.server.abort();
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
         let _ = self.store.delete_table().await;
     }
 }

@@ -59,7 +59,7 @@ async fn conformance_suite() -> anyhow::Result<()> {
             async move {
                 let case = &cases[i];
                 let label = format!("{} ({})", case.test_id, case.path.display());
-                let outcome = match TestApp::spawn().await {
+                let outcome = match TestApp::spawn_with_sweeper().await {
                     Err(e) => Err(format!("could not start the server: {e:#}")),
                     Ok(app) => {
                         let report = run_case(&app.client, &app.base_url, case).await;

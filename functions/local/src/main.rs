@@ -15,11 +15,25 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let host = std::env::var("OJS_HOST").unwrap_or_else(|_| "127.0.0.1".into());
     let port = std::env::var("OJS_PORT").unwrap_or_else(|_| "8080".into());
-    let store = Store::from_env().await;
+    let mut store = Store::from_env().await;
     store
         .ensure_table()
         .await
         .with_context(|| format!("creating table {}", store.table()))?;
+    // The timer queue: the one named by OJS_TIMER_QUEUE_URL, else one created on the local
+    // SQS endpoint; consumed in-process as the timer function would be on AWS.
+    if store.timer().is_none() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {
+        let sdk = aws_config::load_from_env().await;
+        let name = format!("{}-timer", store.table());
+        store = store
+            .with_local_timer_queue(&sdk, &name)
+            .await
+            .context("creating the local timer queue")?;
+    }
+    if store.timer().is_some() {
+        let consumer = store.clone();
+        tokio::spawn(async move { consumer.consume_timer_queue().await });
+    }
     let router = app(
         AppState::new(store.clone(), HttpConfig::from_env()),
         &Group::ALL,

@@ -29,16 +29,19 @@ pub enum Group {
     System,
     /// `/ojs/v1/dead-letter...`
     DeadLetter,
+    /// `/ojs/v1/cron...`
+    Cron,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 5] = [
+    pub const ALL: [Group; 6] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
         Group::System,
         Group::DeadLetter,
+        Group::Cron,
     ];
 }
 
@@ -103,6 +106,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Queues => routes::queues::router(),
             Group::System => routes::system::router(),
             Group::DeadLetter => routes::dead_letter::router(),
+            Group::Cron => routes::cron::router(),
         });
     }
     layer::wrap(router.with_state(state))

@@ -55,6 +55,12 @@ impl Store {
                     JobState::Scheduled => EventKind::Scheduled,
                     _ => EventKind::Enqueued,
                 };
+                if let (JobState::Scheduled, Some(at)) = (job.status.state, job.spec.scheduled_at) {
+                    let target = crate::timer::TimerTarget::Job {
+                        job_id: job.id.to_string(),
+                    };
+                    self.arm_timer(vec![(target, at)]).await;
+                }
                 self.emit(&[Event::for_job(
                     kind,
                     job,

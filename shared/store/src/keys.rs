@@ -65,6 +65,22 @@ pub(crate) fn priority_from_due_sk(sk: &str) -> Option<i32> {
     i32::try_from(MAX_PRIORITY - key).ok()
 }
 
+/// Partition of every cron registration.
+pub(crate) const CRON_PK: &str = "CRON";
+
+/// Sort key of a cron registration.
+pub(crate) fn cron_sk(name: &str) -> String {
+    format!("C#{name}")
+}
+
+/// Due-index partition of cron registrations (`~` cannot start a queue name).
+pub(crate) const CRON_DUE_PK: &str = "DUE#~cron";
+
+/// Due-index sort key of a cron registration: next fire time, then name.
+pub(crate) fn cron_due_sk(next: &Timestamp, name: &str) -> String {
+    format!("{:016}#{name}", next.timestamp_micros())
+}
+
 /// Partition of every worker item.
 pub(crate) const WORKERS_PK: &str = "WORKERS";
 

@@ -5,6 +5,7 @@
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
 mod claim;
+mod cron;
 mod dead_letter;
 mod error;
 mod events;
@@ -15,6 +16,7 @@ mod queues;
 pub mod schema;
 mod settle;
 mod table;
+mod timer;
 mod usage;
 mod workers;
 
@@ -23,12 +25,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use claim::FetchRequest;
+pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome};
 pub use queues::QueueInfo;
 pub use settle::SweepReport;
+pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use usage::{Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 
@@ -81,6 +85,8 @@ pub struct Store {
     client: aws_sdk_dynamodb::Client,
     config: Arc<StoreConfig>,
     usage: Arc<Usage>,
+    /// The timer queue, when configured.
+    timer: Option<Timer>,
     /// Queues this instance has already registered, so PUSH writes the queue item once
     /// per queue per cold start rather than on every job.
     known_queues: Arc<Mutex<HashSet<String>>>,
@@ -93,6 +99,7 @@ impl Store {
             client,
             config: Arc::new(config),
             usage: Arc::new(Usage::default()),
+            timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
         }
     }
@@ -101,7 +108,25 @@ impl Store {
     /// region, credentials) and [`StoreConfig::from_env`].
     pub async fn from_env() -> Self {
         let sdk = aws_config::load_from_env().await;
-        Self::new(client_for(&sdk), StoreConfig::from_env())
+        let store = Self::new(client_for(&sdk), StoreConfig::from_env());
+        match std::env::var("OJS_TIMER_QUEUE_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            Some(url) => store.with_timer(Timer::new(aws_sdk_sqs::Client::new(&sdk), url)),
+            None => store,
+        }
+    }
+
+    /// Arms second-accurate timers through this SQS queue.
+    pub fn with_timer(mut self, timer: Timer) -> Self {
+        self.timer = Some(timer);
+        self
+    }
+
+    /// The timer queue, when configured.
+    pub fn timer(&self) -> Option<&Timer> {
+        self.timer.as_ref()
     }
 
     /// The table name.

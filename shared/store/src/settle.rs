@@ -118,6 +118,12 @@ impl Store {
             }
         };
         let updated = self.finish_update(req.send().await)?;
+        if let (FailureOutcome::Retry(_), Some(next)) = (outcome, updated.status.next_attempt_at) {
+            let target = crate::timer::TimerTarget::Job {
+                job_id: updated.id.to_string(),
+            };
+            self.arm_timer(vec![(target, next)]).await;
+        }
         let events: Vec<Event> = events
             .iter()
             .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
@@ -268,6 +274,54 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Due-index entries of partition `pk` due in `[from, to]`: (job id or cron name, due).
+    pub(crate) async fn due_between(
+        &self,
+        pk: &str,
+        from: &Timestamp,
+        to: &Timestamp,
+    ) -> Result<Vec<(String, Timestamp)>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table())
+            .index_name(crate::schema::DUE_INDEX.name)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
+            .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
+            .limit(1000)
+            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(crate::usage::Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage
+            .record(crate::usage::Kind::Read, out.consumed_capacity());
+        Ok(out
+            .items()
+            .iter()
+            .filter(|i| {
+                // Active leases are the sweep's business, not the timer's.
+                i.get("state")
+                    .and_then(|v| v.as_s().ok())
+                    .is_none_or(|st| st != JobState::Active.as_str())
+            })
+            .filter_map(|i| {
+                let sk = i.get("gsi2sk")?.as_s().ok()?;
+                let (us, rest) = sk.split_once('#')?;
+                let due = time::from_micros(us.parse().ok()?)?;
+                // Job keys end in the id; cron keys are the name.
+                let target = rest.rsplit('#').next()?.to_owned();
+                Some((target, due))
+            })
+            .collect())
+    }
+}
+
 /// When a waiting job becomes available.
 fn due_at(job: &Job) -> Option<Timestamp> {
     match job.status.state {
@@ -311,6 +365,8 @@ pub struct SweepReport {
     pub queues: usize,
     /// Jobs moved (promoted, reclaimed, timed out).
     pub moved: usize,
+    /// Cron occurrences that enqueued a job.
+    pub fired: usize,
 }
 
 /// Most due batches one sweep takes from a queue, so one busy queue cannot starve the rest
@@ -318,14 +374,21 @@ pub struct SweepReport {
 const MAX_BATCHES_PER_QUEUE: usize = 20;
 
 impl Store {
-    /// The scheduler's sweep: for every known queue, promote due jobs, reclaim expired
+    /// The scheduler's sweep: fire due cron occurrences, then for every known queue, promote due jobs, reclaim expired
     /// leases and time out overdue attempts (the work FETCH does for its own queues).
     pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport, StoreError> {
-        let mut report = SweepReport::default();
-        for queue in self.list_queues().await? {
-            let Ok(name) = ojs_core::QueueName::parse(&queue.name) else {
-                continue;
-            };
+        let mut report = SweepReport {
+            fired: self.fire_due_crons(now).await?,
+            ..SweepReport::default()
+        };
+        let queues: Vec<ojs_core::QueueName> = self
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter_map(|q| ojs_core::QueueName::parse(&q.name).ok())
+            .collect();
+        self.hand_over_to_timer(&queues, now).await?;
+        for name in queues {
             report.queues += 1;
             for _ in 0..MAX_BATCHES_PER_QUEUE {
                 let moved = self.promote_due(&name, now).await?;

@@ -1,0 +1,279 @@
+//! Cron registrations (ojs-cron.md): parsing and validation of `POST /ojs/v1/cron`, the
+//! overlap policies, and the job each occurrence enqueues.
+
+use serde_json::{json, Map, Value};
+
+use crate::cron::CronSchedule;
+use crate::error::{ErrorCode, OjsError};
+use crate::job::NewJob;
+use crate::time::{self, Timestamp};
+
+/// Longest accepted cron name.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// What happens when an occurrence is due while the previous job has not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlapPolicy {
+    /// Skip the occurrence (the default).
+    Skip,
+    /// Enqueue regardless.
+    Allow,
+    /// Cancel the previous job, then enqueue.
+    CancelPrevious,
+}
+
+impl OverlapPolicy {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Allow => "allow",
+            Self::CancelPrevious => "cancel_previous",
+        }
+    }
+
+    fn parse(raw: &str) -> Result<Self, OjsError> {
+        match raw {
+            "skip" => Ok(Self::Skip),
+            "allow" => Ok(Self::Allow),
+            "cancel_previous" => Ok(Self::CancelPrevious),
+            "enqueue" => Err(OjsError::new(
+                ErrorCode::Unsupported,
+                "overlap_policy \"enqueue\" is not supported yet; use skip, allow or cancel_previous",
+            )
+            .with_path("$.overlap_policy")),
+            other => Err(OjsError::invalid_request(format!(
+                "overlap_policy must be skip, allow or cancel_previous, got {other:?}"
+            ))
+            .with_path("$.overlap_policy")),
+        }
+    }
+}
+
+/// A validated cron registration.
+#[derive(Debug, Clone)]
+pub struct CronJob {
+    /// Unique name, `[a-z0-9][a-z0-9-.]*`.
+    pub name: String,
+    /// The schedule and its time zone.
+    pub schedule: CronSchedule,
+    /// Overlap handling.
+    pub overlap: OverlapPolicy,
+    /// Whether occurrences fire.
+    pub enabled: bool,
+    /// Free text.
+    pub description: Option<String>,
+    /// The PUSH body each occurrence enqueues (validated once here).
+    pub template: Map<String, Value>,
+}
+
+impl CronJob {
+    /// Parses a registration. Accepts the spec's shape (`cron`, `type`, `args`, `options`)
+    /// and the conformance suite's (`expression`, `job_template {type, args, options}`).
+    pub fn from_json(body: Value) -> Result<Self, OjsError> {
+        let Value::Object(mut body) = body else {
+            return Err(OjsError::invalid_request(
+                "the cron registration must be a JSON object",
+            ));
+        };
+        let name = match body.remove("name") {
+            Some(Value::String(n)) if valid_name(&n) => n,
+            Some(_) => {
+                return Err(OjsError::invalid_request(format!(
+                    "name must match [a-z0-9][a-z0-9-.]* (max {MAX_NAME_LEN} chars)"
+                ))
+                .with_path("$.name"))
+            }
+            None => return Err(OjsError::invalid_request("name is required").with_path("$.name")),
+        };
+        let expression = match body.remove("expression").or_else(|| body.remove("cron")) {
+            Some(Value::String(e)) => e,
+            _ => {
+                return Err(OjsError::invalid_request(
+                    "expression (or cron) must be a cron expression string",
+                )
+                .with_path("$.expression"))
+            }
+        };
+        let timezone = match body.remove("timezone") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(tz)) => Some(tz),
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request("timezone must be a string").with_path("$.timezone")
+                )
+            }
+        };
+        let schedule = CronSchedule::parse(&expression, timezone.as_deref()).map_err(|e| {
+            OjsError::invalid_request(format!("invalid cron schedule: {e}"))
+                .with_path("$.expression")
+        })?;
+        let overlap = match body.remove("overlap_policy") {
+            None | Some(Value::Null) => OverlapPolicy::Skip,
+            Some(Value::String(p)) => OverlapPolicy::parse(&p)?,
+            Some(_) => {
+                return Err(OjsError::invalid_request("overlap_policy must be a string")
+                    .with_path("$.overlap_policy"))
+            }
+        };
+        let enabled = match body.remove("enabled") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request("enabled must be a boolean").with_path("$.enabled")
+                )
+            }
+        };
+        let description = match body.remove("description") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(d)) => Some(d),
+            Some(_) => {
+                return Err(OjsError::invalid_request("description must be a string")
+                    .with_path("$.description"))
+            }
+        };
+        let template = match body.remove("job_template").or_else(|| body.remove("job")) {
+            Some(Value::Object(t)) => t,
+            Some(_) => {
+                return Err(OjsError::invalid_request("job_template must be an object")
+                    .with_path("$.job_template"))
+            }
+            None => {
+                // Spec shape: the job's fields sit beside the schedule's.
+                let mut t = Map::new();
+                for key in ["type", "args", "options", "meta"] {
+                    if let Some(v) = body.remove(key) {
+                        t.insert(key.to_owned(), v);
+                    }
+                }
+                t
+            }
+        };
+        let mut template = template;
+        template
+            .entry("args")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        // Validate the template exactly as PUSH will, once, at registration.
+        NewJob::from_json(Value::Object(template.clone())).map_err(|e| {
+            OjsError::invalid_request(format!("job_template: {}", e.message))
+                .with_path("$.job_template")
+        })?;
+        Ok(Self {
+            name,
+            schedule,
+            overlap,
+            enabled,
+            description,
+            template,
+        })
+    }
+
+    /// The PUSH body for the occurrence due at `fire_time`: the template with
+    /// `meta.cron_name` and `meta.cron_triggered_at` added for overlap tracking.
+    pub fn job_for(&self, fire_time: &Timestamp) -> Result<NewJob, OjsError> {
+        let mut body = self.template.clone();
+        let meta = body
+            .entry("meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(m) = meta {
+            m.insert("cron_name".into(), self.name.clone().into());
+            m.insert("cron_triggered_at".into(), time::format(fire_time).into());
+        }
+        NewJob::from_json(Value::Object(body))
+    }
+
+    /// The stored/echoed registration (without system-managed fields).
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        out.insert("name".into(), self.name.clone().into());
+        out.insert("expression".into(), self.schedule.expression().into());
+        out.insert("cron".into(), self.schedule.expression().into());
+        out.insert("timezone".into(), self.schedule.timezone().into());
+        out.insert("overlap_policy".into(), self.overlap.as_str().into());
+        out.insert("enabled".into(), self.enabled.into());
+        if let Some(d) = &self.description {
+            out.insert("description".into(), d.clone().into());
+        }
+        out.insert("job_template".into(), Value::Object(self.template.clone()));
+        out
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.len() <= MAX_NAME_LEN
+}
+
+/// The JSON of a registration plus its system-managed fields.
+pub fn view(
+    cron: &CronJob,
+    created_at: &str,
+    next_run_at: Option<&Timestamp>,
+    last_run_at: Option<&str>,
+    run_count: u64,
+) -> Value {
+    let mut out = cron.to_json();
+    out.insert("created_at".into(), created_at.into());
+    out.insert(
+        "next_run_at".into(),
+        next_run_at
+            .filter(|_| cron.enabled)
+            .map_or(Value::Null, |t| time::format(t).into()),
+    );
+    out.insert(
+        "last_run_at".into(),
+        last_run_at.map_or(Value::Null, Value::from),
+    );
+    out.insert("run_count".into(), json!(run_count));
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_request_shapes_parse() {
+        let suite = CronJob::from_json(json!({"name": "a-b", "expression": "*/5 * * * *",
+            "job_template": {"type": "x.y", "args": [1], "options": {"queue": "q"}}}));
+        let suite = suite.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(suite.overlap, OverlapPolicy::Skip);
+        assert!(suite.enabled);
+        let spec = CronJob::from_json(
+            json!({"name": "daily-report", "cron": "0 9 * * *", "timezone": "America/New_York",
+            "type": "report.generate", "args": [], "options": {"queue": "reports"}, "overlap_policy": "allow"}),
+        );
+        let spec = spec.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spec.schedule.timezone(), "America/New_York");
+        assert_eq!(spec.overlap, OverlapPolicy::Allow);
+    }
+
+    #[test]
+    fn invalid_registrations_are_rejected() {
+        for bad in [
+            json!({"expression": "* * * * *", "job_template": {"type": "a"}}),
+            json!({"name": "Bad", "expression": "* * * * *", "job_template": {"type": "a"}}),
+            json!({"name": "a", "expression": "not a valid cron", "job_template": {"type": "a"}}),
+            json!({"name": "a", "expression": "99 25 32 13 8", "job_template": {"type": "a"}}),
+            json!({"name": "a", "expression": "* * * * *", "timezone": "Mars/Olympus", "job_template": {"type": "a"}}),
+            json!({"name": "a", "expression": "* * * * *", "job_template": {"type": "Bad Type"}}),
+            json!({"name": "a", "expression": "* * * * *", "overlap_policy": "sometimes", "job_template": {"type": "a"}}),
+        ] {
+            assert!(CronJob::from_json(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn occurrences_carry_the_cron_name() {
+        let c = CronJob::from_json(
+            json!({"name": "tick", "expression": "* * * * *", "job_template": {"type": "t.t", "meta": {"k": 1}}}),
+        );
+        let c = c.unwrap_or_else(|e| panic!("{e}"));
+        let job = c.job_for(&time::now()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(job.spec.meta.get("cron_name"), Some(&json!("tick")));
+        assert_eq!(job.spec.meta.get("k"), Some(&json!(1)));
+    }
+}

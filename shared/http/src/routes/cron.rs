@@ -1,0 +1,73 @@
+//! Cron registrations: register, list, remove.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{delete, get};
+use axum::Router;
+use ojs_core::cron_job::CronJob;
+use ojs_core::{time, OjsError};
+use ojs_store::StoreError;
+use serde_json::{json, Value};
+
+use super::queues::Page;
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/cron", get(list_crons).post(register_cron))
+        .route("/ojs/v1/cron/{name}", delete(delete_cron))
+}
+
+async fn register_cron(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let cron = CronJob::from_json(body)?;
+    let (entry, created) = app.store.put_cron(&cron, time::now()).await?;
+    tracing::info!(cron = %cron.name, created, "cron registered");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(reply(status, json!({ "cron": entry.to_json() })))
+}
+
+async fn list_crons(
+    State(app): State<AppState>,
+    Query(page): Query<Page>,
+) -> Result<Response, ApiError> {
+    let (limit, offset) = page.parse()?;
+    let all = app.store.list_crons().await?;
+    let total = all.len();
+    let crons: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|e| e.to_json())
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "crons": crons,
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total},
+        }),
+    ))
+}
+
+async fn delete_cron(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let entry = app.store.delete_cron(&name).await.map_err(|e| match e {
+        StoreError::NotFound => {
+            ApiError(OjsError::not_found(format!("no cron job named {name:?}")))
+        }
+        other => other.into(),
+    })?;
+    Ok(reply(StatusCode::OK, json!({ "cron": entry.to_json() })))
+}

@@ -1,0 +1,384 @@
+//! Cron registrations and their firing. Each registration is one item in the `CRON`
+//! partition; while enabled it also sits in the `due` index (`DUE#~cron`, sorted by next
+//! fire time), so a sweep finds due schedules with one Query. An occurrence is fired by a
+//! single transaction that advances the registration (condition: the version read) and
+//! creates the job: two sweeps racing on the same fire time produce exactly one job.
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{
+    Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
+};
+use ojs_core::cron_job::{self, CronJob, OverlapPolicy};
+use ojs_core::event::{Event, EventKind};
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{Job, JobState};
+use serde_json::Value;
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{self, n, s, ts, Item};
+use crate::keys;
+use crate::schema::DUE_INDEX;
+use crate::usage::Kind;
+use crate::Store;
+
+/// A registration with its system-managed state.
+#[derive(Debug, Clone)]
+pub struct CronEntry {
+    /// The registration.
+    pub cron: CronJob,
+    /// When it was registered.
+    pub created_at: String,
+    /// Next occurrence (None when it never fires again).
+    pub next_run_at: Option<Timestamp>,
+    /// Last occurrence that fired or was skipped.
+    pub last_run_at: Option<String>,
+    /// Occurrences fired.
+    pub run_count: u64,
+    /// The job of the last fired occurrence.
+    pub last_job_id: Option<String>,
+    version: u64,
+}
+
+impl CronEntry {
+    /// The JSON view.
+    pub fn to_json(&self) -> Value {
+        cron_job::view(
+            &self.cron,
+            &self.created_at,
+            self.next_run_at.as_ref(),
+            self.last_run_at.as_deref(),
+            self.run_count,
+        )
+    }
+}
+
+fn cron_key(name: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(keys::CRON_PK)),
+        ("sk".to_owned(), s(keys::cron_sk(name))),
+    ])
+}
+
+fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
+    let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let num = |k: &str| {
+        item.get(k)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    let doc: Value = get("doc")
+        .and_then(|raw| serde_json::from_str(&raw).ok())
+        .ok_or_else(|| StoreError::Corrupt("cron item without doc".into()))?;
+    let cron = CronJob::from_json(doc).map_err(|e| StoreError::Corrupt(e.message))?;
+    Ok(CronEntry {
+        cron,
+        created_at: get("created_at").unwrap_or_default(),
+        next_run_at: num("next_run_us").and_then(time::from_micros),
+        last_run_at: get("last_run_at"),
+        run_count: num("run_count")
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0),
+        last_job_id: get("last_job_id"),
+        version: num("version")
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0),
+    })
+}
+
+impl Store {
+    /// Registers (or replaces) a cron job. Returns the entry and whether it was new.
+    pub async fn put_cron(
+        &self,
+        cron: &CronJob,
+        now: Timestamp,
+    ) -> Result<(CronEntry, bool), StoreError> {
+        let next = cron.schedule.next_after(now);
+        let mut item = cron_key(&cron.name);
+        item.insert("doc".into(), s(Value::Object(cron.to_json()).to_string()));
+        item.insert("name".into(), s(cron.name.clone()));
+        item.insert("created_at".into(), ts(&now));
+        item.insert("run_count".into(), n(0));
+        item.insert("version".into(), n(1));
+        if let Some(next) = &next {
+            item.insert("next_run_us".into(), n(next.timestamp_micros()));
+            if cron.enabled {
+                item.insert("gsi2pk".into(), s(keys::CRON_DUE_PK));
+                item.insert("gsi2sk".into(), s(keys::cron_due_sk(next, &cron.name)));
+            }
+        }
+        let out = self
+            .client
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .return_values(ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Write, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        let created = out.attributes().is_none_or(|a| a.is_empty());
+        if let (Some(next), true) = (next, cron.enabled) {
+            let target = crate::timer::TimerTarget::Cron {
+                name: cron.name.clone(),
+            };
+            self.arm_timer(vec![(target, next)]).await;
+        }
+        let entry = CronEntry {
+            cron: cron.clone(),
+            created_at: time::format(&now),
+            next_run_at: next,
+            last_run_at: None,
+            run_count: 0,
+            last_job_id: None,
+            version: 1,
+        };
+        Ok((entry, created))
+    }
+
+    /// Every registration, sorted by name.
+    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(keys::CRON_PK))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            for i in out.items() {
+                entries.push(entry_from_item(i)?);
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(entries);
+            }
+        }
+    }
+
+    /// Removes a registration; NotFound when there is none.
+    pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table())
+            .set_key(Some(cron_key(name)))
+            .return_values(ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Write, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        out.attributes()
+            .filter(|a| !a.is_empty())
+            .map(entry_from_item)
+            .transpose()?
+            .ok_or(StoreError::NotFound)
+    }
+
+    async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(cron_key(name)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        out.item().map(entry_from_item).transpose()
+    }
+
+    /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
+    /// registration, as the spec requires). Returns how many jobs were enqueued.
+    pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(self.table())
+            .index_name(DUE_INDEX.name)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+            .expression_attribute_values(":pk", s(keys::CRON_DUE_PK))
+            .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
+            .limit(100)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        let mut fired = 0;
+        for i in out.items() {
+            let Some(name) = i
+                .get("sk")
+                .and_then(|v| v.as_s().ok())
+                .and_then(|sk| sk.strip_prefix("C#"))
+            else {
+                continue;
+            };
+            let Some(entry) = self.get_cron(name).await? else {
+                continue;
+            };
+            if self.fire(&entry, now).await? {
+                fired += 1;
+            }
+        }
+        Ok(fired)
+    }
+
+    /// Fires the named registration's occurrence if it is due (the timer's entry point).
+    pub(crate) async fn fire_cron(&self, name: &str, now: Timestamp) -> Result<bool, StoreError> {
+        match self.get_cron(name).await? {
+            Some(entry) => self.fire(&entry, now).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Fires (or skips) one due occurrence. `true` when a job was enqueued.
+    async fn fire(&self, entry: &CronEntry, now: Timestamp) -> Result<bool, StoreError> {
+        let Some(due) = entry.next_run_at.filter(|t| *t <= now) else {
+            return Ok(false);
+        };
+        let next = entry.cron.schedule.next_after(now);
+        let previous_running = match &entry.last_job_id {
+            Some(id) => match ojs_core::JobId::parse(id) {
+                Ok(id) => self
+                    .get_job(&id)
+                    .await?
+                    .filter(|j| !j.status.state.is_terminal()),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let enqueue = match (entry.cron.overlap, &previous_running) {
+            (OverlapPolicy::Skip, Some(_)) => false,
+            (OverlapPolicy::CancelPrevious, Some(prev)) => {
+                match self.cancel_job(&prev.id, now).await {
+                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
+                    Err(e) => return Err(e),
+                }
+                true
+            }
+            _ => true,
+        };
+        let job = if enqueue {
+            let new = entry
+                .cron
+                .job_for(&due)
+                .map_err(|e| StoreError::Corrupt(e.message))?;
+            Some(Job::enqueue(new, now))
+        } else {
+            None
+        };
+        // Advance the registration under the version read; with the job in the same
+        // transaction, a concurrent sweep can never fire this occurrence twice.
+        let mut set = vec!["last_run_at = :now", "version = version + :one"];
+        let mut remove = Vec::new();
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(cron_key(&entry.cron.name)))
+            .condition_expression("version = :version")
+            .expression_attribute_values(":version", n(entry.version))
+            .expression_attribute_values(":now", ts(&due))
+            .expression_attribute_values(":one", n(1));
+        match &next {
+            Some(next) => {
+                set.extend(["next_run_us = :next", "gsi2sk = :duesk"]);
+                update = update
+                    .expression_attribute_values(":next", n(next.timestamp_micros()))
+                    .expression_attribute_values(
+                        ":duesk",
+                        s(keys::cron_due_sk(next, &entry.cron.name)),
+                    );
+            }
+            None => remove.extend(["next_run_us", "gsi2pk", "gsi2sk"]),
+        }
+        if let Some(job) = &job {
+            set.extend(["run_count = run_count + :one", "last_job_id = :job"]);
+            update = update.expression_attribute_values(":job", s(job.id.to_string()));
+        }
+        let mut expr = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expr.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let update = update
+            .update_expression(expr)
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        if let Some(job) = &job {
+            self.register_queue(job.spec.queue.as_str()).await?;
+            let put = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(item::job_to_item(job)))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+        }
+        match tx.send().await {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                let cancelled =
+                    e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
+                if cancelled {
+                    // Another sweep fired (or the registration changed) first.
+                    return Ok(false);
+                }
+                return Err(StoreError::from_sdk(e));
+            }
+        }
+        if let Some(next) = next {
+            let target = crate::timer::TimerTarget::Cron {
+                name: entry.cron.name.clone(),
+            };
+            self.arm_timer(vec![(target, next)]).await;
+        }
+        let source = "ojs://ojs-serverless/cron";
+        match &job {
+            Some(job) => {
+                let kind = if job.status.state == JobState::Scheduled {
+                    EventKind::Scheduled
+                } else {
+                    EventKind::Enqueued
+                };
+                self.emit(&[Event::for_job(kind, job, &now, source)]).await;
+            }
+            None => {
+                tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")
+            }
+        }
+        Ok(job.is_some())
+    }
+}

@@ -1,0 +1,159 @@
+//! Level 2 behaviour: the SQS timer, cron registration and firing (idempotent, overlap
+//! policies), delayed jobs and expiry.
+
+use std::time::Duration;
+
+use chrono::DateTime;
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn id_of(reply: &ojs_tests::Reply) -> String {
+    reply.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn at(v: &Value) -> i64 {
+    DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default())
+        .map_or(i64::MIN, |t| t.timestamp_millis())
+}
+
+/// No FETCH, no INFO, no sweep: only the timer queue moves the job, within its second.
+#[tokio::test]
+async fn the_timer_promotes_a_delayed_job_at_its_second() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_timer().await?;
+    let pushed = app.push(json!({"type": "t.job", "args": [], "options": {"queue": "timed", "scheduled_at": "+PT2S"}})).await?;
+    assert_eq!(pushed.body["job"]["state"], "scheduled");
+    let id = ojs_core::JobId::parse(&id_of(&pushed))?;
+    let mut promoted = None;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(job) = app.store.get_job(&id).await? {
+            if job.status.state == ojs_core::JobState::Available {
+                promoted = Some(job.to_json());
+                break;
+            }
+        }
+    }
+    let job = promoted.ok_or_else(|| anyhow::anyhow!("the timer never promoted the job"))?;
+    let late = at(&job["enqueued_at"]) - at(&job["scheduled_at"]);
+    assert!(
+        (0..1500).contains(&late),
+        "promoted {late} ms after its time"
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn cron_registrations_are_validated_listed_and_removed() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let created = app
+        .call(Method::POST, "/ojs/v1/cron", Some(json!({"name": "tz-report", "expression": "0 9 * * *",
+            "timezone": "America/New_York", "job_template": {"type": "report.daily", "args": [1]}})))
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    assert_eq!(created.body["cron"]["timezone"], "America/New_York");
+    let next = at(&created.body["cron"]["next_run_at"]);
+    let hour_utc = DateTime::from_timestamp_millis(next).map(|t| t.format("%H:%M").to_string());
+    assert!(
+        matches!(hour_utc.as_deref(), Some("13:00" | "14:00")),
+        "9:00 New York is 13:00 or 14:00 UTC, got {hour_utc:?}"
+    );
+    let again = app
+        .call(
+            Method::POST,
+            "/ojs/v1/cron",
+            Some(json!({"name": "tz-report", "cron": "@hourly", "type": "report.daily"})),
+        )
+        .await?;
+    assert_eq!(again.status, 200, "re-registering replaces");
+    assert_eq!(again.body["cron"]["expression"], "@hourly");
+    for bad in [
+        json!({"name": "x", "expression": "not a valid cron", "job_template": {"type": "a"}}),
+        json!({"name": "x", "expression": "99 25 32 13 8", "job_template": {"type": "a"}}),
+        json!({"name": "x", "expression": "* * * * *", "timezone": "Nowhere/Special", "job_template": {"type": "a"}}),
+        json!({"name": "Bad Name", "expression": "* * * * *", "job_template": {"type": "a"}}),
+    ] {
+        let r = app
+            .call(Method::POST, "/ojs/v1/cron", Some(bad.clone()))
+            .await?;
+        assert!(matches!(r.status, 400 | 422), "{bad} -> {}", r.status);
+    }
+    let list = app.call(Method::GET, "/ojs/v1/cron", None).await?;
+    assert_eq!(list.body["crons"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        app.call(Method::DELETE, "/ojs/v1/cron/tz-report", None)
+            .await?
+            .status,
+        200
+    );
+    assert_eq!(
+        app.call(Method::DELETE, "/ojs/v1/cron/tz-report", None)
+            .await?
+            .status,
+        404
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+async fn queued(app: &TestApp, queue: &str) -> anyhow::Result<Vec<Value>> {
+    let r = app
+        .fetch(json!({"queues": [queue], "count": 100, "visibility_timeout_ms": 600000}))
+        .await?;
+    Ok(r.body["jobs"].as_array().cloned().unwrap_or_default())
+}
+
+/// Sixteen sweeps racing on the same occurrence enqueue exactly one job; the overlap
+/// policy `skip` then holds the next occurrence back while that job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/cron",
+            Some(json!({"name": "every-minute", "expression": "* * * * *",
+            "job_template": {"type": "tick.tock", "args": [], "options": {"queue": "ticks"}}})),
+        )
+        .await?;
+    let first =
+        DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
+            .to_utc();
+    let racers: Vec<_> = (0..16)
+        .map(|_| {
+            let store = app.store.clone();
+            tokio::spawn(async move { store.fire_due_crons(first).await })
+        })
+        .collect();
+    let mut fired = 0;
+    for r in racers {
+        fired += r.await??;
+    }
+    assert_eq!(fired, 1, "one occurrence, one job");
+    let jobs = queued(&app, "ticks").await?;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["meta"]["cron_name"], "every-minute");
+    let job_id = jobs[0]["id"].as_str().unwrap_or_default().to_owned();
+
+    // The job is still running at the next occurrence: skipped.
+    let second = first + chrono::Duration::minutes(1);
+    assert_eq!(app.store.fire_due_crons(second).await?, 0);
+    assert!(queued(&app, "ticks").await?.is_empty());
+    let cron = app.call(Method::GET, "/ojs/v1/cron", None).await?.body;
+    assert_eq!(
+        at(&cron["crons"][0]["next_run_at"]),
+        (second + chrono::Duration::minutes(1)).timestamp_millis()
+    );
+
+    // Once it finished, the following occurrence fires again.
+    app.ack(json!({"job_id": job_id})).await?;
+    let third = second + chrono::Duration::minutes(1);
+    assert_eq!(app.store.fire_due_crons(third).await?, 1);
+    assert_eq!(queued(&app, "ticks").await?.len(), 1);
+    app.teardown().await;
+    Ok(())
+}

@@ -157,3 +157,32 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     app.teardown().await;
     Ok(())
 }
+
+/// An expired job is discarded by the sweep alone (no FETCH, no INFO), never delivered,
+/// and keeps `completed_at` unset since it never ran.
+#[tokio::test]
+async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let pushed = app
+        .push(json!({"type": "x.job", "args": [], "options": {"queue": "expiring", "expires_at": "+PT0.3S"}}))
+        .await?;
+    let id = ojs_core::JobId::parse(&id_of(&pushed))?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let report = app.store.sweep(ojs_core::time::now()).await?;
+    assert_eq!(report.moved, 1, "{report:?}");
+    let job = app
+        .store
+        .get_job(&id)
+        .await?
+        .map(|j| j.to_json())
+        .unwrap_or_default();
+    assert_eq!(job["state"], "discarded");
+    assert_eq!(job["error"]["type"], "expired");
+    assert!(job.get("completed_at").is_none());
+    assert_eq!(
+        app.fetch(json!({"queues": ["expiring"]})).await?.body["jobs"],
+        json!([])
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -282,9 +282,9 @@ impl Store {
             JobState::Scheduled | JobState::Retryable => {
                 req.update_expression(format!("SET {set} REMOVE gsi2pk, gsi2sk, next_attempt_at"))
             }
-            JobState::Active => {
-                // The lease or the execution deadline passed: read the job to apply its
-                // retry policy, then write under the version read.
+            JobState::Active | JobState::Available => {
+                // A lease, an execution deadline or an expiry passed: read the job to
+                // apply its policy, then write under the version read.
                 let Some(job) = self.get_job(&id).await? else {
                     return Ok(None);
                 };
@@ -293,7 +293,10 @@ impl Store {
             _ => return Ok(None),
         };
         match self.finish_update(req.send().await) {
-            Ok(job) => Ok(Some(job)),
+            Ok(job) => {
+                self.watch_expiry(&job).await?;
+                Ok(Some(job))
+            }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }

@@ -195,6 +195,7 @@ impl Store {
             .send()
             .await;
         let job = self.finish_update(out)?;
+        self.watch_expiry(&job).await?;
         let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
         self.emit(&[e]).await;
         Ok(job)

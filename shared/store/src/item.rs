@@ -80,6 +80,14 @@ pub(crate) fn job_to_item(job: &Job) -> Item {
                 "gsi1sk".into(),
                 s(keys::ready_sk(job.spec.priority, &at, &job.id)),
             );
+            // The sweep discards it at its expiry even if nobody fetches the queue.
+            if let Some(expires) = &job.spec.expires_at {
+                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue)));
+                item.insert(
+                    "gsi2sk".into(),
+                    s(keys::due_sk(expires, job.spec.priority, &job.id)),
+                );
+            }
         }
         JobState::Scheduled => {
             if let Some(at) = &job.spec.scheduled_at {

@@ -118,6 +118,9 @@ impl Store {
             }
         };
         let updated = self.finish_update(req.send().await)?;
+        if outcome == FailureOutcome::Requeue {
+            self.watch_expiry(&updated).await?;
+        }
         if let (FailureOutcome::Retry(_), Some(next)) = (outcome, updated.status.next_attempt_at) {
             let target = crate::timer::TimerTarget::Job {
                 job_id: updated.id.to_string(),
@@ -212,6 +215,7 @@ impl Store {
             .send()
             .await;
         let promoted = self.finish_update(out)?;
+        self.watch_expiry(&promoted).await?;
         let e = Event::for_job(
             EventKind::Enqueued,
             &promoted,
@@ -220,6 +224,37 @@ impl Store {
         );
         self.emit(&[e]).await;
         Ok(promoted)
+    }
+
+    /// Puts an available job with an `expires_at` into the due index at that time, so the
+    /// sweep discards it even if nobody fetches its queue (one extra write, only for jobs
+    /// that have an expiry and came back to `available` by promotion or requeue).
+    pub(crate) async fn watch_expiry(&self, job: &Job) -> Result<(), StoreError> {
+        let Some(expires) = job
+            .spec
+            .expires_at
+            .filter(|_| job.status.state == JobState::Available)
+        else {
+            return Ok(());
+        };
+        let out = self
+            .update(&job.id)
+            .update_expression("SET gsi2pk = :duepk, gsi2sk = :duesk")
+            .condition_expression("#state = :available AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+            .expression_attribute_values(
+                ":duesk",
+                s(keys::due_sk(&expires, job.spec.priority, &job.id)),
+            )
+            .send()
+            .await;
+        match self.finish_update(out) {
+            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Discards a job that has not started and whose `expires_at` has passed: it is never

@@ -30,6 +30,8 @@ const SYSTEM_MANAGED: &[&str] = &[
     "next_attempt_at",
     "retry_delay_ms",
     "dead_letter",
+    "workflow_id",
+    "parent_results",
     "result",
     "error",
     "errors",
@@ -105,6 +107,10 @@ pub struct JobStatus {
     pub deadline: Option<Timestamp>,
     /// Whether the job was discarded into the dead letter queue.
     pub dead_letter: bool,
+    /// The workflow the job is a step of.
+    pub workflow_id: Option<String>,
+    /// Results of the steps it depended on, in completion order.
+    pub parent_results: Vec<Value>,
     /// The worker holding the lease.
     pub worker_id: Option<String>,
     /// When the worker's lease ends.
@@ -406,6 +412,8 @@ impl Job {
                 retry_delay_ms: None,
                 deadline: None,
                 dead_letter: false,
+                workflow_id: None,
+                parent_results: Vec::new(),
                 worker_id: None,
                 lease_until: None,
                 result: None,
@@ -448,6 +456,15 @@ impl Job {
         }
         if s.dead_letter {
             out.insert("dead_letter".into(), true.into());
+        }
+        if let Some(w) = &s.workflow_id {
+            out.insert("workflow_id".into(), w.clone().into());
+        }
+        if !s.parent_results.is_empty() {
+            out.insert(
+                "parent_results".into(),
+                Value::Array(s.parent_results.clone()),
+            );
         }
         if let Some(r) = &s.result {
             out.insert("result".into(), r.clone());

@@ -19,6 +19,7 @@ pub mod retry;
 pub mod state;
 pub mod time;
 pub mod validate;
+pub mod workflow;
 
 pub use error::{ErrorCode, OjsError};
 pub use ids::{JobId, JobType, QueueName};

@@ -31,17 +31,20 @@ pub enum Group {
     DeadLetter,
     /// `/ojs/v1/cron...`
     Cron,
+    /// `/ojs/v1/workflows...`
+    Workflows,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 6] = [
+    pub const ALL: [Group; 7] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
         Group::System,
         Group::DeadLetter,
         Group::Cron,
+        Group::Workflows,
     ];
 }
 
@@ -107,6 +110,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::System => routes::system::router(),
             Group::DeadLetter => routes::dead_letter::router(),
             Group::Cron => routes::cron::router(),
+            Group::Workflows => routes::workflows::router(),
         });
     }
     layer::wrap(router.with_state(state))

@@ -155,6 +155,18 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
             .collect::<Result<Vec<Value>, _>>()?,
         None => Vec::new(),
     };
+    let parent_results = match item.get("parent_results").and_then(|v| v.as_l().ok()) {
+        Some(list) => list
+            .iter()
+            .map(|v| {
+                v.as_s()
+                    .ok()
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+                    .ok_or_else(|| corrupt("parent_results entry"))
+            })
+            .collect::<Result<Vec<Value>, _>>()?,
+        None => Vec::new(),
+    };
     let status = JobStatus {
         state: state_of(item).ok_or_else(|| corrupt("state"))?,
         attempt: get_n(item, "attempt").ok_or_else(|| corrupt("attempt"))?,
@@ -168,6 +180,8 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         retry_delay_ms: get_n(item, "retry_delay_ms"),
         deadline: get_n::<i64>(item, "deadline_us").and_then(time::from_micros),
         dead_letter: item.get("gsi3pk").is_some_and(|v| v.as_s().is_ok()),
+        workflow_id: get_s(item, "wf_id").map(str::to_owned),
+        parent_results,
         worker_id: get_s(item, "worker_id").map(str::to_owned),
         lease_until: get_n::<i64>(item, "lease_until").and_then(time::from_micros),
         result: get_json(item, "result")?,

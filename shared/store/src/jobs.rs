@@ -15,6 +15,7 @@ use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json, n, s, ts, Item};
 use crate::settle::FailureOutcome;
 use crate::usage::Kind;
+use crate::workflow::StepOutcome;
 use crate::Store;
 
 /// An ACK.
@@ -100,8 +101,21 @@ impl Store {
         out.item().map(item::job_from_item).transpose()
     }
 
-    /// Cancels a non-terminal job in one conditional write.
+    /// Cancels a non-terminal job in one conditional write (and, for a workflow step,
+    /// tells its workflow).
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+        let job = self.cancel_job_quietly(id, now).await?;
+        self.advance_workflow(&job, StepOutcome::Cancelled, now)
+            .await?;
+        Ok(job)
+    }
+
+    /// Cancels a job without feeding the cancellation back into its workflow.
+    pub(crate) async fn cancel_job_quietly(
+        &self,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
         let sources = JobState::sources(Transition::Cancel);
         let placeholders: Vec<String> = (0..sources.len()).map(|i| format!(":s{i}")).collect();
         let mut req = self
@@ -179,6 +193,8 @@ impl Store {
             "ojs://ojs-serverless/workers",
         )])
         .await;
+        self.advance_workflow(&job, StepOutcome::Completed, now)
+            .await?;
         Ok(job)
     }
 

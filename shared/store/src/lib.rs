@@ -19,6 +19,7 @@ mod table;
 mod timer;
 mod usage;
 mod workers;
+mod workflow;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,7 @@ pub use settle::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use usage::{Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
+pub use workflow::StepOutcome;
 
 /// Store settings, read once per cold start.
 #[derive(Debug, Clone)]

@@ -132,6 +132,10 @@ impl Store {
             .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
             .collect();
         self.emit(&events).await;
+        if matches!(outcome, FailureOutcome::GiveUp(_)) {
+            self.advance_workflow(&updated, crate::workflow::StepOutcome::Failed, now)
+                .await?;
+        }
         Ok(updated)
     }
 
@@ -287,6 +291,8 @@ impl Store {
             "ojs://ojs-serverless/api",
         );
         self.emit(&[e]).await;
+        self.advance_workflow(&expired, crate::workflow::StepOutcome::Failed, now)
+            .await?;
         Ok(expired)
     }
 

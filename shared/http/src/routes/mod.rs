@@ -6,6 +6,7 @@ pub(crate) mod jobs;
 pub(crate) mod queues;
 pub(crate) mod system;
 pub(crate) mod workers;
+pub(crate) mod workflows;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

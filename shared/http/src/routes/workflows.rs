@@ -1,0 +1,77 @@
+//! Workflows: create, inspect, cancel.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use ojs_core::workflow::WorkflowSpec;
+use ojs_core::{time, OjsError};
+use ojs_store::StoreError;
+use serde_json::json;
+
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/workflows", post(create_workflow))
+        .route(
+            "/ojs/v1/workflows/{id}",
+            get(get_workflow).delete(cancel_workflow),
+        )
+}
+
+fn workflow_id(raw: &str) -> Result<String, ApiError> {
+    uuid::Uuid::parse_str(raw)
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| {
+            ApiError(OjsError::invalid_request(format!(
+                "{raw:?} is not a workflow id"
+            )))
+        })
+}
+
+fn not_found(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::NotFound => ApiError(OjsError::not_found(format!("workflow {id} not found"))),
+        StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
+            "workflow {id} has already finished"
+        ))),
+        other => other.into(),
+    }
+}
+
+async fn create_workflow(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let spec = WorkflowSpec::from_json(body)?;
+    let workflow = app.store.create_workflow(&spec, time::now()).await?;
+    tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
+    Ok(reply(StatusCode::CREATED, json!({ "workflow": workflow })))
+}
+
+async fn get_workflow(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = workflow_id(&id)?;
+    let workflow = app.store.get_workflow(&id).await.map_err(not_found(&id))?;
+    Ok(reply(StatusCode::OK, json!({ "workflow": workflow })))
+}
+
+async fn cancel_workflow(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = workflow_id(&id)?;
+    let workflow = app
+        .store
+        .cancel_workflow(&id, time::now())
+        .await
+        .map_err(not_found(&id))?;
+    Ok(reply(StatusCode::OK, json!({ "workflow": workflow })))
+}

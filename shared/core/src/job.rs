@@ -254,7 +254,10 @@ impl NewJob {
         };
         let unique = match take(&["unique"]) {
             None => None,
-            Some((_, v @ Value::Object(_))) => Some(v),
+            Some((_, v @ Value::Object(_))) => {
+                crate::unique::UniquePolicy::from_json(&v)?;
+                Some(v)
+            }
             Some((p, _)) => {
                 return Err(OjsError::invalid_request("unique must be an object").with_path(&p))
             }

@@ -16,8 +16,10 @@ pub mod failure;
 pub mod ids;
 pub mod job;
 pub mod retry;
+pub mod schema_registry;
 pub mod state;
 pub mod time;
+pub mod unique;
 pub mod validate;
 pub mod workflow;
 

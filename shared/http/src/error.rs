@@ -33,6 +33,11 @@ impl From<StoreError> for ApiError {
             StoreError::Duplicate => {
                 OjsError::new(ErrorCode::Duplicate, "a job with this id already exists")
             }
+            StoreError::UniqueConflict { existing } => OjsError::new(
+                ErrorCode::Duplicate,
+                format!("a job with the same uniqueness key exists: {existing}"),
+            )
+            .with_detail("existing_job_id", existing),
             StoreError::Throttled(cause) => {
                 tracing::warn!(%cause, "storage throttled");
                 OjsError::new(

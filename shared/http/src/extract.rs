@@ -13,13 +13,33 @@ use crate::error::ApiError;
 /// Media types accepted for request bodies.
 const ACCEPTED: &[&str] = &["application/openjobspec+json", "application/json"];
 
-/// A JSON request body of at most 1 MiB.
+/// A JSON request body of at most 1 MiB (one envelope).
 pub struct JsonBody(pub Value);
+
+/// A JSON request body of at most [`MAX_BATCH_BYTES`] (a batch of envelopes).
+pub struct BatchBody(pub Value);
+
+/// Largest batch body: what a Lambda function can receive (6 MB) less headroom.
+pub const MAX_BATCH_BYTES: usize = 5 * 1024 * 1024;
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
+        read_json(req, MAX_ENVELOPE_BYTES).await.map(Self)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for BatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
+        read_json(req, MAX_BATCH_BYTES).await.map(Self)
+    }
+}
+
+async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> {
+    {
         if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
             let essence = ct
                 .to_str()
@@ -42,7 +62,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         let too_large = || {
             OjsError::new(
                 ErrorCode::EnvelopeTooLarge,
-                format!("request body exceeds {MAX_ENVELOPE_BYTES} bytes"),
+                format!("request body exceeds {limit} bytes"),
             )
         };
         if let Some(len) = req
@@ -51,11 +71,11 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok())
         {
-            if len > MAX_ENVELOPE_BYTES {
+            if len > limit {
                 return Err(too_large().into());
             }
         }
-        let bytes = axum::body::to_bytes(req.into_body(), MAX_ENVELOPE_BYTES)
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| too_large())?;
         let value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -64,6 +84,6 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 format!("request body is not valid JSON: {e}"),
             )
         })?;
-        Ok(Self(value))
+        Ok(value)
     }
 }

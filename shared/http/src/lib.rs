@@ -33,11 +33,13 @@ pub enum Group {
     Cron,
     /// `/ojs/v1/workflows...`
     Workflows,
+    /// `/ojs/v1/schemas...`
+    Schemas,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 7] = [
+    pub const ALL: [Group; 8] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
@@ -45,6 +47,7 @@ impl Group {
         Group::DeadLetter,
         Group::Cron,
         Group::Workflows,
+        Group::Schemas,
     ];
 }
 
@@ -111,6 +114,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::DeadLetter => routes::dead_letter::router(),
             Group::Cron => routes::cron::router(),
             Group::Workflows => routes::workflows::router(),
+            Group::Schemas => routes::schemas::router(),
         });
     }
     layer::wrap(router.with_state(state))

@@ -55,9 +55,13 @@ impl Store {
     /// then FIFO. Never returns a job that another worker holds.
     pub async fn fetch(&self, req: &FetchRequest, now: Timestamp) -> Result<Vec<Job>, StoreError> {
         let mut claimed = Vec::new();
+        let paused = self.paused_queues(&req.queues).await?;
         for queue in &req.queues {
             if claimed.len() >= req.count {
                 break;
+            }
+            if paused.iter().any(|p| p == queue.as_str()) {
+                continue;
             }
             self.promote_due(queue, now).await?;
             for _ in 0..CLAIM_ROUNDS {

@@ -18,6 +18,12 @@ pub enum StoreError {
     /// An item with this key already exists.
     #[error("duplicate")]
     Duplicate,
+    /// A live job holds the uniqueness key.
+    #[error("unique key held by job {existing}")]
+    UniqueConflict {
+        /// The job holding the key.
+        existing: String,
+    },
     /// DynamoDB throttled the request after the SDK's retries.
     #[error("throttled: {0}")]
     Throttled(String),

@@ -14,9 +14,11 @@ use serde_json::Value;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json, n, s, ts, Item};
 use crate::settle::FailureOutcome;
+use crate::unique::PushOutcome;
 use crate::usage::Kind;
 use crate::workflow::StepOutcome;
 use crate::Store;
+use ojs_core::unique::UniquePolicy;
 
 /// An ACK.
 #[derive(Debug, Clone)]
@@ -38,8 +40,21 @@ pub struct FailOutcome {
 
 impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
-    pub async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+    pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         self.register_queue(job.spec.queue.as_str()).await?;
+        let policy = match &job.spec.unique {
+            Some(u) => {
+                Some(UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?)
+            }
+            None => None,
+        };
+        if let Some(policy) = policy {
+            let outcome = self.put_unique(job, &policy, job.status.created_at).await?;
+            if let PushOutcome::Created = outcome {
+                self.after_push(job).await;
+            }
+            return Ok(outcome);
+        }
         let out = self
             .client
             .put_item()
@@ -52,24 +67,8 @@ impl Store {
         match out {
             Ok(out) => {
                 self.usage.record(Kind::Write, out.consumed_capacity());
-                let kind = match job.status.state {
-                    JobState::Scheduled => EventKind::Scheduled,
-                    _ => EventKind::Enqueued,
-                };
-                if let (JobState::Scheduled, Some(at)) = (job.status.state, job.spec.scheduled_at) {
-                    let target = crate::timer::TimerTarget::Job {
-                        job_id: job.id.to_string(),
-                    };
-                    self.arm_timer(vec![(target, at)]).await;
-                }
-                self.emit(&[Event::for_job(
-                    kind,
-                    job,
-                    &job.status.created_at,
-                    "ojs://ojs-serverless/api",
-                )])
-                .await;
-                Ok(())
+                self.after_push(job).await;
+                Ok(PushOutcome::Created)
             }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
@@ -80,6 +79,27 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Timer and event of a stored job.
+    pub(crate) async fn after_push(&self, job: &Job) {
+        let kind = match job.status.state {
+            JobState::Scheduled => EventKind::Scheduled,
+            _ => EventKind::Enqueued,
+        };
+        if let (JobState::Scheduled, Some(at)) = (job.status.state, job.spec.scheduled_at) {
+            let target = crate::timer::TimerTarget::Job {
+                job_id: job.id.to_string(),
+            };
+            self.arm_timer(vec![(target, at)]).await;
+        }
+        self.emit(&[Event::for_job(
+            kind,
+            job,
+            &job.status.created_at,
+            "ojs://ojs-serverless/api",
+        )])
+        .await;
     }
 
     /// Reads a job with a strongly consistent read.
@@ -142,6 +162,8 @@ impl Store {
             "ojs://ojs-serverless/api",
         )])
         .await;
+        self.count_terminal(job.spec.queue.as_str(), JobState::Cancelled)
+            .await;
         Ok(job)
     }
 
@@ -193,6 +215,8 @@ impl Store {
             "ojs://ojs-serverless/workers",
         )])
         .await;
+        self.count_terminal(job.spec.queue.as_str(), JobState::Completed)
+            .await;
         self.advance_workflow(&job, StepOutcome::Completed, now)
             .await?;
         Ok(job)

@@ -20,6 +20,12 @@ pub(crate) fn queue_sk(queue: &str) -> String {
     format!("Q#{queue}")
 }
 
+/// Sort key of a queue's terminal-state counters (`~` sorts after every queue item, and
+/// `#` cannot appear in a queue name).
+pub(crate) fn queue_counts_sk(queue: &str) -> String {
+    format!("~COUNTS#{queue}")
+}
+
 /// Ready-index partition of a queue.
 pub(crate) fn ready_pk(queue: &QueueName) -> String {
     format!("READY#{queue}")

@@ -4,6 +4,7 @@
 //! read-modify-write paths, the version). A failed condition is a typed
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
+mod batch;
 mod claim;
 mod cron;
 mod dead_letter;
@@ -14,9 +15,11 @@ mod jobs;
 mod keys;
 mod queues;
 pub mod schema;
+mod schemas;
 mod settle;
 mod table;
 mod timer;
+mod unique;
 mod usage;
 mod workers;
 mod workflow;
@@ -25,15 +28,18 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use batch::BatchError;
 pub use claim::FetchRequest;
 pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome};
-pub use queues::QueueInfo;
+pub use queues::{QueueInfo, QueueStats};
+pub use schemas::{SchemaEntry, SchemaPut};
 pub use settle::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
+pub use unique::PushOutcome;
 pub use usage::{Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;

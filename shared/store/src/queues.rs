@@ -100,3 +100,232 @@ impl Store {
         Ok(queues)
     }
 }
+
+/// Per-queue job counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Ready to fetch.
+    pub available: u64,
+    /// Waiting for their time.
+    pub scheduled: u64,
+    /// Waiting for a retry.
+    pub retryable: u64,
+    /// Being worked on.
+    pub active: u64,
+    /// Finished successfully (since the counter was created).
+    pub completed: u64,
+    /// Failed for good.
+    pub discarded: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl Store {
+    /// Pauses or resumes a queue (creating its registry item if the queue is new).
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<QueueInfo, StoreError> {
+        let now = time::now();
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(keys::queue_sk(queue)))
+            .update_expression("SET #name = :name, created_at = if_not_exists(created_at, :now), paused = :paused, paused_at = :now")
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":name", s(queue))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":paused", aws_sdk_dynamodb::types::AttributeValue::Bool(paused))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Write, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        if let Ok(mut set) = self.known_queues.lock() {
+            set.insert(queue.to_owned());
+        }
+        Ok(QueueInfo {
+            name: queue.to_owned(),
+            created_at: out
+                .attributes()
+                .and_then(|a| a.get("created_at"))
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default(),
+            paused,
+        })
+    }
+
+    /// The subset of `queues` that are paused (one BatchGetItem, eventually consistent:
+    /// a pause reaches every FETCH within about a second).
+    pub(crate) async fn paused_queues(
+        &self,
+        queues: &[ojs_core::QueueName],
+    ) -> Result<Vec<String>, StoreError> {
+        let keys: Vec<_> = queues
+            .iter()
+            .map(|q| {
+                std::collections::HashMap::from([
+                    ("pk".to_owned(), s(keys::QUEUES_PK)),
+                    ("sk".to_owned(), s(keys::queue_sk(q.as_str()))),
+                ])
+            })
+            .collect();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .projection_expression("#name, paused")
+            .expression_attribute_names("#name", "name")
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(self.table(), ka)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        Ok(out
+            .responses()
+            .and_then(|r| r.get(self.table()))
+            .into_iter()
+            .flatten()
+            .filter(|i| {
+                i.get("paused")
+                    .and_then(|v| v.as_bool().ok())
+                    .copied()
+                    .unwrap_or(false)
+            })
+            .filter_map(|i| i.get("name").and_then(|v| v.as_s().ok()).cloned())
+            .collect())
+    }
+
+    /// Counts for one queue: live states from the sparse indexes (a COUNT Query of the
+    /// ready index and a keys-and-state Query of the due index), terminal states from
+    /// atomic counters added by each terminal transition.
+    pub async fn queue_stats(&self, queue: &ojs_core::QueueName) -> Result<QueueStats, StoreError> {
+        let mut stats = QueueStats::default();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(crate::schema::READY_INDEX.name)
+                .key_condition_expression("gsi1pk = :pk")
+                .expression_attribute_values(":pk", s(keys::ready_pk(queue)))
+                .select(aws_sdk_dynamodb::types::Select::Count)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            stats.available += u64::try_from(out.count()).unwrap_or(0);
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(crate::schema::DUE_INDEX.name)
+                .key_condition_expression("gsi2pk = :pk")
+                .expression_attribute_values(":pk", s(keys::due_pk(queue)))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            for i in out.items() {
+                match i
+                    .get("state")
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                {
+                    Some("scheduled") => stats.scheduled += 1,
+                    Some("retryable") => stats.retryable += 1,
+                    Some("active") => stats.active += 1,
+                    // An available job with an expiry also sits in the due index; it was
+                    // counted from the ready index already.
+                    _ => {}
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(keys::queue_counts_sk(queue.as_str())))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        if let Some(item) = out.item() {
+            let get = |k: &str| {
+                item.get(k)
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            stats.completed = get("completed");
+            stats.discarded = get("discarded");
+            stats.cancelled = get("cancelled");
+        }
+        Ok(stats)
+    }
+
+    /// Counts a terminal transition (`ADD`, never read-modify-write). Best effort: a
+    /// failure is logged, the transition itself already happened.
+    pub(crate) async fn count_terminal(&self, queue: &str, state: ojs_core::JobState) {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(keys::queue_counts_sk(queue)))
+            .update_expression("ADD #state :one")
+            .expression_attribute_names("#state", state.as_str())
+            .expression_attribute_values(":one", crate::item::n(1))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                tracing::warn!(error = %StoreError::from_sdk(e), queue, "terminal counter not updated");
+            }
+        }
+    }
+}

@@ -133,6 +133,8 @@ impl Store {
             .collect();
         self.emit(&events).await;
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
+            self.count_terminal(updated.spec.queue.as_str(), JobState::Discarded)
+                .await;
             self.advance_workflow(&updated, crate::workflow::StepOutcome::Failed, now)
                 .await?;
         }
@@ -291,6 +293,8 @@ impl Store {
             "ojs://ojs-serverless/api",
         );
         self.emit(&[e]).await;
+        self.count_terminal(expired.spec.queue.as_str(), JobState::Discarded)
+            .await;
         self.advance_workflow(&expired, crate::workflow::StepOutcome::Failed, now)
             .await?;
         Ok(expired)

@@ -425,7 +425,11 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) => Ok(true),
+            Ok(job) => {
+                self.count_terminal(job.spec.queue.as_str(), JobState::Cancelled)
+                    .await;
+                Ok(true)
+            }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
             Err(e) => Err(e),
         }

@@ -10,12 +10,14 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{BatchBody, JsonBody};
 use crate::AppState;
+use ojs_store::PushOutcome;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/jobs", post(enqueue_job))
+        .route("/ojs/v1/jobs/batch", post(enqueue_batch))
         .route("/ojs/v1/jobs/{id}", get(get_job).delete(cancel_job))
 }
 
@@ -24,8 +26,12 @@ async fn enqueue_job(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let new = NewJob::from_json(body)?;
+    super::schemas::check_args(&app, &new).await?;
     let job = Job::enqueue(new, time::now());
-    app.store.put_job(&job).await?;
+    if let PushOutcome::Existing(existing) = app.store.put_job(&job).await? {
+        // on_conflict "ignore": the live duplicate answers for the new job.
+        return Ok(reply(StatusCode::OK, json!({ "job": existing.to_json() })));
+    }
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "job pushed");
     let mut res = reply(StatusCode::CREATED, json!({ "job": job.to_json() }));
     if let Ok(loc) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{}", job.id)) {
@@ -55,4 +61,79 @@ async fn cancel_job(
     let job = app.store.cancel_job(&id, time::now()).await?;
     tracing::info!(job_id = %job.id, "job cancelled");
     Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))
+}
+
+/// Most jobs one batch may carry.
+const MAX_BATCH: usize = 1000;
+
+/// `POST /ojs/v1/jobs/batch`: every job is validated first (any invalid job rejects the
+/// whole batch, with an error per index), then all are stored or none.
+async fn enqueue_batch(
+    State(app): State<AppState>,
+    BatchBody(body): BatchBody,
+) -> Result<Response, ApiError> {
+    let jobs = match body {
+        serde_json::Value::Object(mut o) => match o.remove("jobs") {
+            Some(serde_json::Value::Array(jobs)) if !jobs.is_empty() => jobs,
+            _ => {
+                return Err(OjsError::invalid_request("jobs must be a non-empty array")
+                    .with_path("$.jobs")
+                    .into())
+            }
+        },
+        serde_json::Value::Array(jobs) if !jobs.is_empty() => jobs,
+        _ => return Err(OjsError::invalid_request("the batch must be {\"jobs\": [...]}").into()),
+    };
+    if jobs.len() > MAX_BATCH {
+        return Err(OjsError::new(
+            ojs_core::ErrorCode::ValidationError,
+            format!("a batch holds at most {MAX_BATCH} jobs, got {}", jobs.len()),
+        )
+        .into());
+    }
+    let mut parsed = Vec::with_capacity(jobs.len());
+    let mut errors = Vec::new();
+    for (index, raw) in jobs.into_iter().enumerate() {
+        match NewJob::from_json(raw) {
+            Ok(new) => parsed.push(new),
+            Err(e) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
+        }
+    }
+    if !errors.is_empty() {
+        let first = errors[0]["message"].as_str().unwrap_or_default().to_owned();
+        return Err(OjsError::invalid_request(format!(
+            "{} of the batch's jobs are invalid (first: {first}); nothing was enqueued",
+            errors.len()
+        ))
+        .with_detail("errors", errors)
+        .into());
+    }
+    let now = time::now();
+    // Microsecond offsets keep the batch's order FIFO among equal priorities.
+    let jobs: Vec<Job> = parsed
+        .into_iter()
+        .enumerate()
+        .map(|(i, new)| {
+            Job::enqueue(
+                new,
+                now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0)),
+            )
+        })
+        .collect();
+    app.store.put_batch(&jobs).await.map_err(|e| match e {
+        ojs_store::BatchError::Conflict { index, .. } => ApiError(
+            OjsError::new(
+                ojs_core::ErrorCode::Duplicate,
+                format!("job {index} duplicates an existing job (same id or unique key); nothing was enqueued"),
+            )
+            .with_detail("index", index),
+        ),
+        ojs_store::BatchError::Store(e) => e.into(),
+    })?;
+    tracing::info!(count = jobs.len(), "batch pushed");
+    let out: Vec<serde_json::Value> = jobs.iter().map(Job::to_json).collect();
+    Ok(reply(
+        StatusCode::CREATED,
+        json!({ "jobs": out, "count": jobs.len() }),
+    ))
 }

@@ -4,6 +4,7 @@ pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod jobs;
 pub(crate) mod queues;
+pub(crate) mod schemas;
 pub(crate) mod system;
 pub(crate) mod workers;
 pub(crate) mod workflows;

@@ -1,11 +1,11 @@
 //! Queue listing.
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
-use ojs_core::OjsError;
+use ojs_core::{OjsError, QueueName};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -14,7 +14,66 @@ use crate::error::ApiError;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
-    Router::new().route("/ojs/v1/queues", get(list_queues))
+    Router::new()
+        .route("/ojs/v1/queues", get(list_queues))
+        .route("/ojs/v1/queues/{name}/stats", get(queue_stats))
+        .route("/ojs/v1/queues/{name}/pause", post(pause_queue))
+        .route("/ojs/v1/queues/{name}/resume", post(resume_queue))
+}
+
+async fn queue_stats(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let st = app.store.queue_stats(&queue).await?;
+    let paused = app
+        .store
+        .list_queues()
+        .await?
+        .into_iter()
+        .any(|q| q.name == name && q.paused);
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "queue": {
+                "name": name,
+                "status": if paused { "paused" } else { "active" },
+                "paused": paused,
+                "available": st.available,
+                "scheduled": st.scheduled,
+                "retryable": st.retryable,
+                "active": st.active,
+                "completed": st.completed,
+                "discarded": st.discarded,
+                "cancelled": st.cancelled,
+            },
+        }),
+    ))
+}
+
+async fn set_paused(app: AppState, name: String, paused: bool) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let q = app.store.set_paused(queue.as_str(), paused).await?;
+    tracing::info!(queue = %q.name, paused, "queue state changed");
+    Ok(reply(
+        StatusCode::OK,
+        json!({"queue": {"name": q.name, "paused": q.paused, "status": if q.paused { "paused" } else { "active" }, "created_at": q.created_at}}),
+    ))
+}
+
+async fn pause_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(app, name, true).await
+}
+
+async fn resume_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(app, name, false).await
 }
 
 /// `limit`/`offset` as the binding defines them.

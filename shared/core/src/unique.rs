@@ -1,0 +1,251 @@
+//! Unique jobs (ojs-unique-jobs.md): the policy, and the SHA-256 fingerprint of the
+//! dimensions it names.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{ErrorCode, OjsError};
+use crate::job::JobSpec;
+use crate::state::JobState;
+
+/// What PUSH does when a live duplicate exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConflict {
+    /// 409 `duplicate` (the default).
+    Reject,
+    /// Answer with the existing job.
+    Ignore,
+    /// Cancel the existing job, enqueue the new one.
+    Replace,
+}
+
+/// A validated uniqueness policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniquePolicy {
+    /// Dimensions: `type` (always), `queue`, `args`, `meta`.
+    pub keys: Vec<String>,
+    /// Keys kept from object elements of `args` (all of `args` when None).
+    pub args_keys: Option<Vec<String>>,
+    /// Keys kept from `meta` (required when `meta` is a dimension).
+    pub meta_keys: Vec<String>,
+    /// How long the key stays claimed after enqueue, whatever the job's state.
+    pub period: Option<Duration>,
+    /// States in which an existing job counts as a duplicate.
+    pub states: Vec<JobState>,
+    /// Conflict handling.
+    pub on_conflict: OnConflict,
+}
+
+fn bad(message: impl Into<String>, field: &str) -> OjsError {
+    OjsError::new(ErrorCode::ValidationError, message)
+        .with_path(&format!("$.options.unique.{field}"))
+}
+
+fn strings(v: &Value, field: &str) -> Result<Vec<String>, OjsError> {
+    v.as_array()
+        .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_owned)).collect())
+        .ok_or_else(|| bad(format!("{field} must be an array of strings"), field))
+}
+
+impl UniquePolicy {
+    /// Parses the envelope's `unique` object.
+    pub fn from_json(v: &Value) -> Result<Self, OjsError> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| bad("unique must be an object", "keys"))?;
+        let mut keys = match obj.get("keys").or_else(|| obj.get("key")) {
+            None | Some(Value::Null) => vec!["type".to_owned()],
+            Some(v) => strings(v, "keys")?,
+        };
+        for k in &keys {
+            if !matches!(k.as_str(), "type" | "queue" | "args" | "meta") {
+                return Err(bad(
+                    format!("unknown uniqueness dimension {k:?}: use type, queue, args or meta"),
+                    "keys",
+                ));
+            }
+        }
+        if !keys.iter().any(|k| k == "type") {
+            keys.push("type".into());
+        }
+        keys.sort();
+        keys.dedup();
+        let args_keys = match obj.get("args_keys") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(strings(v, "args_keys")?),
+        };
+        let meta_keys = match obj.get("meta_keys") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => strings(v, "meta_keys")?,
+        };
+        if keys.iter().any(|k| k == "meta") && meta_keys.is_empty() {
+            return Err(bad(
+                "meta_keys must name the meta keys when keys contains \"meta\"",
+                "meta_keys",
+            ));
+        }
+        let period = match obj.get("period") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(p)) => Some(crate::duration::parse(p).ok_or_else(|| {
+                bad("period must be an ISO 8601 duration such as PT1H", "period")
+            })?),
+            Some(Value::Number(ms)) => ms.as_u64().map(Duration::from_millis),
+            Some(_) => return Err(bad("period must be an ISO 8601 duration", "period")),
+        };
+        let states = match obj.get("states") {
+            None | Some(Value::Null) => vec![
+                JobState::Available,
+                JobState::Active,
+                JobState::Scheduled,
+                JobState::Retryable,
+                JobState::Pending,
+            ],
+            Some(v) => strings(v, "states")?
+                .iter()
+                .map(|s| {
+                    s.parse::<JobState>()
+                        .map_err(|_| bad(format!("unknown state {s:?}"), "states"))
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let on_conflict = match obj.get("on_conflict").and_then(Value::as_str) {
+            None => OnConflict::Reject,
+            Some("reject") => OnConflict::Reject,
+            Some("ignore") => OnConflict::Ignore,
+            Some("replace") => OnConflict::Replace,
+            Some("reschedule") => {
+                return Err(OjsError::new(
+                    ErrorCode::Unsupported,
+                    "on_conflict \"reschedule\" is not supported yet",
+                )
+                .with_path("$.options.unique.on_conflict"))
+            }
+            Some(other) => {
+                return Err(bad(
+                    format!("on_conflict must be reject, ignore or replace, got {other:?}"),
+                    "on_conflict",
+                ))
+            }
+        };
+        Ok(Self {
+            keys,
+            args_keys,
+            meta_keys,
+            period,
+            states,
+            on_conflict,
+        })
+    }
+
+    /// Hex SHA-256 of the canonical JSON of the chosen dimensions.
+    pub fn fingerprint(&self, spec: &JobSpec) -> String {
+        let mut dims = Map::new();
+        for k in &self.keys {
+            let v = match k.as_str() {
+                "type" => Value::from(spec.job_type.as_str()),
+                "queue" => Value::from(spec.queue.as_str()),
+                "args" => Value::Array(
+                    spec.args
+                        .iter()
+                        .map(|a| match (&self.args_keys, a) {
+                            (Some(keep), Value::Object(o)) => Value::Object(
+                                o.iter()
+                                    .filter(|(k, _)| keep.contains(k))
+                                    .map(|(k, v)| (k.clone(), v.clone()))
+                                    .collect(),
+                            ),
+                            _ => a.clone(),
+                        })
+                        .collect(),
+                ),
+                _ => Value::Object(
+                    spec.meta
+                        .iter()
+                        .filter(|(k, _)| self.meta_keys.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+            };
+            dims.insert(k.clone(), v);
+        }
+        let canonical = canonical(&Value::Object(dims));
+        let digest = Sha256::digest(canonical.as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether an existing job in `state` counts as a duplicate.
+    pub fn covers(&self, state: JobState) -> bool {
+        self.states.contains(&state)
+    }
+}
+
+/// JSON with object keys sorted at every level.
+fn canonical(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => {
+                let sorted: BTreeMap<&String, Value> =
+                    o.iter().map(|(k, v)| (k, sort(v))).collect();
+                Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::NewJob;
+    use serde_json::json;
+
+    fn spec(v: Value) -> JobSpec {
+        NewJob::from_json(v)
+            .map(|n| n.spec)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn fingerprint_depends_only_on_the_chosen_dimensions() {
+        let p = UniquePolicy::from_json(&json!({"keys": ["type", "args"], "args_keys": ["user"]}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = spec(
+            json!({"type": "x", "args": [{"user": 1, "noise": 1}], "options": {"queue": "q1"}}),
+        );
+        let b = spec(
+            json!({"type": "x", "args": [{"noise": 2, "user": 1}], "options": {"queue": "q2"}}),
+        );
+        let c = spec(json!({"type": "x", "args": [{"user": 2}]}));
+        assert_eq!(p.fingerprint(&a), p.fingerprint(&b));
+        assert_ne!(p.fingerprint(&a), p.fingerprint(&c));
+        let by_type = UniquePolicy::from_json(&json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(by_type.fingerprint(&a), by_type.fingerprint(&c));
+        assert_eq!(by_type.fingerprint(&a).len(), 64);
+    }
+
+    #[test]
+    fn policy_rules() {
+        let d =
+            UniquePolicy::from_json(&json!({"keys": ["args"]})).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            d.keys.contains(&"type".to_owned()),
+            "type is always a dimension"
+        );
+        assert!(d.covers(JobState::Retryable) && !d.covers(JobState::Completed));
+        assert_eq!(d.on_conflict, OnConflict::Reject);
+        for bad in [
+            json!({"keys": ["argz"]}),
+            json!({"keys": ["meta"]}),
+            json!({"period": "1h"}),
+            json!({"states": ["done"]}),
+            json!({"on_conflict": "merge"}),
+        ] {
+            assert!(UniquePolicy::from_json(&bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The schema registry (ojs-http-binding.md §15): list, register, get, delete. The
+//! `:uri` path parameter is URL-encoded by the client and decoded here; a wildcard
+//! segment also accepts URIs whose `/` were sent unencoded.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use ojs_core::schema_registry::{self, SchemaDoc};
+use ojs_core::{time, ErrorCode, NewJob, OjsError};
+use ojs_store::{SchemaPut, StoreError};
+use serde_json::{json, Value};
+
+use super::queues::Page;
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/schemas", get(list_schemas).post(register_schema))
+        .route(
+            "/ojs/v1/schemas/{*uri}",
+            get(get_schema).delete(delete_schema),
+        )
+}
+
+fn unknown(uri: &str) -> ApiError {
+    ApiError(
+        OjsError::not_found(format!("no schema registered with URI {uri:?}"))
+            .with_detail("uri", uri),
+    )
+}
+
+async fn register_schema(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let doc = SchemaDoc::from_json(body)?;
+    let taken = |uri: &str| {
+        OjsError::new(
+            ErrorCode::Duplicate,
+            format!(
+                "schema {uri} is already registered with a different document; register it under a new URI (e.g. the next version)"
+            ),
+        )
+        .with_detail("uri", uri)
+    };
+    match app.store.put_schema(&doc, time::now()).await {
+        Ok(SchemaPut::Created(entry)) => {
+            tracing::info!(uri = %doc.uri, "schema registered");
+            Ok(reply(
+                StatusCode::CREATED,
+                json!({ "schema": entry.summary() }),
+            ))
+        }
+        Ok(SchemaPut::Unchanged(entry)) => {
+            Ok(reply(StatusCode::OK, json!({ "schema": entry.summary() })))
+        }
+        Ok(SchemaPut::Taken(_)) | Err(StoreError::Conflict { .. }) => {
+            Err(ApiError(taken(&doc.uri)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn list_schemas(
+    State(app): State<AppState>,
+    Query(page): Query<Page>,
+) -> Result<Response, ApiError> {
+    let (limit, offset) = page.parse()?;
+    let all = app.store.list_schemas().await?;
+    let total = all.len();
+    let schemas: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|e| e.summary())
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "schemas": schemas,
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total},
+        }),
+    ))
+}
+
+async fn get_schema(
+    State(app): State<AppState>,
+    Path(uri): Path<String>,
+) -> Result<Response, ApiError> {
+    if !schema_registry::is_valid_uri(&uri) {
+        return Err(unknown(&uri));
+    }
+    let entry = app
+        .store
+        .get_schema(&uri)
+        .await?
+        .ok_or_else(|| unknown(&uri))?;
+    Ok(reply(StatusCode::OK, json!({ "schema": entry.view() })))
+}
+
+async fn delete_schema(
+    State(app): State<AppState>,
+    Path(uri): Path<String>,
+) -> Result<Response, ApiError> {
+    if !schema_registry::is_valid_uri(&uri) {
+        return Err(unknown(&uri));
+    }
+    let entry = app.store.delete_schema(&uri).await.map_err(|e| match e {
+        StoreError::NotFound => unknown(&uri),
+        other => other.into(),
+    })?;
+    tracing::info!(uri = %entry.doc.uri, "schema deleted");
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "deleted": true, "uri": entry.doc.uri }),
+    ))
+}
+
+/// PUSH enforcement: when the job names a schema, loads it (one strongly consistent
+/// GetItem, only for such jobs) and validates `args` against it. An unregistered schema
+/// is rejected too: ojs-core.md requires args be validated "against the referenced
+/// schema before enqueueing", which cannot happen without it.
+pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiError> {
+    let Some(uri) = job.spec.schema.as_deref() else {
+        return Ok(());
+    };
+    if !schema_registry::is_valid_uri(uri) {
+        return Err(schema_registry::unregistered_error(uri).into());
+    }
+    let entry = app
+        .store
+        .get_schema(uri)
+        .await?
+        .ok_or_else(|| schema_registry::unregistered_error(uri))?;
+    entry
+        .doc
+        .validate_args(&job.spec.args)
+        .map_err(|violations| schema_registry::violation_error(uri, &violations))?;
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Schema registrations (ojs-http-binding.md §15). Each registration is one item in the
+//! `SCHEMAS` partition with sort key `S#<uri>`; every read is strongly consistent, so a
+//! PUSH right after a registration (or a deletion) sees it. A URI is registered once:
+//! registering a different document under a taken URI is a conflict.
+
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+use ojs_core::schema_registry::SchemaDoc;
+use ojs_core::time::{self, Timestamp};
+use serde_json::Value;
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{s, ts, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+/// Partition of every schema registration.
+const SCHEMAS_PK: &str = "SCHEMAS";
+
+/// Sort key of a schema registration.
+fn schema_sk(uri: &str) -> String {
+    format!("S#{uri}")
+}
+
+fn schema_key(uri: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(SCHEMAS_PK)),
+        ("sk".to_owned(), s(schema_sk(uri))),
+    ])
+}
+
+/// A registration with its system-managed fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaEntry {
+    /// The registration.
+    pub doc: SchemaDoc,
+    /// When it was registered.
+    pub created_at: String,
+}
+
+impl SchemaEntry {
+    /// The listing/registration view (no document).
+    pub fn summary(&self) -> Value {
+        self.doc.summary(&self.created_at)
+    }
+
+    /// The full view, with the document.
+    pub fn view(&self) -> Value {
+        self.doc.view(&self.created_at)
+    }
+}
+
+/// What registering did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchemaPut {
+    /// A new registration.
+    Created(SchemaEntry),
+    /// The URI was already registered with exactly this registration (a replayed POST).
+    Unchanged(SchemaEntry),
+    /// The URI is registered with a different registration.
+    Taken(SchemaEntry),
+}
+
+fn entry_from_item(item: &Item) -> Result<SchemaEntry, StoreError> {
+    let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok());
+    let raw: Value = get("doc")
+        .and_then(|raw| serde_json::from_str(raw).ok())
+        .ok_or_else(|| StoreError::Corrupt("schema item without doc".into()))?;
+    let doc = SchemaDoc::from_stored(raw).map_err(|e| StoreError::Corrupt(e.message))?;
+    Ok(SchemaEntry {
+        doc,
+        created_at: get("created_at").cloned().unwrap_or_default(),
+    })
+}
+
+impl Store {
+    /// Registers `doc` under its URI unless the URI is taken (one conditional PutItem;
+    /// one more GetItem only when it is taken, to tell a replay from a conflict).
+    pub async fn put_schema(
+        &self,
+        doc: &SchemaDoc,
+        now: Timestamp,
+    ) -> Result<SchemaPut, StoreError> {
+        // A registration deleted between the failed put and the read is retried once.
+        for _ in 0..2 {
+            let mut item = schema_key(&doc.uri);
+            item.insert("doc".into(), s(doc.to_json().to_string()));
+            item.insert("uri".into(), s(doc.uri.clone()));
+            item.insert("created_at".into(), ts(&now));
+            let out = self
+                .client
+                .put_item()
+                .table_name(self.table())
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match out {
+                Ok(out) => {
+                    self.usage.record(Kind::Write, out.consumed_capacity());
+                    return Ok(SchemaPut::Created(SchemaEntry {
+                        doc: doc.clone(),
+                        created_at: time::format(&now),
+                    }));
+                }
+                Err(e) => {
+                    self.usage.record(Kind::Write, None);
+                    if !is_condition_failure(&e) {
+                        return Err(StoreError::from_sdk(e));
+                    }
+                    match self.get_schema(&doc.uri).await? {
+                        Some(existing) if existing.doc == *doc => {
+                            return Ok(SchemaPut::Unchanged(existing))
+                        }
+                        Some(existing) => return Ok(SchemaPut::Taken(existing)),
+                        None => continue,
+                    }
+                }
+            }
+        }
+        Err(StoreError::Conflict { current: None })
+    }
+
+    /// The registration of `uri`, if any (one strongly consistent GetItem).
+    pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(schema_key(uri)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        out.item().map(entry_from_item).transpose()
+    }
+
+    /// Every registration, sorted by URI (strongly consistent Query, paged through).
+    pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(SCHEMAS_PK))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| {
+                    self.usage.record(Kind::Read, None);
+                    StoreError::from_sdk(e)
+                })?;
+            self.usage.record(Kind::Read, out.consumed_capacity());
+            for i in out.items() {
+                entries.push(entry_from_item(i)?);
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(entries);
+            }
+        }
+    }
+
+    /// Removes the registration of `uri`; NotFound when there is none.
+    pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table())
+            .set_key(Some(schema_key(uri)))
+            .return_values(ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Write, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        out.attributes()
+            .filter(|a| !a.is_empty())
+            .map(entry_from_item)
+            .transpose()?
+            .ok_or(StoreError::NotFound)
+    }
+}

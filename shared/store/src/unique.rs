@@ -1,0 +1,153 @@
+//! Unique jobs: a lock item `UNIQ#<fingerprint>` written in the same transaction as the
+//! job (conditional: no live lock). A lock is live while its period runs or, without a
+//! period, while the job holding it is in one of the policy's states; that is checked
+//! when a conflict happens, so no transition has to release anything (a finished job
+//! never blocks a later identical one).
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use ojs_core::time::Timestamp;
+use ojs_core::unique::{OnConflict, UniquePolicy};
+use ojs_core::{Job, JobId};
+
+use crate::error::StoreError;
+use crate::item::{self, n, s, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+/// What PUSH did.
+#[derive(Debug, Clone)]
+pub enum PushOutcome {
+    /// The job was stored.
+    Created,
+    /// A live duplicate exists and the policy says `ignore`: here it is.
+    Existing(Box<Job>),
+}
+
+/// Lock conflicts a PUSH resolves (stale locks, replaced holders) before giving up.
+const MAX_ROUNDS: usize = 4;
+
+impl Store {
+    /// Stores a job under a uniqueness policy.
+    pub(crate) async fn put_unique(
+        &self,
+        job: &Job,
+        policy: &UniquePolicy,
+        now: Timestamp,
+    ) -> Result<PushOutcome, StoreError> {
+        let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
+        let mut takeover: Option<String> = None;
+        for _ in 0..MAX_ROUNDS {
+            let mut lock = Item::from([
+                ("pk".to_owned(), s(key.clone())),
+                ("sk".to_owned(), s("UNIQ")),
+                ("job_id".to_owned(), s(job.id.to_string())),
+            ]);
+            let retention = i64::try_from(self.config.retention.as_secs()).unwrap_or(0);
+            let ttl = match policy.period {
+                Some(p) => {
+                    let until = now + chrono::Duration::from_std(p).unwrap_or_default();
+                    lock.insert("until_us".into(), n(until.timestamp_micros()));
+                    until.timestamp() + 60
+                }
+                // The holder is gone after the retention period at the latest.
+                None => now.timestamp() + retention,
+            };
+            lock.insert("ttl".into(), n(ttl));
+            let mut put_lock = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(lock))
+                .condition_expression(match takeover {
+                    Some(_) => "attribute_not_exists(pk) OR until_us < :now OR job_id = :holder",
+                    None => "attribute_not_exists(pk) OR until_us < :now",
+                })
+                .expression_attribute_values(":now", n(now.timestamp_micros()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            if let Some(holder) = &takeover {
+                put_lock = put_lock.expression_attribute_values(":holder", s(holder.clone()));
+            }
+            let put_job = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(item::job_to_item(job)))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            let out = self
+                .client
+                .transact_write_items()
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .put(
+                            put_lock
+                                .build()
+                                .map_err(|e| StoreError::Backend(e.to_string()))?,
+                        )
+                        .build(),
+                )
+                .transact_items(TransactWriteItem::builder().put(put_job).build())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let err = match out {
+                Ok(out) => {
+                    self.usage.record(Kind::Write, out.consumed_capacity());
+                    return Ok(PushOutcome::Created);
+                }
+                Err(e) => {
+                    self.usage.record(Kind::Write, None);
+                    e
+                }
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
+                err.as_service_error()
+            else {
+                return Err(StoreError::from_sdk(err));
+            };
+            let reasons = t.cancellation_reasons();
+            if reasons.get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed") {
+                return Err(StoreError::Duplicate);
+            }
+            let holder = reasons
+                .first()
+                .filter(|r| r.code() == Some("ConditionalCheckFailed"))
+                .and_then(|r| r.item())
+                .and_then(|i| i.get("job_id"))
+                .and_then(|v| v.as_s().ok())
+                .cloned();
+            let Some(holder) = holder else {
+                // Cancelled for another reason (e.g. a concurrent transaction): try again.
+                continue;
+            };
+            let existing = match JobId::parse(&holder) {
+                Ok(id) => self.get_job(&id).await?,
+                Err(_) => None,
+            };
+            let live = existing
+                .as_ref()
+                .filter(|j| policy.covers(j.status.state) || policy.period.is_some());
+            match (live, policy.on_conflict) {
+                (None, _) => takeover = Some(holder),
+                (Some(existing), OnConflict::Reject) => {
+                    return Err(StoreError::UniqueConflict {
+                        existing: existing.id.to_string(),
+                    })
+                }
+                (Some(existing), OnConflict::Ignore) => {
+                    return Ok(PushOutcome::Existing(Box::new(existing.clone())))
+                }
+                (Some(existing), OnConflict::Replace) => {
+                    match self.cancel_job(&existing.id, now).await {
+                        Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                    takeover = Some(holder);
+                }
+            }
+        }
+        Err(StoreError::Throttled("unique lock contention".into()))
+    }
+}

@@ -1,0 +1,266 @@
+//! The schema registry over HTTP (ojs-http-binding.md §15) and its enforcement on PUSH.
+
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const URI: &str = "urn:ojs:schema:email.send:v1";
+const ENCODED: &str = "urn%3Aojs%3Aschema%3Aemail.send%3Av1";
+
+fn email_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "array",
+        "prefixItems": [
+            {"type": "string", "format": "email", "description": "Recipient email address"},
+            {"type": "string", "enum": ["welcome", "password_reset", "invoice"]},
+            {"type": "object", "properties": {"locale": {"type": "string"}}}
+        ],
+        "minItems": 2,
+        "maxItems": 3
+    })
+}
+
+fn registration() -> Value {
+    json!({"uri": URI, "type": "email.send", "version": 1, "schema": email_schema()})
+}
+
+#[tokio::test]
+async fn register_list_get_and_delete_by_encoded_uri() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+
+    let created = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let s = &created.body["schema"];
+    assert_eq!(s["uri"], URI);
+    assert_eq!(s["type"], "email.send");
+    assert_eq!(s["version"], 1);
+    assert!(s["created_at"].as_str().is_some_and(|t| t.ends_with('Z')));
+
+    // A replayed registration is idempotent; a different document under the URI is not.
+    let replay = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    assert_eq!(replay.status, 200, "{:?}", replay.body);
+    assert_eq!(replay.body["schema"]["created_at"], s["created_at"]);
+    let mut changed = registration();
+    changed["schema"]["minItems"] = json!(3);
+    let conflict = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(changed))
+        .await?;
+    assert_eq!(conflict.status, 409, "{:?}", conflict.body);
+    assert_eq!(conflict.body["error"]["code"], "duplicate");
+
+    let second = json!({"uri": "https://schemas.example.com/report/v2.json", "type": "report.generate",
+        "version": 2, "schema": {"type": "array"}});
+    let r = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(second))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
+    let list = app.call(Method::GET, "/ojs/v1/schemas", None).await?;
+    assert_eq!(list.status, 200, "{:?}", list.body);
+    let uris: Vec<&str> = list.body["schemas"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["uri"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(uris, ["https://schemas.example.com/report/v2.json", URI]);
+    assert!(list.body["schemas"][0].get("schema").is_none());
+    assert_eq!(
+        list.body["pagination"],
+        json!({"total": 2, "limit": 50, "offset": 0, "has_more": false})
+    );
+    let page = app
+        .call(Method::GET, "/ojs/v1/schemas?limit=1&offset=0", None)
+        .await?;
+    assert_eq!(page.body["schemas"].as_array().map(Vec::len), Some(1));
+    assert_eq!(page.body["pagination"]["has_more"], true);
+
+    let got = app
+        .call(Method::GET, &format!("/ojs/v1/schemas/{ENCODED}"), None)
+        .await?;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    assert_eq!(got.body["schema"]["uri"], URI);
+    assert_eq!(got.body["schema"]["schema"], email_schema());
+    // A URI with slashes, fully encoded.
+    let got = app
+        .call(
+            Method::GET,
+            "/ojs/v1/schemas/https%3A%2F%2Fschemas.example.com%2Freport%2Fv2.json",
+            None,
+        )
+        .await?;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    assert_eq!(got.body["schema"]["type"], "report.generate");
+
+    let deleted = app
+        .call(Method::DELETE, &format!("/ojs/v1/schemas/{ENCODED}"), None)
+        .await?;
+    assert_eq!(deleted.status, 200, "{:?}", deleted.body);
+    assert_eq!(deleted.body, json!({"deleted": true, "uri": URI}));
+
+    for method in [Method::GET, Method::DELETE] {
+        let gone = app
+            .call(method.clone(), &format!("/ojs/v1/schemas/{ENCODED}"), None)
+            .await?;
+        assert_eq!(gone.status, 404, "{method} {:?}", gone.body);
+        assert_eq!(gone.body["error"]["code"], "not_found");
+        assert_eq!(gone.body["error"]["retryable"], false);
+        assert!(gone.body["error"]["request_id"].is_string());
+    }
+    let list = app.call(Method::GET, "/ojs/v1/schemas", None).await?;
+    assert_eq!(list.body["pagination"]["total"], 1);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_registrations_are_400_and_store_nothing() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    for body in [
+        json!({"schema": {"type": "array"}}),
+        json!({"uri": "not a uri", "schema": {"type": "array"}}),
+        json!({"uri": URI}),
+        json!({"uri": URI, "schema": {"type": "arrayish"}}),
+        json!({"uri": URI, "schema": {"$schema": "http://json-schema.org/draft-07/schema#"}}),
+    ] {
+        let r = app
+            .call(Method::POST, "/ojs/v1/schemas", Some(body.clone()))
+            .await?;
+        assert_eq!(r.status, 400, "{body}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "invalid_request", "{body}");
+    }
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/schemas",
+            Some(json!({"uri": URI, "schema": {"$schema": "http://json-schema.org/draft-07/schema#"}})),
+        )
+        .await?;
+    assert_eq!(
+        r.body["error"]["details"]["schema_error"],
+        "$schema must reference draft 2020-12"
+    );
+    let list = app.call(Method::GET, "/ojs/v1/schemas", None).await?;
+    assert_eq!(list.body["schemas"], json!([]));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn push_validates_args_against_the_named_schema() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let r = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
+    let ok = app
+        .push(json!({"type": "email.send", "schema": URI,
+            "args": ["ada@example.com", "welcome", {"locale": "en"}]}))
+        .await?;
+    assert_eq!(ok.status, 201, "{:?}", ok.body);
+    assert_eq!(ok.body["job"]["schema"], URI);
+
+    let id = "019414d4-0000-7000-a000-0000000000aa";
+    let bad = app
+        .push(json!({"id": id, "type": "email.send", "schema": URI,
+            "args": ["not-an-email", "hello", {"locale": 5}]}))
+        .await?;
+    assert_eq!(bad.status, 400, "{:?}", bad.body);
+    let err = &bad.body["error"];
+    assert_eq!(err["code"], "schema_validation");
+    assert_eq!(err["retryable"], false);
+    assert_eq!(err["details"]["schema"], URI);
+    let errors = err["details"]["validation_errors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let paths: Vec<&str> = errors.iter().filter_map(|e| e["path"].as_str()).collect();
+    for want in ["$.args[0]", "$.args[1]", "$.args[2].locale"] {
+        assert!(paths.contains(&want), "{want} missing from {errors:?}");
+    }
+    assert!(errors
+        .iter()
+        .all(|e| e["message"].as_str().is_some_and(|m| !m.is_empty())));
+    // Nothing was written.
+    assert_eq!(app.info(id).await?.status, 404);
+
+    let too_few = app
+        .push(json!({"type": "email.send", "schema": URI, "args": ["ada@example.com"]}))
+        .await?;
+    assert_eq!(too_few.status, 400, "{:?}", too_few.body);
+    assert_eq!(
+        too_few.body["error"]["details"]["validation_errors"][0]["path"],
+        "$.args"
+    );
+
+    // Jobs without a schema are not validated.
+    let free = app
+        .push(json!({"type": "email.send", "args": [1, 2, 3, 4]}))
+        .await?;
+    assert_eq!(free.status, 201, "{:?}", free.body);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn push_naming_an_unregistered_schema_is_rejected() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    for schema in ["urn:ojs:schema:nobody.home:v1", "not a uri"] {
+        let r = app
+            .push(json!({"type": "email.send", "schema": schema, "args": ["a@example.com", "welcome"]}))
+            .await?;
+        assert_eq!(r.status, 400, "{schema}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "schema_validation");
+        assert_eq!(
+            r.body["error"]["details"]["validation_errors"][0]["path"],
+            "$.schema"
+        );
+    }
+    // Registered, then deleted: rejected again.
+    app.call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    let ok = app
+        .push(json!({"type": "email.send", "schema": URI, "args": ["a@example.com", "welcome"]}))
+        .await?;
+    assert_eq!(ok.status, 201, "{:?}", ok.body);
+    app.call(Method::DELETE, &format!("/ojs/v1/schemas/{ENCODED}"), None)
+        .await?;
+    let r = app
+        .push(json!({"type": "email.send", "schema": URI, "args": ["a@example.com", "welcome"]}))
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_schema_costs_push_exactly_one_extra_read() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    app.call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    let args = json!(["ada@example.com", "welcome"]);
+    app.push(json!({"type": "email.send", "args": args, "options": {"queue": "warm"}}))
+        .await?;
+    let u0 = app.store.usage();
+    let plain = app
+        .push(json!({"type": "email.send", "args": args, "options": {"queue": "warm"}}))
+        .await?;
+    let u1 = app.store.usage();
+    let checked = app
+        .push(json!({"type": "email.send", "schema": URI, "args": args, "options": {"queue": "warm"}}))
+        .await?;
+    let u2 = app.store.usage();
+    assert_eq!((plain.status, checked.status), (201, 201));
+    let (without, with) = (u1 - u0, u2 - u1);
+    println!(
+        "PUSH: {} calls {:.1} RCU; PUSH with schema: {} calls {:.1} RCU",
+        without.calls, without.read_units, with.calls, with.read_units
+    );
+    assert_eq!(with.calls, without.calls + 1);
+    app.teardown().await;
+    Ok(())
+}

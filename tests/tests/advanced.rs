@@ -1,0 +1,157 @@
+//! Level 4 behaviour: unique jobs under concurrency, all-or-nothing batches, pause and
+//! resume, queue statistics.
+
+use std::sync::Arc;
+
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// Sixteen producers push the same unique job at once: exactly one is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unique_key_admits_exactly_one_of_16_racing_pushes() -> anyhow::Result<()> {
+    let app = Arc::new(TestApp::spawn().await?);
+    let job = json!({"type": "u.job", "args": [{"order": 7}], "options": {"queue": "uq", "unique": {"keys": ["type", "args"]}}});
+    let pushes: Vec<_> = (0..16)
+        .map(|_| {
+            let (app, job) = (Arc::clone(&app), job.clone());
+            tokio::spawn(async move { app.push(job).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for p in pushes {
+        statuses.push(p.await??.status);
+    }
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| matches!(s, 201 | 409)),
+        "{statuses:?}"
+    );
+    let fetched = app.fetch(json!({"queues": ["uq"], "count": 20})).await?;
+    assert_eq!(fetched.body["jobs"].as_array().map(Vec::len), Some(1));
+    // Once it finished, the same job may be pushed again (completed is not a covered state).
+    app.ack(json!({"job_id": fetched.body["jobs"][0]["id"]}))
+        .await?;
+    assert_eq!(app.push(job).await?.status, 201);
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_is_all_or_nothing() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    // 150 unique jobs need 300 items: three transactions. The last job duplicates the
+    // first one's unique key, so the third transaction fails and the first two roll back.
+    let mut jobs: Vec<Value> = (0..150)
+        .map(|i| json!({"type": "b.job", "args": [i], "options": {"queue": "bq", "unique": {"keys": ["type", "args"]}}}))
+        .collect();
+    jobs[149] = json!({"type": "b.job", "args": [0], "options": {"queue": "bq", "unique": {"keys": ["type", "args"]}}});
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": jobs})),
+        )
+        .await?;
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(r.body["error"]["details"]["index"], 149);
+    let stats = app
+        .call(Method::GET, "/ojs/v1/queues/bq/stats", None)
+        .await?
+        .body;
+    assert_eq!(stats["queue"]["available"], 0, "rolled back");
+    // The same 149 jobs alone go through, and their unique locks were rolled back too.
+    jobs.truncate(149);
+    let ok = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": jobs})),
+        )
+        .await?;
+    assert_eq!(ok.status, 201, "{:?}", ok.body);
+    assert_eq!(ok.body["count"], 149);
+    let stats = app
+        .call(Method::GET, "/ojs/v1/queues/bq/stats", None)
+        .await?
+        .body;
+    assert_eq!(stats["queue"]["available"], 149);
+    // One invalid job rejects the whole batch, naming it.
+    let bad = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": [{"type": "ok.job", "args": []}, {"args": []}]})),
+        )
+        .await?;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["details"]["errors"][0]["index"], 1);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_stops_delivery_and_stats_follow_every_transition() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let paused = app
+        .call(Method::POST, "/ojs/v1/queues/sq/pause", None)
+        .await?;
+    assert_eq!(paused.body["queue"]["paused"], true);
+    for i in 0..3 {
+        assert_eq!(
+            app.push(json!({"type": "s.job", "args": [i], "options": {"queue": "sq"}}))
+                .await?
+                .status,
+            201
+        );
+    }
+    assert_eq!(
+        app.fetch(json!({"queues": ["sq"]})).await?.body["jobs"],
+        json!([])
+    );
+    let s = stats(&app, "sq").await?;
+    assert_eq!(
+        (s["available"].clone(), s["paused"].clone()),
+        (json!(3), json!(true))
+    );
+    app.call(Method::POST, "/ojs/v1/queues/sq/resume", None)
+        .await?;
+    let jobs = app.fetch(json!({"queues": ["sq"], "count": 3})).await?.body["jobs"].clone();
+    let ids: Vec<&str> = jobs
+        .as_array()
+        .map(|a| a.iter().filter_map(|j| j["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids.len(), 3);
+    app.ack(json!({"job_id": ids[0]})).await?;
+    app.nack(json!({"job_id": ids[1], "error": {"message": "x", "retryable": false}}))
+        .await?;
+    let s = stats(&app, "sq").await?;
+    assert_eq!(
+        (
+            s["available"].clone(),
+            s["active"].clone(),
+            s["completed"].clone(),
+            s["discarded"].clone()
+        ),
+        (json!(0), json!(1), json!(1), json!(1))
+    );
+    app.cancel(ids[2]).await?;
+    assert_eq!(stats(&app, "sq").await?["cancelled"], 1);
+    app.teardown().await;
+    Ok(())
+}
+
+async fn stats(app: &TestApp, queue: &str) -> anyhow::Result<Value> {
+    Ok(app
+        .call(Method::GET, &format!("/ojs/v1/queues/{queue}/stats"), None)
+        .await?
+        .body["queue"]
+        .clone())
+}

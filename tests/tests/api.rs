@@ -434,14 +434,16 @@ async fn dynamodb_cost_per_operation() -> anyhow::Result<()> {
         .await?;
     assert_eq!(fetched.body["jobs"][0]["id"], pushed.body["job"]["id"]);
     let u2 = app.store.usage();
-    measure("FETCH (1 job)", u1, u2, 4);
+    // Pause check, due sweep, ready query, claim, events.
+    measure("FETCH (1 job)", u1, u2, 5);
     app.ack(json!({"job_id": pushed.body["job"]["id"], "result": {"ok": true}}))
         .await?;
     let u3 = app.store.usage();
-    measure("ACK", u2, u3, 2);
+    // Transition, event, terminal counter.
+    measure("ACK", u2, u3, 3);
     let empty = app.fetch(json!({"queues": ["cost"]})).await?;
     assert_eq!(empty.body["jobs"], json!([]));
-    measure("FETCH (empty queue)", u3, app.store.usage(), 2);
+    measure("FETCH (empty queue)", u3, app.store.usage(), 3);
     println!("{}", report.join("\n"));
     app.teardown().await;
     Ok(())

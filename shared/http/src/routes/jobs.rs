@@ -94,7 +94,14 @@ async fn enqueue_batch(
     let mut parsed = Vec::with_capacity(jobs.len());
     let mut errors = Vec::new();
     for (index, raw) in jobs.into_iter().enumerate() {
-        match NewJob::from_json(raw) {
+        let checked = match NewJob::from_json(raw) {
+            Ok(new) => super::schemas::check_args(&app, &new)
+                .await
+                .map(|()| new)
+                .map_err(|e| e.0),
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(new) => parsed.push(new),
             Err(e) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
         }

@@ -186,3 +186,43 @@ async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> 
     app.teardown().await;
     Ok(())
 }
+
+/// `overlap_policy: enqueue`: the next occurrence is created at its time but waits,
+/// pending, until the running one finishes; it never runs concurrently with it.
+#[tokio::test]
+async fn enqueue_overlap_queues_the_next_occurrence_behind_the_running_one() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/cron",
+            Some(
+                json!({"name": "serial", "expression": "* * * * *", "overlap_policy": "enqueue",
+            "job_template": {"type": "serial.job", "args": [], "options": {"queue": "serial"}}}),
+            ),
+        )
+        .await?;
+    assert_eq!(r.body["cron"]["overlap_policy"], "enqueue");
+    let first =
+        DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
+            .to_utc();
+    assert_eq!(app.store.fire_due_crons(first).await?, 1);
+    let running = queued(&app, "serial").await?;
+    assert_eq!(running.len(), 1);
+    let second = first + chrono::Duration::minutes(1);
+    assert_eq!(
+        app.store.fire_due_crons(second).await?,
+        1,
+        "the occurrence is created"
+    );
+    assert!(
+        queued(&app, "serial").await?.is_empty(),
+        "but waits while the first runs"
+    );
+    app.ack(json!({"job_id": running[0]["id"]})).await?;
+    let next = queued(&app, "serial").await?;
+    assert_eq!(next.len(), 1, "released by the first one's ACK");
+    assert_eq!(next[0]["meta"]["cron_name"], "serial");
+    app.teardown().await;
+    Ok(())
+}

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::cron::CronSchedule;
-use crate::error::{ErrorCode, OjsError};
+use crate::error::OjsError;
 use crate::job::NewJob;
 use crate::time::{self, Timestamp};
 
@@ -20,6 +20,8 @@ pub enum OverlapPolicy {
     Allow,
     /// Cancel the previous job, then enqueue.
     CancelPrevious,
+    /// Enqueue now, but the new job waits (`pending`) until the previous one finishes.
+    Enqueue,
 }
 
 impl OverlapPolicy {
@@ -29,6 +31,7 @@ impl OverlapPolicy {
             Self::Skip => "skip",
             Self::Allow => "allow",
             Self::CancelPrevious => "cancel_previous",
+            Self::Enqueue => "enqueue",
         }
     }
 
@@ -37,13 +40,9 @@ impl OverlapPolicy {
             "skip" => Ok(Self::Skip),
             "allow" => Ok(Self::Allow),
             "cancel_previous" => Ok(Self::CancelPrevious),
-            "enqueue" => Err(OjsError::new(
-                ErrorCode::Unsupported,
-                "overlap_policy \"enqueue\" is not supported yet; use skip, allow or cancel_previous",
-            )
-            .with_path("$.overlap_policy")),
+            "enqueue" => Ok(Self::Enqueue),
             other => Err(OjsError::invalid_request(format!(
-                "overlap_policy must be skip, allow or cancel_previous, got {other:?}"
+                "overlap_policy must be skip, allow, cancel_previous or enqueue, got {other:?}"
             ))
             .with_path("$.overlap_policy")),
         }

@@ -111,6 +111,9 @@ pub struct JobStatus {
     pub workflow_id: Option<String>,
     /// Results of the steps it depended on, in completion order.
     pub parent_results: Vec<Value>,
+    /// A job waiting (pending) for this one to finish: the next occurrence of a cron
+    /// registration with `overlap_policy: enqueue`.
+    pub successor: Option<String>,
     /// The worker holding the lease.
     pub worker_id: Option<String>,
     /// When the worker's lease ends.
@@ -417,6 +420,7 @@ impl Job {
                 dead_letter: false,
                 workflow_id: None,
                 parent_results: Vec::new(),
+                successor: None,
                 worker_id: None,
                 lease_until: None,
                 result: None,

@@ -285,12 +285,22 @@ impl Store {
             }
             _ => true,
         };
+        // `enqueue`: the new occurrence waits, pending, behind the running one.
+        let waits_for = match (entry.cron.overlap, &previous_running) {
+            (OverlapPolicy::Enqueue, Some(prev)) => Some(prev.id),
+            _ => None,
+        };
         let job = if enqueue {
             let new = entry
                 .cron
                 .job_for(&due)
                 .map_err(|e| StoreError::Corrupt(e.message))?;
-            Some(Job::enqueue(new, now))
+            let mut job = Job::enqueue(new, now);
+            if waits_for.is_some() {
+                job.status.state = JobState::Pending;
+                job.status.enqueued_at = None;
+            }
+            Some(job)
         } else {
             None
         };
@@ -343,6 +353,28 @@ impl Store {
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+            if let Some(prev) = waits_for {
+                // Link it behind the previous job, which must still be unfinished: if it
+                // finished meanwhile, the transaction fails and the next sweep fires
+                // the occurrence as a plain enqueue.
+                let link = Update::builder()
+                    .table_name(self.table())
+                    .set_key(Some(item::job_key(&prev)))
+                    .update_expression("SET next_job = :next")
+                    .condition_expression(
+                        "#state IN (:s0, :s1, :s2, :s3, :s4) AND attribute_not_exists(next_job)",
+                    )
+                    .expression_attribute_names("#state", "state")
+                    .expression_attribute_values(":next", s(job.id.to_string()))
+                    .expression_attribute_values(":s0", s(JobState::Scheduled.as_str()))
+                    .expression_attribute_values(":s1", s(JobState::Available.as_str()))
+                    .expression_attribute_values(":s2", s(JobState::Pending.as_str()))
+                    .expression_attribute_values(":s3", s(JobState::Active.as_str()))
+                    .expression_attribute_values(":s4", s(JobState::Retryable.as_str()))
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                tx = tx.transact_items(TransactWriteItem::builder().update(link).build());
+            }
         }
         match tx.send().await {
             Ok(out) => {

@@ -181,6 +181,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         deadline: get_n::<i64>(item, "deadline_us").and_then(time::from_micros),
         dead_letter: item.get("gsi3pk").is_some_and(|v| v.as_s().is_ok()),
         workflow_id: get_s(item, "wf_id").map(str::to_owned),
+        successor: get_s(item, "next_job").map(str::to_owned),
         parent_results,
         worker_id: get_s(item, "worker_id").map(str::to_owned),
         lease_until: get_n::<i64>(item, "lease_until").and_then(time::from_micros),

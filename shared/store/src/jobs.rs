@@ -125,7 +125,7 @@ impl Store {
     /// tells its workflow).
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let job = self.cancel_job_quietly(id, now).await?;
-        self.advance_workflow(&job, StepOutcome::Cancelled, now)
+        self.after_terminal(&job, StepOutcome::Cancelled, now)
             .await?;
         Ok(job)
     }
@@ -217,7 +217,7 @@ impl Store {
         .await;
         self.count_terminal(job.spec.queue.as_str(), JobState::Completed)
             .await;
-        self.advance_workflow(&job, StepOutcome::Completed, now)
+        self.after_terminal(&job, StepOutcome::Completed, now)
             .await?;
         Ok(job)
     }

@@ -135,7 +135,7 @@ impl Store {
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
             self.count_terminal(updated.spec.queue.as_str(), JobState::Discarded)
                 .await;
-            self.advance_workflow(&updated, crate::workflow::StepOutcome::Failed, now)
+            self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
                 .await?;
         }
         Ok(updated)
@@ -295,7 +295,7 @@ impl Store {
         self.emit(&[e]).await;
         self.count_terminal(expired.spec.queue.as_str(), JobState::Discarded)
             .await;
-        self.advance_workflow(&expired, crate::workflow::StepOutcome::Failed, now)
+        self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
             .await?;
         Ok(expired)
     }

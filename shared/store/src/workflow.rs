@@ -375,6 +375,17 @@ impl Store {
         if left != Some(0) {
             return Ok(());
         }
+        self.activate_pending(&job, now).await
+    }
+
+    /// A pending job whose wait is over becomes available (conditional on the version
+    /// read); losing the race to another writer is fine.
+    pub(crate) async fn activate_pending(
+        &self,
+        job: &Job,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let id = &job.id;
         let out = self
             .update(id)
             .update_expression(
@@ -395,18 +406,37 @@ impl Store {
         match self.finish_update(out) {
             Ok(job) => {
                 self.watch_expiry(&job).await?;
-                let e = Event::for_job(
-                    EventKind::Enqueued,
-                    &job,
-                    &now,
-                    "ojs://ojs-serverless/workflows",
-                );
+                let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
                 self.emit(&[e]).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Everything a terminal transition sets off: the workflow's bookkeeping and the
+    /// release of a cron occurrence queued behind this job (`overlap_policy: enqueue`).
+    pub(crate) async fn after_terminal(
+        &self,
+        job: &Job,
+        outcome: StepOutcome,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.advance_workflow(job, outcome, now).await?;
+        if let Some(next) = job
+            .status
+            .successor
+            .as_deref()
+            .and_then(|s| JobId::parse(s).ok())
+        {
+            if let Some(waiting) = self.get_job(&next).await? {
+                if waiting.status.state == JobState::Pending {
+                    self.activate_pending(&waiting, now).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Cancels a step that is still waiting; `true` when it was.

@@ -99,6 +99,11 @@ impl TestApp {
         Ok(app)
     }
 
+    /// Serves every endpoint group over `store` (e.g. one given a timer queue).
+    pub async fn spawn_on_store(store: Store) -> anyhow::Result<Self> {
+        Self::spawn_on(store).await
+    }
+
     async fn spawn_on(store: Store) -> anyhow::Result<Self> {
         // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
         let _ = tracing_subscriber::fmt()

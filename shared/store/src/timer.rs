@@ -126,13 +126,18 @@ impl Store {
     /// (or when SQS fails) the sweep and FETCH still promote the work, a little later, so
     /// a failure here is logged, not returned.
     pub(crate) async fn arm_timer(&self, targets: Vec<(TimerTarget, Timestamp)>) {
+        self.arm_timer_at(targets, time::now()).await;
+    }
+
+    /// [`Store::arm_timer`] with an explicit clock (the sweep passes its own `now`).
+    async fn arm_timer_at(&self, targets: Vec<(TimerTarget, Timestamp)>, now: Timestamp) {
         let Some(timer) = &self.timer else {
             return;
         };
         if targets.is_empty() {
             return;
         }
-        if let Err(e) = timer.schedule(targets, time::now()).await {
+        if let Err(e) = timer.schedule(targets, now).await {
             tracing::warn!(error = %e, "timer not armed; the sweep will promote instead");
         }
     }
@@ -198,13 +203,13 @@ impl Store {
         {
             targets.push((TimerTarget::Cron { name }, due));
         }
-        self.arm_timer(targets).await;
+        self.arm_timer_at(targets, now).await;
         Ok(())
     }
 }
 
 impl Store {
-    /// Consumes the timer queue forever with long polling, handling each message like the
+    /// Consumes the timer queue forever, handling each message like the
     /// timer function does and deleting it once handled. For the local server and tests,
     /// where no SQS event source mapping exists.
     pub async fn consume_timer_queue(&self) {
@@ -217,7 +222,9 @@ impl Store {
                 .receive_message()
                 .queue_url(&timer.queue_url)
                 .max_number_of_messages(10)
-                .wait_time_seconds(1)
+                // Short polls: moto only returns a message that became visible during a
+                // long poll when the poll ends, which would add up to a second.
+                .wait_time_seconds(0)
                 .send()
                 .await;
             let messages = match received {
@@ -228,30 +235,35 @@ impl Store {
                     continue;
                 }
             };
-            let handled = futures::future::join_all(messages.iter().map(|m| async move {
-                let ok = match m.body() {
-                    Some(body) => match self.handle_timer(body).await {
-                        Ok(()) | Err(StoreError::Corrupt(_)) => true,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "timer message failed; it will be redelivered");
-                            false
-                        }
-                    },
-                    None => true,
-                };
-                (ok, m.receipt_handle().map(str::to_owned))
-            }))
-            .await;
-            for (ok, receipt) in handled {
-                if let (true, Some(receipt)) = (ok, receipt) {
-                    let _ = timer
-                        .client
-                        .delete_message()
-                        .queue_url(&timer.queue_url)
-                        .receipt_handle(receipt)
-                        .send()
-                        .await;
-                }
+            if messages.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // One task per message, so a message waiting out its last fraction of a
+            // second never holds back the next receive.
+            for m in messages {
+                let store = self.clone();
+                let timer = timer.clone();
+                tokio::spawn(async move {
+                    let handled = match m.body() {
+                        Some(body) => match store.handle_timer(body).await {
+                            Ok(()) | Err(StoreError::Corrupt(_)) => true,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "timer message failed; it will be redelivered");
+                                false
+                            }
+                        },
+                        None => true,
+                    };
+                    if let (true, Some(receipt)) = (handled, m.receipt_handle()) {
+                        let _ = timer
+                            .client
+                            .delete_message()
+                            .queue_url(&timer.queue_url)
+                            .receipt_handle(receipt)
+                            .send()
+                            .await;
+                    }
+                });
             }
         }
     }

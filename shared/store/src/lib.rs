@@ -13,6 +13,7 @@ mod events;
 mod item;
 mod jobs;
 mod keys;
+mod partition;
 mod queues;
 pub mod schema;
 mod schemas;

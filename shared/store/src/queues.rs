@@ -60,44 +60,22 @@ impl Store {
 
     /// Every known queue, sorted by name.
     pub async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
-        let mut queues = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(keys::QUEUES_PK))
-                .set_exclusive_start_key(start)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
-            for item in out.items() {
+        let items = self.query_partition(keys::QUEUES_PK, false).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
                 let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
-                if let Some(name) = get("name") {
-                    queues.push(QueueInfo {
-                        name,
-                        created_at: get("created_at").unwrap_or_default(),
-                        paused: item
-                            .get("paused")
-                            .and_then(|v| v.as_bool().ok())
-                            .copied()
-                            .unwrap_or(false),
-                    });
-                }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
-        Ok(queues)
+                Some(QueueInfo {
+                    name: get("name")?,
+                    created_at: get("created_at").unwrap_or_default(),
+                    paused: item
+                        .get("paused")
+                        .and_then(|v| v.as_bool().ok())
+                        .copied()
+                        .unwrap_or(false),
+                })
+            })
+            .collect())
     }
 }
 

@@ -142,33 +142,11 @@ impl Store {
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        let mut entries = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(SCHEMAS_PK))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
-            for i in out.items() {
-                entries.push(entry_from_item(i)?);
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(entries);
-            }
-        }
+        self.query_partition(SCHEMAS_PK, true)
+            .await?
+            .iter()
+            .map(entry_from_item)
+            .collect()
     }
 
     /// Removes the registration of `uri`; NotFound when there is none.

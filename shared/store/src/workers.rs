@@ -237,38 +237,21 @@ impl Store {
 
     /// Workers seen within the last hour.
     pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
-        let mut workers = Vec::new();
-        let mut start = None;
         let now = time::now().timestamp();
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(keys::WORKERS_PK))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
-            // TTL deletion lags; skip items already past their TTL.
-            let live = |i: &&Item| {
-                i.get("ttl")
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .is_none_or(|t| t > now)
-            };
-            workers.extend(out.items().iter().filter(live).filter_map(worker_from_item));
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(workers);
-            }
-        }
+        // TTL deletion lags; skip items already past their TTL.
+        let live = |i: &&Item| {
+            i.get("ttl")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_none_or(|t| t > now)
+        };
+        Ok(self
+            .query_partition(keys::WORKERS_PK, false)
+            .await?
+            .iter()
+            .filter(live)
+            .filter_map(worker_from_item)
+            .collect())
     }
 }
 

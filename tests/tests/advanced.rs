@@ -249,3 +249,65 @@ async fn priority_order_holds_across_500_mixed_jobs() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// Eight concurrent fetchers never start more jobs per window than the rate limit allows,
+/// and a limited job does not hold back an unlimited one behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
+    let app = Arc::new(TestApp::spawn().await?);
+    for i in 0..12 {
+        let r = app
+            .push(
+                json!({"type": "rl.job", "args": [i], "options": {"queue": "rl", "priority": 5,
+                "rate_limit": {"key": "partner-api", "rate": {"limit": 3, "period": "PT1S"}}}}),
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    app.push(json!({"type": "free.job", "args": [], "options": {"queue": "rl", "priority": 0}}))
+        .await?;
+    let fetchers: Vec<_> = (0..8)
+        .map(|w| {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move {
+                let mut started = Vec::new();
+                for _ in 0..25 {
+                    let r = app
+                        .fetch(json!({"queues": ["rl"], "worker_id": format!("w{w}")}))
+                        .await?;
+                    for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
+                        started.push((
+                            j["type"].as_str().unwrap_or_default().to_owned(),
+                            j["started_at"].clone(),
+                        ));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+                }
+                Ok::<_, anyhow::Error>(started)
+            })
+        })
+        .collect();
+    let mut per_window: std::collections::BTreeMap<i64, usize> = std::collections::BTreeMap::new();
+    let mut free = 0;
+    for f in fetchers {
+        for (kind, at) in f.await?? {
+            if kind == "free.job" {
+                free += 1;
+                continue;
+            }
+            let us = chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap_or_default())?
+                .timestamp_micros();
+            *per_window.entry(us.div_euclid(1_000_000)).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        free, 1,
+        "the unlimited job is fetched even while the limited ones wait"
+    );
+    assert!(per_window.values().all(|n| *n <= 3), "{per_window:?}");
+    assert!(per_window.values().sum::<usize>() >= 3, "{per_window:?}");
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
+    Ok(())
+}

@@ -63,6 +63,8 @@ pub struct JobSpec {
     pub retry: RetryPolicy,
     /// Uniqueness policy, kept as sent.
     pub unique: Option<Value>,
+    /// Rate limit policy, normalised.
+    pub rate_limit: Option<Value>,
     /// Args schema URI.
     pub schema: Option<String>,
     /// Free-form tags.
@@ -265,6 +267,12 @@ impl NewJob {
                 return Err(OjsError::invalid_request("unique must be an object").with_path(&p))
             }
         };
+        let rate_limit = match take(&["rate_limit"]) {
+            None => None,
+            Some((_, v)) => {
+                Some(crate::rate_limit::RateLimitPolicy::from_json(&v, queue.as_str())?.to_json())
+            }
+        };
         let schema = match take(&["schema"]) {
             None => None,
             Some((_, Value::String(s))) if !s.is_empty() => Some(s),
@@ -303,6 +311,7 @@ impl NewJob {
                 expires_at,
                 retry,
                 unique,
+                rate_limit,
                 schema,
                 tags,
                 extensions: fields,
@@ -366,6 +375,9 @@ impl JobSpec {
         }
         if let Some(s) = &self.schema {
             out.insert("schema".into(), s.clone().into());
+        }
+        if let Some(r) = &self.rate_limit {
+            out.insert("rate_limit".into(), r.clone());
         }
         if !self.tags.is_empty() {
             out.insert("tags".into(), self.tags.clone().into());

@@ -15,6 +15,7 @@ pub mod event;
 pub mod failure;
 pub mod ids;
 pub mod job;
+pub mod rate_limit;
 pub mod retry;
 pub mod schema_registry;
 pub mod state;

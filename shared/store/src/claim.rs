@@ -1,10 +1,12 @@
 //! FETCH: promote the queue's due jobs, then claim ready candidates in index order, each
 //! with one conditional write, moving on when another worker won a candidate.
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
 use futures::future::join_all;
 use ojs_core::event::{Event, EventKind};
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
+use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
 
@@ -42,6 +44,8 @@ struct Candidate {
     lease_ms: Option<u64>,
     /// The job's execution timeout, when it has one.
     timeout_ms: Option<u64>,
+    /// The job's rate limit, when it has one.
+    rate_limit: Option<RateLimitPolicy>,
 }
 
 /// Outcome of one claim attempt.
@@ -127,6 +131,11 @@ impl Store {
                     ready_sk: i.get("gsi1sk")?.as_s().ok()?.clone(),
                     lease_ms: num("lease_ms"),
                     timeout_ms: num("timeout_ms"),
+                    rate_limit: i
+                        .get("rl")
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|raw| serde_json::from_str(raw).ok())
+                        .and_then(|v| RateLimitPolicy::from_json(&v, queue.as_str()).ok()),
                 })
             })
             .collect())
@@ -161,33 +170,43 @@ impl Store {
             Some(_) => ("deadline_us = :deadline,", ""),
             None => ("", ", deadline_us"),
         };
-        let mut update = self
-            .update(&c.id)
-            .update_expression(format!(
-                "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} {deadline_set} \
-                 lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk \
-                 REMOVE gsi1pk, gsi1sk{deadline_remove}"
-            ))
-            .condition_expression(
-                "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)",
-            )
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":active", s(JobState::Active.as_str()))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":rsk", s(c.ready_sk.clone()))
-            .expression_attribute_values(":nowus", n(now.timestamp_micros()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
-            .expression_attribute_values(":duepk", s(keys::due_pk(queue)))
-            .expression_attribute_values(":duesk", s(keys::due_sk(&due, priority, &c.id)));
+        let expression = format!(
+            "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} {deadline_set} \
+             lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk \
+             REMOVE gsi1pk, gsi1sk{deadline_remove}"
+        );
+        let condition =
+            "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)";
+        let mut values: Item = Item::from([
+            (":active".to_owned(), s(JobState::Active.as_str())),
+            (":available".to_owned(), s(JobState::Available.as_str())),
+            (":rsk".to_owned(), s(c.ready_sk.clone())),
+            (":nowus".to_owned(), n(now.timestamp_micros())),
+            (":now".to_owned(), ts(&now)),
+            (":one".to_owned(), n(1)),
+            (":lease".to_owned(), n(lease_until.timestamp_micros())),
+            (":duepk".to_owned(), s(keys::due_pk(queue))),
+            (":duesk".to_owned(), s(keys::due_sk(&due, priority, &c.id))),
+        ]);
         if let Some(w) = &req.worker_id {
-            update = update.expression_attribute_values(":worker", s(w.clone()));
+            values.insert(":worker".into(), s(w.clone()));
         }
         if let Some(d) = deadline {
-            update = update.expression_attribute_values(":deadline", n(d.timestamp_micros()));
+            values.insert(":deadline".into(), n(d.timestamp_micros()));
         }
-        let out = update.send().await;
+        if let Some(policy) = &c.rate_limit {
+            return self
+                .claim_limited(c, policy, expression, condition, values, now)
+                .await;
+        }
+        let out = self
+            .update(&c.id)
+            .update_expression(expression)
+            .condition_expression(condition)
+            .expression_attribute_names("#state", "state")
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
         let expired = match &out {
             Err(e) => old_item(e)
                 .filter(|old| is_expired_available(old, &now))
@@ -202,6 +221,113 @@ impl Store {
                 }
                 Ok(Claim::Lost)
             }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A claim that must fit the job's rate limit windows: the window counters and the
+    /// claim are one transaction, so a start is counted exactly when it happens, across
+    /// every Lambda instance. A full window leaves the job available (or drops it).
+    async fn claim_limited(
+        &self,
+        c: &Candidate,
+        policy: &RateLimitPolicy,
+        expression: String,
+        condition: &str,
+        values: Item,
+        now: Timestamp,
+    ) -> Result<Claim, StoreError> {
+        let windows = policy.windows(now.timestamp_micros());
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for (window, limit, end_us) in &windows {
+            let counter = Update::builder()
+                .table_name(self.table())
+                .key("pk", s(format!("RL#{}", policy.key)))
+                .key("sk", s(format!("W#{window}")))
+                .update_expression("ADD starts :one SET #ttl = :ttl")
+                .condition_expression("attribute_not_exists(starts) OR starts < :limit")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":limit", n(*limit))
+                .expression_attribute_values(":ttl", n(end_us / 1_000_000 + 60))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().update(counter).build());
+        }
+        let claim = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(&c.id)))
+            .update_expression(expression)
+            .condition_expression(condition)
+            .expression_attribute_names("#state", "state")
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
+        match tx.send().await {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                // Transactions return no item: read the claimed job back.
+                let job = self.get_job(&c.id).await?.ok_or(StoreError::NotFound)?;
+                Ok(Claim::Won(Box::new(job)))
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
+                    e.as_service_error()
+                else {
+                    return Err(StoreError::from_sdk(e));
+                };
+                let limited = t
+                    .cancellation_reasons()
+                    .iter()
+                    .take(windows.len())
+                    .any(|r| r.code() == Some("ConditionalCheckFailed"));
+                if limited && policy.on_limit == OnLimit::Drop {
+                    if let Some(job) = self.get_job(&c.id).await? {
+                        if job.status.state == JobState::Available {
+                            self.drop_rate_limited(&job, now).await?;
+                        }
+                    }
+                }
+                Ok(Claim::Lost)
+            }
+        }
+    }
+
+    /// `on_limit: drop`: discard a job its rate limit refused.
+    async fn drop_rate_limited(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+        let failure = ojs_core::failure::Failure {
+            error_type: "rate_limited".into(),
+            message: "dropped: its rate limit was reached (on_limit: drop)".into(),
+            retryable: false,
+            reported: serde_json::Map::new(),
+        };
+        let error = failure.to_job_error(job.status.attempt, &now);
+        let out = self
+            .update(&job.id)
+            .update_expression(
+                "SET #state = :discarded, discarded_at = :now, #ttl = :ttl, #error = :error, \
+                 version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
+            )
+            .condition_expression("#state = :available AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#error", "error")
+            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":ttl", self.expiry(&now))
+            .expression_attribute_values(":error", crate::item::json(&error))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match self.finish_update(out) {
+            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -72,6 +72,9 @@ pub(crate) fn job_to_item(job: &Job) -> Item {
     if let Some(ms) = job.spec.timeout_ms.filter(|ms| *ms > 0) {
         item.insert("timeout_ms".into(), n(ms));
     }
+    if let Some(rl) = &job.spec.rate_limit {
+        item.insert("rl".into(), json(rl));
+    }
     match st.state {
         JobState::Available => {
             let at = st.enqueued_at.unwrap_or(st.created_at);

@@ -38,15 +38,15 @@ pub const PRIMARY: KeyDef = KeyDef {
 };
 
 /// Sparse index of `available` jobs: `READY#<queue>`, sorted by priority (higher first),
-/// then enqueue time, then id. Besides the keys it carries the job's own lease and
-/// execution timeout, so a claim sets the right lease in its single write.
+/// then enqueue time, then id. Besides the keys it carries the job's own lease,
+/// execution timeout and rate limit (`rl`), so a claim needs no read of the job.
 pub const READY_INDEX: IndexDef = IndexDef {
     name: "ready",
     keys: KeyDef {
         partition: "gsi1pk",
         sort: "gsi1sk",
     },
-    projection: Projection::Include(&["lease_ms", "timeout_ms"]),
+    projection: Projection::Include(&["lease_ms", "timeout_ms", "rl"]),
 };
 
 /// Sparse index of jobs that become actionable at a time (scheduled, retryable, active

@@ -49,7 +49,7 @@ async fn get_manifest() -> Response {
                 "delayed_jobs": true,
                 "job_ttl": true,
                 "priority_queues": true,
-                "rate_limiting": false,
+                "rate_limiting": true,
                 "schema_validation": true,
                 "unique_jobs": true,
                 "workflows": true,

@@ -311,3 +311,53 @@ async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A queue-level limit applies to every job of the queue; FETCH reports the window in
+/// `X-RateLimit-*` headers and answers 429 with `Retry-After` once it is used up.
+#[tokio::test]
+async fn a_queue_level_limit_answers_429_with_rate_limit_headers() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let set = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/queues/lim/rate-limit",
+            Some(json!({"rate": {"limit": 2, "period": "PT10S"}})),
+        )
+        .await?;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    for i in 0..4 {
+        app.push(json!({"type": "l.job", "args": [i], "options": {"queue": "lim"}}))
+            .await?;
+    }
+    let first = app.fetch(json!({"queues": ["lim"], "count": 10})).await?;
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.body["jobs"].as_array().map(Vec::len),
+        Some(2),
+        "two starts per window"
+    );
+    assert_eq!(first.headers["x-ratelimit-limit"], "2");
+    assert_eq!(first.headers["x-ratelimit-remaining"], "0");
+    let refused = app.fetch(json!({"queues": ["lim"]})).await?;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.body["error"]["code"], "rate_limited");
+    assert_eq!(refused.body["error"]["retryable"], true);
+    let after: u64 = refused.headers["retry-after"].to_str()?.parse()?;
+    assert!((1..=10).contains(&after), "{after}");
+    assert!(refused.headers.contains_key("x-ratelimit-reset"));
+    assert_eq!(
+        app.call(Method::DELETE, "/ojs/v1/admin/queues/lim/rate-limit", None)
+            .await?
+            .status,
+        200
+    );
+    let freed = app.fetch(json!({"queues": ["lim"], "count": 10})).await?;
+    assert_eq!(
+        freed.body["jobs"].as_array().map(Vec::len),
+        Some(2),
+        "no limit once removed"
+    );
+    assert!(!freed.headers.contains_key("x-ratelimit-limit"));
+    app.teardown().await;
+    Ok(())
+}

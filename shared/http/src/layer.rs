@@ -113,8 +113,33 @@ fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Respons
     }
     let mut res = (status, json!({ "error": body }).to_string()).into_response();
     if err.code == ErrorCode::RateLimited || err.code == ErrorCode::BackendError {
-        res.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let after = err
+            .details
+            .get("retry_after_seconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        if let Ok(v) = HeaderValue::from_str(&after.to_string()) {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    if let Some(state) = err.details.get("rate_limit") {
+        rate_limit_headers(res.headers_mut(), state);
     }
     res
+}
+
+/// `X-RateLimit-Limit`, `-Remaining` and `-Reset` from `{limit, remaining, reset}`.
+pub(crate) fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &Value) {
+    for (name, key) in [
+        ("x-ratelimit-limit", "limit"),
+        ("x-ratelimit-remaining", "remaining"),
+        ("x-ratelimit-reset", "reset"),
+    ] {
+        if let Some(v) = state
+            .get(key)
+            .and_then(|v| HeaderValue::from_str(&v.to_string()).ok())
+        {
+            headers.insert(name, v);
+        }
+    }
 }

@@ -52,21 +52,49 @@ struct Candidate {
 enum Claim {
     Won(Box<Job>),
     Lost,
+    /// The queue's own rate limit refused it: no other candidate of the queue can start.
+    QueueLimited,
+}
+
+/// What FETCH found.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOutcome {
+    /// The claimed jobs.
+    pub jobs: Vec<Job>,
+    /// The first requested queue's rate limit window, when it has a queue-level limit.
+    pub limit: Option<LimitState>,
+}
+
+/// A rate limit window as `X-RateLimit-*` headers report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitState {
+    /// Starts allowed per window.
+    pub limit: u32,
+    /// Starts left in the current window.
+    pub remaining: u32,
+    /// When the window resets.
+    pub reset_at: Timestamp,
 }
 
 impl Store {
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
     /// then FIFO. Never returns a job that another worker holds.
-    pub async fn fetch(&self, req: &FetchRequest, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+    pub async fn fetch(
+        &self,
+        req: &FetchRequest,
+        now: Timestamp,
+    ) -> Result<FetchOutcome, StoreError> {
         let mut claimed = Vec::new();
-        let paused = self.paused_queues(&req.queues).await?;
+        let settings = self.queue_settings(&req.queues).await?;
         for queue in &req.queues {
             if claimed.len() >= req.count {
                 break;
             }
-            if paused.iter().any(|p| p == queue.as_str()) {
+            let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
+            if queue_settings.paused {
                 continue;
             }
+            let queue_limit = queue_settings.rate_limit.as_ref();
             self.promote_due(queue, now).await?;
             for _ in 0..CLAIM_ROUNDS {
                 let wanted = req.count - claimed.len();
@@ -75,9 +103,13 @@ impl Store {
                 let exhausted = candidates.len() < page as usize;
                 let mut lost_any = false;
                 for c in candidates {
-                    match self.claim(queue, &c, req, now).await? {
+                    match self.claim(queue, &c, req, now, queue_limit).await? {
                         Claim::Won(job) => claimed.push(*job),
                         Claim::Lost => lost_any = true,
+                        Claim::QueueLimited => {
+                            lost_any = false;
+                            break;
+                        }
                     }
                     if claimed.len() >= req.count {
                         break;
@@ -93,7 +125,26 @@ impl Store {
             .map(|j| Event::for_job(EventKind::Started, j, &now, "ojs://ojs-serverless/workers"))
             .collect();
         self.emit(&events).await;
-        Ok(claimed)
+        let limit = match req.queues.iter().find_map(|q| {
+            settings
+                .get(q.as_str())
+                .and_then(|st| st.rate_limit.clone())
+        }) {
+            Some(policy) => {
+                self.window_state(&policy, now)
+                    .await?
+                    .map(|(limit, remaining, reset_at)| LimitState {
+                        limit,
+                        remaining,
+                        reset_at,
+                    })
+            }
+            None => None,
+        };
+        Ok(FetchOutcome {
+            jobs: claimed,
+            limit,
+        })
     }
 
     async fn ready_candidates(
@@ -147,6 +198,7 @@ impl Store {
         c: &Candidate,
         req: &FetchRequest,
         now: Timestamp,
+        queue_limit: Option<&RateLimitPolicy>,
     ) -> Result<Claim, StoreError> {
         let ms = |v: u64| chrono::Duration::milliseconds(i64::try_from(v).unwrap_or(i64::MAX / 4));
         let lease_ms = req
@@ -194,9 +246,22 @@ impl Store {
         if let Some(d) = deadline {
             values.insert(":deadline".into(), n(d.timestamp_micros()));
         }
-        if let Some(policy) = &c.rate_limit {
+        // The queue's limit first: its refusal ends the queue for this FETCH.
+        let policies: Vec<&RateLimitPolicy> = queue_limit
+            .into_iter()
+            .chain(c.rate_limit.as_ref())
+            .collect();
+        if !policies.is_empty() {
             return self
-                .claim_limited(c, policy, expression, condition, values, now)
+                .claim_limited(
+                    c,
+                    &policies,
+                    queue_limit.is_some(),
+                    expression,
+                    condition,
+                    values,
+                    now,
+                )
                 .await;
         }
         let out = self
@@ -228,24 +293,35 @@ impl Store {
     /// A claim that must fit the job's rate limit windows: the window counters and the
     /// claim are one transaction, so a start is counted exactly when it happens, across
     /// every Lambda instance. A full window leaves the job available (or drops it).
+    #[allow(clippy::too_many_arguments)]
     async fn claim_limited(
         &self,
         c: &Candidate,
-        policy: &RateLimitPolicy,
+        policies: &[&RateLimitPolicy],
+        first_is_queue: bool,
         expression: String,
         condition: &str,
         values: Item,
         now: Timestamp,
     ) -> Result<Claim, StoreError> {
-        let windows = policy.windows(now.timestamp_micros());
+        let windows: Vec<(usize, String, String, u32, i64)> = policies
+            .iter()
+            .enumerate()
+            .flat_map(|(p, policy)| {
+                policy
+                    .windows(now.timestamp_micros())
+                    .into_iter()
+                    .map(move |(w, limit, end)| (p, policy.key.clone(), w, limit, end))
+            })
+            .collect();
         let mut tx = self
             .client
             .transact_write_items()
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for (window, limit, end_us) in &windows {
+        for (_, key, window, limit, end_us) in &windows {
             let counter = Update::builder()
                 .table_name(self.table())
-                .key("pk", s(format!("RL#{}", policy.key)))
+                .key("pk", s(format!("RL#{key}")))
                 .key("sk", s(format!("W#{window}")))
                 .update_expression("ADD starts :one SET #ttl = :ttl")
                 .condition_expression("attribute_not_exists(starts) OR starts < :limit")
@@ -281,12 +357,21 @@ impl Store {
                 else {
                     return Err(StoreError::from_sdk(e));
                 };
-                let limited = t
+                let refused: Vec<usize> = t
                     .cancellation_reasons()
                     .iter()
                     .take(windows.len())
-                    .any(|r| r.code() == Some("ConditionalCheckFailed"));
-                if limited && policy.on_limit == OnLimit::Drop {
+                    .zip(&windows)
+                    .filter(|(r, _)| r.code() == Some("ConditionalCheckFailed"))
+                    .map(|(_, w)| w.0)
+                    .collect();
+                if first_is_queue && refused.contains(&0) {
+                    return Ok(Claim::QueueLimited);
+                }
+                let drop = refused
+                    .iter()
+                    .any(|p| policies[*p].on_limit == OnLimit::Drop);
+                if drop {
                     if let Some(job) = self.get_job(&c.id).await? {
                         if job.status.state == JobState::Available {
                             self.drop_rate_limited(&job, now).await?;

@@ -30,13 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use batch::BatchError;
-pub use claim::FetchRequest;
+pub use claim::{FetchOutcome, FetchRequest, LimitState};
 pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome};
-pub use queues::{QueueInfo, QueueStats};
+pub use queues::{QueueInfo, QueueSettings, QueueStats};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use settle::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};

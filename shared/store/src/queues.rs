@@ -2,7 +2,8 @@
 //! queue per cold start, so listing queues is a Query, never a Scan.
 
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
-use ojs_core::time;
+use ojs_core::rate_limit::RateLimitPolicy;
+use ojs_core::time::{self, Timestamp};
 
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{s, ts};
@@ -79,6 +80,15 @@ impl Store {
     }
 }
 
+/// A queue's FETCH-time settings.
+#[derive(Debug, Clone, Default)]
+pub struct QueueSettings {
+    /// Not fetched while paused.
+    pub paused: bool,
+    /// Limit on the queue's job starts, on top of each job's own.
+    pub rate_limit: Option<RateLimitPolicy>,
+}
+
 /// Per-queue job counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -137,12 +147,12 @@ impl Store {
         })
     }
 
-    /// The subset of `queues` that are paused (one BatchGetItem, eventually consistent:
-    /// a pause reaches every FETCH within about a second).
-    pub(crate) async fn paused_queues(
+    /// Pause flag and queue-level rate limit of each of `queues` (one BatchGetItem,
+    /// eventually consistent: a change reaches every FETCH within about a second).
+    pub(crate) async fn queue_settings(
         &self,
         queues: &[ojs_core::QueueName],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<std::collections::HashMap<String, QueueSettings>, StoreError> {
         let keys: Vec<_> = queues
             .iter()
             .map(|q| {
@@ -153,11 +163,11 @@ impl Store {
             })
             .collect();
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
             .set_keys(Some(keys))
-            .projection_expression("#name, paused")
+            .projection_expression("#name, paused, rl")
             .expression_attribute_names("#name", "name")
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -178,14 +188,92 @@ impl Store {
             .and_then(|r| r.get(self.table()))
             .into_iter()
             .flatten()
-            .filter(|i| {
-                i.get("paused")
+            .filter_map(|i| {
+                let name = i.get("name").and_then(|v| v.as_s().ok())?.clone();
+                let paused = i
+                    .get("paused")
                     .and_then(|v| v.as_bool().ok())
                     .copied()
-                    .unwrap_or(false)
+                    .unwrap_or(false);
+                let rate_limit = i
+                    .get("rl")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+                    .and_then(|v| RateLimitPolicy::from_json(&v, &name).ok());
+                Some((name, QueueSettings { paused, rate_limit }))
             })
-            .filter_map(|i| i.get("name").and_then(|v| v.as_s().ok()).cloned())
             .collect())
+    }
+
+    /// Sets (or with `None` removes) a queue-level rate limit; every job of the queue must
+    /// fit it in addition to its own.
+    pub async fn set_queue_rate_limit(
+        &self,
+        queue: &str,
+        policy: Option<&RateLimitPolicy>,
+    ) -> Result<(), StoreError> {
+        let now = time::now();
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(keys::queue_sk(queue)))
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":name", s(queue))
+            .expression_attribute_values(":now", ts(&now))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        req = match policy {
+            Some(p) => req
+                .update_expression(
+                    "SET #name = :name, created_at = if_not_exists(created_at, :now), rl = :rl",
+                )
+                .expression_attribute_values(":rl", crate::item::json(&p.to_json())),
+            None => req.update_expression(
+                "SET #name = :name, created_at = if_not_exists(created_at, :now) REMOVE rl",
+            ),
+        };
+        let out = req.send().await.map_err(|e| {
+            self.usage.record(Kind::Write, None);
+            StoreError::from_sdk(e)
+        })?;
+        self.usage.record(Kind::Write, out.consumed_capacity());
+        Ok(())
+    }
+
+    /// The state of a rate limit's first window at `now`: (limit, starts left, window end).
+    pub(crate) async fn window_state(
+        &self,
+        policy: &RateLimitPolicy,
+        now: Timestamp,
+    ) -> Result<Option<(u32, u32, Timestamp)>, StoreError> {
+        let Some((window, limit, end_us)) =
+            policy.windows(now.timestamp_micros()).into_iter().next()
+        else {
+            return Ok(None);
+        };
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .key("pk", s(format!("RL#{}", policy.key)))
+            .key("sk", s(format!("W#{window}")))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| {
+                self.usage.record(Kind::Read, None);
+                StoreError::from_sdk(e)
+            })?;
+        self.usage.record(Kind::Read, out.consumed_capacity());
+        let used = out
+            .item()
+            .and_then(|i| i.get("starts"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0);
+        Ok(time::from_micros(end_us).map(|end| (limit, limit.saturating_sub(used), end)))
     }
 
     /// Counts for one queue: live states from the sparse indexes (a COUNT Query of the

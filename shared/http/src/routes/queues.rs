@@ -19,6 +19,10 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/queues/{name}/stats", get(queue_stats))
         .route("/ojs/v1/queues/{name}/pause", post(pause_queue))
         .route("/ojs/v1/queues/{name}/resume", post(resume_queue))
+        .route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            axum::routing::put(set_rate_limit).delete(clear_rate_limit),
+        )
 }
 
 async fn queue_stats(
@@ -129,5 +133,40 @@ async fn list_queues(
             "queues": items,
             "pagination": { "total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total },
         }),
+    ))
+}
+
+/// `PUT /ojs/v1/admin/queues/{name}/rate-limit`: a limit every job start of the queue must
+/// fit, on top of each job's own (`{rate: {limit, period}, throttle: {...}}`).
+async fn set_rate_limit(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    crate::extract::JsonBody(body): crate::extract::JsonBody,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let mut body = body;
+    if let Some(o) = body.as_object_mut() {
+        // One partition per queue, whatever the body says.
+        o.insert("key".into(), json!(format!("queue-limit:{queue}")));
+    }
+    let policy = ojs_core::rate_limit::RateLimitPolicy::from_json(&body, queue.as_str())?;
+    app.store
+        .set_queue_rate_limit(queue.as_str(), Some(&policy))
+        .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"queue": {"name": name, "rate_limit": policy.to_json()}}),
+    ))
+}
+
+async fn clear_rate_limit(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    app.store.set_queue_rate_limit(queue.as_str(), None).await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"queue": {"name": name, "rate_limit": null}}),
     ))
 }

@@ -112,13 +112,35 @@ async fn fetch_jobs(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let req = parse_fetch(body)?;
-    let mut jobs = app.store.fetch(&req, time::now()).await?;
-    if jobs.is_empty() && !app.config.fetch_recheck.is_zero() {
+    let mut outcome = app.store.fetch(&req, time::now()).await?;
+    if outcome.jobs.is_empty() && !app.config.fetch_recheck.is_zero() {
         tokio::time::sleep(app.config.fetch_recheck).await;
-        jobs = app.store.fetch(&req, time::now()).await?;
+        outcome = app.store.fetch(&req, time::now()).await?;
     }
-    let jobs: Vec<Value> = jobs.iter().map(|j| j.to_json()).collect();
-    Ok(reply(StatusCode::OK, json!({ "jobs": jobs })))
+    let jobs: Vec<Value> = outcome.jobs.iter().map(|j| j.to_json()).collect();
+    let Some(limit) = outcome.limit else {
+        return Ok(reply(StatusCode::OK, json!({ "jobs": jobs })));
+    };
+    let reset =
+        limit.reset_at.timestamp() + i64::from(limit.reset_at.timestamp_subsec_micros() > 0);
+    let state = json!({"limit": limit.limit, "remaining": limit.remaining, "reset": reset});
+    if jobs.is_empty() && limit.remaining == 0 {
+        // The queue's own limit is what stands between the worker and a job.
+        let wait_ms = (limit.reset_at - time::now()).num_milliseconds().max(1);
+        return Err(OjsError::new(
+            ojs_core::ErrorCode::RateLimited,
+            "the queue's rate limit is reached; retry after the window resets",
+        )
+        .with_detail("rate_limit", state)
+        .with_detail(
+            "retry_after_seconds",
+            (wait_ms as f64 / 1000.0).ceil() as u64,
+        )
+        .into());
+    }
+    let mut res = reply(StatusCode::OK, json!({ "jobs": jobs }));
+    crate::layer::rate_limit_headers(res.headers_mut(), &state);
+    Ok(res)
 }
 
 async fn ack_job(

@@ -16,7 +16,7 @@ use ojs_tests::conformance::{load_cases, run_case};
 use ojs_tests::TestApp;
 
 /// Cases run at once; most time is spent in the suite's own WAIT steps.
-const PARALLEL: usize = 12;
+const PARALLEL: usize = 8;
 
 fn suite_dir() -> PathBuf {
     std::env::var_os("OJS_CONFORMANCE_DIR")

@@ -162,12 +162,8 @@ impl Store {
             .limit(limit)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         Ok(out
             .items()
             .iter()
@@ -435,12 +431,8 @@ impl Store {
             .limit(DUE_BATCH)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         let moves = out.items().iter().filter_map(|i| {
             let id = id_of(i)?;
             let due_sk = i.get("gsi2sk")?.as_s().ok()?.clone();

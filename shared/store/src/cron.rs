@@ -114,12 +114,8 @@ impl Store {
             .return_values(ReturnValue::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Write, out)?;
         let created = out.attributes().is_none_or(|a| a.is_empty());
         if let (Some(next), true) = (next, cron.enabled) {
             let target = crate::timer::TimerTarget::Cron {
@@ -158,12 +154,8 @@ impl Store {
             .return_values(ReturnValue::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Write, out)?;
         out.attributes()
             .filter(|a| !a.is_empty())
             .map(entry_from_item)
@@ -180,12 +172,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         out.item().map(entry_from_item).transpose()
     }
 
@@ -203,12 +191,8 @@ impl Store {
             .limit(100)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         let mut fired = 0;
         for i in out.items() {
             let Some(name) = i

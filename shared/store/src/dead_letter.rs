@@ -46,12 +46,8 @@ impl Store {
                         .min(1000),
                 )
                 .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+                .await;
+            let out = self.tally(Kind::Read, out)?;
             keys.extend(out.items().iter().filter_map(|i| {
                 Some(HashMap::from([
                     ("pk".to_owned(), i.get("pk")?.clone()),
@@ -96,12 +92,8 @@ impl Store {
                 .select(Select::Count)
                 .set_exclusive_start_key(start.take())
                 .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+                .await;
+            let out = self.tally(Kind::Read, out)?;
             total += usize::try_from(out.count()).unwrap_or(0);
             start = out.last_evaluated_key().cloned();
             if start.is_none() {
@@ -135,12 +127,8 @@ impl Store {
                     .request_items(self.table(), ka)
                     .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
-                    .await
-                    .map_err(|e| {
-                        self.usage.record(Kind::Read, None);
-                        StoreError::from_sdk(e)
-                    })?;
-                self.usage.record(Kind::Read, out.consumed_capacity());
+                    .await;
+                let out = self.tally(Kind::Read, out)?;
                 for it in out
                     .responses()
                     .and_then(|r| r.get(self.table()))

@@ -137,11 +137,8 @@ impl Store {
                     req = req.expression_attribute_values(p, s(t.clone()));
                 }
             }
-            let out = req.send().await.map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+            let out = req.send().await;
+            let out = self.tally(Kind::Read, out)?;
             for item in out.items() {
                 let sk = item.get("sk").and_then(|v| v.as_s().ok());
                 let doc = item

@@ -112,12 +112,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         out.item().map(item::job_from_item).transpose()
     }
 

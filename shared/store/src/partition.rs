@@ -30,12 +30,8 @@ impl Store {
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+                .await;
+            let out = self.tally(Kind::Read, out)?;
             items.extend(out.items().iter().cloned());
             start = out.last_evaluated_key().cloned();
             if start.is_none() {

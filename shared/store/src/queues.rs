@@ -126,12 +126,8 @@ impl Store {
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Write, out)?;
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
@@ -177,12 +173,8 @@ impl Store {
             .request_items(self.table(), ka)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         Ok(out
             .responses()
             .and_then(|r| r.get(self.table()))
@@ -233,11 +225,8 @@ impl Store {
                 "SET #name = :name, created_at = if_not_exists(created_at, :now) REMOVE rl",
             ),
         };
-        let out = req.send().await.map_err(|e| {
-            self.usage.record(Kind::Write, None);
-            StoreError::from_sdk(e)
-        })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+        let out = req.send().await;
+        self.tally(Kind::Write, out)?;
         Ok(())
     }
 
@@ -261,12 +250,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         let used = out
             .item()
             .and_then(|i| i.get("starts"))
@@ -294,12 +279,8 @@ impl Store {
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+                .await;
+            let out = self.tally(Kind::Read, out)?;
             stats.available += u64::try_from(out.count()).unwrap_or(0);
             start = out.last_evaluated_key().cloned();
             if start.is_none() {
@@ -317,12 +298,8 @@ impl Store {
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
-                .await
-                .map_err(|e| {
-                    self.usage.record(Kind::Read, None);
-                    StoreError::from_sdk(e)
-                })?;
-            self.usage.record(Kind::Read, out.consumed_capacity());
+                .await;
+            let out = self.tally(Kind::Read, out)?;
             for i in out.items() {
                 match i
                     .get("state")
@@ -351,12 +328,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         if let Some(item) = out.item() {
             let get = |k: &str| {
                 item.get(k)

@@ -131,12 +131,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         out.item().map(entry_from_item).transpose()
     }
 
@@ -159,12 +155,8 @@ impl Store {
             .return_values(ReturnValue::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Write, out)?;
         out.attributes()
             .filter(|a| !a.is_empty())
             .map(entry_from_item)

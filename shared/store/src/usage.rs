@@ -67,3 +67,74 @@ impl Usage {
         }
     }
 }
+
+/// The capacity an SDK output reports, whatever its shape.
+pub(crate) trait Consumed {
+    /// Every capacity record of the call.
+    fn consumed(&self) -> Vec<&ConsumedCapacity>;
+}
+
+macro_rules! single {
+    ($($t:ty),*) => {$(
+        impl Consumed for $t {
+            fn consumed(&self) -> Vec<&ConsumedCapacity> {
+                self.consumed_capacity().into_iter().collect()
+            }
+        }
+    )*};
+}
+
+macro_rules! many {
+    ($($t:ty),*) => {$(
+        impl Consumed for $t {
+            fn consumed(&self) -> Vec<&ConsumedCapacity> {
+                self.consumed_capacity().iter().collect()
+            }
+        }
+    )*};
+}
+
+use aws_sdk_dynamodb::operation as op;
+
+single!(
+    op::get_item::GetItemOutput,
+    op::put_item::PutItemOutput,
+    op::update_item::UpdateItemOutput,
+    op::delete_item::DeleteItemOutput,
+    op::query::QueryOutput
+);
+many!(
+    op::batch_get_item::BatchGetItemOutput,
+    op::batch_write_item::BatchWriteItemOutput,
+    op::transact_write_items::TransactWriteItemsOutput
+);
+
+impl crate::Store {
+    /// Records a call and its capacity, and maps its error: the one place every plain
+    /// DynamoDB call goes through on its way back.
+    pub(crate) fn tally<T, E, R>(
+        &self,
+        kind: Kind,
+        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
+    ) -> Result<T, crate::StoreError>
+    where
+        T: Consumed,
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+        R: std::fmt::Debug,
+    {
+        match out {
+            Ok(o) => {
+                self.usage.record(kind, o.consumed());
+                Ok(o)
+            }
+            Err(e) => {
+                self.usage.record(kind, None);
+                Err(crate::StoreError::from_sdk(e))
+            }
+        }
+    }
+}

@@ -116,12 +116,8 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Write, out)?;
         let directive = out
             .attributes()
             .and_then(worker_from_item)

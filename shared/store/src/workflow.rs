@@ -161,12 +161,8 @@ impl Store {
             .set_transact_items(Some(items))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Write, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Write, out.consumed_capacity());
+            .await;
+        self.tally(Kind::Write, out)?;
         let events: Vec<Event> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Available)
@@ -193,12 +189,8 @@ impl Store {
             .consistent_read(true)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage.record(Kind::Read, out.consumed_capacity());
+            .await;
+        let out = self.tally(Kind::Read, out)?;
         out.item().map(view).ok_or(StoreError::NotFound)
     }
 

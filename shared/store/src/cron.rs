@@ -146,35 +146,20 @@ impl Store {
 
     /// Removes a registration; NotFound when there is none.
     pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
-        let out = self
-            .client
-            .delete_item()
-            .table_name(self.table())
-            .set_key(Some(cron_key(name)))
-            .return_values(ReturnValue::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Write, out)?;
-        out.attributes()
-            .filter(|a| !a.is_empty())
+        self.delete_returning(cron_key(name))
+            .await?
+            .as_ref()
             .map(entry_from_item)
             .transpose()?
             .ok_or(StoreError::NotFound)
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .set_key(Some(cron_key(name)))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        out.item().map(entry_from_item).transpose()
+        self.read_item(cron_key(name))
+            .await?
+            .as_ref()
+            .map(entry_from_item)
+            .transpose()
     }
 
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per

@@ -104,17 +104,11 @@ impl Store {
 
     /// Reads a job with a strongly consistent read.
     pub async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .set_key(Some(item::job_key(id)))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        out.item().map(item::job_from_item).transpose()
+        self.read_item(item::job_key(id))
+            .await?
+            .as_ref()
+            .map(item::job_from_item)
+            .transpose()
     }
 
     /// Cancels a non-terminal job in one conditional write (and, for a workflow step,

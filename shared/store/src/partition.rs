@@ -40,3 +40,36 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// One item by key, strongly consistent (read-your-writes after PUSH, ACK, PUT...).
+    pub(crate) async fn read_item(&self, key: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(key))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        Ok(self.tally(Kind::Read, out)?.item)
+    }
+
+    /// Deletes an item and returns what it held (`None` when there was nothing).
+    pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table())
+            .set_key(Some(key))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        Ok(self
+            .tally(Kind::Write, out)?
+            .attributes
+            .filter(|a| !a.is_empty()))
+    }
+}

@@ -3,7 +3,7 @@
 //! PUSH right after a registration (or a deletion) sees it. A URI is registered once:
 //! registering a different document under a taken URI is a conflict.
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use ojs_core::schema_registry::SchemaDoc;
 use ojs_core::time::{self, Timestamp};
 use serde_json::Value;
@@ -123,17 +123,11 @@ impl Store {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .set_key(Some(schema_key(uri)))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        out.item().map(entry_from_item).transpose()
+        self.read_item(schema_key(uri))
+            .await?
+            .as_ref()
+            .map(entry_from_item)
+            .transpose()
     }
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
@@ -147,18 +141,9 @@ impl Store {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        let out = self
-            .client
-            .delete_item()
-            .table_name(self.table())
-            .set_key(Some(schema_key(uri)))
-            .return_values(ReturnValue::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Write, out)?;
-        out.attributes()
-            .filter(|a| !a.is_empty())
+        self.delete_returning(schema_key(uri))
+            .await?
+            .as_ref()
             .map(entry_from_item)
             .transpose()?
             .ok_or(StoreError::NotFound)

@@ -181,17 +181,11 @@ impl Store {
 
     /// The workflow's view, or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(id)))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        out.item().map(view).ok_or(StoreError::NotFound)
+        self.read_item(wf_key(id))
+            .await?
+            .as_ref()
+            .map(view)
+            .ok_or(StoreError::NotFound)
     }
 
     /// Cancels a running workflow and every step that has not finished.

@@ -1,0 +1,1 @@
+//! The OJS Protobuf wire format (being written).

@@ -12,6 +12,9 @@ cd "$ROOT"
 export OJS_PORT="${OJS_PORT:-8080}"
 export OJS_TABLE="${OJS_TABLE:-ojs-local}"
 export OJS_HOST="${OJS_HOST:-127.0.0.1}"
+# Local development serves without API keys unless asked (OJS_AUTH=api-key make dev;
+# create a key with `cargo run -p ojs-local --bin ojs-keys -- create <name>`).
+export OJS_AUTH="${OJS_AUTH:-off}"
 
 started_file=""
 cleanup() {
@@ -40,4 +43,4 @@ fi
 echo "dev: ojs-local on http://$OJS_HOST:$OJS_PORT (table $OJS_TABLE); Ctrl-C to stop" >&2
 # A debug build: it shares compiled dependencies with `make test` and starts in seconds
 # once built; request handling is still far below DynamoDB round-trip times.
-cargo run -p ojs-local
+cargo run -p ojs-local --bin ojs-local

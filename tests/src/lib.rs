@@ -104,16 +104,23 @@ impl TestApp {
         Self::spawn_on(store).await
     }
 
+    /// Serves every endpoint group over a fresh table with HTTP settings `config`
+    /// (e.g. API keys required, CORS origins).
+    pub async fn spawn_with_config(config: HttpConfig) -> anyhow::Result<Self> {
+        Self::spawn_configured(fresh_store().await?, config).await
+    }
+
     async fn spawn_on(store: Store) -> anyhow::Result<Self> {
+        Self::spawn_configured(store, HttpConfig::default()).await
+    }
+
+    async fn spawn_configured(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
         // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let router = app(
-            AppState::new(store.clone(), HttpConfig::default()),
-            &Group::ALL,
-        );
+        let router = app(AppState::new(store.clone(), config), &Group::ALL);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         let server = tokio::spawn(async move {

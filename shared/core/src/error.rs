@@ -37,6 +37,8 @@ pub enum ErrorCode {
     NotAcceptable,
     /// The HTTP method is not allowed on this path.
     MethodNotAllowed,
+    /// The request carries no valid credentials.
+    Unauthenticated,
 }
 
 impl ErrorCode {
@@ -59,6 +61,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::NotAcceptable => "not_acceptable",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::Unauthenticated => "unauthenticated",
         }
     }
 
@@ -66,6 +69,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             Self::InvalidRequest | Self::InvalidPayload | Self::SchemaValidation => 400,
+            Self::Unauthenticated => 401,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::NotAcceptable => 406,
@@ -122,6 +126,9 @@ impl ErrorCode {
             Self::UnsupportedMediaType => "Use Content-Type: application/openjobspec+json.",
             Self::NotAcceptable => "Accept application/openjobspec+json or application/json.",
             Self::MethodNotAllowed => "See the OJS HTTP binding for the methods of this path.",
+            Self::Unauthenticated => {
+                "Send 'Authorization: Bearer <API key>' with a valid, unrevoked key."
+            }
         }
     }
 }

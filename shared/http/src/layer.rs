@@ -2,14 +2,17 @@
 //! Accept negotiation, and the rendering of error bodies (including axum's own 404/405).
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Request, StatusCode};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, Method, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::{json, Value};
 
+use crate::cors::CorsPolicy;
 use crate::error::{ApiError, PendingError};
+use crate::AppState;
 
 /// The media type of every response body.
 pub(crate) const OJS_JSON: &str = "application/openjobspec+json";
@@ -19,23 +22,73 @@ const OJS_VERSION: &str = "1.0";
 const MAX_REQUEST_ID: usize = 128;
 
 /// Wraps a router in the OJS response layer.
-pub(crate) fn wrap(router: Router) -> Router {
-    router.layer(middleware::from_fn(ojs_layer))
+pub(crate) fn wrap(router: Router, state: AppState) -> Router {
+    router.layer(middleware::from_fn_with_state(state, ojs_layer))
 }
 
-async fn ojs_layer(req: Request<Body>, next: Next) -> Response {
+/// The job a response is about, for the request log line.
+#[derive(Debug, Clone)]
+pub(crate) struct LogSubject {
+    job_id: String,
+    queue: String,
+    /// How many jobs the response carries (FETCH and batch answers).
+    jobs: usize,
+}
+
+impl LogSubject {
+    /// The first job of `{"job": ...}` or `{"jobs": [...]}`, if any.
+    pub(crate) fn of(body: &Value) -> Option<Self> {
+        let (job, jobs) = match (body.get("job"), body.get("jobs").and_then(Value::as_array)) {
+            (Some(job), _) => (job, 1),
+            (None, Some(list)) => (list.first()?, list.len()),
+            _ => return None,
+        };
+        let field = |k: &str| job.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        Some(Self {
+            job_id: field("id"),
+            queue: field("queue"),
+            jobs,
+        })
+    }
+}
+
+/// Paths served without an API key: discovery and liveness, which reveal no job data.
+fn is_public(method: &Method, path: &str) -> bool {
+    method == Method::GET && matches!(path, "/ojs/manifest" | "/ojs/v1/health")
+}
+
+async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next) -> Response {
     let request_id = request_id(&req);
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut res = if accepts_json(&req) {
-        next.run(req).await
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    if CorsPolicy::is_preflight(&method, req.headers()) {
+        let mut res = StatusCode::NO_CONTENT.into_response();
+        state
+            .cors
+            .preflight_headers(req.headers(), res.headers_mut());
+        return res;
+    }
+    let principal = if is_public(&method, &path) {
+        Ok(None)
     } else {
-        ApiError(OjsError::new(
+        state.auth.check(req.headers()).await
+    };
+    let key_id = principal.as_ref().ok().cloned().flatten();
+    let mut ddb = ojs_store::UsageSnapshot::default();
+    let mut res = match principal {
+        Err(err) => ApiError(err).into_response(),
+        Ok(_) if !accepts_json(&req) => ApiError(OjsError::new(
             ErrorCode::NotAcceptable,
             "this server produces application/openjobspec+json or application/json",
         ))
-        .into_response()
+        .into_response(),
+        Ok(_) => {
+            let (res, usage) = ojs_store::measured(next.run(req)).await;
+            ddb = usage;
+            res
+        }
     };
     if let Some(PendingError(err)) = res.extensions_mut().remove::<PendingError>() {
         res = render_error(res.status(), &err, &request_id);
@@ -49,18 +102,33 @@ async fn ojs_layer(req: Request<Body>, next: Next) -> Response {
         let message = format!("no OJS endpoint {method} {path}");
         res = render_error(res.status(), &OjsError::new(code, message), &request_id);
     }
+    let status = res.status();
     let headers = res.headers_mut();
     headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-request-id", v);
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    state
+        .cors
+        .response_headers(origin.as_ref(), res.headers_mut());
+    let subject = res.extensions().get::<LogSubject>();
     tracing::info!(
         request_id = %request_id,
         method = %method,
         path = %path,
-        status = res.status().as_u16(),
+        status = status.as_u16(),
         latency_us = started.elapsed().as_micros() as u64,
+        key_id = key_id.as_deref().unwrap_or("-"),
+        job_id = subject.map_or("-", |s| s.job_id.as_str()),
+        queue = subject.map_or("-", |s| s.queue.as_str()),
+        jobs = subject.map_or(0, |s| s.jobs),
+        ddb_calls = ddb.calls,
+        ddb_rcu = ddb.read_units,
+        ddb_wcu = ddb.write_units,
         "request"
     );
     res

@@ -2,6 +2,8 @@
 //! the shared layer every response passes through: request ids, `OJS-Version`,
 //! content type, and the single mapping of errors to OJS error bodies.
 
+pub mod auth;
+mod cors;
 mod error;
 mod extract;
 mod layer;
@@ -13,6 +15,8 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use ojs_store::Store;
 
+pub use auth::{AuthMode, Authenticator};
+pub use cors::CorsPolicy;
 pub use error::ApiError;
 pub use routes::system::CONFORMANCE_LEVEL;
 
@@ -57,25 +61,44 @@ pub struct HttpConfig {
     /// When FETCH finds nothing, wait this long and look once more (covers the
     /// milliseconds a just-pushed job may take to appear in a DynamoDB GSI on AWS).
     pub fetch_recheck: Duration,
+    /// Whether requests need an API key.
+    pub auth: AuthMode,
+    /// Browser origins allowed by CORS.
+    pub cors_origins: Vec<String>,
 }
 
 impl HttpConfig {
-    /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous).
+    /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous),
+    /// `OJS_AUTH` (`api-key`, the default, or `off`) and `OJS_CORS_ALLOWED_ORIGINS`
+    /// (comma-separated origins; none by default).
     pub fn from_env() -> Self {
         let ms = std::env::var("OJS_FETCH_RECHECK_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let auth = AuthMode::parse(std::env::var("OJS_AUTH").ok().as_deref());
+        let cors_origins = std::env::var("OJS_CORS_ALLOWED_ORIGINS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .map(str::to_owned)
+            .collect();
         Self {
             fetch_recheck: Duration::from_millis(ms),
+            auth,
+            cors_origins,
         }
     }
 }
 
 impl Default for HttpConfig {
+    /// No recheck, no auth, no CORS: in-process tests.
     fn default() -> Self {
         Self {
             fetch_recheck: Duration::ZERO,
+            auth: AuthMode::Off,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -89,15 +112,23 @@ pub struct AppState {
     pub config: Arc<HttpConfig>,
     /// When this instance started (health reports uptime).
     pub started: Instant,
+    /// API key checks.
+    pub auth: Arc<Authenticator>,
+    /// Allowed browser origins.
+    pub cors: Arc<CorsPolicy>,
 }
 
 impl AppState {
     /// State over a store.
     pub fn new(store: Store, config: HttpConfig) -> Self {
+        let auth = Arc::new(Authenticator::new(config.auth, store.clone()));
+        let cors = Arc::new(CorsPolicy::new(&config.cors_origins, config.auth));
         Self {
             store,
             config: Arc::new(config),
             started: Instant::now(),
+            auth,
+            cors,
         }
     }
 }
@@ -117,5 +148,5 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Schemas => routes::schemas::router(),
         });
     }
-    layer::wrap(router.with_state(state))
+    layer::wrap(router.with_state(state.clone()), state)
 }

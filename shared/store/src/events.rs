@@ -32,6 +32,12 @@ impl Store {
     /// Records events; failures are logged, never fail the transition that caused them
     /// (the job's own item is the source of truth).
     pub(crate) async fn emit(&self, events: &[Event]) {
+        if let Some(namespace) = &self.config.metrics_namespace {
+            let now_ms = time::now().timestamp_millis();
+            for doc in crate::metrics::emf_documents(namespace, events, now_ms) {
+                println!("{doc}");
+            }
+        }
         if !self.config.events || events.is_empty() {
             return;
         }

@@ -4,6 +4,7 @@
 //! read-modify-write paths, the version). A failed condition is a typed
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
+mod api_keys;
 mod batch;
 mod claim;
 mod cron;
@@ -13,6 +14,7 @@ mod events;
 mod item;
 mod jobs;
 mod keys;
+mod metrics;
 mod partition;
 mod queues;
 pub mod schema;
@@ -29,6 +31,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use api_keys::ApiKeyRecord;
 pub use batch::BatchError;
 pub use claim::{FetchOutcome, FetchRequest, LimitState};
 pub use cron::CronEntry;
@@ -41,7 +44,7 @@ pub use schemas::{SchemaEntry, SchemaPut};
 pub use settle::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
-pub use usage::{Usage, UsageSnapshot};
+pub use usage::{measured, Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;
 
@@ -56,11 +59,16 @@ pub struct StoreConfig {
     pub events: bool,
     /// How long events are kept.
     pub event_retention: Duration,
+    /// The CloudWatch namespace of the Embedded Metric Format lines printed for
+    /// lifecycle events; none when metrics are off.
+    pub metrics_namespace: Option<String>,
 }
 
 impl StoreConfig {
     /// Reads `OJS_TABLE` (default `ojs`), `OJS_RETENTION_DAYS` (default 7),
-    /// `OJS_EVENTS` (`on`/`off`, default on) and `OJS_EVENT_RETENTION_HOURS` (default 24).
+    /// `OJS_EVENTS` (`on`/`off`, default on), `OJS_EVENT_RETENTION_HOURS` (default 24),
+    /// and `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
+    /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -74,6 +82,8 @@ impl StoreConfig {
             retention: Duration::from_secs(days * 86_400),
             events: !matches!(var("OJS_EVENTS").as_deref(), Some("off" | "false" | "0")),
             event_retention: Duration::from_secs(event_hours * 3_600),
+            metrics_namespace: (var("OJS_METRICS").as_deref() == Some("emf"))
+                .then(|| var("OJS_METRICS_NAMESPACE").unwrap_or_else(|| "OpenJobSpec".into())),
         }
     }
 
@@ -84,6 +94,7 @@ impl StoreConfig {
             retention: Duration::from_secs(7 * 86_400),
             events: true,
             event_retention: Duration::from_secs(86_400),
+            metrics_namespace: None,
         }
     }
 }

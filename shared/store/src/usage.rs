@@ -1,6 +1,8 @@
 //! Counts of DynamoDB calls and consumed capacity, to measure cost per operation.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::ConsumedCapacity;
 
@@ -10,6 +12,18 @@ pub struct Usage {
     calls: AtomicU64,
     read_milli: AtomicU64,
     write_milli: AtomicU64,
+}
+
+tokio::task_local! {
+    static REQUEST_USAGE: Arc<Usage>;
+}
+
+/// Runs `fut` and returns, with its output, the DynamoDB calls and capacity of the store
+/// calls it made (itself, not tasks it spawned): the per-request figures of the logs.
+pub async fn measured<F: Future>(fut: F) -> (F::Output, UsageSnapshot) {
+    let usage = Arc::new(Usage::default());
+    let out = REQUEST_USAGE.scope(usage.clone(), fut).await;
+    (out, usage.snapshot())
 }
 
 /// A point-in-time copy of [`Usage`].
@@ -47,12 +61,19 @@ impl Usage {
         kind: Kind,
         consumed: impl IntoIterator<Item = &'a ConsumedCapacity>,
     ) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
         let units: f64 = consumed
             .into_iter()
             .filter_map(ConsumedCapacity::capacity_units)
             .sum();
         let milli = (units * 1000.0).round() as u64;
+        self.add(kind, milli);
+        // Also into the usage of the request being served, when one is being measured.
+        let _ = REQUEST_USAGE.try_with(|r| r.add(kind, milli));
+    }
+
+    /// One call consuming `milli` thousandths of a unit.
+    fn add(&self, kind: Kind, milli: u64) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         match kind {
             Kind::Read => self.read_milli.fetch_add(milli, Ordering::Relaxed),
             Kind::Write => self.write_milli.fetch_add(milli, Ordering::Relaxed),

@@ -13,7 +13,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-/// A JSON response with a status.
+/// A JSON response with a status, tagged with the job it is about (for the request log).
 pub(crate) fn reply(status: StatusCode, body: Value) -> Response {
-    (status, body.to_string()).into_response()
+    let subject = crate::layer::LogSubject::of(&body);
+    let mut res = (status, body.to_string()).into_response();
+    if let Some(subject) = subject {
+        res.extensions_mut().insert(subject);
+    }
+    res
 }

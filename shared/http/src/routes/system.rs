@@ -25,7 +25,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/events", get(list_events))
 }
 
-async fn get_manifest() -> Response {
+async fn get_manifest(State(app): State<AppState>) -> Response {
+    let auth_required = app.auth.mode() == crate::AuthMode::ApiKey;
     reply(
         StatusCode::OK,
         json!({
@@ -42,6 +43,11 @@ async fn get_manifest() -> Response {
             "formats": ["application/openjobspec+json"],
             "backend": "dynamodb",
             "extensions": ["events"],
+            "authentication": {
+                "required": auth_required,
+                "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },
+                "public_paths": ["/ojs/manifest", "/ojs/v1/health"],
+            },
             "capabilities": {
                 "batch_enqueue": true,
                 "cron_jobs": true,

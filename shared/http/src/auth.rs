@@ -1,0 +1,302 @@
+//! API key authentication (`Authorization: Bearer <key>`), checked in the response layer
+//! before any handler runs, so an unauthenticated request never reaches the store.
+//!
+//! A key reads `ojs_<id>_<secret>`: `id` (12 hex digits) names its record in the table,
+//! `secret` (64 hex digits, 256 random bits) is checked against the record's Argon2id
+//! hash. The secret is never stored. A verified key is remembered per instance for
+//! [`VERIFIED_TTL`] by the SHA-256 digest of the whole key, so the Argon2 work and the
+//! GetItem happen at most once a minute per key and instance; a revocation therefore
+//! takes effect within that time.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use axum::http::{header, HeaderMap};
+use ojs_core::{time, ErrorCode, OjsError};
+use ojs_store::{ApiKeyRecord, Store, StoreError};
+use sha2::{Digest, Sha256};
+
+/// How long a verified key is trusted without looking at its record again.
+pub const VERIFIED_TTL: Duration = Duration::from_secs(60);
+/// How long a key found missing, revoked or wrong is refused without looking again.
+const REFUSED_TTL: Duration = Duration::from_secs(10);
+/// Most remembered keys per instance (the cache is emptied when full).
+const CACHE_CAP: usize = 10_000;
+const ID_LEN: usize = 12;
+const SECRET_LEN: usize = 64;
+
+/// Whether requests must carry an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Every request is served (private networks, local development).
+    Off,
+    /// Every request but the manifest, health and CORS preflights needs a valid key.
+    ApiKey,
+}
+
+impl AuthMode {
+    /// Parses `OJS_AUTH`: `off` or `api-key`; anything else (or nothing) is `api-key`,
+    /// so a typo fails closed.
+    pub fn parse(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            Some("off") => Self::Off,
+            Some("api-key") | None => Self::ApiKey,
+            Some(other) => {
+                tracing::error!(value = other, "unknown OJS_AUTH value; requiring API keys");
+                Self::ApiKey
+            }
+        }
+    }
+}
+
+/// A freshly issued key: the only time its secret exists outside the client.
+#[derive(Debug, Clone)]
+pub struct IssuedKey {
+    /// The whole key, to hand to the client once.
+    pub key: String,
+    /// The stored record (id, name, hash).
+    pub record: ApiKeyRecord,
+}
+
+/// Creates a key named `name` and stores its hash.
+pub async fn issue_key(store: &Store, name: &str) -> Result<IssuedKey, StoreError> {
+    let id = random_hex(ID_LEN / 2);
+    let secret = random_hex(SECRET_LEN / 2);
+    let hash = hash_secret(&secret)?;
+    let record = store.put_api_key(&id, name, &hash, time::now()).await?;
+    Ok(IssuedKey {
+        key: format!("ojs_{id}_{secret}"),
+        record,
+    })
+}
+
+fn random_hex(bytes: usize) -> String {
+    (0..bytes)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
+}
+
+fn hash_secret(secret: &str) -> Result<String, StoreError> {
+    let salt_bytes: [u8; 16] = rand::random();
+    let salt = SaltString::encode_b64(&salt_bytes)
+        .map_err(|e| StoreError::Backend(format!("salt: {e}")))?;
+    Argon2::default()
+        .hash_password(secret.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| StoreError::Backend(format!("hashing: {e}")))
+}
+
+/// The key id of a well-formed key, for logs (never the secret).
+pub fn key_id(key: &str) -> Option<&str> {
+    parse_key(key).map(|(id, _)| id)
+}
+
+fn parse_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("ojs_")?;
+    let (id, secret) = rest.split_once('_')?;
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    (hex(id, ID_LEN) && hex(secret, SECRET_LEN)).then_some((id, secret))
+}
+
+/// The bearer token of `Authorization`, if the header is present exactly once and well
+/// formed. Keys anywhere else (query strings, other headers) are ignored on purpose.
+fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next().ok_or("missing Authorization header")?;
+    if values.next().is_some() {
+        return Err("more than one Authorization header");
+    }
+    let value = value
+        .to_str()
+        .map_err(|_| "malformed Authorization header")?;
+    let (scheme, token) = value
+        .split_once(' ')
+        .ok_or("Authorization must be 'Bearer <API key>'")?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err("Authorization must be 'Bearer <API key>'");
+    }
+    Ok(token.trim())
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    ok: bool,
+    until: Instant,
+}
+
+/// Checks API keys against the table, remembering verdicts for a short time.
+pub struct Authenticator {
+    mode: AuthMode,
+    store: Store,
+    verdicts: Mutex<HashMap<[u8; 32], Verdict>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unauthenticated(message: &str) -> OjsError {
+    OjsError::new(ErrorCode::Unauthenticated, message)
+}
+
+impl Authenticator {
+    /// An authenticator in `mode` over `store`'s key records.
+    pub fn new(mode: AuthMode, store: Store) -> Self {
+        Self {
+            mode,
+            store,
+            verdicts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// Ok with the key id (None when auth is off) or the error to answer: 401
+    /// `unauthenticated`, or 503 when the key records cannot be read.
+    pub async fn check(&self, headers: &HeaderMap) -> Result<Option<String>, OjsError> {
+        if self.mode == AuthMode::Off {
+            return Ok(None);
+        }
+        let key = bearer(headers).map_err(unauthenticated)?;
+        let Some((id, secret)) = parse_key(key) else {
+            return Err(unauthenticated("the API key is malformed"));
+        };
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let now = Instant::now();
+        if let Some(v) = self.remembered(&digest, now) {
+            return if v {
+                Ok(Some(id.to_owned()))
+            } else {
+                Err(unauthenticated("the API key is not valid"))
+            };
+        }
+        let record = self.store.get_api_key(id).await.map_err(|e| {
+            tracing::error!(cause = %e, "reading API key records");
+            OjsError::new(ErrorCode::BackendError, "cannot check the API key; retry")
+        })?;
+        let ok = match record {
+            Some(r) if r.revoked_at.is_none() => verify(secret, &r.hash),
+            _ => false,
+        };
+        self.remember(digest, ok, now);
+        if ok {
+            Ok(Some(id.to_owned()))
+        } else {
+            tracing::warn!(event = "auth.failure", key_id = id, "API key refused");
+            Err(unauthenticated("the API key is not valid"))
+        }
+    }
+
+    fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<bool> {
+        let map = self.verdicts.lock().ok()?;
+        map.get(digest).filter(|v| v.until > now).map(|v| v.ok)
+    }
+
+    fn remember(&self, digest: [u8; 32], ok: bool, now: Instant) {
+        if let Ok(mut map) = self.verdicts.lock() {
+            if map.len() >= CACHE_CAP {
+                map.clear();
+            }
+            let ttl = if ok { VERIFIED_TTL } else { REFUSED_TTL };
+            map.insert(
+                digest,
+                Verdict {
+                    ok,
+                    until: now + ttl,
+                },
+            );
+        }
+    }
+}
+
+/// Argon2 verification (constant time in the secret).
+fn verify(secret: &str, hash: &str) -> bool {
+    PasswordHash::new(hash)
+        .map(|h| {
+            Argon2::default()
+                .verify_password(secret.as_bytes(), &h)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    const KEY: &str =
+        "ojs_0123456789ab_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            if let Ok(v) = HeaderValue::from_str(v) {
+                h.append(header::AUTHORIZATION, v);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn bearer_takes_exactly_one_well_formed_header() {
+        assert_eq!(bearer(&headers(&[&format!("Bearer {KEY}")])), Ok(KEY));
+        assert_eq!(bearer(&headers(&[&format!("bearer  {KEY} ")])), Ok(KEY));
+        assert!(bearer(&headers(&[])).is_err());
+        assert!(bearer(&headers(&[KEY])).is_err());
+        assert!(bearer(&headers(&[&format!("Basic {KEY}")])).is_err());
+        assert!(bearer(&headers(&["Bearer "])).is_err());
+        let two = format!("Bearer {KEY}");
+        assert!(bearer(&headers(&[&two, &two])).is_err());
+    }
+
+    #[test]
+    fn keys_parse_only_in_their_exact_shape() {
+        assert_eq!(key_id(KEY), Some("0123456789ab"));
+        assert_eq!(parse_key(KEY).map(|(_, s)| s.len()), Some(64));
+        for bad in [
+            "",
+            "ojs_",
+            &KEY[..KEY.len() - 1],
+            &KEY.replace("ojs_", "sk_"),
+            &KEY.to_uppercase(),
+            &format!("{KEY}0"),
+            "ojs_0123456789ab",
+            "ojs_0123456789a_b",
+        ] {
+            assert_eq!(parse_key(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_hash_verifies_its_secret_and_nothing_else() -> Result<(), StoreError> {
+        let secret = random_hex(32);
+        let hash = hash_secret(&secret)?;
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(!hash.contains(&secret));
+        assert!(verify(&secret, &hash));
+        assert!(!verify(&random_hex(32), &hash));
+        assert!(!verify(&secret, "not a hash"));
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_modes_fail_closed() {
+        assert_eq!(AuthMode::parse(Some("off")), AuthMode::Off);
+        assert_eq!(AuthMode::parse(Some("api-key")), AuthMode::ApiKey);
+        assert_eq!(AuthMode::parse(None), AuthMode::ApiKey);
+        assert_eq!(AuthMode::parse(Some("of")), AuthMode::ApiKey);
+    }
+}

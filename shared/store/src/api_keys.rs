@@ -1,0 +1,146 @@
+//! API key records. Each key is one item in the `APIKEYS` partition with sort key
+//! `K#<key id>`, holding only a password hash of the key's secret (Argon2id, computed by
+//! the caller): the secret itself is never stored (ojs-security.md §12.3). Keys are
+//! revoked one by one by flagging their item, which every instance sees within its cache
+//! lifetime.
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use ojs_core::time::{self, Timestamp};
+
+use crate::error::{is_condition_failure, StoreError};
+use crate::item::{s, ts, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+/// Partition of every API key record.
+const API_KEYS_PK: &str = "APIKEYS";
+
+fn api_key_key(id: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(API_KEYS_PK)),
+        ("sk".to_owned(), s(format!("K#{id}"))),
+    ])
+}
+
+/// A stored API key: its public id, a label, and the hash of its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// The public part of the key (printed in logs instead of the key).
+    pub id: String,
+    /// A human label, e.g. the service that uses the key.
+    pub name: String,
+    /// The PHC-format password hash of the secret.
+    pub hash: String,
+    /// When the key was created (RFC 3339).
+    pub created_at: String,
+    /// When the key was revoked, if it was.
+    pub revoked_at: Option<String>,
+}
+
+fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
+    let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let id = get("sk")
+        .and_then(|sk| sk.strip_prefix("K#").map(str::to_owned))
+        .ok_or_else(|| StoreError::Corrupt("api key item without id".into()))?;
+    Ok(ApiKeyRecord {
+        id,
+        name: get("name").unwrap_or_default(),
+        hash: get("hash").ok_or_else(|| StoreError::Corrupt("api key item without hash".into()))?,
+        created_at: get("created_at").unwrap_or_default(),
+        revoked_at: get("revoked_at"),
+    })
+}
+
+impl Store {
+    /// Stores a new key record (conditional PutItem: an id is never overwritten).
+    pub async fn put_api_key(
+        &self,
+        id: &str,
+        name: &str,
+        hash: &str,
+        now: Timestamp,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let mut item = api_key_key(id);
+        item.insert("name".into(), s(name));
+        item.insert("hash".into(), s(hash));
+        item.insert("created_at".into(), ts(&now));
+        let out = self
+            .client
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(ApiKeyRecord {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    hash: hash.to_owned(),
+                    created_at: time::format(&now),
+                    revoked_at: None,
+                })
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(StoreError::Duplicate)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+
+    /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
+    /// is seen by the next lookup).
+    pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self.read_item(api_key_key(id))
+            .await?
+            .as_ref()
+            .map(record_from_item)
+            .transpose()
+    }
+
+    /// Every key record, sorted by id.
+    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.query_partition(API_KEYS_PK, true)
+            .await?
+            .iter()
+            .map(record_from_item)
+            .collect()
+    }
+
+    /// Marks key `id` revoked (conditional UpdateItem; NotFound when there is no such key;
+    /// revoking twice keeps the first revocation time).
+    pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(api_key_key(id)))
+            .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if is_condition_failure(&e) {
+                    Err(StoreError::NotFound)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
+            }
+        }
+    }
+}

@@ -19,12 +19,14 @@ pub async fn promote_due(store: &Store, event: SqsEvent) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     for (id, result) in outcomes {
         if let Err(e) = result {
-            // Corrupt messages can never succeed: drop them rather than retry forever.
+            // Reported failed, never dropped: SQS retries it and, after the queue's
+            // maxReceiveCount, moves it to the dead letter queue where it can be read.
+            // (A malformed message fails every time and so lands there for inspection.)
             if matches!(e, ojs_store::StoreError::Corrupt(_)) {
-                tracing::error!(message_id = %id, error = %e, "dropping malformed timer message");
-                continue;
+                tracing::error!(message_id = %id, error = %e, "malformed timer message");
+            } else {
+                tracing::warn!(message_id = %id, error = %e, "timer message failed; SQS will retry it");
             }
-            tracing::warn!(message_id = %id, error = %e, "timer message failed; SQS will retry it");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
             response.batch_item_failures.push(failure);

@@ -50,8 +50,7 @@ impl CorsPolicy {
         }
         let lower = origin.to_ascii_lowercase();
         self.origins
-            .iter()
-            .any(|o| *o == lower)
+            .contains(&lower)
             .then(|| HeaderValue::from_str(origin).ok())
             .flatten()
     }

@@ -1,0 +1,323 @@
+//! Lambda-level tests: the real function binaries (debug builds of `functions/*`) run as
+//! Lambda would run them, polling a fake Runtime API, against DynamoDB Local. HTTP
+//! functions get API Gateway HTTP API (v2) events, the scheduler an EventBridge Scheduler
+//! event, the timer an SQS batch.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use ojs_tests::fresh_store;
+use ojs_tests::lambda_runtime::{http_api_event, Outcome, RunningFunction};
+use serde_json::{json, Value};
+use tokio::sync::OnceCell;
+
+/// The function binaries these tests run, built once per test process.
+const PACKAGES: [&str; 5] = [
+    "ojs-fn-jobs",
+    "ojs-fn-workers",
+    "ojs-fn-system",
+    "ojs-fn-scheduler",
+    "ojs-fn-timer",
+];
+
+static BUILT: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// Builds the function binaries (debug, sharing the test build's dependencies) and
+/// returns the directory holding them.
+async fn binaries() -> anyhow::Result<&'static PathBuf> {
+    BUILT
+        .get_or_try_init(|| async {
+            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            let root = manifest.parent().context("workspace root")?.to_path_buf();
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            let mut cmd = tokio::process::Command::new(
+                std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+            );
+            cmd.current_dir(&root).arg("build").arg("--quiet");
+            for p in PACKAGES {
+                cmd.args(["-p", p]);
+            }
+            let status = cmd.status().await.context("running cargo build")?;
+            if !status.success() {
+                bail!("cargo build of the function binaries failed");
+            }
+            Ok(target.join("debug"))
+        })
+        .await
+}
+
+async fn start(bin: &str, table: &str, extra: &[(&str, &str)]) -> anyhow::Result<RunningFunction> {
+    let path = binaries().await?.join(bin);
+    let mut env = vec![
+        ("OJS_TABLE", table.to_owned()),
+        ("OJS_AUTH", "off".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    RunningFunction::spawn(&path, &env).await
+}
+
+/// Status and parsed body of an API Gateway v2 response.
+fn http_reply(outcome: Outcome) -> anyhow::Result<(u16, Value, Value)> {
+    let Outcome::Response(res) = outcome else {
+        bail!("the function reported an error: {outcome:?}");
+    };
+    let status = res["statusCode"].as_u64().context("statusCode")? as u16;
+    let body = match res["body"].as_str() {
+        Some(b) if !b.is_empty() => serde_json::from_str(b).context("JSON body")?,
+        _ => Value::Null,
+    };
+    Ok((status, res["headers"].clone(), body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let jobs = start("jobs", store.table(), &[]).await?;
+    let workers = start("workers", store.table(), &[("OJS_METRICS", "emf")]).await?;
+    let system = start("system", store.table(), &[]).await?;
+
+    let push = json!({"type": "email.send", "queue": "lambda-q", "args": ["a@example.com"]});
+    let (status, headers, body) = http_reply(
+        jobs.invoke(http_api_event("POST", "/ojs/v1/jobs", Some(&push), &[]))
+            .await?,
+    )?;
+    let init = jobs.spawned.elapsed();
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(headers["ojs-version"], "1.0");
+    assert_eq!(headers["content-type"], "application/openjobspec+json");
+    let id = body["job"]["id"].as_str().context("job id")?.to_owned();
+    eprintln!("jobs: process start to first answered event {init:?}");
+
+    let fetch = json!({"queues": ["lambda-q"], "worker_id": "lambda-worker"});
+    let (status, _, body) = http_reply(
+        workers
+            .invoke(http_api_event(
+                "POST",
+                "/ojs/v1/workers/fetch",
+                Some(&fetch),
+                &[],
+            ))
+            .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs"][0]["id"], id.as_str());
+    let ack = json!({"job_id": id, "result": {"sent": true}});
+    let (status, _, body) = http_reply(
+        workers
+            .invoke(http_api_event(
+                "POST",
+                "/ojs/v1/workers/ack",
+                Some(&ack),
+                &[],
+            ))
+            .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, _, body) = http_reply(
+        jobs.invoke(http_api_event(
+            "GET",
+            &format!("/ojs/v1/jobs/{id}"),
+            None,
+            &[],
+        ))
+        .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["job"]["state"], "completed");
+
+    // A path of another group is a 404 with the OJS error body, not a crash.
+    let (status, _, body) = http_reply(
+        jobs.invoke(http_api_event("GET", "/ojs/v1/queues", None, &[]))
+            .await?,
+    )?;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+    // Query strings reach the handlers.
+    let (status, _, body) = http_reply(
+        system
+            .invoke(http_api_event(
+                "GET",
+                "/ojs/v1/events?queue=lambda-q&limit=10",
+                None,
+                &[],
+            ))
+            .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+    let kinds: Vec<&str> = body["events"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(kinds.contains(&"job.completed"), "{body}");
+    let (status, _, body) = http_reply(
+        system
+            .invoke(http_api_event("GET", "/ojs/manifest", None, &[]))
+            .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+
+    // The workers function printed CloudWatch EMF lines for the start and completion.
+    let stdout = workers.stop().await?;
+    let emf: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("_aws").is_some())
+        .collect();
+    assert!(
+        emf.iter()
+            .any(|d| d["JobsCompleted"] == 1 && d["Queue"] == "lambda-q"),
+        "no EMF completion metric in: {stdout}"
+    );
+    jobs.stop().await?;
+    system.stop().await?;
+    let _ = store.delete_table().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
+) -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let jobs = start("jobs", store.table(), &[("OJS_AUTH", "api-key")]).await?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let push = json!({"id": id, "type": "email.send", "queue": "locked", "args": []});
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer ojs_000000000000_00")],
+    ] {
+        let (status, _, body) = http_reply(
+            jobs.invoke(http_api_event(
+                "POST",
+                "/ojs/v1/jobs",
+                Some(&push),
+                &headers,
+            ))
+            .await?,
+        )?;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["code"], "unauthenticated");
+    }
+    assert!(store
+        .get_job(&ojs_core::JobId::parse(&id)?)
+        .await?
+        .is_none());
+    let key = ojs_http::auth::issue_key(&store, "lambda").await?;
+    let bearer = format!("Bearer {}", key.key);
+    let (status, _, body) = http_reply(
+        jobs.invoke(http_api_event(
+            "POST",
+            "/ojs/v1/jobs",
+            Some(&push),
+            &[("authorization", bearer.as_str())],
+        ))
+        .await?,
+    )?;
+    assert_eq!(status, 201, "{body}");
+    jobs.stop().await?;
+    let _ = store.delete_table().await;
+    Ok(())
+}
+
+/// Pushes a job due `delay_ms` from now straight into the store (no timer queue).
+async fn push_scheduled(store: &ojs_store::Store, delay_ms: i64) -> anyhow::Result<String> {
+    let at = ojs_core::time::now() + chrono::Duration::milliseconds(delay_ms);
+    let app = ojs_tests::TestApp::spawn_on_store(store.clone()).await?;
+    let reply = app
+        .push(json!({
+            "type": "report.build",
+            "queue": "timed",
+            "args": [],
+            "scheduled_at": ojs_core::time::format(&at),
+        }))
+        .await?;
+    // Not teardown(): that deletes the table the functions use.
+    drop(app);
+    if reply.status != 201 || reply.body["job"]["state"] != "scheduled" {
+        bail!("scheduled push: {} {}", reply.status, reply.body);
+    }
+    Ok(reply.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+async fn state_of(store: &ojs_store::Store, id: &str) -> anyhow::Result<String> {
+    let job = store
+        .get_job(&ojs_core::JobId::parse(id)?)
+        .await?
+        .context("job missing")?;
+    Ok(job.status.state.as_str().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let id = push_scheduled(&store, 300).await?;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(state_of(&store, &id).await?, "scheduled");
+    let scheduler = start("scheduler", store.table(), &[]).await?;
+    let event = json!({
+        "version": "0",
+        "id": uuid::Uuid::new_v4().to_string(),
+        "detail-type": "Scheduled Event",
+        "source": "aws.scheduler",
+        "account": "000000000000",
+        "time": "2026-11-22T00:00:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:scheduler:us-east-1:000000000000:schedule/default/ojs-sweep"],
+        "detail": {}
+    });
+    let Outcome::Response(report) = scheduler.invoke(event).await? else {
+        bail!("the sweep failed");
+    };
+    assert!(report["moved"].as_u64().unwrap_or(0) >= 1, "{report}");
+    assert_eq!(state_of(&store, &id).await?, "available");
+    scheduler.stop().await?;
+    let _ = store.delete_table().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let first = push_scheduled(&store, 200).await?;
+    let second = push_scheduled(&store, 200).await?;
+    let due_us = (ojs_core::time::now() + chrono::Duration::milliseconds(200)).timestamp_micros();
+    let record = |msg_id: &str, body: String| {
+        json!({
+            "messageId": msg_id,
+            "receiptHandle": format!("rh-{msg_id}"),
+            "body": body,
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ojs-timer",
+            "awsRegion": "us-east-1"
+        })
+    };
+    let good = |id: &str| json!({"kind": "job", "job_id": id, "due_us": due_us}).to_string();
+    let event = json!({"Records": [
+        record("m-1", good(&first)),
+        record("m-bad", "{not a timer message".to_owned()),
+        record("m-2", good(&second)),
+    ]});
+    let timer = start("timer", store.table(), &[]).await?;
+    let Outcome::Response(res) = timer.invoke(event).await? else {
+        bail!("the timer batch failed as a whole");
+    };
+    assert_eq!(
+        res["batchItemFailures"],
+        json!([{"itemIdentifier": "m-bad"}]),
+        "{res}"
+    );
+    assert_eq!(state_of(&store, &first).await?, "available");
+    assert_eq!(state_of(&store, &second).await?, "available");
+    timer.stop().await?;
+    let _ = store.delete_table().await;
+    Ok(())
+}

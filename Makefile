@@ -2,6 +2,8 @@
 #   make dev          the API on 127.0.0.1:$(OJS_PORT) against local DynamoDB/SQS
 #   make test         every test, against local DynamoDB/SQS (started if needed)
 #   make fmt | lint | build
+#   make infra        validate the SAM template (and planted errors), sam build x86_64
+#   make smoke URL=https://... KEY=ojs_...   lifecycle smoke test of a deployment
 #   make clean-local  stop local AWS and remove .local/
 # Set AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) to use another endpoint instead of
 # starting DynamoDB Local and moto.
@@ -16,7 +18,7 @@ export OJS_PORT OJS_TABLE
 # Extra arguments for cargo test, e.g. make test TEST_ARGS='-p ojs-core'
 TEST_ARGS ?=
 
-.PHONY: help dev test fmt lint build clean-local local-aws-start local-aws-stop local-aws-status
+.PHONY: help dev test fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -49,3 +51,9 @@ local-aws-status:
 clean-local:
 	@bash scripts/local-aws.sh stop
 	rm -rf .local
+
+infra:
+	@bash scripts/check-infra.sh
+
+smoke:
+	OJS_SMOKE_URL="$(URL)" OJS_SMOKE_API_KEY="$(KEY)" cargo test -p ojs-tests --test smoke -- --nocapture

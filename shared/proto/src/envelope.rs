@@ -1,0 +1,612 @@
+//! A JSON job envelope <-> `JobEnvelope`, losslessly (see the crate docs for the rules).
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+use prost_types::Timestamp;
+use serde_json::{Map, Number, Value};
+
+use crate::v1::{JobEnvelope, JobError, JobState, RetryPolicy, UniquePolicy};
+use crate::{time, value, wire, ProtoError};
+
+/// The JSON member that carries top-level Protobuf fields this schema does not know,
+/// as base64url (no padding) of their exact wire bytes.
+pub const UNKNOWN_FIELDS_KEY: &str = "x-ojs-proto-unknown-fields";
+
+/// The JSON names of `JobEnvelope`'s typed fields. An `extensions` entry under one of
+/// these names carries what the typed field could not (see the crate docs).
+pub const TYPED_FIELDS: [&str; 26] = [
+    "specversion",
+    "id",
+    "type",
+    "queue",
+    "args",
+    "meta",
+    "priority",
+    "timeout",
+    "scheduled_at",
+    "expires_at",
+    "retry",
+    "unique",
+    "schema",
+    "state",
+    "attempt",
+    "created_at",
+    "enqueued_at",
+    "started_at",
+    "completed_at",
+    "error",
+    "result",
+    "total_timeout",
+    "enqueue_ttl",
+    "grace_period",
+    "heartbeat_timeout",
+    "result_ttl",
+];
+
+/// Field number of `JobEnvelope.state`.
+const STATE_FIELD: u32 = 14;
+
+fn is_known_field(number: u32) -> bool {
+    matches!(number, 1..=21 | 100..=104 | 200)
+}
+
+/// A job envelope as the generated message plus the top-level fields the generated
+/// message does not know (spec 9.2 requires keeping them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Envelope {
+    /// The fields this schema knows.
+    pub message: JobEnvelope,
+    /// Unknown top-level fields, exactly as they were on the wire, in wire order.
+    pub unknown_fields: Vec<u8>,
+}
+
+impl From<JobEnvelope> for Envelope {
+    fn from(message: JobEnvelope) -> Self {
+        Self {
+            message,
+            unknown_fields: Vec::new(),
+        }
+    }
+}
+
+impl Envelope {
+    /// Decodes one `JobEnvelope`, keeping its unknown fields.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ProtoError> {
+        let fields = wire::split_fields(bytes).map_err(|r| ProtoError::decode("JobEnvelope", r))?;
+        let mut unknown_fields = Vec::new();
+        for field in fields.iter().filter(|f| !is_known_field(f.number)) {
+            unknown_fields.extend_from_slice(field.raw);
+        }
+        let message =
+            JobEnvelope::decode(bytes).map_err(|e| ProtoError::decode("JobEnvelope", e))?;
+        Ok(Self {
+            message,
+            unknown_fields,
+        })
+    }
+
+    /// Encodes the envelope: the known fields, then the unknown ones.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.message.encode_to_vec();
+        out.extend_from_slice(&self.unknown_fields);
+        out
+    }
+
+    /// The envelope of a JSON job object. Fails only when `json` is not an object:
+    /// whatever a typed field cannot hold exactly is carried in `extensions`.
+    pub fn from_json(json: &Value) -> Result<Self, ProtoError> {
+        let Value::Object(members) = json else {
+            return Err(ProtoError::Shape {
+                what: "the job envelope".into(),
+                expected: "a JSON object",
+            });
+        };
+        let mut m = JobEnvelope::default();
+        let mut ext = BTreeMap::new();
+        let mut blob = None;
+        for (key, v) in members {
+            let fits = match key.as_str() {
+                "specversion" => fit_string(v, &mut m.specversion),
+                "id" => fit_string(v, &mut m.id),
+                "type" => fit_string(v, &mut m.r#type),
+                "queue" => fit_string(v, &mut m.queue),
+                "args" => match v {
+                    Value::Array(items) => {
+                        m.args = items.iter().map(value::to_proto).collect();
+                        true
+                    }
+                    _ => false,
+                },
+                "meta" => match v {
+                    Value::Object(o) if !o.is_empty() => {
+                        m.meta = value::object_to_struct(o).fields;
+                        true
+                    }
+                    _ => false,
+                },
+                "priority" => fit_i32(v, &mut m.priority),
+                "timeout" => fit_i32(v, &mut m.timeout),
+                "scheduled_at" => fit_time(v, &mut m.scheduled_at),
+                "expires_at" => fit_time(v, &mut m.expires_at),
+                "retry" => fit_object(v, key, &mut m.retry, &mut ext, fit_retry_member),
+                "unique" => fit_object(v, key, &mut m.unique, &mut ext, fit_unique_member),
+                "schema" => fit_string(v, &mut m.schema),
+                "state" => match v.as_str().and_then(state_from_name) {
+                    Some(s) => {
+                        m.state = s as i32;
+                        true
+                    }
+                    None => false,
+                },
+                "attempt" => fit_i32(v, &mut m.attempt),
+                "created_at" => fit_time(v, &mut m.created_at),
+                "enqueued_at" => fit_time(v, &mut m.enqueued_at),
+                "started_at" => fit_time(v, &mut m.started_at),
+                "completed_at" => fit_time(v, &mut m.completed_at),
+                "error" => fit_object(v, key, &mut m.error, &mut ext, fit_error_member),
+                "result" => {
+                    m.result = Some(value::to_proto(v));
+                    true
+                }
+                "total_timeout" => fit_i32(v, &mut m.total_timeout),
+                "enqueue_ttl" => fit_i32(v, &mut m.enqueue_ttl),
+                "grace_period" => fit_i32(v, &mut m.grace_period),
+                "heartbeat_timeout" => fit_i32(v, &mut m.heartbeat_timeout),
+                "result_ttl" => fit_i32(v, &mut m.result_ttl),
+                UNKNOWN_FIELDS_KEY => {
+                    blob = Some(v);
+                    true
+                }
+                _ => false,
+            };
+            if !fits {
+                ext.insert(key.clone(), value::to_proto(v));
+            }
+        }
+        let mut unknown_fields = Vec::new();
+        if let Some(v) = blob {
+            match v.as_str().and_then(wire::base64url_decode) {
+                Some(bytes) if is_unknown_blob(&bytes, m.state != 0) => unknown_fields = bytes,
+                // Not ours after all: an ordinary unknown member.
+                _ => {
+                    ext.insert(UNKNOWN_FIELDS_KEY.into(), value::to_proto(v));
+                }
+            }
+        }
+        m.extensions = ext;
+        Ok(Self {
+            message: m,
+            unknown_fields,
+        })
+    }
+
+    /// The JSON job object of the envelope. Fails when a value has no JSON form (NaN,
+    /// a `Value` without kind, a timestamp out of range) or when an `extensions` entry
+    /// collides with a set typed field.
+    pub fn to_json(&self) -> Result<Value, ProtoError> {
+        let m = &self.message;
+        let mut out = Out {
+            map: Map::new(),
+            ext: m.extensions.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+        };
+        out.put("specversion", string_json(&m.specversion))?;
+        out.put("id", string_json(&m.id))?;
+        out.put("type", string_json(&m.r#type))?;
+        out.put("queue", string_json(&m.queue))?;
+        let args = m
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| value::to_json(a).map_err(|e| e.within(&format!("args[{i}]"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        // args is required: an empty list is rendered unless extensions carries it.
+        if args.is_empty() && out.ext.contains_key("args") {
+            out.put("args", None)?;
+        } else {
+            out.put("args", Some(Value::Array(args)))?;
+        }
+        let meta = (!m.meta.is_empty())
+            .then(|| value::struct_to_object(&m.meta).map_err(|e| e.within("meta")))
+            .transpose()?;
+        out.put("meta", meta.map(Value::Object))?;
+        out.put("priority", m.priority.map(Value::from))?;
+        out.put("timeout", m.timeout.map(Value::from))?;
+        out.put(
+            "scheduled_at",
+            time_json(m.scheduled_at.as_ref(), "scheduled_at")?,
+        )?;
+        out.put(
+            "expires_at",
+            time_json(m.expires_at.as_ref(), "expires_at")?,
+        )?;
+        out.put_object("retry", m.retry.as_ref().map(retry_json).transpose()?)?;
+        out.put_object("unique", m.unique.as_ref().map(unique_json))?;
+        out.put("schema", string_json(&m.schema))?;
+        let state = JobState::try_from(m.state).ok().and_then(state_name);
+        out.put("state", state.map(Value::from))?;
+        out.put("attempt", m.attempt.map(Value::from))?;
+        out.put(
+            "created_at",
+            time_json(m.created_at.as_ref(), "created_at")?,
+        )?;
+        out.put(
+            "enqueued_at",
+            time_json(m.enqueued_at.as_ref(), "enqueued_at")?,
+        )?;
+        out.put(
+            "started_at",
+            time_json(m.started_at.as_ref(), "started_at")?,
+        )?;
+        out.put(
+            "completed_at",
+            time_json(m.completed_at.as_ref(), "completed_at")?,
+        )?;
+        out.put_object("error", m.error.as_ref().map(error_json))?;
+        let result = m.result.as_ref().map(value::to_json).transpose();
+        out.put("result", result.map_err(|e| e.within("result"))?)?;
+        out.put("total_timeout", m.total_timeout.map(Value::from))?;
+        out.put("enqueue_ttl", m.enqueue_ttl.map(Value::from))?;
+        out.put("grace_period", m.grace_period.map(Value::from))?;
+        out.put("heartbeat_timeout", m.heartbeat_timeout.map(Value::from))?;
+        out.put("result_ttl", m.result_ttl.map(Value::from))?;
+
+        let mut blob = self.unknown_fields.clone();
+        if m.state != 0 && JobState::try_from(m.state).is_err() {
+            // A state from a newer schema has no JSON name: keep it as an unknown field.
+            wire::write_varint(u64::from(STATE_FIELD << 3), &mut blob);
+            wire::write_varint(i64::from(m.state) as u64, &mut blob);
+        }
+        if !blob.is_empty() {
+            out.put(
+                UNKNOWN_FIELDS_KEY,
+                Some(wire::base64url_encode(&blob).into()),
+            )?;
+        }
+        let Out { mut map, ext } = out;
+        for (key, v) in ext {
+            let v = value::to_json(v).map_err(|e| e.within(&format!("extensions[{key:?}]")))?;
+            map.insert(key.to_owned(), v);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
+impl TryFrom<&Value> for Envelope {
+    type Error = ProtoError;
+
+    fn try_from(json: &Value) -> Result<Self, ProtoError> {
+        Self::from_json(json)
+    }
+}
+
+impl TryFrom<&Envelope> for Value {
+    type Error = ProtoError;
+
+    fn try_from(envelope: &Envelope) -> Result<Self, ProtoError> {
+        envelope.to_json()
+    }
+}
+
+impl TryFrom<&JobEnvelope> for Value {
+    type Error = ProtoError;
+
+    fn try_from(message: &JobEnvelope) -> Result<Self, ProtoError> {
+        Envelope::from(message.clone()).to_json()
+    }
+}
+
+impl TryFrom<&Value> for JobEnvelope {
+    type Error = ProtoError;
+
+    /// Fails when the JSON carries unknown Protobuf fields, which `JobEnvelope` cannot
+    /// hold: use [`Envelope`] to keep them.
+    fn try_from(json: &Value) -> Result<Self, ProtoError> {
+        let envelope = Envelope::from_json(json)?;
+        if !envelope.unknown_fields.is_empty() {
+            return Err(ProtoError::field(
+                UNKNOWN_FIELDS_KEY,
+                "JobEnvelope cannot hold unknown fields; convert to Envelope instead",
+            ));
+        }
+        Ok(envelope.message)
+    }
+}
+
+/// The JSON object being built and the `extensions` entries not yet placed.
+struct Out<'a> {
+    map: Map<String, Value>,
+    ext: BTreeMap<&'a str, &'a prost_types::Value>,
+}
+
+impl Out<'_> {
+    /// Places field `name`: its typed value, else what `extensions` carries for it.
+    fn put(&mut self, name: &str, typed: Option<Value>) -> Result<(), ProtoError> {
+        let v = match (typed, self.ext.remove(name)) {
+            (Some(_), Some(_)) => return Err(collision(name)),
+            (Some(v), None) => v,
+            (None, Some(carried)) => {
+                value::to_json(carried).map_err(|e| e.within(&format!("extensions[{name:?}]")))?
+            }
+            (None, None) => return Ok(()),
+        };
+        self.map.insert(name.to_owned(), v);
+        Ok(())
+    }
+
+    /// Places an object field: its typed members plus the members `extensions` carries.
+    fn put_object(
+        &mut self,
+        name: &str,
+        typed: Option<Map<String, Value>>,
+    ) -> Result<(), ProtoError> {
+        let Some(mut members) = typed else {
+            return self.put(name, None);
+        };
+        if let Some(carried) = self.ext.remove(name) {
+            let Value::Object(rest) =
+                value::to_json(carried).map_err(|e| e.within(&format!("extensions[{name:?}]")))?
+            else {
+                return Err(collision(name));
+            };
+            for (k, v) in rest {
+                if members.contains_key(&k) {
+                    return Err(collision(&format!("{name}.{k}")));
+                }
+                members.insert(k, v);
+            }
+        }
+        self.map.insert(name.to_owned(), Value::Object(members));
+        Ok(())
+    }
+}
+
+fn collision(name: &str) -> ProtoError {
+    ProtoError::field(
+        format!("extensions[{name:?}]"),
+        format!("duplicates the typed field {name}, which is set"),
+    )
+}
+
+/// Whether `bytes` is a valid unknown-fields blob: complete fields none of which this
+/// schema knows, except a `state` (14) with an enum value it does not know (only when
+/// the JSON set no state itself).
+fn is_unknown_blob(bytes: &[u8], state_set: bool) -> bool {
+    let Ok(fields) = wire::split_fields(bytes) else {
+        return false;
+    };
+    fields.iter().all(|f| {
+        if !is_known_field(f.number) {
+            return true;
+        }
+        f.number == STATE_FIELD
+            && f.wire_type == 0
+            && !state_set
+            && wire::read_varint(f.payload)
+                .is_ok_and(|(v, _)| JobState::try_from(v as i32).is_err())
+    })
+}
+
+fn fit_string(v: &Value, slot: &mut String) -> bool {
+    match v {
+        // Spec 6.2: the empty string means "not set", so "" cannot be typed.
+        Value::String(s) if !s.is_empty() => {
+            slot.clone_from(s);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn fit_strings(v: &Value, slot: &mut Vec<String>) -> bool {
+    let Value::Array(items) = v else {
+        return false;
+    };
+    // An empty repeated field is indistinguishable from an absent one.
+    let strings: Option<Vec<String>> = items
+        .iter()
+        .map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    match strings {
+        Some(s) if !s.is_empty() => {
+            *slot = s;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn fit_i32(v: &Value, slot: &mut Option<i32>) -> bool {
+    // as_i64 is None for a JSON double such as 5.0, which then travels as a Value.
+    match v.as_i64().and_then(|n| i32::try_from(n).ok()) {
+        Some(n) => {
+            *slot = Some(n);
+            true
+        }
+        None => false,
+    }
+}
+
+fn fit_time(v: &Value, slot: &mut Option<Timestamp>) -> bool {
+    match v.as_str().and_then(time::parse) {
+        Some(t) => {
+            *slot = Some(t);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Puts an object's members that fit into `slot`'s message and the others into
+/// `extensions[key]`; a non-object does not fit at all.
+fn fit_object<T: Default>(
+    v: &Value,
+    key: &str,
+    slot: &mut Option<T>,
+    ext: &mut BTreeMap<String, prost_types::Value>,
+    fit_member: fn(&str, &Value, &mut T) -> bool,
+) -> bool {
+    let Value::Object(members) = v else {
+        return false;
+    };
+    let mut message = T::default();
+    let mut rest = Map::new();
+    for (k, member) in members {
+        if !fit_member(k, member, &mut message) {
+            rest.insert(k.clone(), member.clone());
+        }
+    }
+    *slot = Some(message);
+    if !rest.is_empty() {
+        ext.insert(key.to_owned(), value::to_proto(&Value::Object(rest)));
+    }
+    true
+}
+
+fn fit_retry_member(key: &str, v: &Value, p: &mut RetryPolicy) -> bool {
+    match key {
+        "max_attempts" => fit_i32(v, &mut p.max_attempts),
+        "initial_interval" => fit_string(v, &mut p.initial_interval),
+        "backoff_coefficient" => match v {
+            // A JSON integer (2) would come back as a double (2.0): it stays a Value.
+            Value::Number(n) if n.is_f64() => {
+                p.backoff_coefficient = n.as_f64();
+                true
+            }
+            _ => false,
+        },
+        "max_interval" => fit_string(v, &mut p.max_interval),
+        "jitter" => match v {
+            Value::Bool(b) => {
+                p.jitter = Some(*b);
+                true
+            }
+            _ => false,
+        },
+        "non_retryable_errors" => fit_strings(v, &mut p.non_retryable_errors),
+        "on_exhaustion" => fit_string(v, &mut p.on_exhaustion),
+        _ => false,
+    }
+}
+
+fn fit_unique_member(key: &str, v: &Value, u: &mut UniquePolicy) -> bool {
+    match key {
+        "keys" => fit_strings(v, &mut u.keys),
+        "period" => fit_string(v, &mut u.period),
+        "on_conflict" => fit_string(v, &mut u.on_conflict),
+        _ => false,
+    }
+}
+
+pub(crate) fn fit_error_member(key: &str, v: &Value, e: &mut JobError) -> bool {
+    match key {
+        "type" => fit_string(v, &mut e.r#type),
+        "message" => fit_string(v, &mut e.message),
+        "backtrace" => fit_string(v, &mut e.backtrace),
+        "timeout_kind" => fit_string(v, &mut e.timeout_kind),
+        "limit_seconds" => fit_i32(v, &mut e.limit_seconds),
+        "elapsed_seconds" => fit_i32(v, &mut e.elapsed_seconds),
+        _ => false,
+    }
+}
+
+fn string_json(s: &str) -> Option<Value> {
+    (!s.is_empty()).then(|| Value::String(s.to_owned()))
+}
+
+fn put_string(o: &mut Map<String, Value>, key: &str, s: &str) {
+    if !s.is_empty() {
+        o.insert(key.to_owned(), s.into());
+    }
+}
+
+fn put_strings(o: &mut Map<String, Value>, key: &str, s: &[String]) {
+    if !s.is_empty() {
+        o.insert(key.to_owned(), s.into());
+    }
+}
+
+fn time_json(t: Option<&Timestamp>, name: &str) -> Result<Option<Value>, ProtoError> {
+    match t {
+        None => Ok(None),
+        Some(t) => Ok(time::format(t)
+            .map_err(|e| e.within(name))?
+            .map(Value::from)),
+    }
+}
+
+fn retry_json(p: &RetryPolicy) -> Result<Map<String, Value>, ProtoError> {
+    let mut o = Map::new();
+    if let Some(n) = p.max_attempts {
+        o.insert("max_attempts".into(), n.into());
+    }
+    put_string(&mut o, "initial_interval", &p.initial_interval);
+    if let Some(f) = p.backoff_coefficient {
+        // Always a JSON double, as it was sent.
+        let n = Number::from_f64(f).ok_or_else(|| {
+            ProtoError::field(
+                "retry.backoff_coefficient",
+                format!("{f} is not a JSON number"),
+            )
+        })?;
+        o.insert("backoff_coefficient".into(), Value::Number(n));
+    }
+    put_string(&mut o, "max_interval", &p.max_interval);
+    if let Some(b) = p.jitter {
+        o.insert("jitter".into(), b.into());
+    }
+    put_strings(&mut o, "non_retryable_errors", &p.non_retryable_errors);
+    put_string(&mut o, "on_exhaustion", &p.on_exhaustion);
+    Ok(o)
+}
+
+fn unique_json(u: &UniquePolicy) -> Map<String, Value> {
+    let mut o = Map::new();
+    put_strings(&mut o, "keys", &u.keys);
+    put_string(&mut o, "period", &u.period);
+    put_string(&mut o, "on_conflict", &u.on_conflict);
+    o
+}
+
+pub(crate) fn error_json(e: &JobError) -> Map<String, Value> {
+    let mut o = Map::new();
+    put_string(&mut o, "type", &e.r#type);
+    put_string(&mut o, "message", &e.message);
+    put_string(&mut o, "backtrace", &e.backtrace);
+    put_string(&mut o, "timeout_kind", &e.timeout_kind);
+    if let Some(n) = e.limit_seconds {
+        o.insert("limit_seconds".into(), n.into());
+    }
+    if let Some(n) = e.elapsed_seconds {
+        o.insert("elapsed_seconds".into(), n.into());
+    }
+    o
+}
+
+fn state_from_name(name: &str) -> Option<JobState> {
+    Some(match name {
+        "scheduled" => JobState::Scheduled,
+        "available" => JobState::Available,
+        "pending" => JobState::Pending,
+        "active" => JobState::Active,
+        "completed" => JobState::Completed,
+        "retryable" => JobState::Retryable,
+        "cancelled" => JobState::Cancelled,
+        "discarded" => JobState::Discarded,
+        _ => return None,
+    })
+}
+
+fn state_name(state: JobState) -> Option<&'static str> {
+    Some(match state {
+        JobState::Unspecified => return None,
+        JobState::Scheduled => "scheduled",
+        JobState::Available => "available",
+        JobState::Pending => "pending",
+        JobState::Active => "active",
+        JobState::Completed => "completed",
+        JobState::Retryable => "retryable",
+        JobState::Cancelled => "cancelled",
+        JobState::Discarded => "discarded",
+    })
+}

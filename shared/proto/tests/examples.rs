@@ -1,0 +1,471 @@
+//! The spec's example envelopes, the canonical forms, unknown fields, batches, and
+//! garbage input.
+
+mod common;
+
+use anyhow::{anyhow, Result};
+use ojs_proto::v1::{JobEnvelope, JobError, JobState, RetryPolicy};
+use ojs_proto::{
+    batch_request_to_json, batch_response_to_json, decode_delimited_jobs, encode_delimited_jobs,
+    json_to_batch_request, json_to_batch_response, json_to_proto, proto_to_json, Envelope,
+    ProtoError, UNKNOWN_FIELDS_KEY,
+};
+use prost::Message;
+use prost_types::value::Kind;
+use serde_json::{json, Value};
+
+fn round_trip(v: &Value) -> Result<Value> {
+    Ok(proto_to_json(&json_to_proto(v)?)?)
+}
+
+fn string_value(s: &str) -> prost_types::Value {
+    prost_types::Value {
+        kind: Some(Kind::StringValue(s.into())),
+    }
+}
+
+#[test]
+fn every_example_round_trips_exactly() -> Result<()> {
+    for (name, job) in common::all() {
+        let bytes = json_to_proto(&job)?;
+        assert_eq!(proto_to_json(&bytes)?, job, "{name}");
+        assert_eq!(json_to_proto(&proto_to_json(&bytes)?)?, bytes, "{name}");
+    }
+    Ok(())
+}
+
+#[test]
+fn spec_example_14_1_has_the_spec_field_numbers() -> Result<()> {
+    let bytes = json_to_proto(&common::minimal())?;
+    // specversion = 1 (tag 0x0a), id = 2 (0x12), type = 3 (0x1a), queue = 4 (0x22),
+    // args = 5 (0x2a).
+    assert_eq!(&bytes[..5], b"\x0a\x031.0");
+    let expected = JobEnvelope {
+        specversion: "1.0".into(),
+        id: "019539a4-b68c-7def-8000-1a2b3c4d5e6f".into(),
+        r#type: "email.send".into(),
+        queue: "default".into(),
+        args: vec![string_value("user@example.com"), string_value("welcome")],
+        ..Default::default()
+    };
+    assert_eq!(bytes, expected.encode_to_vec());
+    Ok(())
+}
+
+#[test]
+fn spec_example_14_2_matches_its_text_format() -> Result<()> {
+    let expected = JobEnvelope {
+        specversion: "1.0".into(),
+        id: "019539a4-b68c-7def-8000-2b3c4d5e6f7a".into(),
+        r#type: "video.transcode".into(),
+        queue: "media".into(),
+        args: vec![string_value("video_001"), string_value("1080p")],
+        priority: Some(5),
+        timeout: Some(3600),
+        retry: Some(RetryPolicy {
+            max_attempts: Some(3),
+            initial_interval: "PT10S".into(),
+            backoff_coefficient: Some(2.0),
+            jitter: Some(true),
+            on_exhaustion: "dead_letter".into(),
+            ..Default::default()
+        }),
+        total_timeout: Some(86_400),
+        grace_period: Some(60),
+        ..Default::default()
+    };
+    let bytes = json_to_proto(&common::with_extensions())?;
+    assert_eq!(JobEnvelope::decode(bytes.as_slice())?, expected);
+    assert_eq!(bytes, expected.encode_to_vec());
+    // Extension fields use two-byte tags: total_timeout = 100 -> 0xa0 0x06.
+    assert!(bytes.windows(2).any(|w| w == [0xa0, 0x06]));
+    Ok(())
+}
+
+#[test]
+fn server_members_without_a_field_travel_in_extensions() -> Result<()> {
+    let envelope = Envelope::from_json(&common::server_rendered())?;
+    let m = &envelope.message;
+    assert_eq!(m.state, JobState::Active as i32);
+    assert_eq!(m.priority, Some(0));
+    assert_eq!(m.attempt, Some(1));
+    assert_eq!(
+        m.created_at,
+        Some(prost_types::Timestamp {
+            seconds: 1_771_496_130,
+            nanos: 123_456_000
+        })
+    );
+    let keys: Vec<&str> = m.extensions.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "max_attempts",
+            "retry",
+            "timeout_ms",
+            "worker_id",
+            "x-acme-gpu-tier"
+        ]
+    );
+    // The retry members the message cannot hold exactly, and only those.
+    let carried = Value::try_from(&Envelope::from(JobEnvelope {
+        extensions: m.extensions.clone(),
+        ..Default::default()
+    }))?;
+    assert_eq!(
+        carried["retry"],
+        json!({"non_retryable_errors": [], "backoff_strategy": "exponential"})
+    );
+    assert_eq!(m.retry.as_ref().and_then(|r| r.max_attempts), Some(3));
+    Ok(())
+}
+
+#[test]
+fn canonical_forms() -> Result<()> {
+    let cases = [
+        // Timestamps come back in UTC with the digits they need.
+        (
+            json!({"args": [], "scheduled_at": "2025-06-01T11:00:00+02:00"}),
+            json!({"args": [], "scheduled_at": "2025-06-01T09:00:00Z"}),
+        ),
+        (
+            json!({"args": [], "created_at": "2025-06-01T09:00:00.000000Z"}),
+            json!({"args": [], "created_at": "2025-06-01T09:00:00Z"}),
+        ),
+        (
+            json!({"args": [], "created_at": "2025-06-01T09:00:00.120Z"}),
+            json!({"args": [], "created_at": "2025-06-01T09:00:00.120Z"}),
+        ),
+        // Integral doubles are the same JSON numbers as integers.
+        (
+            json!({"args": [3.0, -7.0, 0.5]}),
+            json!({"args": [3, -7, 0.5]}),
+        ),
+        // ...also where a typed integer field could not take the double.
+        (
+            json!({"args": [], "attempt": 5.0}),
+            json!({"args": [], "attempt": 5}),
+        ),
+        // Integers beyond 2^53 - 1 take the JSON format's string form.
+        (
+            json!({"args": [9_007_199_254_740_992_u64, -9_007_199_254_740_993_i64, u64::MAX], "meta": {"big": 12_345_678_901_234_567_890_u64}}),
+            json!({"args": ["9007199254740992", "-9007199254740993", "18446744073709551615"], "meta": {"big": "12345678901234567890"}}),
+        ),
+        // args is required: it is always rendered.
+        (json!({"type": "a.b"}), json!({"type": "a.b", "args": []})),
+    ];
+    for (input, canonical) in cases {
+        assert_eq!(round_trip(&input)?, canonical, "{input}");
+        assert_eq!(round_trip(&canonical)?, canonical, "{canonical}");
+    }
+    Ok(())
+}
+
+#[test]
+fn what_a_typed_field_cannot_hold_is_kept_verbatim() -> Result<()> {
+    let kept = [
+        json!({"args": [], "id": "", "schema": ""}),
+        json!({"args": [], "meta": {}}),
+        json!({"args": [], "priority": "high", "timeout": 1.5, "attempt": 5.5}),
+        json!({"args": [], "priority": 3_000_000_000_i64, "total_timeout": -1}),
+        json!({"args": [], "scheduled_at": "+PT30S", "expires_at": "2025-06-01T09:00:00"}),
+        json!({"args": [], "created_at": "1970-01-01T00:00:00Z", "started_at": null}),
+        json!({"args": [], "completed_at": "2025-06-01T09:00:60Z", "enqueued_at": 17}),
+        json!({"args": {"not": "an array"}, "meta": ["x"], "state": "waiting"}),
+        json!({"args": [], "retry": {"backoff_coefficient": 2, "jitter": "yes", "max_attempts": 0}}),
+        json!({"args": [], "retry": "none", "unique": {"keys": [], "period": "PT1H", "x": 1}}),
+        json!({"args": [], "error": {"type": "Timeout", "retryable": true, "details": {"a": [1]}}}),
+        json!({"args": [], "result": null}),
+        json!({"args": [], "result": {"rows": [1, 2.5, "x", true, null, {}, []]}}),
+        json!({"args": [], "x-acme-gpu-tier": "a100", "extensions": {"x": 1}, "": 0}),
+        json!({"args": [], "retry": {}, "unique": {}, "error": {}}),
+        json!({"args": [], "x-ojs-proto-unknown-fields": "not base64 at all!"}),
+        json!({"args": [], "x-ojs-proto-unknown-fields": "EgJoaQ"}),
+    ];
+    for job in kept {
+        assert_eq!(round_trip(&job)?, job, "{job}");
+    }
+    let envelope = Envelope::from_json(&json!({"args": [], "retry": {"max_attempts": 0}}))?;
+    assert_eq!(
+        envelope.message.retry.and_then(|r| r.max_attempts),
+        Some(0),
+        "optional fields keep an explicit zero"
+    );
+    Ok(())
+}
+
+#[test]
+fn unknown_protobuf_fields_survive_json() -> Result<()> {
+    let mut bytes = json_to_proto(&common::minimal())?;
+    // field 22 (string "future"), field 150 (varint 7), field 14 with state 42.
+    let unknown = [
+        &[0xb2, 0x01, 0x06][..],
+        b"future",
+        &[0xb0, 0x09, 0x07],
+        &[0x70, 0x2a],
+    ]
+    .concat();
+    bytes.extend_from_slice(&unknown);
+    let json = proto_to_json(&bytes)?;
+    assert!(json.get("state").is_none());
+    let carried = json[UNKNOWN_FIELDS_KEY]
+        .as_str()
+        .ok_or_else(|| anyhow!("no unknown fields member in {json}"))?;
+    assert!(!carried.contains('=') && !carried.contains('+') && !carried.contains('/'));
+    let back = json_to_proto(&json)?;
+    assert_eq!(back, bytes);
+    let decoded = JobEnvelope::decode(back.as_slice())?;
+    assert_eq!(decoded.state, 42);
+    assert_eq!(proto_to_json(&back)?, json);
+    Ok(())
+}
+
+#[test]
+fn extensions_colliding_with_set_fields_are_errors() -> Result<()> {
+    let mut m = JobEnvelope {
+        id: "019539a4-b68c-7def-8000-1a2b3c4d5e6f".into(),
+        ..Default::default()
+    };
+    m.extensions.insert("id".into(), string_value("other"));
+    let err = proto_to_json(&m.encode_to_vec()).err();
+    assert_eq!(
+        err.map(|e| e.to_string()),
+        Some("extensions[\"id\"]: duplicates the typed field id, which is set".to_owned())
+    );
+    let mut m = JobEnvelope {
+        retry: Some(RetryPolicy {
+            max_attempts: Some(3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // A carried retry that is not an object cannot merge with the typed one.
+    m.extensions.insert("retry".into(), string_value("x"));
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("extensions[\"retry\"]: duplicates the typed field retry, which is set")
+    );
+    m.extensions.insert(
+        "retry".into(),
+        prost_types::Value {
+            kind: Some(Kind::StructValue(prost_types::Struct {
+                fields: [("max_attempts".to_owned(), string_value("5"))].into(),
+            })),
+        },
+    );
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("extensions[\"retry.max_attempts\"]: duplicates the typed field retry.max_attempts, which is set")
+    );
+    // Set but unset-looking: an extensions entry for an empty field is the value.
+    let mut m = JobEnvelope::default();
+    m.extensions.insert("queue".into(), string_value("q"));
+    assert_eq!(
+        proto_to_json(&m.encode_to_vec())?,
+        json!({"queue": "q", "args": []})
+    );
+    Ok(())
+}
+
+#[test]
+fn values_json_cannot_hold_are_errors_with_a_path() {
+    let nan = prost_types::Value {
+        kind: Some(Kind::NumberValue(f64::NAN)),
+    };
+    let list = prost_types::Value {
+        kind: Some(Kind::ListValue(prost_types::ListValue {
+            values: vec![string_value("ok"), nan],
+        })),
+    };
+    let m = JobEnvelope {
+        args: vec![string_value("a"), list],
+        ..Default::default()
+    };
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("args[1][1]: the number NaN has no JSON representation")
+    );
+    let mut m = JobEnvelope::default();
+    m.meta.insert("k".into(), prost_types::Value { kind: None });
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("meta.k: google.protobuf.Value has no kind set (null must be null_value)")
+    );
+    let m = JobEnvelope {
+        created_at: Some(prost_types::Timestamp {
+            seconds: 1,
+            nanos: -5,
+        }),
+        ..Default::default()
+    };
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("created_at: Timestamp nanos -5 is outside 0..999999999")
+    );
+    let m = JobEnvelope {
+        retry: Some(RetryPolicy {
+            backoff_coefficient: Some(f64::INFINITY),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(proto_to_json(&m.encode_to_vec()).is_err());
+    // The epoch means "unset".
+    let m = JobEnvelope {
+        created_at: Some(prost_types::Timestamp::default()),
+        ..Default::default()
+    };
+    assert_eq!(
+        proto_to_json(&m.encode_to_vec()).ok(),
+        Some(json!({"args": []}))
+    );
+}
+
+#[test]
+fn non_objects_are_rejected_with_a_message() {
+    for v in [json!([]), json!("job"), json!(null), json!(1)] {
+        let err = json_to_proto(&v).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the job envelope must be a JSON object")
+        );
+    }
+}
+
+#[test]
+fn garbage_never_panics() {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let valid = json_to_proto(&common::server_rendered()).unwrap_or_default();
+    assert!(!valid.is_empty());
+    for round in 0..20_000 {
+        let len = (next() % 300) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 2 == 0 && !valid.is_empty() {
+            // Mutations of a valid envelope reach deeper than random bytes.
+            bytes = valid.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            bytes.truncate((next() as usize) % (bytes.len() + 1));
+        }
+        let _ = proto_to_json(&bytes);
+        let _ = batch_request_to_json(&bytes);
+        let _ = batch_response_to_json(&bytes);
+        let _ = decode_delimited_jobs(&bytes);
+    }
+    for bytes in [
+        &b"\x0a\xff\xff\xff\xff\x0f"[..],
+        b"\x08",
+        b"\x0b\x0b\x0b\x0b",
+        b"\x0c",
+        b"\x2a\x00",
+        b"\x72\x00",
+        b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+    ] {
+        assert!(proto_to_json(bytes).is_err(), "{bytes:?}");
+    }
+    let err = proto_to_json(b"\x12\x05ab").err();
+    assert!(
+        matches!(&err, Some(ProtoError::Decode { message: "JobEnvelope", reason }) if reason.contains("field 2")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn batches_and_delimited_streams() -> Result<()> {
+    let jobs: Vec<Value> = common::all().into_iter().map(|(_, j)| j).collect();
+    let batch = json!({ "jobs": jobs });
+    let bytes = json_to_batch_request(&batch)?;
+    let request = ojs_proto::BatchEnqueueRequest::decode(bytes.as_slice())?;
+    assert_eq!(request.jobs.len(), 3);
+    assert_eq!(batch_request_to_json(&bytes)?, batch);
+    assert_eq!(json_to_batch_request(&Value::Array(jobs.clone()))?, bytes);
+
+    let stream = encode_delimited_jobs(&jobs)?;
+    assert_eq!(decode_delimited_jobs(&stream)?, jobs);
+    assert_eq!(decode_delimited_jobs(&[])?, Vec::<Value>::new());
+    let err = decode_delimited_jobs(&stream[..stream.len() - 1]).err();
+    assert_eq!(
+        err.map(|e| e.to_string()),
+        Some(format!(
+            "invalid protobuf delimited stream: message 2: length {} runs past the end of the stream",
+            json_to_proto(&jobs[2])?.len()
+        ))
+    );
+    let mut broken = encode_delimited_jobs(&jobs[..1])?;
+    broken.extend_from_slice(b"\x02\x08\xff");
+    let err = decode_delimited_jobs(&broken).err().map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("jobs[1]")),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn batch_responses() -> Result<()> {
+    let ok = json!({"jobs": [{"id": "a", "type": "x"}, {"id": "b", "type": "x"}], "count": 2});
+    let bytes = json_to_batch_response(&ok)?;
+    assert_eq!(
+        batch_response_to_json(&bytes)?,
+        json!({"results": [{"index": 0, "id": "a", "success": true}, {"index": 1, "id": "b", "success": true}]})
+    );
+    let failed = json!({"error": {"code": "invalid_request", "message": "2 of the batch's jobs are invalid",
+        "details": {"errors": [
+            {"index": 3, "code": "invalid_request", "message": "type is required", "details": null},
+            {"index": 7, "code": "invalid_request", "message": "args is required"}]}}});
+    let response =
+        ojs_proto::BatchEnqueueResponse::decode(json_to_batch_response(&failed)?.as_slice())?;
+    assert_eq!(response.results.len(), 2);
+    assert_eq!(response.results[1].index, 7);
+    assert!(!response.results[1].success);
+    assert_eq!(
+        response.results[1].error,
+        Some(JobError {
+            r#type: "invalid_request".into(),
+            message: "args is required".into(),
+            ..Default::default()
+        })
+    );
+    let conflict = json!({"error": {"code": "duplicate", "message": "job 4 duplicates", "details": {"index": 4}}});
+    let response =
+        ojs_proto::BatchEnqueueResponse::decode(json_to_batch_response(&conflict)?.as_slice())?;
+    assert_eq!(response.results.len(), 1);
+    assert_eq!(response.results[0].index, 4);
+    let generic = json!({"results": [{"index": 0, "id": "a", "success": true}, {"index": 1, "success": false, "error": {"type": "duplicate", "message": "m"}}]});
+    assert_eq!(
+        batch_response_to_json(&json_to_batch_response(&generic)?)?,
+        generic
+    );
+    for bad in [
+        json!([]),
+        json!({"count": 1}),
+        json!({"error": {"message": "too many"}}),
+        json!({"results": [{"id": "x"}]}),
+    ] {
+        assert!(json_to_batch_response(&bad).is_err(), "{bad}");
+    }
+    Ok(())
+}

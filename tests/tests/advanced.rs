@@ -361,3 +361,63 @@ async fn a_queue_level_limit_answers_429_with_rate_limit_headers() -> anyhow::Re
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn replace_except_schedule_keeps_the_replaced_jobs_time() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let at = ojs_core::time::now() + chrono::Duration::hours(1);
+    let at_text = ojs_core::time::format(&at);
+    let unique = json!({"keys": ["type", "args"], "args_keys": ["user_id"], "on_conflict": "replace_except_schedule"});
+    let first = app
+        .push(json!({"type": "notify.send", "queue": "rxs", "args": [{"user_id": 42, "message": "old"}],
+            "scheduled_at": at_text, "unique": unique}))
+        .await?;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(first.body["job"]["state"], "scheduled");
+    // The update carries new args and no time (or another time): the old time stays.
+    let second = app
+        .push(json!({"type": "notify.send", "queue": "rxs", "args": [{"user_id": 42, "message": "new"}],
+            "unique": unique}))
+        .await?;
+    assert_eq!(second.status, 201, "{}", second.body);
+    assert_ne!(second.body["job"]["id"], first.body["job"]["id"]);
+    assert_eq!(second.body["job"]["state"], "scheduled", "{}", second.body);
+    assert_eq!(second.body["job"]["scheduled_at"], at_text.as_str());
+    assert_eq!(second.body["job"]["args"][0]["message"], "new");
+    let old = app
+        .info(first.body["job"]["id"].as_str().unwrap_or_default())
+        .await?;
+    assert_eq!(old.body["job"]["state"], "cancelled");
+    let stored = app
+        .info(second.body["job"]["id"].as_str().unwrap_or_default())
+        .await?;
+    assert_eq!(stored.body["job"]["state"], "scheduled");
+    assert_eq!(stored.body["job"]["scheduled_at"], at_text.as_str());
+    // Nothing is fetchable before that time.
+    let fetched = app.fetch(json!({"queues": ["rxs"]})).await?;
+    assert_eq!(fetched.body["jobs"].as_array().map(Vec::len), Some(0));
+
+    // Against an available job it is a plain replace: the new job is available now.
+    let third = app
+        .push(json!({"type": "notify.send", "queue": "rxs", "args": [{"user_id": 7, "message": "a"}], "unique": unique}))
+        .await?;
+    let fourth = app
+        .push(json!({"type": "notify.send", "queue": "rxs", "args": [{"user_id": 7, "message": "b"}], "unique": unique}))
+        .await?;
+    assert_eq!(fourth.status, 201, "{}", fourth.body);
+    assert_eq!(fourth.body["job"]["state"], "available");
+    let replaced = app
+        .info(third.body["job"]["id"].as_str().unwrap_or_default())
+        .await?;
+    assert_eq!(replaced.body["job"]["state"], "cancelled");
+    let fetched = app.fetch(json!({"queues": ["rxs"], "count": 5})).await?;
+    assert_eq!(fetched.body["jobs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(fetched.body["jobs"][0]["args"][0]["message"], "b");
+    // "reschedule" is named by no spec strategy: refused, not guessed.
+    let refused = app
+        .push(json!({"type": "notify.send", "args": [], "unique": {"on_conflict": "reschedule"}}))
+        .await?;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -444,6 +444,21 @@ impl Job {
         }
     }
 
+    /// This not-yet-stored job rescheduled to `at` (scheduled if `at` is after `now`,
+    /// else available now): unique `replace_except_schedule` keeps the replaced job's time.
+    pub fn rescheduled(&self, at: Timestamp, now: Timestamp) -> Self {
+        let mut job = self.clone();
+        job.spec.scheduled_at = Some(at);
+        if at > now {
+            job.status.state = JobState::Scheduled;
+            job.status.enqueued_at = None;
+        } else {
+            job.status.state = JobState::Available;
+            job.status.enqueued_at = Some(job.status.enqueued_at.unwrap_or(now));
+        }
+        job
+    }
+
     /// The full envelope as clients see it (INFO, FETCH, PUSH responses).
     pub fn to_json(&self) -> Value {
         let s = &self.status;

@@ -20,6 +20,9 @@ pub enum OnConflict {
     Ignore,
     /// Cancel the existing job, enqueue the new one.
     Replace,
+    /// Like `Replace`, but when the existing job is scheduled the new one takes its
+    /// `scheduled_at` (ojs-unique-jobs.md §5.3).
+    ReplaceExceptSchedule,
 }
 
 /// A validated uniqueness policy.
@@ -116,16 +119,23 @@ impl UniquePolicy {
             Some("reject") => OnConflict::Reject,
             Some("ignore") => OnConflict::Ignore,
             Some("replace") => OnConflict::Replace,
+            Some("replace_except_schedule") => OnConflict::ReplaceExceptSchedule,
+            // Named only in a comment of the protobuf seed; ojs-unique-jobs.md defines no
+            // such strategy, so there is nothing faithful to implement.
             Some("reschedule") => {
                 return Err(OjsError::new(
                     ErrorCode::Unsupported,
-                    "on_conflict \"reschedule\" is not supported yet",
+                    "on_conflict \"reschedule\" is not defined by ojs-unique-jobs.md; use \
+                     replace_except_schedule to keep the existing job's schedule",
                 )
                 .with_path("$.options.unique.on_conflict"))
             }
             Some(other) => {
                 return Err(bad(
-                    format!("on_conflict must be reject, ignore or replace, got {other:?}"),
+                    format!(
+                        "on_conflict must be reject, ignore, replace or \
+                         replace_except_schedule, got {other:?}"
+                    ),
                     "on_conflict",
                 ))
             }

@@ -50,8 +50,10 @@ impl Store {
         };
         if let Some(policy) = policy {
             let outcome = self.put_unique(job, &policy, job.status.created_at).await?;
-            if let PushOutcome::Created = outcome {
-                self.after_push(job).await;
+            match &outcome {
+                PushOutcome::Created => self.after_push(job).await,
+                PushOutcome::CreatedAs(stored) => self.after_push(stored).await,
+                PushOutcome::Existing(_) => {}
             }
             return Ok(outcome);
         }

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
-use ojs_core::{Job, JobId};
+use ojs_core::{Job, JobId, JobState};
 
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
@@ -22,6 +22,9 @@ use crate::Store;
 pub enum PushOutcome {
     /// The job was stored.
     Created,
+    /// The job was stored with changes: `replace_except_schedule` replaced a scheduled
+    /// job and kept its `scheduled_at`. This is the job as stored.
+    CreatedAs(Box<Job>),
     /// A live duplicate exists and the policy says `ignore`: here it is.
     Existing(Box<Job>),
 }
@@ -39,6 +42,8 @@ impl Store {
     ) -> Result<PushOutcome, StoreError> {
         let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
         let mut takeover: Option<String> = None;
+        // The job to store: the pushed one, or it rescheduled (replace_except_schedule).
+        let mut stored: Option<Job> = None;
         for _ in 0..MAX_ROUNDS {
             let mut lock = Item::from([
                 ("pk".to_owned(), s(key.clone())),
@@ -72,7 +77,7 @@ impl Store {
             }
             let put_job = Put::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(job)))
+                .set_item(Some(item::job_to_item(stored.as_ref().unwrap_or(job))))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -95,7 +100,10 @@ impl Store {
             let err = match out {
                 Ok(out) => {
                     self.usage.record(Kind::Write, out.consumed_capacity());
-                    return Ok(PushOutcome::Created);
+                    return Ok(match stored {
+                        Some(j) => PushOutcome::CreatedAs(Box::new(j)),
+                        None => PushOutcome::Created,
+                    });
                 }
                 Err(e) => {
                     self.usage.record(Kind::Write, None);
@@ -139,7 +147,14 @@ impl Store {
                 (Some(existing), OnConflict::Ignore) => {
                     return Ok(PushOutcome::Existing(Box::new(existing.clone())))
                 }
-                (Some(existing), OnConflict::Replace) => {
+                (Some(existing), OnConflict::Replace | OnConflict::ReplaceExceptSchedule) => {
+                    if policy.on_conflict == OnConflict::ReplaceExceptSchedule
+                        && existing.status.state == JobState::Scheduled
+                    {
+                        if let Some(at) = existing.spec.scheduled_at {
+                            stored = Some(job.rescheduled(at, now));
+                        }
+                    }
                     match self.cancel_job(&existing.id, now).await {
                         Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
                         Err(e) => return Err(e),

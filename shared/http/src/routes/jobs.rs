@@ -27,10 +27,15 @@ async fn enqueue_job(
 ) -> Result<Response, ApiError> {
     let new = NewJob::from_json(body)?;
     super::schemas::check_args(&app, &new).await?;
-    let job = Job::enqueue(new, time::now());
-    if let PushOutcome::Existing(existing) = app.store.put_job(&job).await? {
+    let mut job = Job::enqueue(new, time::now());
+    match app.store.put_job(&job).await? {
         // on_conflict "ignore": the live duplicate answers for the new job.
-        return Ok(reply(StatusCode::OK, json!({ "job": existing.to_json() })));
+        PushOutcome::Existing(existing) => {
+            return Ok(reply(StatusCode::OK, json!({ "job": existing.to_json() })));
+        }
+        // replace_except_schedule kept the replaced job's schedule.
+        PushOutcome::CreatedAs(stored) => job = *stored,
+        PushOutcome::Created => {}
     }
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "job pushed");
     let mut res = reply(StatusCode::CREATED, json!({ "job": job.to_json() }));

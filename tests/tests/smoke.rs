@@ -71,7 +71,7 @@ impl Target {
                 .header("content-type", "application/openjobspec+json")
                 .body(b.to_string());
         }
-        let res = req.send().await.with_context(|| format!("{path}"))?;
+        let res = req.send().await.with_context(|| path.to_owned())?;
         let status = res.status().as_u16();
         let body = serde_json::from_slice(&res.bytes().await?).unwrap_or(Value::Null);
         Ok((status, body))

@@ -1,0 +1,668 @@
+//! Least privilege, checked against the code: each function's workload runs over a
+//! DynamoDB client that records every operation it sends (and the parts of each
+//! transaction); every recorded action must be granted by that function's policy in
+//! `infra/template.yaml`. Granted actions the workload never used are printed, to keep
+//! the policies under review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use ojs_http::{app, AppState, AuthMode, Group, HttpConfig};
+use ojs_store::{Store, StoreConfig};
+use ojs_tests::{fresh_store, TestApp};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// Records the IAM actions behind each DynamoDB request.
+#[derive(Debug, Clone, Default)]
+struct Recorder(Arc<Mutex<BTreeSet<String>>>);
+
+impl Intercept for Recorder {
+    fn name(&self) -> &'static str {
+        "iam-recorder"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let req = context.request();
+        let Some(op) = req
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.split('.').nth(1))
+        else {
+            return Ok(());
+        };
+        let body: Value = req
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or(Value::Null);
+        let mut actions = Vec::new();
+        if op == "TransactWriteItems" {
+            // IAM has no TransactWriteItems action: each part needs its own.
+            for part in body["TransactItems"].as_array().into_iter().flatten() {
+                for (kind, action) in [
+                    ("Put", "PutItem"),
+                    ("Update", "UpdateItem"),
+                    ("Delete", "DeleteItem"),
+                    ("ConditionCheck", "ConditionCheckItem"),
+                ] {
+                    if part.get(kind).is_some() {
+                        actions.push(format!("dynamodb:{action}"));
+                    }
+                }
+            }
+        } else {
+            actions.push(format!("dynamodb:{op}"));
+        }
+        if op == "Query" && body.get("IndexName").is_some() {
+            actions.push("dynamodb:Query@index".to_owned());
+        }
+        if let Ok(mut set) = self.0.lock() {
+            set.extend(actions);
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> BTreeSet<String> {
+        self.0
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+}
+
+/// A store over `table` whose client records operations.
+fn recording_store(base: &Store, recorder: &Recorder) -> Store {
+    let conf = base_client_config()
+        .to_builder()
+        .interceptor(recorder.clone())
+        .build();
+    Store::new(
+        aws_sdk_dynamodb::Client::from_conf(conf),
+        StoreConfig::for_table(base.table()),
+    )
+}
+
+fn base_client_config() -> aws_sdk_dynamodb::Config {
+    CLIENT_CONFIG
+        .get()
+        .cloned()
+        .unwrap_or_else(|| aws_sdk_dynamodb::Config::builder().build())
+}
+
+static CLIENT_CONFIG: std::sync::OnceLock<aws_sdk_dynamodb::Config> = std::sync::OnceLock::new();
+
+/// The DynamoDB actions (and whether index queries are allowed) of each function's
+/// policy in the template.
+fn template_policies() -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+    let raw = std::fs::read_to_string(path)?;
+    // CloudFormation tags (!Ref, !GetAtt, !Sub) are not YAML serde understands: drop them.
+    let untagged = regex::Regex::new(r"!(Ref|GetAtt|Sub|Join|If|Equals|Not|Select|Split)\b")?
+        .replace_all(&raw, "");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&untagged)?;
+    let mut out = BTreeMap::new();
+    let resources = doc["Resources"].as_mapping().context("Resources")?;
+    for (name, res) in resources {
+        if res["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let mut actions = BTreeSet::new();
+        for policy in res["Properties"]["Policies"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            for st in policy["Statement"].as_sequence().into_iter().flatten() {
+                let resources: Vec<String> = match &st["Resource"] {
+                    serde_yaml::Value::Sequence(s) => s
+                        .iter()
+                        .filter_map(|r| r.as_str().map(str::to_owned))
+                        .collect(),
+                    serde_yaml::Value::String(r) => vec![r.clone()],
+                    _ => Vec::new(),
+                };
+                let on_index = resources.iter().any(|r| r.contains("/index/"));
+                for a in st["Action"].as_sequence().into_iter().flatten() {
+                    if let Some(a) = a.as_str() {
+                        actions.insert(a.to_owned());
+                        if a == "dynamodb:Query" && on_index {
+                            actions.insert("dynamodb:Query@index".to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        out.insert(name.as_str().unwrap_or_default().to_owned(), actions);
+    }
+    Ok(out)
+}
+
+/// A server of one endpoint group over a recording store, API keys on (as deployed).
+struct GroupServer {
+    base: String,
+    key: String,
+    client: reqwest::Client,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl GroupServer {
+    async fn start(store: Store, group: Group, key: String) -> anyhow::Result<Self> {
+        let router = app(
+            AppState::new(
+                store,
+                HttpConfig {
+                    auth: AuthMode::ApiKey,
+                    ..HttpConfig::default()
+                },
+            ),
+            &[group],
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(Self {
+            base,
+            key,
+            client: reqwest::Client::new(),
+            server,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.key);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let res = req.send().await?;
+        let status = res.status().as_u16();
+        Ok((
+            status,
+            serde_json::from_slice(&res.bytes().await?).unwrap_or(Value::Null),
+        ))
+    }
+}
+
+impl Drop for GroupServer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn id(v: &Value) -> String {
+    v["job"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+fn expect(what: &str, got: (u16, Value), ok: &[u16]) -> anyhow::Result<Value> {
+    anyhow::ensure!(ok.contains(&got.0), "{what}: {} {}", got.0, got.1);
+    Ok(got.1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> anyhow::Result<()> {
+    let setup = TestApp::spawn_on_store(fresh_store().await?).await?;
+    let sdk = aws_config::load_from_env().await;
+    let _ = CLIENT_CONFIG.set(ojs_store::client_for(&sdk).config().clone());
+    let key = ojs_http::auth::issue_key(&setup.store, "iam").await?.key;
+    let recorder = Recorder::default();
+    let store = recording_store(&setup.store, &recorder);
+    let mut used: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+
+    // Shared fixtures, written through the unrecorded setup server.
+    let push = |q: &str, extra: Value| {
+        let mut j = json!({"type": "iam.job", "queue": q, "args": [1]});
+        if let (Some(o), Some(e)) = (j.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        j
+    };
+
+    // ---- jobs
+    let s = GroupServer::start(store.clone(), Group::Jobs, key.clone()).await?;
+    let a = expect(
+        "push",
+        s.call(Method::POST, "/ojs/v1/jobs", Some(push("iq", json!({}))))
+            .await?,
+        &[201],
+    )?;
+    let later = ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::minutes(5)));
+    expect(
+        "push scheduled",
+        s.call(
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(push("iq", json!({"scheduled_at": later}))),
+        )
+        .await?,
+        &[201],
+    )?;
+    let unique = json!({"unique": {"keys": ["type", "args"], "on_conflict": "replace"}});
+    expect(
+        "push unique",
+        s.call(
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(push("iq", unique.clone())),
+        )
+        .await?,
+        &[201],
+    )?;
+    expect(
+        "push unique again",
+        s.call(Method::POST, "/ojs/v1/jobs", Some(push("iq", unique)))
+            .await?,
+        &[201],
+    )?;
+    expect(
+        "batch",
+        s.call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": [push("iq", json!({})), push("iq", json!({}))]})),
+        )
+        .await?,
+        &[201],
+    )?;
+    expect(
+        "info",
+        s.call(Method::GET, &format!("/ojs/v1/jobs/{}", id(&a)), None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "cancel",
+        s.call(Method::DELETE, &format!("/ojs/v1/jobs/{}", id(&a)), None)
+            .await?,
+        &[200],
+    )?;
+    let wf = setup
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "name": "iam", "steps": [
+        {"type": "iam.a", "args": []}, {"type": "iam.b", "args": []}]})),
+        )
+        .await?;
+    if let Some(step) = wf.body["workflow"]["jobs"][0]["id"]
+        .as_str()
+        .or(wf.body["workflow"]["steps"][0]["job_id"].as_str())
+    {
+        expect(
+            "cancel step",
+            s.call(Method::DELETE, &format!("/ojs/v1/jobs/{step}"), None)
+                .await?,
+            &[200, 409],
+        )?;
+    }
+    used.insert("JobsFunction", recorder.take());
+    drop(s);
+
+    // ---- workers
+    let s = GroupServer::start(store.clone(), Group::Workers, key.clone()).await?;
+    for extra in [
+        json!({}),
+        json!({"retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}),
+        json!({"retry": {"max_attempts": 3}}),
+    ] {
+        setup.push(push("wq", extra)).await?;
+    }
+    let fetched = expect(
+        "fetch",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": ["wq"], "count": 3, "worker_id": "w"})),
+        )
+        .await?,
+        &[200],
+    )?;
+    let ids: Vec<String> = fetched["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    anyhow::ensure!(ids.len() == 3, "fetched {fetched}");
+    expect(
+        "heartbeat",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/heartbeat",
+            Some(json!({"worker_id": "w", "active_jobs": ids})),
+        )
+        .await?,
+        &[200],
+    )?;
+    expect(
+        "ack",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(json!({"job_id": ids[0]})),
+        )
+        .await?,
+        &[200],
+    )?;
+    for j in &ids[1..] {
+        expect(
+            "nack",
+            s.call(
+                Method::POST,
+                "/ojs/v1/workers/nack",
+                Some(json!({"job_id": j, "error": {"code": "x", "message": "boom"}})),
+            )
+            .await?,
+            &[200],
+        )?;
+    }
+    expect(
+        "workers",
+        s.call(Method::GET, "/ojs/v1/admin/workers", None).await?,
+        &[200],
+    )?;
+    expect(
+        "quiet",
+        s.call(Method::POST, "/ojs/v1/admin/workers/w/quiet", None)
+            .await?,
+        &[200, 202],
+    )?;
+    // A workflow step's ACK runs the workflow bookkeeping.
+    setup
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "group", "name": "iam-g", "jobs": [
+        {"type": "iam.g", "queue": "wfq", "args": []}]})),
+        )
+        .await?;
+    let f = expect(
+        "fetch step",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": ["wfq"]})),
+        )
+        .await?,
+        &[200],
+    )?;
+    if let Some(j) = f["jobs"][0]["id"].as_str() {
+        expect(
+            "ack step",
+            s.call(
+                Method::POST,
+                "/ojs/v1/workers/ack",
+                Some(json!({"job_id": j})),
+            )
+            .await?,
+            &[200],
+        )?;
+    }
+    used.insert("WorkersFunction", recorder.take());
+    drop(s);
+
+    // ---- queues
+    let s = GroupServer::start(store.clone(), Group::Queues, key.clone()).await?;
+    expect(
+        "queues",
+        s.call(Method::GET, "/ojs/v1/queues", None).await?,
+        &[200],
+    )?;
+    expect(
+        "stats",
+        s.call(Method::GET, "/ojs/v1/queues/wq/stats", None).await?,
+        &[200],
+    )?;
+    expect(
+        "pause",
+        s.call(Method::POST, "/ojs/v1/queues/wq/pause", None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "resume",
+        s.call(Method::POST, "/ojs/v1/queues/wq/resume", None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "rate",
+        s.call(
+            Method::PUT,
+            "/ojs/v1/admin/queues/wq/rate-limit",
+            Some(json!({"rate": {"limit": 5, "period": "PT1S"}})),
+        )
+        .await?,
+        &[200],
+    )?;
+    expect(
+        "unrate",
+        s.call(Method::DELETE, "/ojs/v1/admin/queues/wq/rate-limit", None)
+            .await?,
+        &[200, 204],
+    )?;
+    used.insert("QueuesFunction", recorder.take());
+    drop(s);
+
+    // ---- system
+    let s = GroupServer::start(store.clone(), Group::System, key.clone()).await?;
+    expect(
+        "manifest",
+        s.call(Method::GET, "/ojs/manifest", None).await?,
+        &[200],
+    )?;
+    expect(
+        "health",
+        s.call(Method::GET, "/ojs/v1/health", None).await?,
+        &[200],
+    )?;
+    expect(
+        "events",
+        s.call(Method::GET, "/ojs/v1/events", None).await?,
+        &[200],
+    )?;
+    used.insert("SystemFunction", recorder.take());
+    drop(s);
+
+    // ---- dead letter (the discarded job of the workers part is there)
+    let s = GroupServer::start(store.clone(), Group::DeadLetter, key.clone()).await?;
+    let dead = expect(
+        "dead",
+        s.call(Method::GET, "/ojs/v1/dead-letter", None).await?,
+        &[200],
+    )?;
+    let dead_ids: Vec<String> = dead["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    if let Some(d) = dead_ids.first() {
+        expect(
+            "dead retry",
+            s.call(
+                Method::POST,
+                &format!("/ojs/v1/dead-letter/{d}/retry"),
+                None,
+            )
+            .await?,
+            &[200],
+        )?;
+    }
+    setup
+        .push(push(
+            "dq",
+            json!({"retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}),
+        ))
+        .await?;
+    let f = setup.fetch(json!({"queues": ["dq"]})).await?;
+    setup
+        .nack(json!({"job_id": f.body["jobs"][0]["id"], "error": {"message": "x"}}))
+        .await?;
+    expect(
+        "dead delete",
+        s.call(
+            Method::DELETE,
+            &format!(
+                "/ojs/v1/dead-letter/{}",
+                f.body["jobs"][0]["id"].as_str().unwrap_or_default()
+            ),
+            None,
+        )
+        .await?,
+        &[200, 204],
+    )?;
+    used.insert("DeadLetterFunction", recorder.take());
+    drop(s);
+
+    // ---- cron
+    let s = GroupServer::start(store.clone(), Group::Cron, key.clone()).await?;
+    expect("cron add", s.call(Method::POST, "/ojs/v1/cron", Some(json!({"name": "iam-cron", "expression": "*/5 * * * *", "job_template": {"type": "iam.cron", "args": []}}))).await?, &[200, 201])?;
+    expect(
+        "cron list",
+        s.call(Method::GET, "/ojs/v1/cron", None).await?,
+        &[200],
+    )?;
+    expect(
+        "cron del",
+        s.call(Method::DELETE, "/ojs/v1/cron/iam-cron", None)
+            .await?,
+        &[200, 204],
+    )?;
+    used.insert("CronFunction", recorder.take());
+    drop(s);
+
+    // ---- schemas
+    let s = GroupServer::start(store.clone(), Group::Schemas, key.clone()).await?;
+    let uri = "urn:iam:schema";
+    expect("schema add", s.call(Method::POST, "/ojs/v1/schemas", Some(json!({"uri": uri, "type": "iam.s", "version": "1.0.0", "schema": {"type": "array"}}))).await?, &[201])?;
+    expect(
+        "schema list",
+        s.call(Method::GET, "/ojs/v1/schemas", None).await?,
+        &[200],
+    )?;
+    expect(
+        "schema get",
+        s.call(Method::GET, &format!("/ojs/v1/schemas/{uri}"), None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "schema del",
+        s.call(Method::DELETE, &format!("/ojs/v1/schemas/{uri}"), None)
+            .await?,
+        &[200, 204],
+    )?;
+    used.insert("SchemasFunction", recorder.take());
+    drop(s);
+
+    // ---- workflows
+    let s = GroupServer::start(store.clone(), Group::Workflows, key.clone()).await?;
+    let w = expect(
+        "wf create",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "name": "iam-w", "steps": [
+        {"type": "iam.a", "args": []}, {"type": "iam.b", "args": []}]})),
+        )
+        .await?,
+        &[201],
+    )?;
+    let wid = w["workflow"]["id"].as_str().unwrap_or_default().to_owned();
+    expect(
+        "wf get",
+        s.call(Method::GET, &format!("/ojs/v1/workflows/{wid}"), None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "wf cancel",
+        s.call(Method::DELETE, &format!("/ojs/v1/workflows/{wid}"), None)
+            .await?,
+        &[200],
+    )?;
+    used.insert("WorkflowsFunction", recorder.take());
+    drop(s);
+
+    // ---- scheduler: a sweep with due jobs, an expired lease and a due cron.
+    setup.push(push("sq", json!({"scheduled_at": ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::milliseconds(200)))}))).await?;
+    setup
+        .push(push("sq", json!({"visibility_timeout": "PT1S"})))
+        .await?;
+    setup
+        .fetch(json!({"queues": ["sq"], "visibility_timeout": 1}))
+        .await?;
+    let c = setup.call(Method::POST, "/ojs/v1/cron", Some(json!({"name": "iam-sweep", "expression": "@every 1s", "job_template": {"type": "iam.cron", "args": []}}))).await?;
+    anyhow::ensure!(
+        matches!(c.status, 200 | 201),
+        "cron: {} {}",
+        c.status,
+        c.body
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    store.sweep(ojs_core::time::now()).await?;
+    used.insert("SchedulerFunction", recorder.take());
+
+    // ---- timer: a job due now and a cron occurrence.
+    let t = setup.push(push("tq", json!({"scheduled_at": ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::milliseconds(100)))}))).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let due_us = ojs_core::time::now().timestamp_micros();
+    store
+        .handle_timer(&json!({"kind": "job", "job_id": id(&t.body), "due_us": due_us}).to_string())
+        .await?;
+    store
+        .handle_timer(&json!({"kind": "cron", "name": "iam-sweep", "due_us": due_us}).to_string())
+        .await?;
+    used.insert("TimerFunction", recorder.take());
+
+    let policies = template_policies()?;
+    let mut missing = Vec::new();
+    for (function, actions) in &used {
+        let granted = policies
+            .get(*function)
+            .with_context(|| format!("{function} not in the template"))?;
+        anyhow::ensure!(
+            !actions.is_empty(),
+            "{function}: the workload recorded nothing"
+        );
+        for a in actions {
+            if !granted.contains(a) {
+                missing.push(format!("{function} uses {a}"));
+            }
+        }
+        let unused: Vec<&String> = granted
+            .iter()
+            .filter(|g| g.starts_with("dynamodb:") && !actions.contains(*g))
+            .collect();
+        eprintln!("{function}: uses {actions:?}; granted but unused here: {unused:?}");
+    }
+    assert!(
+        missing.is_empty(),
+        "actions missing from policies: {missing:#?}"
+    );
+    setup.teardown().await;
+    Ok(())
+}

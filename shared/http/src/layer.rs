@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::cors::CorsPolicy;
 use crate::error::{ApiError, PendingError};
+use crate::negotiate::{self, Envelopes, Format};
 use crate::AppState;
 
 /// The media type of every response body.
@@ -25,6 +26,11 @@ const MAX_REQUEST_ID: usize = 128;
 pub(crate) fn wrap(router: Router, state: AppState) -> Router {
     router.layer(middleware::from_fn_with_state(state, ojs_layer))
 }
+
+/// Marks a response whose handler set its own Content-Type (the Cloudq binding answers
+/// `application/json`); the layer keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnContentType;
 
 /// The job a response is about, for the request log line.
 #[derive(Debug, Clone)]
@@ -77,17 +83,25 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     };
     let key_id = principal.as_ref().ok().cloned().flatten();
     let mut ddb = ojs_store::UsageSnapshot::default();
-    let mut res = match principal {
+    let kind = Envelopes::of(&method, &path);
+    let negotiated = match principal {
+        Err(err) => Err(err),
+        Ok(_) => match negotiate::response_format(req.headers(), kind) {
+            Err(err) => Err(err),
+            Ok(format) => negotiate::decode_request(req, kind)
+                .await
+                .map(|req| (req, format)),
+        },
+    };
+    let mut res = match negotiated {
         Err(err) => ApiError(err).into_response(),
-        Ok(_) if !accepts_json(&req) => ApiError(OjsError::new(
-            ErrorCode::NotAcceptable,
-            "this server produces application/openjobspec+json or application/json",
-        ))
-        .into_response(),
-        Ok(_) => {
+        Ok((req, format)) => {
             let (res, usage) = ojs_store::measured(next.run(req)).await;
             ddb = usage;
-            res
+            match format {
+                Format::Proto => negotiate::encode_response(res, kind).await,
+                Format::Json => res,
+            }
         }
     };
     if let Some(PendingError(err)) = res.extensions_mut().remove::<PendingError>() {
@@ -103,12 +117,15 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
         res = render_error(res.status(), &OjsError::new(code, message), &request_id);
     }
     let status = res.status();
+    let own_content_type = res.extensions().get::<OwnContentType>().is_some();
     let headers = res.headers_mut();
     headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-request-id", v);
     }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+    if !own_content_type {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+    }
     if status == StatusCode::UNAUTHORIZED {
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
@@ -144,26 +161,6 @@ fn request_id(req: &Request<Body>) -> String {
             !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.chars().all(|c| c.is_ascii_graphic())
         })
         .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned)
-}
-
-/// Whether `Accept` (absent, `*/*`, JSON or OJS JSON, with any parameters) allows JSON.
-fn accepts_json(req: &Request<Body>) -> bool {
-    let Some(accept) = req.headers().get(header::ACCEPT) else {
-        return true;
-    };
-    let Ok(accept) = accept.to_str() else {
-        return false;
-    };
-    accept.split(',').any(|range| {
-        let mut parts = range.split(';');
-        let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let refused = parts.any(|p| p.trim().replace(' ', "") == "q=0");
-        !refused
-            && matches!(
-                essence.as_str(),
-                "*/*" | "application/*" | "application/json" | OJS_JSON | ""
-            )
-    })
 }
 
 fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Response {

@@ -7,6 +7,7 @@ mod cors;
 mod error;
 mod extract;
 mod layer;
+mod negotiate;
 mod routes;
 
 use std::sync::Arc;

@@ -40,7 +40,11 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
             },
             "conformance_level": CONFORMANCE_LEVEL,
             "protocols": ["http"],
-            "formats": ["application/openjobspec+json"],
+            "formats": [
+                "application/openjobspec+json",
+                "application/openjobspec+proto",
+                "application/openjobspec+proto; delimited=true",
+            ],
             "backend": "dynamodb",
             "extensions": ["events"],
             "authentication": {

@@ -1,0 +1,273 @@
+//! Content negotiation between the JSON baseline and the Protobuf wire format
+//! (`application/openjobspec+proto`, ojs-protobuf-format §3): the endpoints that take
+//! or return job envelopes accept Protobuf bodies and answer in Protobuf when `Accept`
+//! prefers it. Handlers only ever see and produce JSON: this module translates at the
+//! edge. Error bodies stay JSON.
+//!
+//! | endpoint | Protobuf request | Protobuf response |
+//! |---|---|---|
+//! | `POST /ojs/v1/jobs` | `JobEnvelope` | `JobEnvelope` |
+//! | `POST /ojs/v1/jobs/batch` | `BatchEnqueueRequest`, or a delimited stream | `BatchEnqueueResponse` |
+//! | `GET`/`DELETE /ojs/v1/jobs/{id}`, `POST /ojs/v1/dead-letter/{id}/retry` | - | `JobEnvelope` |
+//! | `POST /ojs/v1/workers/fetch`, `GET /ojs/v1/dead-letter` | - | delimited stream of `JobEnvelope`s |
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
+use axum::response::Response;
+use ojs_core::validate::MAX_ENVELOPE_BYTES;
+use ojs_core::{ErrorCode, OjsError};
+use serde_json::Value;
+
+use crate::extract::MAX_BATCH_BYTES;
+use crate::layer::OwnContentType;
+
+/// The Protobuf media type.
+pub(crate) const OJS_PROTO: &str = "application/openjobspec+proto";
+const OJS_PROTO_DELIMITED: &str = "application/openjobspec+proto; delimited=true";
+const JSON_TYPES: [&str; 2] = ["application/openjobspec+json", "application/json"];
+
+/// What an endpoint exchanges in envelopes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Envelopes {
+    /// Takes and returns one envelope (PUSH).
+    Push,
+    /// Takes a batch, returns per-job results (batch PUSH).
+    Batch,
+    /// Returns one envelope (`{"job": ...}`).
+    One,
+    /// Returns a list (`{"jobs": [...]}`).
+    List,
+    /// No envelopes: JSON only.
+    None,
+}
+
+impl Envelopes {
+    /// The kind of `method path`.
+    pub(crate) fn of(method: &Method, path: &str) -> Self {
+        let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+        match (method.as_str(), segments.as_slice()) {
+            ("POST", ["", "ojs", "v1", "jobs"]) => Self::Push,
+            ("POST", ["", "ojs", "v1", "jobs", "batch"]) => Self::Batch,
+            ("GET" | "DELETE", ["", "ojs", "v1", "jobs", _]) => Self::One,
+            ("POST", ["", "ojs", "v1", "dead-letter", _, "retry"]) => Self::One,
+            ("POST", ["", "ojs", "v1", "workers", "fetch"]) => Self::List,
+            ("GET", ["", "ojs", "v1", "dead-letter"]) => Self::List,
+            _ => Self::None,
+        }
+    }
+}
+
+/// The format of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    Json,
+    Proto,
+}
+
+struct Range {
+    essence: String,
+    q: f32,
+}
+
+fn ranges(accept: &str) -> Vec<Range> {
+    accept
+        .split(',')
+        .map(|range| {
+            let mut parts = range.split(';');
+            let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .filter_map(|q| q.trim().parse::<f32>().ok())
+                .next()
+                .unwrap_or(1.0);
+            Range { essence, q }
+        })
+        .filter(|r| !r.essence.is_empty())
+        .collect()
+}
+
+/// The answer's format for `Accept`, or 406 when it allows nothing this endpoint can
+/// produce. JSON wins ties (it is the baseline).
+pub(crate) fn response_format(headers: &HeaderMap, kind: Envelopes) -> Result<Format, OjsError> {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return Ok(Format::Json);
+    };
+    let not_acceptable = || {
+        let produced = if kind == Envelopes::None {
+            "application/openjobspec+json or application/json"
+        } else {
+            "application/openjobspec+json, application/json or application/openjobspec+proto"
+        };
+        OjsError::new(
+            ErrorCode::NotAcceptable,
+            format!("this endpoint produces {produced}"),
+        )
+    };
+    let accept = accept.to_str().map_err(|_| not_acceptable())?;
+    let ranges = ranges(accept);
+    if ranges.is_empty() {
+        return Ok(Format::Json);
+    }
+    let best = |matches: &dyn Fn(&str) -> bool| {
+        ranges
+            .iter()
+            .filter(|r| matches(&r.essence))
+            .map(|r| r.q)
+            .fold(0.0_f32, f32::max)
+    };
+    let json_q = best(&|e| JSON_TYPES.contains(&e) || e == "*/*" || e == "application/*");
+    let proto_q = best(&|e| e == OJS_PROTO);
+    if kind != Envelopes::None && proto_q > 0.0 && proto_q > json_q {
+        Ok(Format::Proto)
+    } else if json_q > 0.0 {
+        Ok(Format::Json)
+    } else {
+        Err(not_acceptable())
+    }
+}
+
+fn media_type(headers: &HeaderMap) -> Option<(String, bool)> {
+    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let mut parts = ct.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let delimited = parts.any(|p| p.trim().replace(' ', "").eq_ignore_ascii_case("delimited=true"));
+    Some((essence, delimited))
+}
+
+/// Turns a Protobuf request body into the JSON its handler expects (PUSH and batch
+/// PUSH); any other endpoint refuses Protobuf bodies with 415.
+pub(crate) async fn decode_request(req: Request<Body>, kind: Envelopes) -> Result<Request<Body>, OjsError> {
+    let Some((essence, delimited)) = media_type(req.headers()) else {
+        return Ok(req);
+    };
+    if essence != OJS_PROTO {
+        return Ok(req);
+    }
+    let limit = match kind {
+        Envelopes::Push => MAX_ENVELOPE_BYTES,
+        Envelopes::Batch => MAX_BATCH_BYTES,
+        _ => {
+            return Err(OjsError::new(
+                ErrorCode::UnsupportedMediaType,
+                "Protobuf bodies are accepted by PUSH and batch PUSH only; send JSON here",
+            ))
+        }
+    };
+    let (mut parts, body) = req.into_parts();
+    let too_large = || {
+        OjsError::new(
+            ErrorCode::EnvelopeTooLarge,
+            format!("request body exceeds {limit} bytes"),
+        )
+    };
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
+    let bad = |e: ojs_proto::ProtoError| {
+        OjsError::new(ErrorCode::InvalidPayload, format!("invalid Protobuf body: {e}"))
+    };
+    let json = match (kind, delimited) {
+        (Envelopes::Push, _) => ojs_proto::proto_to_json(&bytes).map_err(bad)?,
+        (_, true) => serde_json::json!({ "jobs": ojs_proto::decode_delimited_jobs(&bytes).map_err(bad)? }),
+        (_, false) => ojs_proto::batch_request_to_json(&bytes).map_err(bad)?,
+    };
+    let text = json.to_string();
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/openjobspec+json"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Ok(Request::from_parts(parts, Body::from(text)))
+}
+
+/// Re-encodes a successful JSON answer in Protobuf. An answer that cannot be encoded
+/// (which would be a bug) is sent as JSON rather than lost: the handler's effects
+/// (e.g. a FETCH's claims) already happened.
+pub(crate) async fn encode_response(res: Response, kind: Envelopes) -> Response {
+    if !res.status().is_success() {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|json| {
+            let result = match kind {
+                Envelopes::Push | Envelopes::One => {
+                    ojs_proto::json_to_proto(&json["job"]).map(|b| (b, OJS_PROTO))
+                }
+                Envelopes::Batch => ojs_proto::json_to_batch_response(&json).map(|b| (b, OJS_PROTO)),
+                Envelopes::List => {
+                    let jobs = json["jobs"].as_array().cloned().unwrap_or_default();
+                    ojs_proto::encode_delimited_jobs(&jobs).map(|b| (b, OJS_PROTO_DELIMITED))
+                }
+                Envelopes::None => return Err("no envelope".to_owned()),
+            };
+            result.map_err(|e| e.to_string())
+        });
+    match encoded {
+        Ok((proto, media)) => {
+            parts
+                .headers
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts.extensions.insert(OwnContentType);
+            Response::from_parts(parts, Body::from(Bytes::from(proto)))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "answer could not be encoded in Protobuf; sent as JSON");
+            Response::from_parts(parts, Body::from(bytes))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(header::ACCEPT, v);
+        }
+        h
+    }
+
+    #[test]
+    fn accept_picks_the_preferred_producible_format() {
+        let push = Envelopes::Push;
+        assert_eq!(response_format(&HeaderMap::new(), push), Ok(Format::Json));
+        assert_eq!(response_format(&accept("*/*"), push), Ok(Format::Json));
+        assert_eq!(response_format(&accept(OJS_PROTO), push), Ok(Format::Proto));
+        assert_eq!(
+            response_format(&accept("application/openjobspec+proto, application/json;q=0.5"), push),
+            Ok(Format::Proto)
+        );
+        assert_eq!(
+            response_format(&accept("application/json, application/openjobspec+proto;q=0.5"), push),
+            Ok(Format::Json)
+        );
+        assert_eq!(
+            response_format(&accept("application/openjobspec+proto, */*"), push),
+            Ok(Format::Json),
+            "a tie goes to the JSON baseline"
+        );
+        assert!(response_format(&accept("text/html"), push).is_err());
+        assert!(response_format(&accept("application/json;q=0"), push).is_err());
+        // Where no envelope is returned, Protobuf alone cannot be served.
+        assert!(response_format(&accept(OJS_PROTO), Envelopes::None).is_err());
+        assert_eq!(
+            response_format(&accept("application/openjobspec+proto, application/json;q=0.1"), Envelopes::None),
+            Ok(Format::Json)
+        );
+    }
+
+    #[test]
+    fn endpoints_are_classified_by_method_and_path() {
+        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/jobs"), Envelopes::Push);
+        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/jobs/batch"), Envelopes::Batch);
+        assert_eq!(Envelopes::of(&Method::GET, "/ojs/v1/jobs/abc"), Envelopes::One);
+        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/workers/fetch"), Envelopes::List);
+        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/workers/ack"), Envelopes::None);
+        assert_eq!(Envelopes::of(&Method::GET, "/ojs/v1/queues"), Envelopes::None);
+    }
+}

@@ -1,0 +1,310 @@
+//! Protobuf over HTTP: envelopes pushed in one format and read in the other are equal;
+//! batches in `BatchEnqueueRequest` and delimited form; 406 and 415 where the format
+//! cannot be served or accepted, with nothing written.
+
+use anyhow::Context;
+use ojs_tests::TestApp;
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const PROTO: &str = "application/openjobspec+proto";
+
+struct Raw {
+    status: u16,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn raw(
+    app: &TestApp,
+    method: Method,
+    path: &str,
+    content_type: Option<&str>,
+    accept: Option<&str>,
+    body: Vec<u8>,
+) -> anyhow::Result<Raw> {
+    let mut req = app
+        .client
+        .request(method, format!("{}{path}", app.base_url));
+    if let Some(ct) = content_type {
+        req = req.header(CONTENT_TYPE, ct).body(body);
+    }
+    if let Some(a) = accept {
+        req = req.header(ACCEPT, a);
+    }
+    let res = req.send().await?;
+    Ok(Raw {
+        status: res.status().as_u16(),
+        headers: res.headers().clone(),
+        body: res.bytes().await?.to_vec(),
+    })
+}
+
+fn json_of(r: &Raw) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or(Value::Null)
+}
+
+fn content_type(r: &Raw) -> &str {
+    r.headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+/// The members a client pushed, as the server reports them.
+fn rich_job(queue: &str) -> Value {
+    json!({
+        "type": "media.transcode",
+        "queue": queue,
+        "args": [{"url": "s3://b/k.mp4", "sizes": [240, 720], "big": 9007199254740993_u64.to_string(), "ratio": 1.5, "ok": true, "none": null}],
+        "meta": {"tenant": "acme", "trace": {"id": "abc"}},
+        "priority": 7,
+        "tags": ["a", "b"],
+        "x-acme-routing": {"zone": "eu"},
+    })
+}
+
+#[tokio::test]
+async fn a_job_pushed_in_protobuf_reads_back_equal_in_json_and_the_reverse() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    // Protobuf in, JSON out.
+    let bytes = ojs_proto::json_to_proto(&rich_job("pq"))?;
+    let pushed = raw(
+        &app,
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(PROTO),
+        Some(PROTO),
+        bytes,
+    )
+    .await?;
+    assert_eq!(
+        pushed.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&pushed.body)
+    );
+    assert_eq!(content_type(&pushed), PROTO);
+    let pushed_json = ojs_proto::proto_to_json(&pushed.body)?;
+    let id = pushed_json["id"].as_str().context("id")?.to_owned();
+    let info = app.info(&id).await?;
+    assert_eq!(info.status, 200);
+    let fetched = app.fetch(json!({"queues": ["pq"]})).await?;
+    let as_json = &fetched.body["jobs"][0];
+    for k in ["type", "args", "meta", "priority", "tags", "x-acme-routing"] {
+        assert_eq!(as_json[k], rich_job("pq")[k], "{k} after a Protobuf push");
+        assert_eq!(
+            info.body["job"][k], pushed_json[k],
+            "{k}: JSON INFO vs Protobuf answer"
+        );
+    }
+
+    // JSON in, Protobuf out: INFO as an envelope, FETCH as a delimited stream.
+    let pushed = app.push(rich_job("jq")).await?;
+    let id = pushed.body["job"]["id"].as_str().context("id")?.to_owned();
+    let info = raw(
+        &app,
+        Method::GET,
+        &format!("/ojs/v1/jobs/{id}"),
+        None,
+        Some(PROTO),
+        Vec::new(),
+    )
+    .await?;
+    assert_eq!(info.status, 200);
+    assert_eq!(content_type(&info), PROTO);
+    assert_eq!(ojs_proto::proto_to_json(&info.body)?, pushed.body["job"]);
+    let fetch = raw(
+        &app,
+        Method::POST,
+        "/ojs/v1/workers/fetch",
+        Some("application/json"),
+        Some("application/openjobspec+proto, application/json;q=0.5"),
+        json!({"queues": ["jq"]}).to_string().into_bytes(),
+    )
+    .await?;
+    assert_eq!(fetch.status, 200);
+    assert_eq!(
+        content_type(&fetch),
+        "application/openjobspec+proto; delimited=true"
+    );
+    let jobs = ojs_proto::decode_delimited_jobs(&fetch.body)?;
+    assert_eq!(jobs.len(), 1);
+    for k in [
+        "id",
+        "type",
+        "args",
+        "meta",
+        "priority",
+        "tags",
+        "x-acme-routing",
+    ] {
+        assert_eq!(jobs[0][k], pushed.body["job"][k], "{k} fetched in Protobuf");
+    }
+    assert_eq!(jobs[0]["state"], "active");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn batches_travel_as_batch_requests_and_delimited_streams() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let jobs: Vec<Value> = (0..3)
+        .map(|i| json!({"type": "b.job", "queue": "bq", "args": [i]}))
+        .collect();
+    let request = ojs_proto::json_to_batch_request(&json!({ "jobs": jobs }))?;
+    let res = raw(
+        &app,
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(PROTO),
+        Some(PROTO),
+        request,
+    )
+    .await?;
+    assert_eq!(res.status, 201, "{}", String::from_utf8_lossy(&res.body));
+    let answer = ojs_proto::batch_response_to_json(&res.body)?;
+    let results = answer["results"].as_array().context("results")?;
+    assert_eq!(results.len(), 3);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["success"] == true && r["id"].is_string()),
+        "{answer}"
+    );
+
+    let stream = ojs_proto::encode_delimited_jobs(&jobs)?;
+    let res = raw(
+        &app,
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some("application/openjobspec+proto; delimited=true"),
+        None,
+        stream,
+    )
+    .await?;
+    assert_eq!(res.status, 201, "{}", String::from_utf8_lossy(&res.body));
+    assert_eq!(json_of(&res)["jobs"].as_array().map(Vec::len), Some(3));
+    let fetched = app.fetch(json!({"queues": ["bq"], "count": 10})).await?;
+    assert_eq!(fetched.body["jobs"].as_array().map(Vec::len), Some(6));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let job = json!({"type": "n.job", "queue": "nq", "args": []});
+    let cases: Vec<(
+        &str,
+        Method,
+        &str,
+        Option<&str>,
+        Option<&str>,
+        Vec<u8>,
+        u16,
+        &str,
+    )> = vec![
+        (
+            "html only",
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some("application/json"),
+            Some("text/html"),
+            job.to_string().into_bytes(),
+            406,
+            "not_acceptable",
+        ),
+        (
+            "json refused",
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some("application/json"),
+            Some("application/json;q=0"),
+            job.to_string().into_bytes(),
+            406,
+            "not_acceptable",
+        ),
+        (
+            "proto where no envelope is returned",
+            Method::GET,
+            "/ojs/v1/queues",
+            None,
+            Some(PROTO),
+            Vec::new(),
+            406,
+            "not_acceptable",
+        ),
+        (
+            "text body",
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some("text/plain"),
+            None,
+            job.to_string().into_bytes(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "xml body",
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some("application/xml"),
+            None,
+            b"<jobs/>".to_vec(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "proto body on ack",
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(PROTO),
+            None,
+            vec![1, 2, 3],
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "garbage protobuf",
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(PROTO),
+            None,
+            vec![0xff, 0xff, 0xff, 0x0f],
+            400,
+            "invalid_payload",
+        ),
+        (
+            "garbage batch",
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(PROTO),
+            None,
+            vec![0x0a, 0xff, 0x01],
+            400,
+            "invalid_payload",
+        ),
+    ];
+    for (what, method, path, ct, accept, body, status, code) in cases {
+        let r = raw(&app, method, path, ct, accept, body).await?;
+        assert_eq!(
+            r.status,
+            status,
+            "{what}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(json_of(&r)["error"]["code"], code, "{what}");
+        assert!(
+            content_type(&r).starts_with("application/openjobspec+json"),
+            "{what}: error bodies stay JSON"
+        );
+    }
+    assert!(
+        app.store.list_queues().await?.is_empty(),
+        "a refused request wrote a job"
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -40,11 +40,13 @@ pub enum Group {
     Workflows,
     /// `/ojs/v1/schemas...`
     Schemas,
+    /// The Cloudq v0.1.0 compatibility binding: `/cloudq/{queue}...`
+    Cloudq,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 8] = [
+    pub const ALL: [Group; 9] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
@@ -53,6 +55,7 @@ impl Group {
         Group::Cron,
         Group::Workflows,
         Group::Schemas,
+        Group::Cloudq,
     ];
 }
 
@@ -147,6 +150,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Cron => routes::cron::router(),
             Group::Workflows => routes::workflows::router(),
             Group::Schemas => routes::schemas::router(),
+            Group::Cloudq => routes::cloudq::router(),
         });
     }
     layer::wrap(router.with_state(state.clone()), state)

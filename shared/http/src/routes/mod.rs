@@ -1,5 +1,6 @@
 //! One module per endpoint group.
 
+pub(crate) mod cloudq;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod jobs;

@@ -1,0 +1,20 @@
+//! Lambda function for the Cloudq v0.1.0 compatibility binding (`/cloudq/...`): wiring only.
+
+use ojs_http::{app, AppState, Group, HttpConfig};
+use ojs_store::Store;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_current_span(false)
+        .without_time()
+        .init();
+    let store = Store::from_env().await;
+    let router = app(
+        AppState::new(store, HttpConfig::from_env()),
+        &[Group::Cloudq],
+    );
+    lambda_http::run(router).await
+}

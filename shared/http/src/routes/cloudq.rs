@@ -1,0 +1,215 @@
+//! The Cloudq protocol v0.1.0 as a compatibility binding over the same store.
+//!
+//! - `POST /cloudq/{queue}` with `{"job": {"klass", "args"}}` (or the bare `{"klass",
+//!   "args"}`) enqueues an OJS job with `type` = klass: the PUSH path.
+//! - `GET /cloudq/{queue}` reserves the next job, `{"job": {"klass", "args", "id"}}`, or
+//!   answers `{"status": "empty"}`: the FETCH claim, so a Cloudq client and an OJS worker
+//!   never get the same job.
+//! - `DELETE /cloudq/{queue}/{id}` completes a reserved job: the ACK.
+//!
+//! Other answers are Cloudq's `{"status": "success" | "error", "message"}` with
+//! `Content-Type: application/json`. A reserved job that is not deleted within its lease
+//! (30 s by default) becomes available again, like an OJS job whose worker died. Klass
+//! and queue must be valid OJS names (`archive`, `email.send`; not `Archive` or
+//! `archive_queue`), since OJS workers see the same jobs.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, post};
+use axum::Router;
+use ojs_core::validate::MAX_ENVELOPE_BYTES;
+use ojs_core::{time, ErrorCode, Job, JobId, JobType, NewJob, OjsError, QueueName};
+use ojs_store::{AckRequest, FetchRequest, PushOutcome, StoreError};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::layer::OwnContentType;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/cloudq/{queue}", post(enqueue_job).get(reserve_job))
+        .route("/cloudq/{queue}/{id}", delete(delete_job))
+}
+
+async fn enqueue_job(
+    State(app): State<AppState>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> Response {
+    push(&app, &queue, &body).await.unwrap_or_else(failure)
+}
+
+async fn reserve_job(State(app): State<AppState>, Path(queue): Path<String>) -> Response {
+    reserve(&app, &queue).await.unwrap_or_else(failure)
+}
+
+async fn delete_job(
+    State(app): State<AppState>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Response {
+    complete(&app, &queue, &id).await.unwrap_or_else(failure)
+}
+
+async fn push(app: &AppState, queue: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(queue)?;
+    let (klass, args) = parse_job(body)?;
+    let new = NewJob::from_json(json!({"type": klass, "queue": queue.as_str(), "args": args}))?;
+    super::schemas::check_args(app, &new).await?;
+    let job = Job::enqueue(new, time::now());
+    let id = match app.store.put_job(&job).await? {
+        PushOutcome::Existing(existing) | PushOutcome::CreatedAs(existing) => existing.id,
+        PushOutcome::Created => job.id,
+    };
+    tracing::info!(job_id = %id, queue = %queue, "cloudq job pushed");
+    Ok(answer(
+        StatusCode::OK,
+        json!({"status": "success", "message": format!("job {id} queued")}),
+    ))
+}
+
+/// The klass and args of a POST body, `{"job": {...}}` or the bare job.
+fn parse_job(body: &[u8]) -> Result<(String, Vec<Value>), OjsError> {
+    if body.len() > MAX_ENVELOPE_BYTES {
+        return Err(OjsError::new(
+            ErrorCode::EnvelopeTooLarge,
+            format!("the job exceeds {MAX_ENVELOPE_BYTES} bytes"),
+        ));
+    }
+    let shape = || {
+        OjsError::invalid_request(
+            "the body must be {\"job\": {\"klass\": \"...\", \"args\": [...]}} or {\"klass\": \"...\", \"args\": [...]}",
+        )
+    };
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| OjsError::invalid_request(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(mut outer) = value else {
+        return Err(shape());
+    };
+    let mut job = match outer.remove("job") {
+        Some(Value::Object(job)) => job,
+        Some(_) => return Err(shape()),
+        None => outer,
+    };
+    let klass = match job.remove("klass") {
+        Some(Value::String(k)) => k,
+        Some(_) => return Err(OjsError::invalid_request("klass must be a string")),
+        None => return Err(OjsError::invalid_request("klass is required")),
+    };
+    if JobType::parse(&klass).is_err() {
+        return Err(OjsError::invalid_request(format!(
+            "klass must be an OJS job type, dot-separated segments matching [a-z][a-z0-9_-]* (e.g. \"archive\" or \"email.send\"), got {klass:?}"
+        )));
+    }
+    match job.remove("args") {
+        Some(Value::Array(args)) => Ok((klass, args)),
+        Some(_) => Err(OjsError::invalid_request("args must be an array")),
+        None => Err(OjsError::invalid_request("args is required (an array)")),
+    }
+}
+
+async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
+    let req = FetchRequest {
+        queues: vec![QueueName::parse(queue)?],
+        count: 1,
+        worker_id: None,
+        visibility_timeout_ms: None,
+    };
+    let mut outcome = app.store.fetch(&req, time::now()).await?;
+    if outcome.jobs.is_empty() && !app.config.fetch_recheck.is_zero() {
+        // As FETCH does: a just-pushed job may take a few ms to reach the index.
+        tokio::time::sleep(app.config.fetch_recheck).await;
+        outcome = app.store.fetch(&req, time::now()).await?;
+    }
+    let Some(job) = outcome.jobs.first() else {
+        return Ok(answer(StatusCode::OK, json!({"status": "empty"})));
+    };
+    tracing::info!(job_id = %job.id, queue = %job.spec.queue, "cloudq job reserved");
+    Ok(answer(
+        StatusCode::OK,
+        json!({"job": {"klass": job.spec.job_type.as_str(), "args": job.spec.args, "id": job.id.to_string()}}),
+    ))
+}
+
+async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(queue)?;
+    let not_found = || OjsError::not_found(format!("no job {id} in queue {queue}"));
+    let job_id = JobId::parse(id).map_err(|_| not_found())?;
+    // An id means something only under its own queue.
+    match app.store.get_job(&job_id).await? {
+        Some(job) if job.spec.queue == queue => {}
+        _ => return Err(not_found().into()),
+    }
+    let ack = AckRequest {
+        id: job_id,
+        result: None,
+        worker_id: None,
+    };
+    let job = app
+        .store
+        .ack_job(&ack, time::now())
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict { current } => ApiError(OjsError::conflict(format!(
+                "job {id} is {}, not reserved: only a reserved job can be deleted",
+                current.map_or("in another state", |s| s.as_str())
+            ))),
+            other => other.into(),
+        })?;
+    tracing::info!(job_id = %job.id, queue = %queue, "cloudq job deleted");
+    Ok(answer(
+        StatusCode::OK,
+        json!({"status": "success", "message": format!("job {id} deleted")}),
+    ))
+}
+
+/// A Cloudq answer: JSON as `application/json`, which every Cloudq client parses.
+fn answer(status: StatusCode, body: Value) -> Response {
+    let mut res = (status, body.to_string()).into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res.extensions_mut().insert(OwnContentType);
+    res
+}
+
+/// An error in Cloudq's shape, with the HTTP status the OJS error catalogue gives it.
+fn failure(err: ApiError) -> Response {
+    let message = err.0.message.clone();
+    let status = err.into_response().status();
+    answer(status, json!({"status": "error", "message": message}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_bodies() {
+        let ok = |body: Value| parse_job(body.to_string().as_bytes()).ok();
+        let expected = Some(("archive".to_owned(), vec![json!({"data": "foobar"})]));
+        assert_eq!(
+            ok(json!({"job": {"klass": "archive", "args": [{"data": "foobar"}]}})),
+            expected
+        );
+        assert_eq!(
+            ok(json!({"klass": "archive", "args": [{"data": "foobar"}]})),
+            expected
+        );
+        for bad in [
+            json!({"job": {"klass": "Archive", "args": []}}),
+            json!({"job": {"klass": "archive", "args": "x"}}),
+            json!({"job": {"klass": "archive"}}),
+            json!({"job": {"args": []}}),
+            json!({"job": {"klass": 7, "args": []}}),
+            json!({"job": ["archive"]}),
+            json!(["archive", []]),
+        ] {
+            assert_eq!(ok(bad.clone()), None, "{bad}");
+        }
+        assert!(parse_job(b"{not json").is_err());
+    }
+}

@@ -182,9 +182,15 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
 async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
 ) -> anyhow::Result<()> {
     let store = fresh_store().await?;
-    let jobs = start("jobs", store.table(), &[("OJS_AUTH", "api-key")]).await?;
+    let jobs = start(
+        "jobs",
+        store.table(),
+        &[("OJS_AUTH", "api-key"), ("RUST_LOG", "info")],
+    )
+    .await?;
     let id = uuid::Uuid::now_v7().to_string();
-    let push = json!({"id": id, "type": "email.send", "queue": "locked", "args": []});
+    let marker = "secret-arg-7f3a9c";
+    let push = json!({"id": id, "type": "email.send", "queue": "locked", "args": [marker]});
     for headers in [
         vec![],
         vec![("authorization", "Bearer ojs_000000000000_00")],
@@ -217,7 +223,29 @@ async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
         .await?,
     )?;
     assert_eq!(status, 201, "{body}");
-    jobs.stop().await?;
+    // Logs (at info) name the request, key id, job and DynamoDB usage, never the key's
+    // secret or the job's args.
+    let stdout = jobs.stop().await?;
+    let secret = key.key.rsplit('_').next().unwrap_or_default();
+    assert!(
+        !stdout.contains(secret),
+        "the API key secret is logged: {stdout}"
+    );
+    assert!(!stdout.contains(marker), "job args are logged: {stdout}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let pushed = lines
+        .iter()
+        .find(|l| l["fields"]["status"] == 201)
+        .with_context(|| format!("no request log line for the push in: {stdout}"))?;
+    let fields = &pushed["fields"];
+    assert_eq!(fields["job_id"], id.as_str(), "{pushed}");
+    assert_eq!(fields["queue"], "locked", "{pushed}");
+    assert_eq!(fields["key_id"], key.record.id.as_str(), "{pushed}");
+    assert!(fields["ddb_calls"].as_u64().unwrap_or(0) >= 1, "{pushed}");
+    assert!(fields["ddb_wcu"].as_f64().unwrap_or(0.0) > 0.0, "{pushed}");
     let _ = store.delete_table().await;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! environment (`make test` points it at DynamoDB Local), plus the conformance engine.
 
 pub mod conformance;
+pub mod fault_proxy;
 pub mod lambda_runtime;
 
 use std::time::Duration;

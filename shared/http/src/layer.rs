@@ -106,15 +106,25 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     };
     if let Some(PendingError(err)) = res.extensions_mut().remove::<PendingError>() {
         res = render_error(res.status(), &err, &request_id);
-    } else if res.status().is_client_error() && !res.headers().contains_key(header::CONTENT_TYPE) {
-        // Routing rejections (unknown path, wrong method) carry no body of ours.
+    } else if res.status().is_client_error() && is_axum_rejection(&res) {
+        // Routing rejections (unknown path, wrong method) carry no body, and extractor
+        // rejections (a path or query parameter that does not parse) axum's plain text.
         let code = match res.status() {
             StatusCode::NOT_FOUND => ErrorCode::NotFound,
             StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
             _ => ErrorCode::InvalidRequest,
         };
-        let message = format!("no OJS endpoint {method} {path}");
-        res = render_error(res.status(), &OjsError::new(code, message), &request_id);
+        let status = res.status();
+        let text = axum::body::to_bytes(std::mem::take(res.body_mut()), 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+            .unwrap_or_default();
+        let message = if text.is_empty() {
+            format!("no OJS endpoint {method} {path}")
+        } else {
+            format!("{text} ({method} {path})")
+        };
+        res = render_error(status, &OjsError::new(code, message), &request_id);
     }
     let status = res.status();
     let own_content_type = res.extensions().get::<OwnContentType>().is_some();
@@ -161,6 +171,13 @@ fn request_id(req: &Request<Body>) -> String {
             !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.chars().all(|c| c.is_ascii_graphic())
         })
         .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned)
+}
+
+/// Whether a response is axum's own (no body, or its plain-text rejection), not ours.
+fn is_axum_rejection(res: &Response) -> bool {
+    res.headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|ct| ct.as_bytes().starts_with(b"text/plain"))
 }
 
 fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Response {

@@ -12,7 +12,7 @@ use ojs_core::{Job, JobId, JobState, QueueName};
 
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
-use crate::jobs::old_item;
+use crate::jobs::{old_item, write_id};
 use crate::keys;
 use crate::schema::{DUE_INDEX, READY_INDEX};
 use crate::usage::Kind;
@@ -95,29 +95,17 @@ impl Store {
                 continue;
             }
             let queue_limit = queue_settings.rate_limit.as_ref();
-            self.promote_due(queue, now).await?;
-            for _ in 0..CLAIM_ROUNDS {
-                let wanted = req.count - claimed.len();
-                let page = wanted.saturating_add(8).min(100) as i32;
-                let candidates = self.ready_candidates(queue, page).await?;
-                let exhausted = candidates.len() < page as usize;
-                let mut lost_any = false;
-                for c in candidates {
-                    match self.claim(queue, &c, req, now, queue_limit).await? {
-                        Claim::Won(job) => claimed.push(*job),
-                        Claim::Lost => lost_any = true,
-                        Claim::QueueLimited => {
-                            lost_any = false;
-                            break;
-                        }
-                    }
-                    if claimed.len() >= req.count {
-                        break;
-                    }
+            if let Err(e) = self
+                .claim_from(queue, req, now, queue_limit, &mut claimed)
+                .await
+            {
+                if claimed.is_empty() {
+                    return Err(e);
                 }
-                if claimed.len() >= req.count || exhausted && !lost_any {
-                    break;
-                }
+                // Jobs already claimed are leased to this worker: answering 503 would
+                // strand them until their lease ends. Deliver them instead.
+                tracing::warn!(error = %e, claimed = claimed.len(), "FETCH stopped early");
+                break;
             }
         }
         let events: Vec<Event> = claimed
@@ -130,21 +118,61 @@ impl Store {
                 .get(q.as_str())
                 .and_then(|st| st.rate_limit.clone())
         }) {
-            Some(policy) => {
-                self.window_state(&policy, now)
-                    .await?
-                    .map(|(limit, remaining, reset_at)| LimitState {
-                        limit,
-                        remaining,
-                        reset_at,
-                    })
-            }
+            Some(policy) => match self.window_state(&policy, now).await {
+                Ok(state) => state.map(|(limit, remaining, reset_at)| LimitState {
+                    limit,
+                    remaining,
+                    reset_at,
+                }),
+                // The headers are advisory; the claimed jobs are not.
+                Err(e) if !claimed.is_empty() => {
+                    tracing::warn!(error = %e, "rate limit window unknown");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
             None => None,
         };
         Ok(FetchOutcome {
             jobs: claimed,
             limit,
         })
+    }
+
+    /// Claims from one queue into `claimed`, up to the request's count.
+    async fn claim_from(
+        &self,
+        queue: &QueueName,
+        req: &FetchRequest,
+        now: Timestamp,
+        queue_limit: Option<&RateLimitPolicy>,
+        claimed: &mut Vec<Job>,
+    ) -> Result<(), StoreError> {
+        self.promote_due(queue, now).await?;
+        for _ in 0..CLAIM_ROUNDS {
+            let wanted = req.count - claimed.len();
+            let page = wanted.saturating_add(8).min(100) as i32;
+            let candidates = self.ready_candidates(queue, page).await?;
+            let exhausted = candidates.len() < page as usize;
+            let mut lost_any = false;
+            for c in candidates {
+                match self.claim(queue, &c, req, now, queue_limit).await? {
+                    Claim::Won(job) => claimed.push(*job),
+                    Claim::Lost => lost_any = true,
+                    Claim::QueueLimited => {
+                        lost_any = false;
+                        break;
+                    }
+                }
+                if claimed.len() >= req.count {
+                    break;
+                }
+            }
+            if claimed.len() >= req.count || exhausted && !lost_any {
+                break;
+            }
+        }
+        Ok(())
     }
 
     async fn ready_candidates(
@@ -220,9 +248,10 @@ impl Store {
         };
         let expression = format!(
             "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} {deadline_set} \
-             lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk \
+             lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk, write_id = :wid \
              REMOVE gsi1pk, gsi1sk{deadline_remove}"
         );
+        let wid = write_id();
         let condition =
             "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)";
         let mut values: Item = Item::from([
@@ -235,6 +264,7 @@ impl Store {
             (":lease".to_owned(), n(lease_until.timestamp_micros())),
             (":duepk".to_owned(), s(keys::due_pk(queue))),
             (":duesk".to_owned(), s(keys::due_sk(&due, priority, &c.id))),
+            (":wid".to_owned(), wid.clone()),
         ]);
         if let Some(w) = &req.worker_id {
             values.insert(":worker".into(), s(w.clone()));
@@ -274,7 +304,12 @@ impl Store {
                 .cloned(),
             Ok(_) => None,
         };
-        match self.finish_update(out) {
+        // A claim that landed but whose answer was lost, retried by the SDK, is still ours
+        // while the job is active under it; delivering it beats leaving it to its lease.
+        let ours = |old: &Item| {
+            old.get("write_id") == Some(&wid) && item::state_of(old) == Some(JobState::Active)
+        };
+        match self.finish_own_update(out, ours) {
             Ok(job) => Ok(Claim::Won(Box::new(job))),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
                 if let Some(old) = expired {

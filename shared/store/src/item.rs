@@ -8,7 +8,9 @@
 //!   append them without rewriting the spec;
 //! - `gsi1pk`/`gsi1sk` only while `available`, `gsi2pk`/`gsi2sk` only while the job waits
 //!   for a time (scheduled, retryable, active lease);
-//! - `ttl` (N, epoch seconds) once terminal.
+//! - `ttl` (N, epoch seconds) once terminal;
+//! - `write_id` (S): a random id written by each claim, ACK and CANCEL, so that when the
+//!   SDK retries one of them after its answer was lost, the retry knows its own write.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,7 @@
 //! PUSH, INFO, CANCEL, ACK and FAIL: one conditional write each (FAIL reads first, to
 //! apply the job's retry policy, and writes under the version it read).
 
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
@@ -63,6 +64,7 @@ impl Store {
             .table_name(self.table())
             .set_item(Some(item::job_to_item(job)))
             .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -74,11 +76,20 @@ impl Store {
             }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::Duplicate)
-                } else {
-                    Err(StoreError::from_sdk(e))
+                if !is_condition_failure(&e) {
+                    return Err(StoreError::from_sdk(e));
                 }
+                // The SDK retries a write whose answer was lost: the item it then finds
+                // may be this very job, recognised by its creation instant (immutable).
+                let existing = match e.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
+                    _ => None,
+                };
+                if existing.and_then(|i| i.get("created_at")) == Some(&ts(&job.status.created_at)) {
+                    self.after_push(job).await;
+                    return Ok(PushOutcome::Created);
+                }
+                Err(StoreError::Duplicate)
             }
         }
     }
@@ -129,12 +140,13 @@ impl Store {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let sources = JobState::sources(Transition::Cancel);
+        let wid = write_id();
         let placeholders: Vec<String> = (0..sources.len()).map(|i| format!(":s{i}")).collect();
         let mut req = self
             .update(id)
             .update_expression(
-                "SET #state = :cancelled, cancelled_at = :now, #ttl = :ttl, version = version + :one \
-                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
+                "SET #state = :cancelled, cancelled_at = :now, #ttl = :ttl, version = version + :one, \
+                 write_id = :wid REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
             )
             .condition_expression(format!("#state IN ({})", placeholders.join(", ")))
             .expression_attribute_names("#state", "state")
@@ -142,11 +154,13 @@ impl Store {
             .expression_attribute_values(":cancelled", s(JobState::Cancelled.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":one", n(1));
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":wid", wid.clone());
         for (p, state) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(p, s(state.as_str()));
         }
-        let job = self.finish_update(req.send().await)?;
+        let job =
+            self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?;
         self.emit(&[Event::for_job(
             EventKind::Cancelled,
             &job,
@@ -166,7 +180,9 @@ impl Store {
             "completed_at = :now",
             "#ttl = :ttl",
             "version = version + :one",
+            "write_id = :wid",
         ];
+        let wid = write_id();
         let mut remove = vec!["#error", "gsi2pk", "gsi2sk", "lease_until"];
         let mut condition = "#state = :active".to_owned();
         let mut req = self
@@ -178,7 +194,8 @@ impl Store {
             .expression_attribute_values(":active", s(JobState::Active.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":one", n(1));
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":wid", wid.clone());
         match &ack.result {
             Some(result) => {
                 set.push("#result = :result");
@@ -199,7 +216,8 @@ impl Store {
                 remove.join(", ")
             ))
             .condition_expression(condition);
-        let job = self.finish_update(req.send().await)?;
+        let job =
+            self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?;
         self.emit(&[Event::for_job(
             EventKind::Completed,
             &job,
@@ -296,11 +314,40 @@ impl Store {
         }
     }
 
+    /// Like [`Store::finish_update`], except that a failed condition whose current item
+    /// satisfies `ours` was our own earlier attempt: the SDK retried a write that landed
+    /// but whose answer was lost. That item is the result, not a conflict.
+    pub(crate) fn finish_own_update(
+        &self,
+        out: Result<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+            aws_sdk_dynamodb::error::SdkError<
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+                aws_sdk_dynamodb::config::http::HttpResponse,
+            >,
+        >,
+        ours: impl Fn(&Item) -> bool,
+    ) -> Result<Job, StoreError> {
+        if let Err(e) = &out {
+            if let Some(old) = old_item(e).filter(|old| ours(old)) {
+                self.usage.record(Kind::Write, None);
+                return item::job_from_item(old);
+            }
+        }
+        self.finish_update(out)
+    }
+
     /// The TTL value for an item becoming terminal at `now`.
     pub(crate) fn expiry(&self, now: &Timestamp) -> AttributeValue {
         let secs = self.config.retention.as_secs();
         n(now.timestamp() + i64::try_from(secs).unwrap_or(i64::MAX / 2))
     }
+}
+
+/// A fresh id for one transition, stored with it as `write_id`, so that a retry of the
+/// write can recognise it (see [`Store::finish_own_update`]).
+pub(crate) fn write_id() -> AttributeValue {
+    s(uuid::Uuid::new_v4().simple().to_string())
 }
 
 /// The old item a failed UpdateItem condition returned.

@@ -117,7 +117,11 @@ impl Store {
                 (req, &[EventKind::Failed, EventKind::Discarded])
             }
         };
-        let updated = self.finish_update(req.send().await)?;
+        // Our own landed write, retried by the SDK, is known by the error it appended.
+        let appended = json_attr(&error);
+        let updated = self.finish_own_update(req.send().await, |old| {
+            matches!(old.get("errors"), Some(AttributeValue::L(list)) if list.contains(&appended))
+        })?;
         if outcome == FailureOutcome::Requeue {
             self.watch_expiry(&updated).await?;
         }

@@ -42,6 +42,11 @@ fn json_case(method: Method, path: &str, body: Value, status: u16, code: &'stati
     case(method, path, body.to_string(), status, code)
 }
 
+/// About 870 KB of short strings: under the 1 MiB body limit, over a 400 KB item.
+fn many_strings() -> Vec<String> {
+    (0..9000).map(|i| format!("{i:0>94}")).collect()
+}
+
 fn nested(depth: usize) -> Value {
     let mut v = json!(1);
     for _ in 0..depth {
@@ -242,6 +247,22 @@ fn cases(held: &str) -> Vec<Case> {
         ),
         (big_args, 413, "envelope_too_large"),
         (big_meta, 413, "envelope_too_large"),
+        // Fields without a limit of their own still cannot outgrow the job's item.
+        (
+            json!({"type": "a", "args": [], "options": {"tags": many_strings()}}),
+            413,
+            "envelope_too_large",
+        ),
+        (
+            json!({"type": "a", "args": [], "options": {"retry": {"non_retryable_errors": many_strings()}}}),
+            413,
+            "envelope_too_large",
+        ),
+        (
+            json!({"type": "a", "args": [], "options": {"unique": {"keys": ["type"], "x": many_strings()}}}),
+            413,
+            "envelope_too_large",
+        ),
     ] {
         cases.push(push(body, status, code));
     }
@@ -267,6 +288,11 @@ fn cases(held: &str) -> Vec<Case> {
             "invalid_request",
         ),
         (json!({"jobs": many}), 422, "validation_error"),
+        (
+            json!({"jobs": [good, {"type": "a", "args": [], "tags": many_strings()}]}),
+            413,
+            "envelope_too_large",
+        ),
     ] {
         cases.push(batch(body, status, code));
     }
@@ -282,6 +308,8 @@ fn cases(held: &str) -> Vec<Case> {
         "/ojs/v1/workers/heartbeat",
     );
     let huge_result = json!({"job_id": held, "result": "x".repeat(1024 * 1024)});
+    // Under the 1 MiB body limit, over the 400 KB storage item.
+    let big_result = json!({"job_id": held, "result": many_strings()});
     for c in [
         w(fetch, json!({"queues": []}), 400, "invalid_request"),
         w(
@@ -344,6 +372,7 @@ fn cases(held: &str) -> Vec<Case> {
         ),
         w(ack, json!({"job_id": unknown}), 404, "not_found"),
         w(ack, huge_result, 413, "envelope_too_large"),
+        w(ack, big_result, 413, "envelope_too_large"),
         w(
             nack,
             json!({"job_id": held, "error": 7}),
@@ -788,6 +817,64 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         cases.len(),
         failures.join("\n")
     );
+    app.teardown().await;
+    Ok(())
+}
+
+/// A hostile worker cannot wedge a job with its error reports: an oversized error is cut
+/// down to its type and message, and the history keeps the latest 20, so a job failed 25
+/// times with 60 KB reports (1.5 MB in all, four times the 400 KB item limit) can still be
+/// failed, fetched and completed.
+#[tokio::test]
+async fn oversized_error_reports_cannot_wedge_a_job() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let pushed = app
+        .push(json!({"type": "wedge.job", "args": [], "options": {"queue": "wedge",
+            "retry": {"max_attempts": 30, "initial_interval": "PT0.01S", "backoff_coefficient": 1.0, "jitter": false}}}))
+        .await?;
+    let id = pushed.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let details = json!({"dump": "x".repeat(60 * 1024)});
+    for attempt in 1..=26 {
+        let mut got = Value::Null;
+        for _ in 0..50 {
+            let f = app
+                .fetch(json!({"queues": ["wedge"], "worker_id": "w"}))
+                .await?;
+            got = f.body["jobs"][0].clone();
+            if !got.is_null() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        anyhow::ensure!(got["attempt"] == attempt, "attempt {attempt}: {got}");
+        if attempt == 26 {
+            break;
+        }
+        let failed = app
+            .nack(json!({"job_id": id, "worker_id": "w",
+                "error": {"type": "big", "message": format!("failure {attempt}"), "details": details}}))
+            .await?;
+        anyhow::ensure!(
+            failed.status == 200 && failed.body["state"] == "retryable",
+            "FAIL {attempt}: {} {}",
+            failed.status,
+            failed.body
+        );
+    }
+    let info = app.info(&id).await?.body;
+    let errors = info["job"]["errors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(errors.len(), 20, "the latest 20 errors are kept");
+    assert_eq!(errors[0]["message"], "failure 6");
+    assert_eq!(errors[19]["message"], "failure 25");
+    assert!(errors.iter().all(|e| e["details"]["truncated"].is_string()));
+    let ack = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
+    assert_eq!(ack.status, 200, "{}", ack.body);
     app.teardown().await;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Load: 32 workers FETCH, ACK and FAIL while 8 producers PUSH and CANCEL, over
-//! `OJS_STRESS_JOBS` jobs (default 1,000; `make stress` runs 20,000) in two queues with
+//! `OJS_STRESS_JOBS` jobs (default 600; `make stress` runs 20,000) in two queues with
 //! mixed priorities. Some jobs fail and are retried, some fail for good (discarded or
 //! dead-lettered), some are cancelled while scheduled and some while workers race for
 //! them. The test tracks who holds every job: a job delivered while another worker's lease
@@ -257,6 +257,7 @@ async fn work(
     } else {
         [QUEUES[1], QUEUES[0]]
     };
+    let mut idle = 0;
     while !stop.load(Ordering::Relaxed) {
         let sent = Instant::now();
         let r = app
@@ -268,10 +269,13 @@ async fn work(
         anyhow::ensure!(r.status == 200, "FETCH: {} {}", r.status, r.body);
         let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
         if jobs.is_empty() {
+            // Idle workers back off (up to 400 ms) so polling does not starve the rest.
+            idle = (idle + 1).min(8);
             with(&ledger, |l| l.count("empty fetch"));
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::time::sleep(Duration::from_millis(50 * idle)).await;
             continue;
         }
+        idle = 0;
         with(&ledger, |l| {
             l.count("fetch");
             for job in &jobs {
@@ -377,7 +381,7 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
     let jobs: usize = std::env::var("OJS_STRESS_JOBS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
+        .unwrap_or(600);
     let app = Arc::new(TestApp::spawn_with_sweeper().await?);
     let ledger: Shared = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -402,8 +406,9 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
         p.await??;
     }
     let pushed_in = started.elapsed();
-    // Generous: ~25 jobs/s would still pass; a stuck job fails the test instead of hanging it.
-    let deadline = started + Duration::from_secs(60 + jobs as u64 / 25);
+    // Generous (8 jobs/s passes; a debug build on a busy 2-core machine does ~15-25): a
+    // stuck job fails the test instead of hanging it.
+    let deadline = started + Duration::from_secs(60 + jobs as u64 / 8);
     while with(&ledger, |l| l.settled < jobs) && Instant::now() < deadline {
         if workers.iter().any(|w| w.is_finished()) {
             break;
@@ -478,6 +483,14 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
         "stress: {jobs} jobs, {WORKERS} workers, {PRODUCERS} producers: pushed in {pushed_in:.1?}, all settled in {drained_in:.1?} ({:.0} jobs/s, {:.0} deliveries/s)",
         jobs as f64 / secs,
         deliveries as f64 / secs
+    );
+    let usage = app.store.usage();
+    println!(
+        "DynamoDB: {} calls ({:.1} per job), {:.0} RCU, {:.0} WCU",
+        usage.calls,
+        usage.calls as f64 / jobs as f64,
+        usage.read_units,
+        usage.write_units
     );
     println!("plans: {by_plan:?}");
     println!("counts: {counts:?}");

@@ -38,6 +38,12 @@ impl From<StoreError> for ApiError {
                 format!("a job with the same uniqueness key exists: {existing}"),
             )
             .with_detail("existing_job_id", existing),
+            StoreError::TooLarge(cause) => OjsError::new(
+                ErrorCode::EnvelopeTooLarge,
+                format!(
+                    "{cause}; a job, with its result and errors, must fit one 400 KB storage item"
+                ),
+            ),
             StoreError::Throttled(cause) => {
                 tracing::warn!(%cause, "storage throttled");
                 OjsError::new(

@@ -44,6 +44,9 @@ struct Planned {
 impl Store {
     /// Stores every job or none.
     pub async fn put_batch(&self, jobs: &[Job]) -> Result<(), BatchError> {
+        for job in jobs {
+            item::check_spec_size(job)?;
+        }
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.spec.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();

@@ -24,6 +24,10 @@ pub enum StoreError {
         /// The job holding the key.
         existing: String,
     },
+    /// The item would exceed DynamoDB's 400 KB item limit (or the job's share of it):
+    /// the request itself is too large, retrying it cannot help.
+    #[error("too large: {0}")]
+    TooLarge(String),
     /// DynamoDB throttled the request after the SDK's retries.
     #[error("throttled: {0}")]
     Throttled(String),
@@ -48,6 +52,9 @@ impl StoreError {
             "ProvisionedThroughputExceededException"
             | "ThrottlingException"
             | "RequestLimitExceeded" => Self::Throttled(code),
+            "ValidationException" if err.message().is_some_and(|m| m.contains("size")) => {
+                Self::TooLarge(err.message().unwrap_or_default().to_owned())
+            }
             "" => Self::Backend(format!(
                 "{}",
                 aws_sdk_dynamodb::error::DisplayErrorContext(&err)

@@ -50,6 +50,23 @@ pub(crate) fn job_key(id: &JobId) -> Item {
     ])
 }
 
+/// Largest stored request (the `spec` attribute), leaving the rest of DynamoDB's 400 KB
+/// item to the status, the result and the error history.
+pub(crate) const MAX_SPEC_BYTES: usize = 256 * 1024;
+
+/// Refuses a job whose request alone would crowd its item (fields such as `tags` or
+/// `unique` have no limit of their own below the 1 MiB body).
+pub(crate) fn check_spec_size(job: &Job) -> Result<(), StoreError> {
+    let size = ojs_core::validate::json_size(&Value::Object(job.spec.to_json()));
+    if size > MAX_SPEC_BYTES {
+        return Err(StoreError::TooLarge(format!(
+            "job {} is {size} bytes stored; the limit is {MAX_SPEC_BYTES}",
+            job.id
+        )));
+    }
+    Ok(())
+}
+
 /// The full item of a freshly enqueued job.
 pub(crate) fn job_to_item(job: &Job) -> Item {
     let st = &job.status;

@@ -42,6 +42,7 @@ pub struct FailOutcome {
 impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
+        item::check_spec_size(job)?;
         self.register_queue(job.spec.queue.as_str()).await?;
         let policy = match &job.spec.unique {
             Some(u) => {

@@ -31,6 +31,39 @@ pub(crate) enum FailureOutcome {
 
 const WORKERS: &str = "ojs://ojs-serverless/workers";
 
+/// Errors kept in a job's `errors` history (the latest ones).
+pub(crate) const MAX_KEPT_ERRORS: usize = 20;
+/// Largest recorded error; a bigger one keeps its type, message and attempt only.
+const MAX_ERROR_BYTES: usize = 6 * 1024;
+
+/// The error as recorded: a worker's oversized report (huge `details`, say) is cut down
+/// to what identifies it, so that errors alone cannot outgrow the job's item.
+fn bounded_error(error: serde_json::Value) -> serde_json::Value {
+    if ojs_core::validate::json_size(&error) <= MAX_ERROR_BYTES {
+        return error;
+    }
+    let mut kept = serde_json::Map::new();
+    for (key, max) in [("type", 256), ("code", 256), ("message", 4096)] {
+        if let Some(text) = error.get(key).and_then(serde_json::Value::as_str) {
+            let mut cut = text.len().min(max);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            kept.insert(key.into(), text[..cut].into());
+        }
+    }
+    for key in ["retryable", "attempt", "occurred_at"] {
+        if let Some(v) = error.get(key) {
+            kept.insert(key.into(), v.clone());
+        }
+    }
+    kept.insert(
+        "details".into(),
+        json!({"truncated": format!("the reported error exceeded {MAX_ERROR_BYTES} bytes")}),
+    );
+    serde_json::Value::Object(kept)
+}
+
 impl Store {
     /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
     /// the version read) and emits the matching events.
@@ -41,7 +74,7 @@ impl Store {
         outcome: FailureOutcome,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let error = failure.to_job_error(job.status.attempt, &now);
+        let error = bounded_error(failure.to_job_error(job.status.attempt, &now));
         let req = self
             .update(&job.id)
             .condition_expression("#state = :active AND version = :version")
@@ -50,12 +83,32 @@ impl Store {
             .expression_attribute_values(":active", s(JobState::Active.as_str()))
             .expression_attribute_values(":version", n(job.status.version))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":error", json_attr(&error))
-            .expression_attribute_values(":errors", AttributeValue::L(vec![json_attr(&error)]))
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()));
-        let common =
-            "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
-                      version = version + :one";
+            .expression_attribute_values(":error", json_attr(&error));
+        // The history keeps the latest MAX_KEPT_ERRORS, so a job failing without end
+        // still fits its item and can always be failed, reclaimed or discarded. Under the
+        // version condition the list read is the list replaced.
+        let kept = job.status.errors.len();
+        let (req, common) = if kept + 1 > MAX_KEPT_ERRORS {
+            let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
+                .iter()
+                .chain(std::iter::once(&error))
+                .map(json_attr)
+                .collect();
+            (
+                req.expression_attribute_values(":errors", AttributeValue::L(history)),
+                "#error = :error, errors = :errors, version = version + :one",
+            )
+        } else {
+            (
+                req.expression_attribute_values(
+                    ":errors",
+                    AttributeValue::L(vec![json_attr(&error)]),
+                )
+                .expression_attribute_values(":empty", AttributeValue::L(Vec::new())),
+                "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
+                 version = version + :one",
+            )
+        };
         let (req, events): (_, &[EventKind]) = match outcome {
             FailureOutcome::Retry(delay) => {
                 let next = now + chrono::Duration::from_std(delay).unwrap_or_default();

@@ -2,6 +2,8 @@
 #   make dev          the API on 127.0.0.1:$(OJS_PORT) against local DynamoDB/SQS
 #   make test         every test, against local DynamoDB/SQS (started if needed)
 #   make fmt | lint | build
+#   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)
+#   make fuzz         10 minutes of envelope fuzzing (OJS_FUZZ_SECONDS=N); CI runs 1,000 cases
 #   make infra        validate the SAM template (and planted errors), sam build x86_64
 #   make smoke URL=https://... KEY=ojs_...   lifecycle smoke test of a deployment
 #   make clean-local  stop local AWS and remove .local/
@@ -28,6 +30,14 @@ dev:
 
 test:
 	@bash scripts/test.sh $(TEST_ARGS)
+
+stress:
+	@bash scripts/local-aws.sh install
+	@bash scripts/local-aws.sh start
+	OJS_STRESS_JOBS=$${OJS_STRESS_JOBS:-20000} cargo test -p ojs-tests --test stress -- --nocapture
+
+fuzz:
+	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-core --test fuzz_envelope -- --nocapture --test-threads 4
 
 fmt:
 	cargo fmt --all -- --check

@@ -421,3 +421,132 @@ async fn replace_except_schedule_keeps_the_replaced_jobs_time() -> anyhow::Resul
     app.teardown().await;
     Ok(())
 }
+
+fn limited(n: usize, rate_limit: Value) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"type": "partner.call", "queue": "cq", "args": [i], "rate_limit": rate_limit}))
+        .collect()
+}
+
+async fn fetch_ids(app: &TestApp, body: Value) -> anyhow::Result<Vec<String>> {
+    let r = app.fetch(body).await?;
+    anyhow::ensure!(r.status == 200, "fetch: {} {}", r.status, r.body);
+    Ok(r.body["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_concurrency_limit_holds_against_racing_fetchers_and_frees_on_ack_and_lease_end(
+) -> anyhow::Result<()> {
+    let app = Arc::new(TestApp::spawn().await?);
+    for job in limited(12, json!({"key": "partner", "concurrency": 3})) {
+        assert_eq!(app.push(job).await?.status, 201);
+    }
+    // Leases far longer than the test, so only ACK and FAIL free slots here.
+    let fetch = json!({"queues": ["cq"], "count": 5, "visibility_timeout_ms": 60000});
+    // 12 fetchers race for one job each: exactly 3 win.
+    let racers: Vec<_> = (0..12)
+        .map(|w| {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move {
+                fetch_ids(&app, json!({"queues": ["cq"], "worker_id": format!("w{w}"), "visibility_timeout_ms": 60000})).await
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for r in racers {
+        held.extend(r.await??);
+    }
+    assert_eq!(held.len(), 3, "{held:?}");
+    assert_eq!(fetch_ids(&app, fetch.clone()).await?, Vec::<String>::new());
+    // An ACK frees exactly one slot, and so does a FAIL.
+    let ack = app.ack(json!({"job_id": held[0]})).await?;
+    assert_eq!(ack.status, 200, "{}", ack.body);
+    assert_eq!(fetch_ids(&app, fetch.clone()).await?.len(), 1);
+    let nack = app
+        .nack(json!({"job_id": held[1], "error": {"message": "x"}}))
+        .await?;
+    assert_eq!(nack.status, 200, "{}", nack.body);
+    assert_eq!(fetch_ids(&app, fetch.clone()).await?.len(), 1);
+    assert_eq!(fetch_ids(&app, fetch.clone()).await?, Vec::<String>::new());
+    let s = stats(&app, "cq").await?;
+    assert_eq!(s["active"], 3, "{s}");
+
+    // A worker that vanishes holds its slot only until its lease ends.
+    for job in limited(2, json!({"key": "lonely", "concurrency": 1})) {
+        let mut job = job;
+        job["queue"] = json!("lq");
+        app.push(job).await?;
+    }
+    let short = json!({"queues": ["lq"], "count": 2, "visibility_timeout_ms": 1000});
+    assert_eq!(fetch_ids(&app, short.clone()).await?.len(), 1);
+    assert_eq!(fetch_ids(&app, short.clone()).await?.len(), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    // The other job (or the reclaimed one): one again, never two.
+    assert_eq!(fetch_ids(&app, short).await?.len(), 1);
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_limit_reschedule_moves_a_refused_job_to_when_its_limit_frees() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let rl = json!({"key": "solo", "concurrency": 1, "on_limit": "reschedule"});
+    let jobs = limited(2, rl);
+    let first = app.push(jobs[0].clone()).await?;
+    let second = app.push(jobs[1].clone()).await?;
+    let got = fetch_ids(
+        &app,
+        json!({"queues": ["cq"], "count": 2, "visibility_timeout_ms": 60000}),
+    )
+    .await?;
+    assert_eq!(
+        got,
+        vec![first.body["job"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()]
+    );
+    let second_id = second.body["job"]["id"].as_str().unwrap_or_default();
+    let info = app.info(second_id).await?;
+    assert_eq!(info.body["job"]["state"], "scheduled", "{}", info.body);
+    // Due when the holder's lease ends (about 60 s from now), not lost.
+    let at = chrono::DateTime::parse_from_rfc3339(
+        info.body["job"]["scheduled_at"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    let ahead = at.timestamp() - ojs_core::time::now().timestamp();
+    assert!((50..=61).contains(&ahead), "scheduled {ahead} s ahead");
+    // Window refusals reschedule to the window's end.
+    let throttled = json!({"type": "t.job", "queue": "tq", "args": [], "rate_limit": {"key": "tk", "rate": {"limit": 1, "period": "PT1H"}, "on_limit": "reschedule"}});
+    app.push(throttled.clone()).await?;
+    let later = app.push(throttled).await?;
+    assert_eq!(
+        fetch_ids(&app, json!({"queues": ["tq"], "count": 2}))
+            .await?
+            .len(),
+        1
+    );
+    let info = app
+        .info(later.body["job"]["id"].as_str().unwrap_or_default())
+        .await?;
+    assert_eq!(info.body["job"]["state"], "scheduled", "{}", info.body);
+    // Queue-level limits cannot carry concurrency.
+    let refused = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/queues/cq/rate-limit",
+            Some(json!({"concurrency": 2})),
+        )
+        .await?;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    app.teardown().await;
+    Ok(())
+}

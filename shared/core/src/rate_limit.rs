@@ -1,6 +1,7 @@
-//! Job rate limits (ojs-rate-limiting.md): window-based `rate` and evenly spaced
-//! `throttle` on job starts, per key. Both are fixed windows checked and counted in the
-//! same transaction that claims the job.
+//! Job rate limits (ojs-rate-limiting.md): `concurrency` (most jobs of a key active at
+//! once), window-based `rate` and evenly spaced `throttle` on job starts, per key. The
+//! windows are fixed windows; every limit is checked and counted in the same transaction
+//! that claims the job.
 
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub enum OnLimit {
     Wait,
     /// Discard it.
     Drop,
+    /// Move it to `scheduled`, due when the limit is expected to allow it (non-lossy).
+    Reschedule,
 }
 
 /// A validated rate limit policy.
@@ -31,6 +34,8 @@ pub enum OnLimit {
 pub struct RateLimitPolicy {
     /// Partition key shared by every job it limits.
     pub key: String,
+    /// Most jobs of the key active at once (0 holds every job back).
+    pub concurrency: Option<u32>,
     /// Window-based limit.
     pub rate: Option<Window>,
     /// Even spacing: `limit` starts per `period`, at most one per `period / limit`.
@@ -38,6 +43,10 @@ pub struct RateLimitPolicy {
     /// Refusal handling.
     pub on_limit: OnLimit,
 }
+
+/// Largest `concurrency`: the key's active holders live in one DynamoDB item (about
+/// 50 bytes each), which every claim and release rewrites.
+pub const MAX_CONCURRENCY: u32 = 100;
 
 fn bad(message: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::ValidationError, message).with_path("$.options.rate_limit")
@@ -88,13 +97,19 @@ impl RateLimitPolicy {
                 ))
             }
         };
-        if obj.get("concurrency").is_some_and(|c| !c.is_null()) {
-            return Err(OjsError::new(
-                ErrorCode::Unsupported,
-                "rate_limit.concurrency is not supported yet",
-            )
-            .with_path("$.options.rate_limit.concurrency"));
-        }
+        let concurrency = match obj.get("concurrency") {
+            None | Some(Value::Null) => None,
+            Some(c) => Some(
+                c.as_u64()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .filter(|c| *c <= MAX_CONCURRENCY)
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "concurrency must be an integer from 0 to {MAX_CONCURRENCY}"
+                        ))
+                    })?,
+            ),
+        };
         let mut rate = obj
             .get("rate")
             .filter(|r| !r.is_null())
@@ -116,25 +131,24 @@ impl RateLimitPolicy {
             .filter(|t| !t.is_null())
             .map(|t| window(t, "throttle"))
             .transpose()?;
-        if rate.is_none() && throttle.is_none() {
-            return Err(bad("rate_limit needs rate, throttle or max_per_second"));
+        if rate.is_none() && throttle.is_none() && concurrency.is_none() {
+            return Err(bad(
+                "rate_limit needs concurrency, rate, throttle or max_per_second",
+            ));
         }
         let on_limit = match obj.get("on_limit").and_then(Value::as_str) {
             None | Some("wait") => OnLimit::Wait,
             Some("drop") => OnLimit::Drop,
-            Some("reschedule") => {
-                return Err(OjsError::new(
-                    ErrorCode::Unsupported,
-                    "rate_limit.on_limit \"reschedule\" is not supported yet",
-                )
-                .with_path("$.options.rate_limit.on_limit"))
-            }
+            Some("reschedule") => OnLimit::Reschedule,
             Some(other) => {
-                return Err(bad(format!("on_limit must be wait or drop, got {other:?}")))
+                return Err(bad(format!(
+                    "on_limit must be wait, reschedule or drop, got {other:?}"
+                )))
             }
         };
         Ok(Self {
             key,
+            concurrency,
             rate,
             throttle,
             on_limit,
@@ -146,9 +160,14 @@ impl RateLimitPolicy {
         let w = |w: &Window| json!({"limit": w.limit, "period": crate::duration::format(w.period)});
         json!({
             "key": self.key,
+            "concurrency": self.concurrency,
             "rate": self.rate.as_ref().map(w),
             "throttle": self.throttle.as_ref().map(w),
-            "on_limit": match self.on_limit { OnLimit::Wait => "wait", OnLimit::Drop => "drop" },
+            "on_limit": match self.on_limit {
+                OnLimit::Wait => "wait",
+                OnLimit::Drop => "drop",
+                OnLimit::Reschedule => "reschedule",
+            },
         })
     }
 

@@ -130,13 +130,20 @@ fn media_type(headers: &HeaderMap) -> Option<(String, bool)> {
     let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let mut parts = ct.split(';');
     let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-    let delimited = parts.any(|p| p.trim().replace(' ', "").eq_ignore_ascii_case("delimited=true"));
+    let delimited = parts.any(|p| {
+        p.trim()
+            .replace(' ', "")
+            .eq_ignore_ascii_case("delimited=true")
+    });
     Some((essence, delimited))
 }
 
 /// Turns a Protobuf request body into the JSON its handler expects (PUSH and batch
 /// PUSH); any other endpoint refuses Protobuf bodies with 415.
-pub(crate) async fn decode_request(req: Request<Body>, kind: Envelopes) -> Result<Request<Body>, OjsError> {
+pub(crate) async fn decode_request(
+    req: Request<Body>,
+    kind: Envelopes,
+) -> Result<Request<Body>, OjsError> {
     let Some((essence, delimited)) = media_type(req.headers()) else {
         return Ok(req);
     };
@@ -160,19 +167,27 @@ pub(crate) async fn decode_request(req: Request<Body>, kind: Envelopes) -> Resul
             format!("request body exceeds {limit} bytes"),
         )
     };
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())?;
     let bad = |e: ojs_proto::ProtoError| {
-        OjsError::new(ErrorCode::InvalidPayload, format!("invalid Protobuf body: {e}"))
+        OjsError::new(
+            ErrorCode::InvalidPayload,
+            format!("invalid Protobuf body: {e}"),
+        )
     };
     let json = match (kind, delimited) {
         (Envelopes::Push, _) => ojs_proto::proto_to_json(&bytes).map_err(bad)?,
-        (_, true) => serde_json::json!({ "jobs": ojs_proto::decode_delimited_jobs(&bytes).map_err(bad)? }),
+        (_, true) => {
+            serde_json::json!({ "jobs": ojs_proto::decode_delimited_jobs(&bytes).map_err(bad)? })
+        }
         (_, false) => ojs_proto::batch_request_to_json(&bytes).map_err(bad)?,
     };
     let text = json.to_string();
-    parts
-        .headers
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/openjobspec+json"));
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openjobspec+json"),
+    );
     parts.headers.remove(header::CONTENT_LENGTH);
     Ok(Request::from_parts(parts, Body::from(text)))
 }
@@ -195,7 +210,9 @@ pub(crate) async fn encode_response(res: Response, kind: Envelopes) -> Response 
                 Envelopes::Push | Envelopes::One => {
                     ojs_proto::json_to_proto(&json["job"]).map(|b| (b, OJS_PROTO))
                 }
-                Envelopes::Batch => ojs_proto::json_to_batch_response(&json).map(|b| (b, OJS_PROTO)),
+                Envelopes::Batch => {
+                    ojs_proto::json_to_batch_response(&json).map(|b| (b, OJS_PROTO))
+                }
                 Envelopes::List => {
                     let jobs = json["jobs"].as_array().cloned().unwrap_or_default();
                     ojs_proto::encode_delimited_jobs(&jobs).map(|b| (b, OJS_PROTO_DELIMITED))
@@ -239,11 +256,17 @@ mod tests {
         assert_eq!(response_format(&accept("*/*"), push), Ok(Format::Json));
         assert_eq!(response_format(&accept(OJS_PROTO), push), Ok(Format::Proto));
         assert_eq!(
-            response_format(&accept("application/openjobspec+proto, application/json;q=0.5"), push),
+            response_format(
+                &accept("application/openjobspec+proto, application/json;q=0.5"),
+                push
+            ),
             Ok(Format::Proto)
         );
         assert_eq!(
-            response_format(&accept("application/json, application/openjobspec+proto;q=0.5"), push),
+            response_format(
+                &accept("application/json, application/openjobspec+proto;q=0.5"),
+                push
+            ),
             Ok(Format::Json)
         );
         assert_eq!(
@@ -256,18 +279,39 @@ mod tests {
         // Where no envelope is returned, Protobuf alone cannot be served.
         assert!(response_format(&accept(OJS_PROTO), Envelopes::None).is_err());
         assert_eq!(
-            response_format(&accept("application/openjobspec+proto, application/json;q=0.1"), Envelopes::None),
+            response_format(
+                &accept("application/openjobspec+proto, application/json;q=0.1"),
+                Envelopes::None
+            ),
             Ok(Format::Json)
         );
     }
 
     #[test]
     fn endpoints_are_classified_by_method_and_path() {
-        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/jobs"), Envelopes::Push);
-        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/jobs/batch"), Envelopes::Batch);
-        assert_eq!(Envelopes::of(&Method::GET, "/ojs/v1/jobs/abc"), Envelopes::One);
-        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/workers/fetch"), Envelopes::List);
-        assert_eq!(Envelopes::of(&Method::POST, "/ojs/v1/workers/ack"), Envelopes::None);
-        assert_eq!(Envelopes::of(&Method::GET, "/ojs/v1/queues"), Envelopes::None);
+        assert_eq!(
+            Envelopes::of(&Method::POST, "/ojs/v1/jobs"),
+            Envelopes::Push
+        );
+        assert_eq!(
+            Envelopes::of(&Method::POST, "/ojs/v1/jobs/batch"),
+            Envelopes::Batch
+        );
+        assert_eq!(
+            Envelopes::of(&Method::GET, "/ojs/v1/jobs/abc"),
+            Envelopes::One
+        );
+        assert_eq!(
+            Envelopes::of(&Method::POST, "/ojs/v1/workers/fetch"),
+            Envelopes::List
+        );
+        assert_eq!(
+            Envelopes::of(&Method::POST, "/ojs/v1/workers/ack"),
+            Envelopes::None
+        );
+        assert_eq!(
+            Envelopes::of(&Method::GET, "/ojs/v1/queues"),
+            Envelopes::None
+        );
     }
 }

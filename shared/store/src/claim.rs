@@ -1,6 +1,8 @@
 //! FETCH: promote the queue's due jobs, then claim ready candidates in index order, each
 //! with one conditional write, moving on when another worker won a candidate.
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
 use futures::future::join_all;
@@ -10,6 +12,7 @@ use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
 
+use crate::concurrency::Slot;
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::jobs::{old_item, write_id};
@@ -149,6 +152,9 @@ impl Store {
         claimed: &mut Vec<Job>,
     ) -> Result<(), StoreError> {
         self.promote_due(queue, now).await?;
+        // Concurrency keys found full during this FETCH (and when they free): later
+        // candidates of the same key are refused without reading its holders again.
+        let mut full_keys: HashMap<String, i64> = HashMap::new();
         for _ in 0..CLAIM_ROUNDS {
             let wanted = req.count - claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
@@ -156,7 +162,10 @@ impl Store {
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
             for c in candidates {
-                match self.claim(queue, &c, req, now, queue_limit).await? {
+                match self
+                    .claim(queue, &c, req, now, queue_limit, &mut full_keys)
+                    .await?
+                {
                     Claim::Won(job) => claimed.push(*job),
                     Claim::Lost => lost_any = true,
                     Claim::QueueLimited => {
@@ -223,6 +232,7 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
+        full_keys: &mut HashMap<String, i64>,
     ) -> Result<Claim, StoreError> {
         let ms = |v: u64| chrono::Duration::milliseconds(i64::try_from(v).unwrap_or(i64::MAX / 4));
         let lease_ms = req
@@ -286,7 +296,8 @@ impl Store {
                     expression,
                     condition,
                     values,
-                    now,
+                    (lease_until.timestamp_micros(), now),
+                    full_keys,
                 )
                 .await;
         }
@@ -321,9 +332,10 @@ impl Store {
         }
     }
 
-    /// A claim that must fit the job's rate limit windows: the window counters and the
-    /// claim are one transaction, so a start is counted exactly when it happens, across
-    /// every Lambda instance. A full window leaves the job available (or drops it).
+    /// A claim that must fit the job's rate limits: concurrency slots and window
+    /// counters are taken in the same transaction as the claim, so a start is counted
+    /// exactly when it happens, across every Lambda instance. A refused job stays
+    /// available, or is rescheduled or dropped as its `on_limit` says.
     #[allow(clippy::too_many_arguments)]
     async fn claim_limited(
         &self,
@@ -333,14 +345,43 @@ impl Store {
         expression: String,
         condition: &str,
         values: Item,
-        now: Timestamp,
+        (lease_until_us, now): (i64, Timestamp),
+        full_keys: &mut HashMap<String, i64>,
     ) -> Result<Claim, StoreError> {
+        let now_us = now.timestamp_micros();
+        // Concurrency first: a full key needs no transaction at all.
+        let mut slots = Vec::new();
+        let mut full = Vec::new();
+        for (p, policy) in policies.iter().enumerate() {
+            if policy.concurrency.is_none() {
+                continue;
+            }
+            if let Some(at) = full_keys.get(&policy.key) {
+                full.push((p, *at));
+                continue;
+            }
+            match self
+                .concurrency_slot(policy, &c.id.to_string(), lease_until_us, now_us)
+                .await?
+            {
+                Slot::Free(update) => slots.push(*update),
+                // Expected to free when the earliest holder's lease ends.
+                Slot::Full { frees_at_us } => {
+                    let at = frees_at_us.unwrap_or(now_us + 1_000_000);
+                    full_keys.insert(policy.key.clone(), at);
+                    full.push((p, at));
+                }
+            }
+        }
+        if !full.is_empty() {
+            return self.refused(c, policies, first_is_queue, &full, now).await;
+        }
         let windows: Vec<(usize, String, String, u32, i64)> = policies
             .iter()
             .enumerate()
             .flat_map(|(p, policy)| {
                 policy
-                    .windows(now.timestamp_micros())
+                    .windows(now_us)
                     .into_iter()
                     .map(move |(w, limit, end)| (p, policy.key.clone(), w, limit, end))
             })
@@ -363,6 +404,9 @@ impl Store {
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             tx = tx.transact_items(TransactWriteItem::builder().update(counter).build());
+        }
+        for slot in slots {
+            tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
         }
         let claim = Update::builder()
             .table_name(self.table())
@@ -388,29 +432,99 @@ impl Store {
                 else {
                     return Err(StoreError::from_sdk(e));
                 };
-                let refused: Vec<usize> = t
+                // A refused window counts; a slot lost to a racing claimer (its version
+                // moved) or a job claimed by someone else is just a lost race.
+                let refused: Vec<(usize, i64)> = t
                     .cancellation_reasons()
                     .iter()
                     .take(windows.len())
                     .zip(&windows)
                     .filter(|(r, _)| r.code() == Some("ConditionalCheckFailed"))
-                    .map(|(_, w)| w.0)
+                    .map(|(_, w)| (w.0, w.4))
                     .collect();
-                if first_is_queue && refused.contains(&0) {
-                    return Ok(Claim::QueueLimited);
+                if refused.is_empty() {
+                    return Ok(Claim::Lost);
                 }
-                let drop = refused
-                    .iter()
-                    .any(|p| policies[*p].on_limit == OnLimit::Drop);
-                if drop {
-                    if let Some(job) = self.get_job(&c.id).await? {
-                        if job.status.state == JobState::Available {
-                            self.drop_rate_limited(&job, now).await?;
-                        }
+                self.refused(c, policies, first_is_queue, &refused, now)
+                    .await
+            }
+        }
+    }
+
+    /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)
+    /// does: end the queue for this FETCH (a queue limit), or leave the job available,
+    /// reschedule it or drop it, as the refusing policies say (drop wins, then reschedule).
+    async fn refused(
+        &self,
+        c: &Candidate,
+        policies: &[&RateLimitPolicy],
+        first_is_queue: bool,
+        refused: &[(usize, i64)],
+        now: Timestamp,
+    ) -> Result<Claim, StoreError> {
+        if first_is_queue && refused.iter().any(|(p, _)| *p == 0) {
+            return Ok(Claim::QueueLimited);
+        }
+        let wants = |action: OnLimit| refused.iter().any(|(p, _)| policies[*p].on_limit == action);
+        if wants(OnLimit::Drop) || wants(OnLimit::Reschedule) {
+            if let Some(job) = self.get_job(&c.id).await? {
+                if job.status.state == JobState::Available {
+                    if wants(OnLimit::Drop) {
+                        self.drop_rate_limited(&job, now).await?;
+                    } else {
+                        let at_us = refused.iter().map(|(_, at)| *at).max().unwrap_or(0);
+                        let at = ojs_core::time::from_micros(at_us)
+                            .unwrap_or(now + chrono::Duration::seconds(1));
+                        self.reschedule_rate_limited(&job, at, now).await?;
                     }
                 }
-                Ok(Claim::Lost)
             }
+        }
+        Ok(Claim::Lost)
+    }
+
+    /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is
+    /// expected to allow it (ojs-rate-limiting.md §6).
+    async fn reschedule_rate_limited(
+        &self,
+        job: &Job,
+        at: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut spec = job.spec.clone();
+        spec.scheduled_at = Some(at);
+        let out = self
+            .update(&job.id)
+            .update_expression(
+                "SET #state = :scheduled, spec = :spec, gsi2pk = :duepk, gsi2sk = :duesk, \
+                 version = version + :one REMOVE gsi1pk, gsi1sk, enqueued_at",
+            )
+            .condition_expression("#state = :available AND version = :version")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":scheduled", s(JobState::Scheduled.as_str()))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(
+                ":spec",
+                crate::item::json(&serde_json::Value::Object(spec.to_json())),
+            )
+            .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+            .expression_attribute_values(":duesk", s(keys::due_sk(&at, job.spec.priority, &job.id)))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match self.finish_update(out) {
+            Ok(_) => {
+                let target = crate::timer::TimerTarget::Job {
+                    job_id: job.id.to_string(),
+                };
+                if at > now {
+                    self.arm_timer(vec![(target, at)]).await;
+                }
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

@@ -171,6 +171,7 @@ impl Store {
         .await;
         self.count_terminal(job.spec.queue.as_str(), JobState::Cancelled)
             .await;
+        self.release_slot(&job).await;
         Ok(job)
     }
 
@@ -226,6 +227,7 @@ impl Store {
             "ojs://ojs-serverless/workers",
         )])
         .await;
+        self.release_slot(&job).await;
         self.count_terminal(job.spec.queue.as_str(), JobState::Completed)
             .await;
         self.after_terminal(&job, StepOutcome::Completed, now)
@@ -268,6 +270,7 @@ impl Store {
             }
         };
         let job = self.record_failure(&job, failure, outcome, now).await?;
+        self.release_slot(&job).await;
         Ok(FailOutcome { job })
     }
 

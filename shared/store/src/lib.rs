@@ -7,6 +7,7 @@
 mod api_keys;
 mod batch;
 mod claim;
+mod concurrency;
 mod cron;
 mod dead_letter;
 mod error;

@@ -185,7 +185,10 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) => Ok(Extension::Extended),
+            Ok(_) => {
+                self.extend_slot(&job, &lease).await;
+                Ok(Extension::Extended)
+            }
             Err(StoreError::Conflict {
                 current: Some(JobState::Cancelled),
             }) => Ok(Extension::Cancelled),

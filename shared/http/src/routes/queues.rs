@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use ojs_core::{OjsError, QueueName};
+use ojs_core::{ErrorCode, OjsError, QueueName};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -150,6 +150,18 @@ async fn set_rate_limit(
         o.insert("key".into(), json!(format!("queue-limit:{queue}")));
     }
     let policy = ojs_core::rate_limit::RateLimitPolicy::from_json(&body, queue.as_str())?;
+    // A queue-wide limit is checked at claim time only; concurrency also needs every
+    // release to know the limit, which only the job's own rate_limit carries.
+    if policy.concurrency.is_some() || policy.on_limit == ojs_core::rate_limit::OnLimit::Reschedule
+    {
+        return Err(OjsError::new(
+            ErrorCode::ValidationError,
+            "a queue-level rate limit takes rate, throttle or max_per_second; put concurrency \
+             and on_limit reschedule in the job's options.rate_limit",
+        )
+        .with_path("$.concurrency")
+        .into());
+    }
     app.store
         .set_queue_rate_limit(queue.as_str(), Some(&policy))
         .await?;

@@ -1,0 +1,182 @@
+//! Concurrency limits (`rate_limit.concurrency`): the jobs of a key that may be active
+//! at once. One item per key, `RL#<key>` / `ACTIVE`, holds the active jobs as a map
+//! `holders: {job id -> lease end (epoch µs)}` and a version `v`.
+//!
+//! - A claim reads the item, counts the holders whose lease has not ended, and (if
+//!   below the limit) adds itself, drops ended holders and bumps `v`, conditioned on
+//!   the `v` it read, in the same transaction as the claim: two claimers racing for the
+//!   last slot cannot both win.
+//! - ACK, FAIL and CANCEL remove the job's holder entry; a heartbeat extends it.
+//! - A worker that dies never releases: its entry ends with its lease, the same moment
+//!   the job itself becomes reclaimable, so a crash holds a slot for at most one lease.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, Update};
+use ojs_core::rate_limit::RateLimitPolicy;
+use ojs_core::time::Timestamp;
+use ojs_core::Job;
+
+use crate::error::StoreError;
+use crate::item::{n, s, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+fn holders_key(key: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(format!("RL#{key}"))),
+        ("sk".to_owned(), s("ACTIVE")),
+    ])
+}
+
+/// What a claim found for one concurrency-limited key.
+pub(crate) enum Slot {
+    /// A slot is free: add this update to the claim's transaction.
+    Free(Box<Update>),
+    /// Every slot is held; the earliest holder's lease ends at this time (µs).
+    Full { frees_at_us: Option<i64> },
+}
+
+/// The concurrency policy of a job, if its rate limit has one.
+pub(crate) fn policy_of(job: &Job) -> Option<RateLimitPolicy> {
+    job.spec
+        .rate_limit
+        .as_ref()
+        .and_then(|rl| RateLimitPolicy::from_json(rl, job.spec.queue.as_str()).ok())
+        .filter(|p| p.concurrency.is_some())
+}
+
+impl Store {
+    /// Reads `policy`'s holders and prepares the update taking a slot for `job_id` until
+    /// `lease_until_us` (one strongly consistent GetItem).
+    pub(crate) async fn concurrency_slot(
+        &self,
+        policy: &RateLimitPolicy,
+        job_id: &str,
+        lease_until_us: i64,
+        now_us: i64,
+    ) -> Result<Slot, StoreError> {
+        let limit = policy.concurrency.unwrap_or(u32::MAX) as usize;
+        let item = self.read_item(holders_key(&policy.key)).await?;
+        let holders: HashMap<String, i64> = item
+            .as_ref()
+            .and_then(|i| i.get("holders"))
+            .and_then(|h| h.as_m().ok())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_n().ok()?.parse().ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let live: Vec<i64> = holders
+            .iter()
+            .filter(|(id, until)| **until > now_us && id.as_str() != job_id)
+            .map(|(_, until)| *until)
+            .collect();
+        if live.len() >= limit {
+            return Ok(Slot::Full {
+                frees_at_us: live.iter().min().copied(),
+            });
+        }
+        let version = item
+            .as_ref()
+            .and_then(|i| i.get("v"))
+            .and_then(|v| v.as_n().ok())
+            .cloned();
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(holders_key(&policy.key)));
+        update = match version {
+            None => update
+                .update_expression("SET holders = :holders, v = :one")
+                .condition_expression("attribute_not_exists(pk)")
+                .expression_attribute_values(
+                    ":holders",
+                    AttributeValue::M(HashMap::from([(job_id.to_owned(), n(lease_until_us))])),
+                )
+                .expression_attribute_values(":one", n(1)),
+            Some(v) => {
+                // Ended holders are dropped while we hold the version that saw them.
+                let ended: Vec<&String> = holders
+                    .iter()
+                    .filter(|(id, until)| **until <= now_us && id.as_str() != job_id)
+                    .map(|(id, _)| id)
+                    .collect();
+                let mut expression = "SET holders.#me = :lease, v = v + :one".to_owned();
+                if !ended.is_empty() {
+                    let names: Vec<String> =
+                        (0..ended.len()).map(|i| format!("holders.#e{i}")).collect();
+                    expression.push_str(&format!(" REMOVE {}", names.join(", ")));
+                }
+                for (i, id) in ended.iter().enumerate() {
+                    update = update.expression_attribute_names(format!("#e{i}"), (*id).clone());
+                }
+                update
+                    .update_expression(expression)
+                    .condition_expression("v = :v")
+                    .expression_attribute_names("#me", job_id)
+                    .expression_attribute_values(":lease", n(lease_until_us))
+                    .expression_attribute_values(":v", AttributeValue::N(v))
+                    .expression_attribute_values(":one", n(1))
+            }
+        };
+        update
+            .build()
+            .map(|u| Slot::Free(Box::new(u)))
+            .map_err(|e| StoreError::Backend(e.to_string()))
+    }
+
+    /// Gives back `job`'s slot, if its rate limit has a concurrency limit. Best effort:
+    /// if this fails, the slot frees itself when the job's lease ends.
+    pub(crate) async fn release_slot(&self, job: &Job) {
+        let Some(policy) = policy_of(job) else {
+            return;
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(holders_key(&policy.key)))
+            .update_expression("REMOVE holders.#job")
+            .condition_expression("attribute_exists(holders.#job)")
+            .expression_attribute_names("#job", job.id.to_string())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(o) => self.usage.record(Kind::Write, o.consumed_capacity()),
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if !crate::error::is_condition_failure(&e) {
+                    tracing::warn!(job_id = %job.id, error = %StoreError::from_sdk(e), "concurrency slot not released; it frees at lease end");
+                }
+            }
+        }
+    }
+
+    /// Extends `job`'s slot to its new lease end (heartbeat).
+    pub(crate) async fn extend_slot(&self, job: &Job, lease_until: &Timestamp) {
+        let Some(policy) = policy_of(job) else {
+            return;
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(holders_key(&policy.key)))
+            .update_expression("SET holders.#job = :lease")
+            .condition_expression("attribute_exists(holders.#job)")
+            .expression_attribute_names("#job", job.id.to_string())
+            .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(o) => self.usage.record(Kind::Write, o.consumed_capacity()),
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                tracing::warn!(job_id = %job.id, error = %StoreError::from_sdk(e), "concurrency slot not extended");
+            }
+        }
+    }
+}

@@ -9,9 +9,14 @@
 //!
 //! Other answers are Cloudq's `{"status": "success" | "error", "message"}` with
 //! `Content-Type: application/json`. A reserved job that is not deleted within its lease
-//! (30 s by default) becomes available again, like an OJS job whose worker died. Klass
-//! and queue must be valid OJS names (`archive`, `email.send`; not `Archive` or
-//! `archive_queue`), since OJS workers see the same jobs.
+//! (30 s by default) becomes available again, like an OJS job whose worker died.
+//!
+//! Names: Cloudq klasses are Ruby class names and its queues free-form, while OJS types
+//! and queues are lowercase. A klass that is already an OJS type is used as is; any
+//! other class name maps to one (`Archive` -> `archive`, `Mail::SendDigest` ->
+//! `mail.send_digest`) and the exact klass is kept in `meta.cloudq_klass`, so a reserve
+//! gives it back unchanged. A queue name is lowercased with `_` as `-`
+//! (`archive_queue` -> `archive-queue`), the queue OJS workers fetch from.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -53,10 +58,53 @@ async fn delete_job(
     complete(&app, &queue, &id).await.unwrap_or_else(failure)
 }
 
+/// The OJS queue of a Cloudq queue name.
+fn cloudq_queue(raw: &str) -> Result<QueueName, OjsError> {
+    QueueName::parse(&raw.to_ascii_lowercase().replace('_', "-"))
+}
+
+/// The OJS job type of a klass: itself when it is one, else the class path in snake case
+/// (`Mail::SendDigest` -> `mail.send_digest`). None for names that are neither.
+fn klass_to_type(klass: &str) -> Option<String> {
+    if JobType::parse(klass).is_ok() {
+        return Some(klass.to_owned());
+    }
+    let mut segments = Vec::new();
+    for segment in klass.split("::") {
+        let chars: Vec<char> = segment.chars().collect();
+        if !chars.first().is_some_and(char::is_ascii_alphabetic)
+            || !chars.iter().all(|c| c.is_ascii_alphanumeric() || *c == '_')
+        {
+            return None;
+        }
+        let mut out = String::new();
+        for (i, c) in chars.iter().enumerate() {
+            let boundary = c.is_ascii_uppercase()
+                && i > 0
+                && (chars[i - 1].is_ascii_lowercase()
+                    || chars[i - 1].is_ascii_digit()
+                    || chars.get(i + 1).is_some_and(char::is_ascii_lowercase)
+                        && chars[i - 1].is_ascii_uppercase());
+            if boundary {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        segments.push(out);
+    }
+    let ty = segments.join(".");
+    JobType::parse(&ty).is_ok().then_some(ty)
+}
+
 async fn push(app: &AppState, queue: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(queue)?;
+    let queue = cloudq_queue(queue)?;
     let (klass, args) = parse_job(body)?;
-    let new = NewJob::from_json(json!({"type": klass, "queue": queue.as_str(), "args": args}))?;
+    let ty = klass_to_type(&klass).unwrap_or_default();
+    let mut envelope = json!({"type": ty, "queue": queue.as_str(), "args": args});
+    if ty != klass {
+        envelope["meta"] = json!({ "cloudq_klass": klass });
+    }
+    let new = NewJob::from_json(envelope)?;
     super::schemas::check_args(app, &new).await?;
     let job = Job::enqueue(new, time::now());
     let id = match app.store.put_job(&job).await? {
@@ -98,9 +146,9 @@ fn parse_job(body: &[u8]) -> Result<(String, Vec<Value>), OjsError> {
         Some(_) => return Err(OjsError::invalid_request("klass must be a string")),
         None => return Err(OjsError::invalid_request("klass is required")),
     };
-    if JobType::parse(&klass).is_err() {
+    if klass_to_type(&klass).is_none() {
         return Err(OjsError::invalid_request(format!(
-            "klass must be an OJS job type, dot-separated segments matching [a-z][a-z0-9_-]* (e.g. \"archive\" or \"email.send\"), got {klass:?}"
+            "klass must be a class name (e.g. \"Archive\", \"Mail::SendDigest\") or an OJS job type (e.g. \"email.send\"), got {klass:?}"
         )));
     }
     match job.remove("args") {
@@ -112,7 +160,7 @@ fn parse_job(body: &[u8]) -> Result<(String, Vec<Value>), OjsError> {
 
 async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
     let req = FetchRequest {
-        queues: vec![QueueName::parse(queue)?],
+        queues: vec![cloudq_queue(queue)?],
         count: 1,
         worker_id: None,
         visibility_timeout_ms: None,
@@ -129,12 +177,21 @@ async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "cloudq job reserved");
     Ok(answer(
         StatusCode::OK,
-        json!({"job": {"klass": job.spec.job_type.as_str(), "args": job.spec.args, "id": job.id.to_string()}}),
+        json!({"job": {"klass": klass_of(job), "args": job.spec.args, "id": job.id.to_string()}}),
     ))
 }
 
+/// The klass a Cloudq client pushed (or the type, for jobs pushed over OJS).
+fn klass_of(job: &Job) -> &str {
+    job.spec
+        .meta
+        .get("cloudq_klass")
+        .and_then(Value::as_str)
+        .unwrap_or(job.spec.job_type.as_str())
+}
+
 async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(queue)?;
+    let queue = cloudq_queue(queue)?;
     let not_found = || OjsError::not_found(format!("no job {id} in queue {queue}"));
     let job_id = JobId::parse(id).map_err(|_| not_found())?;
     // An id means something only under its own queue.
@@ -199,8 +256,10 @@ mod tests {
             ok(json!({"klass": "archive", "args": [{"data": "foobar"}]})),
             expected
         );
+        assert!(ok(json!({"job": {"klass": "Archive", "args": []}})).is_some());
         for bad in [
-            json!({"job": {"klass": "Archive", "args": []}}),
+            json!({"job": {"klass": "Arch ive", "args": []}}),
+            json!({"job": {"klass": "::Archive", "args": []}}),
             json!({"job": {"klass": "archive", "args": "x"}}),
             json!({"job": {"klass": "archive"}}),
             json!({"job": {"args": []}}),
@@ -211,5 +270,29 @@ mod tests {
             assert_eq!(ok(bad.clone()), None, "{bad}");
         }
         assert!(parse_job(b"{not json").is_err());
+    }
+
+    #[test]
+    fn class_names_map_to_job_types_and_queues_to_ojs_queues() {
+        for (klass, ty) in [
+            ("archive", Some("archive")),
+            ("email.send", Some("email.send")),
+            ("Archive", Some("archive")),
+            ("Mail::SendDigest", Some("mail.send_digest")),
+            ("HTTPFetcher", Some("http_fetcher")),
+            ("Report2Pdf", Some("report2_pdf")),
+            ("Has Space", None),
+            ("9Lives", None),
+            ("", None),
+        ] {
+            assert_eq!(klass_to_type(klass).as_deref(), ty, "{klass}");
+        }
+        assert_eq!(
+            cloudq_queue("archive_queue")
+                .map(|q| q.as_str().to_owned())
+                .ok(),
+            Some("archive-queue".to_owned())
+        );
+        assert!(cloudq_queue("bad queue").is_err());
     }
 }

@@ -192,20 +192,23 @@ async fn batches_travel_as_batch_requests_and_delimited_streams() -> anyhow::Res
     Ok(())
 }
 
+/// (what, method, path, Content-Type, Accept, body, status, error code)
+type Case = (
+    &'static str,
+    Method,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
 #[tokio::test]
 async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;
     let job = json!({"type": "n.job", "queue": "nq", "args": []});
-    let cases: Vec<(
-        &str,
-        Method,
-        &str,
-        Option<&str>,
-        Option<&str>,
-        Vec<u8>,
-        u16,
-        &str,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "html only",
             Method::POST,

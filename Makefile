@@ -4,6 +4,7 @@
 #   make fmt | lint | build
 #   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)
 #   make fuzz         10 minutes of envelope fuzzing (OJS_FUZZ_SECONDS=N); CI runs 1,000 cases
+#   make bench        benchmarks (capacity, cost, throughput, cold start, CPU) -> bench/results.json
 #   make infra        validate the SAM template (and planted errors), sam build x86_64
 #   make smoke URL=https://... KEY=ojs_...   lifecycle smoke test of a deployment
 #   make clean-local  stop local AWS and remove .local/
@@ -20,7 +21,10 @@ export OJS_PORT OJS_TABLE
 # Extra arguments for cargo test, e.g. make test TEST_ARGS='-p ojs-core'
 TEST_ARGS ?=
 
-.PHONY: help dev test fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
+# Extra arguments for ojs-bench, e.g. make bench BENCH_ARGS=--quick
+BENCH_ARGS ?=
+
+.PHONY: help dev test bench fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -38,6 +42,9 @@ stress:
 
 fuzz:
 	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-core --test fuzz_envelope -- --nocapture --test-threads 4
+
+bench:
+	@bash bench/run.sh $(BENCH_ARGS)
 
 fmt:
 	cargo fmt --all -- --check

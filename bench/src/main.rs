@@ -1,1 +1,159 @@
-fn main() {}
+//! `ojs-bench [--quick] [--json PATH] [--only SECTIONS] [--no-build] [--prices PATH]`
+//!
+//! Measures, against the local stack (DynamoDB Local, moto SQS): DynamoDB capacity per
+//! request, cost per million jobs, throughput and latency, Lambda cold starts and CPU per
+//! request; prints tables and writes JSON. See docs/performance.md.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use ojs_bench::{capacity, cold_start, cost, cpu, env, report, throughput};
+
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu] [--no-build] [--prices PATH]
+
+  --quick      smaller samples (about a minute); the full run takes several minutes
+  --json PATH  also write the results as JSON to PATH
+  --only LIST  run only these sections (cost needs capacity; cpu figures refine cost)
+  --no-build   do not run `cargo build --release` for the function and server binaries
+  --prices     prices file (default: bench/prices.toml)";
+
+struct Args {
+    quick: bool,
+    json: Option<PathBuf>,
+    sections: Vec<String>,
+    build: bool,
+    prices: PathBuf,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        quick: false,
+        json: None,
+        sections: ["capacity", "cost", "throughput", "cold", "cpu"]
+            .map(String::from)
+            .to_vec(),
+        build: true,
+        prices: cost::default_prices_path(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--json" => args.json = Some(it.next().context("--json needs a path")?.into()),
+            "--only" => {
+                args.sections = it
+                    .next()
+                    .context("--only needs a list")?
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .collect()
+            }
+            "--no-build" => args.build = false,
+            "--prices" => args.prices = it.next().context("--prices needs a path")?.into(),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}\n{USAGE}"),
+        }
+    }
+    Ok(args)
+}
+
+fn step(name: &str) -> Instant {
+    eprintln!("bench: {name}...");
+    Instant::now()
+}
+
+fn done(t: Instant) {
+    eprintln!("bench:   done in {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    env::local_defaults();
+    let on = |s: &str| args.sections.iter().any(|x| x == s);
+    let prices = cost::Prices::load(&args.prices)?;
+    let (reps, cpu_n, jobs, cold_runs) = if args.quick {
+        (1, 200, 100, 3)
+    } else {
+        (3, 2000, 1000, 10)
+    };
+    let started = Instant::now();
+
+    let functions = if on("cold") {
+        cold_start::discover()?
+    } else {
+        Vec::new()
+    };
+    if args.build {
+        let mut packages: Vec<String> = functions.iter().map(|f| f.package.clone()).collect();
+        if on("cpu") {
+            packages.push("ojs-local".into());
+        }
+        cold_start::build(&packages)?;
+    }
+
+    let capacity = if on("capacity") || on("cost") {
+        let t = step("capacity per request (3 sizes)");
+        let c = capacity::run(&capacity::SIZES, reps).await?;
+        done(t);
+        Some(c)
+    } else {
+        None
+    };
+    let cpu = if on("cpu") {
+        let t = step("CPU per request (ojs-local process)");
+        let c = cpu::run(cpu_n, capacity::TARGET_SIZE, capacity.as_ref()).await?;
+        done(t);
+        Some(c)
+    } else {
+        None
+    };
+    let throughput = if on("throughput") {
+        let t = step("throughput at 1, 8, 32 workers, with raw ceilings");
+        let r = throughput::run(&[1, 8, 32], jobs, capacity::TARGET_SIZE).await?;
+        done(t);
+        Some(r)
+    } else {
+        None
+    };
+    let cold = if on("cold") {
+        let t = step("cold starts");
+        let c = cold_start::run(&functions, cold_runs).await?;
+        done(t);
+        c
+    } else {
+        Vec::new()
+    };
+    let costs = match &capacity {
+        Some(c) if on("cost") => cost::scenarios(&prices, c, cpu.as_ref()),
+        _ => Vec::new(),
+    };
+    let targets = report::targets(capacity.as_ref(), &costs, &cold, cpu.as_ref());
+    let report = report::Report {
+        generated_at: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+        mode: if args.quick { "quick" } else { "full" }.into(),
+        machine: report::Machine::detect(),
+        prices,
+        capacity: capacity.filter(|_| on("capacity") || on("cost")),
+        cost: costs,
+        throughput,
+        cold_start: cold,
+        cpu,
+        targets,
+    };
+    println!("{}", report::render(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    eprintln!(
+        "bench: finished in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,615 @@
+//! Section 1: DynamoDB calls and capacity units per operation, measured through the
+//! HTTP API of an in-process server over a fresh table on DynamoDB Local.
+//!
+//! Every request's calls are read from the [`Meter`] on the server's own SDK clients, and
+//! cross-checked against the store's own counter ([`ojs_store::Store::usage`]).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use ojs_store::{Store, StoreConfig, Timer, TimerMessage, TimerTarget};
+use ojs_tests::{Reply, TestApp};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::meter::{self, CallRecord, Meter};
+
+/// Argument sizes measured (bytes of the serialized `args` array).
+pub const SIZES: [usize; 3] = [100, 1024, 10 * 1024];
+
+/// The size at which the capacity targets are judged.
+pub const TARGET_SIZE: usize = 1024;
+
+/// Jobs in one batch PUSH for the batched figures.
+pub const BATCH_PUSH: usize = 100;
+
+/// Jobs in one batched FETCH.
+pub const BATCH_FETCH: usize = 10;
+
+/// One DynamoDB call of an operation, for the breakdown.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallSummary {
+    /// API operation.
+    pub op: String,
+    /// What it touched.
+    pub target: String,
+    /// Read units.
+    pub read_units: f64,
+    /// Write units.
+    pub write_units: f64,
+    /// Units on the base table.
+    pub table_units: f64,
+    /// Units per GSI.
+    pub index_units: std::collections::BTreeMap<String, f64>,
+    /// Whether it succeeded.
+    pub ok: bool,
+}
+
+impl From<&CallRecord> for CallSummary {
+    fn from(c: &CallRecord) -> Self {
+        Self {
+            op: if c.service == "sqs" {
+                format!("SQS {}", c.op)
+            } else {
+                c.op.clone()
+            },
+            target: c.target.clone(),
+            read_units: c.read_units,
+            write_units: c.write_units,
+            table_units: c.table_units,
+            index_units: c.index_units.clone(),
+            ok: c.ok,
+        }
+    }
+}
+
+/// What one kind of request costs (means over the samples).
+#[derive(Debug, Clone, Serialize)]
+pub struct OpCost {
+    /// e.g. `PUSH`, `FETCH (10 jobs)`.
+    pub op: String,
+    /// Bytes of the serialized `args`.
+    pub args_bytes: usize,
+    /// Jobs one request handles.
+    pub jobs_per_request: usize,
+    /// Requests measured.
+    pub samples: usize,
+    /// DynamoDB calls per request.
+    pub calls: f64,
+    /// Read units per request.
+    pub read_units: f64,
+    /// Write units per request, as DynamoDB Local reports them.
+    pub write_units: f64,
+    /// Write units per request as AWS would bill them: equal to `write_units` except for
+    /// TransactWriteItems, which DynamoDB Local reports as if the transaction wrote one
+    /// item (measured: 1, 2 and 10 Puts of the same job all report 6 WCU); AWS bills
+    /// every item of a transaction at twice its standard write cost, so the estimate is
+    /// items x 2 x (the measured units of a single PutItem of the same job).
+    pub write_units_aws: f64,
+    /// SQS requests per request (timer messages).
+    pub sqs_requests: f64,
+    /// Whether every sample cost the same.
+    pub stable: bool,
+    /// The calls of the last sample.
+    pub breakdown: Vec<CallSummary>,
+}
+
+/// Per-job totals of a lifecycle.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct PerJob {
+    /// DynamoDB calls per job.
+    pub calls: f64,
+    /// Read units per job.
+    pub read_units: f64,
+    /// Write units per job.
+    pub write_units: f64,
+    /// SQS requests per job.
+    pub sqs_requests: f64,
+    /// HTTP API requests (= Lambda invocations) per job.
+    pub http_requests: f64,
+    /// Lambda invocations not caused by an HTTP request (timer function), per job.
+    pub other_invocations: f64,
+}
+
+impl std::ops::Add for PerJob {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Self {
+            calls: self.calls + o.calls,
+            read_units: self.read_units + o.read_units,
+            write_units: self.write_units + o.write_units,
+            sqs_requests: self.sqs_requests + o.sqs_requests,
+            http_requests: self.http_requests + o.http_requests,
+            other_invocations: self.other_invocations + o.other_invocations,
+        }
+    }
+}
+
+impl PerJob {
+    /// The per-job share of an operation handling `op.jobs_per_request` jobs, reached
+    /// through `http` HTTP requests per call of it (0 for the timer).
+    pub fn of(op: &OpCost, http: f64) -> Self {
+        let n = op.jobs_per_request.max(1) as f64;
+        Self {
+            calls: op.calls / n,
+            read_units: op.read_units / n,
+            write_units: op.write_units_aws / n,
+            sqs_requests: op.sqs_requests / n,
+            http_requests: http / n,
+            other_invocations: if http == 0.0 { 1.0 / n } else { 0.0 },
+        }
+    }
+}
+
+/// The lifecycles of one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lifecycle {
+    /// Bytes of the serialized `args`.
+    pub args_bytes: usize,
+    /// PUSH + FETCH (1 job) + ACK.
+    pub single: PerJob,
+    /// Batch PUSH of 100 + FETCH of 10 + ACK, per job.
+    pub batched: PerJob,
+    /// Scheduled PUSH + timer promotion + FETCH (1 job) + ACK.
+    pub scheduled: PerJob,
+}
+
+/// Section 1 result.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityReport {
+    /// Every operation at every size.
+    pub ops: Vec<OpCost>,
+    /// Lifecycles per size.
+    pub lifecycles: Vec<Lifecycle>,
+    /// The first PUSH to a queue on a new instance also registers the queue.
+    pub first_push_of_a_queue: Option<OpCost>,
+    /// Whether the store's own counter agreed with the meter on every request.
+    pub store_counter_agrees: bool,
+}
+
+impl CapacityReport {
+    /// The operation `op` at `size`.
+    pub fn get(&self, op: &str, size: usize) -> Option<&OpCost> {
+        self.ops.iter().find(|o| o.op == op && o.args_bytes == size)
+    }
+
+    /// The lifecycle at `size`.
+    pub fn lifecycle(&self, size: usize) -> Option<&Lifecycle> {
+        self.lifecycles.iter().find(|l| l.args_bytes == size)
+    }
+}
+
+/// Operation names, in table order.
+pub mod ops {
+    /// PUSH of one job.
+    pub const PUSH: &str = "PUSH";
+    /// Batch PUSH of 100 jobs.
+    pub const BATCH_PUSH: &str = "PUSH batch (100 jobs)";
+    /// FETCH claiming one job.
+    pub const FETCH_1: &str = "FETCH (1 job)";
+    /// FETCH claiming ten jobs.
+    pub const FETCH_10: &str = "FETCH (10 jobs)";
+    /// FETCH of an empty queue.
+    pub const FETCH_EMPTY: &str = "FETCH (empty queue)";
+    /// ACK.
+    pub const ACK: &str = "ACK";
+    /// FAIL with attempts left (job becomes retryable).
+    pub const FAIL_RETRY: &str = "FAIL (will retry)";
+    /// PUSH with `scheduled_at` 1.5 s ahead.
+    pub const PUSH_SCHEDULED: &str = "PUSH scheduled";
+    /// The timer function promoting the scheduled job.
+    pub const PROMOTE: &str = "timer promotion";
+}
+
+/// A measuring harness: an in-process server whose store and timer use metered clients.
+struct Bench {
+    app: TestApp,
+    meter: Meter,
+    sqs: aws_sdk_sqs::Client,
+    timer_url: String,
+    agrees: std::sync::atomic::AtomicBool,
+}
+
+/// `args` whose JSON form is exactly `size` bytes: `["xxx…"]`.
+pub fn args_of(size: usize) -> Value {
+    json!(["x".repeat(size.saturating_sub(4))])
+}
+
+fn job(queue: &str, size: usize) -> Value {
+    json!({"type": "bench.job", "args": args_of(size), "options": {"queue": queue}})
+}
+
+fn ok(reply: &Reply, what: &str) -> anyhow::Result<()> {
+    if (200..300).contains(&reply.status) {
+        Ok(())
+    } else {
+        bail!("{what} answered {}: {}", reply.status, reply.body)
+    }
+}
+
+fn id_of(reply: &Reply) -> anyhow::Result<String> {
+    reply.body["job"]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("PUSH reply without job.id")
+}
+
+fn fetched_ids(reply: &Reply) -> Vec<String> {
+    reply.body["jobs"]
+        .as_array()
+        .map(|jobs| {
+            jobs.iter()
+                .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Bench {
+    async fn start() -> anyhow::Result<Self> {
+        let sdk = crate::env::sdk().await;
+        let meter = Meter::default();
+        let table = crate::env::table_name("capacity");
+        let store = Store::new(meter.dynamodb_client(&sdk), StoreConfig::for_table(&table));
+        store
+            .ensure_table()
+            .await
+            .context("creating a table: is DynamoDB Local running? (scripts/local-aws.sh start)")?;
+        // The timer queue as on AWS, with a metered client, but no consumer: the bench
+        // hands the message to the timer handler itself to measure the promotion.
+        let sqs_metered = meter.sqs_client(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let created = sqs
+            .create_queue()
+            .queue_name(format!("{table}-timer"))
+            .send()
+            .await
+            .context("creating the timer queue: is moto running? (scripts/local-aws.sh start)")?;
+        let timer_url = created
+            .queue_url()
+            .context("created queue has no URL")?
+            .to_owned();
+        let store = store.with_timer(Timer::new(sqs_metered, timer_url.clone()));
+        let app = TestApp::spawn_on_store(store).await?;
+        Ok(Self {
+            app,
+            meter,
+            sqs,
+            timer_url,
+            agrees: std::sync::atomic::AtomicBool::new(true),
+        })
+    }
+
+    /// Runs `f` and returns its result with the calls it made.
+    async fn measure<T, F>(&self, f: F) -> anyhow::Result<(T, Vec<CallRecord>)>
+    where
+        F: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        let mark = self.meter.len();
+        let before = self.app.store.usage();
+        let out = f.await?;
+        let calls = self.meter.since(mark);
+        let d = self.app.store.usage() - before;
+        let t = meter::totals(&calls);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        if d.calls != t.calls as u64
+            || !close(d.read_units, t.read_units)
+            || !close(d.write_units, t.write_units)
+        {
+            self.agrees
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "bench: store counter ({} calls, {} RCU, {} WCU) and meter ({} calls, {} RCU, {} WCU) disagree",
+                d.calls, d.read_units, d.write_units, t.calls, t.read_units, t.write_units
+            );
+        }
+        Ok((out, calls))
+    }
+
+    /// Waits for the timer message of `job_id` and returns its body.
+    async fn timer_message(&self, job_id: &str) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.timer_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await?;
+            for m in out.messages() {
+                let body = m.body().unwrap_or_default().to_owned();
+                if let Some(r) = m.receipt_handle() {
+                    let _ = self
+                        .sqs
+                        .delete_message()
+                        .queue_url(&self.timer_url)
+                        .receipt_handle(r)
+                        .send()
+                        .await;
+                }
+                let msg: Result<TimerMessage, _> = serde_json::from_str(&body);
+                if matches!(msg, Ok(TimerMessage { target: TimerTarget::Job { job_id: ref id }, .. }) if id == job_id)
+                {
+                    return Ok(body);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("no timer message for job {job_id} within 20 s")
+    }
+
+    async fn teardown(self) {
+        let _ = self
+            .sqs
+            .delete_queue()
+            .queue_url(&self.timer_url)
+            .send()
+            .await;
+        self.app.teardown().await;
+    }
+}
+
+/// Collects samples of one operation.
+#[derive(Default)]
+struct Samples(Vec<Vec<CallRecord>>);
+
+impl Samples {
+    fn add(&mut self, calls: Vec<CallRecord>) {
+        self.0.push(calls);
+    }
+
+    /// `job_put_units`: table + index units of one standard PutItem of a job of this size
+    /// (for the AWS estimate of transactions).
+    fn cost(
+        &self,
+        op: &str,
+        args_bytes: usize,
+        jobs_per_request: usize,
+        job_put_units: Option<f64>,
+    ) -> OpCost {
+        let totals: Vec<meter::Totals> = self.0.iter().map(|c| meter::totals(c)).collect();
+        let n = totals.len().max(1) as f64;
+        let aws: Vec<f64> = self
+            .0
+            .iter()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter(|c| c.service != "sqs")
+                    .map(|c| match (c.op.as_str(), job_put_units) {
+                        ("TransactWriteItems", Some(u)) if c.ok => c.items as f64 * 2.0 * u,
+                        _ => c.write_units,
+                    })
+                    .sum::<f64>()
+            })
+            .collect();
+        let first = totals.first().cloned().unwrap_or_default();
+        OpCost {
+            op: op.to_owned(),
+            args_bytes,
+            jobs_per_request,
+            samples: totals.len(),
+            calls: totals.iter().map(|t| t.calls as f64).sum::<f64>() / n,
+            read_units: totals.iter().map(|t| t.read_units).sum::<f64>() / n,
+            write_units: totals.iter().map(|t| t.write_units).sum::<f64>() / n,
+            write_units_aws: aws.iter().sum::<f64>() / n,
+            sqs_requests: totals.iter().map(|t| t.sqs_requests as f64).sum::<f64>() / n,
+            stable: totals.iter().all(|t| *t == first),
+            breakdown: self
+                .0
+                .last()
+                .map(|c| c.iter().map(CallSummary::from).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Measures every operation at `sizes`, `reps` times each.
+pub async fn run(sizes: &[usize], reps: usize) -> anyhow::Result<CapacityReport> {
+    let bench = Bench::start().await?;
+    let result = measure_all(&bench, sizes, reps.max(1)).await;
+    let agrees = bench.agrees.load(std::sync::atomic::Ordering::Relaxed);
+    bench.teardown().await;
+    let (ops, lifecycles, first) = result?;
+    Ok(CapacityReport {
+        ops,
+        lifecycles,
+        first_push_of_a_queue: first,
+        store_counter_agrees: agrees,
+    })
+}
+
+type Measured = (Vec<OpCost>, Vec<Lifecycle>, Option<OpCost>);
+
+async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<Measured> {
+    let mut ops_out = Vec::new();
+    let mut lifecycles = Vec::new();
+    let mut first = None;
+    for &size in sizes {
+        let q = format!("cap-{size}");
+        let q_fail = format!("cap-fail-{size}");
+        let q_sched = format!("cap-sched-{size}");
+        let q_batch = format!("cap-batch-{size}");
+        // Warm up: the first PUSH to a queue per instance also writes the queue item.
+        for queue in [&q, &q_fail, &q_sched, &q_batch] {
+            let (r, calls) = b.measure(b.app.push(job(queue, size))).await?;
+            ok(&r, "warm-up PUSH")?;
+            if first.is_none() && size == TARGET_SIZE {
+                let mut s = Samples::default();
+                s.add(calls);
+                first = Some(s.cost("PUSH (first to a queue)", size, 1, None));
+            }
+            let r = b.app.fetch(json!({"queues": [queue], "count": 10})).await?;
+            for id in fetched_ids(&r) {
+                ok(&b.app.ack(json!({"job_id": id})).await?, "warm-up ACK")?;
+            }
+        }
+        let mut push = Samples::default();
+        let mut fetch1 = Samples::default();
+        let mut ack = Samples::default();
+        let mut fail = Samples::default();
+        let mut fetch10 = Samples::default();
+        let mut batch = Samples::default();
+        let mut empty = Samples::default();
+        let mut sched = Samples::default();
+        let mut promote = Samples::default();
+        for _ in 0..reps {
+            // PUSH, FETCH 1, ACK.
+            let (r, calls) = b.measure(b.app.push(job(&q, size))).await?;
+            ok(&r, "PUSH")?;
+            push.add(calls);
+            let id = id_of(&r)?;
+            let (r, calls) = b
+                .measure(b.app.fetch(json!({"queues": [q], "worker_id": "bench"})))
+                .await?;
+            if fetched_ids(&r) != [id.clone()] {
+                bail!("FETCH did not return the pushed job: {}", r.body);
+            }
+            fetch1.add(calls);
+            let (r, calls) = b
+                .measure(
+                    b.app
+                        .ack(json!({"job_id": id, "worker_id": "bench", "result": {"ok": true}})),
+                )
+                .await?;
+            ok(&r, "ACK")?;
+            ack.add(calls);
+            // FETCH of the now empty queue.
+            let (r, calls) = b.measure(b.app.fetch(json!({"queues": [q]}))).await?;
+            if !fetched_ids(&r).is_empty() {
+                bail!("expected an empty queue: {}", r.body);
+            }
+            empty.add(calls);
+            // FAIL with attempts left, on its own queue (the retry waits in the due index).
+            let r = b
+                .app
+                .push(json!({"type": "bench.job", "args": args_of(size),
+                    "options": {"queue": q_fail, "retry": {"max_attempts": 3}}}))
+                .await?;
+            let id = id_of(&r)?;
+            let r = b
+                .app
+                .fetch(json!({"queues": [q_fail], "worker_id": "bench"}))
+                .await?;
+            if fetched_ids(&r) != [id.clone()] {
+                bail!(
+                    "FETCH (fail queue) did not return the pushed job: {}",
+                    r.body
+                );
+            }
+            let (r, calls) = b
+                .measure(b.app.nack(json!({"job_id": id, "worker_id": "bench",
+                    "error": {"code": "handler_error", "message": "bench failure"}})))
+                .await?;
+            ok(&r, "FAIL")?;
+            if r.body["state"] != "retryable" {
+                bail!("FAIL did not leave the job retryable: {}", r.body);
+            }
+            fail.add(calls);
+            // Batch PUSH of 100, drained by FETCHes of 10 and ACKs.
+            let jobs: Vec<Value> = (0..BATCH_PUSH).map(|_| job(&q_batch, size)).collect();
+            let (r, calls) = b
+                .measure(b.app.call(
+                    reqwest::Method::POST,
+                    "/ojs/v1/jobs/batch",
+                    Some(json!({ "jobs": jobs })),
+                ))
+                .await?;
+            ok(&r, "batch PUSH")?;
+            batch.add(calls);
+            for _ in 0..BATCH_PUSH / BATCH_FETCH {
+                let (r, calls) = b
+                    .measure(b.app.fetch(
+                        json!({"queues": [q_batch], "count": BATCH_FETCH, "worker_id": "bench"}),
+                    ))
+                    .await?;
+                let ids = fetched_ids(&r);
+                if ids.len() != BATCH_FETCH {
+                    bail!("FETCH of 10 returned {} jobs: {}", ids.len(), r.body);
+                }
+                fetch10.add(calls);
+                for id in ids {
+                    let (r, calls) = b
+                        .measure(b.app.ack(
+                            json!({"job_id": id, "worker_id": "bench", "result": {"ok": true}}),
+                        ))
+                        .await?;
+                    ok(&r, "ACK")?;
+                    ack.add(calls);
+                }
+            }
+            // A job scheduled 1.5 s ahead: PUSH arms the timer; the timer handler promotes.
+            let at = ojs_core::time::now() + chrono::Duration::milliseconds(1500);
+            let (r, calls) = b
+                .measure(
+                    b.app
+                        .push(json!({"type": "bench.job", "args": args_of(size),
+                    "scheduled_at": ojs_core::time::format(&at), "options": {"queue": q_sched}})),
+                )
+                .await?;
+            ok(&r, "scheduled PUSH")?;
+            if r.body["job"]["state"] != "scheduled" {
+                bail!("scheduled PUSH did not leave the job scheduled: {}", r.body);
+            }
+            sched.add(calls);
+            let id = id_of(&r)?;
+            let body = b.timer_message(&id).await?;
+            let store = b.app.store.clone();
+            let ((), calls) = b
+                .measure(async move { Ok(store.handle_timer(&body).await?) })
+                .await?;
+            promote.add(calls);
+            let r = b
+                .app
+                .fetch(json!({"queues": [q_sched], "worker_id": "bench"}))
+                .await?;
+            if fetched_ids(&r) != [id.clone()] {
+                bail!("the promoted job was not fetched: {}", r.body);
+            }
+            ok(
+                &b.app
+                    .ack(json!({"job_id": id, "worker_id": "bench"}))
+                    .await?,
+                "ACK",
+            )?;
+        }
+        // One standard PutItem of a job of this size: the unit of the transaction estimate.
+        let put_units = push.0.last().and_then(|calls| {
+            calls
+                .iter()
+                .find(|c| c.op == "PutItem" && c.target.starts_with("Put JOB#"))
+                .map(|c| c.write_units)
+        });
+        let u = put_units;
+        let push = push.cost(ops::PUSH, size, 1, u);
+        let fetch1 = fetch1.cost(ops::FETCH_1, size, 1, u);
+        let ack = ack.cost(ops::ACK, size, 1, u);
+        let batch = batch.cost(ops::BATCH_PUSH, size, BATCH_PUSH, u);
+        let fetch10 = fetch10.cost(ops::FETCH_10, size, BATCH_FETCH, u);
+        let sched = sched.cost(ops::PUSH_SCHEDULED, size, 1, u);
+        let promote = promote.cost(ops::PROMOTE, size, 1, u);
+        lifecycles.push(Lifecycle {
+            args_bytes: size,
+            single: PerJob::of(&push, 1.0) + PerJob::of(&fetch1, 1.0) + PerJob::of(&ack, 1.0),
+            batched: PerJob::of(&batch, 1.0) + PerJob::of(&fetch10, 1.0) + PerJob::of(&ack, 1.0),
+            scheduled: PerJob::of(&sched, 1.0)
+                + PerJob::of(&promote, 0.0)
+                + PerJob::of(&fetch1, 1.0)
+                + PerJob::of(&ack, 1.0),
+        });
+        ops_out.extend([
+            push,
+            batch,
+            fetch1,
+            fetch10,
+            empty.cost(ops::FETCH_EMPTY, size, 1, u),
+            ack,
+            fail.cost(ops::FAIL_RETRY, size, 1, u),
+            sched,
+            promote,
+        ]);
+    }
+    Ok((ops_out, lifecycles, first))
+}

@@ -1,0 +1,426 @@
+//! Section 5: CPU the product spends per request, DynamoDB round trips excluded.
+//!
+//! Method: the release `ojs-local` server (every endpoint group, the same routers and
+//! store as the functions) runs as its own process on a fresh table; the bench drives N
+//! sequential requests of one kind and reads the process's CPU time before and after
+//! (sum of `/proc/<pid>/task/*/schedstat` run time, nanoseconds; cross-checked with
+//! utime+stime of `/proc/<pid>/stat`). Time spent waiting for DynamoDB is not CPU time,
+//! so round trips are excluded; what remains includes hyper/axum request handling and
+//! the AWS SDK's request signing, serialization and response parsing, which a Lambda
+//! function spends too. To separate the SDK's share, the bench also measures its own
+//! CPU per raw SDK call (same client settings) and subtracts calls x that.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::capacity::{args_of, CapacityReport};
+
+/// CPU of one kind of request.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuCost {
+    /// e.g. `PUSH`.
+    pub op: String,
+    /// Requests measured.
+    pub requests: usize,
+    /// Jobs per request.
+    pub jobs_per_request: usize,
+    /// Process CPU per request, µs (schedstat).
+    pub cpu_us: f64,
+    /// Process CPU per request, µs (utime+stime; tick resolution).
+    pub cpu_us_stat: f64,
+    /// DynamoDB calls per request (from the capacity section, at the same size).
+    pub dynamodb_calls: Option<f64>,
+    /// `cpu_us - dynamodb_calls * sdk_us_per_call`: the product's own code.
+    pub own_us: Option<f64>,
+    /// Wall time per request seen by the client, µs.
+    pub wall_us: f64,
+}
+
+/// Section 5 result.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuReport {
+    /// The method, in words.
+    pub method: String,
+    /// Args size of the jobs.
+    pub args_bytes: usize,
+    /// Per kind of request.
+    pub ops: Vec<CpuCost>,
+    /// CPU of one raw SDK call (UpdateItem/PutItem/Query mix) in the bench process, µs.
+    pub sdk_us_per_call: f64,
+    /// CPU of the idle server per second, µs (subtracted).
+    pub idle_us_per_s: f64,
+}
+
+impl CpuReport {
+    /// The figure for `op`.
+    pub fn get(&self, op: &str) -> Option<&CpuCost> {
+        self.ops.iter().find(|c| c.op == op)
+    }
+}
+
+/// The method as printed with the results.
+pub const METHOD: &str =
+    "Release ojs-local server as a separate process (RUST_LOG=info, events on, API keys required \
+as deployed (one key, verified once a minute), no timer); \
+N sequential requests per kind; CPU = delta of the server's /proc/<pid>/task/*/schedstat run time \
+(utime+stime from /proc/<pid>/stat as a check) / N, minus idle CPU. Waiting for DynamoDB is not \
+CPU time, so round trips are excluded; HTTP parsing and AWS SDK work (signing, JSON, hyper) are \
+included (a Lambda pays for them too). own = cpu - DynamoDB calls x SDK CPU per raw call (measured \
+in the bench process with the same client settings).";
+
+/// CPU time of a process: (schedstat ns summed over live threads, utime+stime ticks).
+fn cpu_of(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let mut ns = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = task?.path().join("schedstat");
+        if let Ok(s) = std::fs::read_to_string(path) {
+            ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Ok((ns, tick(11) + tick(12)))
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+struct Server {
+    child: std::process::Child,
+    base: String,
+    client: reqwest::Client,
+    /// `Bearer <API key>`: the server runs with API keys required, as deployed.
+    auth: String,
+}
+
+impl Server {
+    async fn start(table: &str, key: &str) -> anyhow::Result<Self> {
+        let binary: PathBuf = crate::cold_start::release_dir().join("ojs-local");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut cmd = std::process::Command::new(&binary);
+        cmd.env_clear()
+            .env("OJS_HOST", "127.0.0.1")
+            .env("OJS_PORT", port.to_string())
+            .env("OJS_TABLE", table)
+            .env("OJS_EVENTS", "on")
+            .env("RUST_LOG", "info")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_ENDPOINT_URL_DYNAMODB", crate::env::dynamodb_endpoint())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for key in [
+            "AWS_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            if let Ok(v) = std::env::var(key) {
+                cmd.env(key, v);
+            }
+        }
+        let child = cmd.spawn().with_context(|| {
+            format!(
+                "starting {} (cargo build --release -p ojs-local)",
+                binary.display()
+            )
+        })?;
+        let server = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+            auth: format!("Bearer {key}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let up = server
+                .client
+                .get(format!("{}/ojs/v1/health", server.base))
+                .send()
+                .await;
+            if matches!(up, Ok(ref r) if r.status().is_success()) {
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                bail!("ojs-local did not answer within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let res = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/openjobspec+json")
+            .header("authorization", &self.auth)
+            .body(body.to_string())
+            .send()
+            .await?;
+        let status = res.status();
+        let v: Value = res.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path} answered {status}: {v}");
+        }
+        Ok(v)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["jobs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Measures CPU per request with `n` requests of each single-job kind.
+pub async fn run(
+    n: usize,
+    args_bytes: usize,
+    capacity: Option<&CapacityReport>,
+) -> anyhow::Result<CpuReport> {
+    let table = crate::env::table_name("cpu");
+    let sdk = crate::env::sdk().await;
+    let store = ojs_store::Store::new(
+        ojs_store::client_for(&sdk),
+        ojs_store::StoreConfig::for_table(&table),
+    );
+    store
+        .ensure_table()
+        .await
+        .context("creating the CPU table")?;
+    let result = async {
+        let key = ojs_http::auth::issue_key(&store, "ojs-bench").await?.key;
+        let server = Server::start(&table, &key).await?;
+        measure(&server, n.max(10), args_bytes, capacity).await
+    }
+    .await;
+    let _ = store.delete_table().await;
+    result
+}
+
+async fn measure(
+    s: &Server,
+    n: usize,
+    args_bytes: usize,
+    capacity: Option<&CapacityReport>,
+) -> anyhow::Result<CpuReport> {
+    use crate::capacity::ops;
+    let queue = "cpu";
+    let batch_queue = "cpu-batch";
+    let job =
+        json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": queue}});
+    let batch_job = json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": batch_queue}});
+    // Warm-up: queue items, connections, allocator.
+    for _ in 0..20 {
+        s.post("/ojs/v1/jobs", &job).await?;
+        let f = s
+            .post("/ojs/v1/workers/fetch", &json!({"queues": [queue]}))
+            .await?;
+        for id in ids(&f) {
+            s.post("/ojs/v1/workers/ack", &json!({"job_id": id}))
+                .await?;
+        }
+    }
+    s.post("/ojs/v1/jobs", &batch_job).await?;
+    let f = s
+        .post("/ojs/v1/workers/fetch", &json!({"queues": [batch_queue]}))
+        .await?;
+    for id in ids(&f) {
+        s.post("/ojs/v1/workers/ack", &json!({"job_id": id}))
+            .await?;
+    }
+    let ticks = clock_ticks();
+    let pid = s.pid();
+    // Idle CPU of the server (background tasks), to subtract.
+    let (i0, _) = cpu_of(pid)?;
+    let idle_start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (i1, _) = cpu_of(pid)?;
+    let idle_ns_per_s = (i1 - i0) as f64 / idle_start.elapsed().as_secs_f64();
+
+    let mut out = Vec::new();
+    let sdk_us = sdk_cpu_per_call(n).await?;
+    let calls_of = |op: &str| {
+        capacity
+            .and_then(|c| c.get(op, args_bytes))
+            .map(|o| o.calls)
+    };
+
+    // Each phase: (name, requests, jobs per request, request bodies generator).
+    let mut record = |op: &str,
+                      requests: usize,
+                      jobs: usize,
+                      before: (u64, u64),
+                      after: (u64, u64),
+                      wall: Duration| {
+        let secs = wall.as_secs_f64();
+        let ns = (after.0 - before.0) as f64 - idle_ns_per_s * secs;
+        let stat_us = (after.1 - before.1) as f64 / ticks * 1e6;
+        let cpu_us = ns / 1000.0 / requests as f64;
+        let calls = calls_of(op);
+        out.push(CpuCost {
+            op: op.to_owned(),
+            requests,
+            jobs_per_request: jobs,
+            cpu_us,
+            cpu_us_stat: stat_us / requests as f64,
+            dynamodb_calls: calls,
+            own_us: calls.map(|c| cpu_us - c * sdk_us),
+            wall_us: secs * 1e6 / requests as f64,
+        });
+    };
+
+    // PUSH x n
+    let (b, t) = (cpu_of(pid)?, Instant::now());
+    for _ in 0..n {
+        s.post("/ojs/v1/jobs", &job).await?;
+    }
+    record(ops::PUSH, n, 1, b, cpu_of(pid)?, t.elapsed());
+    // FETCH (1 job) x n
+    let mut fetched = Vec::with_capacity(n);
+    let (b, t) = (cpu_of(pid)?, Instant::now());
+    for _ in 0..n {
+        let f = s
+            .post(
+                "/ojs/v1/workers/fetch",
+                &json!({"queues": [queue], "worker_id": "cpu"}),
+            )
+            .await?;
+        fetched.extend(ids(&f));
+    }
+    record(ops::FETCH_1, n, 1, b, cpu_of(pid)?, t.elapsed());
+    if fetched.len() != n {
+        bail!("FETCH returned {} jobs for {n} requests", fetched.len());
+    }
+    // ACK x n
+    let (b, t) = (cpu_of(pid)?, Instant::now());
+    for id in &fetched {
+        s.post(
+            "/ojs/v1/workers/ack",
+            &json!({"job_id": id, "worker_id": "cpu", "result": {"ok": true}}),
+        )
+        .await?;
+    }
+    record(ops::ACK, n, 1, b, cpu_of(pid)?, t.elapsed());
+    // Batch PUSH of 100 x n/100 (at least 3), FETCH of 10 for those jobs.
+    let batches = (n / 100).max(3);
+    let batch: Vec<Value> = (0..100).map(|_| batch_job.clone()).collect();
+    let (b, t) = (cpu_of(pid)?, Instant::now());
+    for _ in 0..batches {
+        s.post("/ojs/v1/jobs/batch", &json!({ "jobs": batch }))
+            .await?;
+    }
+    record(ops::BATCH_PUSH, batches, 100, b, cpu_of(pid)?, t.elapsed());
+    let fetches = batches * 10;
+    let (b, t) = (cpu_of(pid)?, Instant::now());
+    for _ in 0..fetches {
+        s.post(
+            "/ojs/v1/workers/fetch",
+            &json!({"queues": [batch_queue], "count": 10, "worker_id": "cpu"}),
+        )
+        .await?;
+    }
+    record(ops::FETCH_10, fetches, 10, b, cpu_of(pid)?, t.elapsed());
+    Ok(CpuReport {
+        method: METHOD.into(),
+        args_bytes,
+        ops: out,
+        sdk_us_per_call: sdk_us,
+        idle_us_per_s: idle_ns_per_s / 1000.0,
+    })
+}
+
+/// CPU of the bench process per raw DynamoDB call (a PutItem, an UpdateItem and a Query
+/// per round, ~1 KiB items, the store's client settings), µs.
+async fn sdk_cpu_per_call(n: usize) -> anyhow::Result<f64> {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    let sdk = crate::env::sdk().await;
+    let client = ojs_store::client_for(&sdk);
+    let table = crate::env::table_name("sdkcpu");
+    let store = ojs_store::Store::new(client.clone(), ojs_store::StoreConfig::for_table(&table));
+    store.ensure_table().await?;
+    let pad = "x".repeat(1000);
+    let round = |i: usize| {
+        let (client, table, pad) = (client.clone(), table.clone(), pad.clone());
+        async move {
+            let pk = A::S(format!("SDK#{i}"));
+            client
+                .put_item()
+                .table_name(&table)
+                .item("pk", pk.clone())
+                .item("sk", A::S("JOB".into()))
+                .item("pad", A::S(pad.clone()))
+                .send()
+                .await?;
+            client
+                .update_item()
+                .table_name(&table)
+                .key("pk", pk.clone())
+                .key("sk", A::S("JOB".into()))
+                .update_expression("SET st = :s")
+                .expression_attribute_values(":s", A::S("active".into()))
+                .send()
+                .await?;
+            client
+                .query()
+                .table_name(&table)
+                .key_condition_expression("pk = :p")
+                .expression_attribute_values(":p", pk)
+                .limit(1)
+                .send()
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    for i in 0..20 {
+        round(i).await?;
+    }
+    let pid = std::process::id();
+    let rounds = (n / 3).max(50);
+    let before = cpu_of(pid)?;
+    for i in 0..rounds {
+        round(100 + i).await?;
+    }
+    let after = cpu_of(pid)?;
+    let _ = store.delete_table().await;
+    Ok((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64)
+}

@@ -1,0 +1,19 @@
+//! The OJS benchmark harness: DynamoDB capacity per operation, cost per million jobs,
+//! throughput and latency, Lambda cold starts and product CPU per request, all measured
+//! against the local stack (DynamoDB Local, moto SQS).
+//!
+//! Run `cargo run --release -p ojs-bench -- [--quick] [--json bench/results.json]`, or
+//! `make bench` (which also starts the local AWS services). Method and results:
+//! `docs/performance.md`.
+
+pub mod capacity;
+pub mod ceiling;
+pub mod cold_start;
+pub mod cost;
+pub mod cpu;
+pub mod env;
+pub mod lambda_runtime;
+pub mod meter;
+pub mod report;
+pub mod stats;
+pub mod throughput;

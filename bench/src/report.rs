@@ -1,0 +1,541 @@
+//! The report: targets, the printed tables and the JSON document.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::capacity::{ops, CapacityReport, TARGET_SIZE};
+use crate::cold_start::ColdStart;
+use crate::cost::{Prices, ScenarioCost};
+use crate::cpu::CpuReport;
+use crate::throughput::ThroughputReport;
+
+/// A target of issue #9 and how the measurement compares.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// What is measured.
+    pub name: String,
+    /// The limit, in words.
+    pub limit: String,
+    /// The measured value, in words.
+    pub measured: String,
+    /// Met, missed, or `None` when not measured in this run.
+    pub pass: Option<bool>,
+}
+
+/// The machine the numbers come from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// `uname -srm`.
+    pub os: String,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// DynamoDB endpoint.
+    pub dynamodb_endpoint: String,
+    /// `/proc/loadavg` when the run started (other work on the machine skews CPU and
+    /// latency figures).
+    pub loadavg_at_start: String,
+}
+
+impl Machine {
+    /// Describes this machine.
+    pub fn detect() -> Self {
+        let os = std::process::Command::new("uname")
+            .arg("-srm")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+            .unwrap_or_default();
+        Self {
+            cpus: std::thread::available_parallelism()
+                .map(usize::from)
+                .unwrap_or(1),
+            os,
+            cpu_model,
+            dynamodb_endpoint: crate::env::dynamodb_endpoint(),
+            loadavg_at_start: std::fs::read_to_string("/proc/loadavg")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// When (UTC).
+    pub generated_at: String,
+    /// `quick` or `full`.
+    pub mode: String,
+    /// Where.
+    pub machine: Machine,
+    /// The prices used.
+    pub prices: Prices,
+    /// Section 1.
+    pub capacity: Option<CapacityReport>,
+    /// Section 2.
+    pub cost: Vec<ScenarioCost>,
+    /// Section 3.
+    pub throughput: Option<ThroughputReport>,
+    /// Section 4.
+    pub cold_start: Vec<ColdStart>,
+    /// Section 5.
+    pub cpu: Option<CpuReport>,
+    /// Targets.
+    pub targets: Vec<Target>,
+}
+
+/// Compares the measurements with the issue's targets.
+pub fn targets(
+    cap: Option<&CapacityReport>,
+    cost: &[ScenarioCost],
+    cold: &[ColdStart],
+    cpu: Option<&CpuReport>,
+) -> Vec<Target> {
+    let mut t = Vec::new();
+    let life = cap.and_then(|c| c.lifecycle(TARGET_SIZE));
+    t.push(Target {
+        name: "write units per job lifecycle (PUSH+FETCH+ACK, 1 KiB args)".into(),
+        limit: "<= 8 WCU".into(),
+        measured: life.map_or("not measured".into(), |l| {
+            format!("{:.1} WCU", l.single.write_units)
+        }),
+        pass: life.map(|l| l.single.write_units <= 8.0 + 1e-9),
+    });
+    t.push(Target {
+        name: "read units per job lifecycle (1 KiB args)".into(),
+        limit: "<= 1 RCU".into(),
+        measured: life.map_or("not measured".into(), |l| {
+            format!("{:.1} RCU", l.single.read_units)
+        }),
+        pass: life.map(|l| l.single.read_units <= 1.0 + 1e-9),
+    });
+    for scenario in ["single", "batched"] {
+        let c = cost
+            .iter()
+            .find(|c| c.scenario == scenario && c.args_bytes == TARGET_SIZE);
+        t.push(Target {
+            name: format!("cost per million jobs through the HTTP API ({scenario}, 1 KiB)"),
+            limit: "< $6.00".into(),
+            measured: c.map_or("not measured".into(), |c| {
+                format!("${:.2}", c.usd_per_million_jobs)
+            }),
+            pass: c.map(|c| c.usd_per_million_jobs < 6.0),
+        });
+    }
+    let worst = |f: fn(&ColdStart) -> f64| {
+        cold.iter()
+            .filter(|c| c.error.is_none())
+            .max_by(|a, b| f(a).total_cmp(&f(b)))
+            .map(|c| (c.function.clone(), f(c)))
+    };
+    for (label, f) in [
+        (
+            "cold start: spawn to first response, slowest function (median)",
+            (|c: &ColdStart| c.first_event_ms) as fn(&ColdStart) -> f64,
+        ),
+        (
+            "cold init: spawn to first Runtime API poll, slowest function (median)",
+            |c: &ColdStart| c.init_ms,
+        ),
+    ] {
+        let w = worst(f);
+        t.push(Target {
+            name: label.into(),
+            limit: "< 50 ms".into(),
+            measured: w
+                .as_ref()
+                .map_or("not measured".into(), |(n, v)| format!("{v:.1} ms ({n})")),
+            pass: w.map(|(_, v)| v < 50.0),
+        });
+    }
+    let single = [ops::PUSH, ops::FETCH_1, ops::ACK];
+    let worst_cpu = cpu.and_then(|c| {
+        c.ops
+            .iter()
+            .filter(|o| single.contains(&o.op.as_str()))
+            .max_by(|a, b| a.cpu_us.total_cmp(&b.cpu_us))
+    });
+    t.push(Target {
+        name: "product CPU per request incl. SDK work, worst of PUSH/FETCH/ACK".into(),
+        limit: "< 200 µs".into(),
+        measured: worst_cpu.map_or("not measured".into(), |o| {
+            format!("{:.0} µs ({})", o.cpu_us, o.op)
+        }),
+        pass: worst_cpu.map(|o| o.cpu_us < 200.0),
+    });
+    t
+}
+
+fn size(b: usize) -> String {
+    if b >= 1024 && b.checked_rem(1024) == Some(0) {
+        format!("{} KiB", b / 1024)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn kib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / 1024.0 / 1024.0)
+}
+
+/// The report as text tables.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "ojs-bench ({} mode) {} | {} CPUs, {} | {} | load {} | DynamoDB {}",
+        r.mode,
+        r.generated_at,
+        r.machine.cpus,
+        r.machine.cpu_model,
+        r.machine.os,
+        r.machine.loadavg_at_start,
+        r.machine.dynamodb_endpoint
+    );
+    if let Some(cap) = &r.capacity {
+        render_capacity(&mut o, cap);
+    }
+    if !r.cost.is_empty() {
+        render_cost(&mut o, r);
+    }
+    if let Some(tp) = &r.throughput {
+        render_throughput(&mut o, tp);
+    }
+    if !r.cold_start.is_empty() {
+        render_cold(&mut o, &r.cold_start);
+    }
+    if let Some(cpu) = &r.cpu {
+        render_cpu(&mut o, cpu);
+    }
+    let _ = writeln!(o, "\n== Targets (issue #9) ==");
+    let _ = writeln!(
+        o,
+        "{:<72} {:>9}  {:<22} result",
+        "target", "limit", "measured"
+    );
+    for t in &r.targets {
+        let res = match t.pass {
+            Some(true) => "PASS",
+            Some(false) => "MISS",
+            None => "-",
+        };
+        let _ = writeln!(o, "{:<72} {:>9}  {:<22} {res}", t.name, t.limit, t.measured);
+    }
+    o
+}
+
+fn render_capacity(o: &mut String, cap: &CapacityReport) {
+    let _ = writeln!(
+        o,
+        "\n== 1. DynamoDB capacity per request (DynamoDB Local, ReturnConsumedCapacity=INDEXES, through the HTTP API) =="
+    );
+    let _ = writeln!(
+        o,
+        "{:<24} {:>7} {:>6} {:>6} {:>7} {:>9} {:>4} | {:>8} {:>8}",
+        "operation", "args", "calls", "RCU", "WCU", "WCU(AWS)", "SQS", "RCU/job", "WCU/job"
+    );
+    for op in &cap.ops {
+        let n = op.jobs_per_request.max(1) as f64;
+        let _ = writeln!(
+            o,
+            "{:<24} {:>7} {:>6.1} {:>6.1} {:>7.1} {:>9.1} {:>4.0} | {:>8.2} {:>8.2}{}",
+            op.op,
+            size(op.args_bytes),
+            op.calls,
+            op.read_units,
+            op.write_units,
+            op.write_units_aws,
+            op.sqs_requests,
+            op.read_units / n,
+            op.write_units_aws / n,
+            if op.stable { "" } else { "  (varied)" }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "WCU = as DynamoDB Local reports; WCU(AWS) differs only for TransactWriteItems, which DynamoDB Local reports as one item: estimated as items x 2 x one PutItem of the job. Per-job figures and costs use WCU(AWS)."
+    );
+    if let Some(f) = &cap.first_push_of_a_queue {
+        let _ = writeln!(
+            o,
+            "(the first PUSH to a queue per instance also registers the queue: {:.0} calls, {:.1} WCU at {})",
+            f.calls,
+            f.write_units,
+            size(f.args_bytes)
+        );
+    }
+    let _ = writeln!(o, "\nPer job lifecycle:");
+    let _ = writeln!(
+        o,
+        "{:<7} {:<48} {:>6} {:>6} {:>6} {:>5} {:>6}",
+        "args", "lifecycle", "calls", "RCU", "WCU", "SQS", "HTTP"
+    );
+    for l in &cap.lifecycles {
+        for (name, p) in [
+            ("single: PUSH + FETCH 1 + ACK", &l.single),
+            ("batched: batch PUSH 100 + FETCH 10 + ACK", &l.batched),
+            (
+                "scheduled: PUSH at + promotion + FETCH 1 + ACK",
+                &l.scheduled,
+            ),
+        ] {
+            let _ = writeln!(
+                o,
+                "{:<7} {:<48} {:>6.2} {:>6.2} {:>6.2} {:>5.2} {:>6.2}",
+                size(l.args_bytes),
+                name,
+                p.calls,
+                p.read_units,
+                p.write_units,
+                p.sqs_requests,
+                p.http_requests
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nWhere the units go at {} (one sample; table + per-index units):",
+        size(TARGET_SIZE)
+    );
+    for op in cap.ops.iter().filter(|op| op.args_bytes == TARGET_SIZE) {
+        let _ = writeln!(o, "  {}:", op.op);
+        for c in &op.breakdown {
+            let idx: Vec<String> = c
+                .index_units
+                .iter()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let units = if c.op.starts_with("SQS") {
+                String::new()
+            } else if c.read_units > 0.0 || c.write_units == 0.0 {
+                format!("{} RCU", c.read_units)
+            } else {
+                format!("{} WCU", c.write_units)
+            };
+            let mut target = c.target.clone();
+            if target.chars().count() > 70 {
+                target = target.chars().take(67).collect::<String>() + "...";
+            }
+            let _ = writeln!(
+                o,
+                "    {:<19} {:<72} {:>8} {}{}",
+                c.op,
+                target,
+                units,
+                if idx.is_empty() {
+                    String::new()
+                } else {
+                    format!("(table {}, {})", c.table_units, idx.join(", "))
+                },
+                if c.ok { "" } else { " [condition failed]" }
+            );
+        }
+    }
+    if !cap.store_counter_agrees {
+        let _ = writeln!(
+            o,
+            "WARNING: the store's own usage counter disagreed with the meter (see stderr)."
+        );
+    }
+}
+
+fn render_cost(o: &mut String, r: &Report) {
+    let p = &r.prices;
+    let _ = writeln!(
+        o,
+        "\n== 2. Cost per million jobs (bench/prices.toml: DynamoDB ${}/M WRU, ${}/M RRU; Lambda ${}/M + ${}/GB-s at {} MB; HTTP API ${}/M; SQS ${}/M) ==",
+        p.dynamodb_write_per_million,
+        p.dynamodb_read_per_million,
+        p.lambda_requests_per_million,
+        p.lambda_gb_second,
+        p.lambda_memory_mb,
+        p.http_api_per_million,
+        p.sqs_per_million
+    );
+    let _ = writeln!(
+        o,
+        "Lambda billed duration per invocation = DynamoDB calls x {} ms (assumed AWS latency) + measured CPU x {:.1} (vCPU share at {} MB), rounded up to 1 ms; the timer adds {} ms (mean sub-second wait) and {} SQS requests (event source receive + delete).",
+        p.dynamodb_call_ms,
+        p.cpu_stretch(),
+        p.lambda_memory_mb,
+        crate::cost::TIMER_WAIT_MS,
+        crate::cost::TIMER_EVENT_SOURCE_SQS
+    );
+    let _ = writeln!(
+        o,
+        "{:<7} {:<10} {:>9}   breakdown (USD per million jobs)",
+        "args", "scenario", "total"
+    );
+    for c in &r.cost {
+        let parts: Vec<String> = c
+            .lines
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {:.2} ({:.2} {})",
+                    l.item, l.usd_per_million_jobs, l.per_job, l.unit
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:<7} {:<10} {:>9}   {}",
+            size(c.args_bytes),
+            c.scenario,
+            format!("${:.2}", c.usd_per_million_jobs),
+            parts.join("; ")
+        );
+    }
+}
+
+fn render_throughput(o: &mut String, tp: &ThroughputReport) {
+    let _ = writeln!(
+        o,
+        "\n== 3. Throughput and latency (local server on DynamoDB Local) =="
+    );
+    let _ = writeln!(o, "Method: {}", tp.method);
+    let _ = writeln!(
+        o,
+        "{:>7} {:>5} {:>8} {:>9} {:>9} | {:>15} {:>15} {:>15} | {:>6} {:>5} | {:>8} {:>8} {:>9} {:>6}",
+        "workers",
+        "jobs",
+        "push/s",
+        "fetch+ack/s",
+        "lifecycle/s",
+        "PUSH p50/p99 ms",
+        "FETCH p50/p99",
+        "ACK p50/p99",
+        "calls/job",
+        "lost",
+        "calls/s",
+        "raw/s",
+        "ceiling/s",
+        "ratio"
+    );
+    for r in &tp.runs {
+        let _ = writeln!(
+            o,
+            "{:>7} {:>5} {:>8.1} {:>11.1} {:>11.1} | {:>15} {:>15} {:>15} | {:>9.2} {:>5} | {:>8.0} {:>8.0} {:>9.1} {:>5.0}%",
+            r.workers,
+            r.jobs,
+            r.push_jobs_per_s,
+            r.consume_jobs_per_s,
+            r.lifecycle_jobs_per_s,
+            format!("{:.1}/{:.1}", r.push.p50_ms, r.push.p99_ms),
+            format!("{:.1}/{:.1}", r.fetch.p50_ms, r.fetch.p99_ms),
+            format!("{:.1}/{:.1}", r.ack.p50_ms, r.ack.p99_ms),
+            r.calls_per_job,
+            r.lost_claims,
+            r.product_calls_per_s,
+            r.ceiling.calls_per_s,
+            r.ceiling_jobs_per_s,
+            r.ratio * 100.0
+        );
+    }
+    for r in tp.runs.iter().filter(|r| r.ceiling.errors > 0) {
+        let _ = writeln!(
+            o,
+            "WARNING: {} of {} raw calls failed at {} workers: {}",
+            r.ceiling.errors,
+            r.ceiling.calls,
+            r.workers,
+            r.ceiling.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "(lost = claims lost to another consumer; calls/s = product DynamoDB calls per second; raw/s = the same calls replayed raw; ceiling/s = raw/s / calls per job)"
+    );
+}
+
+fn render_cold(o: &mut String, cold: &[ColdStart]) {
+    let _ = writeln!(
+        o,
+        "\n== 4. Cold start (fake Lambda Runtime API, x86_64 release binaries, median of {} starts) ==",
+        cold.first().map_or(0, |c| c.runs)
+    );
+    let _ = writeln!(
+        o,
+        "{:<12} {:>10} {:>10} {:>9} {:>11} {:>11} {:>9} {:>8} {:>8}  {:<32} answer",
+        "function",
+        "binary",
+        "zip",
+        "init ms",
+        "1st resp ms",
+        "no-auth ms",
+        "handle ms",
+        "max ms",
+        "RSS MiB",
+        "event"
+    );
+    for c in cold {
+        if let Some(e) = &c.error {
+            let _ = writeln!(o, "{:<12} not measured: {e}", c.function);
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "{:<12} {:>10} {:>10} {:>9.1} {:>11.1} {:>11} {:>9.1} {:>8.1} {:>8}  {:<32} {}",
+            c.function,
+            kib(c.binary_bytes),
+            c.zip_bytes.map_or("-".into(), kib),
+            c.init_ms,
+            c.first_event_ms,
+            c.first_event_auth_off_ms
+                .map_or("-".into(), |v| format!("{v:.1}")),
+            c.handle_ms,
+            c.first_event_max_ms,
+            c.peak_rss_kib
+                .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            c.event.chars().take(32).collect::<String>(),
+            c.answer
+        );
+    }
+    let _ = writeln!(o, "(init = spawn to first poll of /runtime/invocation/next (Lambda's Init Duration); 1st resp = spawn to the response POST of the first event, HTTP functions with an API key as deployed; no-auth = the same with OJS_AUTH=off; handle = event delivered to response, with key)");
+}
+
+fn render_cpu(o: &mut String, cpu: &CpuReport) {
+    let _ = writeln!(
+        o,
+        "\n== 5. CPU per request ({} args) ==",
+        size(cpu.args_bytes)
+    );
+    let _ = writeln!(o, "Method: {}", cpu.method);
+    let _ = writeln!(
+        o,
+        "{:<24} {:>8} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "request", "n", "CPU µs", "(stat) µs", "µs/job", "DDB calls", "own µs", "wall µs"
+    );
+    for c in &cpu.ops {
+        let _ = writeln!(
+            o,
+            "{:<24} {:>8} {:>10.0} {:>11.0} {:>10.0} {:>10} {:>10} {:>10.0}",
+            c.op,
+            c.requests,
+            c.cpu_us,
+            c.cpu_us_stat,
+            c.cpu_us / c.jobs_per_request.max(1) as f64,
+            c.dynamodb_calls.map_or("-".into(), |v| format!("{v:.1}")),
+            c.own_us.map_or("-".into(), |v| format!("{v:.0}")),
+            c.wall_us
+        );
+    }
+    let _ = writeln!(
+        o,
+        "(SDK CPU per raw DynamoDB call in the bench process: {:.0} µs; idle server CPU: {:.0} µs/s, subtracted)",
+        cpu.sdk_us_per_call, cpu.idle_us_per_s
+    );
+}

@@ -810,6 +810,7 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         cases.len(),
         failures.len()
     );
+    app.teardown().await;
     anyhow::ensure!(
         failures.is_empty(),
         "{} of {} cases answered wrongly:\n{}",
@@ -817,7 +818,6 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         cases.len(),
         failures.join("\n")
     );
-    app.teardown().await;
     Ok(())
 }
 

@@ -782,6 +782,7 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
     println!("{}", report.summary());
     println!("outcomes: {outcomes:?}");
     println!("claims whose FETCH answer was lost, then reclaimed: {lost_claims}");
+    rig.teardown().await;
     for kind in Fault::ALL {
         assert!(
             report.injected.get(&kind).copied().unwrap_or(0) > 0,
@@ -795,6 +796,5 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
         problems.len(),
         problems.join("\n")
     );
-    rig.teardown().await;
     Ok(())
 }

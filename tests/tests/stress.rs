@@ -498,6 +498,9 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
         "duplicates (two owners of one lease or one attempt delivered twice): {duplicates}; lost: {lost}; problems: {}",
         problems.len()
     );
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
     anyhow::ensure!(
         problems.is_empty(),
         "{} problems:\n{}",
@@ -509,8 +512,5 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
             .collect::<Vec<_>>()
             .join("\n")
     );
-    if let Ok(app) = Arc::try_unwrap(app) {
-        app.teardown().await;
-    }
     Ok(())
 }

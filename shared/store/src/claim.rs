@@ -158,16 +158,28 @@ impl Store {
         for _ in 0..CLAIM_ROUNDS {
             let wanted = req.count - claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
-            let candidates = self.ready_candidates(queue, page).await?;
+            let mut candidates = self.ready_candidates(queue, page).await?;
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
-            for c in candidates {
-                match self
-                    .claim(queue, &c, req, now, queue_limit, &mut full_keys)
-                    .await?
-                {
+            let mut next = 0;
+            while next < candidates.len() {
+                let c = &candidates[next];
+                let outcome = self
+                    .claim(queue, c, req, now, queue_limit, &mut full_keys)
+                    .await?;
+                next += 1;
+                match outcome {
                     Claim::Won(job) => claimed.push(*job),
-                    Claim::Lost => lost_any = true,
+                    Claim::Lost => {
+                        lost_any = true;
+                        // Other workers are taking this page head first: try a random one
+                        // of the rest next instead of following them down the list
+                        // (strict index order holds whenever nobody competes).
+                        if next < candidates.len() {
+                            let pick = rand::random_range(next..candidates.len());
+                            candidates.swap(next, pick);
+                        }
+                    }
                     Claim::QueueLimited => {
                         lost_any = false;
                         break;

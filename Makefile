@@ -42,6 +42,7 @@ stress:
 
 fuzz:
 	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-core --test fuzz_envelope -- --nocapture --test-threads 4
+	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-proto --test fuzz_decoder -- --nocapture
 
 bench:
 	@bash bench/run.sh $(BENCH_ARGS)

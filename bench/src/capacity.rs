@@ -508,6 +508,8 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                 bail!("FAIL did not leave the job retryable: {}", r.body);
             }
             fail.add(calls);
+            // The retry would come back on the next FETCH of this queue: cancel it.
+            ok(&b.app.cancel(&id).await?, "CANCEL of the retryable job")?;
             // Batch PUSH of 100, drained by FETCHes of 10 and ACKs.
             let jobs: Vec<Value> = (0..BATCH_PUSH).map(|_| job(&q_batch, size)).collect();
             let (r, calls) = b

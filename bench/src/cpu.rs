@@ -52,6 +52,10 @@ pub struct CpuReport {
     pub ops: Vec<CpuCost>,
     /// CPU of one raw SDK call (UpdateItem/PutItem/Query mix) in the bench process, µs.
     pub sdk_us_per_call: f64,
+    /// CPU of the same three calls as hand-written JSON POSTs with reqwest (no SDK: no
+    /// signing, interceptors, endpoint rules or retry machinery), µs per call: the floor
+    /// of an HTTP round trip from the client's side.
+    pub http_floor_us_per_call: f64,
     /// CPU of the idle server per second, µs (subtracted).
     pub idle_us_per_s: f64,
 }
@@ -279,6 +283,7 @@ async fn measure(
 
     let mut out = Vec::new();
     let sdk_us = sdk_cpu_per_call(n).await?;
+    let http_us = http_cpu_per_call(n).await?;
     let calls_of = |op: &str| {
         capacity
             .and_then(|c| c.get(op, args_bytes))
@@ -365,6 +370,7 @@ async fn measure(
         args_bytes,
         ops: out,
         sdk_us_per_call: sdk_us,
+        http_floor_us_per_call: http_us,
         idle_us_per_s: idle_ns_per_s / 1000.0,
     })
 }
@@ -408,6 +414,81 @@ async fn sdk_cpu_per_call(n: usize) -> anyhow::Result<f64> {
                 .limit(1)
                 .send()
                 .await?;
+            anyhow::Ok(())
+        }
+    };
+    for i in 0..20 {
+        round(i).await?;
+    }
+    let pid = std::process::id();
+    let rounds = (n / 3).max(50);
+    let before = cpu_of(pid)?;
+    for i in 0..rounds {
+        round(100 + i).await?;
+    }
+    let after = cpu_of(pid)?;
+    let _ = store.delete_table().await;
+    Ok((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64)
+}
+
+/// CPU of the bench process per DynamoDB call made as a plain JSON POST (reqwest, a dummy
+/// SigV4 header that DynamoDB Local accepts unchecked), same three calls as
+/// [`sdk_cpu_per_call`], µs.
+async fn http_cpu_per_call(n: usize) -> anyhow::Result<f64> {
+    let sdk = crate::env::sdk().await;
+    let table = crate::env::table_name("httpcpu");
+    let store = ojs_store::Store::new(
+        ojs_store::client_for(&sdk),
+        ojs_store::StoreConfig::for_table(&table),
+    );
+    store.ensure_table().await?;
+    let client = reqwest::Client::new();
+    let endpoint = crate::env::dynamodb_endpoint();
+    let pad = "x".repeat(1000);
+    let call = |target: &'static str, body: Value| {
+        let (client, endpoint) = (client.clone(), endpoint.clone());
+        async move {
+            let res = client
+                .post(&endpoint)
+                .header("x-amz-target", format!("DynamoDB_20120810.{target}"))
+                .header("content-type", "application/x-amz-json-1.0")
+                .header(
+                    "authorization",
+                    "AWS4-HMAC-SHA256 Credential=local/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00",
+                )
+                .body(body.to_string())
+                .send()
+                .await?;
+            let status = res.status();
+            let v: Value = res.json().await?;
+            if !status.is_success() {
+                bail!("{target}: {status} {v}");
+            }
+            anyhow::Ok(v)
+        }
+    };
+    let round = |i: usize| {
+        let (table, pad) = (table.clone(), pad.clone());
+        let call = &call;
+        async move {
+            let key = json!({"pk": {"S": format!("SDK#{i}")}, "sk": {"S": "JOB"}});
+            call(
+                "PutItem",
+                json!({"TableName": table, "Item": {"pk": key["pk"], "sk": key["sk"], "pad": {"S": pad}}}),
+            )
+            .await?;
+            call(
+                "UpdateItem",
+                json!({"TableName": table, "Key": key, "UpdateExpression": "SET st = :s",
+                    "ExpressionAttributeValues": {":s": {"S": "active"}}}),
+            )
+            .await?;
+            call(
+                "Query",
+                json!({"TableName": table, "KeyConditionExpression": "pk = :p",
+                    "ExpressionAttributeValues": {":p": key["pk"]}, "Limit": 1}),
+            )
+            .await?;
             anyhow::Ok(())
         }
     };

@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::capacity::{args_of, CapacityReport};
+use crate::stats;
 
 /// CPU of one kind of request.
 #[derive(Debug, Clone, Serialize)]
@@ -29,8 +30,13 @@ pub struct CpuCost {
     pub requests: usize,
     /// Jobs per request.
     pub jobs_per_request: usize,
-    /// Process CPU per request, µs (schedstat).
+    /// Process CPU per request, µs (schedstat): the median over the phase's chunks, so a
+    /// burst of other work on the machine during one chunk does not skew it.
     pub cpu_us: f64,
+    /// The least disturbed chunk's CPU per request, µs.
+    pub cpu_us_min: f64,
+    /// Chunks the phase was measured in.
+    pub chunks: usize,
     /// Process CPU per request, µs (utime+stime; tick resolution).
     pub cpu_us_stat: f64,
     /// DynamoDB calls per request (from the capacity section, at the same size).
@@ -71,8 +77,8 @@ impl CpuReport {
 pub const METHOD: &str =
     "Release ojs-local server as a separate process (RUST_LOG=info, events on, API keys required \
 as deployed (one key, verified once a minute), no timer); \
-N sequential requests per kind; CPU = delta of the server's /proc/<pid>/task/*/schedstat run time \
-(utime+stime from /proc/<pid>/stat as a check) / N, minus idle CPU. Waiting for DynamoDB is not \
+N sequential requests per kind in 5 chunks; CPU = delta of the server's /proc/<pid>/task/*/schedstat \
+run time per request, median chunk (utime+stime of /proc/<pid>/stat over the phase as a check), minus idle CPU. Waiting for DynamoDB is not \
 CPU time, so round trips are excluded; HTTP parsing and AWS SDK work (signing, JSON, hyper) are \
 included (a Lambda pays for them too). own = cpu - DynamoDB calls x SDK CPU per raw call (measured \
 in the bench process with the same client settings).";
@@ -281,7 +287,6 @@ async fn measure(
     let (i1, _) = cpu_of(pid)?;
     let idle_ns_per_s = (i1 - i0) as f64 / idle_start.elapsed().as_secs_f64();
 
-    let mut out = Vec::new();
     let sdk_us = sdk_cpu_per_call(n).await?;
     let http_us = http_cpu_per_call(n).await?;
     let calls_of = |op: &str| {
@@ -290,81 +295,93 @@ async fn measure(
             .map(|o| o.calls)
     };
 
-    // Each phase: (name, requests, jobs per request, request bodies generator).
-    let mut record = |op: &str,
-                      requests: usize,
-                      jobs: usize,
-                      before: (u64, u64),
-                      after: (u64, u64),
-                      wall: Duration| {
-        let secs = wall.as_secs_f64();
-        let ns = (after.0 - before.0) as f64 - idle_ns_per_s * secs;
-        let stat_us = (after.1 - before.1) as f64 / ticks * 1e6;
-        let cpu_us = ns / 1000.0 / requests as f64;
+    let record = |op: &str, jobs: usize, phase: Vec<Chunk>| {
+        let requests: usize = phase.iter().map(|c| c.requests).sum::<usize>().max(1);
+        let secs: f64 = phase.iter().map(|c| c.secs).sum();
+        let per_request: Vec<f64> = phase
+            .iter()
+            .filter(|c| c.requests > 0)
+            .map(|c| (c.ns - idle_ns_per_s * c.secs) / 1000.0 / c.requests as f64)
+            .collect();
+        let ticks_total: f64 = phase.iter().map(|c| c.ticks).sum();
+        let cpu_us = stats::median(&per_request).unwrap_or(f64::NAN);
         let calls = calls_of(op);
-        out.push(CpuCost {
+        CpuCost {
             op: op.to_owned(),
             requests,
             jobs_per_request: jobs,
             cpu_us,
-            cpu_us_stat: stat_us / requests as f64,
+            cpu_us_min: per_request.iter().copied().fold(f64::INFINITY, f64::min),
+            chunks: per_request.len(),
+            cpu_us_stat: ticks_total / ticks * 1e6 / requests as f64,
             dynamodb_calls: calls,
             own_us: calls.map(|c| cpu_us - c * sdk_us),
             wall_us: secs * 1e6 / requests as f64,
-        });
+        }
     };
+    let mut out = Vec::new();
 
     // PUSH x n
-    let (b, t) = (cpu_of(pid)?, Instant::now());
+    let mut p = Phase::start(pid, n)?;
     for _ in 0..n {
+        p.before()?;
         s.post("/ojs/v1/jobs", &job).await?;
+        p.after();
     }
-    record(ops::PUSH, n, 1, b, cpu_of(pid)?, t.elapsed());
+    out.push(record(ops::PUSH, 1, p.finish()?));
     // FETCH (1 job) x n
     let mut fetched = Vec::with_capacity(n);
-    let (b, t) = (cpu_of(pid)?, Instant::now());
+    let mut p = Phase::start(pid, n)?;
     for _ in 0..n {
+        p.before()?;
         let f = s
             .post(
                 "/ojs/v1/workers/fetch",
                 &json!({"queues": [queue], "worker_id": "cpu"}),
             )
             .await?;
+        p.after();
         fetched.extend(ids(&f));
     }
-    record(ops::FETCH_1, n, 1, b, cpu_of(pid)?, t.elapsed());
+    out.push(record(ops::FETCH_1, 1, p.finish()?));
     if fetched.len() != n {
         bail!("FETCH returned {} jobs for {n} requests", fetched.len());
     }
     // ACK x n
-    let (b, t) = (cpu_of(pid)?, Instant::now());
+    let mut p = Phase::start(pid, n)?;
     for id in &fetched {
+        p.before()?;
         s.post(
             "/ojs/v1/workers/ack",
             &json!({"job_id": id, "worker_id": "cpu", "result": {"ok": true}}),
         )
         .await?;
+        p.after();
     }
-    record(ops::ACK, n, 1, b, cpu_of(pid)?, t.elapsed());
-    // Batch PUSH of 100 x n/100 (at least 3), FETCH of 10 for those jobs.
-    let batches = (n / 100).max(3);
+    out.push(record(ops::ACK, 1, p.finish()?));
+    // Batch PUSH of 100 x n/100 (at least 5), FETCH of 10 for those jobs.
+    let batches = (n / 100).max(5);
     let batch: Vec<Value> = (0..100).map(|_| batch_job.clone()).collect();
-    let (b, t) = (cpu_of(pid)?, Instant::now());
+    let mut p = Phase::start(pid, batches)?;
     for _ in 0..batches {
+        p.before()?;
         s.post("/ojs/v1/jobs/batch", &json!({ "jobs": batch }))
             .await?;
+        p.after();
     }
-    record(ops::BATCH_PUSH, batches, 100, b, cpu_of(pid)?, t.elapsed());
+    out.push(record(ops::BATCH_PUSH, 100, p.finish()?));
     let fetches = batches * 10;
-    let (b, t) = (cpu_of(pid)?, Instant::now());
+    let mut p = Phase::start(pid, fetches)?;
     for _ in 0..fetches {
+        p.before()?;
         s.post(
             "/ojs/v1/workers/fetch",
             &json!({"queues": [batch_queue], "count": 10, "worker_id": "cpu"}),
         )
         .await?;
+        p.after();
     }
-    record(ops::FETCH_10, fetches, 10, b, cpu_of(pid)?, t.elapsed());
+    out.push(record(ops::FETCH_10, 10, p.finish()?));
     Ok(CpuReport {
         method: METHOD.into(),
         args_bytes,
@@ -420,15 +437,20 @@ async fn sdk_cpu_per_call(n: usize) -> anyhow::Result<f64> {
     for i in 0..20 {
         round(i).await?;
     }
+    // Median of CHUNKS runs, like the server phases.
     let pid = std::process::id();
-    let rounds = (n / 3).max(50);
-    let before = cpu_of(pid)?;
-    for i in 0..rounds {
-        round(100 + i).await?;
+    let rounds = (n / 3 / CHUNKS).max(20);
+    let mut per_call = Vec::new();
+    for c in 0..CHUNKS {
+        let before = cpu_of(pid)?;
+        for i in 0..rounds {
+            round(100 + c * rounds + i).await?;
+        }
+        let after = cpu_of(pid)?;
+        per_call.push((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64);
     }
-    let after = cpu_of(pid)?;
     let _ = store.delete_table().await;
-    Ok((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64)
+    stats::median(&per_call).context("no samples")
 }
 
 /// CPU of the bench process per DynamoDB call made as a plain JSON POST (reqwest, a dummy
@@ -495,13 +517,85 @@ async fn http_cpu_per_call(n: usize) -> anyhow::Result<f64> {
     for i in 0..20 {
         round(i).await?;
     }
+    // Median of CHUNKS runs, like the server phases.
     let pid = std::process::id();
-    let rounds = (n / 3).max(50);
-    let before = cpu_of(pid)?;
-    for i in 0..rounds {
-        round(100 + i).await?;
+    let rounds = (n / 3 / CHUNKS).max(20);
+    let mut per_call = Vec::new();
+    for c in 0..CHUNKS {
+        let before = cpu_of(pid)?;
+        for i in 0..rounds {
+            round(100 + c * rounds + i).await?;
+        }
+        let after = cpu_of(pid)?;
+        per_call.push((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64);
     }
-    let after = cpu_of(pid)?;
     let _ = store.delete_table().await;
-    Ok((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64)
+    stats::median(&per_call).context("no samples")
+}
+
+/// Chunks a phase is split into.
+const CHUNKS: usize = 5;
+
+/// The server's CPU over a run of requests.
+struct Chunk {
+    ns: f64,
+    ticks: f64,
+    secs: f64,
+    requests: usize,
+}
+
+/// Measures a phase of `total` requests in [`CHUNKS`] chunks.
+struct Phase {
+    pid: u32,
+    size: usize,
+    done: Vec<Chunk>,
+    start: (u64, u64),
+    at: Instant,
+    count: usize,
+}
+
+impl Phase {
+    fn start(pid: u32, total: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            pid,
+            size: total.div_ceil(CHUNKS).max(1),
+            done: Vec::new(),
+            start: cpu_of(pid)?,
+            at: Instant::now(),
+            count: 0,
+        })
+    }
+
+    /// Before each request: closes the chunk when it is full.
+    fn before(&mut self) -> anyhow::Result<()> {
+        if self.count >= self.size {
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    fn after(&mut self) {
+        self.count += 1;
+    }
+
+    fn close(&mut self) -> anyhow::Result<()> {
+        let now = cpu_of(self.pid)?;
+        self.done.push(Chunk {
+            ns: now.0.saturating_sub(self.start.0) as f64,
+            ticks: now.1.saturating_sub(self.start.1) as f64,
+            secs: self.at.elapsed().as_secs_f64(),
+            requests: self.count,
+        });
+        self.start = now;
+        self.at = Instant::now();
+        self.count = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> anyhow::Result<Vec<Chunk>> {
+        if self.count > 0 {
+            self.close()?;
+        }
+        Ok(self.done)
+    }
 }

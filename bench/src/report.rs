@@ -558,16 +558,17 @@ fn render_cpu(o: &mut String, cpu: &CpuReport) {
     let _ = writeln!(o, "Method: {}", cpu.method);
     let _ = writeln!(
         o,
-        "{:<24} {:>8} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
-        "request", "n", "CPU µs", "(stat) µs", "µs/job", "DDB calls", "own µs", "wall µs"
+        "{:<24} {:>8} {:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "request", "n", "CPU µs", "min µs", "(stat) µs", "µs/job", "DDB calls", "own µs", "wall µs"
     );
     for c in &cpu.ops {
         let _ = writeln!(
             o,
-            "{:<24} {:>8} {:>10.0} {:>11.0} {:>10.0} {:>10} {:>10} {:>10.0}",
+            "{:<24} {:>8} {:>10.0} {:>8.0} {:>11.0} {:>10.0} {:>10} {:>10} {:>10.0}",
             c.op,
             c.requests,
             c.cpu_us,
+            c.cpu_us_min,
             c.cpu_us_stat,
             c.cpu_us / c.jobs_per_request.max(1) as f64,
             c.dynamodb_calls.map_or("-".into(), |v| format!("{v:.1}")),

@@ -6,7 +6,7 @@
 # with scripts/local-aws.sh, and whatever this run started is stopped again at the end.
 # Builds the release binaries it measures (every Lambda function, ojs-local, ojs-bench).
 # Arguments go to ojs-bench, e.g. `bench/run.sh --quick`; without --json the results go to
-# bench/results.json.
+# bench/results.json (bench/results-quick.json with --quick).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,9 +47,12 @@ for manifest in functions/*/Cargo.toml; do
 done
 cargo build --release "${packages[@]}"
 
+# The recorded full run lives in bench/results.json (docs/performance.md quotes it); a quick
+# run writes bench/results-quick.json instead of overwriting it.
 args=("$@")
 case " $* " in
     *" --json "*) ;;
+    *" --quick "*) args+=(--json bench/results-quick.json) ;;
     *) args+=(--json bench/results.json) ;;
 esac
 target_dir="${CARGO_TARGET_DIR:-target}"

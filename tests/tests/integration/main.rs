@@ -1,0 +1,23 @@
+//! The integration tests, linked into one test binary: each test binary links the whole AWS
+//! SDK, so one binary instead of fifteen saves minutes of linking and gigabytes of disk.
+//! Each module is one area; run one with a filter, e.g.
+//! `cargo test -p ojs-tests --test integration auth::`.
+//!
+//! The conformance suite (`tests/tests/conformance.rs`) and the load test
+//! (`tests/tests/stress.rs`) keep binaries of their own: both are long and are run alone.
+
+mod advanced;
+mod api;
+mod auth;
+mod bad_input;
+mod cloudq;
+mod faults;
+mod iam;
+mod lambda;
+mod proto;
+mod reliability;
+mod scheduling;
+mod schemas;
+mod smoke;
+mod table_definition;
+mod workflows;

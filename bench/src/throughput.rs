@@ -124,7 +124,13 @@ async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Resu
     let sdk = crate::env::sdk().await;
     let meter = Meter::default();
     let table = crate::env::table_name("throughput");
-    let store = Store::new(meter.dynamodb_client(&sdk), StoreConfig::for_table(&table));
+    // `OJS_QUEUE_SHARDS` as the server reads it (default 1), to measure sharded queues.
+    let shards = std::env::var("OJS_QUEUE_SHARDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let store = Store::new(meter.dynamodb_client(&sdk), StoreConfig::for_table(&table))
+        .with_queue_shards(shards);
     store
         .ensure_table()
         .await

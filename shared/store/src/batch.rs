@@ -149,7 +149,7 @@ impl Store {
     /// The transaction items of one job: the job, and its unique lock (live locks are not
     /// taken over inside a batch: a batch with a duplicate is refused whole).
     fn plan(&self, index: usize, job: &Job) -> Result<Planned, StoreError> {
-        let job_item = item::job_to_item(job);
+        let job_item = item::job_to_item(job, self.queue_shards());
         let mut keys = vec![item::job_key(&job.id)];
         let mut items = vec![TransactWriteItem::builder()
             .put(

@@ -142,7 +142,8 @@ impl Store {
         })
     }
 
-    /// Claims from one queue into `claimed`, up to the request's count.
+    /// Claims from one queue into `claimed`, up to the request's count. A sharded queue is
+    /// walked shard by shard from a random one, so racing workers start apart.
     async fn claim_from(
         &self,
         queue: &QueueName,
@@ -151,21 +152,55 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
         claimed: &mut Vec<Job>,
     ) -> Result<(), StoreError> {
-        self.promote_due(queue, now).await?;
+        let shards = self.queue_shards();
+        let first = if shards > 1 {
+            rand::random_range(0..shards)
+        } else {
+            0
+        };
         // Concurrency keys found full during this FETCH (and when they free): later
         // candidates of the same key are refused without reading its holders again.
         let mut full_keys: HashMap<String, i64> = HashMap::new();
+        for k in 0..shards {
+            if claimed.len() >= req.count {
+                break;
+            }
+            let shard = (first + k) % shards;
+            let limited = self
+                .claim_from_shard(queue, shard, req, now, queue_limit, claimed, &mut full_keys)
+                .await?;
+            if limited {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims from one shard of a queue. True when the queue's own rate limit refused a
+    /// start, which ends the queue for this FETCH.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_from_shard(
+        &self,
+        queue: &QueueName,
+        shard: u16,
+        req: &FetchRequest,
+        now: Timestamp,
+        queue_limit: Option<&RateLimitPolicy>,
+        claimed: &mut Vec<Job>,
+        full_keys: &mut HashMap<String, i64>,
+    ) -> Result<bool, StoreError> {
+        self.promote_due_shard(queue, shard, now).await?;
         for _ in 0..CLAIM_ROUNDS {
             let wanted = req.count - claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
-            let mut candidates = self.ready_candidates(queue, page).await?;
+            let mut candidates = self.ready_candidates(queue, shard, page).await?;
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
             let mut next = 0;
             while next < candidates.len() {
                 let c = &candidates[next];
                 let outcome = self
-                    .claim(queue, c, req, now, queue_limit, &mut full_keys)
+                    .claim(queue, c, req, now, queue_limit, full_keys)
                     .await?;
                 next += 1;
                 match outcome {
@@ -180,10 +215,7 @@ impl Store {
                             candidates.swap(next, pick);
                         }
                     }
-                    Claim::QueueLimited => {
-                        lost_any = false;
-                        break;
-                    }
+                    Claim::QueueLimited => return Ok(true),
                 }
                 if claimed.len() >= req.count {
                     break;
@@ -193,12 +225,13 @@ impl Store {
                 break;
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     async fn ready_candidates(
         &self,
         queue: &QueueName,
+        shard: u16,
         limit: i32,
     ) -> Result<Vec<Candidate>, StoreError> {
         let out = self
@@ -207,7 +240,7 @@ impl Store {
             .table_name(self.table())
             .index_name(READY_INDEX.name)
             .key_condition_expression("gsi1pk = :pk")
-            .expression_attribute_values(":pk", s(keys::ready_pk(queue)))
+            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
             .limit(limit)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
@@ -284,7 +317,7 @@ impl Store {
             (":now".to_owned(), ts(&now)),
             (":one".to_owned(), n(1)),
             (":lease".to_owned(), n(lease_until.timestamp_micros())),
-            (":duepk".to_owned(), s(keys::due_pk(queue))),
+            (":duepk".to_owned(), s(self.due_pk(queue, &c.id))),
             (":duesk".to_owned(), s(keys::due_sk(&due, priority, &c.id))),
             (":wid".to_owned(), wid.clone()),
         ]);
@@ -520,7 +553,7 @@ impl Store {
                 ":spec",
                 crate::item::json(&serde_json::Value::Object(spec.to_json())),
             )
-            .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+            .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(":duesk", s(keys::due_sk(&at, job.spec.priority, &job.id)))
             .expression_attribute_values(":one", n(1))
             .send()
@@ -575,10 +608,25 @@ impl Store {
     }
 
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
-    /// come, and active jobs whose lease expired. Returns how many moved.
+    /// come, and active jobs whose lease expired (one batch from each shard). Returns how
+    /// many moved.
     pub async fn promote_due(
         &self,
         queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let mut moved = 0;
+        for shard in 0..self.queue_shards() {
+            moved += self.promote_due_shard(queue, shard, now).await?;
+        }
+        Ok(moved)
+    }
+
+    /// One batch of [`Store::promote_due`] from one shard of the queue.
+    async fn promote_due_shard(
+        &self,
+        queue: &QueueName,
+        shard: u16,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         let out = self
@@ -587,7 +635,7 @@ impl Store {
             .table_name(self.table())
             .index_name(DUE_INDEX.name)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-            .expression_attribute_values(":pk", s(keys::due_pk(queue)))
+            .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
             .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
             .limit(DUE_BATCH)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -642,7 +690,7 @@ impl Store {
             .expression_attribute_values(":available", s(JobState::Available.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(keys::ready_pk(queue)))
+            .expression_attribute_values(":readypk", s(self.ready_pk(queue, &id)))
             .expression_attribute_values(":readysk", s(keys::ready_sk(priority, &now, &id)));
         let set = "#state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
                    version = version + :one";

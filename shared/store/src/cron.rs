@@ -295,7 +295,7 @@ impl Store {
             self.register_queue(job.spec.queue.as_str()).await?;
             let put = Put::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(job)))
+                .set_item(Some(item::job_to_item(job, self.queue_shards())))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;

@@ -178,7 +178,7 @@ impl Store {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
             .send()
             .await;

@@ -68,8 +68,9 @@ pub(crate) fn check_spec_size(job: &Job) -> Result<(), StoreError> {
 }
 
 /// The full item of a freshly enqueued job.
-pub(crate) fn job_to_item(job: &Job) -> Item {
+pub(crate) fn job_to_item(job: &Job, shards: u16) -> Item {
     let st = &job.status;
+    let shard = keys::shard_of(&job.id, shards);
     let mut item = job_key(&job.id);
     let spec = Value::Object(job.spec.to_json());
     item.insert("spec".into(), json(&spec));
@@ -97,14 +98,14 @@ pub(crate) fn job_to_item(job: &Job) -> Item {
     match st.state {
         JobState::Available => {
             let at = st.enqueued_at.unwrap_or(st.created_at);
-            item.insert("gsi1pk".into(), s(keys::ready_pk(&job.spec.queue)));
+            item.insert("gsi1pk".into(), s(keys::ready_pk(&job.spec.queue, shard)));
             item.insert(
                 "gsi1sk".into(),
                 s(keys::ready_sk(job.spec.priority, &at, &job.id)),
             );
             // The sweep discards it at its expiry even if nobody fetches the queue.
             if let Some(expires) = &job.spec.expires_at {
-                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue)));
+                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue, shard)));
                 item.insert(
                     "gsi2sk".into(),
                     s(keys::due_sk(expires, job.spec.priority, &job.id)),
@@ -113,7 +114,7 @@ pub(crate) fn job_to_item(job: &Job) -> Item {
         }
         JobState::Scheduled => {
             if let Some(at) = &job.spec.scheduled_at {
-                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue)));
+                item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue, shard)));
                 item.insert(
                     "gsi2sk".into(),
                     s(keys::due_sk(at, job.spec.priority, &job.id)),
@@ -229,7 +230,7 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let job = Job::enqueue(new, time::now());
-        let item = job_to_item(&job);
+        let item = job_to_item(&job, 1);
         // Ready now, and due at its expiry so the sweep can discard it unfetched.
         assert!(item.contains_key("gsi1pk") && item.contains_key("gsi2pk"));
         assert_eq!(job_from_item(&item).ok(), Some(job));
@@ -241,7 +242,7 @@ mod tests {
             json!({"type": "a", "args": [], "scheduled_at": "2099-01-01T00:00:00Z"}),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let item = job_to_item(&Job::enqueue(new, time::now()));
+        let item = job_to_item(&Job::enqueue(new, time::now()), 1);
         assert!(item.contains_key("gsi2pk") && !item.contains_key("gsi1pk"));
     }
 }

@@ -63,7 +63,7 @@ impl Store {
             .client
             .put_item()
             .table_name(self.table())
-            .set_item(Some(item::job_to_item(job)))
+            .set_item(Some(item::job_to_item(job, self.queue_shards())))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)

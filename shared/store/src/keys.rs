@@ -26,9 +26,36 @@ pub(crate) fn queue_counts_sk(queue: &str) -> String {
     format!("~COUNTS#{queue}")
 }
 
-/// Ready-index partition of a queue.
-pub(crate) fn ready_pk(queue: &QueueName) -> String {
-    format!("READY#{queue}")
+/// Most shards a queue's ready and due partitions can be split into.
+pub const MAX_QUEUE_SHARDS: u16 = 64;
+
+/// The shard of a queue that holds a job's ready and due entries: a fixed hash of the job
+/// id (FNV-1a, so every process and every release agrees), modulo the shard count.
+pub(crate) fn shard_of(id: &JobId, shards: u16) -> u16 {
+    if shards <= 1 {
+        return 0;
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.to_string().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    u16::try_from(hash % u64::from(shards)).unwrap_or(0)
+}
+
+/// Shard 0 keeps the unsharded name, so a table written with one shard reads the same
+/// after the count grows.
+fn sharded(prefix: &str, queue: &QueueName, shard: u16) -> String {
+    if shard == 0 {
+        format!("{prefix}#{queue}")
+    } else {
+        format!("{prefix}#{queue}#{shard}")
+    }
+}
+
+/// Ready-index partition of one shard of a queue.
+pub(crate) fn ready_pk(queue: &QueueName, shard: u16) -> String {
+    sharded("READY", queue, shard)
 }
 
 /// Priority rendered so that ascending order means higher priority first.
@@ -45,9 +72,9 @@ pub(crate) fn ready_sk(priority: i32, enqueued_at: &Timestamp, id: &JobId) -> St
     )
 }
 
-/// Due-index partition of a queue.
-pub(crate) fn due_pk(queue: &QueueName) -> String {
-    format!("DUE#{queue}")
+/// Due-index partition of one shard of a queue.
+pub(crate) fn due_pk(queue: &QueueName, shard: u16) -> String {
+    sharded("DUE", queue, shard)
 }
 
 /// Due-index sort key: the time the job becomes actionable, then priority, then id. The
@@ -129,6 +156,35 @@ mod tests {
         ];
         keys.sort();
         assert_eq!(keys, vec![high_early, high_late, normal, low]);
+    }
+
+    #[test]
+    fn shards_are_stable_and_spread() {
+        // Fixed vectors: a change of hash would strand every entry written before it.
+        let id = JobId::parse("019b0000-0000-7000-8000-000000000000").ok();
+        let shards: Vec<u16> = [1, 2, 4, 16, 64]
+            .iter()
+            .filter_map(|n| id.as_ref().map(|id| shard_of(id, *n)))
+            .collect();
+        assert_eq!(shards, vec![0, 1, 1, 5, 5]);
+        let queue = QueueName::parse("emails").ok();
+        assert_eq!(
+            queue.as_ref().map(|q| (ready_pk(q, 0), ready_pk(q, 3), due_pk(q, 0), due_pk(q, 3))),
+            Some((
+                "READY#emails".to_owned(),
+                "READY#emails#3".to_owned(),
+                "DUE#emails".to_owned(),
+                "DUE#emails#3".to_owned()
+            ))
+        );
+        let mut counts = [0_u32; 8];
+        for _ in 0..8_000 {
+            counts[usize::from(shard_of(&JobId::generate(), 8))] += 1;
+        }
+        assert!(
+            counts.iter().all(|c| (800..1_200).contains(c)),
+            "uneven shards: {counts:?}"
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
+pub use keys::MAX_QUEUE_SHARDS;
 pub use jobs::{AckRequest, FailOutcome};
 pub use queues::{QueueInfo, QueueSettings, QueueStats};
 pub use schemas::{SchemaEntry, SchemaPut};
@@ -63,13 +64,20 @@ pub struct StoreConfig {
     /// The CloudWatch namespace of the Embedded Metric Format lines printed for
     /// lifecycle events; none when metrics are off.
     pub metrics_namespace: Option<String>,
+    /// How many partitions each queue's ready and due entries are spread over (1 to
+    /// [`MAX_QUEUE_SHARDS`]). One keeps strict priority and FIFO order per queue; more
+    /// lift the per-queue write ceiling of one partition (docs/performance.md, "Scale on
+    /// paper") at the price of order being strict only within a shard. It may grow on a
+    /// live table, never shrink: entries in shards past a smaller count would be stranded.
+    pub queue_shards: u16,
 }
 
 impl StoreConfig {
     /// Reads `OJS_TABLE` (default `ojs`), `OJS_RETENTION_DAYS` (default 7),
     /// `OJS_EVENTS` (`on`/`off`, default on), `OJS_EVENT_RETENTION_HOURS` (default 24),
-    /// and `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
-    /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`).
+    /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
+    /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), and `OJS_QUEUE_SHARDS` (default 1,
+    /// at most [`MAX_QUEUE_SHARDS`]).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -85,6 +93,10 @@ impl StoreConfig {
             event_retention: Duration::from_secs(event_hours * 3_600),
             metrics_namespace: (var("OJS_METRICS").as_deref() == Some("emf"))
                 .then(|| var("OJS_METRICS_NAMESPACE").unwrap_or_else(|| "OpenJobSpec".into())),
+            queue_shards: var("OJS_QUEUE_SHARDS")
+                .and_then(|v| v.parse::<u16>().ok())
+                .unwrap_or(1)
+                .clamp(1, MAX_QUEUE_SHARDS),
         }
     }
 
@@ -96,6 +108,7 @@ impl StoreConfig {
             events: true,
             event_retention: Duration::from_secs(86_400),
             metrics_namespace: None,
+            queue_shards: 1,
         }
     }
 }
@@ -143,6 +156,30 @@ impl Store {
     pub fn with_timer(mut self, timer: Timer) -> Self {
         self.timer = Some(timer);
         self
+    }
+
+    /// The same store with each queue spread over `shards` partitions (clamped to
+    /// 1..=[`MAX_QUEUE_SHARDS`]); see [`StoreConfig::queue_shards`].
+    pub fn with_queue_shards(mut self, shards: u16) -> Self {
+        let mut config = (*self.config).clone();
+        config.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS);
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// How many shards each queue has.
+    pub fn queue_shards(&self) -> u16 {
+        self.config.queue_shards
+    }
+
+    /// The ready-index partition that holds `id` when it is available.
+    pub(crate) fn ready_pk(&self, queue: &ojs_core::QueueName, id: &ojs_core::JobId) -> String {
+        keys::ready_pk(queue, keys::shard_of(id, self.queue_shards()))
+    }
+
+    /// The due-index partition that holds `id` when it waits for a time.
+    pub(crate) fn due_pk(&self, queue: &ojs_core::QueueName, id: &ojs_core::JobId) -> String {
+        keys::due_pk(queue, keys::shard_of(id, self.queue_shards()))
     }
 
     /// The timer queue, when configured.

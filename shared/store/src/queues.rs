@@ -263,9 +263,24 @@ impl Store {
 
     /// Counts for one queue: live states from the sparse indexes (a COUNT Query of the
     /// ready index and a keys-and-state Query of the due index), terminal states from
-    /// atomic counters added by each terminal transition.
+    /// atomic counters added by each terminal transition. A sharded queue is counted shard
+    /// by shard.
     pub async fn queue_stats(&self, queue: &ojs_core::QueueName) -> Result<QueueStats, StoreError> {
         let mut stats = QueueStats::default();
+        for shard in 0..self.queue_shards() {
+            self.count_live(queue, shard, &mut stats).await?;
+        }
+        self.count_finished(queue, &mut stats).await?;
+        Ok(stats)
+    }
+
+    /// Adds one shard's live jobs to `stats`.
+    async fn count_live(
+        &self,
+        queue: &ojs_core::QueueName,
+        shard: u16,
+        stats: &mut QueueStats,
+    ) -> Result<(), StoreError> {
         let mut start = None;
         loop {
             let out = self
@@ -274,7 +289,7 @@ impl Store {
                 .table_name(self.table())
                 .index_name(crate::schema::READY_INDEX.name)
                 .key_condition_expression("gsi1pk = :pk")
-                .expression_attribute_values(":pk", s(keys::ready_pk(queue)))
+                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
                 .select(aws_sdk_dynamodb::types::Select::Count)
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -294,7 +309,7 @@ impl Store {
                 .table_name(self.table())
                 .index_name(crate::schema::DUE_INDEX.name)
                 .key_condition_expression("gsi2pk = :pk")
-                .expression_attribute_values(":pk", s(keys::due_pk(queue)))
+                .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
@@ -319,6 +334,15 @@ impl Store {
                 break;
             }
         }
+        Ok(())
+    }
+
+    /// Sets the terminal-state counts of `stats` from the queue's counters.
+    async fn count_finished(
+        &self,
+        queue: &ojs_core::QueueName,
+        stats: &mut QueueStats,
+    ) -> Result<(), StoreError> {
         let out = self
             .client
             .get_item()
@@ -341,7 +365,7 @@ impl Store {
             stats.discarded = get("discarded");
             stats.cancelled = get("cancelled");
         }
-        Ok(stats)
+        Ok(())
     }
 
     /// Counts a terminal transition (`ADD`, never read-modify-write). Best effort: a

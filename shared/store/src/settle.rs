@@ -120,7 +120,7 @@ impl Store {
                     .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
                     .expression_attribute_values(":next", ts(&next))
                     .expression_attribute_values(":delay", n(delay.as_millis()))
-                    .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+                    .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
                     .expression_attribute_values(
                         ":duesk",
                         s(keys::due_sk(&next, job.spec.priority, &job.id)),
@@ -135,7 +135,7 @@ impl Store {
                     ))
                     .expression_attribute_values(":available", s(JobState::Available.as_str()))
                     .expression_attribute_values(":now", ts(&now))
-                    .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+                    .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
                     .expression_attribute_values(
                         ":readysk",
                         s(keys::ready_sk(job.spec.priority, &now, &job.id)),
@@ -273,7 +273,7 @@ impl Store {
             .expression_attribute_values(":available", s(JobState::Available.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, &job.id)))
             .send()
             .await;
@@ -307,7 +307,7 @@ impl Store {
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":available", s(JobState::Available.as_str()))
             .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":duepk", s(keys::due_pk(&job.spec.queue)))
+            .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(
                 ":duesk",
                 s(keys::due_sk(&expires, job.spec.priority, &job.id)),

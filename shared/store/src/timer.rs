@@ -190,11 +190,13 @@ impl Store {
         let to = now + chrono::Duration::from_std(MAX_DELAY).unwrap_or_default();
         let mut targets = Vec::new();
         for queue in queues {
-            for (id, due) in self
-                .due_between(&crate::keys::due_pk(queue), &from, &to)
-                .await?
-            {
-                targets.push((TimerTarget::Job { job_id: id }, due));
+            for shard in 0..self.queue_shards() {
+                for (id, due) in self
+                    .due_between(&crate::keys::due_pk(queue, shard), &from, &to)
+                    .await?
+                {
+                    targets.push((TimerTarget::Job { job_id: id }, due));
+                }
             }
         }
         for (name, due) in self

@@ -136,7 +136,7 @@ impl Store {
             .build()];
         for (i, (job, step)) in jobs.iter().zip(&spec.steps).enumerate() {
             self.register_queue(job.spec.queue.as_str()).await?;
-            let mut it = item::job_to_item(job);
+            let mut it = item::job_to_item(job, self.queue_shards());
             it.insert("wf_id".into(), s(id.clone()));
             it.insert("wf_step".into(), n(i));
             if !step.depends_on.is_empty() {
@@ -385,7 +385,7 @@ impl Store {
             .expression_attribute_values(":version", n(job.status.version))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(keys::ready_pk(&job.spec.queue)))
+            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
             .send()
             .await;
@@ -512,7 +512,7 @@ impl Store {
             self.register_queue(job.spec.queue.as_str()).await?;
             let put = Put::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(job)))
+                .set_item(Some(item::job_to_item(job, self.queue_shards())))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;

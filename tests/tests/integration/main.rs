@@ -18,6 +18,7 @@ mod proto;
 mod reliability;
 mod scheduling;
 mod schemas;
+mod sharding;
 mod smoke;
 mod table_definition;
 mod workflows;

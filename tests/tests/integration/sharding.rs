@@ -1,0 +1,231 @@
+//! Sharded queues (`OJS_QUEUE_SHARDS`, docs/performance.md "Scale on paper"): a queue's
+//! ready and due entries are spread over several index partitions, FETCH walks them from a
+//! random shard, and every job is still delivered exactly once per attempt.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ojs_tests::fault_proxy::table_items;
+use ojs_tests::{fresh_store, Reply, TestApp};
+use reqwest::Method;
+use serde_json::json;
+
+const SHARDS: u16 = 4;
+
+fn id_of(reply: &Reply) -> String {
+    reply.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The distinct values of `attr` over the table's job items.
+async fn partitions(table: &str, attr: &str) -> anyhow::Result<BTreeSet<String>> {
+    Ok(table_items(table)
+        .await?
+        .iter()
+        .filter(|i| i.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str) == Some("JOB"))
+        .filter_map(|i| i.get(attr)?.as_s().ok().cloned())
+        .collect())
+}
+
+#[tokio::test]
+async fn entries_spread_over_every_shard_and_stats_add_them_up() -> anyhow::Result<()> {
+    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(SHARDS)).await?;
+    // 40 of each: a shard left empty by chance has odds of 4 x (3/4)^40, about 1 in 25,000.
+    for i in 0..40 {
+        let r = app
+            .push(json!({"type": "s.now", "args": [i], "options": {"queue": "sharded"}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+        let r = app
+            .push(json!({"type": "s.later", "args": [i], "options": {"queue": "sharded"},
+                "scheduled_at": "2099-01-01T00:00:00Z"}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    }
+    let want = |prefix: &str| -> BTreeSet<String> {
+        std::iter::once(format!("{prefix}#sharded"))
+            .chain((1..SHARDS).map(|s| format!("{prefix}#sharded#{s}")))
+            .collect()
+    };
+    assert_eq!(partitions(app.store.table(), "gsi1pk").await?, want("READY"));
+    assert_eq!(partitions(app.store.table(), "gsi2pk").await?, want("DUE"));
+    let stats = app
+        .call(Method::GET, "/ojs/v1/queues/sharded/stats", None)
+        .await?
+        .body;
+    assert_eq!(stats["queue"]["available"], 40, "{stats}");
+    assert_eq!(stats["queue"]["scheduled"], 40, "{stats}");
+    // FETCH finds jobs in every shard: all 40 come out, then the queue is empty.
+    let mut fetched = BTreeSet::new();
+    for _ in 0..40 {
+        let r = app.fetch(json!({"queues": ["sharded"], "count": 5})).await?;
+        anyhow::ensure!(r.status == 200, "{:?}", r.body);
+        let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            break;
+        }
+        for j in jobs {
+            anyhow::ensure!(
+                fetched.insert(j["id"].as_str().unwrap_or_default().to_owned()),
+                "fetched twice: {j}"
+            );
+        }
+    }
+    assert_eq!(fetched.len(), 40);
+    let stats = app
+        .call(Method::GET, "/ojs/v1/queues/sharded/stats", None)
+        .await?
+        .body;
+    assert_eq!(stats["queue"]["available"], 0, "{stats}");
+    assert_eq!(stats["queue"]["active"], 40, "{stats}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn growing_the_shard_count_strands_nothing() -> anyhow::Result<()> {
+    // Jobs written with one shard, then served by a store with four over the same table.
+    let before = TestApp::spawn_on_store(fresh_store().await?).await?;
+    let mut pushed = BTreeSet::new();
+    for i in 0..30 {
+        let r = before
+            .push(json!({"type": "s.grow", "args": [i], "options": {"queue": "grow"}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+        pushed.insert(id_of(&r));
+    }
+    let after = TestApp::spawn_on_store(before.store.clone().with_queue_shards(SHARDS)).await?;
+    let mut fetched = BTreeSet::new();
+    for _ in 0..30 {
+        let r = after.fetch(json!({"queues": ["grow"], "count": 4})).await?;
+        anyhow::ensure!(r.status == 200, "{:?}", r.body);
+        let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            break;
+        }
+        for j in jobs {
+            let id = j["id"].as_str().unwrap_or_default().to_owned();
+            // Its lease now sits in the shard the new count gives it; ACK clears it there.
+            let ack = after.ack(json!({"job_id": id})).await?;
+            anyhow::ensure!(ack.status == 200, "{:?}", ack.body);
+            fetched.insert(id);
+        }
+    }
+    assert_eq!(fetched, pushed);
+    after.teardown().await;
+    before.teardown().await;
+    Ok(())
+}
+
+/// What a racing worker saw: every (job, attempt) it was handed.
+type Deliveries = Arc<Mutex<HashMap<(String, u64), usize>>>;
+
+#[tokio::test]
+async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -> anyhow::Result<()>
+{
+    const JOBS: usize = 200;
+    let app =
+        Arc::new(TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(SHARDS)).await?);
+    // Every fifth job fails its first attempt and comes back through its shard of the due
+    // index, so both sharded indexes are raced over.
+    let mut retried = BTreeSet::new();
+    let mut pushed = Vec::new();
+    for i in 0..JOBS {
+        let r = app
+            .push(json!({"type": "s.race", "args": [i], "options": {"queue": "race", "priority": i % 3,
+                "retry": {"max_attempts": 2, "initial_interval": "PT0.2S", "jitter": false}}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+        let id = id_of(&r);
+        if i % 5 == 0 {
+            retried.insert(id.clone());
+        }
+        pushed.push(id);
+    }
+    let retried = Arc::new(retried);
+    let deliveries: Deliveries = Arc::default();
+    let completed = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let workers = (0..32)
+        .map(|w| {
+            let (app, retried, deliveries, completed) = (
+                Arc::clone(&app),
+                Arc::clone(&retried),
+                Arc::clone(&deliveries),
+                Arc::clone(&completed),
+            );
+            tokio::spawn(async move {
+                let worker = format!("w{w}");
+                while completed.load(Ordering::SeqCst) < JOBS && Instant::now() < deadline {
+                    let r = app
+                        .fetch(json!({"queues": ["race"], "count": 1 + w % 3, "worker_id": worker}))
+                        .await?;
+                    anyhow::ensure!(r.status == 200, "fetch failed: {:?}", r.body);
+                    let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
+                    if jobs.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    for j in jobs {
+                        let id = j["id"].as_str().unwrap_or_default().to_owned();
+                        let attempt = j["attempt"].as_u64().unwrap_or_default();
+                        anyhow::ensure!(j["state"] == "active", "bad claim {j}");
+                        if let Ok(mut seen) = deliveries.lock() {
+                            *seen.entry((id.clone(), attempt)).or_default() += 1;
+                        }
+                        if attempt == 1 && retried.contains(&id) {
+                            let r = app
+                                .nack(json!({"job_id": id, "worker_id": worker,
+                                    "error": {"type": "test.retry", "message": "first attempt fails"}}))
+                                .await?;
+                            anyhow::ensure!(r.status == 200, "nack refused: {:?}", r.body);
+                        } else {
+                            let r = app.ack(json!({"job_id": id, "worker_id": worker})).await?;
+                            anyhow::ensure!(r.status == 200, "ack of own job refused: {:?}", r.body);
+                            completed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        // Spawn all 32 before awaiting any, so they really race.
+        .collect::<Vec<_>>();
+    for w in workers {
+        w.await??;
+    }
+    let seen = deliveries
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    anyhow::ensure!(twice.is_empty(), "attempts delivered twice: {twice:?}");
+    for id in &pushed {
+        let attempts = if retried.contains(id) { 2 } else { 1 };
+        for a in 1..=attempts {
+            anyhow::ensure!(
+                seen.contains_key(&(id.clone(), a)),
+                "job {id} attempt {a} was never delivered"
+            );
+        }
+        anyhow::ensure!(
+            !seen.contains_key(&(id.clone(), attempts + 1)),
+            "job {id} was delivered after it finished"
+        );
+        let info = app.info(id).await?;
+        anyhow::ensure!(
+            info.body["job"]["state"] == "completed",
+            "{id}: {:?}",
+            info.body
+        );
+    }
+    assert_eq!(completed.load(Ordering::SeqCst), JOBS);
+    assert_eq!(seen.len(), JOBS + retried.len());
+    if let Ok(app) = Arc::try_unwrap(app) {
+        app.teardown().await;
+    }
+    Ok(())
+}

@@ -77,7 +77,10 @@ impl Store {
             }
             let put_job = Put::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(stored.as_ref().unwrap_or(job), self.queue_shards())))
+                .set_item(Some(item::job_to_item(
+                    stored.as_ref().unwrap_or(job),
+                    self.queue_shards(),
+                )))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;

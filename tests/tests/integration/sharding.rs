@@ -41,8 +41,10 @@ async fn entries_spread_over_every_shard_and_stats_add_them_up() -> anyhow::Resu
             .await?;
         anyhow::ensure!(r.status == 201, "{:?}", r.body);
         let r = app
-            .push(json!({"type": "s.later", "args": [i], "options": {"queue": "sharded"},
-                "scheduled_at": "2099-01-01T00:00:00Z"}))
+            .push(
+                json!({"type": "s.later", "args": [i], "options": {"queue": "sharded"},
+                "scheduled_at": "2099-01-01T00:00:00Z"}),
+            )
             .await?;
         anyhow::ensure!(r.status == 201, "{:?}", r.body);
     }
@@ -51,7 +53,10 @@ async fn entries_spread_over_every_shard_and_stats_add_them_up() -> anyhow::Resu
             .chain((1..SHARDS).map(|s| format!("{prefix}#sharded#{s}")))
             .collect()
     };
-    assert_eq!(partitions(app.store.table(), "gsi1pk").await?, want("READY"));
+    assert_eq!(
+        partitions(app.store.table(), "gsi1pk").await?,
+        want("READY")
+    );
     assert_eq!(partitions(app.store.table(), "gsi2pk").await?, want("DUE"));
     let stats = app
         .call(Method::GET, "/ojs/v1/queues/sharded/stats", None)
@@ -62,7 +67,9 @@ async fn entries_spread_over_every_shard_and_stats_add_them_up() -> anyhow::Resu
     // FETCH finds jobs in every shard: all 40 come out, then the queue is empty.
     let mut fetched = BTreeSet::new();
     for _ in 0..40 {
-        let r = app.fetch(json!({"queues": ["sharded"], "count": 5})).await?;
+        let r = app
+            .fetch(json!({"queues": ["sharded"], "count": 5}))
+            .await?;
         anyhow::ensure!(r.status == 200, "{:?}", r.body);
         let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
         if jobs.is_empty() {

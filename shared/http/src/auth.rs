@@ -79,11 +79,30 @@ fn random_hex(bytes: usize) -> String {
         .collect()
 }
 
+/// Argon2id memory (KiB) and passes for new keys. A password hash's cost is there to slow
+/// the guessing of secrets people choose; a key's secret is 256 random bits, whose odds no
+/// cost setting changes, while the crate's default cost (19 MiB, 2 passes) was most of a
+/// cold instance's first authenticated response (61-84 ms here, ~300 ms estimated on a
+/// 256 MB Lambda). Hashes carry their parameters, so keys hashed at another cost still
+/// verify at the cost they were hashed with.
+const KEY_HASH_MEMORY_KIB: u32 = 1024;
+const KEY_HASH_PASSES: u32 = 1;
+
+fn key_hasher() -> Result<Argon2<'static>, StoreError> {
+    let params = argon2::Params::new(KEY_HASH_MEMORY_KIB, KEY_HASH_PASSES, 1, None)
+        .map_err(|e| StoreError::Backend(format!("hash parameters: {e}")))?;
+    Ok(Argon2::new(
+        argon2::Algorithm::Argon2id,
+        argon2::Version::V0x13,
+        params,
+    ))
+}
+
 fn hash_secret(secret: &str) -> Result<String, StoreError> {
     let salt_bytes: [u8; 16] = rand::random();
     let salt = SaltString::encode_b64(&salt_bytes)
         .map_err(|e| StoreError::Backend(format!("salt: {e}")))?;
-    Argon2::default()
+    key_hasher()?
         .hash_password(secret.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| StoreError::Backend(format!("hashing: {e}")))
@@ -221,7 +240,7 @@ impl Authenticator {
     }
 }
 
-/// Argon2 verification (constant time in the secret).
+/// Argon2 verification (constant time in the secret), at the parameters the hash names.
 fn verify(secret: &str, hash: &str) -> bool {
     PasswordHash::new(hash)
         .map(|h| {
@@ -284,11 +303,27 @@ mod tests {
     fn a_hash_verifies_its_secret_and_nothing_else() -> Result<(), StoreError> {
         let secret = random_hex(32);
         let hash = hash_secret(&secret)?;
-        assert!(hash.starts_with("$argon2id$"));
+        assert!(hash.starts_with("$argon2id$v=19$m=1024,t=1,p=1$"), "{hash}");
         assert!(!hash.contains(&secret));
         assert!(verify(&secret, &hash));
         assert!(!verify(&random_hex(32), &hash));
         assert!(!verify(&secret, "not a hash"));
+        Ok(())
+    }
+
+    #[test]
+    fn keys_hashed_at_another_cost_still_verify() -> Result<(), StoreError> {
+        // A key created before the cost changed: the crate's default (19 MiB, 2 passes).
+        let secret = random_hex(32);
+        let salt =
+            SaltString::encode_b64(&[7_u8; 16]).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let hash = Argon2::default()
+            .hash_password(secret.as_bytes(), &salt)
+            .map_err(|e| StoreError::Backend(e.to_string()))?
+            .to_string();
+        assert!(hash.contains("$m=19456,t=2,p=1$"), "{hash}");
+        assert!(verify(&secret, &hash));
+        assert!(!verify(&random_hex(32), &hash));
         Ok(())
     }
 

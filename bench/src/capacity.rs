@@ -210,9 +210,53 @@ struct Bench {
     agrees: std::sync::atomic::AtomicBool,
 }
 
-/// `args` whose JSON form is exactly `size` bytes: `["xxx…"]`.
+/// `args` whose JSON form is exactly `size` bytes and that compress like a real payload:
+/// an order with lines of random SKUs, quantities, prices and customer ids, and a note of
+/// words to make up the size (deterministic for a size). The store deflates large requests
+/// (shared/store/src/item.rs), so a run of one repeated byte, which deflates to almost
+/// nothing, would flatter every capacity figure. Sizes too small for an order are a string.
 pub fn args_of(size: usize) -> Value {
-    json!(["x".repeat(size.saturating_sub(4))])
+    const WORDS: [&str; 16] = [
+        "please", "deliver", "before", "noon", "fragile", "gift", "wrap", "leave", "at", "the",
+        "door", "call", "on", "arrival", "back", "entrance",
+    ];
+    // A 64-bit LCG (Knuth's MMIX constants): no dependency, same values on every machine.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ size as u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        state >> 16
+    };
+    let order = format!("ord_{:012x}", next() & 0xffff_ffff_ffff);
+    let with =
+        |lines: &[Value], note: &str| json!([{"order": order, "lines": lines, "note": note}]);
+    if with(&[], "").to_string().len() > size {
+        return json!(["x".repeat(size.saturating_sub(4))]);
+    }
+    let mut lines: Vec<Value> = Vec::new();
+    loop {
+        let line = json!({
+            "sku": format!("SKU-{:05}", next() % 100_000),
+            "qty": 1 + next() % 9,
+            "price": format!("{}.{:02}", next() % 500, next() % 100),
+            "customer": format!("cus_{:012x}", next() & 0xffff_ffff_ffff),
+        });
+        lines.push(line);
+        if with(&lines, "").to_string().len() > size {
+            lines.pop();
+            break;
+        }
+    }
+    let missing = size - with(&lines, "").to_string().len();
+    let mut note = String::new();
+    while note.len() < missing {
+        let word = WORDS[usize::try_from(next() % 16).unwrap_or(0)];
+        note.push_str(word);
+        note.push(' ');
+    }
+    note.truncate(missing);
+    with(&lines, &note)
 }
 
 fn job(queue: &str, size: usize) -> Value {
@@ -614,4 +658,25 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         ]);
     }
     Ok((ops_out, lifecycles, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_have_the_exact_size_and_compress_like_real_payloads() {
+        for size in [10, 60, 100, 1_024, 10_240] {
+            let args = args_of(size);
+            let text = args.to_string();
+            assert_eq!(text.len(), size, "{text}");
+            assert_eq!(args, args_of(size), "not deterministic");
+            if size >= 1_024 {
+                // Real JSON deflates 2-4x; a repeated byte would deflate ~50x.
+                let packed = miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 6).len();
+                let ratio = size as f64 / packed as f64;
+                assert!((1.5..4.5).contains(&ratio), "ratio {ratio:.2} at {size}");
+            }
+        }
+    }
 }

@@ -1,29 +1,10 @@
 //! The local AWS environment: DynamoDB Local and moto unless the environment names
 //! other endpoints (the same defaults as the tests crate).
 
-/// Points the SDK at DynamoDB Local (127.0.0.1:8000) and moto (127.0.0.1:5000) unless
-/// `AWS_ENDPOINT_URL*` is set, with dummy credentials and a region. Call it before
-/// spawning threads.
+/// The tests crate's local defaults: DynamoDB Local and moto unless `AWS_ENDPOINT_URL*`
+/// is set, dummy credentials and a region. Call it before spawning threads.
 pub fn local_defaults() {
-    let set = |k: &str, v: &str| {
-        if std::env::var_os(k).is_none() {
-            std::env::set_var(k, v);
-        }
-    };
-    if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none()
-        && std::env::var_os("AWS_ENDPOINT_URL").is_none()
-    {
-        set("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000");
-    }
-    if std::env::var_os("AWS_ENDPOINT_URL_SQS").is_none()
-        && std::env::var_os("AWS_ENDPOINT_URL").is_none()
-    {
-        set("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:5000");
-    }
-    set("AWS_REGION", "us-east-1");
-    set("AWS_ACCESS_KEY_ID", "local");
-    set("AWS_SECRET_ACCESS_KEY", "local");
-    set("AWS_EC2_METADATA_DISABLED", "true");
+    ojs_tests::default_local_env();
 }
 
 /// The DynamoDB endpoint in use.

@@ -36,9 +36,10 @@ pub struct Reply {
     pub body: Value,
 }
 
-/// Points the SDK at DynamoDB Local on 127.0.0.1:8000 unless the environment names an
-/// endpoint, so `cargo test` works with `scripts/local-aws.sh start` alone.
-fn default_local_env() {
+/// Points the SDK at DynamoDB Local (127.0.0.1:8000) and moto (127.0.0.1:5000) unless the
+/// environment names an endpoint, with dummy credentials and a region, so `cargo test`
+/// works with `scripts/local-aws.sh start` alone. Call it before spawning threads.
+pub fn default_local_env() {
     let set = |k: &str, v: &str| {
         if std::env::var_os(k).is_none() {
             // SAFETY-free: tests call this before spawning threads that read env.

@@ -538,21 +538,25 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut spec = job.spec.clone();
         spec.scheduled_at = Some(at);
+        // The request is rewritten in whichever form is smaller now; the other goes.
+        let (spec_attr, spec_value) = crate::item::spec_attribute(&spec);
+        let other = if spec_attr == crate::item::SPEC_JSON {
+            crate::item::SPEC_DEFLATED
+        } else {
+            crate::item::SPEC_JSON
+        };
         let out = self
             .update(&job.id)
-            .update_expression(
-                "SET #state = :scheduled, spec = :spec, gsi2pk = :duepk, gsi2sk = :duesk, \
-                 version = version + :one REMOVE gsi1pk, gsi1sk, enqueued_at",
-            )
+            .update_expression(format!(
+                "SET #state = :scheduled, {spec_attr} = :spec, gsi2pk = :duepk, gsi2sk = :duesk, \
+                 version = version + :one REMOVE gsi1pk, gsi1sk, enqueued_at, {other}"
+            ))
             .condition_expression("#state = :available AND version = :version")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":scheduled", s(JobState::Scheduled.as_str()))
             .expression_attribute_values(":available", s(JobState::Available.as_str()))
             .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(
-                ":spec",
-                crate::item::json(&serde_json::Value::Object(spec.to_json())),
-            )
+            .expression_attribute_values(":spec", spec_value)
             .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
             .expression_attribute_values(":duesk", s(keys::due_sk(&at, job.spec.priority, &job.id)))
             .expression_attribute_values(":one", n(1))

@@ -1,7 +1,9 @@
 //! The one place that maps jobs to DynamoDB items and back.
 //!
 //! Layout of a job item (`pk = JOB#<id>`, `sk = JOB`):
-//! - `spec` (S): the immutable request as canonical JSON;
+//! - `spec` (S): the immutable request as canonical JSON, or `specz` (B) the same JSON
+//!   deflated when that is smaller ([`spec_attribute`]): a write is billed per KB of the
+//!   whole item, and every transition rewrites it, so 1 KiB of args is paid at every step;
 //! - `state`, `queue`, `attempt`, `version`, timestamps (S, RFC 3339), `lease_until` and
 //!   `expires_us` (N, epoch microseconds), `worker_id`;
 //! - `result`, `error` (S, JSON) and `errors` (L of S, JSON), so a transition can set or
@@ -54,6 +56,50 @@ pub(crate) fn job_key(id: &JobId) -> Item {
 /// item to the status, the result and the error history.
 pub(crate) const MAX_SPEC_BYTES: usize = 256 * 1024;
 
+/// Requests at least this long (as JSON) are stored deflated when that saves space.
+const DEFLATE_FROM_BYTES: usize = 384;
+
+/// The stored form of a job's request: `spec` (S, JSON) or `specz` (B, deflated JSON),
+/// whichever is smaller. Deflate level 6 takes ~10 µs per KiB; real JSON args shrink about
+/// 2-4x, which keeps a job with 1 KiB of args under the 1 KB write unit. Readers accept
+/// both, so items written before stay readable.
+pub(crate) fn spec_attribute(spec: &JobSpec) -> (&'static str, AttributeValue) {
+    let text = Value::Object(spec.to_json()).to_string();
+    if text.len() >= DEFLATE_FROM_BYTES {
+        let packed = miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 6);
+        if packed.len() < text.len() {
+            return (
+                SPEC_DEFLATED,
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(packed)),
+            );
+        }
+    }
+    (SPEC_JSON, s(text))
+}
+
+/// The attribute holding the request as JSON text.
+pub(crate) const SPEC_JSON: &str = "spec";
+/// The attribute holding the request as deflated JSON.
+pub(crate) const SPEC_DEFLATED: &str = "specz";
+
+/// The request of a job item, from whichever attribute holds it.
+fn spec_of(item: &Item) -> Result<Option<Value>, StoreError> {
+    if let Some(raw) = get_json(item, SPEC_JSON)? {
+        return Ok(Some(raw));
+    }
+    let Some(packed) = item.get(SPEC_DEFLATED).and_then(|v| v.as_b().ok()) else {
+        return Ok(None);
+    };
+    // The limit guards against a corrupt blob inflating without end; a stored request
+    // is at most MAX_SPEC_BYTES.
+    let text =
+        miniz_oxide::inflate::decompress_to_vec_with_limit(packed.as_ref(), 2 * MAX_SPEC_BYTES)
+            .map_err(|e| StoreError::Corrupt(format!("{SPEC_DEFLATED}: {e:?}")))?;
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(format!("{SPEC_DEFLATED}: {e}")))
+}
+
 /// Refuses a job whose request alone would crowd its item (fields such as `tags` or
 /// `unique` have no limit of their own below the 1 MiB body).
 pub(crate) fn check_spec_size(job: &Job) -> Result<(), StoreError> {
@@ -72,8 +118,8 @@ pub(crate) fn job_to_item(job: &Job, shards: u16) -> Item {
     let st = &job.status;
     let shard = keys::shard_of(&job.id, shards);
     let mut item = job_key(&job.id);
-    let spec = Value::Object(job.spec.to_json());
-    item.insert("spec".into(), json(&spec));
+    let (attr, spec) = spec_attribute(&job.spec);
+    item.insert(attr.into(), spec);
     item.insert("state".into(), s(st.state.as_str()));
     item.insert("queue".into(), s(job.spec.queue.as_str()));
     item.insert("attempt".into(), n(st.attempt));
@@ -164,7 +210,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         .and_then(|pk| pk.strip_prefix("JOB#"))
         .and_then(|raw| JobId::parse(raw).ok())
         .ok_or_else(|| corrupt("pk"))?;
-    let spec_json = get_json(item, "spec")?.ok_or_else(|| corrupt("spec"))?;
+    let spec_json = spec_of(item)?.ok_or_else(|| corrupt("spec"))?;
     let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
     let errors = match item.get("errors").and_then(|v| v.as_l().ok()) {
         Some(list) => list
@@ -221,6 +267,54 @@ mod tests {
     use super::*;
     use ojs_core::NewJob;
     use serde_json::json;
+
+    fn job_with_args(args: Value) -> Job {
+        let new = NewJob::from_json(json!({"type": "orders.ship", "args": args}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Job::enqueue(new, time::now())
+    }
+
+    #[test]
+    fn small_requests_stay_json_and_large_ones_are_deflated_and_read_back() {
+        let small = job_with_args(json!([1, "two"]));
+        let item = job_to_item(&small, 1);
+        assert!(item.contains_key(SPEC_JSON) && !item.contains_key(SPEC_DEFLATED));
+        assert_eq!(job_from_item(&item).ok(), Some(small));
+
+        let lines: Vec<Value> = (0..12)
+            .map(|i| {
+                json!({"sku": format!("SKU-{}", 40_000 + i * 37), "qty": i % 4 + 1,
+                "price": format!("{}.{:02}", 10 + i * 3, i * 7 % 100), "warehouse": "eu-central"})
+            })
+            .collect();
+        let large = job_with_args(json!([{"order": "ord_7f3a91", "lines": lines}]));
+        let text_len = Value::Object(large.spec.to_json()).to_string().len();
+        let item = job_to_item(&large, 1);
+        let packed = item
+            .get(SPEC_DEFLATED)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().len());
+        assert!(!item.contains_key(SPEC_JSON));
+        assert!(
+            packed.is_some_and(|p| p * 2 < text_len),
+            "{packed:?} of {text_len}"
+        );
+        assert_eq!(job_from_item(&item).ok(), Some(large));
+    }
+
+    #[test]
+    fn a_corrupt_deflated_request_is_reported_not_guessed() {
+        let job = job_with_args(Value::Array(vec![json!("a"); 200]));
+        let mut item = job_to_item(&job, 1);
+        assert!(item.contains_key(SPEC_DEFLATED));
+        item.insert(
+            SPEC_DEFLATED.into(),
+            AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0xff; 40])),
+        );
+        assert!(matches!(job_from_item(&item), Err(StoreError::Corrupt(_))));
+        item.remove(SPEC_DEFLATED);
+        assert!(matches!(job_from_item(&item), Err(StoreError::Corrupt(_))));
+    }
 
     #[test]
     fn round_trip_of_a_fresh_job() {

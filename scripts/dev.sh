@@ -16,29 +16,12 @@ export OJS_HOST="${OJS_HOST:-127.0.0.1}"
 # create a key with `cargo run -p ojs-local --bin ojs-keys -- create <name>`).
 export OJS_AUTH="${OJS_AUTH:-off}"
 
-started_file=""
-cleanup() {
-    if [ -n "$started_file" ]; then
-        if [ -s "$started_file" ]; then
-            # shellcheck disable=SC2046
-            scripts/local-aws.sh stop $(cat "$started_file") || true
-        fi
-        rm -f "$started_file"
-        started_file=""
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/local-aws-session.sh
+source scripts/local-aws-session.sh
+trap local_aws_down EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-if [ -n "${AWS_ENDPOINT_URL_DYNAMODB:-}" ] || [ -n "${AWS_ENDPOINT_URL:-}" ]; then
-    echo "dev: using DynamoDB at ${AWS_ENDPOINT_URL_DYNAMODB:-$AWS_ENDPOINT_URL} (from the environment); not starting local AWS" >&2
-else
-    scripts/local-aws.sh install
-    started_file="$(mktemp)"
-    OJS_LOCAL_AWS_STARTED_FILE="$started_file" scripts/local-aws.sh start
-    eval "$(scripts/local-aws.sh env)"
-fi
+local_aws_up dev
 
 echo "dev: ojs-local on http://$OJS_HOST:$OJS_PORT (table $OJS_TABLE); Ctrl-C to stop" >&2
 # A debug build: it shares compiled dependencies with `make test` and starts in seconds

@@ -10,31 +10,18 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-started_file=""
+# shellcheck source=scripts/local-aws-session.sh
+source scripts/local-aws-session.sh
 log=""
 cleanup() {
-    if [ -n "$started_file" ]; then
-        if [ -s "$started_file" ]; then
-            # shellcheck disable=SC2046
-            scripts/local-aws.sh stop $(cat "$started_file") || true
-        fi
-        rm -f "$started_file"
-        started_file=""
-    fi
+    local_aws_down
     if [ -n "$log" ]; then rm -f "$log"; log=""; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ -n "${AWS_ENDPOINT_URL_DYNAMODB:-}" ] || [ -n "${AWS_ENDPOINT_URL:-}" ]; then
-    echo "test: using DynamoDB at ${AWS_ENDPOINT_URL_DYNAMODB:-$AWS_ENDPOINT_URL} (from the environment); not starting local AWS" >&2
-else
-    scripts/local-aws.sh install
-    started_file="$(mktemp)"
-    OJS_LOCAL_AWS_STARTED_FILE="$started_file" scripts/local-aws.sh start
-    eval "$(scripts/local-aws.sh env)"
-fi
+local_aws_up test
 
 log="$(mktemp)"
 t0=$SECONDS

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use ojs_store::{Store, StoreConfig, Timer, TimerMessage, TimerTarget};
+use ojs_store::{Store, Timer, TimerMessage, TimerTarget};
 use ojs_tests::{Reply, TestApp};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -294,7 +294,7 @@ impl Bench {
         let sdk = crate::env::sdk().await;
         let meter = Meter::default();
         let table = crate::env::table_name("capacity");
-        let store = Store::new(meter.dynamodb_client(&sdk), StoreConfig::for_table(&table));
+        let store = Store::new(meter.dynamodb_client(&sdk), crate::env::store_config(&table));
         store
             .ensure_table()
             .await

@@ -7,6 +7,16 @@ pub fn local_defaults() {
     ojs_tests::default_local_env();
 }
 
+/// Store settings for a bench table: the server's own environment settings
+/// (`OJS_EVENTS`, `OJS_QUEUE_SHARDS`, retention; `StoreConfig::from_env`) over `table`, so
+/// `OJS_EVENTS=off make bench` measures what a deployment with events off pays.
+pub fn store_config(table: &str) -> ojs_store::StoreConfig {
+    ojs_store::StoreConfig {
+        table: table.to_owned(),
+        ..ojs_store::StoreConfig::from_env()
+    }
+}
+
 /// The DynamoDB endpoint in use.
 pub fn dynamodb_endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB")

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ojs_store::{Store, StoreConfig};
+use ojs_store::Store;
 use ojs_tests::TestApp;
 use serde::Serialize;
 use serde_json::json;
@@ -124,13 +124,7 @@ async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Resu
     let sdk = crate::env::sdk().await;
     let meter = Meter::default();
     let table = crate::env::table_name("throughput");
-    // `OJS_QUEUE_SHARDS` as the server reads it (default 1), to measure sharded queues.
-    let shards = std::env::var("OJS_QUEUE_SHARDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let store = Store::new(meter.dynamodb_client(&sdk), StoreConfig::for_table(&table))
-        .with_queue_shards(shards);
+    let store = Store::new(meter.dynamodb_client(&sdk), crate::env::store_config(&table));
     store
         .ensure_table()
         .await

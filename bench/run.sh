@@ -12,29 +12,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-started_file=""
-cleanup() {
-    if [ -n "$started_file" ]; then
-        if [ -s "$started_file" ]; then
-            # shellcheck disable=SC2046
-            scripts/local-aws.sh stop $(cat "$started_file") || true
-        fi
-        rm -f "$started_file"
-        started_file=""
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/local-aws-session.sh
+source scripts/local-aws-session.sh
+trap local_aws_down EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-if [ -n "${AWS_ENDPOINT_URL_DYNAMODB:-}" ] || [ -n "${AWS_ENDPOINT_URL:-}" ]; then
-    echo "bench: using DynamoDB at ${AWS_ENDPOINT_URL_DYNAMODB:-$AWS_ENDPOINT_URL} (from the environment); not starting local AWS" >&2
-else
-    scripts/local-aws.sh install
-    started_file="$(mktemp)"
-    OJS_LOCAL_AWS_STARTED_FILE="$started_file" scripts/local-aws.sh start
-    eval "$(scripts/local-aws.sh env)"
-fi
+local_aws_up bench
 
 # The function packages are discovered by ojs-bench itself (functions/*/Cargo.toml);
 # build them here too so the build shows up front, before anything is timed.

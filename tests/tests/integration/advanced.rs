@@ -524,8 +524,10 @@ async fn on_limit_reschedule_moves_a_refused_job_to_when_its_limit_frees() -> an
     )?;
     let ahead = at.timestamp() - ojs_core::time::now().timestamp();
     assert!((50..=61).contains(&ahead), "scheduled {ahead} s ahead");
-    // Window refusals reschedule to the window's end.
-    let throttled = json!({"type": "t.job", "queue": "tq", "args": [], "rate_limit": {"key": "tk", "rate": {"limit": 1, "period": "PT1H"}, "on_limit": "reschedule"}});
+    // Window refusals reschedule to the window's end. The args are large enough to be
+    // stored deflated, so the rewrite of the request on reschedule is checked too.
+    let big_args = json!([{"note": "fragile, leave at the back door ".repeat(20), "n": 7}]);
+    let throttled = json!({"type": "t.job", "queue": "tq", "args": big_args, "rate_limit": {"key": "tk", "rate": {"limit": 1, "period": "PT1H"}, "on_limit": "reschedule"}});
     app.push(throttled.clone()).await?;
     let later = app.push(throttled).await?;
     assert_eq!(
@@ -538,6 +540,21 @@ async fn on_limit_reschedule_moves_a_refused_job_to_when_its_limit_frees() -> an
         .info(later.body["job"]["id"].as_str().unwrap_or_default())
         .await?;
     assert_eq!(info.body["job"]["state"], "scheduled", "{}", info.body);
+    assert_eq!(info.body["job"]["args"], big_args);
+    let later_pk = format!(
+        "JOB#{}",
+        later.body["job"]["id"].as_str().unwrap_or_default()
+    );
+    let items = ojs_tests::fault_proxy::table_items(app.store.table()).await?;
+    let item = items
+        .iter()
+        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&later_pk))
+        .ok_or_else(|| anyhow::anyhow!("no item for {later_pk}"))?;
+    assert!(
+        item.contains_key("specz") && !item.contains_key("spec"),
+        "one stored form, deflated: {:?}",
+        item.keys().collect::<Vec<_>>()
+    );
     // Queue-level limits cannot carry concurrency.
     let refused = app
         .call(

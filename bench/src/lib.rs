@@ -12,8 +12,11 @@ pub mod cold_start;
 pub mod cost;
 pub mod cpu;
 pub mod env;
-pub mod lambda_runtime;
 pub mod meter;
 pub mod report;
 pub mod stats;
 pub mod throughput;
+
+/// The fake Lambda Runtime API the cold-start bench runs the functions against (it lives
+/// in the tests crate, shared with the Lambda-level tests).
+pub use ojs_tests::lambda_runtime;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ojs_tests::fresh_store;
-use ojs_tests::lambda_runtime::{http_api_event, Outcome, RunningFunction};
+use ojs_tests::lambda_runtime::{events, FunctionSpec, LambdaProcess, Outcome};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
@@ -22,6 +22,23 @@ const PACKAGES: [&str; 5] = [
 ];
 
 static BUILT: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// How long one invocation may take.
+const INVOKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The variables of this process the functions get (the sandbox starts them with an
+/// otherwise empty environment): the AWS endpoints, region and credentials that
+/// `ojs_tests::default_local_env` sets (DynamoDB Local, moto SQS) or the caller chose.
+const AWS_ENV: [&str; 8] = [
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_EC2_METADATA_DISABLED",
+];
 
 /// Builds the function binaries (debug, sharing the test build's dependencies) and
 /// returns the directory holding them.
@@ -49,14 +66,29 @@ async fn binaries() -> anyhow::Result<&'static PathBuf> {
         .await
 }
 
-async fn start(bin: &str, table: &str, extra: &[(&str, &str)]) -> anyhow::Result<RunningFunction> {
+/// Starts the `bin` function on `table` with auth off, logs at warn and stdout captured;
+/// `extra` variables go last, so they override those.
+async fn start(bin: &str, table: &str, extra: &[(&str, &str)]) -> anyhow::Result<LambdaProcess> {
     let path = binaries().await?.join(bin);
-    let mut env = vec![
-        ("OJS_TABLE", table.to_owned()),
-        ("OJS_AUTH", "off".to_owned()),
-    ];
-    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    RunningFunction::spawn(&path, &env).await
+    let mut spec = FunctionSpec::new(path, &format!("ojs-{bin}")).capture_stdout();
+    for key in AWS_ENV {
+        if let Ok(value) = std::env::var(key) {
+            spec = spec.env(key, value);
+        }
+    }
+    spec = spec
+        .env("RUST_LOG", "warn")
+        .env("OJS_TABLE", table)
+        .env("OJS_AUTH", "off");
+    for (k, v) in extra {
+        spec = spec.env(k, *v);
+    }
+    LambdaProcess::spawn(&spec).await
+}
+
+/// Invokes `f` with `event` and returns its answer.
+async fn invoke(f: &mut LambdaProcess, event: Value) -> anyhow::Result<Outcome> {
+    Ok(f.invoke(event, INVOKE_TIMEOUT).await?.outcome)
 }
 
 /// Status and parsed body of an API Gateway v2 response.
@@ -75,16 +107,19 @@ fn http_reply(outcome: Outcome) -> anyhow::Result<(u16, Value, Value)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Result<()> {
     let store = fresh_store().await?;
-    let jobs = start("jobs", store.table(), &[]).await?;
-    let workers = start("workers", store.table(), &[("OJS_METRICS", "emf")]).await?;
-    let system = start("system", store.table(), &[]).await?;
+    let mut jobs = start("jobs", store.table(), &[]).await?;
+    let mut workers = start("workers", store.table(), &[("OJS_METRICS", "emf")]).await?;
+    let mut system = start("system", store.table(), &[]).await?;
 
     let push = json!({"type": "email.send", "queue": "lambda-q", "args": ["a@example.com"]});
     let (status, headers, body) = http_reply(
-        jobs.invoke(http_api_event("POST", "/ojs/v1/jobs", Some(&push), &[]))
-            .await?,
+        invoke(
+            &mut jobs,
+            events::http_api("POST", "/ojs/v1/jobs", Some(&push)),
+        )
+        .await?,
     )?;
-    let init = jobs.spawned.elapsed();
+    let init = jobs.spawned_at().elapsed();
     assert_eq!(status, 201, "{body}");
     assert_eq!(headers["ojs-version"], "1.0");
     assert_eq!(headers["content-type"], "application/openjobspec+json");
@@ -93,59 +128,46 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
 
     let fetch = json!({"queues": ["lambda-q"], "worker_id": "lambda-worker"});
     let (status, _, body) = http_reply(
-        workers
-            .invoke(http_api_event(
-                "POST",
-                "/ojs/v1/workers/fetch",
-                Some(&fetch),
-                &[],
-            ))
-            .await?,
+        invoke(
+            &mut workers,
+            events::http_api("POST", "/ojs/v1/workers/fetch", Some(&fetch)),
+        )
+        .await?,
     )?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["jobs"][0]["id"], id.as_str());
     let ack = json!({"job_id": id, "result": {"sent": true}});
     let (status, _, body) = http_reply(
-        workers
-            .invoke(http_api_event(
-                "POST",
-                "/ojs/v1/workers/ack",
-                Some(&ack),
-                &[],
-            ))
-            .await?,
+        invoke(
+            &mut workers,
+            events::http_api("POST", "/ojs/v1/workers/ack", Some(&ack)),
+        )
+        .await?,
     )?;
     assert_eq!(status, 200, "{body}");
 
     let (status, _, body) = http_reply(
-        jobs.invoke(http_api_event(
-            "GET",
-            &format!("/ojs/v1/jobs/{id}"),
-            None,
-            &[],
-        ))
+        invoke(
+            &mut jobs,
+            events::http_api("GET", &format!("/ojs/v1/jobs/{id}"), None),
+        )
         .await?,
     )?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["job"]["state"], "completed");
 
     // A path of another group is a 404 with the OJS error body, not a crash.
-    let (status, _, body) = http_reply(
-        jobs.invoke(http_api_event("GET", "/ojs/v1/queues", None, &[]))
-            .await?,
-    )?;
+    let (status, _, body) =
+        http_reply(invoke(&mut jobs, events::http_api("GET", "/ojs/v1/queues", None)).await?)?;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "not_found");
     // Query strings reach the handlers.
     let (status, _, body) = http_reply(
-        system
-            .invoke(http_api_event(
-                "GET",
-                "/ojs/v1/events?queue=lambda-q&limit=10",
-                None,
-                &[],
-            ))
-            .await?,
+        invoke(
+            &mut system,
+            events::http_api("GET", "/ojs/v1/events?queue=lambda-q&limit=10", None),
+        )
+        .await?,
     )?;
     assert_eq!(status, 200, "{body}");
     let kinds: Vec<&str> = body["events"]
@@ -153,15 +175,12 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
         .map(|a| a.iter().filter_map(|e| e["type"].as_str()).collect())
         .unwrap_or_default();
     assert!(kinds.contains(&"job.completed"), "{body}");
-    let (status, _, body) = http_reply(
-        system
-            .invoke(http_api_event("GET", "/ojs/manifest", None, &[]))
-            .await?,
-    )?;
+    let (status, _, body) =
+        http_reply(invoke(&mut system, events::http_api("GET", "/ojs/manifest", None)).await?)?;
     assert_eq!(status, 200, "{body}");
 
     // The workers function printed CloudWatch EMF lines for the start and completion.
-    let stdout = workers.stop().await?;
+    let stdout = workers.stop_with_output().await?;
     let emf: Vec<Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -172,8 +191,8 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
             .any(|d| d["JobsCompleted"] == 1 && d["Queue"] == "lambda-q"),
         "no EMF completion metric in: {stdout}"
     );
-    jobs.stop().await?;
-    system.stop().await?;
+    jobs.stop().await;
+    system.stop().await;
     let _ = store.delete_table().await;
     Ok(())
 }
@@ -182,7 +201,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
 async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
 ) -> anyhow::Result<()> {
     let store = fresh_store().await?;
-    let jobs = start(
+    let mut jobs = start(
         "jobs",
         store.table(),
         &[("OJS_AUTH", "api-key"), ("RUST_LOG", "info")],
@@ -196,12 +215,10 @@ async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
         vec![("authorization", "Bearer ojs_000000000000_00")],
     ] {
         let (status, _, body) = http_reply(
-            jobs.invoke(http_api_event(
-                "POST",
-                "/ojs/v1/jobs",
-                Some(&push),
-                &headers,
-            ))
+            invoke(
+                &mut jobs,
+                events::http_api_with_headers("POST", "/ojs/v1/jobs", Some(&push), &headers),
+            )
             .await?,
         )?;
         assert_eq!(status, 401, "{body}");
@@ -214,18 +231,21 @@ async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
     let key = ojs_http::auth::issue_key(&store, "lambda").await?;
     let bearer = format!("Bearer {}", key.key);
     let (status, _, body) = http_reply(
-        jobs.invoke(http_api_event(
-            "POST",
-            "/ojs/v1/jobs",
-            Some(&push),
-            &[("authorization", bearer.as_str())],
-        ))
+        invoke(
+            &mut jobs,
+            events::http_api_with_headers(
+                "POST",
+                "/ojs/v1/jobs",
+                Some(&push),
+                &[("authorization", bearer.as_str())],
+            ),
+        )
         .await?,
     )?;
     assert_eq!(status, 201, "{body}");
     // Logs (at info) name the request, key id, job and DynamoDB usage, never the key's
     // secret or the job's args.
-    let stdout = jobs.stop().await?;
+    let stdout = jobs.stop_with_output().await?;
     let secret = key.key.rsplit('_').next().unwrap_or_default();
     assert!(
         !stdout.contains(secret),
@@ -287,7 +307,7 @@ async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
     let id = push_scheduled(&store, 300).await?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(state_of(&store, &id).await?, "scheduled");
-    let scheduler = start("scheduler", store.table(), &[]).await?;
+    let mut scheduler = start("scheduler", store.table(), &[]).await?;
     let event = json!({
         "version": "0",
         "id": uuid::Uuid::new_v4().to_string(),
@@ -299,12 +319,12 @@ async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
         "resources": ["arn:aws:scheduler:us-east-1:000000000000:schedule/default/ojs-sweep"],
         "detail": {}
     });
-    let Outcome::Response(report) = scheduler.invoke(event).await? else {
+    let Outcome::Response(report) = invoke(&mut scheduler, event).await? else {
         bail!("the sweep failed");
     };
     assert!(report["moved"].as_u64().unwrap_or(0) >= 1, "{report}");
     assert_eq!(state_of(&store, &id).await?, "available");
-    scheduler.stop().await?;
+    scheduler.stop().await;
     let _ = store.delete_table().await;
     Ok(())
 }
@@ -334,8 +354,8 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
         record("m-bad", "{not a timer message".to_owned()),
         record("m-2", good(&second)),
     ]});
-    let timer = start("timer", store.table(), &[]).await?;
-    let Outcome::Response(res) = timer.invoke(event).await? else {
+    let mut timer = start("timer", store.table(), &[]).await?;
+    let Outcome::Response(res) = invoke(&mut timer, event).await? else {
         bail!("the timer batch failed as a whole");
     };
     assert_eq!(
@@ -345,7 +365,7 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
     );
     assert_eq!(state_of(&store, &first).await?, "available");
     assert_eq!(state_of(&store, &second).await?, "available");
-    timer.stop().await?;
+    timer.stop().await;
     let _ = store.delete_table().await;
     Ok(())
 }

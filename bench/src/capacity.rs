@@ -294,7 +294,10 @@ impl Bench {
         let sdk = crate::env::sdk().await;
         let meter = Meter::default();
         let table = crate::env::table_name("capacity");
-        let store = Store::new(meter.dynamodb_client(&sdk), crate::env::store_config(&table));
+        let store = Store::new(
+            meter.dynamodb_client(&sdk),
+            crate::env::store_config(&table),
+        );
         store
             .ensure_table()
             .await

@@ -124,7 +124,10 @@ async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Resu
     let sdk = crate::env::sdk().await;
     let meter = Meter::default();
     let table = crate::env::table_name("throughput");
-    let store = Store::new(meter.dynamodb_client(&sdk), crate::env::store_config(&table));
+    let store = Store::new(
+        meter.dynamodb_client(&sdk),
+        crate::env::store_config(&table),
+    );
     store
         .ensure_table()
         .await

@@ -50,6 +50,9 @@ pub use usage::{measured, Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;
 
+/// Default of [`StoreConfig::queue_settings_ttl`], in milliseconds.
+const DEFAULT_QUEUE_SETTINGS_TTL_MS: u64 = 1_000;
+
 /// Store settings, read once per cold start.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -70,14 +73,18 @@ pub struct StoreConfig {
     /// paper") at the price of order being strict only within a shard. It may grow on a
     /// live table, never shrink: entries in shards past a smaller count would be stranded.
     pub queue_shards: u16,
+    /// How long one instance trusts a queue's pause flag and rate limit once read (0 reads
+    /// them on every FETCH). A change made through this instance applies at once; one
+    /// made through another instance within this time.
+    pub queue_settings_ttl: Duration,
 }
 
 impl StoreConfig {
     /// Reads `OJS_TABLE` (default `ojs`), `OJS_RETENTION_DAYS` (default 7),
     /// `OJS_EVENTS` (`on`/`off`, default on), `OJS_EVENT_RETENTION_HOURS` (default 24),
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
-    /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), and `OJS_QUEUE_SHARDS` (default 1,
-    /// at most [`MAX_QUEUE_SHARDS`]).
+    /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
+    /// at most [`MAX_QUEUE_SHARDS`]) and `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -97,6 +104,11 @@ impl StoreConfig {
                 .and_then(|v| v.parse::<u16>().ok())
                 .unwrap_or(1)
                 .clamp(1, MAX_QUEUE_SHARDS),
+            queue_settings_ttl: Duration::from_millis(
+                var("OJS_QUEUE_SETTINGS_TTL_MS")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(DEFAULT_QUEUE_SETTINGS_TTL_MS),
+            ),
         }
     }
 
@@ -109,6 +121,7 @@ impl StoreConfig {
             event_retention: Duration::from_secs(86_400),
             metrics_namespace: None,
             queue_shards: 1,
+            queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
         }
     }
 }
@@ -124,6 +137,8 @@ pub struct Store {
     /// Queues this instance has already registered, so PUSH writes the queue item once
     /// per queue per cold start rather than on every job.
     known_queues: Arc<Mutex<HashSet<String>>>,
+    /// Queue settings read by FETCH, with when they were read.
+    settings_cache: Arc<Mutex<queues::SettingsCache>>,
 }
 
 impl Store {
@@ -135,6 +150,7 @@ impl Store {
             usage: Arc::new(Usage::default()),
             timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
+            settings_cache: Arc::default(),
         }
     }
 

@@ -1,6 +1,9 @@
 //! Queue registry: one small item per queue in the `QUEUES` partition, written once per
 //! queue per cold start, so listing queues is a Query, never a Scan.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
@@ -89,6 +92,12 @@ pub struct QueueSettings {
     pub rate_limit: Option<RateLimitPolicy>,
 }
 
+/// Queue settings as last read, per queue name, with when they were read.
+pub(crate) type SettingsCache = HashMap<String, (Instant, QueueSettings)>;
+
+/// Most queues whose settings one instance remembers (the cache is emptied when full).
+const SETTINGS_CACHE_CAP: usize = 10_000;
+
 /// Per-queue job counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -128,6 +137,7 @@ impl Store {
             .send()
             .await;
         let out = self.tally(Kind::Write, out)?;
+        self.forget_queue_settings(queue);
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
@@ -143,12 +153,63 @@ impl Store {
         })
     }
 
-    /// Pause flag and queue-level rate limit of each of `queues` (one BatchGetItem,
-    /// eventually consistent: a change reaches every FETCH within about a second).
+    /// Pause flag and queue-level rate limit of each of `queues`: remembered per instance
+    /// for [`crate::StoreConfig::queue_settings_ttl`], otherwise one BatchGetItem
+    /// (eventually consistent). A change made through another instance reaches every FETCH
+    /// within that time plus replication (typically well under a second); one made through
+    /// this instance at once.
     pub(crate) async fn queue_settings(
         &self,
         queues: &[ojs_core::QueueName],
-    ) -> Result<std::collections::HashMap<String, QueueSettings>, StoreError> {
+    ) -> Result<HashMap<String, QueueSettings>, StoreError> {
+        let ttl = self.config.queue_settings_ttl;
+        let now = Instant::now();
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        match self.settings_cache.lock() {
+            Ok(cache) if !ttl.is_zero() => {
+                for q in queues {
+                    match cache.get(q.as_str()) {
+                        Some((at, settings)) if now.duration_since(*at) < ttl => {
+                            found.insert(q.as_str().to_owned(), settings.clone());
+                        }
+                        _ => missing.push(q.clone()),
+                    }
+                }
+            }
+            _ => missing = queues.to_vec(),
+        }
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let read = self.read_queue_settings(&missing).await?;
+        if !ttl.is_zero() {
+            if let Ok(mut cache) = self.settings_cache.lock() {
+                if cache.len() >= SETTINGS_CACHE_CAP {
+                    cache.clear();
+                }
+                for q in &missing {
+                    let settings = read.get(q.as_str()).cloned().unwrap_or_default();
+                    cache.insert(q.as_str().to_owned(), (now, settings));
+                }
+            }
+        }
+        found.extend(read);
+        Ok(found)
+    }
+
+    /// Forgets what this instance read of a queue's settings, after changing them.
+    fn forget_queue_settings(&self, queue: &str) {
+        if let Ok(mut cache) = self.settings_cache.lock() {
+            cache.remove(queue);
+        }
+    }
+
+    /// One BatchGetItem of the settings of `queues` (queues without an item are absent).
+    async fn read_queue_settings(
+        &self,
+        queues: &[ojs_core::QueueName],
+    ) -> Result<HashMap<String, QueueSettings>, StoreError> {
         let keys: Vec<_> = queues
             .iter()
             .map(|q| {
@@ -227,6 +288,7 @@ impl Store {
         };
         let out = req.send().await;
         self.tally(Kind::Write, out)?;
+        self.forget_queue_settings(queue);
         Ok(())
     }
 

@@ -567,3 +567,61 @@ async fn on_limit_reschedule_moves_a_refused_job_to_when_its_limit_frees() -> an
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn queue_settings_are_remembered_per_instance_for_their_ttl() -> anyhow::Result<()> {
+    // Two instances over one table, as two Lambda instances: `a` pauses, `b` fetches.
+    let a = TestApp::spawn().await?;
+    let ttl = std::time::Duration::from_secs(2);
+    let sdk = aws_config::load_from_env().await;
+    let b = TestApp::spawn_on_store(ojs_store::Store::new(
+        ojs_store::client_for(&sdk),
+        ojs_store::StoreConfig {
+            queue_settings_ttl: ttl,
+            ..ojs_store::StoreConfig::for_table(a.store.table())
+        },
+    ))
+    .await?;
+    for i in 0..4 {
+        let r = a
+            .push(json!({"type": "t.job", "args": [i], "options": {"queue": "ttlq"}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    }
+    let fetch = json!({"queues": ["ttlq"], "count": 1});
+    // The first FETCH reads the settings, the second within the TTL does not.
+    let before = b.store.usage().calls;
+    assert_eq!(fetch_ids(&b, fetch.clone()).await?.len(), 1);
+    let first = b.store.usage().calls - before;
+    let before = b.store.usage().calls;
+    assert_eq!(fetch_ids(&b, fetch.clone()).await?.len(), 1);
+    let second = b.store.usage().calls - before;
+    assert_eq!(
+        first,
+        second + 1,
+        "calls: first FETCH {first}, second {second}"
+    );
+    // A pause applies at once on the instance that made it, though it had read the
+    // settings just before...
+    assert_eq!(fetch_ids(&a, fetch.clone()).await?.len(), 1);
+    let paused = a
+        .call(Method::POST, "/ojs/v1/queues/ttlq/pause", None)
+        .await?;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert!(fetch_ids(&a, fetch.clone()).await?.is_empty());
+    // ...and on the other once what it remembered is older than its TTL.
+    tokio::time::sleep(ttl + std::time::Duration::from_millis(200)).await;
+    assert!(fetch_ids(&b, fetch.clone()).await?.is_empty());
+    let resumed = a
+        .call(Method::POST, "/ojs/v1/queues/ttlq/resume", None)
+        .await?;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    assert_eq!(
+        fetch_ids(&a, fetch).await?.len(),
+        1,
+        "the last of the four jobs"
+    );
+    b.teardown().await;
+    a.teardown().await;
+    Ok(())
+}

@@ -1,9 +1,13 @@
 //! Request body extraction: media type, size limit, JSON syntax, each answered with the
 //! OJS error a client can act on.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::FromRequest;
 use axum::http::{header, Request};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use ojs_core::validate::MAX_ENVELOPE_BYTES;
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::Value;
@@ -21,6 +25,82 @@ pub struct BatchBody(pub Value);
 
 /// Largest batch body: what a Lambda function can receive (6 MB) less headroom.
 pub const MAX_BATCH_BYTES: usize = 5 * 1024 * 1024;
+
+/// An oversized body is read and thrown away up to this many times its limit (for at most
+/// [`DRAIN_TIME`]) before the 413 is sent: a client still sending it then reads the answer
+/// instead of a reset connection. Larger bodies are refused at once.
+const DRAIN_FACTOR: usize = 4;
+/// Longest time spent throwing away an oversized body.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// The `Content-Length` a request declares, if any.
+pub(crate) fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// Reads a body of at most `limit` bytes; a larger one is answered `envelope_too_large`
+/// after the rest of it has been read and discarded (see [`DRAIN_FACTOR`]).
+pub(crate) async fn read_limited(
+    body: Body,
+    declared: Option<usize>,
+    limit: usize,
+) -> Result<Bytes, OjsError> {
+    let too_large = || {
+        OjsError::new(
+            ErrorCode::EnvelopeTooLarge,
+            format!("request body exceeds {limit} bytes"),
+        )
+    };
+    let cap = limit.saturating_mul(DRAIN_FACTOR);
+    if declared.is_some_and(|len| len > cap) {
+        return Err(too_large());
+    }
+    let mut over = declared.is_some_and(|len| len > limit);
+    let mut stream = body.into_data_stream();
+    let mut kept = BytesMut::new();
+    let mut seen: usize = 0;
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    loop {
+        let next = if over {
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            }
+        } else {
+            stream.next().await
+        };
+        let chunk = match next {
+            None => break,
+            Some(Ok(chunk)) => chunk,
+            Some(Err(_)) if over => break,
+            Some(Err(e)) => {
+                return Err(OjsError::new(
+                    ErrorCode::InvalidPayload,
+                    format!("the request body could not be read: {e}"),
+                ))
+            }
+        };
+        seen = seen.saturating_add(chunk.len());
+        if seen > cap {
+            break;
+        }
+        if seen > limit {
+            over = true;
+            kept = BytesMut::new();
+        }
+        if !over {
+            kept.extend_from_slice(&chunk);
+        }
+    }
+    if over {
+        Err(too_large())
+    } else {
+        Ok(kept.freeze())
+    }
+}
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
@@ -59,25 +139,8 @@ async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> 
                 .into());
             }
         }
-        let too_large = || {
-            OjsError::new(
-                ErrorCode::EnvelopeTooLarge,
-                format!("request body exceeds {limit} bytes"),
-            )
-        };
-        if let Some(len) = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-        {
-            if len > limit {
-                return Err(too_large().into());
-            }
-        }
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| too_large())?;
+        let declared = declared_length(req.headers());
+        let bytes = read_limited(req.into_body(), declared, limit).await?;
         let value = serde_json::from_slice(&bytes).map_err(|e| {
             OjsError::new(
                 ErrorCode::InvalidPayload,
@@ -85,5 +148,57 @@ async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> 
             )
         })?;
         Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A body of `chunks` chunks of 1,000 bytes that counts the bytes pulled from it.
+    fn counted_body(chunks: usize) -> (Body, Arc<AtomicUsize>) {
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&pulled);
+        let stream = futures::stream::iter(0..chunks).map(move |_| {
+            counter.fetch_add(1_000, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; 1_000]))
+        });
+        (Body::from_stream(stream), pulled)
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_returned_whole() {
+        let (body, _) = counted_body(10);
+        let read = read_limited(body, Some(10_000), 10_000).await;
+        assert_eq!(read.map(|b| b.len()).ok(), Some(10_000));
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_read_to_its_end_before_the_refusal() {
+        // Declared and undeclared: either way the client's whole body is taken in.
+        for declared in [Some(30_000), None] {
+            let (body, pulled) = counted_body(30);
+            let read = read_limited(body, declared, 10_000).await;
+            assert!(
+                matches!(&read, Err(e) if e.code == ErrorCode::EnvelopeTooLarge),
+                "{read:?}"
+            );
+            assert_eq!(pulled.load(Ordering::SeqCst), 30_000, "{declared:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_beyond_the_drain_cap_is_not_read_to_its_end() {
+        let (body, pulled) = counted_body(100);
+        let read = read_limited(body, None, 10_000).await;
+        assert!(matches!(&read, Err(e) if e.code == ErrorCode::EnvelopeTooLarge));
+        assert!(pulled.load(Ordering::SeqCst) <= 41_000);
+        // Declared beyond the cap: refused without reading anything.
+        let (body, pulled) = counted_body(100);
+        assert!(read_limited(body, Some(100_000), 10_000).await.is_err());
+        assert_eq!(pulled.load(Ordering::SeqCst), 0);
     }
 }

@@ -161,15 +161,8 @@ pub(crate) async fn decode_request(
         }
     };
     let (mut parts, body) = req.into_parts();
-    let too_large = || {
-        OjsError::new(
-            ErrorCode::EnvelopeTooLarge,
-            format!("request body exceeds {limit} bytes"),
-        )
-    };
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())?;
+    let declared = crate::extract::declared_length(&parts.headers);
+    let bytes = crate::extract::read_limited(body, declared, limit).await?;
     let bad = |e: ojs_proto::ProtoError| {
         OjsError::new(
             ErrorCode::InvalidPayload,

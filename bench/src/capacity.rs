@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use ojs_store::{Store, Timer, TimerMessage, TimerTarget};
+use ojs_store::{Timer, TimerMessage, TimerTarget};
 use ojs_tests::{Reply, TestApp};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -293,15 +293,8 @@ impl Bench {
     async fn start() -> anyhow::Result<Self> {
         let sdk = crate::env::sdk().await;
         let meter = Meter::default();
-        let table = crate::env::table_name("capacity");
-        let store = Store::new(
-            meter.dynamodb_client(&sdk),
-            crate::env::store_config(&table),
-        );
-        store
-            .ensure_table()
-            .await
-            .context("creating a table: is DynamoDB Local running? (scripts/local-aws.sh start)")?;
+        let store = crate::env::metered_store("capacity", &meter).await?;
+        let table = store.table().to_owned();
         // The timer queue as on AWS, with a metered client, but no consumer: the bench
         // hands the message to the timer handler itself to measure the promotion.
         let sqs_metered = meter.sqs_client(&sdk);

@@ -17,6 +17,20 @@ pub fn store_config(table: &str) -> ojs_store::StoreConfig {
     }
 }
 
+/// A store over a new table named for `what`, whose DynamoDB calls `meter` records.
+pub async fn metered_store(
+    what: &str,
+    meter: &crate::meter::Meter,
+) -> anyhow::Result<ojs_store::Store> {
+    use anyhow::Context;
+    let table = table_name(what);
+    let store = ojs_store::Store::new(meter.dynamodb_client(&sdk().await), store_config(&table));
+    store.ensure_table().await.with_context(|| {
+        format!("creating table {table}: is DynamoDB Local running? (scripts/local-aws.sh start)")
+    })?;
+    Ok(store)
+}
+
 /// The DynamoDB endpoint in use.
 pub fn dynamodb_endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB")

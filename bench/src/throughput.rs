@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use ojs_store::Store;
+use anyhow::bail;
 use ojs_tests::TestApp;
 use serde::Serialize;
 use serde_json::json;
@@ -121,17 +120,8 @@ pub async fn run(
 }
 
 async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Result<Run> {
-    let sdk = crate::env::sdk().await;
     let meter = Meter::default();
-    let table = crate::env::table_name("throughput");
-    let store = Store::new(
-        meter.dynamodb_client(&sdk),
-        crate::env::store_config(&table),
-    );
-    store
-        .ensure_table()
-        .await
-        .context("creating the throughput table")?;
+    let store = crate::env::metered_store("throughput", &meter).await?;
     let app = Arc::new(TestApp::spawn_on_store(store).await?);
     let result = phases(&app, &meter, workers, jobs, args_bytes).await;
     if let Ok(app) = Arc::try_unwrap(app) {

@@ -38,6 +38,19 @@ impl From<StoreError> for ApiError {
                 format!("a job with the same uniqueness key exists: {existing}"),
             )
             .with_detail("existing_job_id", existing),
+            StoreError::QueuePaused { queue, paused_at } => {
+                let mut err = OjsError::new(
+                    ErrorCode::QueuePaused,
+                    format!(
+                        "Queue '{queue}' is currently paused. Jobs cannot be enqueued or fetched."
+                    ),
+                )
+                .with_detail("queue", queue);
+                if let Some(at) = paused_at {
+                    err = err.with_detail("paused_at", at);
+                }
+                err
+            }
             StoreError::TooLarge(cause) => OjsError::new(
                 ErrorCode::EnvelopeTooLarge,
                 format!(

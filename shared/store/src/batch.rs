@@ -50,6 +50,7 @@ impl Store {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.spec.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
+        self.refuse_if_paused(&queues).await?;
         for q in queues {
             self.register_queue(q).await?;
         }
@@ -130,6 +131,9 @@ impl Store {
             })
             .collect();
         self.emit(&events).await;
+        let mut moves = self.moves();
+        moves.add_all(jobs, None);
+        self.count(moves).await;
         let timers: Vec<_> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Scheduled)

@@ -116,6 +116,9 @@ impl Store {
             .map(|j| Event::for_job(EventKind::Started, j, &now, "ojs://ojs-serverless/workers"))
             .collect();
         self.emit(&events).await;
+        let mut moves = self.moves();
+        moves.add_all(&claimed, Some(JobState::Available));
+        self.count(moves).await;
         let limit = match req.queues.iter().find_map(|q| {
             settings
                 .get(q.as_str())
@@ -563,7 +566,9 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) => {
+            Ok(rescheduled) => {
+                self.count_move(&rescheduled, Some(JobState::Available))
+                    .await;
                 let target = crate::timer::TimerTarget::Job {
                     job_id: job.id.to_string(),
                 };
@@ -606,7 +611,11 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Ok(dropped) => {
+                self.count_move(&dropped, Some(JobState::Available)).await;
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -654,11 +663,16 @@ impl Store {
         });
         let results = join_all(moves).await;
         let mut moved = Vec::new();
+        let mut counted = self.moves();
         for r in results {
-            if let Some(job) = r? {
+            if let Some((job, from)) = r? {
+                if let Some(from) = from {
+                    counted.add(&job, Some(from));
+                }
                 moved.push(job);
             }
         }
+        self.count(counted).await;
         let events: Vec<Event> = moved
             .iter()
             .map(|j| {
@@ -674,8 +688,9 @@ impl Store {
         Ok(moved.len())
     }
 
-    /// One conditional move of a due job to `available`. `None` if another sweep or a
-    /// worker got there first.
+    /// One conditional move of a due job to `available`, with the state it left when this
+    /// move is still to be counted (a settled job was counted by its settlement). `None`
+    /// if another sweep or a worker got there first.
     async fn make_available(
         &self,
         queue: &QueueName,
@@ -683,7 +698,7 @@ impl Store {
         due_sk: String,
         state: JobState,
         now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
+    ) -> Result<Option<(Job, Option<JobState>)>, StoreError> {
         let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
         let mut req = self
             .update(&id)
@@ -708,14 +723,14 @@ impl Store {
                 let Some(job) = self.get_job(&id).await? else {
                     return Ok(None);
                 };
-                return self.settle(&job, now).await;
+                return Ok(self.settle(&job, now).await?.map(|j| (j, None)));
             }
             _ => return Ok(None),
         };
         match self.finish_update(req.send().await) {
             Ok(job) => {
                 self.watch_expiry(&job).await?;
-                Ok(Some(job))
+                Ok(Some((job, Some(state))))
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
             Err(e) => Err(e),

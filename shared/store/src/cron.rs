@@ -353,6 +353,7 @@ impl Store {
                     EventKind::Enqueued
                 };
                 self.emit(&[Event::for_job(kind, job, &now, source)]).await;
+                self.count_move(job, None).await;
             }
             None => {
                 tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")

@@ -186,6 +186,7 @@ impl Store {
         self.watch_expiry(&job).await?;
         let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
         self.emit(&[e]).await;
+        self.count_move(&job, Some(JobState::Discarded)).await;
         Ok(job)
     }
 

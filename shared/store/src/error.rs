@@ -24,6 +24,14 @@ pub enum StoreError {
         /// The job holding the key.
         existing: String,
     },
+    /// The target queue is paused and this deployment refuses pushes to paused queues.
+    #[error("queue {queue} is paused")]
+    QueuePaused {
+        /// The queue.
+        queue: String,
+        /// When it was paused, when known.
+        paused_at: Option<String>,
+    },
     /// The item would exceed DynamoDB's 400 KB item limit (or the job's share of it):
     /// the request itself is too large, retrying it cannot help.
     #[error("too large: {0}")]

@@ -43,6 +43,7 @@ impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         item::check_spec_size(job)?;
+        self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
         self.register_queue(job.spec.queue.as_str()).await?;
         let policy = match &job.spec.unique {
             Some(u) => {
@@ -114,6 +115,7 @@ impl Store {
             "ojs://ojs-serverless/api",
         )])
         .await;
+        self.count_move(job, None).await;
     }
 
     /// Reads a job with a strongly consistent read.
@@ -146,8 +148,9 @@ impl Store {
         let mut req = self
             .update(id)
             .update_expression(
-                "SET #state = :cancelled, cancelled_at = :now, #ttl = :ttl, version = version + :one, \
-                 write_id = :wid REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
+                "SET #state = :cancelled, cancelled_from = #state, cancelled_at = :now, #ttl = :ttl, \
+                 version = version + :one, write_id = :wid \
+                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
             )
             .condition_expression(format!("#state IN ({})", placeholders.join(", ")))
             .expression_attribute_names("#state", "state")
@@ -160,8 +163,16 @@ impl Store {
         for (p, state) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(p, s(state.as_str()));
         }
-        let job =
-            self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?;
+        let out = req.send().await;
+        // The state it was cancelled from (the SET read it before writing).
+        let from = match &out {
+            Ok(out) => out.attributes(),
+            Err(e) => old_item(e),
+        }
+        .and_then(|i| i.get("cancelled_from"))
+        .and_then(|v| v.as_s().ok())
+        .and_then(|v| v.parse::<JobState>().ok());
+        let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
         self.emit(&[Event::for_job(
             EventKind::Cancelled,
             &job,
@@ -169,8 +180,7 @@ impl Store {
             "ojs://ojs-serverless/api",
         )])
         .await;
-        self.count_terminal(job.spec.queue.as_str(), JobState::Cancelled)
-            .await;
+        self.count_move(&job, from).await;
         self.release_slot(&job).await;
         Ok(job)
     }
@@ -228,8 +238,7 @@ impl Store {
         )])
         .await;
         self.release_slot(&job).await;
-        self.count_terminal(job.spec.queue.as_str(), JobState::Completed)
-            .await;
+        self.count_move(&job, Some(JobState::Active)).await;
         self.after_terminal(&job, StepOutcome::Completed, now)
             .await?;
         Ok(job)

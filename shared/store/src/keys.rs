@@ -20,10 +20,15 @@ pub(crate) fn queue_sk(queue: &str) -> String {
     format!("Q#{queue}")
 }
 
-/// Sort key of a queue's terminal-state counters (`~` sorts after every queue item, and
-/// `#` cannot appear in a queue name).
-pub(crate) fn queue_counts_sk(queue: &str) -> String {
-    format!("~COUNTS#{queue}")
+/// Sort key of the job counters of one shard of a queue (`~` sorts after every queue
+/// item, and `#` cannot appear in a queue name). Shard 0 keeps the unsharded name, which
+/// held the terminal counts before live states were counted.
+pub(crate) fn queue_counts_sk(queue: &str, shard: u16) -> String {
+    if shard == 0 {
+        format!("~COUNTS#{queue}")
+    } else {
+        format!("~COUNTS#{queue}#{shard}")
+    }
 }
 
 /// Most shards a queue's ready and due partitions can be split into.

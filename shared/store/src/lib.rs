@@ -8,6 +8,7 @@ mod api_keys;
 mod batch;
 mod claim;
 mod concurrency;
+mod counts;
 mod cron;
 mod dead_letter;
 mod error;
@@ -35,13 +36,14 @@ use std::time::Duration;
 pub use api_keys::ApiKeyRecord;
 pub use batch::BatchError;
 pub use claim::{FetchOutcome, FetchRequest, LimitState};
+pub use counts::QueueStats;
 pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome};
 pub use keys::MAX_QUEUE_SHARDS;
-pub use queues::{QueueInfo, QueueSettings, QueueStats};
+pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use settle::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
@@ -77,6 +79,14 @@ pub struct StoreConfig {
     /// them on every FETCH). A change made through this instance applies at once; one
     /// made through another instance within this time.
     pub queue_settings_ttl: Duration,
+    /// Whether transitions keep counters of the live states (available, scheduled,
+    /// pending, active, retryable), so queue stats read a few counter items instead of
+    /// counting the indexes. One small write per PUSH, FETCH, retry and promotion.
+    pub live_counters: bool,
+    /// Whether PUSH to a paused queue is refused (`queue_paused`, 422), as the HTTP
+    /// binding's §11.3 says, instead of stored and held until the queue resumes, as
+    /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
+    pub reject_paused_pushes: bool,
 }
 
 impl StoreConfig {
@@ -84,7 +94,9 @@ impl StoreConfig {
     /// `OJS_EVENTS` (`on`/`off`, default on), `OJS_EVENT_RETENTION_HOURS` (default 24),
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
-    /// at most [`MAX_QUEUE_SHARDS`]) and `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000).
+    /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000) and
+    /// `OJS_LIVE_COUNTERS` (`on`/`off`, default on) and `OJS_PAUSED_QUEUE_PUSH`
+    /// (`accept`, the default, or `reject`).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -109,6 +121,11 @@ impl StoreConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             ),
+            live_counters: !matches!(
+                var("OJS_LIVE_COUNTERS").as_deref(),
+                Some("off" | "false" | "0")
+            ),
+            reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
         }
     }
 
@@ -122,6 +139,8 @@ impl StoreConfig {
             metrics_namespace: None,
             queue_shards: 1,
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
+            live_counters: true,
+            reject_paused_pushes: false,
         }
     }
 }
@@ -179,6 +198,24 @@ impl Store {
     pub fn with_queue_shards(mut self, shards: u16) -> Self {
         let mut config = (*self.config).clone();
         config.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS);
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same store with live-state counters on or off; see
+    /// [`StoreConfig::live_counters`].
+    pub fn with_live_counters(mut self, on: bool) -> Self {
+        let mut config = (*self.config).clone();
+        config.live_counters = on;
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same store refusing (or taking) pushes to paused queues; see
+    /// [`StoreConfig::reject_paused_pushes`].
+    pub fn with_paused_push_rejected(mut self, reject: bool) -> Self {
+        let mut config = (*self.config).clone();
+        config.reject_paused_pushes = reject;
         self.config = Arc::new(config);
         self
     }

@@ -90,6 +90,8 @@ pub struct QueueSettings {
     pub paused: bool,
     /// Limit on the queue's job starts, on top of each job's own.
     pub rate_limit: Option<RateLimitPolicy>,
+    /// When the queue was last paused or resumed.
+    pub paused_at: Option<String>,
 }
 
 /// Queue settings as last read, per queue name, with when they were read.
@@ -97,25 +99,6 @@ pub(crate) type SettingsCache = HashMap<String, (Instant, QueueSettings)>;
 
 /// Most queues whose settings one instance remembers (the cache is emptied when full).
 const SETTINGS_CACHE_CAP: usize = 10_000;
-
-/// Per-queue job counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Ready to fetch.
-    pub available: u64,
-    /// Waiting for their time.
-    pub scheduled: u64,
-    /// Waiting for a retry.
-    pub retryable: u64,
-    /// Being worked on.
-    pub active: u64,
-    /// Finished successfully (since the counter was created).
-    pub completed: u64,
-    /// Failed for good.
-    pub discarded: u64,
-    /// Cancelled.
-    pub cancelled: u64,
-}
 
 impl Store {
     /// Pauses or resumes a queue (creating its registry item if the queue is new).
@@ -198,6 +181,29 @@ impl Store {
         Ok(found)
     }
 
+    /// With `OJS_PAUSED_QUEUE_PUSH=reject`: [`StoreError::QueuePaused`] when one of
+    /// `queues` is paused (settings as [`Store::queue_settings`] remembers them). Without
+    /// it, nothing to check: a paused queue takes jobs and only stops delivering them.
+    pub(crate) async fn refuse_if_paused(&self, queues: &[&str]) -> Result<(), StoreError> {
+        if !self.config.reject_paused_pushes {
+            return Ok(());
+        }
+        let names: Vec<ojs_core::QueueName> = queues
+            .iter()
+            .filter_map(|q| ojs_core::QueueName::parse(q).ok())
+            .collect();
+        let settings = self.queue_settings(&names).await?;
+        for q in queues {
+            if let Some(st) = settings.get(*q).filter(|st| st.paused) {
+                return Err(StoreError::QueuePaused {
+                    queue: (*q).to_owned(),
+                    paused_at: st.paused_at.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Forgets what this instance read of a queue's settings, after changing them.
     fn forget_queue_settings(&self, queue: &str) {
         if let Ok(mut cache) = self.settings_cache.lock() {
@@ -224,7 +230,7 @@ impl Store {
         }
         let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
             .set_keys(Some(keys))
-            .projection_expression("#name, paused, rl")
+            .projection_expression("#name, paused, paused_at, rl")
             .expression_attribute_names("#name", "name")
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -253,7 +259,15 @@ impl Store {
                     .and_then(|v| v.as_s().ok())
                     .and_then(|raw| serde_json::from_str(raw).ok())
                     .and_then(|v| RateLimitPolicy::from_json(&v, &name).ok());
-                Some((name, QueueSettings { paused, rate_limit }))
+                let paused_at = i.get("paused_at").and_then(|v| v.as_s().ok()).cloned();
+                Some((
+                    name,
+                    QueueSettings {
+                        paused,
+                        rate_limit,
+                        paused_at,
+                    },
+                ))
             })
             .collect())
     }
@@ -321,136 +335,5 @@ impl Store {
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(0);
         Ok(time::from_micros(end_us).map(|end| (limit, limit.saturating_sub(used), end)))
-    }
-
-    /// Counts for one queue: live states from the sparse indexes (a COUNT Query of the
-    /// ready index and a keys-and-state Query of the due index), terminal states from
-    /// atomic counters added by each terminal transition. A sharded queue is counted shard
-    /// by shard.
-    pub async fn queue_stats(&self, queue: &ojs_core::QueueName) -> Result<QueueStats, StoreError> {
-        let mut stats = QueueStats::default();
-        for shard in 0..self.queue_shards() {
-            self.count_live(queue, shard, &mut stats).await?;
-        }
-        self.count_finished(queue, &mut stats).await?;
-        Ok(stats)
-    }
-
-    /// Adds one shard's live jobs to `stats`.
-    async fn count_live(
-        &self,
-        queue: &ojs_core::QueueName,
-        shard: u16,
-        stats: &mut QueueStats,
-    ) -> Result<(), StoreError> {
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(crate::schema::READY_INDEX.name)
-                .key_condition_expression("gsi1pk = :pk")
-                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
-                .select(aws_sdk_dynamodb::types::Select::Count)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
-            stats.available += u64::try_from(out.count()).unwrap_or(0);
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(crate::schema::DUE_INDEX.name)
-                .key_condition_expression("gsi2pk = :pk")
-                .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
-            for i in out.items() {
-                match i
-                    .get("state")
-                    .and_then(|v| v.as_s().ok())
-                    .map(String::as_str)
-                {
-                    Some("scheduled") => stats.scheduled += 1,
-                    Some("retryable") => stats.retryable += 1,
-                    Some("active") => stats.active += 1,
-                    // An available job with an expiry also sits in the due index; it was
-                    // counted from the ready index already.
-                    _ => {}
-                }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Sets the terminal-state counts of `stats` from the queue's counters.
-    async fn count_finished(
-        &self,
-        queue: &ojs_core::QueueName,
-        stats: &mut QueueStats,
-    ) -> Result<(), StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .key("pk", s(keys::QUEUES_PK))
-            .key("sk", s(keys::queue_counts_sk(queue.as_str())))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        if let Some(item) = out.item() {
-            let get = |k: &str| {
-                item.get(k)
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            stats.completed = get("completed");
-            stats.discarded = get("discarded");
-            stats.cancelled = get("cancelled");
-        }
-        Ok(())
-    }
-
-    /// Counts a terminal transition (`ADD`, never read-modify-write). Best effort: a
-    /// failure is logged, the transition itself already happened.
-    pub(crate) async fn count_terminal(&self, queue: &str, state: ojs_core::JobState) {
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(keys::QUEUES_PK))
-            .key("sk", s(keys::queue_counts_sk(queue)))
-            .update_expression("ADD #state :one")
-            .expression_attribute_names("#state", state.as_str())
-            .expression_attribute_values(":one", crate::item::n(1))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match out {
-            Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                tracing::warn!(error = %StoreError::from_sdk(e), queue, "terminal counter not updated");
-            }
-        }
     }
 }

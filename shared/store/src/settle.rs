@@ -189,9 +189,8 @@ impl Store {
             .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
             .collect();
         self.emit(&events).await;
+        self.count_move(&updated, Some(JobState::Active)).await;
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
-            self.count_terminal(updated.spec.queue.as_str(), JobState::Discarded)
-                .await;
             self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
                 .await?;
         }
@@ -286,6 +285,7 @@ impl Store {
             "ojs://ojs-serverless/api",
         );
         self.emit(&[e]).await;
+        self.count_move(&promoted, Some(job.status.state)).await;
         Ok(promoted)
     }
 
@@ -350,8 +350,7 @@ impl Store {
             "ojs://ojs-serverless/api",
         );
         self.emit(&[e]).await;
-        self.count_terminal(expired.spec.queue.as_str(), JobState::Discarded)
-            .await;
+        self.count_move(&expired, Some(job.status.state)).await;
         self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
             .await?;
         Ok(expired)

@@ -176,6 +176,9 @@ impl Store {
             })
             .collect();
         self.emit(&events).await;
+        let mut moves = self.moves();
+        moves.add_all(&jobs, None);
+        self.count(moves).await;
         Ok(view(&wf))
     }
 
@@ -394,6 +397,7 @@ impl Store {
                 self.watch_expiry(&job).await?;
                 let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
                 self.emit(&[e]).await;
+                self.count_move(&job, Some(JobState::Pending)).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -442,8 +446,7 @@ impl Store {
             .await;
         match self.finish_update(out) {
             Ok(job) => {
-                self.count_terminal(job.spec.queue.as_str(), JobState::Cancelled)
-                    .await;
+                self.count_move(&job, Some(JobState::Pending)).await;
                 Ok(true)
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
@@ -540,6 +543,9 @@ impl Store {
             })
             .collect();
         self.emit(&events).await;
+        let mut moves = self.moves();
+        moves.add_all(&jobs, None);
+        self.count(moves).await;
         Ok(())
     }
 

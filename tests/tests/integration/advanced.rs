@@ -148,6 +148,56 @@ async fn pause_stops_delivery_and_stats_follow_every_transition() -> anyhow::Res
     Ok(())
 }
 
+/// `OJS_PAUSED_QUEUE_PUSH=reject`: the HTTP binding's behaviour (§11.3), where PUSH and
+/// batch PUSH to a paused queue answer 422 `queue_paused` and write nothing. (By default a
+/// paused queue takes jobs and holds them, as the conformance suite expects.)
+#[tokio::test]
+async fn a_deployment_may_refuse_pushes_to_paused_queues() -> anyhow::Result<()> {
+    let app = TestApp::spawn_on_store(
+        ojs_tests::fresh_store()
+            .await?
+            .with_paused_push_rejected(true),
+    )
+    .await?;
+    let job = json!({"type": "p.job", "args": [], "options": {"queue": "pq"}});
+    assert_eq!(app.push(job.clone()).await?.status, 201);
+    app.call(Method::POST, "/ojs/v1/queues/pq/pause", None)
+        .await?;
+    let refused = app.push(job.clone()).await?;
+    assert_eq!(refused.status, 422, "{:?}", refused.body);
+    let err = &refused.body["error"];
+    assert_eq!(err["code"], "queue_paused");
+    assert_eq!(err["retryable"], true);
+    assert_eq!(err["details"]["queue"], "pq");
+    assert!(err["details"]["paused_at"].is_string(), "{err}");
+    let batch = json!({"jobs": [
+        {"type": "p.job", "args": [1], "options": {"queue": "other"}},
+        {"type": "p.job", "args": [2], "options": {"queue": "pq"}}]});
+    let refused = app
+        .call(Method::POST, "/ojs/v1/jobs/batch", Some(batch.clone()))
+        .await?;
+    assert_eq!(refused.status, 422, "{:?}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "queue_paused");
+    assert_eq!(
+        stats(&app, "other").await?["available"],
+        0,
+        "nothing written"
+    );
+    assert_eq!(stats(&app, "pq").await?["available"], 1);
+    app.call(Method::POST, "/ojs/v1/queues/pq/resume", None)
+        .await?;
+    assert_eq!(app.push(job).await?.status, 201);
+    assert_eq!(
+        app.call(Method::POST, "/ojs/v1/jobs/batch", Some(batch))
+            .await?
+            .status,
+        201
+    );
+    assert_eq!(stats(&app, "pq").await?["available"], 3);
+    app.teardown().await;
+    Ok(())
+}
+
 async fn stats(app: &TestApp, queue: &str) -> anyhow::Result<Value> {
     Ok(app
         .call(Method::GET, &format!("/ojs/v1/queues/{queue}/stats"), None)

@@ -428,18 +428,19 @@ async fn dynamodb_cost_per_operation() -> anyhow::Result<()> {
         .push(json!({"type": "cost.job", "args": args, "options": {"queue": "cost"}}))
         .await?;
     let u1 = app.store.usage();
-    measure("PUSH (1 KiB args)", u0, u1, 2);
+    // Job, event, queue counters.
+    measure("PUSH (1 KiB args)", u0, u1, 3);
     let fetched = app
         .fetch(json!({"queues": ["cost"], "worker_id": "w"}))
         .await?;
     assert_eq!(fetched.body["jobs"][0]["id"], pushed.body["job"]["id"]);
     let u2 = app.store.usage();
-    // Pause check, due sweep, ready query, claim, events.
-    measure("FETCH (1 job)", u1, u2, 5);
+    // Pause check, due sweep, ready query, claim, events, queue counters.
+    measure("FETCH (1 job)", u1, u2, 6);
     app.ack(json!({"job_id": pushed.body["job"]["id"], "result": {"ok": true}}))
         .await?;
     let u3 = app.store.usage();
-    // Transition, event, terminal counter.
+    // Transition, event, queue counters (active down, completed up: one ADD).
     measure("ACK", u2, u3, 3);
     let empty = app.fetch(json!({"queues": ["cost"]})).await?;
     assert_eq!(empty.body["jobs"], json!([]));

@@ -88,9 +88,14 @@ fn recording_store(base: &Store, recorder: &Recorder) -> Store {
         .to_builder()
         .interceptor(recorder.clone())
         .build();
+    // Pushes to paused queues refused (template parameter PausedQueuePush=reject): PUSH
+    // then reads the queue's settings, which the policy must allow too.
     Store::new(
         aws_sdk_dynamodb::Client::from_conf(conf),
-        StoreConfig::for_table(base.table()),
+        StoreConfig {
+            reject_paused_pushes: true,
+            ..StoreConfig::for_table(base.table())
+        },
     )
 }
 
@@ -462,6 +467,12 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         s.call(Method::DELETE, "/ojs/v1/admin/queues/wq/rate-limit", None)
             .await?,
         &[200, 204],
+    )?;
+    expect(
+        "recount",
+        s.call(Method::POST, "/ojs/v1/admin/queues/wq/recount", None)
+            .await?,
+        &[200],
     )?;
     used.insert("QueuesFunction", recorder.take());
     drop(s);

@@ -11,6 +11,7 @@ mod api;
 mod auth;
 mod bad_input;
 mod cloudq;
+mod counters;
 mod faults;
 mod iam;
 mod lambda;

@@ -19,6 +19,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/queues/{name}/stats", get(queue_stats))
         .route("/ojs/v1/queues/{name}/pause", post(pause_queue))
         .route("/ojs/v1/queues/{name}/resume", post(resume_queue))
+        .route("/ojs/v1/admin/queues/{name}/recount", post(recount_queue))
         .route(
             "/ojs/v1/admin/queues/{name}/rate-limit",
             axum::routing::put(set_rate_limit).delete(clear_rate_limit),
@@ -31,29 +32,38 @@ async fn queue_stats(
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
     let st = app.store.queue_stats(&queue).await?;
-    let paused = app
-        .store
-        .list_queues()
-        .await?
-        .into_iter()
-        .any(|q| q.name == name && q.paused);
-    Ok(reply(
-        StatusCode::OK,
-        json!({
-            "queue": {
-                "name": name,
-                "status": if paused { "paused" } else { "active" },
-                "paused": paused,
-                "available": st.available,
-                "scheduled": st.scheduled,
-                "retryable": st.retryable,
-                "active": st.active,
-                "completed": st.completed,
-                "discarded": st.discarded,
-                "cancelled": st.cancelled,
-            },
-        }),
-    ))
+    Ok(reply(StatusCode::OK, stats_body(&name, &st)))
+}
+
+/// Sets a queue's live counters from its indexes (after counters were turned on over
+/// existing jobs, or a lost counter update); answers with the counts as recounted.
+async fn recount_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let st = app.store.recount_queue(&queue).await?;
+    tracing::info!(queue = %name, "queue counters recounted");
+    Ok(reply(StatusCode::OK, stats_body(&name, &st)))
+}
+
+fn stats_body(name: &str, st: &ojs_store::QueueStats) -> serde_json::Value {
+    json!({
+        "queue": {
+            "name": name,
+            "status": if st.paused { "paused" } else { "active" },
+            "paused": st.paused,
+            "available": st.available,
+            "scheduled": st.scheduled,
+            "retryable": st.retryable,
+            "active": st.active,
+            "pending": st.pending,
+            "completed": st.completed,
+            "discarded": st.discarded,
+            "cancelled": st.cancelled,
+        },
+        "computed_at": ojs_core::time::format(&ojs_core::time::now()),
+    })
 }
 
 async fn set_paused(app: AppState, name: String, paused: bool) -> Result<Response, ApiError> {

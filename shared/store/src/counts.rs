@@ -1,0 +1,467 @@
+//! Per-queue job counts, kept by atomic counters: every transition adds its move (one
+//! state down, another up) with `ADD` to a small counter item of the job's queue and
+//! shard, in the request that made the transition. Moves made by one request are summed
+//! first, so a FETCH of ten jobs or a batch of a thousand adds once per counter item.
+//! Reading the counts is one `BatchGetItem` of the queue's counter items (one per shard),
+//! whatever the number of jobs.
+//!
+//! Live states (available, scheduled, pending, active, retryable) are current counts;
+//! terminal states (completed, discarded, cancelled) count transitions into them since
+//! the counter was created (retention deletes and dead-letter retries do not take them
+//! back).
+//!
+//! The counters are a second write after the transition, not part of it: a transition
+//! whose process dies before the `ADD` (or an `ADD` the SDK retries after a lost answer)
+//! leaves a live counter off by one. [`Store::recount_queue`] sets the live counts from
+//! the indexes again. With `OJS_LIVE_COUNTERS=off` transitions add only the terminal
+//! counts (one write less per PUSH, FETCH, retry and promotion) and stats count the live
+//! states from the sparse indexes instead (Queries whose cost grows with the backlog).
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity, Select};
+use futures::future::join_all;
+use ojs_core::{Job, JobState, QueueName};
+
+use crate::error::StoreError;
+use crate::item::{n, s};
+use crate::keys;
+use crate::usage::Kind;
+use crate::Store;
+
+/// Per-queue job counts, and whether the queue is paused (read with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Not fetched while paused.
+    pub paused: bool,
+    /// Ready to fetch.
+    pub available: u64,
+    /// Waiting for their time.
+    pub scheduled: u64,
+    /// Waiting for a retry.
+    pub retryable: u64,
+    /// Being worked on.
+    pub active: u64,
+    /// Workflow steps waiting for their dependencies (counted by the counters only).
+    pub pending: u64,
+    /// Finished successfully (since the counter was created).
+    pub completed: u64,
+    /// Failed for good, or expired before they ran (since the counter was created).
+    pub discarded: u64,
+    /// Cancelled (since the counter was created).
+    pub cancelled: u64,
+}
+
+/// The counter attribute of a state.
+fn field(state: JobState) -> &'static str {
+    state.as_str()
+}
+
+/// Whether a state's count goes down when a job leaves it.
+fn is_live(state: JobState) -> bool {
+    !matches!(
+        state,
+        JobState::Completed | JobState::Discarded | JobState::Cancelled
+    )
+}
+
+/// Live states whose counts the sparse indexes can give (pending jobs are in none).
+const INDEXED: [JobState; 4] = [
+    JobState::Available,
+    JobState::Scheduled,
+    JobState::Retryable,
+    JobState::Active,
+];
+
+/// Counter changes of one request, summed per counter item.
+#[derive(Debug, Default)]
+pub(crate) struct Moves {
+    shards: u16,
+    live: bool,
+    per_item: BTreeMap<(String, u16), BTreeMap<&'static str, i64>>,
+}
+
+impl Moves {
+    /// `job` (as it is now) moved from `from` (`None`: it was created).
+    pub(crate) fn add(&mut self, job: &Job, from: Option<JobState>) {
+        let to = job.status.state;
+        if from == Some(to) {
+            return;
+        }
+        let shard = keys::shard_of(&job.id, self.shards);
+        let deltas = self
+            .per_item
+            .entry((job.spec.queue.as_str().to_owned(), shard))
+            .or_default();
+        if let Some(from) = from.filter(|f| self.live && is_live(*f)) {
+            *deltas.entry(field(from)).or_default() -= 1;
+        }
+        if self.live || !is_live(to) {
+            *deltas.entry(field(to)).or_default() += 1;
+        }
+    }
+
+    /// The same as [`Moves::add`] for several jobs that came from the same state.
+    pub(crate) fn add_all<'a>(
+        &mut self,
+        jobs: impl IntoIterator<Item = &'a Job>,
+        from: Option<JobState>,
+    ) {
+        for job in jobs {
+            self.add(job, from);
+        }
+    }
+}
+
+impl Store {
+    /// An empty set of moves for this store's settings.
+    pub(crate) fn moves(&self) -> Moves {
+        Moves {
+            shards: self.queue_shards(),
+            live: self.config.live_counters,
+            per_item: BTreeMap::new(),
+        }
+    }
+
+    /// Records one job's move (see [`Moves::add`]).
+    pub(crate) async fn count_move(&self, job: &Job, from: Option<JobState>) {
+        let mut moves = self.moves();
+        moves.add(job, from);
+        self.count(moves).await;
+    }
+
+    /// Adds `moves` to the counters: one `UpdateItem` per counter item that changes, all
+    /// at once. Best effort: a failure is logged; the transitions already happened.
+    pub(crate) async fn count(&self, moves: Moves) {
+        let updates = moves.per_item.into_iter().filter_map(|((queue, shard), deltas)| {
+            let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
+            if deltas.is_empty() {
+                return None;
+            }
+            let mut adds = Vec::new();
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(self.table())
+                .key("pk", s(keys::QUEUES_PK))
+                .key("sk", s(keys::queue_counts_sk(&queue, shard)))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            for (i, (name, delta)) in deltas.into_iter().enumerate() {
+                adds.push(format!("#f{i} :d{i}"));
+                req = req
+                    .expression_attribute_names(format!("#f{i}"), name)
+                    .expression_attribute_values(format!(":d{i}"), n(delta));
+            }
+            let req = req.update_expression(format!("ADD {}", adds.join(", ")));
+            Some(async move {
+                match req.send().await {
+                    Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
+                    Err(e) => {
+                        self.usage.record(Kind::Write, None);
+                        tracing::warn!(error = %StoreError::from_sdk(e), queue, shard, "job counters not updated");
+                    }
+                }
+            })
+        });
+        join_all(updates).await;
+    }
+
+    /// Counts for one queue. With live counters (the default) one `BatchGetItem` of the
+    /// queue's counter items; otherwise the live states are counted from the indexes.
+    pub async fn queue_stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        let mut stats = self.read_counters(queue).await?;
+        if !self.config.live_counters {
+            self.count_from_indexes(queue, &mut stats).await?;
+        }
+        Ok(stats)
+    }
+
+    /// Counts the live states of `queue` from the indexes (exact when nothing moves during
+    /// the count), sets the live counters to them and returns the queue's counts. For a
+    /// table whose counters missed moves: counters turned on over existing jobs, or a
+    /// transition whose process died before its `ADD`. Moves made while it runs may be
+    /// lost from the counters, so run it when the queue is quiet. Pending jobs are in no
+    /// index; their count is left as it is.
+    pub async fn recount_queue(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        for shard in 0..self.queue_shards() {
+            let mut counted = QueueStats::default();
+            self.count_shard(queue, shard, &mut counted).await?;
+            let values = [
+                counted.available,
+                counted.scheduled,
+                counted.retryable,
+                counted.active,
+            ];
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(self.table())
+                .key("pk", s(keys::QUEUES_PK))
+                .key("sk", s(keys::queue_counts_sk(queue.as_str(), shard)))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let mut sets = Vec::new();
+            for (i, (state, value)) in INDEXED.iter().zip(values).enumerate() {
+                sets.push(format!("#f{i} = :v{i}"));
+                req = req
+                    .expression_attribute_names(format!("#f{i}"), field(*state))
+                    .expression_attribute_values(format!(":v{i}"), n(value));
+            }
+            let out = req
+                .update_expression(format!("SET {}", sets.join(", ")))
+                .send()
+                .await;
+            self.tally(Kind::Write, out)?;
+        }
+        self.read_counters(queue).await
+    }
+
+    /// The counts of `queue` as its counter items hold them, and its pause flag (one
+    /// `BatchGetItem` of the queue item and its counter items).
+    async fn read_counters(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        let key = |sk: String| {
+            HashMap::from([
+                ("pk".to_owned(), s(keys::QUEUES_PK)),
+                ("sk".to_owned(), s(sk)),
+            ])
+        };
+        let keys: Vec<_> = std::iter::once(key(keys::queue_sk(queue.as_str())))
+            .chain(
+                (0..self.queue_shards())
+                    .map(|shard| key(keys::queue_counts_sk(queue.as_str(), shard))),
+            )
+            .collect();
+        let mut stats = QueueStats::default();
+        // At most 1 + MAX_QUEUE_SHARDS (65) keys: within one BatchGetItem's 100.
+        let mut pending = Some(
+            KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?,
+        );
+        while let Some(request) = pending.take() {
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(self.table(), request)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(Kind::Read, out)?;
+            for item in out
+                .responses()
+                .and_then(|r| r.get(self.table()))
+                .into_iter()
+                .flatten()
+            {
+                if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
+                    stats.paused = *paused;
+                }
+                let get = |k: &str| {
+                    item.get(k)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(0)
+                };
+                // A counter below zero (a lost ADD) reads as none rather than wrapping.
+                let add = |to: &mut u64, k: &str| {
+                    *to = to.saturating_add(u64::try_from(get(k)).unwrap_or(0));
+                };
+                add(&mut stats.available, "available");
+                add(&mut stats.scheduled, "scheduled");
+                add(&mut stats.retryable, "retryable");
+                add(&mut stats.active, "active");
+                add(&mut stats.pending, "pending");
+                add(&mut stats.completed, "completed");
+                add(&mut stats.discarded, "discarded");
+                add(&mut stats.cancelled, "cancelled");
+            }
+            pending = out
+                .unprocessed_keys()
+                .and_then(|u| u.get(self.table()))
+                .filter(|k| !k.keys().is_empty())
+                .cloned();
+        }
+        Ok(stats)
+    }
+
+    /// Replaces the indexed live counts of `stats` with counts from the indexes, shard by
+    /// shard (a COUNT Query of the ready index and a keys-and-state Query of the due
+    /// index per shard).
+    pub async fn count_from_indexes(
+        &self,
+        queue: &QueueName,
+        stats: &mut QueueStats,
+    ) -> Result<(), StoreError> {
+        let mut counted = QueueStats::default();
+        for shard in 0..self.queue_shards() {
+            self.count_shard(queue, shard, &mut counted).await?;
+        }
+        stats.available = counted.available;
+        stats.scheduled = counted.scheduled;
+        stats.retryable = counted.retryable;
+        stats.active = counted.active;
+        Ok(())
+    }
+
+    /// Adds one shard's indexed live jobs to `stats`.
+    async fn count_shard(
+        &self,
+        queue: &QueueName,
+        shard: u16,
+        stats: &mut QueueStats,
+    ) -> Result<(), StoreError> {
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(crate::schema::READY_INDEX.name)
+                .key_condition_expression("gsi1pk = :pk")
+                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
+                .select(Select::Count)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(Kind::Read, out)?;
+            stats.available += u64::try_from(out.count()).unwrap_or(0);
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(crate::schema::DUE_INDEX.name)
+                .key_condition_expression("gsi2pk = :pk")
+                .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(Kind::Read, out)?;
+            for i in out.items() {
+                match i
+                    .get("state")
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                {
+                    Some("scheduled") => stats.scheduled += 1,
+                    Some("retryable") => stats.retryable += 1,
+                    Some("active") => stats.active += 1,
+                    // An available job with an expiry also sits in the due index; it was
+                    // counted from the ready index already.
+                    _ => {}
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ojs_core::job::NewJob;
+
+    fn job(queue: &str, state: JobState) -> Job {
+        let new = NewJob::from_json(
+            serde_json::json!({"type": "t", "args": [], "options": {"queue": queue}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut job = Job::enqueue(new, ojs_core::time::now());
+        job.status.state = state;
+        job
+    }
+
+    fn deltas(moves: &Moves) -> Vec<(String, &'static str, i64)> {
+        moves
+            .per_item
+            .iter()
+            .flat_map(|((q, _), d)| d.iter().map(move |(f, v)| (q.clone(), *f, *v)))
+            .collect()
+    }
+
+    fn moves(live: bool) -> Moves {
+        Moves {
+            shards: 1,
+            live,
+            per_item: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_move_takes_one_from_the_old_state_and_gives_one_to_the_new() {
+        let mut m = moves(true);
+        m.add(&job("q", JobState::Active), Some(JobState::Available));
+        assert_eq!(
+            deltas(&m),
+            vec![("q".into(), "active", 1), ("q".into(), "available", -1)]
+        );
+    }
+
+    #[test]
+    fn moves_of_one_request_are_summed_per_counter_item() {
+        let mut m = moves(true);
+        m.add(&job("q", JobState::Available), None);
+        m.add(&job("q", JobState::Available), None);
+        m.add(&job("q", JobState::Active), Some(JobState::Available));
+        m.add(&job("r", JobState::Scheduled), None);
+        assert_eq!(
+            deltas(&m),
+            vec![
+                ("q".into(), "active", 1),
+                ("q".into(), "available", 1),
+                ("r".into(), "scheduled", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn terminal_counts_never_go_down() {
+        let mut m = moves(true);
+        // A dead-letter retry: discarded stays counted, available gains one.
+        m.add(&job("q", JobState::Available), Some(JobState::Discarded));
+        assert_eq!(deltas(&m), vec![("q".into(), "available", 1)]);
+    }
+
+    #[test]
+    fn without_live_counters_only_terminal_states_are_counted() {
+        let mut m = moves(false);
+        m.add(&job("q", JobState::Available), None);
+        m.add(&job("q", JobState::Active), Some(JobState::Available));
+        m.add(&job("q", JobState::Completed), Some(JobState::Active));
+        assert_eq!(deltas(&m), vec![("q".into(), "completed", 1)]);
+    }
+
+    #[test]
+    fn a_job_that_stays_in_its_state_changes_nothing() {
+        let mut m = moves(true);
+        m.add(&job("q", JobState::Active), Some(JobState::Active));
+        assert!(deltas(&m).is_empty());
+    }
+
+    #[test]
+    fn each_shard_has_its_own_counter_item() {
+        let mut m = Moves {
+            shards: 64,
+            live: true,
+            per_item: BTreeMap::new(),
+        };
+        for _ in 0..50 {
+            m.add(&job("q", JobState::Available), None);
+        }
+        assert!(m.per_item.len() > 1);
+        let total: i64 = m.per_item.values().flat_map(|d| d.values()).sum();
+        assert_eq!(total, 50);
+    }
+}

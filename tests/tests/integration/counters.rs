@@ -1,0 +1,336 @@
+//! Queue counters (`shared/store/src/counts.rs`): every transition adds its move to atomic
+//! counters, and queue stats read those counters instead of counting the indexes. The
+//! indexes are the truth: after each phase of a workload that makes every kind of
+//! transition, the counters must say what a count of the indexes says.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use ojs_core::QueueName;
+use ojs_store::{QueueStats, Store};
+use ojs_tests::{fresh_store, Reply, TestApp};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn id_of(reply: &Reply) -> String {
+    reply.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn ids_of(reply: &Reply) -> Vec<String> {
+    reply.body["jobs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The queue's counts as its counters hold them, checked against a count of the indexes.
+async fn counted(store: &Store, queue: &str, phase: &str) -> anyhow::Result<QueueStats> {
+    let q = QueueName::parse(queue).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let from_counters = store.queue_stats(&q).await?;
+    let mut from_indexes = from_counters.clone();
+    store.count_from_indexes(&q, &mut from_indexes).await?;
+    assert_eq!(
+        from_counters, from_indexes,
+        "{phase}: counters of {queue} disagree with its indexes"
+    );
+    Ok(from_counters)
+}
+
+fn total(s: &QueueStats) -> u64 {
+    s.available
+        + s.scheduled
+        + s.retryable
+        + s.active
+        + s.pending
+        + s.completed
+        + s.discarded
+        + s.cancelled
+}
+
+async fn push(app: &TestApp, job: Value) -> anyhow::Result<String> {
+    let r = app.push(job).await?;
+    anyhow::ensure!(r.status == 201, "push: {:?}", r.body);
+    Ok(id_of(&r))
+}
+
+#[tokio::test]
+async fn counters_follow_every_kind_of_transition() -> anyhow::Result<()> {
+    // Four shards, so moves land on several counter items that stats must add up.
+    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(4)).await?;
+    let q = "cnt";
+    let in_ten_minutes =
+        ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::minutes(10)));
+    let retry = json!({"max_attempts": 3, "initial_interval": "PT1M", "jitter": false});
+    for i in 0..12 {
+        push(
+            &app,
+            json!({"type": "c.now", "args": [i], "options": {"queue": q, "retry": retry}}),
+        )
+        .await?;
+    }
+    for i in 0..4 {
+        push(&app, json!({"type": "c.soon", "args": [i], "options": {"queue": q}, "scheduled_at": in_ten_minutes})).await?;
+    }
+    let mut far = Vec::new();
+    for i in 0..3 {
+        far.push(push(&app, json!({"type": "c.far", "args": [i], "options": {"queue": q}, "scheduled_at": "2099-01-01T00:00:00Z"})).await?);
+    }
+    for i in 0..2 {
+        push(&app, json!({"type": "c.expiring", "args": [i], "options": {"queue": q, "expires_at": in_ten_minutes}})).await?;
+    }
+    let batch: Vec<Value> = (0..5)
+        .map(|i| json!({"type": "c.batch", "args": [i], "options": {"queue": q, "retry": retry}}))
+        .collect();
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": batch})),
+        )
+        .await?;
+    anyhow::ensure!(r.status == 201, "batch: {:?}", r.body);
+    let s = counted(&app.store, q, "after pushes").await?;
+    assert_eq!((s.available, s.scheduled, total(&s)), (19, 7, 26));
+
+    // Workers: 10 claimed; 3 completed, 2 failed into retry, 1 failed for good, 1
+    // cancelled while active, 3 left active under a 1-second lease.
+    let fetched = ids_of(
+        &app.fetch(
+            json!({"queues": [q], "count": 10, "worker_id": "w1", "visibility_timeout_ms": 1000}),
+        )
+        .await?,
+    );
+    assert_eq!(fetched.len(), 10);
+    for id in &fetched[..3] {
+        assert_eq!(
+            app.ack(json!({"job_id": id, "worker_id": "w1"}))
+                .await?
+                .status,
+            200
+        );
+    }
+    for id in &fetched[3..5] {
+        let r = app
+            .nack(json!({"job_id": id, "worker_id": "w1", "error": {"message": "again", "retryable": true}}))
+            .await?;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    let r = app
+        .nack(json!({"job_id": fetched[5], "worker_id": "w1", "error": {"message": "never", "retryable": false}}))
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(app.cancel(&fetched[6]).await?.status, 200);
+    // Cancelled while scheduled and while available.
+    assert_eq!(app.cancel(&far[0]).await?.status, 200);
+    let waiting = ids_of(
+        &app.fetch(json!({"queues": [q], "count": 1, "worker_id": "peek"}))
+            .await?,
+    );
+    assert_eq!(app.nack(json!({"job_id": waiting[0], "worker_id": "peek", "error": {"message": "back"}, "requeue": true})).await?.status, 200);
+    assert_eq!(app.cancel(&waiting[0]).await?.status, 200);
+    let s = counted(&app.store, q, "after workers").await?;
+    assert_eq!(
+        (s.active, s.retryable, s.completed, s.cancelled, total(&s)),
+        (3, 2, 3, 3, 26)
+    );
+    assert!(s.discarded >= 1);
+
+    // An hour later: leases ran out (back to available), retries and the near schedule are
+    // due, expiring jobs that never ran are discarded.
+    let later = ojs_core::time::now() + chrono::Duration::hours(1);
+    app.store.sweep(later).await?;
+    let s = counted(&app.store, q, "after the sweep").await?;
+    assert_eq!(
+        (s.active, s.retryable, s.scheduled, total(&s)),
+        (0, 0, 2, 26)
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn workflow_steps_and_dead_letter_retries_are_counted() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let created = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "steps": [
+            {"id": "a", "type": "wf.a", "options": {"queue": "cw"}},
+            {"id": "b", "type": "wf.b", "depends_on": ["a"], "options": {"queue": "cw"}},
+            {"id": "c", "type": "wf.c", "depends_on": ["b"], "options": {"queue": "cw"}}]})),
+        )
+        .await?;
+    anyhow::ensure!(created.status == 201, "{:?}", created.body);
+    let s = counted(&app.store, "cw", "workflow created").await?;
+    assert_eq!((s.available, s.pending), (1, 2));
+    let a = ids_of(&app.fetch(json!({"queues": ["cw"]})).await?);
+    assert_eq!(app.ack(json!({"job_id": a[0]})).await?.status, 200);
+    let s = counted(&app.store, "cw", "first step done").await?;
+    assert_eq!((s.available, s.pending, s.completed), (1, 1, 1));
+    let wf = created.body["workflow"]["id"].as_str().unwrap_or_default();
+    app.call(Method::DELETE, &format!("/ojs/v1/workflows/{wf}"), None)
+        .await?;
+    let s = counted(&app.store, "cw", "workflow cancelled").await?;
+    assert_eq!((s.available, s.pending, s.cancelled), (0, 0, 2));
+
+    let id = push(&app, json!({"type": "dl.job", "args": [], "options": {"queue": "cd", "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}})).await?;
+    app.fetch(json!({"queues": ["cd"]})).await?;
+    app.nack(json!({"job_id": id, "error": {"message": "no"}}))
+        .await?;
+    let s = counted(&app.store, "cd", "dead-lettered").await?;
+    assert_eq!((s.active, s.discarded), (0, 1));
+    let r = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/dead-letter/{id}/retry"),
+            None,
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let s = counted(&app.store, "cd", "retried from the dead letter queue").await?;
+    // Terminal counts are transitions ever made: the retry does not take one back.
+    assert_eq!((s.available, s.discarded), (1, 1));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn counters_stay_exact_under_racing_workers() -> anyhow::Result<()> {
+    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(2)).await?;
+    let jobs: Vec<Value> = (0..200)
+        .map(|i| json!({"type": "race.job", "args": [i], "options": {"queue": "cr"}}))
+        .collect();
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": jobs})),
+        )
+        .await?;
+    anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    let workers = (0..16).map(|w| {
+        let app = &app;
+        async move {
+            let worker = format!("w{w}");
+            let mut done = 0;
+            let mut empty = 0;
+            while empty < 3 {
+                let got = ids_of(
+                    &app.fetch(json!({"queues": ["cr"], "count": 3, "worker_id": worker}))
+                        .await?,
+                );
+                if got.is_empty() {
+                    empty += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                for id in got {
+                    let r = app.ack(json!({"job_id": id, "worker_id": worker})).await?;
+                    anyhow::ensure!(r.status == 200, "{:?}", r.body);
+                    done += 1;
+                }
+            }
+            anyhow::Ok(done)
+        }
+    });
+    let done: usize = join_all(workers)
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .sum();
+    assert_eq!(done, 200);
+    let s = counted(&app.store, "cr", "after the race").await?;
+    assert_eq!((s.available, s.active, s.completed), (0, 0, 200));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn stats_read_one_batch_of_counter_items_whatever_the_backlog() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let jobs: Vec<Value> = (0..300)
+        .map(|i| json!({"type": "big.job", "args": [i], "options": {"queue": "cb"}}))
+        .collect();
+    app.call(
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({"jobs": jobs})),
+    )
+    .await?;
+    let q = QueueName::parse("cb").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let before = app.store.usage();
+    let s = app.store.queue_stats(&q).await?;
+    let cost = app.store.usage() - before;
+    assert_eq!(s.available, 300);
+    assert_eq!(cost.calls, 1, "stats must be one BatchGetItem");
+
+    // Without live counters the same stats count the indexes.
+    let by_index = app.store.clone().with_live_counters(false);
+    let before = by_index.usage();
+    assert_eq!(by_index.queue_stats(&q).await?.available, 300);
+    assert!((by_index.usage() - before).calls >= 3);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_recount_repairs_counters_that_missed_moves() -> anyhow::Result<()> {
+    // Jobs pushed and claimed while live counters were off...
+    let off = TestApp::spawn_on_store(fresh_store().await?.with_live_counters(false)).await?;
+    for i in 0..5 {
+        push(
+            &off,
+            json!({"type": "rc.job", "args": [i], "options": {"queue": "rc"}}),
+        )
+        .await?;
+    }
+    let claimed = ids_of(&off.fetch(json!({"queues": ["rc"], "count": 2})).await?);
+    assert_eq!(claimed.len(), 2);
+    let by_index = off
+        .call(Method::GET, "/ojs/v1/queues/rc/stats", None)
+        .await?;
+    assert_eq!(
+        (
+            by_index.body["queue"]["available"].clone(),
+            by_index.body["queue"]["active"].clone()
+        ),
+        (json!(3), json!(2))
+    );
+    // ...are missing from the counters once they are on,
+    let on = TestApp::spawn_on_store(off.store.clone().with_live_counters(true)).await?;
+    let stale = on
+        .call(Method::GET, "/ojs/v1/queues/rc/stats", None)
+        .await?;
+    assert_eq!(stale.body["queue"]["available"], 0);
+    // until a recount sets them from the indexes; moves after it count as usual.
+    let r = on
+        .call(Method::POST, "/ojs/v1/admin/queues/rc/recount", None)
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        (
+            r.body["queue"]["available"].clone(),
+            r.body["queue"]["active"].clone()
+        ),
+        (json!(3), json!(2))
+    );
+    assert_eq!(on.ack(json!({"job_id": claimed[0]})).await?.status, 200);
+    let s = counted(&on.store, "rc", "after the recount").await?;
+    assert_eq!((s.available, s.active, s.completed), (3, 1, 1));
+    let bad = on
+        .call(Method::POST, "/ojs/v1/admin/queues/Bad!/recount", None)
+        .await?;
+    assert_eq!(bad.status, 400);
+    on.teardown().await;
+    off.teardown().await;
+    Ok(())
+}

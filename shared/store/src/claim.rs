@@ -567,6 +567,13 @@ impl Store {
             .await;
         match self.finish_update(out) {
             Ok(rescheduled) => {
+                let e = Event::for_job(
+                    EventKind::Scheduled,
+                    &rescheduled,
+                    &now,
+                    crate::settle::WORKERS,
+                );
+                self.emit(&[e]).await;
                 self.count_move(&rescheduled, Some(JobState::Available))
                     .await;
                 let target = crate::timer::TimerTarget::Job {
@@ -612,8 +619,12 @@ impl Store {
             .await;
         match self.finish_update(out) {
             Ok(dropped) => {
+                let e =
+                    Event::for_job(EventKind::Discarded, &dropped, &now, crate::settle::WORKERS);
+                self.emit(&[e]).await;
                 self.count_move(&dropped, Some(JobState::Available)).await;
-                Ok(())
+                self.after_terminal(&dropped, crate::workflow::StepOutcome::Failed, now)
+                    .await
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),

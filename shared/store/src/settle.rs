@@ -29,7 +29,7 @@ pub(crate) enum FailureOutcome {
     GiveUp(OnExhaustion),
 }
 
-const WORKERS: &str = "ojs://ojs-serverless/workers";
+pub(crate) const WORKERS: &str = "ojs://ojs-serverless/workers";
 
 /// Errors kept in a job's `errors` history (the latest ones).
 pub(crate) const MAX_KEPT_ERRORS: usize = 20;

@@ -544,6 +544,70 @@ async fn a_concurrency_limit_holds_against_racing_fetchers_and_frees_on_ack_and_
     Ok(())
 }
 
+/// `on_limit: drop`: a job its limit refuses is discarded with error `rate_limited`, and
+/// that is a terminal transition like any other: its event, its count, and (for a
+/// workflow step) its workflow failing, with the steps after it cancelled.
+#[tokio::test]
+async fn on_limit_drop_discards_a_refused_job_and_tells_its_workflow() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let rl = json!({"key": "dropper", "concurrency": 1, "on_limit": "drop"});
+    let holder = app.push(limited(1, rl.clone())[0].clone()).await?;
+    assert_eq!(holder.status, 201, "{:?}", holder.body);
+    let created = app
+        .call(Method::POST, "/ojs/v1/workflows", Some(json!({"type": "chain", "steps": [
+            {"id": "call", "type": "partner.call", "args": [1], "options": {"queue": "cq"}, "rate_limit": rl},
+            {"id": "after", "type": "partner.after", "depends_on": ["call"], "options": {"queue": "cq"}}]})))
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let got = fetch_ids(
+        &app,
+        json!({"queues": ["cq"], "count": 2, "visibility_timeout_ms": 60000}),
+    )
+    .await?;
+    assert_eq!(got.len(), 1, "only the holder starts");
+    let wf = created.body["workflow"]["id"].as_str().unwrap_or_default();
+    let view = app
+        .call(Method::GET, &format!("/ojs/v1/workflows/{wf}"), None)
+        .await?;
+    assert_eq!(view.body["workflow"]["state"], "failed", "{}", view.body);
+    let step = view.body["workflow"]["job_ids"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let dropped = app.info(&step).await?;
+    assert_eq!(
+        dropped.body["job"]["state"], "discarded",
+        "{}",
+        dropped.body
+    );
+    assert_eq!(dropped.body["job"]["error"]["type"], "rate_limited");
+    let s = stats(&app, "cq").await?;
+    assert_eq!(
+        (
+            s["active"].clone(),
+            s["discarded"].clone(),
+            s["cancelled"].clone(),
+            s["pending"].clone()
+        ),
+        (json!(1), json!(1), json!(1), json!(0))
+    );
+    let events = app
+        .call(
+            Method::GET,
+            "/ojs/v1/events?types=job.discarded&queues=cq",
+            None,
+        )
+        .await?;
+    assert_eq!(
+        events.body["events"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        events.body
+    );
+    app.teardown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn on_limit_reschedule_moves_a_refused_job_to_when_its_limit_frees() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;

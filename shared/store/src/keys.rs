@@ -15,9 +15,12 @@ pub(crate) const JOB_SK: &str = "JOB";
 /// Partition of every queue item.
 pub(crate) const QUEUES_PK: &str = "QUEUES";
 
+/// What every queue item's sort key starts with.
+pub(crate) const QUEUE_SK_PREFIX: &str = "Q#";
+
 /// Sort key of a queue item.
 pub(crate) fn queue_sk(queue: &str) -> String {
-    format!("Q#{queue}")
+    format!("{QUEUE_SK_PREFIX}{queue}")
 }
 
 /// Sort key of the job counters of one shard of a queue (`~` sorts after every queue

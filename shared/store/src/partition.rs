@@ -17,15 +17,32 @@ impl Store {
         pk: &str,
         consistent: bool,
     ) -> Result<Vec<Item>, StoreError> {
+        self.query_partition_prefix(pk, None, consistent).await
+    }
+
+    /// Like [`Store::query_partition`], only the items whose sort key starts with
+    /// `prefix` (the others are not read, so not paid for).
+    pub(crate) async fn query_partition_prefix(
+        &self,
+        pk: &str,
+        prefix: Option<&str>,
+        consistent: bool,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let out = self
+            let mut req = self
                 .client
                 .query()
                 .table_name(self.table())
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":pk", s(pk));
+            req = match prefix {
+                Some(p) => req
+                    .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                    .expression_attribute_values(":prefix", s(p)),
+                None => req.key_condition_expression("pk = :pk"),
+            };
+            let out = req
                 .consistent_read(consistent)
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)

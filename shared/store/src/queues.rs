@@ -64,7 +64,10 @@ impl Store {
 
     /// Every known queue, sorted by name.
     pub async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
-        let items = self.query_partition(keys::QUEUES_PK, false).await?;
+        // Queue items only: the counter items in the same partition are not read.
+        let items = self
+            .query_partition_prefix(keys::QUEUES_PK, Some(keys::QUEUE_SK_PREFIX), false)
+            .await?;
         Ok(items
             .iter()
             .filter_map(|item| {

@@ -434,23 +434,9 @@ async fn sdk_cpu_per_call(n: usize) -> anyhow::Result<f64> {
             anyhow::Ok(())
         }
     };
-    for i in 0..20 {
-        round(i).await?;
-    }
-    // Median of CHUNKS runs, like the server phases.
-    let pid = std::process::id();
-    let rounds = (n / 3 / CHUNKS).max(20);
-    let mut per_call = Vec::new();
-    for c in 0..CHUNKS {
-        let before = cpu_of(pid)?;
-        for i in 0..rounds {
-            round(100 + c * rounds + i).await?;
-        }
-        let after = cpu_of(pid)?;
-        per_call.push((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64);
-    }
+    let per_call = cpu_per_call_of(n, round).await;
     let _ = store.delete_table().await;
-    stats::median(&per_call).context("no samples")
+    per_call
 }
 
 /// CPU of the bench process per DynamoDB call made as a plain JSON POST (reqwest, a dummy
@@ -514,10 +500,22 @@ async fn http_cpu_per_call(n: usize) -> anyhow::Result<f64> {
             anyhow::Ok(())
         }
     };
+    let per_call = cpu_per_call_of(n, round).await;
+    let _ = store.delete_table().await;
+    per_call
+}
+
+/// CPU of this process per DynamoDB call made by `round` (three calls a round, numbered
+/// by its argument), µs: 20 warm-up rounds, then the median of [`CHUNKS`] runs, like the
+/// server phases.
+async fn cpu_per_call_of<F, Fut>(n: usize, round: F) -> anyhow::Result<f64>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     for i in 0..20 {
         round(i).await?;
     }
-    // Median of CHUNKS runs, like the server phases.
     let pid = std::process::id();
     let rounds = (n / 3 / CHUNKS).max(20);
     let mut per_call = Vec::new();
@@ -529,7 +527,6 @@ async fn http_cpu_per_call(n: usize) -> anyhow::Result<f64> {
         let after = cpu_of(pid)?;
         per_call.push((after.0 - before.0) as f64 / 1000.0 / (rounds * 3) as f64);
     }
-    let _ = store.delete_table().await;
     stats::median(&per_call).context("no samples")
 }
 

@@ -128,19 +128,7 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::NotFound)
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
-        }
+        self.tally_existing(Kind::Write, out)?;
+        Ok(())
     }
 }

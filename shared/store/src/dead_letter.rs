@@ -9,7 +9,7 @@ use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
 use crate::schema::DEAD_INDEX;
@@ -203,19 +203,7 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::NotFound)
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
-        }
+        self.tally_existing(Kind::Write, out)?;
+        Ok(())
     }
 }

@@ -158,4 +158,29 @@ impl crate::Store {
             }
         }
     }
+
+    /// [`Store::tally`] for a write conditional on the item existing: its failed
+    /// condition is [`crate::StoreError::NotFound`].
+    pub(crate) fn tally_existing<T, E, R>(
+        &self,
+        kind: Kind,
+        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
+    ) -> Result<T, crate::StoreError>
+    where
+        T: Consumed,
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+        R: std::fmt::Debug,
+    {
+        match out {
+            Err(e) if crate::error::is_condition_failure(&e) => {
+                self.usage.record(kind, None);
+                Err(crate::StoreError::NotFound)
+            }
+            out => self.tally(kind, out),
+        }
+    }
 }

@@ -7,7 +7,7 @@ use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{JobId, JobState};
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
@@ -216,22 +216,10 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                out.attributes()
-                    .and_then(worker_from_item)
-                    .ok_or_else(|| StoreError::Corrupt("worker item".into()))
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::NotFound)
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
-        }
+        self.tally_existing(Kind::Write, out)?
+            .attributes()
+            .and_then(worker_from_item)
+            .ok_or_else(|| StoreError::Corrupt("worker item".into()))
     }
 
     /// Workers seen within the last hour.

@@ -163,6 +163,13 @@ impl Store {
             .send()
             .await;
         self.tally(Kind::Write, out)?;
+        self.after_create(&jobs, now).await;
+        Ok(view(&wf))
+    }
+
+    /// Events and counts of workflow jobs just created (steps or callbacks): an enqueued
+    /// event for each one that is available at once; every one counted.
+    async fn after_create(&self, jobs: &[Job], now: Timestamp) {
         let events: Vec<Event> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Available)
@@ -177,9 +184,8 @@ impl Store {
             .collect();
         self.emit(&events).await;
         let mut moves = self.moves();
-        moves.add_all(&jobs, None);
+        moves.add_all(jobs, None);
         self.count(moves).await;
-        Ok(view(&wf))
     }
 
     /// The workflow's view, or NotFound.
@@ -531,21 +537,7 @@ impl Store {
                 return Err(StoreError::from_sdk(e));
             }
         }
-        let events: Vec<Event> = jobs
-            .iter()
-            .map(|j| {
-                Event::for_job(
-                    EventKind::Enqueued,
-                    j,
-                    &now,
-                    "ojs://ojs-serverless/workflows",
-                )
-            })
-            .collect();
-        self.emit(&events).await;
-        let mut moves = self.moves();
-        moves.add_all(&jobs, None);
-        self.count(moves).await;
+        self.after_create(&jobs, now).await;
         Ok(())
     }
 

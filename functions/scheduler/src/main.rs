@@ -18,9 +18,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let store = store.clone();
         async move {
             let report = store.sweep(ojs_core::time::now()).await?;
-            tracing::info!(queues = report.queues, moved = report.moved, "sweep");
+            tracing::info!(
+                queues = report.queues,
+                moved = report.moved,
+                healed = report.healed,
+                "sweep"
+            );
             Ok::<_, lambda_runtime::Error>(
-                json!({ "queues": report.queues, "moved": report.moved }),
+                json!({ "queues": report.queues, "moved": report.moved, "healed": report.healed }),
             )
         }
     }))

@@ -12,8 +12,9 @@
 //!
 //! The counters are a second write after the transition, not part of it: a transition
 //! whose process dies before the `ADD` (or an `ADD` the SDK retries after a lost answer)
-//! leaves a live counter off by one. [`Store::recount_queue`] sets the live counts from
-//! the indexes again. With `OJS_LIVE_COUNTERS=off` transitions add only the terminal
+//! leaves a live counter off by one. The sweep repairs a shard once it has been quiet for
+//! one sweep ([`Store::heal_counters`]); [`Store::recount_queue`] sets the live counts from
+//! the indexes at once. With `OJS_LIVE_COUNTERS=off` transitions add only the terminal
 //! counts (one write less per PUSH, FETCH, retry and promotion) and stats count the live
 //! states from the sparse indexes instead (Queries whose cost grows with the backlog).
 
@@ -24,7 +25,7 @@ use futures::future::join_all;
 use ojs_core::{Job, JobState, QueueName};
 
 use crate::error::StoreError;
-use crate::item::{n, s};
+use crate::item::{n, s, Item};
 use crate::keys;
 use crate::usage::Kind;
 use crate::Store;
@@ -65,6 +66,10 @@ fn is_live(state: JobState) -> bool {
     )
 }
 
+/// Most live jobs (by its counters) in a shard the sweep's healing counts from the
+/// indexes; a larger shard waits for [`Store::recount_queue`].
+pub const HEAL_MAX_LIVE: u64 = 100_000;
+
 /// Live states whose counts the sparse indexes can give (pending jobs are in none).
 const INDEXED: [JobState; 4] = [
     JobState::Available,
@@ -72,6 +77,14 @@ const INDEXED: [JobState; 4] = [
     JobState::Retryable,
     JobState::Active,
 ];
+
+/// The primary key of an item of the `QUEUES` partition.
+fn counts_key(sk: &str) -> Item {
+    HashMap::from([
+        ("pk".to_owned(), s(keys::QUEUES_PK)),
+        ("sk".to_owned(), s(sk)),
+    ])
+}
 
 /// Counter changes of one request, summed per counter item.
 #[derive(Debug, Default)]
@@ -138,13 +151,16 @@ impl Store {
             if deltas.is_empty() {
                 return None;
             }
-            let mut adds = Vec::new();
+            // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
+            // quiet by it not changing (see [`Store::heal_counters`]).
+            let mut adds = vec!["moves :one".to_owned()];
             let mut req = self
                 .client
                 .update_item()
                 .table_name(self.table())
                 .key("pk", s(keys::QUEUES_PK))
                 .key("sk", s(keys::queue_counts_sk(&queue, shard)))
+                .expression_attribute_values(":one", n(1))
                 .return_consumed_capacity(ReturnConsumedCapacity::Total);
             for (i, (name, delta)) in deltas.into_iter().enumerate() {
                 adds.push(format!("#f{i} :d{i}"));
@@ -215,23 +231,190 @@ impl Store {
         self.read_counters(queue).await
     }
 
+    /// Repairs live counters that drifted (a process that died between a transition and
+    /// its `ADD`, an `ADD` applied twice), one shard at a time, as part of the sweep:
+    /// - a shard whose `moves` changed since the last sweep is busy: the sweep only notes
+    ///   the value (`seen_moves`; one small write per busy shard per sweep);
+    /// - a shard quiet since the last sweep (a minute on AWS), and not yet checked at this
+    ///   `moves`, is counted from the indexes; if the counts differ they are set, under
+    ///   the condition that no `ADD` landed meanwhile (`checked_moves` records the check,
+    ///   so a quiet shard is counted once, not every minute).
+    ///
+    /// A transition racing the count can still leave an error, but its own `ADD` changes
+    /// `moves`, so the shard is counted again after its next quiet sweep: the counts
+    /// converge. Shards with more than [`HEAL_MAX_LIVE`] live jobs are left to
+    /// [`Store::recount_queue`]. Returns how many shards were corrected.
+    pub async fn heal_counters(&self, queues: &[QueueName]) -> Result<usize, StoreError> {
+        if !self.config.live_counters {
+            return Ok(0);
+        }
+        let shards: Vec<(&QueueName, u16, String)> = queues
+            .iter()
+            .flat_map(|q| {
+                (0..self.queue_shards())
+                    .map(move |shard| (q, shard, keys::queue_counts_sk(q.as_str(), shard)))
+            })
+            .collect();
+        // The counter items of every queue: BatchGetItems of up to 100, not a read each.
+        let mut items = HashMap::new();
+        for chunk in shards.chunks(100) {
+            let keys = chunk.iter().map(|(_, _, sk)| counts_key(sk)).collect();
+            for item in self.read_consistent(keys).await? {
+                if let Some(sk) = item.get("sk").and_then(|v| v.as_s().ok()) {
+                    items.insert(sk.clone(), item);
+                }
+            }
+        }
+        let mut healed = 0;
+        for (queue, shard, sk) in &shards {
+            if let Some(item) = items.get(sk) {
+                if self.heal_shard(queue, *shard, sk, item).await? {
+                    healed += 1;
+                }
+            }
+        }
+        Ok(healed)
+    }
+
+    /// One shard of [`Store::heal_counters`], from its counter item as read: whether its
+    /// counts were corrected.
+    async fn heal_shard(
+        &self,
+        queue: &QueueName,
+        shard: u16,
+        sk: &str,
+        item: &Item,
+    ) -> Result<bool, StoreError> {
+        let num = |k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        let moves = num("moves");
+        let update = || {
+            self.client
+                .update_item()
+                .table_name(self.table())
+                .key("pk", s(keys::QUEUES_PK))
+                .key("sk", s(sk))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        };
+        let at = n(moves.unwrap_or(0));
+        // With no `moves` yet the item only ever had terminal counts added.
+        let unchanged = match moves {
+            Some(_) => "moves = :m",
+            None => "attribute_not_exists(moves)",
+        };
+        if num("seen_moves") != Some(moves.unwrap_or(0)) {
+            let out = update()
+                .update_expression("SET seen_moves = :m")
+                .expression_attribute_values(":m", at)
+                .send()
+                .await;
+            self.tally(Kind::Write, out)?;
+            return Ok(false);
+        }
+        if num("checked_moves") == Some(moves.unwrap_or(0)) {
+            return Ok(false);
+        }
+        let held: Vec<i64> = INDEXED
+            .iter()
+            .map(|st| num(field(*st)).unwrap_or(0))
+            .collect();
+        if held.iter().map(|v| v.unsigned_abs()).sum::<u64>() > HEAL_MAX_LIVE {
+            return Ok(false);
+        }
+        let mut counted = QueueStats::default();
+        self.count_shard(queue, shard, &mut counted).await?;
+        let counted = [
+            counted.available,
+            counted.scheduled,
+            counted.retryable,
+            counted.active,
+        ];
+        let mut req = update()
+            .condition_expression(unchanged)
+            .expression_attribute_values(":m", at);
+        let mut sets = vec!["checked_moves = :m".to_owned()];
+        let mut drifted = Vec::new();
+        for (i, (state, value)) in INDEXED.iter().zip(counted).enumerate() {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            if value != held[i] {
+                drifted.push(format!("{} {} -> {value}", field(*state), held[i]));
+                sets.push(format!("#f{i} = :v{i}"));
+                req = req
+                    .expression_attribute_names(format!("#f{i}"), field(*state))
+                    .expression_attribute_values(format!(":v{i}"), n(value));
+            }
+        }
+        let out = req
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                if !drifted.is_empty() {
+                    tracing::warn!(queue = %queue, shard, drift = %drifted.join(", "), "job counters repaired from the indexes");
+                }
+                Ok(!drifted.is_empty())
+            }
+            // A move landed during the count: the next quiet sweep counts again.
+            Err(e) if crate::error::is_condition_failure(&e) => {
+                self.usage.record(Kind::Write, None);
+                Ok(false)
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                Err(StoreError::from_sdk(e))
+            }
+        }
+    }
+
     /// The counts of `queue` as its counter items hold them, and its pause flag (one
     /// `BatchGetItem` of the queue item and its counter items).
     async fn read_counters(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        let key = |sk: String| {
-            HashMap::from([
-                ("pk".to_owned(), s(keys::QUEUES_PK)),
-                ("sk".to_owned(), s(sk)),
-            ])
-        };
-        let keys: Vec<_> = std::iter::once(key(keys::queue_sk(queue.as_str())))
+        // At most 1 + MAX_QUEUE_SHARDS (65) keys: within one BatchGetItem's 100.
+        let keys: Vec<_> = std::iter::once(counts_key(&keys::queue_sk(queue.as_str())))
             .chain(
                 (0..self.queue_shards())
-                    .map(|shard| key(keys::queue_counts_sk(queue.as_str(), shard))),
+                    .map(|shard| counts_key(&keys::queue_counts_sk(queue.as_str(), shard))),
             )
             .collect();
         let mut stats = QueueStats::default();
-        // At most 1 + MAX_QUEUE_SHARDS (65) keys: within one BatchGetItem's 100.
+        for item in self.read_consistent(keys).await? {
+            if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
+                stats.paused = *paused;
+            }
+            let get = |k: &str| {
+                item.get(k)
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(0)
+            };
+            // A counter below zero (a lost ADD) reads as none rather than wrapping.
+            let add = |to: &mut u64, k: &str| {
+                *to = to.saturating_add(u64::try_from(get(k)).unwrap_or(0));
+            };
+            add(&mut stats.available, "available");
+            add(&mut stats.scheduled, "scheduled");
+            add(&mut stats.retryable, "retryable");
+            add(&mut stats.active, "active");
+            add(&mut stats.pending, "pending");
+            add(&mut stats.completed, "completed");
+            add(&mut stats.discarded, "discarded");
+            add(&mut stats.cancelled, "cancelled");
+        }
+        Ok(stats)
+    }
+
+    /// Strongly consistent `BatchGetItem` of up to 100 `keys` (unprocessed keys asked
+    /// again); items that do not exist are absent.
+    async fn read_consistent(&self, keys: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::new();
+        if keys.is_empty() {
+            return Ok(found);
+        }
         let mut pending = Some(
             KeysAndAttributes::builder()
                 .set_keys(Some(keys))
@@ -248,33 +431,8 @@ impl Store {
                 .send()
                 .await;
             let out = self.tally(Kind::Read, out)?;
-            for item in out
-                .responses()
-                .and_then(|r| r.get(self.table()))
-                .into_iter()
-                .flatten()
-            {
-                if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
-                    stats.paused = *paused;
-                }
-                let get = |k: &str| {
-                    item.get(k)
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|v| v.parse::<i64>().ok())
-                        .unwrap_or(0)
-                };
-                // A counter below zero (a lost ADD) reads as none rather than wrapping.
-                let add = |to: &mut u64, k: &str| {
-                    *to = to.saturating_add(u64::try_from(get(k)).unwrap_or(0));
-                };
-                add(&mut stats.available, "available");
-                add(&mut stats.scheduled, "scheduled");
-                add(&mut stats.retryable, "retryable");
-                add(&mut stats.active, "active");
-                add(&mut stats.pending, "pending");
-                add(&mut stats.completed, "completed");
-                add(&mut stats.discarded, "discarded");
-                add(&mut stats.cancelled, "cancelled");
+            if let Some(items) = out.responses().and_then(|r| r.get(self.table())) {
+                found.extend(items.iter().cloned());
             }
             pending = out
                 .unprocessed_keys()
@@ -282,7 +440,7 @@ impl Store {
                 .filter(|k| !k.keys().is_empty())
                 .cloned();
         }
-        Ok(stats)
+        Ok(found)
     }
 
     /// Replaces the indexed live counts of `stats` with counts from the indexes, shard by

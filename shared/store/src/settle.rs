@@ -468,6 +468,8 @@ pub struct SweepReport {
     pub moved: usize,
     /// Cron occurrences that enqueued a job.
     pub fired: usize,
+    /// Queue shards whose live counters were repaired from the indexes.
+    pub healed: usize,
 }
 
 /// Most due batches one sweep takes from a queue, so one busy queue cannot starve the rest
@@ -476,7 +478,8 @@ const MAX_BATCHES_PER_QUEUE: usize = 20;
 
 impl Store {
     /// The scheduler's sweep: fire due cron occurrences, then for every known queue, promote due jobs, reclaim expired
-    /// leases and time out overdue attempts (the work FETCH does for its own queues).
+    /// leases and time out overdue attempts (the work FETCH does for its own queues), and
+    /// repair its live counters if they drifted ([`Store::heal_counters`]).
     pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport {
             fired: self.fire_due_crons(now).await?,
@@ -489,15 +492,21 @@ impl Store {
             .filter_map(|q| ojs_core::QueueName::parse(&q.name).ok())
             .collect();
         self.hand_over_to_timer(&queues, now).await?;
-        for name in queues {
+        for name in &queues {
             report.queues += 1;
             for _ in 0..MAX_BATCHES_PER_QUEUE {
-                let moved = self.promote_due(&name, now).await?;
+                let moved = self.promote_due(name, now).await?;
                 report.moved += moved;
                 if moved == 0 {
                     break;
                 }
             }
+        }
+        // Counters are reports, not state: a failure to heal them never fails the sweep
+        // (the next one tries again).
+        match self.heal_counters(&queues).await {
+            Ok(n) => report.healed = n,
+            Err(e) => tracing::warn!(error = %e, "job counters not checked"),
         }
         Ok(report)
     }

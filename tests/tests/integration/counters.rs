@@ -334,3 +334,60 @@ async fn a_recount_repairs_counters_that_missed_moves() -> anyhow::Result<()> {
     off.teardown().await;
     Ok(())
 }
+
+/// Moves the counters missed (here made through a store with live counters off, as if
+/// each process died between its transition and its `ADD`) are repaired by the sweep once
+/// the shard has been quiet for one sweep, and only then; a checked quiet shard is not
+/// counted again.
+#[tokio::test]
+async fn the_sweep_repairs_the_counters_of_a_quiet_shard() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let blind = TestApp::spawn_on_store(app.store.clone().with_live_counters(false)).await?;
+    let q = QueueName::parse("ch").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let job = |i: i32| json!({"type": "heal.job", "args": [i], "options": {"queue": "ch"}});
+    for i in 0..3 {
+        push(&app, job(i)).await?;
+    }
+    push(&blind, job(3)).await?;
+    push(&blind, job(4)).await?;
+    assert_eq!(
+        ids_of(&blind.fetch(json!({"queues": ["ch"]})).await?).len(),
+        1
+    );
+    let s = app.store.queue_stats(&q).await?;
+    assert_eq!(
+        (s.available, s.active),
+        (3, 0),
+        "the counters missed three moves"
+    );
+
+    // First sight of the shard: busy as far as the sweep knows, left alone.
+    let now = ojs_core::time::now();
+    assert_eq!(app.store.sweep(now).await?.healed, 0);
+    assert_eq!(app.store.queue_stats(&q).await?.available, 3);
+    // Quiet since: counted and repaired.
+    assert_eq!(app.store.sweep(now).await?.healed, 1);
+    let s = counted(&app.store, "ch", "after the repair").await?;
+    assert_eq!((s.available, s.active), (4, 1));
+    // Checked at this state: the next look is one read, no count.
+    let before = app.store.usage();
+    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
+    assert_eq!((app.store.usage() - before).calls, 1);
+
+    // Busy again (a counted move) with another missed one: left alone while busy,
+    // repaired once quiet.
+    push(&app, job(5)).await?;
+    push(&blind, job(6)).await?;
+    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
+    assert_eq!(app.store.queue_stats(&q).await?.available, 5);
+    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 1);
+    assert_eq!(
+        counted(&app.store, "ch", "after the second repair")
+            .await?
+            .available,
+        6
+    );
+    blind.teardown().await;
+    app.teardown().await;
+    Ok(())
+}

@@ -130,10 +130,9 @@ impl Store {
                 Event::for_job(kind, j, &j.status.created_at, "ojs://ojs-serverless/api")
             })
             .collect();
-        self.emit(&events).await;
         let mut moves = self.moves();
         moves.add_all(jobs, None);
-        self.count(moves).await;
+        self.emit_and_count(&events, moves).await;
         let timers: Vec<_> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Scheduled)

@@ -115,10 +115,9 @@ impl Store {
             .iter()
             .map(|j| Event::for_job(EventKind::Started, j, &now, "ojs://ojs-serverless/workers"))
             .collect();
-        self.emit(&events).await;
         let mut moves = self.moves();
         moves.add_all(&claimed, Some(JobState::Available));
-        self.count(moves).await;
+        self.emit_and_count(&events, moves).await;
         let limit = match req.queues.iter().find_map(|q| {
             settings
                 .get(q.as_str())
@@ -573,8 +572,7 @@ impl Store {
                     &now,
                     crate::settle::WORKERS,
                 );
-                self.emit(&[e]).await;
-                self.count_move(&rescheduled, Some(JobState::Available))
+                self.emit_and_count_one(e, &rescheduled, Some(JobState::Available))
                     .await;
                 let target = crate::timer::TimerTarget::Job {
                     job_id: job.id.to_string(),
@@ -621,8 +619,8 @@ impl Store {
             Ok(dropped) => {
                 let e =
                     Event::for_job(EventKind::Discarded, &dropped, &now, crate::settle::WORKERS);
-                self.emit(&[e]).await;
-                self.count_move(&dropped, Some(JobState::Available)).await;
+                self.emit_and_count_one(e, &dropped, Some(JobState::Available))
+                    .await;
                 self.after_terminal(&dropped, crate::workflow::StepOutcome::Failed, now)
                     .await
             }
@@ -683,7 +681,6 @@ impl Store {
                 moved.push(job);
             }
         }
-        self.count(counted).await;
         let events: Vec<Event> = moved
             .iter()
             .map(|j| {
@@ -695,7 +692,7 @@ impl Store {
                 )
             })
             .collect();
-        self.emit(&events).await;
+        self.emit_and_count(&events, counted).await;
         Ok(moved.len())
     }
 

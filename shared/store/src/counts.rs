@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity, Select};
 use futures::future::join_all;
+use ojs_core::event::Event;
 use ojs_core::{Job, JobState, QueueName};
 
 use crate::error::StoreError;
@@ -134,6 +135,19 @@ impl Store {
             live: self.config.live_counters,
             per_item: BTreeMap::new(),
         }
+    }
+
+    /// Records a transition's events and its counter moves side by side: two independent
+    /// writes, one round trip of waiting instead of two.
+    pub(crate) async fn emit_and_count(&self, events: &[Event], moves: Moves) {
+        futures::join!(self.emit(events), self.count(moves));
+    }
+
+    /// [`Store::emit_and_count`] for one job's move with its event.
+    pub(crate) async fn emit_and_count_one(&self, event: Event, job: &Job, from: Option<JobState>) {
+        let mut moves = self.moves();
+        moves.add(job, from);
+        self.emit_and_count(&[event], moves).await;
     }
 
     /// Records one job's move (see [`Moves::add`]).

@@ -352,8 +352,8 @@ impl Store {
                 } else {
                     EventKind::Enqueued
                 };
-                self.emit(&[Event::for_job(kind, job, &now, source)]).await;
-                self.count_move(job, None).await;
+                let event = Event::for_job(kind, job, &now, source);
+                self.emit_and_count_one(event, job, None).await;
             }
             None => {
                 tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")

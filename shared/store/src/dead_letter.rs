@@ -185,8 +185,8 @@ impl Store {
         let job = self.finish_update(out)?;
         self.watch_expiry(&job).await?;
         let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
-        self.emit(&[e]).await;
-        self.count_move(&job, Some(JobState::Discarded)).await;
+        self.emit_and_count_one(e, &job, Some(JobState::Discarded))
+            .await;
         Ok(job)
     }
 

@@ -108,14 +108,13 @@ impl Store {
             };
             self.arm_timer(vec![(target, at)]).await;
         }
-        self.emit(&[Event::for_job(
+        let event = Event::for_job(
             kind,
             job,
             &job.status.created_at,
             "ojs://ojs-serverless/api",
-        )])
-        .await;
-        self.count_move(job, None).await;
+        );
+        self.emit_and_count_one(event, job, None).await;
     }
 
     /// Reads a job with a strongly consistent read.
@@ -173,14 +172,8 @@ impl Store {
         .and_then(|v| v.as_s().ok())
         .and_then(|v| v.parse::<JobState>().ok());
         let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        self.emit(&[Event::for_job(
-            EventKind::Cancelled,
-            &job,
-            &now,
-            "ojs://ojs-serverless/api",
-        )])
-        .await;
-        self.count_move(&job, from).await;
+        let event = Event::for_job(EventKind::Cancelled, &job, &now, "ojs://ojs-serverless/api");
+        self.emit_and_count_one(event, &job, from).await;
         self.release_slot(&job).await;
         Ok(job)
     }
@@ -230,15 +223,15 @@ impl Store {
             .condition_expression(condition);
         let job =
             self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?;
-        self.emit(&[Event::for_job(
+        let event = Event::for_job(
             EventKind::Completed,
             &job,
             &now,
             "ojs://ojs-serverless/workers",
-        )])
-        .await;
+        );
+        self.emit_and_count_one(event, &job, Some(JobState::Active))
+            .await;
         self.release_slot(&job).await;
-        self.count_move(&job, Some(JobState::Active)).await;
         self.after_terminal(&job, StepOutcome::Completed, now)
             .await?;
         Ok(job)

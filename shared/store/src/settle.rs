@@ -188,8 +188,9 @@ impl Store {
             .iter()
             .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
             .collect();
-        self.emit(&events).await;
-        self.count_move(&updated, Some(JobState::Active)).await;
+        let mut moves = self.moves();
+        moves.add(&updated, Some(JobState::Active));
+        self.emit_and_count(&events, moves).await;
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
             self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
                 .await?;
@@ -284,8 +285,8 @@ impl Store {
             &now,
             "ojs://ojs-serverless/api",
         );
-        self.emit(&[e]).await;
-        self.count_move(&promoted, Some(job.status.state)).await;
+        self.emit_and_count_one(e, &promoted, Some(job.status.state))
+            .await;
         Ok(promoted)
     }
 
@@ -349,8 +350,8 @@ impl Store {
             &now,
             "ojs://ojs-serverless/api",
         );
-        self.emit(&[e]).await;
-        self.count_move(&expired, Some(job.status.state)).await;
+        self.emit_and_count_one(e, &expired, Some(job.status.state))
+            .await;
         self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
             .await?;
         Ok(expired)

@@ -182,10 +182,9 @@ impl Store {
                 )
             })
             .collect();
-        self.emit(&events).await;
         let mut moves = self.moves();
         moves.add_all(jobs, None);
-        self.count(moves).await;
+        self.emit_and_count(&events, moves).await;
     }
 
     /// The workflow's view, or NotFound.
@@ -402,8 +401,8 @@ impl Store {
             Ok(job) => {
                 self.watch_expiry(&job).await?;
                 let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
-                self.emit(&[e]).await;
-                self.count_move(&job, Some(JobState::Pending)).await;
+                self.emit_and_count_one(e, &job, Some(JobState::Pending))
+                    .await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),

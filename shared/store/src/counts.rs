@@ -79,6 +79,29 @@ const INDEXED: [JobState; 4] = [
     JobState::Active,
 ];
 
+impl QueueStats {
+    /// The counts the indexes can give, in [`INDEXED`] order.
+    fn indexed(&self) -> [u64; 4] {
+        [self.available, self.scheduled, self.retryable, self.active]
+    }
+}
+
+/// `req` also setting the indexed counts `values` (place in [`INDEXED`], count); their
+/// `SET` clauses go to `sets`.
+fn set_indexed(
+    mut req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    sets: &mut Vec<String>,
+    values: impl IntoIterator<Item = (usize, u64)>,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    for (i, value) in values {
+        sets.push(format!("#f{i} = :v{i}"));
+        req = req
+            .expression_attribute_names(format!("#f{i}"), field(INDEXED[i]))
+            .expression_attribute_values(format!(":v{i}"), n(value));
+    }
+    req
+}
+
 /// The primary key of an item of the `QUEUES` partition.
 fn counts_key(sk: &str) -> Item {
     HashMap::from([
@@ -216,13 +239,7 @@ impl Store {
         for shard in 0..self.queue_shards() {
             let mut counted = QueueStats::default();
             self.count_shard(queue, shard, &mut counted).await?;
-            let values = [
-                counted.available,
-                counted.scheduled,
-                counted.retryable,
-                counted.active,
-            ];
-            let mut req = self
+            let req = self
                 .client
                 .update_item()
                 .table_name(self.table())
@@ -230,12 +247,7 @@ impl Store {
                 .key("sk", s(keys::queue_counts_sk(queue.as_str(), shard)))
                 .return_consumed_capacity(ReturnConsumedCapacity::Total);
             let mut sets = Vec::new();
-            for (i, (state, value)) in INDEXED.iter().zip(values).enumerate() {
-                sets.push(format!("#f{i} = :v{i}"));
-                req = req
-                    .expression_attribute_names(format!("#f{i}"), field(*state))
-                    .expression_attribute_values(format!(":v{i}"), n(value));
-            }
+            let req = set_indexed(req, &mut sets, counted.indexed().into_iter().enumerate());
             let out = req
                 .update_expression(format!("SET {}", sets.join(", ")))
                 .send()
@@ -340,27 +352,21 @@ impl Store {
         }
         let mut counted = QueueStats::default();
         self.count_shard(queue, shard, &mut counted).await?;
-        let counted = [
-            counted.available,
-            counted.scheduled,
-            counted.retryable,
-            counted.active,
-        ];
-        let mut req = update()
+        let changed: Vec<(usize, u64)> = counted
+            .indexed()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, value)| i64::try_from(*value).ok() != Some(held[*i]))
+            .collect();
+        let drifted: Vec<String> = changed
+            .iter()
+            .map(|(i, value)| format!("{} {} -> {value}", field(INDEXED[*i]), held[*i]))
+            .collect();
+        let req = update()
             .condition_expression(unchanged)
             .expression_attribute_values(":m", at);
         let mut sets = vec!["checked_moves = :m".to_owned()];
-        let mut drifted = Vec::new();
-        for (i, (state, value)) in INDEXED.iter().zip(counted).enumerate() {
-            let value = i64::try_from(value).unwrap_or(i64::MAX);
-            if value != held[i] {
-                drifted.push(format!("{} {} -> {value}", field(*state), held[i]));
-                sets.push(format!("#f{i} = :v{i}"));
-                req = req
-                    .expression_attribute_names(format!("#f{i}"), field(*state))
-                    .expression_attribute_values(format!(":v{i}"), n(value));
-            }
-        }
+        let req = set_indexed(req, &mut sets, changed);
         let out = req
             .update_expression(format!("SET {}", sets.join(", ")))
             .send()

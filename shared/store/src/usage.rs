@@ -130,6 +130,18 @@ many!(
     op::transact_write_items::TransactWriteItemsOutput
 );
 
+/// What the SDK's per-operation error types have in common, as [`crate::StoreError`]
+/// needs it.
+pub(crate) trait ServiceError:
+    aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static
+{
+}
+
+impl<E> ServiceError for E where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static
+{
+}
+
 impl crate::Store {
     /// Records a call and its capacity, and maps its error: the one place every plain
     /// DynamoDB call goes through on its way back.
@@ -140,11 +152,7 @@ impl crate::Store {
     ) -> Result<T, crate::StoreError>
     where
         T: Consumed,
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
+        E: ServiceError,
         R: std::fmt::Debug,
     {
         match out {
@@ -168,11 +176,7 @@ impl crate::Store {
     ) -> Result<T, crate::StoreError>
     where
         T: Consumed,
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
+        E: ServiceError,
         R: std::fmt::Debug,
     {
         match out {

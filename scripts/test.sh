@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make test`: every test of the workspace (cargo test --workspace --all-targets).
+# `make test`: every test of the workspace (cargo test --workspace --all-targets), including
+# the official SDKs' interop suites (scripts/sdk-clients.sh installs what they need).
 #
 # If AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL is set, that endpoint is used as is.
 # Otherwise DynamoDB Local and moto are installed and started (or reused if already running),
@@ -22,6 +23,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 local_aws_up test
+
+# The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies.
+bash scripts/sdk-clients.sh setup
 
 log="$(mktemp)"
 t0=$SECONDS

@@ -1,5 +1,6 @@
 //! Local development server: every endpoint group on one port, against the DynamoDB
-//! endpoint named by the standard AWS environment. Creates the table if it is missing.
+//! endpoint named by the standard AWS environment, with the timer consumer and the
+//! scheduler's sweep in process. Creates the table if it is missing.
 
 use anyhow::Context;
 use ojs_http::{app, AppState, Group, HttpConfig};
@@ -34,6 +35,9 @@ async fn main() -> anyhow::Result<()> {
         let consumer = store.clone();
         tokio::spawn(async move { consumer.consume_timer_queue().await });
     }
+    // The scheduler function's sweep (EventBridge, every minute on AWS), every second here.
+    let sweeper = store.clone();
+    tokio::spawn(async move { sweeper.sweep_every(std::time::Duration::from_secs(1)).await });
     let router = app(
         AppState::new(store.clone(), HttpConfig::from_env()),
         &Group::ALL,

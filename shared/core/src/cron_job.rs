@@ -153,19 +153,21 @@ impl CronJob {
         template
             .entry("args")
             .or_insert_with(|| Value::Array(Vec::new()));
-        // Validate the template exactly as PUSH will, once, at registration.
-        NewJob::from_json(Value::Object(template.clone())).map_err(|e| {
-            OjsError::invalid_request(format!("job_template: {}", e.message))
-                .with_path("$.job_template")
-        })?;
-        Ok(Self {
+        let cron = Self {
             name,
             schedule,
             overlap,
             enabled,
             description,
             template,
-        })
+        };
+        // Validate the template as every occurrence will be pushed, with the meta keys each
+        // one adds (at their longest), so a registration accepted now can always fire.
+        cron.job_for(&time::max()).map_err(|e| {
+            OjsError::invalid_request(format!("job_template: {}", e.message))
+                .with_path("$.job_template")
+        })?;
+        Ok(cron)
     }
 
     /// The PUSH body for the occurrence due at `fire_time`: the template with
@@ -227,6 +229,18 @@ pub fn view(
         last_run_at.map_or(Value::Null, Value::from),
     );
     out.insert("run_count".into(), json!(run_count));
+    out.insert(
+        "status".into(),
+        json!(if cron.enabled { "active" } else { "paused" }),
+    );
+    // The binding (§13.1) and the SDKs read the job's fields beside the schedule.
+    if let Some(Value::Object(template)) = out.get("job_template").cloned() {
+        for key in ["type", "args", "options", "meta"] {
+            if let Some(v) = template.get(key) {
+                out.entry(key.to_owned()).or_insert_with(|| v.clone());
+            }
+        }
+    }
     Value::Object(out)
 }
 
@@ -274,5 +288,18 @@ mod tests {
         let job = c.job_for(&time::now()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(job.spec.meta.get("cron_name"), Some(&json!("tick")));
         assert_eq!(job.spec.meta.get("k"), Some(&json!(1)));
+    }
+
+    #[test]
+    fn a_template_that_could_not_fire_is_refused_at_registration() {
+        // Meta that fits PUSH's 16 KiB alone but not with cron_name and cron_triggered_at.
+        let pad = "x".repeat(crate::validate::MAX_META_BYTES - 20);
+        let too_big = CronJob::from_json(json!({"name": "big", "expression": "@every 2s",
+            "job_template": {"type": "a.b", "meta": {"pad": pad}}}));
+        assert!(too_big.is_err());
+        let ok = CronJob::from_json(json!({"name": "small", "expression": "@every 2s",
+            "job_template": {"type": "a.b", "meta": {"pad": "x"}}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ok.job_for(&time::max()).is_ok());
     }
 }

@@ -26,6 +26,7 @@ const SYSTEM_MANAGED: &[&str] = &[
     "started_at",
     "completed_at",
     "cancelled_at",
+    "previous_state",
     "discarded_at",
     "next_attempt_at",
     "retry_delay_ms",
@@ -99,6 +100,8 @@ pub struct JobStatus {
     pub completed_at: Option<Timestamp>,
     /// When the job was cancelled.
     pub cancelled_at: Option<Timestamp>,
+    /// The state a cancelled job was cancelled from (`previous_state`, binding §9.4).
+    pub cancelled_from: Option<JobState>,
     /// When the job was discarded.
     pub discarded_at: Option<Timestamp>,
     /// When a retryable job becomes available again.
@@ -109,8 +112,12 @@ pub struct JobStatus {
     pub deadline: Option<Timestamp>,
     /// Whether the job was discarded into the dead letter queue.
     pub dead_letter: bool,
-    /// The workflow the job is a step of.
+    /// The workflow the job is a step (or a batch callback) of.
     pub workflow_id: Option<String>,
+    /// Its step's index in the workflow.
+    pub workflow_step: Option<u32>,
+    /// The batch callback it runs (`on_complete`, `on_success`, `on_failure`).
+    pub workflow_callback: Option<String>,
     /// Results of the steps it depended on, in completion order.
     pub parent_results: Vec<Value>,
     /// A job waiting (pending) for this one to finish: the next occurrence of a cron
@@ -220,7 +227,8 @@ impl NewJob {
                 return Err(OjsError::invalid_request("queue must be a string").with_path(&p))
             }
         };
-        let meta = match take(&["meta"]) {
+        // `options.metadata` is the name the conformance suite uses for `meta`.
+        let meta = match take(&["meta", "metadata"]) {
             None => Map::new(),
             Some((p, Value::Object(m))) => {
                 validate::limit_size(&Value::Object(m.clone()), validate::MAX_META_BYTES, &p)?;
@@ -247,9 +255,21 @@ impl NewJob {
                 }
             }
         };
-        let timeout_ms = millis(take(&["timeout_ms"]), 1)?.or(millis(take(&["timeout"]), 1000)?);
-        let visibility_timeout_ms = millis(take(&["visibility_timeout_ms"]), 1)?
-            .or(millis(take(&["visibility_timeout"]), 1000)?);
+        let timeout_ms = millis(take(&["timeout_ms"]), 1, validate::MAX_TIMEOUT_MS)?.or(millis(
+            take(&["timeout"]),
+            1000,
+            validate::MAX_TIMEOUT_MS,
+        )?);
+        let visibility_timeout_ms = millis(
+            take(&["visibility_timeout_ms"]),
+            1,
+            validate::MAX_VISIBILITY_MS,
+        )?
+        .or(millis(
+            take(&["visibility_timeout"]),
+            1000,
+            validate::MAX_VISIBILITY_MS,
+        )?);
         let now = time::now();
         let scheduled_at = timestamp(take(&["delay_until", "scheduled_at"]), now)?;
         let expires_at = timestamp(take(&["expires_at"]), now)?;
@@ -320,16 +340,25 @@ impl NewJob {
     }
 }
 
-fn millis(field: Option<(String, Value)>, unit_ms: u64) -> Result<Option<u64>, OjsError> {
+/// A duration field in units of `unit_ms`, refused above `max_ms`.
+fn millis(
+    field: Option<(String, Value)>,
+    unit_ms: u64,
+    max_ms: u64,
+) -> Result<Option<u64>, OjsError> {
     match field {
         None => Ok(None),
         Some((p, v)) => v
             .as_u64()
             .and_then(|n| n.checked_mul(unit_ms))
+            .filter(|ms| *ms <= max_ms)
             .map(Some)
             .ok_or_else(|| {
-                OjsError::invalid_request(format!("{p} must be a non-negative integer"))
-                    .with_path(&p)
+                OjsError::invalid_request(format!(
+                    "{p} must be a non-negative integer of at most {} ms",
+                    max_ms
+                ))
+                .with_path(&p)
             }),
     }
 }
@@ -425,12 +454,15 @@ impl Job {
                 started_at: None,
                 completed_at: None,
                 cancelled_at: None,
+                cancelled_from: None,
                 discarded_at: None,
                 next_attempt_at: None,
                 retry_delay_ms: None,
                 deadline: None,
                 dead_letter: false,
                 workflow_id: None,
+                workflow_step: None,
+                workflow_callback: None,
                 parent_results: Vec::new(),
                 successor: None,
                 worker_id: None,
@@ -484,6 +516,9 @@ impl Job {
         }
         if let Some(w) = &s.worker_id {
             out.insert("worker_id".into(), w.clone().into());
+        }
+        if let Some(from) = s.cancelled_from.filter(|_| s.state == JobState::Cancelled) {
+            out.insert("previous_state".into(), from.as_str().into());
         }
         if let Some(ms) = s.retry_delay_ms {
             out.insert("retry_delay_ms".into(), ms.into());

@@ -97,6 +97,17 @@ pub enum FailDecision {
     GiveUp(OnExhaustion),
 }
 
+/// camelCase spellings of the policy's fields, as some SDKs send them.
+const CAMEL_CASE_FIELDS: [(&str, &str); 7] = [
+    ("maxAttempts", "max_attempts"),
+    ("initialInterval", "initial_interval"),
+    ("backoffCoefficient", "backoff_coefficient"),
+    ("maxInterval", "max_interval"),
+    ("nonRetryableErrors", "non_retryable_errors"),
+    ("onExhaustion", "on_exhaustion"),
+    ("backoffType", "backoff_type"),
+];
+
 impl RetryPolicy {
     /// Parses a retry object, merging present fields over the defaults (ojs-retry section 8).
     /// Accepts ISO 8601 durations and the `*_ms` integer aliases some SDKs send.
@@ -104,6 +115,14 @@ impl RetryPolicy {
         let obj = value.as_object().ok_or_else(|| {
             OjsError::invalid_request(format!("{path} must be an object")).with_path(path)
         })?;
+        // The JavaScript SDK passes a workflow step's retry policy on in camelCase.
+        let mut obj = obj.clone();
+        for (camel, snake) in CAMEL_CASE_FIELDS {
+            if let Some(v) = obj.remove(camel) {
+                obj.entry(snake.to_owned()).or_insert(v);
+            }
+        }
+        let obj = &obj;
         // A policy with values out of range is well-formed JSON the server cannot act on.
         let mut policy = Self::default();
         let bad = |field: &str, what: &str| {
@@ -241,17 +260,26 @@ impl RetryPolicy {
 }
 
 fn interval(obj: &Map<String, Value>, field: &str) -> Result<Option<Duration>, &'static str> {
+    const TOO_LONG: &str = "must be at most 30 days (P30D)";
+    let within = |d: Duration| {
+        if d <= crate::validate::MAX_RETRY_INTERVAL {
+            Ok(Some(d))
+        } else {
+            Err(TOO_LONG)
+        }
+    };
     if let Some(v) = obj.get(field) {
         let raw = v.as_str().ok_or("must be an ISO 8601 duration string")?;
         return duration::parse(raw)
-            .map(Some)
-            .ok_or("must be an ISO 8601 duration such as PT1S");
+            .ok_or("must be an ISO 8601 duration such as PT1S")
+            .and_then(within);
     }
     if let Some(v) = obj.get(&format!("{field}_ms")) {
         return v
             .as_u64()
-            .map(|ms| Some(Duration::from_millis(ms)))
-            .ok_or("must be a non-negative integer of milliseconds");
+            .map(Duration::from_millis)
+            .ok_or("must be a non-negative integer of milliseconds")
+            .and_then(within);
     }
     Ok(None)
 }

@@ -7,6 +7,25 @@ use crate::error::OjsError;
 /// A UTC instant.
 pub type Timestamp = DateTime<Utc>;
 
+/// The latest instant the server works with: the end of year 9999, the last one RFC 3339
+/// can write. Arithmetic on user-given durations saturates here instead of overflowing.
+pub fn max() -> Timestamp {
+    from_micros(253_402_300_799_999_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `t + d`, or [`max`] when that lies beyond it.
+pub fn after(t: Timestamp, d: std::time::Duration) -> Timestamp {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .map_or_else(max, |later| later.min(max()))
+}
+
+/// `t + ms` milliseconds, or [`max`] when that lies beyond it.
+pub fn after_ms(t: Timestamp, ms: u64) -> Timestamp {
+    after(t, std::time::Duration::from_millis(ms))
+}
+
 /// The current instant, truncated to microseconds (the precision we store and render).
 pub fn now() -> Timestamp {
     let t = Utc::now();
@@ -23,16 +42,25 @@ pub fn format(t: &Timestamp) -> String {
 /// duration after a plus sign) means 30 seconds from now. The conformance suite sends
 /// such values; absolute values must carry a time zone.
 pub fn parse_at(raw: &str, path: &str, now: Timestamp) -> Result<Timestamp, OjsError> {
-    if let Some(duration) = raw.strip_prefix('+') {
-        let d = crate::duration::parse(duration)
-            .and_then(|d| chrono::Duration::from_std(d).ok())
-            .ok_or_else(|| {
-                OjsError::invalid_request(format!(
-                    "{path} must be an RFC 3339 timestamp or +<ISO 8601 duration>, got {raw:?}"
-                ))
-                .with_path(path)
-            })?;
-        return Ok(now + d);
+    // `PT30S` alone also means from now: the JavaScript SDK sends its `delay` that way.
+    let relative = raw
+        .strip_prefix('+')
+        .or_else(|| raw.starts_with('P').then_some(raw));
+    if let Some(duration) = relative {
+        let d = crate::duration::parse(duration).ok_or_else(|| {
+            OjsError::invalid_request(format!(
+                "{path} must be an RFC 3339 timestamp or +<ISO 8601 duration>, got {raw:?}"
+            ))
+            .with_path(path)
+        })?;
+        let at = after(now, d);
+        if at >= max() {
+            return Err(OjsError::invalid_request(format!(
+                "{path} {raw:?} lies beyond the year 9999"
+            ))
+            .with_path(path));
+        }
+        return Ok(at);
     }
     parse(raw, path)
 }
@@ -83,6 +111,25 @@ mod tests {
             Some(now + chrono::Duration::seconds(2))
         );
         assert!(parse_at("+2s", "$.t", now).is_err());
+        // Far enough to overflow a timestamp: refused, not a panic.
+        for far in ["+P100000000D", "+P99999999999999D", "+P3000000W"] {
+            assert!(parse_at(far, "$.t", now).is_err(), "{far}");
+        }
+        assert!(parse_at("+P3650D", "$.t", now).is_ok());
+        assert_eq!(
+            parse_at("PT30S", "$.t", now).ok(),
+            Some(now + chrono::Duration::seconds(30))
+        );
         assert!(parse_at("2025-06-01T09:00:00", "$.t", now).is_err());
+    }
+
+    #[test]
+    fn arithmetic_saturates_at_the_last_instant() {
+        let t = now();
+        assert_eq!(after_ms(t, u64::MAX), max());
+        assert_eq!(after(max(), std::time::Duration::from_secs(1)), max());
+        assert_eq!(after(t, std::time::Duration::MAX), max());
+        assert_eq!(after_ms(t, 1500), t + chrono::Duration::milliseconds(1500));
+        assert_eq!(format(&max()), "9999-12-31T23:59:59.999999Z");
     }
 }

@@ -42,8 +42,12 @@ pub struct UniquePolicy {
     pub on_conflict: OnConflict,
 }
 
+/// The dimensions a uniqueness key can span.
+const DIMENSIONS: [&str; 4] = ["type", "queue", "args", "meta"];
+
 fn bad(message: impl Into<String>, field: &str) -> OjsError {
-    OjsError::new(ErrorCode::ValidationError, message)
+    // ojs-unique-jobs §2.2: an invalid policy is `invalid_request`.
+    OjsError::new(ErrorCode::InvalidRequest, message)
         .with_path(&format!("$.options.unique.{field}"))
 }
 
@@ -59,12 +63,24 @@ impl UniquePolicy {
         let obj = v
             .as_object()
             .ok_or_else(|| bad("unique must be an object", "keys"))?;
-        let mut keys = match obj.get("keys").or_else(|| obj.get("key")) {
-            None | Some(Value::Null) => vec!["type".to_owned()],
-            Some(v) => strings(v, "keys")?,
+        // `key` is what the Go and JavaScript SDKs send: argument fields to compare
+        // (ojs-json-format §3.5), unless every entry names a dimension.
+        let mut args_fields = None;
+        let mut keys = match (obj.get("keys"), obj.get("key")) {
+            (Some(v), _) if !v.is_null() => strings(v, "keys")?,
+            (_, Some(v)) if !v.is_null() => {
+                let named = strings(v, "key")?;
+                if named.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
+                    named
+                } else {
+                    args_fields = Some(named);
+                    vec!["args".to_owned()]
+                }
+            }
+            _ => vec!["type".to_owned()],
         };
         for k in &keys {
-            if !matches!(k.as_str(), "type" | "queue" | "args" | "meta") {
+            if !DIMENSIONS.contains(&k.as_str()) {
                 return Err(bad(
                     format!("unknown uniqueness dimension {k:?}: use type, queue, args or meta"),
                     "keys",
@@ -77,7 +93,7 @@ impl UniquePolicy {
         keys.sort();
         keys.dedup();
         let args_keys = match obj.get("args_keys") {
-            None | Some(Value::Null) => None,
+            None | Some(Value::Null) => args_fields,
             Some(v) => Some(strings(v, "args_keys")?),
         };
         let meta_keys = match obj.get("meta_keys") {
@@ -90,14 +106,24 @@ impl UniquePolicy {
                 "meta_keys",
             ));
         }
-        let period = match obj.get("period") {
+        let period = match obj.get("period").or_else(|| obj.get("period_ms")) {
             None | Some(Value::Null) => None,
             Some(Value::String(p)) => Some(crate::duration::parse(p).ok_or_else(|| {
                 bad("period must be an ISO 8601 duration such as PT1H", "period")
             })?),
-            Some(Value::Number(ms)) => ms.as_u64().map(Duration::from_millis),
+            Some(Value::Number(ms)) => {
+                Some(ms.as_u64().map(Duration::from_millis).ok_or_else(|| {
+                    bad(
+                        "period must be a non-negative number of milliseconds",
+                        "period",
+                    )
+                })?)
+            }
             Some(_) => return Err(bad("period must be an ISO 8601 duration", "period")),
         };
+        if period.is_some_and(|p| p > crate::validate::MAX_UNIQUE_PERIOD) {
+            return Err(bad("period must be at most 366 days (P366D)", "period"));
+        }
         let states = match obj.get("states") {
             None | Some(Value::Null) => vec![
                 JobState::Available,
@@ -257,5 +283,29 @@ mod tests {
         ] {
             assert!(UniquePolicy::from_json(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn sdk_key_names_argument_fields() {
+        // {"key": ["user"]} (Go, JavaScript) compares the `user` field of the args.
+        let p = UniquePolicy::from_json(&json!({"key": ["user"], "period_ms": 3000}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.keys.contains(&"args".to_owned()));
+        assert_eq!(p.period, Some(std::time::Duration::from_millis(3000)));
+        let a = spec(json!({"type": "x", "args": [{"user": 1, "n": 1}]}));
+        let b = spec(json!({"type": "x", "args": [{"user": 1, "n": 2}]}));
+        let c = spec(json!({"type": "x", "args": [{"user": 2, "n": 1}]}));
+        assert_eq!(p.fingerprint(&a), p.fingerprint(&b));
+        assert_ne!(p.fingerprint(&a), p.fingerprint(&c));
+        // Dimension names keep their meaning.
+        let d = UniquePolicy::from_json(&json!({"key": ["type", "queue"]}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(d.keys.contains(&"queue".to_owned()) && !d.keys.contains(&"args".to_owned()));
+        // A bad policy is invalid_request (ojs-unique-jobs §2.2).
+        let e = UniquePolicy::from_json(&json!({"on_conflict": "merge"}))
+            .err()
+            .map(|e| e.code);
+        assert_eq!(e, Some(ErrorCode::InvalidRequest));
+        assert!(UniquePolicy::from_json(&json!({"period": "P400D"})).is_err());
     }
 }

@@ -13,6 +13,17 @@ pub const MAX_META_BYTES: usize = 16 * 1024;
 /// Largest accepted unknown-field total, in bytes of compact JSON (keeps a job item well
 /// under DynamoDB's 400 KB item limit).
 pub const MAX_EXTENSION_BYTES: usize = 128 * 1024;
+/// Longest execution timeout (`timeout_ms`) a job may ask for: 7 days.
+pub const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3_600_000;
+/// Longest lease (`visibility_timeout_ms`) a job, a FETCH or a heartbeat may ask for: 12 h.
+pub const MAX_VISIBILITY_MS: u64 = 12 * 3_600_000;
+/// Longest retry interval (`initial_interval`, `max_interval`): 30 days.
+pub const MAX_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+/// Longest unique `period`: 366 days.
+pub const MAX_UNIQUE_PERIOD: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+/// Largest `offset` a list accepts: beyond it a page is empty anyway, and bounded
+/// arithmetic needs a bound.
+pub const MAX_LIST_OFFSET: usize = 1_000_000;
 /// Deepest accepted nesting inside `args` (an element of `args` is at depth 1).
 pub const MAX_ARGS_DEPTH: usize = 10;
 

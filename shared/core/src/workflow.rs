@@ -48,6 +48,8 @@ impl WorkflowKind {
 /// One step: the job it enqueues and the steps it waits for.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// The step's id: the request's `id`, else `step-<index>`.
+    pub id: String,
     /// The step's job.
     pub job: NewJob,
     /// Indices of the steps that must complete first.
@@ -63,6 +65,8 @@ pub struct Callbacks {
     pub on_success: Option<Map<String, Value>>,
     /// When any job failed or was cancelled.
     pub on_failure: Option<Map<String, Value>>,
+    /// The step ids of callbacks sent as steps (name, id), so views list them as steps.
+    pub step_ids: Vec<(&'static str, String)>,
 }
 
 impl Callbacks {
@@ -112,8 +116,75 @@ fn bad(message: impl Into<String>, path: &str) -> OjsError {
     OjsError::invalid_request(message).with_path(path)
 }
 
+/// The names of batch callbacks, as `callbacks` keys and as callback step markers.
+const CALLBACK_NAMES: [&str; 3] = ["on_complete", "on_success", "on_failure"];
+
+/// The callback a step stands for in a request without `type`: `options.callback_type`
+/// (the Python SDK) or an id `on-complete`/`on_complete`... (the Go SDK).
+fn callback_name(step: &Map<String, Value>) -> Option<&'static str> {
+    let marked = step
+        .get("options")
+        .and_then(|o| o.get("callback_type"))
+        .and_then(Value::as_str)
+        .or_else(|| step.get("id").and_then(Value::as_str))?
+        .replace('-', "_");
+    CALLBACK_NAMES.into_iter().find(|n| *n == marked)
+}
+
+/// `defaults` under the keys `step` does not set itself (the request's top-level
+/// `options`, "default enqueue options for all steps", HTTP binding §14.1).
+fn with_defaults(
+    mut step: Map<String, Value>,
+    defaults: &Map<String, Value>,
+) -> Map<String, Value> {
+    if defaults.is_empty() {
+        return step;
+    }
+    let options = step
+        .entry("options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(options) = options {
+        for (k, v) in defaults {
+            options.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    step
+}
+
+/// A callback's job template, checked as a PUSH body.
+fn callback_template(
+    mut t: Map<String, Value>,
+    path: &str,
+) -> Result<Map<String, Value>, OjsError> {
+    for key in ["id", "depends_on"] {
+        t.remove(key);
+    }
+    if let Some(Value::Object(o)) = t.get_mut("options") {
+        o.remove("callback_type");
+    }
+    t.entry("args").or_insert_with(|| Value::Array(Vec::new()));
+    // Checked as it will be pushed: with the meta keys firing adds, at their longest.
+    let mut fired = t.clone();
+    if let Value::Object(meta) = fired
+        .entry("meta")
+        .or_insert_with(|| Value::Object(Map::new()))
+    {
+        meta.insert(
+            "workflow_id".into(),
+            "00000000-0000-0000-0000-000000000000".into(),
+        );
+        meta.insert("callback".into(), "on_complete".into());
+    }
+    NewJob::from_json(Value::Object(fired))
+        .map_err(|e| bad(format!("{path}: {}", e.message), path))?;
+    Ok(t)
+}
+
 impl WorkflowSpec {
-    /// Parses `POST /ojs/v1/workflows`: `{type, name, steps|jobs, callbacks}`.
+    /// Parses `POST /ojs/v1/workflows`: `{type, name, steps|jobs, callbacks, options}`.
+    /// Without `type` (the binding's §14.1 shape, which the Python and Go SDKs send) the
+    /// kind follows from the steps' `depends_on`, and steps that stand for batch
+    /// callbacks (see [`callback_name`]) become the callbacks.
     pub fn from_json(body: Value) -> Result<Self, OjsError> {
         let Value::Object(mut body) = body else {
             return Err(OjsError::invalid_request(
@@ -121,43 +192,86 @@ impl WorkflowSpec {
             ));
         };
         let kind = match body.remove("type") {
-            Some(Value::String(t)) => WorkflowKind::parse(&t).ok_or_else(|| {
+            Some(Value::String(t)) => Some(WorkflowKind::parse(&t).ok_or_else(|| {
                 bad(
                     format!("type must be chain, group or batch, got {t:?}"),
                     "$.type",
                 )
-            })?,
-            _ => return Err(bad("type is required: chain, group or batch", "$.type")),
+            })?),
+            None | Some(Value::Null) => None,
+            Some(_) => return Err(bad("type must be chain, group or batch", "$.type")),
         };
         let name = match body.remove("name") {
             None | Some(Value::Null) => None,
             Some(Value::String(n)) => Some(n),
             Some(_) => return Err(bad("name must be a string", "$.name")),
         };
+        let defaults = match body.remove("options") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(o)) => o,
+            Some(_) => return Err(bad("options must be an object", "$.options")),
+        };
         let raw_steps = match body.remove("steps").or_else(|| body.remove("jobs")) {
             Some(Value::Array(s)) if !s.is_empty() => s,
             _ => return Err(bad("steps (or jobs) must be a non-empty array", "$.steps")),
         };
-        if raw_steps.len() > MAX_STEPS {
+        let mut objects = Vec::with_capacity(raw_steps.len());
+        for (i, raw) in raw_steps.into_iter().enumerate() {
+            match raw {
+                Value::Object(o) => objects.push(o),
+                _ => return Err(bad("each step must be an object", &format!("$.steps[{i}]"))),
+            }
+        }
+        let mut callbacks = Callbacks::default();
+        if kind.is_none() {
+            let (marked, plain): (Vec<_>, Vec<_>) = objects
+                .into_iter()
+                .enumerate()
+                .partition(|(_, o)| callback_name(o).is_some());
+            for (i, o) in marked {
+                let path = format!("$.steps[{i}]");
+                let Some(name) = callback_name(&o) else {
+                    continue;
+                };
+                if let Some(id) = o.get("id").and_then(Value::as_str) {
+                    callbacks.step_ids.push((name, id.to_owned()));
+                }
+                let template = Some(callback_template(with_defaults(o, &defaults), &path)?);
+                match name {
+                    "on_complete" => callbacks.on_complete = template,
+                    "on_success" => callbacks.on_success = template,
+                    _ => callbacks.on_failure = template,
+                }
+            }
+            objects = plain.into_iter().map(|(_, o)| o).collect();
+            if objects.is_empty() {
+                return Err(bad(
+                    "a workflow needs at least one step that is not a callback",
+                    "$.steps",
+                ));
+            }
+        }
+        if objects.len() > MAX_STEPS {
             return Err(OjsError::new(
                 ErrorCode::ValidationError,
                 format!("a workflow has at most {MAX_STEPS} steps"),
             )
             .with_path("$.steps"));
         }
-        let graph = raw_steps.iter().any(|s| s.get("depends_on").is_some());
+        let graph = objects.iter().any(|s| s.get("depends_on").is_some());
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut pending_deps: Vec<Vec<String>> = Vec::new();
-        let mut steps = Vec::with_capacity(raw_steps.len());
-        for (i, raw) in raw_steps.into_iter().enumerate() {
+        let mut steps = Vec::with_capacity(objects.len());
+        for (i, obj) in objects.into_iter().enumerate() {
             let path = format!("$.steps[{i}]");
-            let Value::Object(mut obj) = raw else {
-                return Err(bad("each step must be an object", &path));
+            let mut obj = with_defaults(obj, &defaults);
+            let id = match obj.remove("id") {
+                Some(Value::String(id)) => id,
+                None | Some(Value::Null) => format!("step-{i}"),
+                Some(_) => return Err(bad("a step id must be a string", &path)),
             };
-            if let Some(Value::String(id)) = obj.remove("id") {
-                if ids.insert(id.clone(), i).is_some() {
-                    return Err(bad(format!("duplicate step id {id:?}"), &path));
-                }
+            if ids.insert(id.clone(), i).is_some() {
+                return Err(bad(format!("duplicate step id {id:?}"), &path));
             }
             let deps: Vec<String> = match obj.remove("depends_on") {
                 None | Some(Value::Null) => Vec::new(),
@@ -174,6 +288,7 @@ impl WorkflowSpec {
             let job = NewJob::from_json(Value::Object(obj))
                 .map_err(|e| bad(format!("{path}: {}", e.message), &path))?;
             steps.push(Step {
+                id,
                 job,
                 depends_on: Vec::new(),
             });
@@ -190,7 +305,7 @@ impl WorkflowSpec {
                         })
                     })
                     .collect::<Result<_, _>>()?
-            } else if kind == WorkflowKind::Chain && i > 0 {
+            } else if kind == Some(WorkflowKind::Chain) && i > 0 {
                 vec![i - 1]
             } else {
                 Vec::new()
@@ -199,36 +314,44 @@ impl WorkflowSpec {
         if graph {
             check_acyclic(&steps)?;
         }
-        let callbacks = match body.remove("callbacks") {
-            None | Some(Value::Null) => Callbacks::default(),
-            Some(Value::Object(mut c)) => {
-                let mut take = |k: &str| -> Result<Option<Map<String, Value>>, OjsError> {
-                    match c.remove(k) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(Value::Object(mut t)) => {
-                            t.entry("args").or_insert_with(|| Value::Array(Vec::new()));
-                            NewJob::from_json(Value::Object(t.clone())).map_err(|e| {
-                                bad(
-                                    format!("callbacks.{k}: {}", e.message),
-                                    &format!("$.callbacks.{k}"),
-                                )
-                            })?;
-                            Ok(Some(t))
+        if let Some(raw) = body.remove("callbacks") {
+            match raw {
+                Value::Null => {}
+                Value::Object(mut c) => {
+                    let mut take = |k: &str| -> Result<Option<Map<String, Value>>, OjsError> {
+                        let path = format!("$.callbacks.{k}");
+                        match c.remove(k) {
+                            None | Some(Value::Null) => Ok(None),
+                            Some(Value::Object(t)) => {
+                                callback_template(with_defaults(t, &defaults), &path).map(Some)
+                            }
+                            Some(_) => {
+                                Err(bad(format!("callbacks.{k} must be a job object"), &path))
+                            }
                         }
-                        Some(_) => Err(bad(
-                            format!("callbacks.{k} must be a job object"),
-                            &format!("$.callbacks.{k}"),
-                        )),
-                    }
-                };
-                Callbacks {
-                    on_complete: take("on_complete")?,
-                    on_success: take("on_success")?,
-                    on_failure: take("on_failure")?,
+                    };
+                    callbacks = Callbacks {
+                        on_complete: take("on_complete")?,
+                        on_success: take("on_success")?,
+                        on_failure: take("on_failure")?,
+                        step_ids: Vec::new(),
+                    };
                 }
+                _ => return Err(bad("callbacks must be an object", "$.callbacks")),
             }
-            Some(_) => return Err(bad("callbacks must be an object", "$.callbacks")),
-        };
+        }
+        let kind = kind.unwrap_or_else(|| {
+            let has_callbacks = callbacks.on_complete.is_some()
+                || callbacks.on_success.is_some()
+                || callbacks.on_failure.is_some();
+            if has_callbacks {
+                WorkflowKind::Batch
+            } else if steps.iter().all(|s| s.depends_on.is_empty()) {
+                WorkflowKind::Group
+            } else {
+                WorkflowKind::Chain
+            }
+        });
         Ok(Self {
             kind,
             name,
@@ -248,14 +371,126 @@ impl WorkflowSpec {
         out
     }
 
-    /// The immutable part stored with the workflow: kind, name, callbacks, dependents.
+    /// The immutable part stored with the workflow: kind, name, callbacks, dependents,
+    /// and each step's id, job type and dependencies (for the `steps` view).
     pub fn to_stored(&self) -> Value {
         serde_json::json!({
             "type": self.kind.as_str(),
             "name": self.name,
             "callbacks": self.callbacks.to_json(),
             "dependents": self.dependents(),
+            "callback_steps": self.callbacks.step_ids.iter().map(|(name, id)| serde_json::json!({
+                "id": id,
+                "callback": name,
+                "type": match *name {
+                    "on_complete" => self.callbacks.on_complete.as_ref(),
+                    "on_success" => self.callbacks.on_success.as_ref(),
+                    _ => self.callbacks.on_failure.as_ref(),
+                }.and_then(|t| t.get("type")).cloned(),
+            })).collect::<Vec<_>>(),
+            "steps": self.steps.iter().map(|s| serde_json::json!({
+                "id": s.id,
+                "type": s.job.spec.job_type.as_str(),
+                "depends_on": s.depends_on.iter().map(|d| self.steps[*d].id.clone()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// A workflow's lifecycle state (ojs-workflows §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowState {
+    /// Steps are waiting or running (or a batch's callbacks are).
+    Running,
+    /// Every step (and every fired callback) completed.
+    Completed,
+    /// A step (chain, group) or a fired callback (batch) failed.
+    Failed,
+    /// Cancelled through the API.
+    Cancelled,
+}
+
+impl WorkflowState {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "running" => Some(Self::Running),
+            "completed" => Some(Self::Completed),
+            "failed" => Some(Self::Failed),
+            "cancelled" => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// Where a workflow's steps and callbacks stand: the counts its item keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Steps in the workflow.
+    pub total: u64,
+    /// Steps completed.
+    pub completed: u64,
+    /// Steps failed (discarded).
+    pub failed: u64,
+    /// Steps cancelled.
+    pub cancelled: u64,
+    /// Whether the batch callbacks due were fired (always false for chains and groups).
+    pub callbacks_fired: bool,
+    /// Callbacks fired.
+    pub callbacks_total: u64,
+    /// Fired callbacks that reached a terminal state.
+    pub callbacks_done: u64,
+    /// Fired callbacks that did not complete.
+    pub callbacks_failed: u64,
+}
+
+/// What a running workflow should do next, given its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Nothing yet.
+    Wait,
+    /// Enqueue the batch callbacks due (every step is terminal).
+    FireCallbacks,
+    /// Finish in this state.
+    Finish(WorkflowState),
+}
+
+/// The settling rules of ojs-workflows §8.3 for a running workflow:
+/// - chain: failed as soon as any step fails or is cancelled; completed when all completed;
+/// - group: once every step is terminal, completed if all completed, else failed;
+/// - batch: once every step is terminal the due callbacks fire and the batch stays running
+///   while they do; it is completed when they all completed (or none was due), failed if
+///   one of them did not.
+pub fn settle(kind: WorkflowKind, p: &Progress, has_due_callbacks: bool) -> Settlement {
+    let terminal = p.completed + p.failed + p.cancelled;
+    let all_terminal = terminal >= p.total;
+    match kind {
+        WorkflowKind::Chain if p.failed + p.cancelled > 0 => {
+            Settlement::Finish(WorkflowState::Failed)
+        }
+        WorkflowKind::Chain | WorkflowKind::Group if !all_terminal => Settlement::Wait,
+        WorkflowKind::Chain | WorkflowKind::Group => {
+            if p.completed >= p.total {
+                Settlement::Finish(WorkflowState::Completed)
+            } else {
+                Settlement::Finish(WorkflowState::Failed)
+            }
+        }
+        WorkflowKind::Batch if !all_terminal => Settlement::Wait,
+        WorkflowKind::Batch if !p.callbacks_fired && has_due_callbacks => Settlement::FireCallbacks,
+        WorkflowKind::Batch if p.callbacks_done < p.callbacks_total => Settlement::Wait,
+        WorkflowKind::Batch if p.callbacks_failed > 0 => Settlement::Finish(WorkflowState::Failed),
+        WorkflowKind::Batch => Settlement::Finish(WorkflowState::Completed),
     }
 }
 
@@ -271,6 +506,7 @@ pub fn stored_callbacks(stored: &Value) -> Callbacks {
         on_complete: get("on_complete"),
         on_success: get("on_success"),
         on_failure: get("on_failure"),
+        step_ids: Vec::new(),
     }
 }
 
@@ -360,5 +596,147 @@ mod tests {
         ] {
             assert!(WorkflowSpec::from_json(bad.clone()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn typeless_requests_follow_their_dependencies() {
+        // The Python SDK's chain (binding §14.1): ids, depends_on, no type.
+        let chain = WorkflowSpec::from_json(json!({"name": "c", "steps": [
+            {"id": "step-0", "type": "a.a", "args": [0], "depends_on": []},
+            {"id": "step-1", "type": "a.b", "args": [1], "depends_on": ["step-0"]}],
+            "options": {"queue": "wfq"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(chain.kind, WorkflowKind::Chain);
+        assert_eq!(chain.steps[1].depends_on, vec![0]);
+        assert_eq!(chain.steps[1].id, "step-1");
+        // Top-level options are every step's defaults; a step's own options win.
+        assert!(chain
+            .steps
+            .iter()
+            .all(|s| s.job.spec.queue.as_str() == "wfq"));
+        let own = WorkflowSpec::from_json(json!({"steps": [
+            {"type": "a.a", "options": {"queue": "mine"}}], "options": {"queue": "wfq"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(own.steps[0].job.spec.queue.as_str(), "mine");
+        assert_eq!(own.kind, WorkflowKind::Group);
+        assert_eq!(own.steps[0].id, "step-0");
+    }
+
+    #[test]
+    fn callback_steps_become_batch_callbacks() {
+        // Python: options.callback_type; Go: ids on-complete/on-success/on-failure.
+        for (ok_step, fail_step) in [
+            (
+                json!({"id": "on_success", "type": "cb.ok", "depends_on": ["job-0", "job-1"], "options": {"callback_type": "on_success"}}),
+                json!({"id": "on_failure", "type": "cb.bad", "depends_on": ["job-0", "job-1"], "options": {"callback_type": "on_failure"}}),
+            ),
+            (
+                json!({"id": "on-success", "type": "cb.ok", "depends_on": ["job-0", "job-1"]}),
+                json!({"id": "on-failure", "type": "cb.bad", "depends_on": ["job-0", "job-1"]}),
+            ),
+        ] {
+            let spec = WorkflowSpec::from_json(json!({"steps": [
+                {"id": "job-0", "type": "w.a", "depends_on": []},
+                {"id": "job-1", "type": "w.b", "depends_on": []},
+                ok_step, fail_step], "options": {"queue": "bq"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(spec.kind, WorkflowKind::Batch);
+            assert_eq!(spec.steps.len(), 2);
+            let due: Vec<&str> = spec.callbacks.due(true).iter().map(|(n, _)| *n).collect();
+            assert_eq!(due, vec!["on_success"]);
+            let failed: Vec<&str> = spec.callbacks.due(false).iter().map(|(n, _)| *n).collect();
+            assert_eq!(failed, vec!["on_failure"]);
+            let template = spec.callbacks.on_success.unwrap_or_default();
+            assert!(template.get("depends_on").is_none() && template.get("id").is_none());
+            assert_eq!(template["options"]["queue"], "bq");
+            assert!(template["options"].get("callback_type").is_none());
+        }
+        // With an explicit type, a step named like a callback is an ordinary step.
+        let typed = WorkflowSpec::from_json(json!({"type": "group", "steps": [
+            {"id": "on-success", "type": "w.a"}]}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(typed.steps.len(), 1);
+        assert!(WorkflowSpec::from_json(json!({"steps": [
+            {"id": "on-success", "type": "w.a"}]}))
+        .is_err());
+    }
+
+    #[test]
+    fn settling_rules_per_primitive() {
+        let p = |total, completed, failed, cancelled| Progress {
+            total,
+            completed,
+            failed,
+            cancelled,
+            ..Progress::default()
+        };
+        use Settlement::{Finish, FireCallbacks, Wait};
+        use WorkflowState::{Completed, Failed};
+        // Chain: fails at the first failure, completes when all completed.
+        assert_eq!(settle(WorkflowKind::Chain, &p(3, 1, 0, 0), false), Wait);
+        assert_eq!(
+            settle(WorkflowKind::Chain, &p(3, 1, 1, 0), false),
+            Finish(Failed)
+        );
+        assert_eq!(
+            settle(WorkflowKind::Chain, &p(3, 1, 0, 1), false),
+            Finish(Failed)
+        );
+        assert_eq!(
+            settle(WorkflowKind::Chain, &p(3, 3, 0, 0), false),
+            Finish(Completed)
+        );
+        // Group: waits for every job, then failed if any failed.
+        assert_eq!(settle(WorkflowKind::Group, &p(3, 1, 1, 0), false), Wait);
+        assert_eq!(
+            settle(WorkflowKind::Group, &p(3, 2, 1, 0), false),
+            Finish(Failed)
+        );
+        assert_eq!(
+            settle(WorkflowKind::Group, &p(2, 2, 0, 0), false),
+            Finish(Completed)
+        );
+        // Batch: callbacks first, then their outcome decides.
+        assert_eq!(settle(WorkflowKind::Batch, &p(3, 2, 0, 0), true), Wait);
+        assert_eq!(
+            settle(WorkflowKind::Batch, &p(3, 2, 1, 0), true),
+            FireCallbacks
+        );
+        assert_eq!(
+            settle(WorkflowKind::Batch, &p(3, 2, 1, 0), false),
+            Finish(Completed)
+        );
+        let fired = |done, failed| Progress {
+            callbacks_fired: true,
+            callbacks_total: 2,
+            callbacks_done: done,
+            callbacks_failed: failed,
+            ..p(3, 2, 1, 0)
+        };
+        assert_eq!(settle(WorkflowKind::Batch, &fired(1, 0), true), Wait);
+        assert_eq!(
+            settle(WorkflowKind::Batch, &fired(2, 0), true),
+            Finish(Completed)
+        );
+        assert_eq!(
+            settle(WorkflowKind::Batch, &fired(2, 1), true),
+            Finish(Failed)
+        );
+        for st in [
+            WorkflowState::Running,
+            Completed,
+            Failed,
+            WorkflowState::Cancelled,
+        ] {
+            assert_eq!(WorkflowState::parse(st.as_str()), Some(st));
+        }
+    }
+
+    #[test]
+    fn a_callback_that_could_not_fire_is_refused_at_creation() {
+        let pad = "x".repeat(crate::validate::MAX_META_BYTES - 20);
+        let body = json!({"type": "batch", "jobs": [{"type": "a"}],
+            "callbacks": {"on_complete": {"type": "cb", "meta": {"pad": pad}}}});
+        assert!(WorkflowSpec::from_json(body).is_err());
     }
 }

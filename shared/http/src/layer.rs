@@ -15,8 +15,15 @@ use crate::error::{ApiError, PendingError};
 use crate::negotiate::{self, Envelopes, Format};
 use crate::AppState;
 
-/// The media type of every response body.
-pub(crate) const OJS_JSON: &str = "application/openjobspec+json";
+/// The Content-Type of JSON responses (binding §6.5; the conformance suite compares it
+/// exactly).
+pub const OJS_JSON: &str = "application/openjobspec+json";
+/// The same media type with a parameter naming its `application/json` alias, answered to
+/// the Python SDK, which parses a success body only when its Content-Type contains
+/// `application/json` (README, "Client compatibility").
+pub const OJS_JSON_ALIASED: &str = "application/openjobspec+json; alias=\"application/json\"";
+/// The User-Agent prefix of the Python SDK's HTTP client (httpx).
+const PYTHON_SDK_AGENT: &[u8] = b"python-httpx/";
 /// The value of `OJS-Version` on every response.
 const OJS_VERSION: &str = "1.0";
 /// Longest client-supplied request id echoed back.
@@ -69,6 +76,16 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let origin = req.headers().get(header::ORIGIN).cloned();
+    let json_type = if state.config.json_alias_for_all
+        || req
+            .headers()
+            .get(header::USER_AGENT)
+            .is_some_and(|ua| ua.as_bytes().starts_with(PYTHON_SDK_AGENT))
+    {
+        OJS_JSON_ALIASED
+    } else {
+        OJS_JSON
+    };
     if CorsPolicy::is_preflight(&method, req.headers()) {
         let mut res = StatusCode::NO_CONTENT.into_response();
         state
@@ -134,7 +151,7 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
         headers.insert("x-request-id", v);
     }
     if !own_content_type {
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
     }
     if status == StatusCode::UNAUTHORIZED {
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

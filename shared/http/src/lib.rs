@@ -3,7 +3,9 @@
 //! content type, and the single mapping of errors to OJS error bodies.
 
 pub mod auth;
+pub mod conformance;
 mod cors;
+mod dialect;
 mod error;
 mod extract;
 mod layer;
@@ -17,9 +19,10 @@ use axum::Router;
 use ojs_store::Store;
 
 pub use auth::{AuthMode, Authenticator};
+pub use conformance::{ConformanceException, CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
 pub use cors::CorsPolicy;
 pub use error::ApiError;
-pub use routes::system::CONFORMANCE_LEVEL;
+pub use layer::{OJS_JSON as JSON_CONTENT_TYPE, OJS_JSON_ALIASED as JSON_CONTENT_TYPE_ALIASED};
 
 /// The endpoint groups, each deployed as its own Lambda function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,12 +72,16 @@ pub struct HttpConfig {
     pub auth: AuthMode,
     /// Browser origins allowed by CORS.
     pub cors_origins: Vec<String>,
+    /// Answer every JSON body with [`JSON_CONTENT_TYPE_ALIASED`], not only the Python SDK's
+    /// requests (for Python clients that set a User-Agent of their own).
+    pub json_alias_for_all: bool,
 }
 
 impl HttpConfig {
     /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous),
-    /// `OJS_AUTH` (`api-key`, the default, or `off`) and `OJS_CORS_ALLOWED_ORIGINS`
-    /// (comma-separated origins; none by default).
+    /// `OJS_AUTH` (`api-key`, the default, or `off`), `OJS_CORS_ALLOWED_ORIGINS`
+    /// (comma-separated origins; none by default) and `OJS_CONTENT_TYPE_ALIAS` (`always`,
+    /// or by default only for the Python SDK's requests).
     pub fn from_env() -> Self {
         let ms = std::env::var("OJS_FETCH_RECHECK_MS")
             .ok()
@@ -92,6 +99,7 @@ impl HttpConfig {
             fetch_recheck: Duration::from_millis(ms),
             auth,
             cors_origins,
+            json_alias_for_all: std::env::var("OJS_CONTENT_TYPE_ALIAS").as_deref() == Ok("always"),
         }
     }
 }
@@ -103,6 +111,7 @@ impl Default for HttpConfig {
             fetch_recheck: Duration::ZERO,
             auth: AuthMode::Off,
             cors_origins: Vec::new(),
+            json_alias_for_all: false,
         }
     }
 }

@@ -175,7 +175,7 @@ impl Store {
             ]);
             let ttl = match policy.period {
                 Some(p) => {
-                    let until = now + chrono::Duration::from_std(p).unwrap_or_default();
+                    let until = ojs_core::time::after(now, p);
                     lock.insert("until_us".into(), n(until.timestamp_micros()));
                     until.timestamp() + 60
                 }

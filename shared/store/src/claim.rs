@@ -9,7 +9,7 @@ use futures::future::join_all;
 use ojs_core::event::{Event, EventKind};
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
-use ojs_core::time::Timestamp;
+use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName};
 
 use crate::concurrency::Slot;
@@ -281,13 +281,12 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
         full_keys: &mut HashMap<String, i64>,
     ) -> Result<Claim, StoreError> {
-        let ms = |v: u64| chrono::Duration::milliseconds(i64::try_from(v).unwrap_or(i64::MAX / 4));
         let lease_ms = req
             .visibility_timeout_ms
             .or(c.lease_ms)
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
-        let lease_until = now + ms(lease_ms);
-        let deadline = c.timeout_ms.map(|t| now + ms(t));
+        let lease_until = time::after_ms(now, lease_ms);
+        let deadline = c.timeout_ms.map(|t| time::after_ms(now, t));
         // The due entry wakes the sweep at whichever comes first.
         let due = deadline.map_or(lease_until, |d| d.min(lease_until));
         let priority = c
@@ -622,7 +621,8 @@ impl Store {
                 self.emit_and_count_one(e, &dropped, Some(JobState::Available))
                     .await;
                 self.after_terminal(&dropped, crate::workflow::StepOutcome::Failed, now)
-                    .await
+                    .await;
+                Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),

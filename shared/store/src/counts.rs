@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity, Select};
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
 use futures::future::join_all;
 use ojs_core::event::Event;
 use ojs_core::{Job, JobState, QueueName};
@@ -431,36 +431,11 @@ impl Store {
     /// Strongly consistent `BatchGetItem` of up to 100 `keys` (unprocessed keys asked
     /// again); items that do not exist are absent.
     async fn read_consistent(&self, keys: Vec<Item>) -> Result<Vec<Item>, StoreError> {
-        let mut found = Vec::new();
-        if keys.is_empty() {
-            return Ok(found);
-        }
-        let mut pending = Some(
-            KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?,
-        );
-        while let Some(request) = pending.take() {
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(self.table(), request)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
-            if let Some(items) = out.responses().and_then(|r| r.get(self.table())) {
-                found.extend(items.iter().cloned());
-            }
-            pending = out
-                .unprocessed_keys()
-                .and_then(|u| u.get(self.table()))
-                .filter(|k| !k.keys().is_empty())
-                .cloned();
-        }
-        Ok(found)
+        let how = crate::batch_read::BatchRead {
+            consistent: true,
+            ..Default::default()
+        };
+        self.batch_get(keys, &how).await
     }
 
     /// Replaces the indexed live counts of `stats` with counts from the indexes, shard by

@@ -165,36 +165,43 @@ impl Store {
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(self.table())
-            .index_name(DUE_INDEX.name)
-            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-            .expression_attribute_values(":pk", s(keys::CRON_DUE_PK))
-            .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
-            .limit(100)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
         let mut fired = 0;
-        for i in out.items() {
-            let Some(name) = i
-                .get("sk")
-                .and_then(|v| v.as_s().ok())
-                .and_then(|sk| sk.strip_prefix("C#"))
-            else {
-                continue;
-            };
-            let Some(entry) = self.get_cron(name).await? else {
-                continue;
-            };
-            if self.fire(&entry, now).await? {
-                fired += 1;
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(DUE_INDEX.name)
+                .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+                .expression_attribute_values(":pk", s(keys::CRON_DUE_PK))
+                .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
+                .set_exclusive_start_key(start.take())
+                .limit(100)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(Kind::Read, out)?;
+            for i in out.items() {
+                let Some(name) = i
+                    .get("sk")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|sk| sk.strip_prefix("C#"))
+                else {
+                    continue;
+                };
+                // One registration that cannot fire never holds up the others.
+                match self.fire_cron(name, now).await {
+                    Ok(true) => fired += 1,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(cron = name, error = %e, "cron occurrence not fired"),
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(fired);
             }
         }
-        Ok(fired)
     }
 
     /// Fires the named registration's occurrence if it is due (the timer's entry point).

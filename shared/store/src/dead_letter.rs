@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity, Select};
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
 use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
@@ -34,17 +34,20 @@ impl Store {
         offset: usize,
     ) -> Result<DeadLetterPage, StoreError> {
         let total = self.count_dead(queue).await?;
+        if offset >= total {
+            return Ok(DeadLetterPage {
+                jobs: Vec::new(),
+                total,
+            });
+        }
+        let wanted = offset.saturating_add(limit);
         let mut keys: Vec<Item> = Vec::new();
         let mut start = None;
-        while keys.len() < offset + limit {
+        while keys.len() < wanted {
             let out = self
                 .dead_query(queue)
                 .set_exclusive_start_key(start.take())
-                .limit(
-                    i32::try_from(offset + limit - keys.len())
-                        .unwrap_or(1000)
-                        .min(1000),
-                )
+                .limit(i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000))
                 .send()
                 .await;
             let out = self.tally(Kind::Read, out)?;
@@ -102,48 +105,20 @@ impl Store {
         }
     }
 
-    /// Reads jobs by key in order (BatchGetItem, strongly consistent, retrying
-    /// unprocessed keys a few times).
+    /// Reads jobs by key in order (BatchGetItem, strongly consistent).
     async fn batch_get_jobs(&self, keys: Vec<Item>) -> Result<Vec<Job>, StoreError> {
         let order: Vec<String> = keys
             .iter()
             .filter_map(|k| k.get("pk").and_then(|v| v.as_s().ok()).cloned())
             .collect();
+        let how = crate::batch_read::BatchRead {
+            consistent: true,
+            ..Default::default()
+        };
         let mut found: HashMap<String, Job> = HashMap::new();
-        for chunk in keys.chunks(100) {
-            let mut pending = chunk.to_vec();
-            for _ in 0..5 {
-                if pending.is_empty() {
-                    break;
-                }
-                let ka = KeysAndAttributes::builder()
-                    .set_keys(Some(pending.clone()))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(self.table(), ka)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await;
-                let out = self.tally(Kind::Read, out)?;
-                for it in out
-                    .responses()
-                    .and_then(|r| r.get(self.table()))
-                    .into_iter()
-                    .flatten()
-                {
-                    let job = item::job_from_item(it)?;
-                    found.insert(crate::keys::job_pk(&job.id), job);
-                }
-                pending = out
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(self.table()))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-            }
+        for it in self.batch_get(keys, &how).await? {
+            let job = item::job_from_item(&it)?;
+            found.insert(crate::keys::job_pk(&job.id), job);
         }
         Ok(order
             .into_iter()

@@ -72,6 +72,24 @@ impl StoreError {
     }
 }
 
+/// The cancellation reason codes of a cancelled TransactWriteItems, in action order
+/// (`None` for any other error).
+pub(crate) fn cancellation_codes<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
+) -> Option<Vec<String>> {
+    match err.as_service_error() {
+        Some(
+            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t),
+        ) => Some(
+            t.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None").to_owned())
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 /// Whether an SDK error is a failed condition.
 pub(crate) fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
     err.code() == Some("ConditionalCheckFailedException")

@@ -130,8 +130,7 @@ impl Store {
     /// tells its workflow).
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let job = self.cancel_job_quietly(id, now).await?;
-        self.after_terminal(&job, StepOutcome::Cancelled, now)
-            .await?;
+        self.after_terminal(&job, StepOutcome::Cancelled, now).await;
         Ok(job)
     }
 
@@ -232,8 +231,7 @@ impl Store {
         self.emit_and_count_one(event, &job, Some(JobState::Active))
             .await;
         self.release_slot(&job).await;
-        self.after_terminal(&job, StepOutcome::Completed, now)
-            .await?;
+        self.after_terminal(&job, StepOutcome::Completed, now).await;
         Ok(job)
     }
 

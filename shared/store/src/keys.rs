@@ -122,6 +122,30 @@ pub(crate) fn cron_due_sk(next: &Timestamp, name: &str) -> String {
     format!("{:016}#{name}", next.timestamp_micros())
 }
 
+/// Due-index partitions of running workflows, which the sweep checks until they finish
+/// (spread over [`WORKFLOW_DUE_SHARDS`] partitions by workflow id).
+pub(crate) fn workflow_due_pk(workflow_id: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in workflow_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    workflow_due_shard_pk(hash % u64::from(WORKFLOW_DUE_SHARDS))
+}
+
+/// Partitions the running workflows are spread over.
+pub(crate) const WORKFLOW_DUE_SHARDS: u16 = 4;
+
+/// The due-index partition of workflow shard `shard`.
+pub(crate) fn workflow_due_shard_pk(shard: u64) -> String {
+    format!("DUE#~workflows#{shard}")
+}
+
+/// Due-index sort key of a workflow check: its time, then the workflow id.
+pub(crate) fn workflow_due_sk(at: &Timestamp, workflow_id: &str) -> String {
+    format!("{:016}#{workflow_id}", at.timestamp_micros())
+}
+
 /// Partition of every worker item.
 pub(crate) const WORKERS_PK: &str = "WORKERS";
 

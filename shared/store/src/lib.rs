@@ -6,6 +6,7 @@
 
 mod api_keys;
 mod batch;
+mod batch_read;
 mod claim;
 mod concurrency;
 mod counts;
@@ -22,6 +23,7 @@ mod queues;
 pub mod schema;
 mod schemas;
 mod settle;
+mod sweep;
 mod table;
 mod timer;
 mod unique;
@@ -45,12 +47,15 @@ pub use jobs::{AckRequest, FailOutcome};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};
-pub use settle::SweepReport;
+pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
 pub use usage::{measured, Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;
+
+/// Default of [`StoreConfig::sweep_budget`], in milliseconds.
+const DEFAULT_SWEEP_BUDGET_MS: u64 = 40_000;
 
 /// Default of [`StoreConfig::queue_settings_ttl`], in milliseconds.
 const DEFAULT_QUEUE_SETTINGS_TTL_MS: u64 = 1_000;
@@ -83,6 +88,9 @@ pub struct StoreConfig {
     /// pending, active, retryable), so queue stats read a few counter items instead of
     /// counting the indexes. One small write per PUSH, FETCH, retry and promotion.
     pub live_counters: bool,
+    /// How long one sweep may run before it leaves the remaining queues to the next
+    /// (the scheduler function's timeout is 60 s).
+    pub sweep_budget: Duration,
     /// Whether PUSH to a paused queue is refused (`queue_paused`, 422), as the HTTP
     /// binding's §11.3 says, instead of stored and held until the queue resumes, as
     /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
@@ -95,8 +103,8 @@ impl StoreConfig {
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
     /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000) and
-    /// `OJS_LIVE_COUNTERS` (`on`/`off`, default on) and `OJS_PAUSED_QUEUE_PUSH`
-    /// (`accept`, the default, or `reject`).
+    /// `OJS_LIVE_COUNTERS` (`on`/`off`, default on), `OJS_PAUSED_QUEUE_PUSH`
+    /// (`accept`, the default, or `reject`) and `OJS_SWEEP_BUDGET_MS` (default 40000).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -126,6 +134,11 @@ impl StoreConfig {
                 Some("off" | "false" | "0")
             ),
             reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
+            sweep_budget: Duration::from_millis(
+                var("OJS_SWEEP_BUDGET_MS")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(DEFAULT_SWEEP_BUDGET_MS),
+            ),
         }
     }
 
@@ -141,6 +154,7 @@ impl StoreConfig {
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             live_counters: true,
             reject_paused_pushes: false,
+            sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
         }
     }
 }

@@ -214,7 +214,7 @@ impl Store {
         }
     }
 
-    /// One BatchGetItem of the settings of `queues` (queues without an item are absent).
+    /// The settings of `queues` in BatchGetItems (queues without an item are absent).
     async fn read_queue_settings(
         &self,
         queues: &[ojs_core::QueueName],
@@ -228,28 +228,14 @@ impl Store {
                 ])
             })
             .collect();
-        if keys.is_empty() {
-            return Ok(Default::default());
-        }
-        let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
-            .set_keys(Some(keys))
-            .projection_expression("#name, paused, paused_at, rl")
-            .expression_attribute_names("#name", "name")
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let out = self
-            .client
-            .batch_get_item()
-            .request_items(self.table(), ka)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        Ok(out
-            .responses()
-            .and_then(|r| r.get(self.table()))
-            .into_iter()
-            .flatten()
+        let how = crate::batch_read::BatchRead {
+            consistent: false,
+            projection: Some(("#name, paused, paused_at, rl", &[("#name", "name")])),
+        };
+        Ok(self
+            .batch_get(keys, &how)
+            .await?
+            .iter()
             .filter_map(|i| {
                 let name = i.get("name").and_then(|v| v.as_s().ok())?.clone();
                 let paused = i

@@ -111,7 +111,7 @@ impl Store {
         };
         let (req, events): (_, &[EventKind]) = match outcome {
             FailureOutcome::Retry(delay) => {
-                let next = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                let next = time::after(now, delay);
                 let req = req
                     .update_expression(format!(
                         "SET #state = :retryable, next_attempt_at = :next, retry_delay_ms = :delay, \
@@ -193,7 +193,7 @@ impl Store {
         self.emit_and_count(&events, moves).await;
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
             self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
-                .await?;
+                .await;
         }
         Ok(updated)
     }
@@ -353,7 +353,7 @@ impl Store {
         self.emit_and_count_one(e, &expired, Some(job.status.state))
             .await;
         self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
-            .await?;
+            .await;
         Ok(expired)
     }
 
@@ -384,27 +384,31 @@ impl Store {
         from: &Timestamp,
         to: &Timestamp,
     ) -> Result<Vec<(String, Timestamp)>, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(self.table())
-            .index_name(crate::schema::DUE_INDEX.name)
-            .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
-            .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
-            .limit(1000)
-            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| {
-                self.usage.record(crate::usage::Kind::Read, None);
-                StoreError::from_sdk(e)
-            })?;
-        self.usage
-            .record(crate::usage::Kind::Read, out.consumed_capacity());
-        Ok(out
-            .items()
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(crate::schema::DUE_INDEX.name)
+                .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
+                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
+                .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
+                .set_exclusive_start_key(start.take())
+                .limit(1000)
+                .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(crate::usage::Kind::Read, out)?;
+            items.extend(out.items().iter().cloned());
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(items
             .iter()
             .filter(|i| {
                 // Active leases are the sweep's business, not the timer's.
@@ -458,57 +462,4 @@ pub(crate) fn expired_error(now: &Timestamp) -> serde_json::Value {
         "message": "the job's expires_at passed before it started",
         "occurred_at": time::format(now),
     })
-}
-
-/// What one sweep did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepReport {
-    /// Queues looked at.
-    pub queues: usize,
-    /// Jobs moved (promoted, reclaimed, timed out).
-    pub moved: usize,
-    /// Cron occurrences that enqueued a job.
-    pub fired: usize,
-    /// Queue shards whose live counters were repaired from the indexes.
-    pub healed: usize,
-}
-
-/// Most due batches one sweep takes from a queue, so one busy queue cannot starve the rest
-/// of a Lambda invocation's time.
-const MAX_BATCHES_PER_QUEUE: usize = 20;
-
-impl Store {
-    /// The scheduler's sweep: fire due cron occurrences, then for every known queue, promote due jobs, reclaim expired
-    /// leases and time out overdue attempts (the work FETCH does for its own queues), and
-    /// repair its live counters if they drifted ([`Store::heal_counters`]).
-    pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport, StoreError> {
-        let mut report = SweepReport {
-            fired: self.fire_due_crons(now).await?,
-            ..SweepReport::default()
-        };
-        let queues: Vec<ojs_core::QueueName> = self
-            .list_queues()
-            .await?
-            .into_iter()
-            .filter_map(|q| ojs_core::QueueName::parse(&q.name).ok())
-            .collect();
-        self.hand_over_to_timer(&queues, now).await?;
-        for name in &queues {
-            report.queues += 1;
-            for _ in 0..MAX_BATCHES_PER_QUEUE {
-                let moved = self.promote_due(name, now).await?;
-                report.moved += moved;
-                if moved == 0 {
-                    break;
-                }
-            }
-        }
-        // Counters are reports, not state: a failure to heal them never fails the sweep
-        // (the next one tries again).
-        match self.heal_counters(&queues).await {
-            Ok(n) => report.healed = n,
-            Err(e) => tracing::warn!(error = %e, "job counters not checked"),
-        }
-        Ok(report)
-    }
 }

@@ -189,24 +189,31 @@ impl Store {
             + chrono::Duration::from_std(MAX_DELAY - Duration::from_secs(60)).unwrap_or_default();
         let to = now + chrono::Duration::from_std(MAX_DELAY).unwrap_or_default();
         let mut targets = Vec::new();
+        let mut failure = None;
+        // One partition that cannot be read never holds up the others.
         for queue in queues {
             for shard in 0..self.queue_shards() {
-                for (id, due) in self
+                match self
                     .due_between(&crate::keys::due_pk(queue, shard), &from, &to)
-                    .await?
+                    .await
                 {
-                    targets.push((TimerTarget::Job { job_id: id }, due));
+                    Ok(due) => targets.extend(
+                        due.into_iter()
+                            .map(|(id, at)| (TimerTarget::Job { job_id: id }, at)),
+                    ),
+                    Err(e) => failure = Some(e),
                 }
             }
         }
-        for (name, due) in self
-            .due_between(crate::keys::CRON_DUE_PK, &from, &to)
-            .await?
-        {
-            targets.push((TimerTarget::Cron { name }, due));
+        match self.due_between(crate::keys::CRON_DUE_PK, &from, &to).await {
+            Ok(due) => targets.extend(
+                due.into_iter()
+                    .map(|(name, at)| (TimerTarget::Cron { name }, at)),
+            ),
+            Err(e) => failure = Some(e),
         }
         self.arm_timer_at(targets, now).await;
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 }
 

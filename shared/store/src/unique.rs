@@ -53,7 +53,7 @@ impl Store {
             let retention = i64::try_from(self.config.retention.as_secs()).unwrap_or(0);
             let ttl = match policy.period {
                 Some(p) => {
-                    let until = now + chrono::Duration::from_std(p).unwrap_or_default();
+                    let until = ojs_core::time::after(now, p);
                     lock.insert("until_us".into(), n(until.timestamp_micros()));
                     until.timestamp() + 60
                 }

@@ -28,6 +28,31 @@ pub enum Directive {
 }
 
 impl Directive {
+    /// The stronger of two directives: terminate over quiet over running.
+    pub fn max(self, other: Self) -> Self {
+        let rank = |d: Self| match d {
+            Self::Running => 0,
+            Self::Quiet => 1,
+            Self::Terminate => 2,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The directive a job asks its holder's heartbeat to return through
+    /// `meta.test_directive`: the hook the conformance suite uses (L1-WRK-002/003) to
+    /// test that workers obey directives without an operator in the loop.
+    fn requested_by(job: &ojs_core::Job) -> Option<Self> {
+        job.spec
+            .meta
+            .get("test_directive")
+            .and_then(|v| v.as_str())
+            .and_then(Self::parse)
+    }
+
     /// The wire string.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -134,7 +159,12 @@ impl Store {
         };
         for (id, r) in jobs.iter().zip(results) {
             match r? {
-                Extension::Extended => beat.extended.push(*id),
+                Extension::Extended(requested) => {
+                    beat.extended.push(*id);
+                    if let Some(d) = requested {
+                        beat.directive = beat.directive.max(d);
+                    }
+                }
                 Extension::Cancelled => beat.cancelled.push(*id),
                 Extension::NotHeld => {}
             }
@@ -168,7 +198,7 @@ impl Store {
         let ms = visibility_timeout_ms
             .or(job.spec.visibility_timeout_ms)
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
-        let lease = now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 4));
+        let lease = time::after_ms(now, ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
         let out = self
             .update(id)
@@ -187,7 +217,7 @@ impl Store {
         match self.finish_update(out) {
             Ok(_) => {
                 self.extend_slot(&job, &lease).await;
-                Ok(Extension::Extended)
+                Ok(Extension::Extended(Directive::requested_by(&job)))
             }
             Err(StoreError::Conflict {
                 current: Some(JobState::Cancelled),
@@ -243,7 +273,8 @@ impl Store {
 }
 
 enum Extension {
-    Extended,
+    /// With the directive the job itself requests, if any.
+    Extended(Option<Directive>),
     Cancelled,
     NotHeld,
 }

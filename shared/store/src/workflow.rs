@@ -1,25 +1,33 @@
 //! Workflows on DynamoDB. A workflow item (`WF#<id>`) holds the graph and counters; each
 //! step is an ordinary job carrying `wf_id`/`wf_step`, created `pending` (with
-//! `deps_left`) when it waits for other steps. When a step reaches a terminal state the
-//! transition that put it there calls [`Store::advance_workflow`]: one atomic `ADD` on the
-//! workflow's counters (never read-modify-write), then dependents are released or
-//! cancelled. The update that brings the terminal count to the total is the last one out:
-//! only it can see that count, and it fires batch callbacks in a transaction guarded by
-//! `attribute_not_exists(cb_fired)`, so callbacks fire exactly once.
+//! `deps_left`) when it waits for other steps.
+//!
+//! When a step (or a batch callback) reaches a terminal state, the transition that put it
+//! there calls [`Store::advance_workflow`], and every write that follows is idempotent:
+//! the step is recorded once (`ADD done_steps` and its counter, conditional on the step
+//! not being recorded yet), a dependent counts a parent off once (`deps_done`), a pending
+//! step is cancelled only while pending, callbacks fire in one transaction guarded by
+//! `cb_fired`, and the final state is set only while running ([`workflow::settle`] holds
+//! the rules). A request that dies part-way loses nothing: the job's terminal state is
+//! durable, and the sweep checks every running workflow (a due entry in
+//! `DUE#~workflows#<n>`) and repeats the follow-ups it finds missing.
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
 use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
-use ojs_core::workflow::{self, WorkflowSpec};
+use ojs_core::workflow::{self, Progress, Settlement, WorkflowKind, WorkflowSpec, WorkflowState};
 use ojs_core::{Job, JobId, JobState, NewJob};
 use serde_json::{json, Value};
 
+use std::time::Instant;
+
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
+use crate::jobs::old_item;
 use crate::keys;
+use crate::schema::DUE_INDEX;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -52,8 +60,13 @@ fn text(item: &Item, k: &str) -> Option<String> {
     item.get(k).and_then(|v| v.as_s().ok()).cloned()
 }
 
-/// The JSON view of a workflow item.
-fn view(item: &Item) -> Value {
+/// The JSON view of a workflow item, with the state of each step taken from `jobs` (the
+/// step jobs, in any order; steps whose job is missing show no state).
+///
+/// Besides the counters the conformance suite reads, it carries the binding's `steps`
+/// (§14.1, read by the Python and Go SDKs) and the `metadata` object of ojs-workflows §11
+/// (read by the JavaScript SDK).
+fn view(item: &Item, jobs: &[Job]) -> Value {
     let doc: Value = text(item, "doc")
         .and_then(|raw| serde_json::from_str(&raw).ok())
         .unwrap_or(Value::Null);
@@ -61,16 +74,60 @@ fn view(item: &Item) -> Value {
     let completed = num(item, "completed");
     let failed = num(item, "failed");
     let cancelled = num(item, "cancelled");
-    let job_ids: Vec<Value> = item
-        .get("job_ids")
-        .and_then(|v| v.as_l().ok())
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| v.as_s().ok())
-                .map(|s| Value::from(s.as_str()))
-                .collect()
+    let ids = job_ids(item);
+    let by_id: std::collections::HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
+    let steps: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, job_id)| {
+            let described = &doc["steps"][i];
+            let job = by_id.get(job_id);
+            let at = |t: Option<&Timestamp>| t.map(ojs_core::time::format);
+            json!({
+                "id": described["id"].as_str().map_or_else(|| format!("step-{i}"), str::to_owned),
+                "type": described["type"].as_str().map(str::to_owned).or_else(|| job.map(|j| j.spec.job_type.to_string())),
+                "depends_on": described.get("depends_on").cloned().unwrap_or_else(|| json!([])),
+                "job_id": job_id.to_string(),
+                "state": job.map(|j| j.status.state.as_str()),
+                "started_at": job.and_then(|j| at(j.status.started_at.as_ref())),
+                "completed_at": job.and_then(|j| at(j.status.completed_at.as_ref())),
+                "result": job.and_then(|j| j.status.result.clone()),
+            })
         })
-        .unwrap_or_default();
+        .collect();
+    let fired = fired_callbacks(item);
+    let finished = workflow_state(item) != Some(WorkflowState::Running);
+    let steps: Vec<Value> = steps
+        .into_iter()
+        .chain(doc["callback_steps"].as_array().into_iter().flatten().map(|c| {
+            let name = c["callback"].as_str().unwrap_or_default();
+            let job = fired
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, id)| by_id.get(id));
+            // A callback that was not due when the workflow settled never runs.
+            let state = match job {
+                Some(j) => j.status.state.as_str(),
+                None if finished && item.contains_key("cb_fired") => JobState::Cancelled.as_str(),
+                None => JobState::Pending.as_str(),
+            };
+            json!({
+                "id": c["id"],
+                "type": c["type"],
+                "depends_on": ids_of_steps(&doc),
+                "job_id": job.map(|j| j.id.to_string()),
+                "state": state,
+                "started_at": job.and_then(|j| j.status.started_at.as_ref().map(ojs_core::time::format)),
+                "completed_at": job.and_then(|j| j.status.completed_at.as_ref().map(ojs_core::time::format)),
+                "result": job.and_then(|j| j.status.result.clone()),
+            })
+        }))
+        .collect();
+    let started_at = jobs
+        .iter()
+        .filter_map(|j| j.status.started_at)
+        .min()
+        .map(|t| ojs_core::time::format(&t));
     let id = text(item, "pk").and_then(|pk| pk.strip_prefix("WF#").map(str::to_owned));
     json!({
         "id": id,
@@ -85,9 +142,20 @@ fn view(item: &Item) -> Value {
         "jobs_completed": completed,
         "jobs_failed": failed,
         "jobs_cancelled": cancelled,
-        "job_ids": job_ids,
+        "job_ids": ids.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "steps": steps,
         "created_at": text(item, "created_at"),
+        "started_at": started_at,
         "completed_at": text(item, "completed_at"),
+        "metadata": {
+            "created_at": text(item, "created_at"),
+            "started_at": started_at,
+            "completed_at": text(item, "completed_at"),
+            "job_count": total,
+            "completed_count": completed,
+            "failed_count": failed,
+            "cancelled_count": cancelled,
+        },
     })
 }
 
@@ -105,6 +173,10 @@ impl Store {
             // Microsecond offsets keep FIFO order among a workflow's ready steps.
             let at = now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0));
             let mut job = Job::enqueue(step.job.clone(), at);
+            // Where the Rust SDK's worker looks for it (JobContext::workflow_id).
+            job.spec
+                .meta
+                .insert("workflow_id".into(), Value::from(id.as_str()));
             if !step.depends_on.is_empty() {
                 job.status.state = JobState::Pending;
                 job.status.enqueued_at = None;
@@ -114,12 +186,22 @@ impl Store {
         }
         let mut wf = wf_key(&id);
         wf.insert("doc".into(), s(spec.to_stored().to_string()));
-        wf.insert("state".into(), s("running"));
+        wf.insert("state".into(), s(WorkflowState::Running.as_str()));
         wf.insert("total".into(), n(jobs.len()));
         for counter in ["completed", "failed", "cancelled"] {
             wf.insert(counter.into(), n(0));
         }
         wf.insert("created_at".into(), ts(&now));
+        // The sweep checks it until it finishes, so a follow-up a dying request left
+        // undone is done anyway (check_workflows).
+        wf.insert("gsi2pk".into(), s(keys::workflow_due_pk(&id)));
+        wf.insert(
+            "gsi2sk".into(),
+            s(keys::workflow_due_sk(
+                &ojs_core::time::after(now, CHECK_AFTER),
+                &id,
+            )),
+        );
         wf.insert(
             "job_ids".into(),
             AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
@@ -164,7 +246,7 @@ impl Store {
             .await;
         self.tally(Kind::Write, out)?;
         self.after_create(&jobs, now).await;
-        Ok(view(&wf))
+        Ok(view(&wf, &jobs))
     }
 
     /// Events and counts of workflow jobs just created (steps or callbacks): an enqueued
@@ -187,13 +269,33 @@ impl Store {
         self.emit_and_count(&events, moves).await;
     }
 
-    /// The workflow's view, or NotFound.
+    /// The workflow's view with its steps' states (the workflow item, then its step jobs
+    /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
-        self.read_item(wf_key(id))
+        let item = self
+            .read_item(wf_key(id))
             .await?
-            .as_ref()
-            .map(view)
-            .ok_or(StoreError::NotFound)
+            .ok_or(StoreError::NotFound)?;
+        let jobs = self.step_jobs(&item).await?;
+        Ok(view(&item, &jobs))
+    }
+
+    /// The step jobs of a workflow item, and its fired callbacks' jobs.
+    async fn step_jobs(&self, item: &Item) -> Result<Vec<Job>, StoreError> {
+        let keys = job_ids(item)
+            .iter()
+            .chain(fired_callbacks(item).iter().map(|(_, id)| id))
+            .map(item::job_key)
+            .collect();
+        let how = crate::batch_read::BatchRead {
+            consistent: true,
+            ..Default::default()
+        };
+        self.batch_get(keys, &how)
+            .await?
+            .iter()
+            .map(item::job_from_item)
+            .collect()
     }
 
     /// Cancels a running workflow and every step that has not finished.
@@ -206,8 +308,8 @@ impl Store {
             .update_expression("SET #state = :cancelled, completed_at = :now")
             .condition_expression("#state = :running")
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":cancelled", s("cancelled"))
-            .expression_attribute_values(":running", s("running"))
+            .expression_attribute_values(":cancelled", s(WorkflowState::Cancelled.as_str()))
+            .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .return_values(ReturnValue::AllNew)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -221,66 +323,105 @@ impl Store {
             Err(e) => {
                 self.usage.record(Kind::Write, None);
                 if is_condition_failure(&e) {
-                    // Finished or already cancelled: 409, or 404 when unknown.
-                    self.get_workflow(id).await?;
+                    // Finished or already cancelled: 409, or 404 when unknown. A
+                    // cancellation that stopped part-way is completed first.
+                    let item = self
+                        .read_item(wf_key(id))
+                        .await?
+                        .ok_or(StoreError::NotFound)?;
+                    if workflow_state(&item) == Some(WorkflowState::Cancelled) {
+                        for job_id in job_ids(&item) {
+                            self.cancel_step(&job_id, now).await?;
+                        }
+                    }
                     return Err(StoreError::Conflict { current: None });
                 }
                 return Err(StoreError::from_sdk(e));
             }
         };
+        let mut cancelled = 0;
         for job_id in job_ids(&item) {
-            self.cancel_step(&job_id, now).await?;
+            if self.cancel_step(&job_id, now).await? {
+                cancelled += 1;
+            }
         }
-        Ok(view(&item))
+        let item = match self.add_to_workflow(id, "cancelled", cancelled).await? {
+            Some(updated) => updated,
+            None => item,
+        };
+        self.reschedule_check(id, &item, true, now).await?;
+        let jobs = self.step_jobs(&item).await?;
+        Ok(view(&item, &jobs))
     }
 
-    /// Cancels one step without feeding the cancellation back into the workflow.
-    async fn cancel_step(&self, id: &JobId, now: Timestamp) -> Result<(), StoreError> {
+    /// Cancels one step without feeding the cancellation back into the workflow; `true`
+    /// when this call cancelled it.
+    async fn cancel_step(&self, id: &JobId, now: Timestamp) -> Result<bool, StoreError> {
         match self.cancel_job_quietly(id, now).await {
-            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// Records that step `job` of its workflow ended with `outcome`, releases or cancels
-    /// its dependents, settles the workflow's state and fires batch callbacks.
+    /// What follows a workflow job's terminal transition: the step (or batch callback) is
+    /// recorded on the workflow once, its dependents are released or cancelled, and the
+    /// workflow settles. Every write is idempotent (conditional on not having happened),
+    /// so a retried or repeated call changes nothing twice, and the sweep repeats it for a
+    /// workflow whose request died ([`Store::check_workflows`]).
     pub(crate) async fn advance_workflow(
         &self,
         job: &Job,
         outcome: StepOutcome,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let Some(wf_id) = job.status.workflow_id.clone() else {
+        let Some(wf_id) = job.status.workflow_id.as_deref() else {
             return Ok(());
         };
-        let counter = match outcome {
-            StepOutcome::Completed => "completed",
-            StepOutcome::Failed => "failed",
-            StepOutcome::Cancelled => "cancelled",
-        };
-        let item = self.add_to_workflow(&wf_id, counter, 1).await?;
-        let Some(item) = item else {
+        if let Some(name) = &job.status.workflow_callback {
+            if let Some(item) = self.record_callback(wf_id, name, outcome).await? {
+                self.settle_workflow(wf_id, &item, now).await?;
+            }
+            return Ok(());
+        }
+        let Some(step) = job
+            .status
+            .workflow_step
+            .and_then(|s| usize::try_from(s).ok())
+        else {
             return Ok(());
         };
-        let doc: Value = text(&item, "doc")
-            .and_then(|raw| serde_json::from_str(&raw).ok())
-            .unwrap_or(Value::Null);
-        let ids = job_ids(&item);
-        let Some(step) = ids.iter().position(|i| *i == job.id) else {
+        let Some(item) = self.record_step(wf_id, step, outcome).await? else {
             return Ok(());
         };
-        let mut item = item;
+        self.follow_step(wf_id, &item, step, outcome, job, now)
+            .await
+    }
+
+    /// Releases or cancels what waits for `step`, then settles the workflow.
+    async fn follow_step(
+        &self,
+        wf_id: &str,
+        item: &Item,
+        step: usize,
+        outcome: StepOutcome,
+        job: &Job,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let doc = workflow_doc(item);
+        let ids = job_ids(item);
         let dependents = workflow::stored_dependents(&doc, step);
         if outcome == StepOutcome::Completed {
             let result = job.status.result.clone().unwrap_or(Value::Null);
             for d in dependents {
                 if let Some(dep) = ids.get(d) {
-                    self.release_dependent(dep, &result, now).await?;
+                    let waits_for = doc["steps"][d]["depends_on"].as_array().map_or(1, Vec::len);
+                    let result = bounded_result(&result, &job.id, waits_for);
+                    self.release_dependent(dep, step, &result, now).await?;
                 }
             }
-        } else if text(&item, "state").as_deref() == Some("running") {
-            // A failed step's dependents can never run: cancel everything downstream.
-            let mut cancelled = 0usize;
+        } else {
+            // A step that did not complete: nothing downstream of it can ever run.
             let mut stack = dependents;
             let mut seen = std::collections::HashSet::new();
             while let Some(d) = stack.pop() {
@@ -290,17 +431,90 @@ impl Store {
                 stack.extend(workflow::stored_dependents(&doc, d));
                 if let Some(dep) = ids.get(d) {
                     if self.cancel_pending(dep, now).await? {
-                        cancelled += 1;
+                        self.record_step(wf_id, d, StepOutcome::Cancelled).await?;
                     }
                 }
             }
-            if cancelled > 0 {
-                if let Some(updated) = self.add_to_workflow(&wf_id, "cancelled", cancelled).await? {
-                    item = updated;
-                }
+        }
+        // Read again: the cancellations above moved the counts.
+        match self.read_item(wf_key(wf_id)).await? {
+            Some(item) => self.settle_workflow(wf_id, &item, now).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Records that `step` ended with `outcome`: `ADD` of the step to `done_steps` and of
+    /// one to the outcome's counter, in one write conditional on the step not being there
+    /// yet. The workflow item after it (also when it was already recorded), or None when
+    /// the workflow is gone.
+    async fn record_step(
+        &self,
+        wf_id: &str,
+        step: usize,
+        outcome: StepOutcome,
+    ) -> Result<Option<Item>, StoreError> {
+        let counter = match outcome {
+            StepOutcome::Completed => "completed",
+            StepOutcome::Failed => "failed",
+            StepOutcome::Cancelled => "cancelled",
+        };
+        self.record_once(wf_id, "done_steps", &step.to_string(), counter)
+            .await
+    }
+
+    /// Records that the fired batch callback `name` ended with `outcome`.
+    async fn record_callback(
+        &self,
+        wf_id: &str,
+        name: &str,
+        outcome: StepOutcome,
+    ) -> Result<Option<Item>, StoreError> {
+        let counter = if outcome == StepOutcome::Completed {
+            "cb_completed"
+        } else {
+            "cb_failed"
+        };
+        self.record_once(wf_id, "cb_done", name, counter).await
+    }
+
+    /// `ADD #set :member, #counter 1` unless `member` is in the set already.
+    async fn record_once(
+        &self,
+        wf_id: &str,
+        set: &str,
+        member: &str,
+        counter: &str,
+    ) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(wf_key(wf_id)))
+            .update_expression("ADD #set :members, #c :one")
+            .condition_expression("attribute_exists(pk) AND NOT contains(#set, :member)")
+            .expression_attribute_names("#set", set)
+            .expression_attribute_names("#c", counter)
+            .expression_attribute_values(":members", AttributeValue::Ss(vec![member.to_owned()]))
+            .expression_attribute_values(":member", s(member))
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(out.attributes().cloned())
+            }
+            Err(e) if is_condition_failure(&e) => {
+                self.usage.record(Kind::Write, None);
+                self.read_item(wf_key(wf_id)).await
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                Err(StoreError::from_sdk(e))
             }
         }
-        self.settle_workflow(&wf_id, &item, &doc, now).await
     }
 
     /// `ADD counter :by` on the workflow, returning the new item (None if it is gone).
@@ -336,37 +550,54 @@ impl Store {
         }
     }
 
-    /// One dependency of a pending step is done: pass the result on and, when it was the
-    /// last one, make the step available.
+    /// Step `parent` of a pending step is done: its result is passed on and one
+    /// dependency is counted off, once (conditional on `parent` not in `deps_done`);
+    /// the write that counts off the last one makes the step available.
     async fn release_dependent(
         &self,
         id: &JobId,
+        parent: usize,
         result: &Value,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
             .update(id)
             .update_expression(
-                "ADD deps_left :minus SET parent_results = list_append(if_not_exists(parent_results, :empty), :result)",
+                "ADD deps_left :minus, deps_done :parents \
+                 SET parent_results = list_append(if_not_exists(parent_results, :empty), :result)",
             )
-            .condition_expression("#state = :pending")
+            .condition_expression("#state = :pending AND NOT contains(deps_done, :parent)")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":pending", s(JobState::Pending.as_str()))
             .expression_attribute_values(":minus", n(-1))
+            .expression_attribute_values(":parents", AttributeValue::Ss(vec![parent.to_string()]))
+            .expression_attribute_values(":parent", s(parent.to_string()))
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
             .expression_attribute_values(":result", AttributeValue::L(vec![json_attr(result)]))
             .send()
             .await;
-        let left = match &out {
-            Ok(o) => o.attributes().map(|a| num(a, "deps_left")),
-            Err(_) => None,
+        // After the write, or as it stood when this parent had been counted off already
+        // (an earlier try whose answer was lost may have been the last one).
+        let (left, item) = match &out {
+            Ok(o) => (
+                o.attributes().map(|a| num(a, "deps_left")),
+                o.attributes().cloned(),
+            ),
+            Err(e) => (
+                old_item(e).map(|a| num(a, "deps_left")),
+                old_item(e).cloned(),
+            ),
         };
-        let job = match self.finish_update(out) {
-            Ok(job) => job,
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => return Ok(()),
+        match self.finish_update(out) {
+            Ok(_) | Err(StoreError::Conflict { .. }) => {}
+            Err(StoreError::NotFound) => return Ok(()),
             Err(e) => return Err(e),
+        }
+        let Some(item) = item.filter(|_| left.is_some_and(|l| l <= 0)) else {
+            return Ok(());
         };
-        if left != Some(0) {
+        let job = item::job_from_item(&item)?;
+        if job.status.state != JobState::Pending {
             return Ok(());
         }
         self.activate_pending(&job, now).await
@@ -412,26 +643,29 @@ impl Store {
 
     /// Everything a terminal transition sets off: the workflow's bookkeeping and the
     /// release of a cron occurrence queued behind this job (`overlap_policy: enqueue`).
-    pub(crate) async fn after_terminal(
-        &self,
-        job: &Job,
-        outcome: StepOutcome,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        self.advance_workflow(job, outcome, now).await?;
+    /// The transition itself has succeeded, so a failure here is not the caller's: it is
+    /// logged, and the sweep completes a workflow's part ([`Store::check_workflows`]).
+    pub(crate) async fn after_terminal(&self, job: &Job, outcome: StepOutcome, now: Timestamp) {
+        if let Err(e) = self.advance_workflow(job, outcome, now).await {
+            tracing::warn!(job_id = %job.id, error = %e, "workflow follow-up left to the sweep");
+        }
         if let Some(next) = job
             .status
             .successor
             .as_deref()
             .and_then(|s| JobId::parse(s).ok())
         {
-            if let Some(waiting) = self.get_job(&next).await? {
-                if waiting.status.state == JobState::Pending {
-                    self.activate_pending(&waiting, now).await?;
+            let activated = match self.get_job(&next).await {
+                Ok(Some(waiting)) if waiting.status.state == JobState::Pending => {
+                    self.activate_pending(&waiting, now).await
                 }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = activated {
+                tracing::warn!(job_id = %job.id, error = %e, "queued cron occurrence not released");
             }
         }
-        Ok(())
     }
 
     /// Cancels a step that is still waiting; `true` when it was.
@@ -459,91 +693,132 @@ impl Store {
         }
     }
 
-    /// When every step is terminal: the final state, once, and the batch callbacks, once.
+    /// Applies [`workflow::settle`] to a running workflow: finishes it, or fires the batch
+    /// callbacks due.
     async fn settle_workflow(
         &self,
         wf_id: &str,
         item: &Item,
-        doc: &Value,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let total = num(item, "total");
-        let (completed, failed, cancelled) = (
-            num(item, "completed"),
-            num(item, "failed"),
-            num(item, "cancelled"),
-        );
-        let all_succeeded = failed + cancelled == 0;
-        let running = text(item, "state").as_deref() == Some("running");
-        if running && !all_succeeded {
-            // A chain (or any graph) with a failed step has failed, even while siblings run.
-            let chain_like = doc["type"] == "chain";
-            if chain_like || completed + failed + cancelled >= total {
-                self.finish_workflow(wf_id, "failed", now).await?;
+        if workflow_state(item) != Some(WorkflowState::Running) {
+            return Ok(());
+        }
+        let doc = workflow_doc(item);
+        let kind = doc["type"]
+            .as_str()
+            .and_then(WorkflowKind::parse)
+            .unwrap_or(WorkflowKind::Chain);
+        let progress = progress_of(item);
+        let callbacks = workflow::stored_callbacks(&doc);
+        let all_succeeded = progress.failed + progress.cancelled == 0;
+        match workflow::settle(kind, &progress, !callbacks.due(all_succeeded).is_empty()) {
+            Settlement::Wait => Ok(()),
+            Settlement::Finish(state) => self.finish_workflow(wf_id, state, now).await,
+            Settlement::FireCallbacks => {
+                self.fire_callbacks(wf_id, &callbacks, all_succeeded, now)
+                    .await
             }
-        } else if running && completed >= total {
-            self.finish_workflow(wf_id, "completed", now).await?;
         }
-        if completed + failed + cancelled < total {
-            return Ok(());
-        }
-        let callbacks = workflow::stored_callbacks(doc);
-        let due = callbacks.due(all_succeeded);
-        if due.is_empty() {
-            return Ok(());
-        }
+    }
+
+    /// Enqueues the batch callbacks due, once: one transaction with a guard on the workflow
+    /// (`attribute_not_exists(cb_fired)`) that also records which jobs they are.
+    async fn fire_callbacks(
+        &self,
+        wf_id: &str,
+        callbacks: &workflow::Callbacks,
+        all_succeeded: bool,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
         let mut jobs = Vec::new();
-        for (name, template) in due {
+        for (name, template) in callbacks.due(all_succeeded) {
             let mut body = template.clone();
             if let Value::Object(meta) = body.entry("meta").or_insert_with(|| json!({})) {
                 meta.insert("workflow_id".into(), wf_id.into());
                 meta.insert("callback".into(), name.into());
             }
+            // Validated at creation with room for these two keys; refusing it now would
+            // leave the batch running forever, so a template that no longer fits (limits
+            // tightened since) fires without them.
             let new = NewJob::from_json(Value::Object(body))
+                .or_else(|_| NewJob::from_json(Value::Object(template.clone())))
                 .map_err(|e| StoreError::Corrupt(e.message))?;
-            jobs.push(Job::enqueue(new, now));
+            let mut job = Job::enqueue(new, now);
+            job.status.workflow_id = Some(wf_id.to_owned());
+            job.status.workflow_callback = Some(name.to_owned());
+            jobs.push(job);
         }
-        let guard = Update::builder()
-            .table_name(self.table())
-            .set_key(Some(wf_key(wf_id)))
-            .update_expression("SET cb_fired = :t")
-            .condition_expression("attribute_not_exists(cb_fired)")
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(guard).build())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for job in &jobs {
-            self.register_queue(job.spec.queue.as_str()).await?;
-            let put = Put::builder()
+        let fired: std::collections::HashMap<String, AttributeValue> = jobs
+            .iter()
+            .filter_map(|j| Some((j.status.workflow_callback.clone()?, s(j.id.to_string()))))
+            .collect();
+        for attempt in 0..4u32 {
+            let guard = Update::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(job, self.queue_shards())))
-                .condition_expression("attribute_not_exists(pk)")
+                .set_key(Some(wf_key(wf_id)))
+                .update_expression("SET cb_fired = :t, cb_jobs = :jobs, cb_total = :total")
+                .condition_expression("attribute_not_exists(cb_fired)")
+                .expression_attribute_values(":t", AttributeValue::Bool(true))
+                .expression_attribute_values(":jobs", AttributeValue::M(fired.clone()))
+                .expression_attribute_values(":total", n(jobs.len()))
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
-        }
-        match tx.send().await {
-            Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if e.code() == Some("TransactionCanceledException") {
-                    return Ok(()); // already fired
+            let mut tx = self
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().update(guard).build())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            for job in &jobs {
+                self.register_queue(job.spec.queue.as_str()).await?;
+                let mut it = item::job_to_item(job, self.queue_shards());
+                it.insert("wf_id".into(), s(wf_id));
+                if let Some(name) = &job.status.workflow_callback {
+                    it.insert("wf_cb".into(), s(name.as_str()));
                 }
-                return Err(StoreError::from_sdk(e));
+                let put = Put::builder()
+                    .table_name(self.table())
+                    .set_item(Some(it))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+            }
+            match tx.send().await {
+                Ok(out) => {
+                    self.usage.record(Kind::Write, out.consumed_capacity());
+                    self.after_create(&jobs, now).await;
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.usage.record(Kind::Write, None);
+                    // Only a failed guard means "fired already"; a conflict with another
+                    // write of the workflow item, or throttling, is tried again.
+                    match crate::error::cancellation_codes(&e) {
+                        Some(codes)
+                            if codes.first().map(String::as_str)
+                                == Some("ConditionalCheckFailed") =>
+                        {
+                            return Ok(())
+                        }
+                        Some(_) if attempt < 3 => {
+                            tokio::time::sleep(crate::batch_read::backoff(attempt + 1)).await;
+                        }
+                        _ => return Err(StoreError::from_sdk(e)),
+                    }
+                }
             }
         }
-        self.after_create(&jobs, now).await;
-        Ok(())
+        Err(StoreError::Throttled(
+            "batch callbacks not fired; the sweep retries".into(),
+        ))
     }
 
+    /// Sets a running workflow's final state and takes it off the sweep's checks.
     async fn finish_workflow(
         &self,
         wf_id: &str,
-        state: &str,
+        state: WorkflowState,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
@@ -551,11 +826,11 @@ impl Store {
             .update_item()
             .table_name(self.table())
             .set_key(Some(wf_key(wf_id)))
-            .update_expression("SET #state = :state, completed_at = :now")
+            .update_expression("SET #state = :state, completed_at = :now REMOVE gsi2pk, gsi2sk")
             .condition_expression("#state = :running")
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":state", s(state))
-            .expression_attribute_values(":running", s("running"))
+            .expression_attribute_values(":state", s(state.as_str()))
+            .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
@@ -569,6 +844,232 @@ impl Store {
             Err(e) => Err(StoreError::from_sdk(e)),
         }
     }
+
+    /// The sweep's repair of workflows whose follow-ups a dying request left undone: every
+    /// running (or cancelled but unsettled) workflow carries a due entry in
+    /// `DUE#~workflows#<n>`; each one due is checked ([`Store::check_workflow`]) and
+    /// looked at again later, less often each time, until it finishes. Returns how many
+    /// were checked.
+    pub async fn check_workflows(
+        &self,
+        now: Timestamp,
+        budget: Instant,
+    ) -> Result<usize, StoreError> {
+        let mut checked = 0;
+        for shard in 0..u64::from(keys::WORKFLOW_DUE_SHARDS) {
+            let mut start = None;
+            loop {
+                if Instant::now() >= budget {
+                    return Ok(checked);
+                }
+                let out = self
+                    .client
+                    .query()
+                    .table_name(self.table())
+                    .index_name(DUE_INDEX.name)
+                    .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+                    .expression_attribute_values(":pk", s(keys::workflow_due_shard_pk(shard)))
+                    .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
+                    .set_exclusive_start_key(start.take())
+                    .limit(50)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await;
+                let out = self.tally(Kind::Read, out)?;
+                for i in out.items() {
+                    let Some(id) = i
+                        .get("pk")
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|pk| pk.strip_prefix("WF#"))
+                    else {
+                        continue;
+                    };
+                    checked += 1;
+                    if let Err(e) = self.check_workflow(id, now).await {
+                        tracing::warn!(workflow_id = id, error = %e, "workflow check failed; retried next sweep");
+                    }
+                }
+                start = out.last_evaluated_key().cloned();
+                if start.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Brings one workflow up to date with its step jobs: every terminal step recorded and
+    /// followed up, every fired callback recorded, the workflow settled; then, if it is
+    /// still running, the next check is scheduled further out.
+    pub(crate) async fn check_workflow(
+        &self,
+        wf_id: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+            return Ok(());
+        };
+        let jobs = self.step_jobs(&item).await?;
+        let cancelled = workflow_state(&item) == Some(WorkflowState::Cancelled);
+        let ids = job_ids(&item);
+        for (step, id) in ids.iter().enumerate() {
+            let Some(job) = jobs.iter().find(|j| j.id == *id) else {
+                continue;
+            };
+            if cancelled && !job.status.state.is_terminal() {
+                // A cancellation that stopped part-way.
+                self.cancel_step(id, now).await?;
+                continue;
+            }
+            let Some(outcome) = StepOutcome::of(job.status.state) else {
+                continue;
+            };
+            // Idempotent: a step recorded already only has its follow-ups repeated, and
+            // each of those is conditional too.
+            if let Some(item) = self.record_step(wf_id, step, outcome).await? {
+                self.follow_step(wf_id, &item, step, outcome, job, now)
+                    .await?;
+            }
+        }
+        for (name, id) in fired_callbacks(&item) {
+            if let Some(outcome) = jobs
+                .iter()
+                .find(|j| j.id == id)
+                .and_then(|j| StepOutcome::of(j.status.state))
+            {
+                self.record_callback(wf_id, &name, outcome).await?;
+            }
+        }
+        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+            return Ok(());
+        };
+        self.settle_workflow(wf_id, &item, now).await?;
+        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+            return Ok(());
+        };
+        let settled = match workflow_state(&item) {
+            Some(WorkflowState::Running) => false,
+            Some(WorkflowState::Cancelled) => jobs.iter().all(|j| j.status.state.is_terminal()),
+            _ => true,
+        };
+        self.reschedule_check(wf_id, &item, settled, now).await
+    }
+
+    /// Moves a workflow's next check out (1 minute, doubling to at most 15), or ends its
+    /// checks once it is settled.
+    async fn reschedule_check(
+        &self,
+        wf_id: &str,
+        item: &Item,
+        settled: bool,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(wf_key(wf_id)))
+            .condition_expression("attribute_exists(pk)")
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        req = if settled {
+            req.update_expression("REMOVE gsi2pk, gsi2sk")
+        } else {
+            let checks = u32::try_from(num(item, "checks")).unwrap_or(0);
+            let wait = CHECK_AFTER * 2u32.saturating_pow(checks.min(4));
+            let at = ojs_core::time::after(now, wait.min(MAX_CHECK_INTERVAL));
+            req.update_expression("SET gsi2pk = :pk, gsi2sk = :sk ADD checks :one")
+                .expression_attribute_values(":pk", s(keys::workflow_due_pk(wf_id)))
+                .expression_attribute_values(":sk", s(keys::workflow_due_sk(&at, wf_id)))
+                .expression_attribute_values(":one", n(1))
+        };
+        let out = req.send().await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) if is_condition_failure(&e) => Ok(()),
+            Err(e) => Err(StoreError::from_sdk(e)),
+        }
+    }
+}
+
+/// When a running workflow is first checked by the sweep, after its creation.
+const CHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// The longest wait between two checks of a running workflow.
+const MAX_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(900);
+/// Most bytes of parent results a waiting step accumulates, shared among its
+/// dependencies; a larger result is passed as a reference to its job.
+const MAX_PARENT_RESULTS_BYTES: usize = 64 * 1024;
+
+impl StepOutcome {
+    /// The outcome a terminal job state stands for (None while the job is live).
+    fn of(state: JobState) -> Option<Self> {
+        match state {
+            JobState::Completed => Some(Self::Completed),
+            JobState::Discarded => Some(Self::Failed),
+            JobState::Cancelled => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// A parent's result as passed to a step waiting for `waits_for` parents: as is when it
+/// fits its share of [`MAX_PARENT_RESULTS_BYTES`], else a reference to the parent job.
+fn bounded_result(result: &Value, parent: &JobId, waits_for: usize) -> Value {
+    let size = ojs_core::validate::json_size(result);
+    if size <= MAX_PARENT_RESULTS_BYTES / waits_for.max(1) {
+        return result.clone();
+    }
+    json!({"job_id": parent.to_string(), "result_truncated": true, "result_bytes": size})
+}
+
+/// The stored immutable part of a workflow (its graph, kind and callbacks).
+fn workflow_doc(item: &Item) -> Value {
+    text(item, "doc")
+        .and_then(|raw| serde_json::from_str(&raw).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn workflow_state(item: &Item) -> Option<WorkflowState> {
+    text(item, "state")
+        .as_deref()
+        .and_then(WorkflowState::parse)
+}
+
+/// The counts of a workflow item.
+fn progress_of(item: &Item) -> Progress {
+    let count = |k: &str| u64::try_from(num(item, k)).unwrap_or(0);
+    Progress {
+        total: count("total"),
+        completed: count("completed"),
+        failed: count("failed"),
+        cancelled: count("cancelled"),
+        callbacks_fired: item.contains_key("cb_fired"),
+        callbacks_total: count("cb_total"),
+        callbacks_done: count("cb_completed") + count("cb_failed"),
+        callbacks_failed: count("cb_failed"),
+    }
+}
+
+/// The callbacks fired for a workflow item: (name, job id).
+fn fired_callbacks(item: &Item) -> Vec<(String, JobId)> {
+    item.get("cb_jobs")
+        .and_then(|v| v.as_m().ok())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(name, v)| Some((name.clone(), JobId::parse(v.as_s().ok()?).ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ids of a stored workflow's (non-callback) steps.
+fn ids_of_steps(doc: &Value) -> Vec<Value> {
+    doc["steps"]
+        .as_array()
+        .map(|steps| steps.iter().map(|s| s["id"].clone()).collect())
+        .unwrap_or_default()
 }
 
 fn job_ids(item: &Item) -> Vec<JobId> {

@@ -358,7 +358,7 @@ async fn bad_input_gets_the_ojs_error_body_and_writes_nothing() -> anyhow::Resul
         assert_eq!(res.status().as_u16(), status, "{label}");
         assert_eq!(
             res.headers()["content-type"],
-            "application/openjobspec+json",
+            ojs_http::JSON_CONTENT_TYPE,
             "{label}"
         );
         assert_eq!(res.headers()["ojs-version"], "1.0", "{label}");

@@ -767,7 +767,7 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         if err["request_id"] != request_id.as_str() {
             wrong.push(format!("request_id {}", err["request_id"]));
         }
-        if content_type != OJS_JSON || version.is_none() {
+        if content_type != ojs_http::JSON_CONTENT_TYPE || version.is_none() {
             wrong.push(format!(
                 "content-type {content_type:?}, OJS-Version {version:?}"
             ));

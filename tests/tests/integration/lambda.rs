@@ -122,7 +122,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     let init = jobs.spawned_at().elapsed();
     assert_eq!(status, 201, "{body}");
     assert_eq!(headers["ojs-version"], "1.0");
-    assert_eq!(headers["content-type"], "application/openjobspec+json");
+    assert_eq!(headers["content-type"], ojs_http::JSON_CONTENT_TYPE);
     let id = body["job"]["id"].as_str().context("job id")?.to_owned();
     eprintln!("jobs: process start to first answered event {init:?}");
 

@@ -11,6 +11,7 @@ mod api;
 mod auth;
 mod bad_input;
 mod cloudq;
+mod compat;
 mod counters;
 mod faults;
 mod iam;

@@ -372,9 +372,9 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
     assert_eq!((idle.moved, idle.healed), (0, 0));
     assert_eq!(
         idle_cost.calls,
-        1 + 1 + 2 + 1,
-        "one cron query, one queue listing, one due query per queue, one read of every \
-         queue's counters"
+        1 + 1 + 1 + 2 + 4 + 1,
+        "one cron query, one read of the resume point, one queue listing, one due query per \
+         queue, one query per workflow-check partition, one read of every queue's counters"
     );
     println!(
         "FAIL (retry): {} calls, {:.1} RCU, {:.1} WCU\nsweep moving 2 jobs over 2 queues: {} calls\nidle sweep of 2 queues: {} calls, {:.1} RCU",

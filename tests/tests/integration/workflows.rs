@@ -63,6 +63,16 @@ async fn batch_callbacks_fire_exactly_once_under_16_concurrent_ackers() -> anyho
             .collect();
         kinds.sort_unstable();
         assert_eq!(kinds, ["race.done", "race.ok"], "round {round}");
+        // A batch runs until its callbacks are done (ojs-workflows §8.3).
+        let running = app
+            .call(Method::GET, &format!("/ojs/v1/workflows/{wf}"), None)
+            .await?
+            .body;
+        assert_eq!(running["workflow"]["state"], "running", "round {round}");
+        for cb in &callbacks {
+            let r = app.ack(json!({"job_id": cb["id"]})).await?;
+            anyhow::ensure!(r.status == 200, "{:?}", r.body);
+        }
         let view = app
             .call(Method::GET, &format!("/ojs/v1/workflows/{wf}"), None)
             .await?
@@ -130,4 +140,88 @@ async fn graph_steps_wait_for_all_parents_and_a_failure_cancels_the_rest() -> an
     );
     app.teardown().await;
     Ok(())
+}
+
+/// Completes a job in DynamoDB directly, as a request that died right after its terminal
+/// write would have left it: the workflow never heard of it.
+async fn complete_behind_the_workflows_back(app: &TestApp, id: &str) -> anyhow::Result<()> {
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    let sdk = aws_config::load_from_env().await;
+    let client = ojs_store::client_for(&sdk);
+    client
+        .update_item()
+        .table_name(app.store.table())
+        .key("pk", Av::S(format!("JOB#{id}")))
+        .key("sk", Av::S("JOB".into()))
+        .update_expression("SET #s = :done, completed_at = :now, #r = :r REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until")
+        .expression_attribute_names("#s", "state")
+        .expression_attribute_names("#r", "result")
+        .expression_attribute_values(":done", Av::S("completed".into()))
+        .expression_attribute_values(":now", Av::S(ojs_core::time::format(&ojs_core::time::now())))
+        .expression_attribute_values(":r", Av::S("{\"n\":1}".into()))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sweep_finishes_follow_ups_a_dying_request_left_undone_exactly_once(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let created = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "steps": [
+            {"type": "wf.a", "options": {"queue": "wf-repair"}},
+            {"type": "wf.b", "options": {"queue": "wf-repair"}}]})),
+        )
+        .await?;
+    anyhow::ensure!(created.status == 201, "{:?}", created.body);
+    let wf = created.body["workflow"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let first = drain(&app, "wf-repair").await?;
+    assert_eq!(first.len(), 1, "only the first step runs");
+    let a = first[0]["id"].as_str().unwrap_or_default().to_owned();
+    complete_behind_the_workflows_back(&app, &a).await?;
+    assert_eq!(view(&app, &wf).await?["steps_completed"], 0);
+    assert!(drain(&app, "wf-repair").await?.is_empty(), "b still waits");
+
+    // The sweep's check (due a minute after creation) records a and releases b, once.
+    let later = ojs_core::time::after(ojs_core::time::now(), std::time::Duration::from_secs(120));
+    let budget = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    assert_eq!(app.store.check_workflows(later, budget).await?, 1);
+    let checked = view(&app, &wf).await?;
+    assert_eq!(checked["steps_completed"], 1, "{checked}");
+    assert_eq!(checked["state"], "running");
+    // Checking again changes nothing: the next check is further out, and a forced one is
+    // idempotent.
+    let much_later = ojs_core::time::after(later, std::time::Duration::from_secs(3600));
+    app.store.check_workflows(much_later, budget).await?;
+    assert_eq!(
+        view(&app, &wf).await?["steps_completed"],
+        1,
+        "not counted twice"
+    );
+    let second = drain(&app, "wf-repair").await?;
+    assert_eq!(second.len(), 1, "b released exactly once");
+    assert_eq!(second[0]["type"], "wf.b");
+    assert_eq!(second[0]["parent_results"], json!([{"n": 1}]));
+    let ack = app.ack(json!({"job_id": second[0]["id"]})).await?;
+    assert_eq!(ack.status, 200);
+    let done = view(&app, &wf).await?;
+    assert_eq!(
+        (done["state"].as_str(), done["steps_completed"].as_u64()),
+        (Some("completed"), Some(2))
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+async fn view(app: &TestApp, wf: &str) -> anyhow::Result<Value> {
+    let path = format!("/ojs/v1/workflows/{wf}");
+    Ok(app.call(Method::GET, &path, None).await?.body)
 }

@@ -246,6 +246,9 @@ fn parse_special(special: &str) -> Result<Kind, String> {
     Fields::parse(&fields).map(Kind::Calendar)
 }
 
+/// Shortest `@every` interval.
+const MIN_EVERY_MS: i64 = 1_000;
+
 /// A Go-style duration: one or more `<integer><unit>` with units `h`, `m`, `s`, `ms`.
 fn parse_every(text: &str) -> Result<TimeDelta, String> {
     let bad =
@@ -272,10 +275,9 @@ fn parse_every(text: &str) -> Result<TimeDelta, String> {
             .ok_or_else(bad)?;
         rest = &tail[unit_len..];
     }
-    if millis <= 0 {
-        return Err(format!(
-            "@every duration \"{text}\" must be longer than zero"
-        ));
+    // Shorter intervals would re-arm the timer faster than it can fire (a runaway loop).
+    if millis < MIN_EVERY_MS {
+        return Err(format!("@every duration \"{text}\" must be at least 1s"));
     }
     TimeDelta::try_milliseconds(millis).ok_or_else(bad)
 }

@@ -268,8 +268,8 @@ fn every_interval_is_anchored_on_after() {
     assert_eq!(next("@every 1h30m"), Some(at + TimeDelta::minutes(90)));
     assert_eq!(next("@every 2h45m30s"), Some(at + TimeDelta::seconds(9930)));
     assert_eq!(
-        next("@every 500ms"),
-        Some(at + TimeDelta::milliseconds(500))
+        next("@every 1500ms"),
+        Some(at + TimeDelta::milliseconds(1500))
     );
     assert_eq!(
         schedule("@every 45s", None).interval(),
@@ -340,7 +340,9 @@ fn rejects_malformed_fields_naming_the_field() {
         ("@fortnightly", "unknown special"),
         ("@daily extra", "unknown special"),
         ("@every", "@every"),
-        ("@every 0s", "longer than zero"),
+        ("@every 0s", "at least 1s"),
+        ("@every 999ms", "at least 1s"),
+        ("@every 1ms", "at least 1s"),
         ("@every 5", "@every"),
         ("@every 5x", "@every"),
         ("@every 1.5h", "@every"),

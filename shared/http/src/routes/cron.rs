@@ -8,10 +8,11 @@ use axum::Router;
 use ojs_core::cron_job::CronJob;
 use ojs_core::{time, OjsError};
 use ojs_store::StoreError;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::queues::Page;
 use super::reply;
+use crate::dialect::Dialect;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::AppState;
@@ -24,6 +25,7 @@ pub(crate) fn router() -> Router<AppState> {
 
 async fn register_cron(
     State(app): State<AppState>,
+    dialect: Dialect,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let cron = CronJob::from_json(body)?;
@@ -34,7 +36,15 @@ async fn register_cron(
     } else {
         StatusCode::OK
     };
-    Ok(reply(status, json!({ "cron": entry.to_json() })))
+    let entry = entry.to_json();
+    // The binding (§13.2) wraps the registration in `cron_job` and the SDKs read its fields
+    // bare, where `cron` is the expression; the OpenAPI document wraps it in `cron`.
+    let mut body = match dialect {
+        Dialect::Binding => entry.as_object().cloned().unwrap_or_default(),
+        Dialect::OpenApi => Map::from_iter([("cron".to_owned(), entry.clone())]),
+    };
+    body.insert("cron_job".into(), entry);
+    Ok(reply(status, Value::Object(body)))
 }
 
 async fn list_crons(
@@ -54,7 +64,8 @@ async fn list_crons(
         StatusCode::OK,
         json!({
             "crons": crons,
-            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total},
+            "cron_jobs": crons,
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
         }),
     ))
 }
@@ -69,5 +80,9 @@ async fn delete_cron(
         }
         other => other.into(),
     })?;
-    Ok(reply(StatusCode::OK, json!({ "cron": entry.to_json() })))
+    let entry = entry.to_json();
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "deleted": true, "name": name, "cron": entry, "cron_job": entry }),
+    ))
 }

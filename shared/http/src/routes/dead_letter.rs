@@ -54,11 +54,13 @@ async fn list_dead_letter(
         .list_dead_letter(queue.as_ref(), limit, offset)
         .await?;
     let jobs: Vec<Value> = page.jobs.iter().map(|j| j.to_json()).collect();
+    // The total is counted before the page is read: never report fewer than were listed.
+    let total = page.total.max(offset.saturating_add(jobs.len()));
     Ok(reply(
         StatusCode::OK,
         json!({
             "jobs": jobs,
-            "pagination": {"total": page.total, "limit": limit, "offset": offset, "has_more": offset + jobs.len() < page.total},
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(jobs.len()) < total},
         }),
     ))
 }
@@ -73,7 +75,7 @@ async fn retry_dead_letter(
         .retry_dead_letter(&id, time::now())
         .await
         .map_err(not_in_dead_letter(&id))?;
-    Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))
+    Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
 async fn delete_dead_letter(

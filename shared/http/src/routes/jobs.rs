@@ -55,7 +55,7 @@ async fn get_job(
         .get_job_settled(&id, time::now())
         .await?
         .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
-    Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))
+    Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
 async fn cancel_job(
@@ -65,7 +65,7 @@ async fn cancel_job(
     let id = JobId::parse(&id)?;
     let job = app.store.cancel_job(&id, time::now()).await?;
     tracing::info!(job_id = %job.id, "job cancelled");
-    Ok(reply(StatusCode::OK, json!({ "job": job.to_json() })))
+    Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
 /// Most jobs one batch may carry.

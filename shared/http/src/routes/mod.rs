@@ -14,6 +14,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+/// A one-job answer (INFO, CANCEL, dead letter retry): the binding's `{"job": {...}}`, with
+/// the job's fields also at the top level, where the Rust SDK reads them (README, "Client
+/// compatibility").
+pub(crate) fn job_and_bare_job(job: &ojs_core::Job) -> Value {
+    let view = job.to_json();
+    let mut body = view.as_object().cloned().unwrap_or_default();
+    body.insert("job".into(), view);
+    Value::Object(body)
+}
+
 /// A JSON response with a status, tagged with the job it is about (for the request log).
 pub(crate) fn reply(status: StatusCode, body: Value) -> Response {
     let subject = crate::layer::LogSubject::of(&body);

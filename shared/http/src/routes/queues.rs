@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::reply;
+use crate::dialect::Dialect;
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -28,73 +29,120 @@ pub(crate) fn router() -> Router<AppState> {
 
 async fn queue_stats(
     State(app): State<AppState>,
+    dialect: Dialect,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
     let st = app.store.queue_stats(&queue).await?;
-    Ok(reply(StatusCode::OK, stats_body(&name, &st)))
+    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
 }
 
 /// Sets a queue's live counters from its indexes (after counters were turned on over
 /// existing jobs, or a lost counter update); answers with the counts as recounted.
 async fn recount_queue(
     State(app): State<AppState>,
+    dialect: Dialect,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
     let st = app.store.recount_queue(&queue).await?;
     tracing::info!(queue = %name, "queue counters recounted");
-    Ok(reply(StatusCode::OK, stats_body(&name, &st)))
+    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
 }
 
-fn stats_body(name: &str, st: &ojs_store::QueueStats) -> serde_json::Value {
-    json!({
-        "queue": {
-            "name": name,
-            "status": if st.paused { "paused" } else { "active" },
-            "paused": st.paused,
-            "available": st.available,
-            "scheduled": st.scheduled,
-            "retryable": st.retryable,
-            "active": st.active,
-            "pending": st.pending,
-            "completed": st.completed,
-            "discarded": st.discarded,
-            "cancelled": st.cancelled,
+/// Queue stats: the counts at the top level (the JavaScript SDK), under `stats` (the
+/// binding, §11.2), and `queue` as the binding's name or the OpenAPI document's object
+/// (see [`Dialect`]).
+fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde_json::Value {
+    let status = if st.paused { "paused" } else { "active" };
+    let counts = json!({
+        "available": st.available,
+        "scheduled": st.scheduled,
+        "retryable": st.retryable,
+        "active": st.active,
+        "pending": st.pending,
+        "completed": st.completed,
+        "discarded": st.discarded,
+        "cancelled": st.cancelled,
+    });
+    let mut body = counts.as_object().cloned().unwrap_or_default();
+    let mut queue = body.clone();
+    for (k, v) in [
+        ("name", json!(name)),
+        ("status", json!(status)),
+        ("paused", json!(st.paused)),
+    ] {
+        queue.insert(k.into(), v.clone());
+        body.insert(k.into(), v);
+    }
+    body.insert("stats".into(), counts);
+    body.insert(
+        "queue".into(),
+        match dialect {
+            Dialect::Binding => json!(name),
+            Dialect::OpenApi => serde_json::Value::Object(queue),
         },
-        "computed_at": ojs_core::time::format(&ojs_core::time::now()),
-    })
+    );
+    body.insert(
+        "computed_at".into(),
+        json!(ojs_core::time::format(&ojs_core::time::now())),
+    );
+    serde_json::Value::Object(body)
 }
 
-async fn set_paused(app: AppState, name: String, paused: bool) -> Result<Response, ApiError> {
+/// Pause and resume answer with the queue's new state: `queue` is the binding's name
+/// (§11.3, §11.4) or the OpenAPI document's object (see [`Dialect`]), and `status` is at
+/// the top level either way (the Python SDK reads it there).
+async fn set_paused(
+    app: AppState,
+    dialect: Dialect,
+    name: String,
+    paused: bool,
+) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
     let q = app.store.set_paused(queue.as_str(), paused).await?;
     tracing::info!(queue = %q.name, paused, "queue state changed");
-    Ok(reply(
-        StatusCode::OK,
-        json!({"queue": {"name": q.name, "paused": q.paused, "status": if q.paused { "paused" } else { "active" }, "created_at": q.created_at}}),
-    ))
+    let status = if q.paused { "paused" } else { "active" };
+    let object =
+        json!({"name": q.name, "paused": q.paused, "status": status, "created_at": q.created_at});
+    let now = json!(ojs_core::time::format(&ojs_core::time::now()));
+    let mut body = json!({
+        "name": q.name,
+        "status": status,
+        "paused": q.paused,
+        "queue": match dialect {
+            Dialect::Binding => json!(q.name),
+            Dialect::OpenApi => object,
+        },
+    });
+    body[if q.paused { "paused_at" } else { "resumed_at" }] = now;
+    Ok(reply(StatusCode::OK, body))
 }
 
 async fn pause_queue(
     State(app): State<AppState>,
+    dialect: Dialect,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    set_paused(app, name, true).await
+    set_paused(app, dialect, name, true).await
 }
 
 async fn resume_queue(
     State(app): State<AppState>,
+    dialect: Dialect,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    set_paused(app, name, false).await
+    set_paused(app, dialect, name, false).await
 }
 
-/// `limit`/`offset` as the binding defines them.
+/// `limit`/`offset` as the binding defines them, or `per_page`/`page` (1-based), which the
+/// JavaScript SDK sends for cron.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Page {
     limit: Option<String>,
     offset: Option<String>,
+    per_page: Option<String>,
+    page: Option<String>,
 }
 
 impl Page {
@@ -110,8 +158,18 @@ impl Page {
                     OjsError::invalid_request(format!("{name} must be an integer from 0 to {max}"))
                 }),
         };
-        let limit = num(&self.limit, "limit", 50, 100)?.max(1);
-        let offset = num(&self.offset, "offset", 0, usize::MAX)?;
+        let max_offset = ojs_core::validate::MAX_LIST_OFFSET;
+        let limit = match &self.limit {
+            Some(_) => num(&self.limit, "limit", 50, 100)?,
+            None => num(&self.per_page, "per_page", 50, 100)?,
+        }
+        .max(1);
+        let offset = match (&self.offset, &self.page) {
+            (None, Some(_)) => num(&self.page, "page", 1, max_offset / 100)?
+                .saturating_sub(1)
+                .saturating_mul(limit),
+            _ => num(&self.offset, "offset", 0, max_offset)?,
+        };
         Ok((limit, offset))
     }
 }
@@ -141,7 +199,7 @@ async fn list_queues(
         StatusCode::OK,
         json!({
             "queues": items,
-            "pagination": { "total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total },
+            "pagination": { "total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total },
         }),
     ))
 }

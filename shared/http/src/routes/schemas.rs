@@ -83,7 +83,7 @@ async fn list_schemas(
         StatusCode::OK,
         json!({
             "schemas": schemas,
-            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset + limit < total},
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
         }),
     ))
 }

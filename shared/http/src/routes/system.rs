@@ -11,12 +11,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::reply;
+use crate::conformance::{CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
 use crate::error::ApiError;
 use crate::AppState;
-
-/// The highest level whose conformance cases all pass; the harness fails CI if any case
-/// at or below it fails, so this can never overclaim.
-pub const CONFORMANCE_LEVEL: u8 = 0;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -39,6 +36,10 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "homepage": "https://github.com/openjobspec",
             },
             "conformance_level": CONFORMANCE_LEVEL,
+            "conformance_exceptions": CONFORMANCE_EXCEPTIONS
+                .iter()
+                .map(|e| json!({"test_id": e.test_id, "reason": e.reason}))
+                .collect::<Vec<_>>(),
             "protocols": ["http"],
             "formats": [
                 "application/openjobspec+json",

@@ -7,6 +7,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::failure::Failure;
+use ojs_core::validate::MAX_VISIBILITY_MS;
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
 use ojs_store::{AckRequest, Directive, FetchRequest};
 use serde_json::{json, Map, Value};
@@ -18,8 +19,6 @@ use crate::AppState;
 
 /// Most jobs one FETCH may claim.
 const MAX_FETCH: u64 = 100;
-/// Longest accepted lease.
-const MAX_VISIBILITY_MS: u64 = 12 * 3_600_000;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -185,9 +184,10 @@ async fn fail_job(
                 .into())
         }
     };
+    let now = time::now();
     let outcome = app
         .store
-        .fail_job(&id, &failure, worker.as_deref(), requeue, time::now())
+        .fail_job(&id, &failure, worker.as_deref(), requeue, now)
         .await?;
     let job = outcome.job;
     let view = job.to_json();
@@ -204,7 +204,8 @@ async fn fail_job(
     }
     if job.status.state == JobState::Retryable {
         if let Some(next) = &job.status.next_attempt_at {
-            let delay = (*next - time::now()).num_milliseconds().max(0);
+            // The delay decided at `now`, not what is left of it after the writes.
+            let delay = (*next - now).num_milliseconds().max(0);
             out["retry_delay_ms"] = json!(delay);
         }
     }

@@ -8,7 +8,7 @@ use axum::Router;
 use ojs_core::workflow::WorkflowSpec;
 use ojs_core::{time, OjsError};
 use ojs_store::StoreError;
-use serde_json::json;
+use serde_json::Value;
 
 use super::reply;
 use crate::error::ApiError;
@@ -51,7 +51,10 @@ async fn create_workflow(
     let spec = WorkflowSpec::from_json(body)?;
     let workflow = app.store.create_workflow(&spec, time::now()).await?;
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
-    Ok(reply(StatusCode::CREATED, json!({ "workflow": workflow })))
+    Ok(reply(
+        StatusCode::CREATED,
+        workflow_and_bare_workflow(workflow),
+    ))
 }
 
 async fn get_workflow(
@@ -60,7 +63,7 @@ async fn get_workflow(
 ) -> Result<Response, ApiError> {
     let id = workflow_id(&id)?;
     let workflow = app.store.get_workflow(&id).await.map_err(not_found(&id))?;
-    Ok(reply(StatusCode::OK, json!({ "workflow": workflow })))
+    Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 
 async fn cancel_workflow(
@@ -73,5 +76,13 @@ async fn cancel_workflow(
         .cancel_workflow(&id, time::now())
         .await
         .map_err(not_found(&id))?;
-    Ok(reply(StatusCode::OK, json!({ "workflow": workflow })))
+    Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
+}
+
+/// The binding's `{"workflow": {...}}`, with the workflow's fields also at the top level,
+/// where the Rust and JavaScript SDKs read them (README, "Client compatibility").
+fn workflow_and_bare_workflow(workflow: Value) -> Value {
+    let mut body = workflow.as_object().cloned().unwrap_or_default();
+    body.insert("workflow".into(), workflow);
+    Value::Object(body)
 }

@@ -1,0 +1,73 @@
+//! The official OJS SDKs (Python, JavaScript, Go, Rust; unmodified, in
+//! `../shared/clients`) driven against the real server: each language's suite
+//! (`tests/sdk/<lang>/run.sh`, installed by `scripts/sdk-clients.sh setup`) runs its
+//! producer and worker scenarios against a fresh server and table of its own.
+//!
+//! The suites run one at a time: several of their checks are about timing (a delayed job
+//! neither early nor late), which a machine busy with four suites at once would blur.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use ojs_tests::TestApp;
+use tokio::sync::Mutex;
+
+/// One suite at a time (see the module docs).
+static TURN: Mutex<()> = Mutex::const_new(());
+
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+async fn run_suite(lang: &str) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let script = root.join(format!("tests/sdk/{lang}/run.sh"));
+    let app = TestApp::spawn_with_sweeper().await?;
+    let started = std::time::Instant::now();
+    let out = tokio::process::Command::new("bash")
+        .arg(&script)
+        .env("OJS_URL", &app.base_url)
+        .output()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    app.teardown().await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.lines().last().unwrap_or("").to_owned();
+    if !out.status.success() {
+        report!("{stdout}");
+        report!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    report!(
+        "sdk {lang}: {summary} ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    anyhow::ensure!(
+        out.status.success(),
+        "the {lang} SDK suite failed ({summary}); install with scripts/sdk-clients.sh setup"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk() -> anyhow::Result<()> {
+    run_suite("python").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_sdk() -> anyhow::Result<()> {
+    run_suite("js").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_sdk() -> anyhow::Result<()> {
+    run_suite("go").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_sdk() -> anyhow::Result<()> {
+    run_suite("rust").await
+}

@@ -115,11 +115,11 @@ func TestWorkerRetryThenSucceed(t *testing.T) {
 		}
 	}
 	// Backoff: initial_interval * coefficient^(n-1) (ojs-retry 3). Lower bound
-	// strict (a little slack for ms rounding), upper bound backoff + 2 s.
+	// strict (a little slack for ms rounding), upper bound backoff + 5 s.
 	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
 		gap := inv[i+1].Start.Sub(inv[i].End)
-		if gap < want-50*time.Millisecond || gap > want+2*time.Second {
-			t.Errorf("gap before attempt %d: %s, want %s (+ at most 2 s)", i+2, gap.Round(time.Millisecond), want)
+		if gap < want-50*time.Millisecond || gap > want+5*time.Second {
+			t.Errorf("gap before attempt %d: %s, want %s (+ at most 5 s)", i+2, gap.Round(time.Millisecond), want)
 		}
 	}
 	w.requireNoWorkerErrors(t)
@@ -325,8 +325,9 @@ func TestWorkerDelayedJob(t *testing.T) {
 	if early := due.Sub(inv[0].Start); early > 5*time.Millisecond {
 		t.Errorf("delayed job ran %s early", early.Round(time.Millisecond))
 	}
-	if late := inv[0].Start.Sub(after.Add(delay)); late > 2*time.Second {
-		t.Errorf("delayed job ran %s late (tolerance 2 s)", late.Round(time.Millisecond))
+	// Never early; "on time" allows the poll interval plus a loaded machine.
+	if late := inv[0].Start.Sub(after.Add(delay)); late > 5*time.Second {
+		t.Errorf("delayed job ran %s late (tolerance 5 s)", late.Round(time.Millisecond))
 	}
 	w.requireNoWorkerErrors(t)
 }
@@ -451,7 +452,7 @@ func TestWorkerLeaseExpiry(t *testing.T) {
 }
 
 // TestWorkerHeartbeatKeepsLease: the worker's heartbeat loop (every 500 ms,
-// active_job_ids) keeps a 2 s lease alive through a 5 s handler.
+// active_job_ids) keeps a 4 s lease alive through a 5 s handler.
 func TestWorkerHeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
@@ -472,7 +473,7 @@ func TestWorkerHeartbeatKeepsLease(t *testing.T) {
 	w.start(t)
 
 	job, err := c.Enqueue(ctx, "long.job", ojs.Args{"x": 1}, ojs.WithQueue(q),
-		ojs.WithVisibilityTimeout(2*time.Second), retryPolicy(3, time.Second, 1))
+		ojs.WithVisibilityTimeout(4*time.Second), retryPolicy(3, time.Second, 1))
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
 	}

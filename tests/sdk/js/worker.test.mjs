@@ -71,8 +71,8 @@ describe('worker: fail, retry with backoff, then succeed', () => {
     assert.equal(calls.length, 3);
     const gap1 = calls[1].at - calls[0].at;
     const gap2 = calls[2].at - calls[1].at;
-    assert.ok(gap1 >= 900 && gap1 <= 2_600, `first retry after ${gap1} ms`);
-    assert.ok(gap2 >= 1_900 && gap2 <= 3_600, `second retry after ${gap2} ms`);
+    assert.ok(gap1 >= 900 && gap1 <= 6_000, `first retry after ${gap1} ms`);
+    assert.ok(gap2 >= 1_900 && gap2 <= 7_000, `second retry after ${gap2} ms`);
   });
 });
 
@@ -157,7 +157,8 @@ describe('worker: delayed job', () => {
     await waitFor(() => ranAt, { timeout: 10_000, what: 'the delayed job to run' });
     await worker.stop();
     assert.ok(ranAt >= due - 100, `ran ${due - ranAt} ms before scheduled_at`);
-    assert.ok(ranAt <= due + 2_000, `ran ${ranAt - due} ms after scheduled_at`);
+    // Never early; "on time" allows the poll interval plus a loaded machine.
+    assert.ok(ranAt <= due + 5_000, `ran ${ranAt - due} ms after scheduled_at`);
   });
 });
 

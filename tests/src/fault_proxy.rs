@@ -12,7 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -25,6 +25,8 @@ use ojs_store::{Store, StoreConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
+
+use crate::proxy::{aws_error, lock, operation_of, send, upstream_client};
 
 /// One kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,11 +187,6 @@ impl Drop for FaultProxy {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking test thread must not hide the counts from the others.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl FaultProxy {
     /// Starts a proxy forwarding to `upstream` (e.g. `http://127.0.0.1:8000`), injecting
     /// nothing until told to. The random choices use `seed`, so a failing run can be
@@ -197,11 +194,7 @@ impl FaultProxy {
     pub async fn start(upstream: &str, seed: u64) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build()?;
+        let client = upstream_client()?;
         let shared = Arc::new(Shared {
             upstream: upstream.trim_end_matches('/').to_owned(),
             client,
@@ -281,8 +274,16 @@ pub async fn store_through(proxy_url: &str, table: &str) -> Store {
     Store::new(ojs_store::client_for(&sdk), StoreConfig::for_table(table))
 }
 
-/// The DynamoDB endpoint the tests use (what [`crate::fresh_store`] talks to).
+/// The DynamoDB endpoint the tests use (what [`crate::fresh_store`] talks to): the
+/// process's AWS-strict layer ([`crate::strict_proxy::process_proxy`]) unless
+/// `OJS_STRICT_DDB=off`, in front of [`raw_dynamodb_endpoint`].
 pub fn dynamodb_endpoint() -> String {
+    crate::strict_proxy::process_proxy().unwrap_or_else(raw_dynamodb_endpoint)
+}
+
+/// The DynamoDB endpoint of the environment (DynamoDB Local by default), without the
+/// strict layer.
+pub fn raw_dynamodb_endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
         .unwrap_or_else(|_| "http://127.0.0.1:8000".to_owned())
@@ -334,11 +335,7 @@ async fn handle(
     kill: Arc<Notify>,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let operation = req
-        .headers()
-        .get("x-amz-target")
-        .and_then(|v| v.to_str().ok())
-        .map(|t| t.rsplit('.').next().unwrap_or(t).to_owned());
+    let operation = operation_of(req.headers());
     let path = req.uri().path().to_owned();
     let (fault, hang) = choose(&shared, operation.as_deref(), &path);
     {
@@ -356,9 +353,9 @@ async fn handle(
         std::future::pending::<()>().await;
     };
     match fault {
-        Some(Fault::Throughput) => return aws_error(400, "ProvisionedThroughputExceededException"),
-        Some(Fault::Throttling) => return aws_error(400, "ThrottlingException"),
-        Some(Fault::ServerError) => return aws_error(500, "InternalServerError"),
+        Some(Fault::Throughput) => return injected(400, "ProvisionedThroughputExceededException"),
+        Some(Fault::Throttling) => return injected(400, "ThrottlingException"),
+        Some(Fault::ServerError) => return injected(500, "InternalServerError"),
         Some(Fault::Hang) => {
             tokio::time::sleep(hang).await;
             close().await;
@@ -368,10 +365,10 @@ async fn handle(
     }
     let answer = match forward(&shared, req).await {
         Ok(res) => res,
-        Err(e) => return aws_error(502, &format!("ProxyUpstreamError: {e:#}")),
+        Err(e) => return injected(502, &format!("ProxyUpstreamError: {e:#}")),
     };
     match fault {
-        Some(Fault::ServerErrorAfter) => aws_error(500, "InternalServerError"),
+        Some(Fault::ServerErrorAfter) => injected(500, "InternalServerError"),
         Some(Fault::DropAfter) => {
             close().await;
             answer
@@ -385,15 +382,6 @@ async fn handle(
     }
 }
 
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "content-length",
-    "keep-alive",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-connection",
-];
-
 async fn forward(shared: &Shared, req: Request<Incoming>) -> anyhow::Result<Response<Full<Bytes>>> {
     let (parts, body) = req.into_parts();
     let body = body
@@ -401,45 +389,26 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> anyhow::Result<Resp
         .await
         .context("reading the request")?
         .to_bytes();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes())?;
-    let mut out = shared
-        .client
-        .request(method, format!("{}{path}", shared.upstream));
-    for (name, value) in &parts.headers {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
-            out = out.header(name.as_str(), value.as_bytes());
-        }
-    }
-    let res = out.body(body).send().await.context("forwarding")?;
-    let mut answer = Response::builder().status(res.status().as_u16());
-    for (name, value) in res.headers() {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
-            answer = answer.header(name.as_str(), value.as_bytes());
-        }
-    }
-    let bytes = res.bytes().await.context("reading the answer")?;
-    Ok(answer.body(Full::new(bytes))?)
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    send(
+        &shared.client,
+        &shared.upstream,
+        &parts.method,
+        path,
+        &parts.headers,
+        body,
+    )
+    .await?
+    .into_response()
 }
 
 /// A DynamoDB JSON-protocol error, as the service sends it.
-fn aws_error(status: u16, code: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({
-        "__type": format!("com.amazonaws.dynamodb.v20120810#{code}"),
-        "message": format!("injected by the fault proxy: {code}"),
-    })
-    .to_string();
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amzn-errortype", code)
-        .header("x-amzn-requestid", uuid::Uuid::new_v4().to_string())
-        .body(Full::new(Bytes::from(body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+fn injected(status: u16, code: &str) -> Response<Full<Bytes>> {
+    aws_error(
+        status,
+        &format!("com.amazonaws.dynamodb.v20120810#{code}"),
+        &format!("injected by the fault proxy: {code}"),
+    )
 }
 
 /// A raw DynamoDB item.

@@ -5,6 +5,8 @@
 pub mod conformance;
 pub mod fault_proxy;
 pub mod lambda_runtime;
+mod proxy;
+pub mod strict_proxy;
 
 use std::time::Duration;
 
@@ -62,10 +64,14 @@ pub fn default_local_env() {
     set("AWS_EC2_METADATA_DISABLED", "true");
 }
 
-/// A store over a new, uniquely named table.
+/// A store over a new, uniquely named table, through the process's AWS-strict DynamoDB
+/// layer ([`strict_proxy`]) unless `OJS_STRICT_DDB=off`.
 pub async fn fresh_store() -> anyhow::Result<Store> {
     default_local_env();
-    let sdk = aws_config_load().await;
+    let sdk = match strict_proxy::process_proxy() {
+        Some(url) => aws_config::from_env().endpoint_url(url).load().await,
+        None => aws_config_load().await,
+    };
     let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
     let store = Store::new(ojs_store::client_for(&sdk), StoreConfig::for_table(table));
     store.ensure_table().await.context(

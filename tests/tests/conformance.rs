@@ -116,6 +116,9 @@ async fn conformance_suite() -> anyhow::Result<()> {
             unexpected.push(label.clone());
         }
     }
+    if let Some(strict) = ojs_tests::strict_proxy::process_report() {
+        report!("strict DynamoDB layer: {}", strict.summary());
+    }
     report!(
         "conformance (manifest claims level {claimed}, {} listed exceptions):",
         ojs_http::CONFORMANCE_EXCEPTIONS.len()

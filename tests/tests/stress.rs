@@ -501,6 +501,9 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
     if let Ok(app) = Arc::try_unwrap(app) {
         app.teardown().await;
     }
+    if let Some(strict) = ojs_tests::strict_proxy::process_report() {
+        println!("strict DynamoDB layer: {}", strict.summary());
+    }
     anyhow::ensure!(
         problems.is_empty(),
         "{} problems:\n{}",

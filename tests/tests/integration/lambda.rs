@@ -76,6 +76,10 @@ async fn start(bin: &str, table: &str, extra: &[(&str, &str)]) -> anyhow::Result
             spec = spec.env(key, value);
         }
     }
+    // DynamoDB through the tests' AWS-strict layer, as fresh_store.
+    if let Some(strict) = ojs_tests::strict_proxy::process_proxy() {
+        spec = spec.env("AWS_ENDPOINT_URL_DYNAMODB", strict);
+    }
     spec = spec
         .env("RUST_LOG", "warn")
         .env("OJS_TABLE", table)

@@ -1,5 +1,6 @@
 # Developer entry points. The logic lives in scripts/ (Make handles signals badly).
 #   make dev          the API on 127.0.0.1:$(OJS_PORT) against local DynamoDB/SQS
+#                     (OJS_STRICT_DDB=on: DynamoDB through the AWS-strict test layer)
 #   make test         every test, against local DynamoDB/SQS (started if needed)
 #   make fmt | lint | build
 #   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)

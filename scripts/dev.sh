@@ -23,6 +23,22 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 local_aws_up dev
 
+# OJS_STRICT_DDB=on make dev: DynamoDB through the tests' AWS-strict layer (transaction and
+# batch limits, unprocessed batches, short pages, index lag, throttling; OJS_STRICT_* knobs).
+if [[ "${OJS_STRICT_DDB:-off}" == "on" ]]; then
+    upstream="${AWS_ENDPOINT_URL_DYNAMODB:-${AWS_ENDPOINT_URL:-http://127.0.0.1:8000}}"
+    listen="127.0.0.1:${OJS_STRICT_PORT:-8001}"
+    cargo build --quiet -p ojs-tests --bin strict-ddb-proxy
+    "${CARGO_TARGET_DIR:-target}/debug/strict-ddb-proxy" --listen "$listen" --upstream "$upstream" &
+    strict_pid=$!
+    trap 'kill "$strict_pid" 2>/dev/null; local_aws_down' EXIT
+    for _ in $(seq 1 50); do
+        curl -s -o /dev/null "http://$listen/" && break
+        sleep 0.1
+    done
+    export AWS_ENDPOINT_URL_DYNAMODB="http://$listen"
+fi
+
 echo "dev: ojs-local on http://$OJS_HOST:$OJS_PORT (table $OJS_TABLE); Ctrl-C to stop" >&2
 # A debug build: it shares compiled dependencies with `make test` and starts in seconds
 # once built; request handling is still far below DynamoDB round-trip times.

@@ -14,7 +14,9 @@ use std::time::Duration;
 use ojs_tests::strict_proxy::{StrictConfig, StrictProxy};
 
 fn usage() -> ! {
-    eprintln!("usage: strict-ddb-proxy [--listen 127.0.0.1:8001] [--upstream http://127.0.0.1:8000]");
+    eprintln!(
+        "usage: strict-ddb-proxy [--listen 127.0.0.1:8001] [--upstream http://127.0.0.1:8000]"
+    );
     std::process::exit(2)
 }
 
@@ -33,7 +35,10 @@ async fn main() -> anyhow::Result<()> {
     let config = StrictConfig::from_env();
     let described = config.describe();
     let proxy = StrictProxy::start_on(&listen, &upstream, config).await?;
-    eprintln!("strict-ddb-proxy: {} -> {upstream} ({described})", proxy.url);
+    eprintln!(
+        "strict-ddb-proxy: {} -> {upstream} ({described})",
+        proxy.url
+    );
     let mut last = String::new();
     let mut tick = tokio::time::interval(Duration::from_secs(30));
     loop {

@@ -120,7 +120,10 @@ impl TableInfo {
                 continue;
             };
             let p = ix.get("Projection");
-            let projection = match p.and_then(|p| p.get("ProjectionType")).and_then(Value::as_str) {
+            let projection = match p
+                .and_then(|p| p.get("ProjectionType"))
+                .and_then(Value::as_str)
+            {
                 Some("KEYS_ONLY") => Projection::KeysOnly,
                 Some("INCLUDE") => Projection::Include(
                     p.and_then(|p| p.get("NonKeyAttributes"))
@@ -169,10 +172,7 @@ pub struct Lag {
 impl Lag {
     /// Whether an item's image before a write is already known (no read needed).
     pub fn known(&self, table: &str, id: &str) -> Option<Option<Item>> {
-        self.tables
-            .get(table)?
-            .get(id)
-            .map(|h| h.latest().cloned())
+        self.tables.get(table)?.get(id).map(|h| h.latest().cloned())
     }
 
     /// A write to `id` starts; `prior` is its image now (used when not already known).
@@ -344,7 +344,11 @@ pub fn parse_key_condition(
     }
     let strip = |p: &[String]| -> Vec<String> {
         // One level of parentheses around a whole condition.
-        if p.len() > 2 && p[0] == "(" && p[p.len() - 1] == ")" && !p[1].eq_ignore_ascii_case("begins_with") {
+        if p.len() > 2
+            && p[0] == "("
+            && p[p.len() - 1] == ")"
+            && !p[1].eq_ignore_ascii_case("begins_with")
+        {
             p[1..p.len() - 1].to_vec()
         } else {
             p.to_vec()
@@ -408,7 +412,10 @@ impl KeyCond {
         if self.partition.0 != schema.partition {
             match &self.sort {
                 Some((n, SortCond::Cmp(op, v))) if op == "=" && *n == schema.partition => {
-                    let sort = (self.partition.0.clone(), SortCond::Cmp("=".to_owned(), self.partition.1.clone()));
+                    let sort = (
+                        self.partition.0.clone(),
+                        SortCond::Cmp("=".to_owned(), self.partition.1.clone()),
+                    );
                     self.partition = (n.clone(), v.clone());
                     self.sort = Some(sort);
                 }
@@ -477,11 +484,15 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
 
 /// The position of an index entry: index sort key, then the table key.
 fn position(item: &Item, index: &KeySchema, table: &KeySchema) -> Vec<Value> {
-    [index.sort.as_ref(), Some(&table.partition), table.sort.as_ref()]
-        .into_iter()
-        .flatten()
-        .map(|n| item.get(n).cloned().unwrap_or(Value::Null))
-        .collect()
+    [
+        index.sort.as_ref(),
+        Some(&table.partition),
+        table.sort.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|n| item.get(n).cloned().unwrap_or(Value::Null))
+    .collect()
 }
 
 fn cmp_position(a: &[Value], b: &[Value]) -> Ordering {
@@ -557,11 +568,19 @@ impl LaggedQuery<'_> {
             let p = position(image, ik, tk);
             let after_start = lower.as_ref().is_none_or(|l| {
                 let o = cmp_position(&p, l);
-                if self.forward { o == Ordering::Greater } else { o == Ordering::Less }
+                if self.forward {
+                    o == Ordering::Greater
+                } else {
+                    o == Ordering::Less
+                }
             });
             let before_end = upper.as_ref().is_none_or(|u| {
                 let o = cmp_position(&p, u);
-                if self.forward { o != Ordering::Greater } else { o != Ordering::Less }
+                if self.forward {
+                    o != Ordering::Greater
+                } else {
+                    o != Ordering::Less
+                }
             });
             if after_start && before_end {
                 page.push(self.project(image));
@@ -570,7 +589,11 @@ impl LaggedQuery<'_> {
         }
         page.sort_by(|a, b| {
             let o = cmp_position(&position(a, ik, tk), &position(b, ik, tk));
-            if self.forward { o } else { o.reverse() }
+            if self.forward {
+                o
+            } else {
+                o.reverse()
+            }
         });
         let mut last = last_key;
         if let Some(limit) = self.limit {
@@ -616,6 +639,7 @@ impl LaggedQuery<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure
 mod tests {
     use super::*;
     use serde_json::json;
@@ -626,18 +650,46 @@ mod tests {
 
     #[test]
     fn parses_the_project_key_conditions() {
-        let values = map(json!({":pk": {"S": "P"}, ":upper": {"S": "5"}, ":from": {"S": "1"}, ":to": {"S": "3"}, ":prefix": {"S": "q#"}}));
+        let values = map(
+            json!({":pk": {"S": "P"}, ":upper": {"S": "5"}, ":from": {"S": "1"}, ":to": {"S": "3"}, ":prefix": {"S": "q#"}}),
+        );
         let names = map(json!({"#p": "gsi2pk"}));
         let c = parse_key_condition("gsi1pk = :pk", None, Some(&values)).unwrap();
         assert_eq!(c.partition.0, "gsi1pk");
         assert!(c.sort.is_none());
-        let c = parse_key_condition("gsi2pk = :pk AND gsi2sk <= :upper", None, Some(&values)).unwrap();
-        assert_eq!(c.sort, Some(("gsi2sk".into(), SortCond::Cmp("<=".into(), json!({"S": "5"})))));
-        let c = parse_key_condition("#p = :pk AND gsi2sk BETWEEN :from AND :to", Some(&names), Some(&values)).unwrap();
+        let c =
+            parse_key_condition("gsi2pk = :pk AND gsi2sk <= :upper", None, Some(&values)).unwrap();
+        assert_eq!(
+            c.sort,
+            Some((
+                "gsi2sk".into(),
+                SortCond::Cmp("<=".into(), json!({"S": "5"}))
+            ))
+        );
+        let c = parse_key_condition(
+            "#p = :pk AND gsi2sk BETWEEN :from AND :to",
+            Some(&names),
+            Some(&values),
+        )
+        .unwrap();
         assert_eq!(c.partition.0, "gsi2pk");
-        assert_eq!(c.sort, Some(("gsi2sk".into(), SortCond::Between(json!({"S": "1"}), json!({"S": "3"})))));
-        let c = parse_key_condition("gsi3pk = :pk AND begins_with(gsi3sk, :prefix)", None, Some(&values)).unwrap();
-        assert_eq!(c.sort, Some(("gsi3sk".into(), SortCond::BeginsWith(json!({"S": "q#"})))));
+        assert_eq!(
+            c.sort,
+            Some((
+                "gsi2sk".into(),
+                SortCond::Between(json!({"S": "1"}), json!({"S": "3"}))
+            ))
+        );
+        let c = parse_key_condition(
+            "gsi3pk = :pk AND begins_with(gsi3sk, :prefix)",
+            None,
+            Some(&values),
+        )
+        .unwrap();
+        assert_eq!(
+            c.sort,
+            Some(("gsi3sk".into(), SortCond::BeginsWith(json!({"S": "q#"}))))
+        );
         assert!(c.matches(&map(json!({"gsi3pk": {"S": "P"}, "gsi3sk": {"S": "q#1"}}))));
         assert!(!c.matches(&map(json!({"gsi3pk": {"S": "P"}, "gsi3sk": {"S": "r#1"}}))));
         assert!(parse_key_condition("a = :pk OR b = :pk", None, Some(&values)).is_none());
@@ -646,11 +698,17 @@ mod tests {
 
     fn info() -> TableInfo {
         TableInfo {
-            keys: KeySchema { partition: "pk".into(), sort: Some("sk".into()) },
+            keys: KeySchema {
+                partition: "pk".into(),
+                sort: Some("sk".into()),
+            },
             indexes: HashMap::from([(
                 "ready".to_owned(),
                 IndexInfo {
-                    keys: KeySchema { partition: "gsi1pk".into(), sort: Some("gsi1sk".into()) },
+                    keys: KeySchema {
+                        partition: "gsi1pk".into(),
+                        sort: Some("gsi1sk".into()),
+                    },
                     projection: Projection::Include(vec!["lease".into()]),
                 },
             )]),
@@ -658,7 +716,9 @@ mod tests {
     }
 
     fn entry(id: &str, sk: &str) -> Item {
-        map(json!({"pk": {"S": id}, "sk": {"S": "JOB"}, "gsi1pk": {"S": "R"}, "gsi1sk": {"S": sk}, "lease": {"N": "1"}, "big": {"S": "x"}}))
+        map(
+            json!({"pk": {"S": id}, "sk": {"S": "JOB"}, "gsi1pk": {"S": "R"}, "gsi1sk": {"S": sk}, "lease": {"N": "1"}, "big": {"S": "x"}}),
+        )
     }
 
     #[test]
@@ -669,7 +729,10 @@ mod tests {
         let q = LaggedQuery {
             table: &t,
             index: ix,
-            cond: parse_key_condition("gsi1pk = :pk", None, Some(&values)).unwrap().for_schema(&ix.keys).unwrap(),
+            cond: parse_key_condition("gsi1pk = :pk", None, Some(&values))
+                .unwrap()
+                .for_schema(&ix.keys)
+                .unwrap(),
             start: None,
             forward: true,
             limit: None,
@@ -689,7 +752,10 @@ mod tests {
         lag.prune(t0, Duration::from_millis(50));
         let window = lag.window("t");
         let (page, last, applied) = q.apply(vec![a.clone(), b.clone()], None, &window);
-        let ids: Vec<&str> = page.iter().map(|i| i["pk"]["S"].as_str().unwrap()).collect();
+        let ids: Vec<&str> = page
+            .iter()
+            .map(|i| i["pk"]["S"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, ["a", "c"]);
         assert!(last.is_none());
         assert_eq!((applied.hidden, applied.shown), (1, 1));
@@ -723,9 +789,15 @@ mod tests {
         assert_eq!(page.len(), 2);
         assert_eq!(last.unwrap()["pk"]["S"], "b");
         // The next page (after b) gets c, then d.
-        let q2 = LaggedQuery { start: Some(&b), ..q };
+        let q2 = LaggedQuery {
+            start: Some(&b),
+            ..q
+        };
         let (page, last, _) = q2.apply(vec![d.clone()], None, &window);
-        let ids: Vec<&str> = page.iter().map(|i| i["pk"]["S"].as_str().unwrap()).collect();
+        let ids: Vec<&str> = page
+            .iter()
+            .map(|i| i["pk"]["S"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, ["c", "d"]);
         assert!(last.is_none());
     }

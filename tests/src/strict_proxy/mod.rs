@@ -95,8 +95,16 @@ impl StrictConfig {
     pub fn from_env() -> Self {
         let mut c = Self::default();
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let rate = |k: &str, d: f64| var(k).and_then(|v| v.trim().parse::<f64>().ok()).map_or(d, |r| r.clamp(0.0, 1.0));
-        let ms = |k: &str, d: Duration| var(k).and_then(|v| v.trim().parse::<u64>().ok()).map_or(d, Duration::from_millis);
+        let rate = |k: &str, d: f64| {
+            var(k)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map_or(d, |r| r.clamp(0.0, 1.0))
+        };
+        let ms = |k: &str, d: Duration| {
+            var(k)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map_or(d, Duration::from_millis)
+        };
         if let Some(seed) = var("OJS_STRICT_SEED").and_then(|v| v.trim().parse().ok()) {
             c.seed = seed;
         }
@@ -105,7 +113,10 @@ impl StrictConfig {
         c.index_lag = ms("OJS_STRICT_INDEX_LAG_MS", c.index_lag);
         c.throttle_rate = rate("OJS_STRICT_THROTTLE", c.throttle_rate);
         c.throttle_burst = ms("OJS_STRICT_THROTTLE_MS", c.throttle_burst);
-        c.log = !matches!(var("OJS_STRICT_LOG").as_deref(), Some("0" | "off" | "false"));
+        c.log = !matches!(
+            var("OJS_STRICT_LOG").as_deref(),
+            Some("0" | "off" | "false")
+        );
         c
     }
 
@@ -211,7 +222,11 @@ impl StrictProxy {
     }
 
     /// Starts a proxy listening on `listen` (e.g. `127.0.0.1:8001`).
-    pub async fn start_on(listen: &str, upstream: &str, config: StrictConfig) -> anyhow::Result<Self> {
+    pub async fn start_on(
+        listen: &str,
+        upstream: &str,
+        config: StrictConfig,
+    ) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listening on {listen}"))?;
@@ -243,7 +258,11 @@ impl StrictProxy {
                 });
             }
         });
-        Ok(Self { url, shared, accept })
+        Ok(Self {
+            url,
+            shared,
+            accept,
+        })
     }
 
     /// What the proxy saw and did so far.
@@ -267,7 +286,10 @@ static PROCESS: OnceLock<Option<ProcessProxy>> = OnceLock::new();
 /// Whether the tests go through the strict layer (`OJS_STRICT_DDB` is not `off`).
 pub fn enabled() -> bool {
     !matches!(
-        std::env::var("OJS_STRICT_DDB").ok().as_deref().map(str::trim),
+        std::env::var("OJS_STRICT_DDB")
+            .ok()
+            .as_deref()
+            .map(str::trim),
         Some("off" | "0" | "false" | "no")
     )
 }
@@ -315,7 +337,7 @@ pub fn process_proxy() -> Option<String> {
                 .ok()?;
             match rx.recv() {
                 Ok(Ok((url, shared))) => {
-                    eprintln!("strict-ddb: tests go through the AWS-strict DynamoDB layer at {url} ({described}); OJS_STRICT_DDB=off to bypass");
+                    log_line(&format!("strict-ddb: tests go through the AWS-strict DynamoDB layer at {url} ({described}); OJS_STRICT_DDB=off to bypass"));
                     Some(ProcessProxy { url, shared })
                 }
                 Ok(Err(e)) => panic!("starting the strict DynamoDB proxy: {e}"),
@@ -361,7 +383,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         shared,
         op,
         method: parts.method,
-        path: parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned(),
         headers: parts.headers,
     };
     let json: Option<Value> = serde_json::from_slice(&body).ok();
@@ -383,6 +409,13 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         _ => ctx.forward(body).await.and_then(Answer::into_response),
     };
     result.unwrap_or_else(|e| internal(&format!("{e:#}")))
+}
+
+/// One line on the process's stderr, past the test harness's capture (the proxy serves
+/// every test of the process, so its lines belong to none of them).
+fn log_line(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn internal(message: &str) -> Response<Full<Bytes>> {
@@ -442,7 +475,10 @@ impl Ctx {
             body_of(body),
         )
         .await?;
-        Ok((a.status, serde_json::from_slice(&a.body).unwrap_or(Value::Null)))
+        Ok((
+            a.status,
+            serde_json::from_slice(&a.body).unwrap_or(Value::Null),
+        ))
     }
 
     fn refuse(&self, r: &Rejection, detail: &str) -> Response<Full<Bytes>> {
@@ -451,14 +487,19 @@ impl Ctx {
             .entry(r.rule.to_owned())
             .or_default() += 1;
         if self.config().log {
-            eprintln!("strict-ddb: refused {} [{}]: {} ({detail})", self.op, r.rule, r.message);
+            log_line(&format!(
+                "strict-ddb: refused {} [{}]: {} ({detail})",
+                self.op, r.rule, r.message
+            ));
         }
         aws_error(400, r.type_name, &r.message)
     }
 
     fn violation(&self, what: String) {
         if self.config().log {
-            eprintln!("strict-ddb: VIOLATION (detected after the write, not refused): {what}");
+            log_line(&format!(
+                "strict-ddb: VIOLATION (detected after the write, not refused): {what}"
+            ));
         }
         lock(&self.shared.report).violations.push(what);
     }
@@ -467,7 +508,10 @@ impl Ctx {
         if let Some(t) = lock(&self.shared.tables).get(name) {
             return Some(Arc::clone(t));
         }
-        let (status, v) = self.call("DescribeTable", &json!({ "TableName": name })).await.ok()?;
+        let (status, v) = self
+            .call("DescribeTable", &json!({ "TableName": name }))
+            .await
+            .ok()?;
         if status != 200 {
             return None;
         }
@@ -507,11 +551,7 @@ impl Ctx {
         let now = Instant::now();
         let mut bursts = lock(&self.shared.bursts);
         bursts.retain(|_, until| *until > now);
-        if bursts.is_empty() && self.chance(config.throttle_rate) {
-            let i = lock(&self.shared.rng).random_range(0..partitions.len());
-            bursts.insert(partitions[i].clone(), now + config.throttle_burst);
-            lock(&self.shared.report).bursts += 1;
-        } else if !bursts.is_empty() && self.chance(config.throttle_rate) {
+        if self.chance(config.throttle_rate) {
             let i = lock(&self.shared.rng).random_range(0..partitions.len());
             bursts.insert(partitions[i].clone(), now + config.throttle_burst);
             lock(&self.shared.report).bursts += 1;
@@ -547,7 +587,8 @@ impl Ctx {
     // --- images and the lag ---------------------------------------------------------
 
     fn lag_on(&self, tables: &HashMap<String, TableInfo>, table: &str) -> bool {
-        !self.config().index_lag.is_zero() && tables.get(table).is_some_and(|t| !t.indexes.is_empty())
+        !self.config().index_lag.is_zero()
+            && tables.get(table).is_some_and(|t| !t.indexes.is_empty())
     }
 
     /// Locks the written items (in a fixed order, so transactions cannot deadlock) so that
@@ -575,7 +616,10 @@ impl Ctx {
     }
 
     /// The current images of `targets` (consistent reads), by (table, id).
-    async fn read_images(&self, targets: &[&Target]) -> anyhow::Result<HashMap<(String, String), Option<Item>>> {
+    async fn read_images(
+        &self,
+        targets: &[&Target],
+    ) -> anyhow::Result<HashMap<(String, String), Option<Item>>> {
         let mut out = HashMap::new();
         for chunk in targets.chunks(100) {
             let mut pending: Map<String, Value> = Map::new();
@@ -593,10 +637,19 @@ impl Ctx {
             let mut tries = 0;
             while !pending.is_empty() {
                 tries += 1;
-                let (status, v) = self.call("BatchGetItem", &json!({ "RequestItems": pending })).await?;
+                let (status, v) = self
+                    .call("BatchGetItem", &json!({ "RequestItems": pending }))
+                    .await?;
                 anyhow::ensure!(status == 200 && tries < 50, "reading images: {status} {v}");
-                for (table, items) in v.get("Responses").and_then(Value::as_object).into_iter().flatten() {
-                    let Some(info) = lock(&self.shared.tables).get(table).cloned() else { continue };
+                for (table, items) in v
+                    .get("Responses")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    let Some(info) = lock(&self.shared.tables).get(table).cloned() else {
+                        continue;
+                    };
                     for item in items.as_array().into_iter().flatten() {
                         if let Some(item) = item.as_object() {
                             if let Some(id) = info.keys.id(item) {
@@ -687,7 +740,10 @@ impl Ctx {
         {
             let mut lag = lock(&self.shared.lag);
             for t in lagged {
-                let prior = before.get(&(t.table.clone(), t.id.clone())).cloned().flatten();
+                let prior = before
+                    .get(&(t.table.clone(), t.id.clone()))
+                    .cloned()
+                    .flatten();
                 lag.begin(&t.table, &t.id, &t.key, prior);
             }
         }
@@ -748,7 +804,13 @@ impl Ctx {
         match self.write(body_of(&v), &tables, &targets, check).await {
             Ok(a) => a.into_response(),
             Err(e) => match e.downcast::<RefusedWrite>() {
-                Ok(RefusedWrite(r)) => Ok(self.refuse(&r, &format!("{} bytes", rules::transaction_bytes(&targets, &HashMap::new())))),
+                Ok(RefusedWrite(r)) => Ok(self.refuse(
+                    &r,
+                    &format!(
+                        "{} bytes",
+                        rules::transaction_bytes(&targets, &HashMap::new())
+                    ),
+                )),
                 Err(e) => Err(e),
             },
         }
@@ -773,12 +835,25 @@ impl Ctx {
             _ => Ok(()),
         };
         if let Err(r) = checked {
-            return Ok(self.refuse(&r, &format!("table {}", v.get("TableName").and_then(Value::as_str).unwrap_or("?"))));
+            return Ok(self.refuse(
+                &r,
+                &format!(
+                    "table {}",
+                    v.get("TableName").and_then(Value::as_str).unwrap_or("?")
+                ),
+            ));
         }
         let tables = self.tables(&v).await;
-        let table = v.get("TableName").and_then(Value::as_str).unwrap_or_default();
-        let key = if self.op == "PutItem" { v.get("Item") } else { v.get("Key") }
-            .and_then(Value::as_object);
+        let table = v
+            .get("TableName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let key = if self.op == "PutItem" {
+            v.get("Item")
+        } else {
+            v.get("Key")
+        }
+        .and_then(Value::as_object);
         let targets: Vec<Target> = match (tables.get(table), key) {
             (Some(info), Some(key)) => info
                 .keys
@@ -804,7 +879,10 @@ impl Ctx {
 
     async fn get_item(&self, v: Value) -> anyhow::Result<Response<Full<Bytes>>> {
         let tables = self.tables(&v).await;
-        let table = v.get("TableName").and_then(Value::as_str).unwrap_or_default();
+        let table = v
+            .get("TableName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if let Some(key) = v.get("Key").and_then(Value::as_object) {
             if self.throttled(&[Self::partition(&tables, table, key)])[0] {
                 return Ok(self.throttle_error());
@@ -832,7 +910,10 @@ impl Ctx {
             Ok(t) => t,
             Err(r) => return Ok(self.refuse(&r, &describe_targets(&v))),
         };
-        let parts: Vec<String> = targets.iter().map(|t| Self::partition(&tables, &t.table, &t.key)).collect();
+        let parts: Vec<String> = targets
+            .iter()
+            .map(|t| Self::partition(&tables, &t.table, &t.key))
+            .collect();
         let throttled = self.throttled(&parts);
         if !targets.is_empty() && throttled.iter().all(|b| *b) {
             return Ok(self.throttle_error());
@@ -846,9 +927,16 @@ impl Ctx {
         let mut left: Map<String, Value> = Map::new();
         let mut i = 0;
         let mut n_left = 0u64;
-        if let Some(reqs) = forwarded.get_mut("RequestItems").and_then(Value::as_object_mut) {
+        if let Some(reqs) = forwarded
+            .get_mut("RequestItems")
+            .and_then(Value::as_object_mut)
+        {
             for (table, r) in reqs.iter_mut() {
-                let keys: Vec<Value> = r.get("Keys").and_then(Value::as_array).cloned().unwrap_or_default();
+                let keys: Vec<Value> = r
+                    .get("Keys")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let (mut go, mut stay) = (Vec::new(), Vec::new());
                 for k in keys {
                     // Keys of unknown tables were not counted as targets: forward them.
@@ -870,7 +958,11 @@ impl Ctx {
                 }
                 r["Keys"] = Value::Array(go);
             }
-            reqs.retain(|_, r| r.get("Keys").and_then(Value::as_array).is_some_and(|k| !k.is_empty()));
+            reqs.retain(|_, r| {
+                r.get("Keys")
+                    .and_then(Value::as_array)
+                    .is_some_and(|k| !k.is_empty())
+            });
         }
         {
             let mut r = lock(&self.shared.report);
@@ -881,7 +973,8 @@ impl Ctx {
         if answer.status != 200 {
             return answer.into_response();
         }
-        let mut out: Value = serde_json::from_slice(&answer.body).context("parsing BatchGetItem's answer")?;
+        let mut out: Value =
+            serde_json::from_slice(&answer.body).context("parsing BatchGetItem's answer")?;
         let merged = out
             .as_object_mut()
             .context("BatchGetItem's answer")?
@@ -889,7 +982,11 @@ impl Ctx {
             .or_insert_with(|| json!({}));
         if let Some(m) = merged.as_object_mut() {
             for (table, u) in left {
-                match m.get_mut(&table).and_then(|e| e.get_mut("Keys")).and_then(Value::as_array_mut) {
+                match m
+                    .get_mut(&table)
+                    .and_then(|e| e.get_mut("Keys"))
+                    .and_then(Value::as_array_mut)
+                {
                     Some(keys) => keys.extend(u["Keys"].as_array().cloned().unwrap_or_default()),
                     None => {
                         m.insert(table, u);
@@ -906,7 +1003,10 @@ impl Ctx {
             Ok(t) => t,
             Err(r) => return Ok(self.refuse(&r, &describe_targets(&v))),
         };
-        let parts: Vec<String> = targets.iter().map(|t| Self::partition(&tables, &t.table, &t.key)).collect();
+        let parts: Vec<String> = targets
+            .iter()
+            .map(|t| Self::partition(&tables, &t.table, &t.key))
+            .collect();
         let throttled = self.throttled(&parts);
         if !targets.is_empty() && throttled.iter().all(|b| *b) {
             return Ok(self.throttle_error());
@@ -916,7 +1016,10 @@ impl Ctx {
         let mut left: Map<String, Value> = Map::new();
         let mut written: Vec<Target> = Vec::new();
         let mut i = 0;
-        if let Some(reqs) = forwarded.get_mut("RequestItems").and_then(Value::as_object_mut) {
+        if let Some(reqs) = forwarded
+            .get_mut("RequestItems")
+            .and_then(Value::as_object_mut)
+        {
             for (table, r) in reqs.iter_mut() {
                 let all: Vec<Value> = r.as_array().cloned().unwrap_or_default();
                 let known = tables.contains_key(table);
@@ -944,13 +1047,19 @@ impl Ctx {
         if !left.is_empty() {
             let mut r = lock(&self.shared.report);
             r.unprocessed_batches += 1;
-            r.unprocessed_entries += left.values().map(|l| l.as_array().map_or(0, Vec::len) as u64).sum::<u64>();
+            r.unprocessed_entries += left
+                .values()
+                .map(|l| l.as_array().map_or(0, Vec::len) as u64)
+                .sum::<u64>();
         }
-        let answer = self.write(body_of(&forwarded), &tables, &written, |_| Ok(())).await?;
+        let answer = self
+            .write(body_of(&forwarded), &tables, &written, |_| Ok(()))
+            .await?;
         if left.is_empty() || answer.status != 200 {
             return answer.into_response();
         }
-        let mut out: Value = serde_json::from_slice(&answer.body).context("parsing BatchWriteItem's answer")?;
+        let mut out: Value =
+            serde_json::from_slice(&answer.body).context("parsing BatchWriteItem's answer")?;
         let merged = out
             .as_object_mut()
             .context("BatchWriteItem's answer")?
@@ -980,12 +1089,18 @@ impl Ctx {
                 lock(&self.shared.report).short_pages += 1;
             }
         }
-        let table_name = v.get("TableName").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let table_name = v
+            .get("TableName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let Some(table) = self.table(&table_name).await else {
             return self.forward(body_of(&v)).await?.into_response();
         };
         let names = v.get("ExpressionAttributeNames").and_then(Value::as_object);
-        let values = v.get("ExpressionAttributeValues").and_then(Value::as_object);
+        let values = v
+            .get("ExpressionAttributeValues")
+            .and_then(Value::as_object);
         let cond = v
             .get("KeyConditionExpression")
             .and_then(Value::as_str)
@@ -993,13 +1108,21 @@ impl Ctx {
         // Throttling on the queried partition (a Scan on the table's).
         let partition = format!(
             "{table_name}{}\u{1}{}",
-            v.get("IndexName").and_then(Value::as_str).map(|i| format!("/{i}")).unwrap_or_default(),
-            cond.as_ref().map(|c| c.partition.1.to_string()).unwrap_or_default()
+            v.get("IndexName")
+                .and_then(Value::as_str)
+                .map(|i| format!("/{i}"))
+                .unwrap_or_default(),
+            cond.as_ref()
+                .map(|c| c.partition.1.to_string())
+                .unwrap_or_default()
         );
         if self.throttled(&[partition])[0] {
             return Ok(self.throttle_error());
         }
-        let index_name = v.get("IndexName").and_then(Value::as_str).map(str::to_owned);
+        let index_name = v
+            .get("IndexName")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let index = match (&index_name, self.op.as_str()) {
             (Some(i), "Query") => table.indexes.get(i).cloned(),
             _ => None,
@@ -1011,9 +1134,16 @@ impl Ctx {
         if config.index_lag.is_zero() {
             return self.forward(body_of(&v)).await?.into_response();
         }
-        let expr = v.get("KeyConditionExpression").and_then(Value::as_str).unwrap_or("").to_owned();
+        let expr = v
+            .get("KeyConditionExpression")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         let unsupported = |why: String| {
-            *lock(&self.shared.report).lag_unsupported.entry(why).or_default() += 1;
+            *lock(&self.shared.report)
+                .lag_unsupported
+                .entry(why)
+                .or_default() += 1;
         };
         let Some(cond) = cond.and_then(|c| c.for_schema(&index.keys)) else {
             unsupported(format!("key condition `{expr}`"));
@@ -1052,7 +1182,8 @@ impl Ctx {
         if answer.status != 200 {
             return answer.into_response();
         }
-        let mut out: Value = serde_json::from_slice(&answer.body).context("parsing Query's answer")?;
+        let mut out: Value =
+            serde_json::from_slice(&answer.body).context("parsing Query's answer")?;
         let items: Vec<Item> = out
             .get("Items")
             .and_then(Value::as_array)
@@ -1060,7 +1191,10 @@ impl Ctx {
             .flatten()
             .filter_map(|i| i.as_object().cloned())
             .collect();
-        let last = out.get("LastEvaluatedKey").and_then(Value::as_object).cloned();
+        let last = out
+            .get("LastEvaluatedKey")
+            .and_then(Value::as_object)
+            .cloned();
         let window = {
             let mut lag = lock(&self.shared.lag);
             lag.prune(Instant::now(), config.index_lag);
@@ -1071,8 +1205,14 @@ impl Ctx {
             index: &index,
             cond: KeyCond { ..cond },
             start: v.get("ExclusiveStartKey").and_then(Value::as_object),
-            forward: v.get("ScanIndexForward").and_then(Value::as_bool).unwrap_or(true),
-            limit: v.get("Limit").and_then(Value::as_u64).and_then(|l| usize::try_from(l).ok()),
+            forward: v
+                .get("ScanIndexForward")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            limit: v
+                .get("Limit")
+                .and_then(Value::as_u64)
+                .and_then(|l| usize::try_from(l).ok()),
             attributes,
         };
         let (page, last, applied) = q.apply(items, last, &window);
@@ -1096,7 +1236,10 @@ impl Ctx {
         if count_only {
             o.remove("Items");
         } else {
-            o.insert("Items".into(), Value::Array(page.into_iter().map(Value::Object).collect()));
+            o.insert(
+                "Items".into(),
+                Value::Array(page.into_iter().map(Value::Object).collect()),
+            );
         }
         json_answer(answer, &out)
     }
@@ -1135,7 +1278,11 @@ fn simple_projection(p: &str, names: Option<&Map<String, Value>>) -> Option<Vec<
 fn describe_targets(v: &Value) -> String {
     let short = |k: &Value| {
         let s = k.to_string();
-        if s.len() > 160 { format!("{}…", &s[..s.floor_char_boundary(160)]) } else { s }
+        if s.len() > 160 {
+            format!("{}…", &s[..s.floor_char_boundary(160)])
+        } else {
+            s
+        }
     };
     let mut out = Vec::new();
     if let Some(actions) = v.get("TransactItems").and_then(Value::as_array) {
@@ -1162,11 +1309,19 @@ fn describe_targets(v: &Value) -> String {
         }
     } else if let Some(reqs) = v.get("RequestItems").and_then(Value::as_object) {
         for (table, r) in reqs {
-            let n = r.as_array().map_or_else(|| r.get("Keys").and_then(Value::as_array).map_or(0, Vec::len), Vec::len);
+            let n = r.as_array().map_or_else(
+                || r.get("Keys").and_then(Value::as_array).map_or(0, Vec::len),
+                Vec::len,
+            );
             out.push(format!("{n} entries on {table}"));
             let keys: Vec<&Value> = match r.as_array() {
                 Some(a) => a.iter().collect(),
-                None => r.get("Keys").and_then(Value::as_array).into_iter().flatten().collect(),
+                None => r
+                    .get("Keys")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .collect(),
             };
             for k in keys.iter().take(6) {
                 out.push(short(k));
@@ -1177,4 +1332,5 @@ fn describe_targets(v: &Value) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure
 mod tests;

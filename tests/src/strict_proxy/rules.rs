@@ -82,7 +82,10 @@ fn too_big(item: &Item) -> bool {
 }
 
 fn item_too_big() -> Rejection {
-    invalid("item-400kb", "Item size has exceeded the maximum allowed size")
+    invalid(
+        "item-400kb",
+        "Item size has exceeded the maximum allowed size",
+    )
 }
 
 fn no_duplicates(targets: &[Target], rule: &'static str, message: &str) -> Result<(), Rejection> {
@@ -100,7 +103,12 @@ pub fn tables_named(op: &str, body: &Value) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     match op {
         "TransactWriteItems" | "TransactGetItems" => {
-            for a in body.get("TransactItems").and_then(Value::as_array).into_iter().flatten() {
+            for a in body
+                .get("TransactItems")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(action) = a.as_object().and_then(|o| o.values().next()) {
                     if let Some(t) = action.get("TableName").and_then(Value::as_str) {
                         out.push(t.to_owned());
@@ -159,14 +167,18 @@ pub fn transact_write(
         };
         let t = match kind.as_str() {
             "Put" => {
-                let Some(item) = obj(action.get("Item")) else { continue };
+                let Some(item) = obj(action.get("Item")) else {
+                    continue;
+                };
                 if too_big(item) {
                     return Err(item_too_big());
                 }
                 target(tables, table, item, true, true)
             }
             "Update" | "Delete" | "ConditionCheck" => {
-                let Some(key) = obj(action.get("Key")) else { continue };
+                let Some(key) = obj(action.get("Key")) else {
+                    continue;
+                };
                 target(tables, table, key, false, kind != "ConditionCheck")
             }
             _ => None,
@@ -179,7 +191,10 @@ pub fn transact_write(
 
 /// The aggregate size of a transaction: each Put's item, and for the other actions the
 /// item as it is now (`current`, when known) or else its key.
-pub fn transaction_bytes(targets: &[Target], current: &HashMap<(String, String), Option<Item>>) -> usize {
+pub fn transaction_bytes(
+    targets: &[Target],
+    current: &HashMap<(String, String), Option<Item>>,
+) -> usize {
     targets
         .iter()
         .map(|t| match &t.put {
@@ -194,7 +209,10 @@ pub fn transaction_bytes(targets: &[Target], current: &HashMap<(String, String),
 
 /// The 4 MB rule's error.
 pub fn transaction_too_big() -> Rejection {
-    invalid("transaction-4mb", "Transaction request cannot be larger than 4 MB")
+    invalid(
+        "transaction-4mb",
+        "Transaction request cannot be larger than 4 MB",
+    )
 }
 
 /// TransactGetItems: 100 actions, each item once.
@@ -212,7 +230,10 @@ pub fn transact_get(
     let mut targets = Vec::new();
     for a in actions {
         let Some(get) = a.get("Get") else { continue };
-        let (Some(table), Some(key)) = (get.get("TableName").and_then(Value::as_str), obj(get.get("Key"))) else {
+        let (Some(table), Some(key)) = (
+            get.get("TableName").and_then(Value::as_str),
+            obj(get.get("Key")),
+        ) else {
             continue;
         };
         targets.extend(target(tables, table, key, false, false));
@@ -232,9 +253,15 @@ pub fn batch_write(
     let Some(requests) = obj(body.get("RequestItems")) else {
         return Ok(Vec::new());
     };
-    let n: usize = requests.values().map(|r| r.as_array().map_or(0, Vec::len)).sum();
+    let n: usize = requests
+        .values()
+        .map(|r| r.as_array().map_or(0, Vec::len))
+        .sum();
     if n > MAX_BATCH_WRITE {
-        return Err(invalid("batch-write-25", "Too many items requested for the BatchWriteItem call"));
+        return Err(invalid(
+            "batch-write-25",
+            "Too many items requested for the BatchWriteItem call",
+        ));
     }
     let mut targets = Vec::new();
     for (table, reqs) in requests {
@@ -266,11 +293,19 @@ pub fn batch_get(
         .map(|r| r.get("Keys").and_then(Value::as_array).map_or(0, Vec::len))
         .sum();
     if n > MAX_BATCH_GET {
-        return Err(invalid("batch-get-100", "Too many items requested for the BatchGetItem call"));
+        return Err(invalid(
+            "batch-get-100",
+            "Too many items requested for the BatchGetItem call",
+        ));
     }
     let mut targets = Vec::new();
     for (table, r) in requests {
-        for key in r.get("Keys").and_then(Value::as_array).into_iter().flatten() {
+        for key in r
+            .get("Keys")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(key) = key.as_object() {
                 targets.extend(target(tables, table, key, false, false));
             }
@@ -294,12 +329,16 @@ pub fn update_item(body: &Value) -> Result<(), Rejection> {
     let over = obj(body.get("ExpressionAttributeValues"))
         .is_some_and(|m| m.values().any(|v| value_size(v) > MAX_ITEM_BYTES));
     if over {
-        return Err(invalid("item-400kb", "Item size to update has exceeded the maximum allowed size"));
+        return Err(invalid(
+            "item-400kb",
+            "Item size to update has exceeded the maximum allowed size",
+        ));
     }
     Ok(())
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure
 mod tests {
     use super::*;
     use crate::strict_proxy::lag::KeySchema;
@@ -309,7 +348,10 @@ mod tests {
         HashMap::from([(
             "t".to_owned(),
             TableInfo {
-                keys: KeySchema { partition: "pk".into(), sort: Some("sk".into()) },
+                keys: KeySchema {
+                    partition: "pk".into(),
+                    sort: Some("sk".into()),
+                },
                 indexes: HashMap::new(),
             },
         )])
@@ -327,16 +369,25 @@ mod tests {
             {"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET y = :y"}},
         ]});
         let e = transact_write(&body, &tables()).unwrap_err();
-        assert_eq!(e.message, "Transaction request cannot include multiple operations on one item");
+        assert_eq!(
+            e.message,
+            "Transaction request cannot include multiple operations on one item"
+        );
         assert_eq!(e.type_name, "com.amazon.coral.validate#ValidationException");
         // A Put and a ConditionCheck on one item count too.
         let body = json!({"TransactItems": [
             {"Put": {"TableName": "t", "Item": key("a")}},
             {"ConditionCheck": {"TableName": "t", "Key": key("a"), "ConditionExpression": "attribute_exists(pk)"}},
         ]});
-        assert_eq!(transact_write(&body, &tables()).unwrap_err().rule, "transaction-one-item");
+        assert_eq!(
+            transact_write(&body, &tables()).unwrap_err().rule,
+            "transaction-one-item"
+        );
         let body = json!({"TransactItems": [{"Get": {"TableName": "t", "Key": key("a")}}, {"Get": {"TableName": "t", "Key": key("a")}}]});
-        assert_eq!(transact_get(&body, &tables()).unwrap_err().rule, "transaction-one-item");
+        assert_eq!(
+            transact_get(&body, &tables()).unwrap_err().rule,
+            "transaction-one-item"
+        );
         let body = json!({"TransactItems": [{"Get": {"TableName": "t", "Key": key("a")}}, {"Get": {"TableName": "t", "Key": key("b")}}]});
         assert_eq!(transact_get(&body, &tables()).unwrap().len(), 2);
     }
@@ -348,10 +399,19 @@ mod tests {
             .collect();
         let e = transact_write(&json!({"TransactItems": actions}), &tables()).unwrap_err();
         assert_eq!(e.rule, "transaction-100-actions");
-        assert!(e.message.contains("Member must have length less than or equal to 100"));
+        assert!(e
+            .message
+            .contains("Member must have length less than or equal to 100"));
         assert!(transact_write(&json!({"TransactItems": actions[..100]}), &tables()).is_ok());
-        let gets: Vec<Value> = (0..101).map(|i| json!({"Get": {"TableName": "t", "Key": key(&i.to_string())}})).collect();
-        assert_eq!(transact_get(&json!({"TransactItems": gets}), &tables()).unwrap_err().rule, "transaction-100-actions");
+        let gets: Vec<Value> = (0..101)
+            .map(|i| json!({"Get": {"TableName": "t", "Key": key(&i.to_string())}}))
+            .collect();
+        assert_eq!(
+            transact_get(&json!({"TransactItems": gets}), &tables())
+                .unwrap_err()
+                .rule,
+            "transaction-100-actions"
+        );
     }
 
     #[test]
@@ -364,11 +424,17 @@ mod tests {
         let targets = transact_write(&json!({"TransactItems": actions}), &tables()).unwrap();
         assert!(transaction_bytes(&targets, &HashMap::new()) > MAX_TRANSACTION_BYTES);
         assert!(transaction_bytes(&targets[..10], &HashMap::new()) <= MAX_TRANSACTION_BYTES);
-        assert_eq!(transaction_too_big().message, "Transaction request cannot be larger than 4 MB");
+        assert_eq!(
+            transaction_too_big().message,
+            "Transaction request cannot be larger than 4 MB"
+        );
         // An update counts the item as it is now.
         let upd = json!({"TransactItems": [{"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET x = :x"}}]});
         let targets = transact_write(&upd, &tables()).unwrap();
-        let now: Item = json!({"pk": {"S": "a"}, "sk": {"S": "JOB"}, "d": {"S": big}}).as_object().cloned().unwrap();
+        let now: Item = json!({"pk": {"S": "a"}, "sk": {"S": "JOB"}, "d": {"S": big}})
+            .as_object()
+            .cloned()
+            .unwrap();
         let current = HashMap::from([(("t".to_owned(), targets[0].id.clone()), Some(now))]);
         assert!(transaction_bytes(&targets, &current) > 390 * 1024);
     }
@@ -385,26 +451,56 @@ mod tests {
         let e = batch_write(&json!({"RequestItems": {"t": [{"PutRequest": {"Item": {"pk": {"S": "a"}, "sk": {"S": "JOB"}, "d": {"S": over}}}}]}}), &tables()).unwrap_err();
         assert_eq!(e.rule, "item-400kb");
         let e = update_item(&json!({"TableName": "t", "Key": key("a"), "UpdateExpression": "SET d = :d", "ExpressionAttributeValues": {":d": {"S": format!("{over}x")}}})).unwrap_err();
-        assert_eq!(e.message, "Item size to update has exceeded the maximum allowed size");
+        assert_eq!(
+            e.message,
+            "Item size to update has exceeded the maximum allowed size"
+        );
     }
 
     #[test]
     fn batch_writes_take_25_distinct_keys() {
-        let reqs: Vec<Value> = (0..26).map(|i| json!({"PutRequest": {"Item": key(&i.to_string())}})).collect();
+        let reqs: Vec<Value> = (0..26)
+            .map(|i| json!({"PutRequest": {"Item": key(&i.to_string())}}))
+            .collect();
         let e = batch_write(&json!({"RequestItems": {"t": reqs}}), &tables()).unwrap_err();
-        assert_eq!(e.message, "Too many items requested for the BatchWriteItem call");
-        assert_eq!(batch_write(&json!({"RequestItems": {"t": reqs[..25]}}), &tables()).unwrap().len(), 25);
+        assert_eq!(
+            e.message,
+            "Too many items requested for the BatchWriteItem call"
+        );
+        assert_eq!(
+            batch_write(&json!({"RequestItems": {"t": reqs[..25]}}), &tables())
+                .unwrap()
+                .len(),
+            25
+        );
         let dup = json!({"RequestItems": {"t": [{"PutRequest": {"Item": key("a")}}, {"DeleteRequest": {"Key": key("a")}}]}});
-        assert_eq!(batch_write(&dup, &tables()).unwrap_err().message, "Provided list of item keys contains duplicates");
+        assert_eq!(
+            batch_write(&dup, &tables()).unwrap_err().message,
+            "Provided list of item keys contains duplicates"
+        );
     }
 
     #[test]
     fn batch_gets_take_100_distinct_keys() {
         let keys: Vec<Value> = (0..101).map(|i| key(&i.to_string())).collect();
         let e = batch_get(&json!({"RequestItems": {"t": {"Keys": keys}}}), &tables()).unwrap_err();
-        assert_eq!(e.message, "Too many items requested for the BatchGetItem call");
-        assert_eq!(batch_get(&json!({"RequestItems": {"t": {"Keys": keys[..100]}}}), &tables()).unwrap().len(), 100);
+        assert_eq!(
+            e.message,
+            "Too many items requested for the BatchGetItem call"
+        );
+        assert_eq!(
+            batch_get(
+                &json!({"RequestItems": {"t": {"Keys": keys[..100]}}}),
+                &tables()
+            )
+            .unwrap()
+            .len(),
+            100
+        );
         let dup = json!({"RequestItems": {"t": {"Keys": [key("a"), key("b"), key("a")]}}});
-        assert_eq!(batch_get(&dup, &tables()).unwrap_err().message, "Provided list of item keys contains duplicates");
+        assert_eq!(
+            batch_get(&dup, &tables()).unwrap_err().message,
+            "Provided list of item keys contains duplicates"
+        );
     }
 }

@@ -14,7 +14,9 @@ use serde_json::{Map, Value};
 
 /// The size in bytes of an item in the JSON wire format (`{"name": {"S": "..."}, ...}`).
 pub fn item_size(item: &Map<String, Value>) -> usize {
-    item.iter().map(|(name, v)| name.len() + value_size(v)).sum()
+    item.iter()
+        .map(|(name, v)| name.len() + value_size(v))
+        .sum()
 }
 
 /// The size of one attribute value (without its name).
@@ -35,18 +37,17 @@ pub fn value_size(v: &Value) -> usize {
                 .as_array()
                 .map_or(0, |l| l.iter().map(|e| 1 + value_size(e)).sum())
         }
-        "M" => 3 + inner.as_object().map_or(0, |m| {
-            m.iter().map(|(k, e)| 1 + k.len() + value_size(e)).sum()
-        }),
+        "M" => {
+            3 + inner.as_object().map_or(0, |m| {
+                m.iter().map(|(k, e)| 1 + k.len() + value_size(e)).sum()
+            })
+        }
         _ => 0,
     }
 }
 
 fn strings(v: &Value) -> impl Iterator<Item = &str> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
+    v.as_array().into_iter().flatten().filter_map(Value::as_str)
 }
 
 /// 1 byte per two significant digits, plus 1.
@@ -65,15 +66,17 @@ pub fn number_size(n: &str) -> usize {
 pub fn base64_len(b: &str) -> usize {
     let b = b.trim_end();
     let pad = b.bytes().rev().take_while(|c| *c == b'=').count();
-    ((b.len() / 4) * 3 + match b.len() % 4 {
-        2 => 1,
-        3 => 2,
-        _ => 0,
-    })
+    ((b.len() / 4) * 3
+        + match b.len() % 4 {
+            2 => 1,
+            3 => 2,
+            _ => 0,
+        })
     .saturating_sub(pad.min(2))
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure
 mod tests {
     use super::*;
     use serde_json::json;
@@ -116,7 +119,10 @@ mod tests {
 
     #[test]
     fn null_and_boolean_are_one_byte() {
-        assert_eq!(size(json!({"flag": {"BOOL": true}, "n": {"NULL": true}})), 4 + 1 + 1 + 1);
+        assert_eq!(
+            size(json!({"flag": {"BOOL": true}, "n": {"NULL": true}})),
+            4 + 1 + 1 + 1
+        );
     }
 
     #[test]
@@ -124,7 +130,10 @@ mod tests {
         assert_eq!(size(json!({"l": {"L": []}})), 1 + 3);
         assert_eq!(size(json!({"m": {"M": {}}})), 1 + 3);
         // ["ab", "c"]: 3 + (1 + 2) + (1 + 1)
-        assert_eq!(size(json!({"l": {"L": [{"S": "ab"}, {"S": "c"}]}})), 1 + 3 + 3 + 2);
+        assert_eq!(
+            size(json!({"l": {"L": [{"S": "ab"}, {"S": "c"}]}})),
+            1 + 3 + 3 + 2
+        );
         // {"k": "v", "kk": 12}: 3 + (1 + 1 + 1) + (1 + 2 + 2)
         assert_eq!(
             size(json!({"m": {"M": {"k": {"S": "v"}, "kk": {"N": "12"}}}})),

@@ -5,8 +5,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, KeysAndAttributes, Projection, ProjectionType, PutRequest, ScalarAttributeType, Select,
-    TransactWriteItem, Update, WriteRequest,
+    KeyType, KeysAndAttributes, Projection, ProjectionType, PutRequest, ScalarAttributeType,
+    Select, TransactWriteItem, Update, WriteRequest,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -27,7 +27,13 @@ async fn setup(config: StrictConfig) -> (StrictProxy, Client, String) {
         .build();
     let client = Client::from_conf(conf);
     let table = format!("strict-{}", uuid::Uuid::now_v7().simple());
-    let key = |n: &str, t| KeySchemaElement::builder().attribute_name(n).key_type(t).build().unwrap();
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .unwrap()
+    };
     let attr = |n: &str| {
         AttributeDefinition::builder()
             .attribute_name(n)
@@ -125,42 +131,105 @@ async fn aws_rules_refuse_what_dynamodb_local_accepts() {
         item.insert("d".into(), s(&big));
         req = req.transact_items(
             TransactWriteItem::builder()
-                .put(aws_sdk_dynamodb::types::Put::builder().table_name(&t).set_item(Some(item)).build().unwrap())
+                .put(
+                    aws_sdk_dynamodb::types::Put::builder()
+                        .table_name(&t)
+                        .set_item(Some(item))
+                        .build()
+                        .unwrap(),
+                )
                 .build(),
         );
     }
     let e = req.send().await.unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Transaction request cannot be larger than 4 MB");
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Transaction request cannot be larger than 4 MB"
+    );
     // 400 KB.
     let mut item = key("big");
     item.insert("d".into(), s(&"x".repeat(400 * 1024)));
-    let e = c.put_item().table_name(&t).set_item(Some(item)).send().await.unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Item size has exceeded the maximum allowed size");
+    let e = c
+        .put_item()
+        .table_name(&t)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Item size has exceeded the maximum allowed size"
+    );
     // BatchWriteItem: 26 requests; a key twice.
-    let put = |pk: &str| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(key(pk))).build().unwrap()).build();
+    let put = |pk: &str| {
+        WriteRequest::builder()
+            .put_request(
+                PutRequest::builder()
+                    .set_item(Some(key(pk)))
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    };
     let e = c
         .batch_write_item()
         .request_items(&t, (0..26).map(|i| put(&i.to_string())).collect())
         .send()
         .await
         .unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Too many items requested for the BatchWriteItem call");
-    let e = c.batch_write_item().request_items(&t, vec![put("a"), put("a")]).send().await.unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Provided list of item keys contains duplicates");
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Too many items requested for the BatchWriteItem call"
+    );
+    let e = c
+        .batch_write_item()
+        .request_items(&t, vec![put("a"), put("a")])
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Provided list of item keys contains duplicates"
+    );
     // BatchGetItem: 101 keys; a key twice.
-    let keys = |ks: Vec<String>| KeysAndAttributes::builder().set_keys(Some(ks.iter().map(|k| key(k)).collect())).build().unwrap();
+    let keys = |ks: Vec<String>| {
+        KeysAndAttributes::builder()
+            .set_keys(Some(ks.iter().map(|k| key(k)).collect()))
+            .build()
+            .unwrap()
+    };
     let e = c
         .batch_get_item()
         .request_items(&t, keys((0..101).map(|i| i.to_string()).collect()))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Too many items requested for the BatchGetItem call");
-    let e = c.batch_get_item().request_items(&t, keys(vec!["a".into(), "a".into()])).send().await.unwrap_err();
-    assert_eq!(validation(e.as_service_error().unwrap()).1, "Provided list of item keys contains duplicates");
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Too many items requested for the BatchGetItem call"
+    );
+    let e = c
+        .batch_get_item()
+        .request_items(&t, keys(vec!["a".into(), "a".into()]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        validation(e.as_service_error().unwrap()).1,
+        "Provided list of item keys contains duplicates"
+    );
     // What AWS accepts passes.
-    c.batch_write_item().request_items(&t, (0..25).map(|i| put(&i.to_string())).collect()).send().await.unwrap();
-    let out = c.batch_get_item().request_items(&t, keys((0..100).map(|i| i.to_string()).collect())).send().await.unwrap();
+    c.batch_write_item()
+        .request_items(&t, (0..25).map(|i| put(&i.to_string())).collect())
+        .send()
+        .await
+        .unwrap();
+    let out = c
+        .batch_get_item()
+        .request_items(&t, keys((0..100).map(|i| i.to_string()).collect()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(out.responses().unwrap()[&t].len(), 25);
     let r = proxy.report();
     assert_eq!(r.rejected.values().sum::<u64>(), 8, "{}", r.summary());
@@ -169,17 +238,41 @@ async fn aws_rules_refuse_what_dynamodb_local_accepts() {
 
 #[tokio::test]
 async fn batches_come_back_partly_unprocessed_and_complete_on_retry() {
-    let config = StrictConfig { unprocessed_rate: 1.0, ..StrictConfig::rules_only() };
+    let config = StrictConfig {
+        unprocessed_rate: 1.0,
+        ..StrictConfig::rules_only()
+    };
     let (proxy, c, t) = setup(config).await;
-    let put = |pk: String| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(key(&pk))).build().unwrap()).build();
+    let put = |pk: String| {
+        WriteRequest::builder()
+            .put_request(
+                PutRequest::builder()
+                    .set_item(Some(key(&pk)))
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    };
     let mut pending: Vec<WriteRequest> = (0..20).map(|i| put(i.to_string())).collect();
     let mut rounds = 0;
     while !pending.is_empty() {
         rounds += 1;
-        let out = c.batch_write_item().request_items(&t, pending.clone()).send().await.unwrap();
-        let left = out.unprocessed_items().and_then(|u| u.get(&t)).cloned().unwrap_or_default();
+        let out = c
+            .batch_write_item()
+            .request_items(&t, pending.clone())
+            .send()
+            .await
+            .unwrap();
+        let left = out
+            .unprocessed_items()
+            .and_then(|u| u.get(&t))
+            .cloned()
+            .unwrap_or_default();
         if pending.len() >= 2 {
-            assert!(!left.is_empty() && left.len() < pending.len(), "part, never all, is unprocessed");
+            assert!(
+                !left.is_empty() && left.len() < pending.len(),
+                "part, never all, is unprocessed"
+            );
         }
         pending = left;
     }
@@ -189,12 +282,23 @@ async fn batches_come_back_partly_unprocessed_and_complete_on_retry() {
     while !keys.is_empty() {
         let out = c
             .batch_get_item()
-            .request_items(&t, KeysAndAttributes::builder().set_keys(Some(keys.clone())).consistent_read(true).build().unwrap())
+            .request_items(
+                &t,
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys.clone()))
+                    .consistent_read(true)
+                    .build()
+                    .unwrap(),
+            )
             .send()
             .await
             .unwrap();
         got += out.responses().unwrap().get(&t).map_or(0, Vec::len);
-        keys = out.unprocessed_keys().and_then(|u| u.get(&t)).map(|k| k.keys().to_vec()).unwrap_or_default();
+        keys = out
+            .unprocessed_keys()
+            .and_then(|u| u.get(&t))
+            .map(|k| k.keys().to_vec())
+            .unwrap_or_default();
     }
     assert_eq!(got, 20);
     assert!(proxy.report().unprocessed_entries > 0);
@@ -203,13 +307,21 @@ async fn batches_come_back_partly_unprocessed_and_complete_on_retry() {
 
 #[tokio::test]
 async fn query_pages_are_cut_short_and_pagination_sees_every_item_once() {
-    let config = StrictConfig { short_page_rate: 1.0, ..StrictConfig::rules_only() };
+    let config = StrictConfig {
+        short_page_rate: 1.0,
+        ..StrictConfig::rules_only()
+    };
     let (proxy, c, t) = setup(config).await;
     for i in 0..30 {
         let mut item = key(&format!("{i:02}"));
         item.insert("gpk".into(), s("P"));
         item.insert("gsk".into(), s(&format!("{i:02}")));
-        c.put_item().table_name(&t).set_item(Some(item)).send().await.unwrap();
+        c.put_item()
+            .table_name(&t)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
     }
     let mut seen = Vec::new();
     let mut start = None;
@@ -243,7 +355,10 @@ async fn query_pages_are_cut_short_and_pagination_sees_every_item_once() {
 
 #[tokio::test]
 async fn a_gsi_lags_behind_the_table() {
-    let config = StrictConfig { index_lag: Duration::from_millis(400), ..StrictConfig::rules_only() };
+    let config = StrictConfig {
+        index_lag: Duration::from_millis(400),
+        ..StrictConfig::rules_only()
+    };
     let (proxy, c, t) = setup(config).await;
     let query = |select: Option<Select>| {
         c.query()
@@ -256,13 +371,21 @@ async fn a_gsi_lags_behind_the_table() {
             .send()
     };
     let ids = |out: &aws_sdk_dynamodb::operation::query::QueryOutput| -> Vec<String> {
-        out.items().iter().map(|i| i["pk"].as_s().unwrap().clone()).collect()
+        out.items()
+            .iter()
+            .map(|i| i["pk"].as_s().unwrap().clone())
+            .collect()
     };
     let mut old = key("old");
     old.insert("gpk".into(), s("P"));
     old.insert("gsk".into(), s("1"));
     old.insert("state".into(), s("available"));
-    c.put_item().table_name(&t).set_item(Some(old.clone())).send().await.unwrap();
+    c.put_item()
+        .table_name(&t)
+        .set_item(Some(old.clone()))
+        .send()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(ids(&query(None).await.unwrap()), ["old"]);
     // A new entry is invisible during the lag; a removed one (the item leaves the sparse
@@ -270,7 +393,12 @@ async fn a_gsi_lags_behind_the_table() {
     let mut new = key("new");
     new.insert("gpk".into(), s("P"));
     new.insert("gsk".into(), s("2"));
-    c.put_item().table_name(&t).set_item(Some(new)).send().await.unwrap();
+    c.put_item()
+        .table_name(&t)
+        .set_item(Some(new))
+        .send()
+        .await
+        .unwrap();
     c.update_item()
         .table_name(&t)
         .set_key(Some(key("old")))
@@ -285,7 +413,14 @@ async fn a_gsi_lags_behind_the_table() {
     assert_eq!(out.items()[0]["state"].as_s().unwrap(), "available");
     assert_eq!(query(Some(Select::Count)).await.unwrap().count(), 1);
     // The table itself is current.
-    let got = c.get_item().table_name(&t).set_key(Some(key("old"))).consistent_read(true).send().await.unwrap();
+    let got = c
+        .get_item()
+        .table_name(&t)
+        .set_key(Some(key("old")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
     assert!(got.item().unwrap().get("gpk").is_none());
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(ids(&query(None).await.unwrap()), ["new"]);
@@ -302,15 +437,30 @@ async fn a_throttling_burst_hits_its_partition() {
         ..StrictConfig::rules_only()
     };
     let (proxy, c, t) = setup(config).await;
-    let e = c.get_item().table_name(&t).set_key(Some(key("a"))).send().await.unwrap_err();
-    let code = e.as_service_error().and_then(|e| e.code()).unwrap_or_default().to_owned();
+    let e = c
+        .get_item()
+        .table_name(&t)
+        .set_key(Some(key("a")))
+        .send()
+        .await
+        .unwrap_err();
+    let code = e
+        .as_service_error()
+        .and_then(|e| e.code())
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         code == "ThrottlingException" || code == "ProvisionedThroughputExceededException",
         "{code}"
     );
     proxy.set_config(StrictConfig::rules_only());
     tokio::time::sleep(Duration::from_millis(350)).await;
-    c.get_item().table_name(&t).set_key(Some(key("a"))).send().await.unwrap();
+    c.get_item()
+        .table_name(&t)
+        .set_key(Some(key("a")))
+        .send()
+        .await
+        .unwrap();
     assert!(proxy.report().throttled >= 1);
     let _ = c.delete_table().table_name(&t).send().await;
 }
@@ -323,6 +473,9 @@ async fn fresh_stores_go_through_the_process_proxy() {
     let store = crate::fresh_store().await.unwrap();
     store.ping().await.unwrap();
     let r = super::process_report().expect("the process proxy runs");
-    assert!(r.by_operation.get("CreateTable").copied().unwrap_or(0) >= 1, "{r:?}");
+    assert!(
+        r.by_operation.get("CreateTable").copied().unwrap_or(0) >= 1,
+        "{r:?}"
+    );
     let _ = store.delete_table().await;
 }

@@ -25,6 +25,8 @@ pub struct TestApp {
     pub store: Store,
     server: tokio::task::JoinHandle<()>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
+    /// A proxy of this app's own (kept alive with it).
+    _proxy: Option<strict_proxy::StrictProxy>,
 }
 
 /// An HTTP response: status, headers and parsed JSON body (`Null` when empty/invalid).
@@ -62,6 +64,15 @@ pub fn default_local_env() {
     set("AWS_ACCESS_KEY_ID", "local");
     set("AWS_SECRET_ACCESS_KEY", "local");
     set("AWS_EC2_METADATA_DISABLED", "true");
+}
+
+/// Waits out the strict layer's index lag (nothing without it): for a test that reads an
+/// index directly right after writing, where the product only reads it a sweep later.
+pub async fn after_index_lag() {
+    let wait = strict_proxy::fetch_recheck();
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// A store over a new, uniquely named table, through the process's AWS-strict DynamoDB
@@ -123,7 +134,16 @@ impl TestApp {
         Self::spawn_configured(store, HttpConfig::default()).await
     }
 
-    async fn spawn_configured(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
+    /// Serves over `store` with `config`, where FETCH looks again after the strict layer's
+    /// index lag as a deployment's does (`OJS_FETCH_RECHECK_MS`) unless `config` says.
+    async fn spawn_configured(store: Store, mut config: HttpConfig) -> anyhow::Result<Self> {
+        if config.fetch_recheck.is_zero() {
+            config.fetch_recheck = strict_proxy::fetch_recheck();
+        }
+        Self::serve(store, config).await
+    }
+
+    async fn serve(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
         // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -145,7 +165,26 @@ impl TestApp {
             store,
             server,
             sweeper: None,
+            _proxy: None,
         })
+    }
+
+    /// Like [`TestApp::spawn`], behind a strict layer of its own that enforces AWS's
+    /// request rules but adds nothing random (no unprocessed keys, short pages, lag or
+    /// throttling): for tests that count DynamoDB calls exactly.
+    pub async fn spawn_rules_only() -> anyhow::Result<Self> {
+        default_local_env();
+        let proxy = strict_proxy::StrictProxy::start(
+            &fault_proxy::raw_dynamodb_endpoint(),
+            strict_proxy::StrictConfig::rules_only(),
+        )
+        .await?;
+        let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
+        let store = fault_proxy::store_through(&proxy.url, &table).await;
+        store.ensure_table().await?;
+        let mut app = Self::serve(store, HttpConfig::default()).await?;
+        app._proxy = Some(proxy);
+        Ok(app)
     }
 
     /// Like [`TestApp::spawn`], plus the scheduler sweep every second, as `make dev` runs it

@@ -201,9 +201,14 @@ impl Store {
             let mut next = 0;
             while next < candidates.len() {
                 let c = &candidates[next];
-                let outcome = self
-                    .claim(queue, c, req, now, queue_limit, full_keys)
-                    .await?;
+                let outcome = match self.claim(queue, c, req, now, queue_limit, full_keys).await {
+                    // A job the server can no longer read never blocks the queue.
+                    Err(StoreError::Corrupt(why)) => {
+                        self.set_aside(&c.id, &why).await;
+                        Claim::Lost
+                    }
+                    other => other?,
+                };
                 next += 1;
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
@@ -236,20 +241,30 @@ impl Store {
         shard: u16,
         limit: i32,
     ) -> Result<Vec<Candidate>, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(self.table())
-            .index_name(READY_INDEX.name)
-            .key_condition_expression("gsi1pk = :pk")
-            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
-            .limit(limit)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        Ok(out
-            .items()
+        // A page may come back short of `limit` (DynamoDB's 1 MB page): read on.
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .index_name(READY_INDEX.name)
+                .key_condition_expression("gsi1pk = :pk")
+                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
+                .set_exclusive_start_key(start.take())
+                .limit(limit - i32::try_from(items.len()).unwrap_or(limit))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let out = self.tally(Kind::Read, out)?;
+            items.extend(out.items().iter().cloned());
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() || i32::try_from(items.len()).unwrap_or(limit) >= limit {
+                break;
+            }
+        }
+        Ok(items
             .iter()
             .filter_map(|i| {
                 let num = |k: &str| {
@@ -664,21 +679,36 @@ impl Store {
             .send()
             .await;
         let out = self.tally(Kind::Read, out)?;
-        let moves = out.items().iter().filter_map(|i| {
-            let id = id_of(i)?;
-            let due_sk = i.get("gsi2sk")?.as_s().ok()?.clone();
-            let state: JobState = i.get("state")?.as_s().ok()?.parse().ok()?;
-            Some(self.make_available(queue, id, due_sk, state, now))
-        });
-        let results = join_all(moves).await;
+        let due: Vec<(JobId, String, JobState)> = out
+            .items()
+            .iter()
+            .filter_map(|i| {
+                let id = id_of(i)?;
+                let due_sk = i.get("gsi2sk")?.as_s().ok()?.clone();
+                let state: JobState = i.get("state")?.as_s().ok()?.parse().ok()?;
+                Some((id, due_sk, state))
+            })
+            .collect();
+        let results = join_all(
+            due.iter()
+                .map(|(id, sk, state)| self.make_available(queue, *id, sk.clone(), *state, now)),
+        )
+        .await;
         let mut moved = Vec::new();
         let mut counted = self.moves();
-        for r in results {
-            if let Some((job, from)) = r? {
-                if let Some(from) = from {
-                    counted.add(&job, Some(from));
+        let mut failure = None;
+        for ((id, _, _), r) in due.iter().zip(results) {
+            match r {
+                Ok(Some((job, from))) => {
+                    if let Some(from) = from {
+                        counted.add(&job, Some(from));
+                    }
+                    moved.push(job);
                 }
-                moved.push(job);
+                Ok(None) => {}
+                // One job that cannot be moved never holds up the others.
+                Err(StoreError::Corrupt(why)) => self.set_aside(id, &why).await,
+                Err(e) => failure = Some(e),
             }
         }
         let events: Vec<Event> = moved
@@ -693,7 +723,32 @@ impl Store {
             })
             .collect();
         self.emit_and_count(&events, counted).await;
-        Ok(moved.len())
+        match failure {
+            Some(e) if moved.is_empty() => Err(e),
+            _ => Ok(moved.len()),
+        }
+    }
+
+    /// Takes a job the server can no longer read (an item that fails today's validation)
+    /// out of the ready and due indexes, with the reason recorded on the item
+    /// (`set_aside`), so it stops blocking FETCH and the sweep. Logged as an error: an
+    /// operator decides what to do with it.
+    pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
+        tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(id)))
+            .update_expression("SET set_aside = :why REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":why", s(why))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        if let Err(e) = self.tally_existing(Kind::Write, out) {
+            tracing::warn!(job_id = %id, error = %e, "job not set aside; tried again when met again");
+        }
     }
 
     /// One conditional move of a due job to `available`, with the state it left when this

@@ -294,6 +294,16 @@ pub fn enabled() -> bool {
     )
 }
 
+/// How long a FETCH that found nothing waits before it looks again, for servers under test
+/// behind this process's strict layer: twice the simulated index lag (none without the
+/// layer), as a deployment sets `OJS_FETCH_RECHECK_MS` above its real GSI lag.
+pub fn fetch_recheck() -> std::time::Duration {
+    match process_proxy() {
+        Some(_) => StrictConfig::from_env().index_lag * 2,
+        None => std::time::Duration::ZERO,
+    }
+}
+
 /// The strict proxy of this test process (one, shared by every test, on its own runtime
 /// so it outlives each test's), in front of [`crate::fault_proxy::raw_dynamodb_endpoint`];
 /// `None` when `OJS_STRICT_DDB=off`.

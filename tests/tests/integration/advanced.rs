@@ -283,7 +283,11 @@ async fn priority_order_holds_across_500_mixed_jobs() -> anyhow::Result<()> {
     );
     let mut seen: Vec<(i64, i64)> = Vec::new();
     for _ in 0..5 {
-        let r = app.fetch(json!({"queues": ["pq"], "count": 100})).await?;
+        // A lease longer than the test, however slow the machine: a lapsed one would
+        // rightly deliver its jobs again.
+        let r = app
+            .fetch(json!({"queues": ["pq"], "count": 100, "visibility_timeout_ms": 600_000}))
+            .await?;
         for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
             seen.push((
                 j["priority"].as_i64().unwrap_or(0),

@@ -170,7 +170,7 @@ async fn a_cancelled_job_is_never_delivered_and_a_late_ack_changes_nothing() -> 
 
 #[tokio::test]
 async fn failed_jobs_retry_with_backoff_and_record_every_error() -> anyhow::Result<()> {
-    let app = TestApp::spawn().await?;
+    let app = TestApp::spawn_rules_only().await?;
     let id = id_of(
         &app.push(
             json!({"type": "r.job", "args": [], "options": {"queue": "rq",
@@ -402,7 +402,7 @@ async fn bad_input_gets_the_ojs_error_body_and_writes_nothing() -> anyhow::Resul
 /// Prints the figures and bounds the call counts, so an extra round trip fails the test.
 #[tokio::test]
 async fn dynamodb_cost_per_operation() -> anyhow::Result<()> {
-    let app = TestApp::spawn().await?;
+    let app = TestApp::spawn_rules_only().await?;
     app.push(json!({"type": "warm.up", "args": [], "options": {"queue": "cost"}}))
         .await?;
     app.fetch(json!({"queues": ["cost"]})).await?;

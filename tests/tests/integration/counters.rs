@@ -35,6 +35,7 @@ async fn counted(store: &Store, queue: &str, phase: &str) -> anyhow::Result<Queu
     let q = QueueName::parse(queue).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let from_counters = store.queue_stats(&q).await?;
     let mut from_indexes = from_counters.clone();
+    ojs_tests::after_index_lag().await;
     store.count_from_indexes(&q, &mut from_indexes).await?;
     assert_eq!(
         from_counters, from_indexes,
@@ -145,6 +146,7 @@ async fn counters_follow_every_kind_of_transition() -> anyhow::Result<()> {
     // An hour later: leases ran out (back to available), retries and the near schedule are
     // due, expiring jobs that never ran are discarded.
     let later = ojs_core::time::now() + chrono::Duration::hours(1);
+    ojs_tests::after_index_lag().await;
     app.store.sweep(later).await?;
     let s = counted(&app.store, q, "after the sweep").await?;
     assert_eq!(
@@ -256,7 +258,7 @@ async fn counters_stay_exact_under_racing_workers() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn stats_read_one_batch_of_counter_items_whatever_the_backlog() -> anyhow::Result<()> {
-    let app = TestApp::spawn().await?;
+    let app = TestApp::spawn_rules_only().await?;
     let jobs: Vec<Value> = (0..300)
         .map(|i| json!({"type": "big.job", "args": [i], "options": {"queue": "cb"}}))
         .collect();
@@ -295,6 +297,7 @@ async fn a_recount_repairs_counters_that_missed_moves() -> anyhow::Result<()> {
     }
     let claimed = ids_of(&off.fetch(json!({"queues": ["rc"], "count": 2})).await?);
     assert_eq!(claimed.len(), 2);
+    ojs_tests::after_index_lag().await;
     let by_index = off
         .call(Method::GET, "/ojs/v1/queues/rc/stats", None)
         .await?;
@@ -312,6 +315,7 @@ async fn a_recount_repairs_counters_that_missed_moves() -> anyhow::Result<()> {
         .await?;
     assert_eq!(stale.body["queue"]["available"], 0);
     // until a recount sets them from the indexes; moves after it count as usual.
+    ojs_tests::after_index_lag().await;
     let r = on
         .call(Method::POST, "/ojs/v1/admin/queues/rc/recount", None)
         .await?;
@@ -363,9 +367,11 @@ async fn the_sweep_repairs_the_counters_of_a_quiet_shard() -> anyhow::Result<()>
 
     // First sight of the shard: busy as far as the sweep knows, left alone.
     let now = ojs_core::time::now();
+    ojs_tests::after_index_lag().await;
     assert_eq!(app.store.sweep(now).await?.healed, 0);
     assert_eq!(app.store.queue_stats(&q).await?.available, 3);
     // Quiet since: counted and repaired.
+    ojs_tests::after_index_lag().await;
     assert_eq!(app.store.sweep(now).await?.healed, 1);
     let s = counted(&app.store, "ch", "after the repair").await?;
     assert_eq!((s.available, s.active), (4, 1));

@@ -107,7 +107,9 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
     )?
     .to_utc();
     assert_eq!(delayed(&app).await?, 0, "no timer two hours ahead");
+    ojs_tests::after_index_lag().await;
     app.store.sweep(due - chrono::Duration::minutes(30)).await?;
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         delayed(&app).await?,
         0,
@@ -116,6 +118,7 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
     app.store
         .sweep(due - chrono::Duration::seconds(14 * 60 + 30))
         .await?;
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         delayed(&app).await?,
         1,
@@ -126,6 +129,7 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
         .get_job(&ojs_core::JobId::parse(&id_of(&pushed))?)
         .await?
         .map(|j| j.status.state);
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         raw,
         Some(ojs_core::JobState::Scheduled),
@@ -172,12 +176,14 @@ async fn cron_registrations_are_validated_listed_and_removed() -> anyhow::Result
     }
     let list = app.call(Method::GET, "/ojs/v1/cron", None).await?;
     assert_eq!(list.body["crons"].as_array().map(Vec::len), Some(1));
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         app.call(Method::DELETE, "/ojs/v1/cron/tz-report", None)
             .await?
             .status,
         200
     );
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         app.call(Method::DELETE, "/ojs/v1/cron/tz-report", None)
             .await?
@@ -211,6 +217,7 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     let first =
         DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
             .to_utc();
+    ojs_tests::after_index_lag().await;
     let racers: Vec<_> = (0..16)
         .map(|_| {
             let store = app.store.clone();
@@ -229,9 +236,11 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
 
     // The job is still running at the next occurrence: skipped.
     let second = first + chrono::Duration::minutes(1);
+    ojs_tests::after_index_lag().await;
     assert_eq!(app.store.fire_due_crons(second).await?, 0);
     assert!(queued(&app, "ticks").await?.is_empty());
     let cron = app.call(Method::GET, "/ojs/v1/cron", None).await?.body;
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         at(&cron["crons"][0]["next_run_at"]),
         (second + chrono::Duration::minutes(1)).timestamp_millis()
@@ -240,6 +249,7 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     // Once it finished, the following occurrence fires again.
     app.ack(json!({"job_id": job_id})).await?;
     let third = second + chrono::Duration::minutes(1);
+    ojs_tests::after_index_lag().await;
     assert_eq!(app.store.fire_due_crons(third).await?, 1);
     assert_eq!(queued(&app, "ticks").await?.len(), 1);
     app.teardown().await;
@@ -256,6 +266,7 @@ async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> 
         .await?;
     let id = ojs_core::JobId::parse(&id_of(&pushed))?;
     tokio::time::sleep(Duration::from_millis(400)).await;
+    ojs_tests::after_index_lag().await;
     let report = app.store.sweep(ojs_core::time::now()).await?;
     assert_eq!(report.moved, 1, "{report:?}");
     let job = app
@@ -267,6 +278,7 @@ async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> 
     assert_eq!(job["state"], "discarded");
     assert_eq!(job["error"]["type"], "expired");
     assert!(job.get("completed_at").is_none());
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         app.fetch(json!({"queues": ["expiring"]})).await?.body["jobs"],
         json!([])
@@ -294,10 +306,12 @@ async fn enqueue_overlap_queues_the_next_occurrence_behind_the_running_one() -> 
     let first =
         DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
             .to_utc();
+    ojs_tests::after_index_lag().await;
     assert_eq!(app.store.fire_due_crons(first).await?, 1);
     let running = queued(&app, "serial").await?;
     assert_eq!(running.len(), 1);
     let second = first + chrono::Duration::minutes(1);
+    ojs_tests::after_index_lag().await;
     assert_eq!(
         app.store.fire_due_crons(second).await?,
         1,

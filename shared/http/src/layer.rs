@@ -76,12 +76,7 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let json_type = if state.config.json_alias_for_all
-        || req
-            .headers()
-            .get(header::USER_AGENT)
-            .is_some_and(|ua| ua.as_bytes().starts_with(PYTHON_SDK_AGENT))
-    {
+    let json_type = if state.config.json_alias_for_all || sdk_request(req.headers()) {
         OJS_JSON_ALIASED
     } else {
         OJS_JSON
@@ -188,6 +183,17 @@ fn request_id(req: &Request<Body>) -> String {
             !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.chars().all(|c| c.is_ascii_graphic())
         })
         .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned)
+}
+
+/// Whether a request comes from an official SDK: httpx's User-Agent (the Python SDK's
+/// client), or both `OJS-Version` and `X-Request-ID`, which the Python, JavaScript and Rust
+/// SDKs send on every request (a Python client may set its own User-Agent) and the
+/// conformance suite, which compares the Content-Type exactly, never sends together.
+fn sdk_request(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::USER_AGENT)
+        .is_some_and(|ua| ua.as_bytes().starts_with(PYTHON_SDK_AGENT))
+        || (headers.contains_key("ojs-version") && headers.contains_key("x-request-id"))
 }
 
 /// Whether a response is axum's own (no body, or its plain-text rejection), not ours.

@@ -41,6 +41,9 @@ struct Planned {
     keys: Vec<Item>,
 }
 
+/// In a rollback key of a unique lock: the job of this batch the lock was taken for.
+const LOCK_HOLDER: &str = "~holder";
+
 impl Store {
     /// Stores every job or none.
     pub async fn put_batch(&self, jobs: &[Job]) -> Result<(), BatchError> {
@@ -197,9 +200,12 @@ impl Store {
                     )
                     .build(),
             );
+            // The holder travels with the key: a rollback deletes the lock only while it
+            // still names this job (a `replace` PUSH may have taken it over meanwhile).
             keys.push(Item::from([
                 ("pk".to_owned(), s(key)),
                 ("sk".to_owned(), s("UNIQ")),
+                (LOCK_HOLDER.to_owned(), s(job.id.to_string())),
             ]));
         }
         Ok(Planned { index, items, keys })
@@ -216,13 +222,19 @@ impl Store {
                     .and_then(|v| v.as_s().ok())
                     .map(String::as_str)
                     == Some("JOB");
+                let mut key = key.clone();
+                let holder = key.remove(LOCK_HOLDER);
                 let mut del = Delete::builder()
                     .table_name(self.table())
-                    .set_key(Some(key.clone()));
+                    .set_key(Some(key));
                 if is_job {
                     del = del
                         .condition_expression("version = :one")
                         .expression_attribute_values(":one", n(1));
+                } else if let Some(holder) = holder {
+                    del = del
+                        .condition_expression("job_id = :mine")
+                        .expression_attribute_values(":mine", holder);
                 }
                 let del = del
                     .build()

@@ -66,6 +66,10 @@ pub struct FetchOutcome {
     pub jobs: Vec<Job>,
     /// The first requested queue's rate limit window, when it has a queue-level limit.
     pub limit: Option<LimitState>,
+    /// Whether the ready index showed any job at all (claimed, refused by a limit or lost
+    /// to another worker). A FETCH that saw none may have run before a just-pushed job
+    /// reached the index, which is worth looking again for; one that saw jobs was answered.
+    pub saw_ready: bool,
 }
 
 /// A rate limit window as `X-RateLimit-*` headers report it.
@@ -88,6 +92,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
         let mut claimed = Vec::new();
+        let mut saw_ready = false;
         let settings = self.queue_settings(&req.queues).await?;
         for queue in &req.queues {
             if claimed.len() >= req.count {
@@ -99,7 +104,7 @@ impl Store {
             }
             let queue_limit = queue_settings.rate_limit.as_ref();
             if let Err(e) = self
-                .claim_from(queue, req, now, queue_limit, &mut claimed)
+                .claim_from(queue, req, now, queue_limit, &mut claimed, &mut saw_ready)
                 .await
             {
                 if claimed.is_empty() {
@@ -141,6 +146,7 @@ impl Store {
         Ok(FetchOutcome {
             jobs: claimed,
             limit,
+            saw_ready,
         })
     }
 
@@ -153,6 +159,7 @@ impl Store {
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
         claimed: &mut Vec<Job>,
+        saw_ready: &mut bool,
     ) -> Result<(), StoreError> {
         let shards = self.queue_shards();
         let first = if shards > 1 {
@@ -169,7 +176,16 @@ impl Store {
             }
             let shard = (first + k) % shards;
             let limited = self
-                .claim_from_shard(queue, shard, req, now, queue_limit, claimed, &mut full_keys)
+                .claim_from_shard(
+                    queue,
+                    shard,
+                    req,
+                    now,
+                    queue_limit,
+                    claimed,
+                    &mut full_keys,
+                    saw_ready,
+                )
                 .await?;
             if limited {
                 break;
@@ -190,12 +206,14 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
         claimed: &mut Vec<Job>,
         full_keys: &mut HashMap<String, i64>,
+        saw_ready: &mut bool,
     ) -> Result<bool, StoreError> {
         self.promote_due_shard(queue, shard, now).await?;
         for _ in 0..CLAIM_ROUNDS {
             let wanted = req.count - claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
             let mut candidates = self.ready_candidates(queue, shard, page).await?;
+            *saw_ready |= !candidates.is_empty();
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
             let mut next = 0;

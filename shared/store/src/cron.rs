@@ -93,45 +93,67 @@ impl Store {
         now: Timestamp,
     ) -> Result<(CronEntry, bool), StoreError> {
         let next = cron.schedule.next_after(now);
-        let mut item = cron_key(&cron.name);
-        item.insert("doc".into(), s(Value::Object(cron.to_json()).to_string()));
-        item.insert("name".into(), s(cron.name.clone()));
-        item.insert("created_at".into(), ts(&now));
-        item.insert("run_count".into(), n(0));
-        item.insert("version".into(), n(1));
-        if let Some(next) = &next {
-            item.insert("next_run_us".into(), n(next.timestamp_micros()));
-            if cron.enabled {
-                item.insert("gsi2pk".into(), s(keys::CRON_DUE_PK));
-                item.insert("gsi2sk".into(), s(keys::cron_due_sk(next, &cron.name)));
-            }
-        }
-        let out = self
+        // An update, not a Put: `version` keeps counting across re-registrations, so a fire
+        // that read the old registration cannot commit over the new one (its condition is
+        // on the version it read), and `last_job_id` keeps overlap tracking going.
+        let mut set = vec![
+            "doc = :doc",
+            "#name = :name",
+            "created_at = if_not_exists(created_at, :now)",
+            "run_count = if_not_exists(run_count, :zero)",
+            "version = if_not_exists(version, :zero) + :one",
+        ];
+        let mut remove = vec![];
+        let mut req = self
             .client
-            .put_item()
+            .update_item()
             .table_name(self.table())
-            .set_item(Some(item))
-            .return_values(ReturnValue::AllOld)
+            .set_key(Some(cron_key(&cron.name)))
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":doc", s(Value::Object(cron.to_json()).to_string()))
+            .expression_attribute_values(":name", s(cron.name.clone()))
+            .expression_attribute_values(":now", ts(&now))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1));
+        match &next {
+            Some(next) => {
+                set.push("next_run_us = :next");
+                req = req.expression_attribute_values(":next", n(next.timestamp_micros()));
+            }
+            None => remove.push("next_run_us"),
+        }
+        match next.as_ref().filter(|_| cron.enabled) {
+            Some(next) => {
+                set.push("gsi2pk = :duepk");
+                set.push("gsi2sk = :duesk");
+                req = req
+                    .expression_attribute_values(":duepk", s(keys::CRON_DUE_PK))
+                    .expression_attribute_values(":duesk", s(keys::cron_due_sk(next, &cron.name)));
+            }
+            None => remove.extend(["gsi2pk", "gsi2sk"]),
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let out = req
+            .update_expression(expression)
+            .return_values(ReturnValue::AllNew)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Write, out)?;
-        let created = out.attributes().is_none_or(|a| a.is_empty());
+        let item = out
+            .attributes()
+            .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
+        let entry = entry_from_item(item)?;
+        let created = entry.version == 1;
         if let (Some(next), true) = (next, cron.enabled) {
             let target = crate::timer::TimerTarget::Cron {
                 name: cron.name.clone(),
             };
             self.arm_timer(vec![(target, next)]).await;
         }
-        let entry = CronEntry {
-            cron: cron.clone(),
-            created_at: time::format(&now),
-            next_run_at: next,
-            last_run_at: None,
-            run_count: 0,
-            last_job_id: None,
-            version: 1,
-        };
         Ok((entry, created))
     }
 

@@ -46,6 +46,17 @@ async fn the_python_sdk_gets_a_content_type_it_parses() -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(other, ojs_http::JSON_CONTENT_TYPE);
+    // A Python client with its own User-Agent still sends what the SDK always sends.
+    let sdk_headers = [
+        ("user-agent", "billing/2.3"),
+        ("ojs-version", "1.0"),
+        ("x-request-id", "5f0c0a1e-2d1b-4b8e-9a55-0b0f1c2d3e4f"),
+    ];
+    let (custom, _) = get(&app, "/ojs/v1/health", &sdk_headers).await?;
+    assert_eq!(custom, ojs_http::JSON_CONTENT_TYPE_ALIASED);
+    // Either header alone (the conformance suite sends OJS-Version) keeps the plain type.
+    let (suite, _) = get(&app, "/ojs/v1/health", &[("ojs-version", "1.0")]).await?;
+    assert_eq!(suite, ojs_http::JSON_CONTENT_TYPE);
     app.teardown().await;
 
     let all = TestApp::spawn_with_config(HttpConfig {

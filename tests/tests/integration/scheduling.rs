@@ -328,3 +328,41 @@ async fn enqueue_overlap_queues_the_next_occurrence_behind_the_running_one() -> 
     app.teardown().await;
     Ok(())
 }
+
+/// Registering a cron again updates it in place: its version keeps counting (a fire that
+/// read the old registration cannot commit over the new one), and what it ran so far
+/// (run count, the running job that `skip` waits for) is kept.
+#[tokio::test]
+async fn re_registering_a_cron_keeps_its_history_and_overlap_tracking() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let body = json!({"name": "again", "expression": "* * * * *",
+        "job_template": {"type": "again.tick", "args": [], "options": {"queue": "again"}}});
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(body.clone()))
+        .await?;
+    assert_eq!(r.status, 201);
+    let first =
+        DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
+            .to_utc();
+    ojs_tests::after_index_lag().await;
+    assert_eq!(app.store.fire_due_crons(first).await?, 1);
+    assert_eq!(
+        queued(&app, "again").await?.len(),
+        1,
+        "one job, now running"
+    );
+    // The same registration again (an application's startup does this every time).
+    let again = app.call(Method::POST, "/ojs/v1/cron", Some(body)).await?;
+    assert_eq!(again.status, 200, "an update");
+    assert_eq!(again.body["cron"]["run_count"], 1, "history kept");
+    // The running job still holds the next occurrence back (overlap_policy skip).
+    ojs_tests::after_index_lag().await;
+    let second = first + chrono::Duration::minutes(1);
+    assert_eq!(
+        app.store.fire_due_crons(second).await?,
+        0,
+        "skip still sees the running job"
+    );
+    app.teardown().await;
+    Ok(())
+}

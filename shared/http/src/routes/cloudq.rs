@@ -166,7 +166,7 @@ async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
         visibility_timeout_ms: None,
     };
     let mut outcome = app.store.fetch(&req, time::now()).await?;
-    if outcome.jobs.is_empty() && !app.config.fetch_recheck.is_zero() {
+    if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
         // As FETCH does: a just-pushed job may take a few ms to reach the index.
         tokio::time::sleep(app.config.fetch_recheck).await;
         outcome = app.store.fetch(&req, time::now()).await?;

@@ -112,7 +112,7 @@ async fn fetch_jobs(
 ) -> Result<Response, ApiError> {
     let req = parse_fetch(body)?;
     let mut outcome = app.store.fetch(&req, time::now()).await?;
-    if outcome.jobs.is_empty() && !app.config.fetch_recheck.is_zero() {
+    if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
         tokio::time::sleep(app.config.fetch_recheck).await;
         outcome = app.store.fetch(&req, time::now()).await?;
     }

@@ -2,7 +2,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ojs_core::{ErrorCode, OjsError};
+use ojs_core::{ErrorCode, JobState, OjsError};
 use ojs_store::StoreError;
 
 /// An error answered to a client. The body is written by the response layer, which
@@ -30,6 +30,13 @@ impl From<StoreError> for ApiError {
                 }
                 err
             }
+            StoreError::NotHolder { attempt } => OjsError::conflict(format!(
+                "the job's current attempt ({attempt}) is not the caller's: the worker_id or \
+                 attempt named is not the current holder's (a late call from an earlier attempt, \
+                 or another worker's claim)"
+            ))
+            .with_detail("current_state", JobState::Active.as_str())
+            .with_detail("current_attempt", attempt),
             StoreError::Duplicate => {
                 OjsError::new(ErrorCode::Duplicate, "a job with this id already exists")
             }

@@ -327,18 +327,20 @@ impl Store {
             .get(..3)
             .and_then(|p| p.parse::<i32>().ok())
             .map_or(0, |k| 100 - k);
-        let worker = match &req.worker_id {
-            Some(_) => "worker_id = :worker,",
-            None => "",
+        // The new attempt's holder is the claimer, or nobody: a claim without a worker id
+        // never inherits a previous holder's (whose late calls would then pass its fence).
+        let (worker_set, worker_remove) = match &req.worker_id {
+            Some(_) => ("worker_id = :worker,", ""),
+            None => ("", ", worker_id"),
         };
         let (deadline_set, deadline_remove) = match deadline {
             Some(_) => ("deadline_us = :deadline,", ""),
             None => ("", ", deadline_us"),
         };
         let expression = format!(
-            "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker} {deadline_set} \
+            "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker_set} {deadline_set} \
              lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk, write_id = :wid \
-             REMOVE gsi1pk, gsi1sk{deadline_remove}"
+             REMOVE gsi1pk, gsi1sk{deadline_remove}{worker_remove}"
         );
         let wid = write_id();
         let condition =

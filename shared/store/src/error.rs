@@ -15,6 +15,14 @@ pub enum StoreError {
         /// The state found, when known.
         current: Option<JobState>,
     },
+    /// The job is active, but its current attempt is not the caller's: the attempt or
+    /// worker id the caller named is not the current holder's (a late ACK, FAIL or
+    /// heartbeat of an earlier attempt, or another worker's claim).
+    #[error("not the holder: the job is active at attempt {attempt}")]
+    NotHolder {
+        /// The job's current attempt.
+        attempt: u32,
+    },
     /// An item with this key already exists.
     #[error("duplicate")]
     Duplicate,

@@ -28,8 +28,65 @@ pub struct AckRequest {
     pub id: JobId,
     /// The handler's result, if any.
     pub result: Option<Value>,
-    /// When given, the ACK is refused unless this worker holds the lease.
+    /// When given, the ACK is refused unless this worker holds the current attempt.
     pub worker_id: Option<String>,
+    /// When given, the ACK is refused unless this is the job's current attempt (the
+    /// `attempt` FETCH returned): a late ACK of an earlier attempt cannot complete a
+    /// later one, whatever worker id it carries.
+    pub attempt: Option<u32>,
+}
+
+/// What a caller names of the attempt it holds: the fence of ACK, FAIL and heartbeat.
+/// Each field given must match the job's current attempt; a caller that names nothing
+/// is fenced by the job being `active` only (the spec's ACK by job id alone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fence<'a> {
+    /// Must be the current holder's worker id (a claim without one has no holder, so
+    /// no named worker holds it).
+    pub worker_id: Option<&'a str>,
+    /// Must be the job's current attempt number.
+    pub attempt: Option<u32>,
+}
+
+impl Fence<'_> {
+    /// Whether `job`'s current attempt is the one this fence names.
+    pub(crate) fn admits(&self, job: &Job) -> bool {
+        self.worker_id
+            .is_none_or(|w| job.status.worker_id.as_deref() == Some(w))
+            && self.attempt.is_none_or(|a| job.status.attempt == a)
+    }
+
+    /// The fence as a condition to AND to a write's: ` AND worker_id = :fence_worker ...`,
+    /// with the values it names. The conditional write, not the read before it, decides.
+    pub(crate) fn condition(&self) -> (String, Vec<(&'static str, AttributeValue)>) {
+        let mut condition = String::new();
+        let mut values = Vec::new();
+        if let Some(w) = self.worker_id {
+            condition.push_str(" AND worker_id = :fence_worker");
+            values.push((":fence_worker", s(w)));
+        }
+        if let Some(a) = self.attempt {
+            condition.push_str(" AND attempt = :fence_attempt");
+            values.push((":fence_attempt", n(a)));
+        }
+        (condition, values)
+    }
+}
+
+/// The refusal of a fenced write whose condition failed on `old`: [`StoreError::NotHolder`]
+/// when the job is still active (under another attempt or holder), else `None` (the
+/// usual conflict by state applies).
+pub(crate) fn not_holder(old: Option<&Item>) -> Option<StoreError> {
+    let old = old?;
+    if item::state_of(old) != Some(JobState::Active) {
+        return None;
+    }
+    let attempt = old
+        .get("attempt")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(StoreError::NotHolder { attempt })
 }
 
 /// What FAIL did.
@@ -148,7 +205,7 @@ impl Store {
             .update_expression(
                 "SET #state = :cancelled, cancelled_from = #state, cancelled_at = :now, #ttl = :ttl, \
                  version = version + :one, write_id = :wid \
-                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until",
+                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until, worker_id",
             )
             .condition_expression(format!("#state IN ({})", placeholders.join(", ")))
             .expression_attribute_names("#state", "state")
@@ -187,7 +244,8 @@ impl Store {
             "write_id = :wid",
         ];
         let wid = write_id();
-        let mut remove = vec!["#error", "gsi2pk", "gsi2sk", "lease_until"];
+        // Out of `active`, the job has no holder.
+        let mut remove = vec!["#error", "gsi2pk", "gsi2sk", "lease_until", "worker_id"];
         let mut condition = "#state = :active".to_owned();
         let mut req = self
             .update(&ack.id)
@@ -208,10 +266,17 @@ impl Store {
             None => remove.push("#result"),
         }
         req = req.expression_attribute_names("#result", "result");
-        if let Some(worker) = &ack.worker_id {
-            // A job fetched without a worker id has no lease holder to compare.
-            condition.push_str(" AND (attribute_not_exists(worker_id) OR worker_id = :worker)");
-            req = req.expression_attribute_values(":worker", s(worker.clone()));
+        // Only the current attempt's holder completes it: what the ACK names of its
+        // attempt is part of the condition, so a claim between any read and this write
+        // cannot slip through.
+        let fence = Fence {
+            worker_id: ack.worker_id.as_deref(),
+            attempt: ack.attempt,
+        };
+        let (fenced, fence_values) = fence.condition();
+        condition.push_str(&fenced);
+        for (k, v) in fence_values {
+            req = req.expression_attribute_values(k, v);
         }
         let req = req
             .update_expression(format!(
@@ -220,8 +285,18 @@ impl Store {
                 remove.join(", ")
             ))
             .condition_expression(condition);
-        let job =
-            self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?;
+        let out = req.send().await;
+        let refused = match &out {
+            Err(e) => not_holder(old_item(e).filter(|old| old.get("write_id") != Some(&wid))),
+            Ok(_) => None,
+        };
+        let job = match (
+            self.finish_own_update(out, |old| old.get("write_id") == Some(&wid)),
+            refused,
+        ) {
+            (Err(StoreError::Conflict { .. }), Some(refused)) => return Err(refused),
+            (other, _) => other?,
+        };
         let event = Event::for_job(
             EventKind::Completed,
             &job,
@@ -238,24 +313,62 @@ impl Store {
     /// Records a failed attempt and applies the job's retry policy: `retryable` with a
     /// next attempt time, or `discarded` (into the dead letter queue when the policy says
     /// so). With `requeue`, the worker releases the job: it is available again at once.
+    /// Only the holder of the current attempt, as `fence` names it, can fail it: the
+    /// write is conditional on the version read, which every claim (and every lease
+    /// extension) moves, and on the attempt.
     pub async fn fail_job(
         &self,
         id: &JobId,
         failure: &Failure,
-        worker_id: Option<&str>,
+        fence: Fence<'_>,
         requeue: bool,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
-        let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
-        let lease_lost = match (worker_id, job.status.worker_id.as_deref()) {
-            (Some(claimed_by), Some(holder)) => claimed_by != holder,
-            _ => false,
-        };
-        if job.status.state != JobState::Active || lease_lost {
-            return Err(StoreError::Conflict {
-                current: Some(job.status.state),
-            });
+        let mut fence = fence;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
+            if job.status.state != JobState::Active {
+                return Err(StoreError::Conflict {
+                    current: Some(job.status.state),
+                });
+            }
+            if !fence.admits(&job) {
+                return Err(StoreError::NotHolder {
+                    attempt: job.status.attempt,
+                });
+            }
+            // A FAIL that found attempt n fails attempt n or nothing, even when the
+            // caller named no attempt and the job is reclaimed before a second try.
+            fence.attempt = Some(job.status.attempt);
+            match self.fail_read(&job, failure, requeue, now).await {
+                // The job moved between the read and the write while still active: a
+                // heartbeat extended it, or it was reclaimed. Read again; the fence
+                // decides on what is there now.
+                Err(StoreError::Conflict {
+                    current: Some(JobState::Active),
+                }) if tries < 3 => continue,
+                Err(StoreError::Conflict {
+                    current: Some(JobState::Active),
+                }) => {
+                    return Err(StoreError::NotHolder {
+                        attempt: job.status.attempt,
+                    })
+                }
+                other => return other,
+            }
         }
+    }
+
+    /// FAIL of `job` as read (active, and held by the caller).
+    async fn fail_read(
+        &self,
+        job: &Job,
+        failure: &Failure,
+        requeue: bool,
+        now: Timestamp,
+    ) -> Result<FailOutcome, StoreError> {
         let outcome = if requeue {
             FailureOutcome::Requeue
         } else {
@@ -269,7 +382,7 @@ impl Store {
                 FailDecision::GiveUp(exhaustion) => FailureOutcome::GiveUp(exhaustion),
             }
         };
-        let job = self.record_failure(&job, failure, outcome, now).await?;
+        let job = self.record_failure(job, failure, outcome, now).await?;
         self.release_slot(&job).await;
         Ok(FailOutcome { job })
     }

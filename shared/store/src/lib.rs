@@ -43,7 +43,7 @@ pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::EventQuery;
-pub use jobs::{AckRequest, FailOutcome};
+pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};

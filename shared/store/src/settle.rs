@@ -66,7 +66,9 @@ fn bounded_error(error: serde_json::Value) -> serde_json::Value {
 
 impl Store {
     /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
-    /// the version read) and emits the matching events.
+    /// the version and attempt read) and emits the matching events. The job leaves
+    /// `active`, so it leaves its holder too: `worker_id` is removed, and the next claim
+    /// sets its own (or none).
     pub(crate) async fn record_failure(
         &self,
         job: &Job,
@@ -77,11 +79,12 @@ impl Store {
         let error = bounded_error(failure.to_job_error(job.status.attempt, &now));
         let req = self
             .update(&job.id)
-            .condition_expression("#state = :active AND version = :version")
+            .condition_expression("#state = :active AND version = :version AND attempt = :attempt")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#error", "error")
             .expression_attribute_values(":active", s(JobState::Active.as_str()))
             .expression_attribute_values(":version", n(job.status.version))
+            .expression_attribute_values(":attempt", n(job.status.attempt))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":error", json_attr(&error));
         // The history keeps the latest MAX_KEPT_ERRORS, so a job failing without end
@@ -115,7 +118,7 @@ impl Store {
                 let req = req
                     .update_expression(format!(
                         "SET #state = :retryable, next_attempt_at = :next, retry_delay_ms = :delay, \
-                         gsi2pk = :duepk, gsi2sk = :duesk, {common} REMOVE lease_until, deadline_us"
+                         gsi2pk = :duepk, gsi2sk = :duesk, {common} REMOVE lease_until, deadline_us, worker_id"
                     ))
                     .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
                     .expression_attribute_values(":next", ts(&next))
@@ -163,7 +166,7 @@ impl Store {
                 let req = req
                     .update_expression(format!(
                         "SET #state = :discarded, completed_at = :now, discarded_at = :now, {extra}, \
-                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us"
+                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us, worker_id"
                     ))
                     .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
                     .expression_attribute_values(":now", ts(&now));

@@ -9,6 +9,7 @@ use ojs_core::{JobId, JobState};
 
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
+use crate::jobs::Fence;
 use crate::keys;
 use crate::usage::Kind;
 use crate::Store;
@@ -115,11 +116,13 @@ fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
 
 impl Store {
     /// Records a heartbeat: liveness (one UpdateItem that also returns the directive) and
-    /// a lease extension for each reported job the worker still holds.
+    /// a lease extension for each reported job whose current attempt the worker holds:
+    /// claimed under its worker id and, when the job is reported with an `attempt`, that
+    /// very attempt. A job claimed without a worker id is nobody's to extend.
     pub async fn heartbeat(
         &self,
         worker_id: &str,
-        jobs: &[JobId],
+        jobs: &[(JobId, Option<u32>)],
         reported_active: u64,
         visibility_timeout_ms: Option<u64>,
         now: Timestamp,
@@ -147,17 +150,20 @@ impl Store {
             .attributes()
             .and_then(worker_from_item)
             .map_or(Directive::Running, |w| w.directive);
-        let results = join_all(
-            jobs.iter()
-                .map(|id| self.extend_lease(id, worker_id, visibility_timeout_ms, now)),
-        )
+        let results = join_all(jobs.iter().map(|(id, attempt)| {
+            let fence = Fence {
+                worker_id: Some(worker_id),
+                attempt: *attempt,
+            };
+            self.extend_lease(id, fence, visibility_timeout_ms, now)
+        }))
         .await;
         let mut beat = Beat {
             directive,
             extended: Vec::new(),
             cancelled: Vec::new(),
         };
-        for (id, r) in jobs.iter().zip(results) {
+        for ((id, _), r) in jobs.iter().zip(results) {
             match r? {
                 Extension::Extended(requested) => {
                     beat.extended.push(*id);
@@ -175,7 +181,7 @@ impl Store {
     async fn extend_lease(
         &self,
         id: &JobId,
-        worker_id: &str,
+        fence: Fence<'_>,
         visibility_timeout_ms: Option<u64>,
         now: Timestamp,
     ) -> Result<Extension, StoreError> {
@@ -186,11 +192,7 @@ impl Store {
             return Ok(Extension::Cancelled);
         }
         let held = job.status.state == JobState::Active
-            && job
-                .status
-                .worker_id
-                .as_deref()
-                .is_none_or(|w| w == worker_id)
+            && fence.admits(&job)
             && job.status.lease_until.is_some_and(|l| l > now);
         if !held {
             return Ok(Extension::NotHeld);
@@ -200,12 +202,18 @@ impl Store {
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
         let lease = time::after_ms(now, ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
-        let out = self
+        // The fence is in the condition too, not only in the read above.
+        let (fenced, fence_values) = fence.condition();
+        let mut req = self
             .update(id)
             .update_expression(
                 "SET lease_until = :lease, gsi2sk = :duesk, version = version + :one",
             )
-            .condition_expression("#state = :active AND version = :version")
+            .condition_expression(format!("#state = :active AND version = :version{fenced}"));
+        for (k, v) in fence_values {
+            req = req.expression_attribute_values(k, v);
+        }
+        let out = req
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":active", s(JobState::Active.as_str()))
             .expression_attribute_values(":version", n(job.status.version))

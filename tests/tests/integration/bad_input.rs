@@ -371,6 +371,38 @@ fn cases(held: &str) -> Vec<Case> {
             "invalid_request",
         ),
         w(ack, json!({"job_id": unknown}), 404, "not_found"),
+        w(
+            ack,
+            json!({"job_id": held, "attempt": 0}),
+            400,
+            "invalid_request",
+        ),
+        w(
+            ack,
+            json!({"job_id": held, "attempt": "1"}),
+            400,
+            "invalid_request",
+        ),
+        // Fenced: another attempt or another worker than the holder's.
+        w(ack, json!({"job_id": held, "attempt": 9}), 409, "conflict"),
+        w(
+            ack,
+            json!({"job_id": held, "worker_id": "intruder"}),
+            409,
+            "conflict",
+        ),
+        w(
+            nack,
+            json!({"job_id": held, "attempt": 2, "error": {"message": "x"}}),
+            409,
+            "conflict",
+        ),
+        w(
+            nack,
+            json!({"job_id": held, "attempt": -1, "error": {"message": "x"}}),
+            400,
+            "invalid_request",
+        ),
         w(ack, huge_result, 413, "envelope_too_large"),
         w(ack, big_result, 413, "envelope_too_large"),
         w(
@@ -413,6 +445,18 @@ fn cases(held: &str) -> Vec<Case> {
         w(
             beat,
             json!({"worker_id": "w", "active_jobs": "x"}),
+            400,
+            "invalid_request",
+        ),
+        w(
+            beat,
+            json!({"worker_id": "w", "active_jobs": [{"job_id": held, "attempt": 1.5}]}),
+            400,
+            "invalid_request",
+        ),
+        w(
+            beat,
+            json!({"worker_id": "w", "active_jobs": [{"attempt": 1}]}),
             400,
             "invalid_request",
         ),

@@ -7,6 +7,13 @@
 //!   never get the same job.
 //! - `DELETE /cloudq/{queue}/{id}` completes a reserved job: the ACK.
 //!
+//! Reservations are fenced like OJS attempts: a reserve claims the job under the worker id
+//! [`CLOUDQ_WORKER`], and a DELETE is an ACK under that worker id. So a DELETE completes
+//! only an attempt a Cloudq reserve took, never one an OJS worker holds (named or not),
+//! and a lapsed reservation's DELETE after an OJS worker claimed the job again is `409`.
+//! (Cloudq has no reservation token: a lapsed reservation's DELETE after another Cloudq
+//! reserve took the job still completes it.)
+//!
 //! Other answers are Cloudq's `{"status": "success" | "error", "message"}` with
 //! `Content-Type: application/json`. A reserved job that is not deleted within its lease
 //! (30 s by default) becomes available again, like an OJS job whose worker died.
@@ -32,6 +39,9 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::layer::OwnContentType;
 use crate::AppState;
+
+/// The worker id a Cloudq reservation holds its attempt under.
+pub(crate) const CLOUDQ_WORKER: &str = "cloudq";
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -162,7 +172,7 @@ async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
     let req = FetchRequest {
         queues: vec![cloudq_queue(queue)?],
         count: 1,
-        worker_id: None,
+        worker_id: Some(CLOUDQ_WORKER.to_owned()),
         visibility_timeout_ms: None,
     };
     let mut outcome = app.store.fetch(&req, time::now()).await?;
@@ -202,7 +212,8 @@ async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, Api
     let ack = AckRequest {
         id: job_id,
         result: None,
-        worker_id: None,
+        worker_id: Some(CLOUDQ_WORKER.to_owned()),
+        attempt: None,
     };
     let job = app
         .store
@@ -212,6 +223,10 @@ async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, Api
             StoreError::Conflict { current } => ApiError(OjsError::conflict(format!(
                 "job {id} is {}, not reserved: only a reserved job can be deleted",
                 current.map_or("in another state", |s| s.as_str())
+            ))),
+            StoreError::NotHolder { .. } => ApiError(OjsError::conflict(format!(
+                "job {id} is not reserved by Cloudq: its reservation lapsed and an OJS worker \
+                 holds it now, or an OJS worker fetched it"
             ))),
             other => other.into(),
         })?;

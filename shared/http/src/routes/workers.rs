@@ -9,7 +9,7 @@ use axum::Router;
 use ojs_core::failure::Failure;
 use ojs_core::validate::MAX_VISIBILITY_MS;
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
-use ojs_store::{AckRequest, Directive, FetchRequest};
+use ojs_store::{AckRequest, Directive, Fence, FetchRequest};
 use serde_json::{json, Map, Value};
 
 use super::reply;
@@ -58,6 +58,25 @@ fn worker_id(body: &Map<String, Value>) -> Result<Option<String>, OjsError> {
             "worker_id must be a non-empty string of at most 256 characters",
         )
         .with_path("$.worker_id")),
+    }
+}
+
+/// The optional `attempt` a worker echoes from FETCH to fence its ACK, FAIL or heartbeat
+/// on the attempt it holds.
+fn attempt(body: &Map<String, Value>, path: &str) -> Result<Option<u32>, OjsError> {
+    match body.get("attempt") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                OjsError::invalid_request(
+                    "attempt must be the job's attempt number as FETCH returned it (an integer from 1)",
+                )
+                .with_path(path)
+            }),
     }
 }
 
@@ -151,6 +170,7 @@ async fn ack_job(
         id: job_id(&body)?,
         result: body.get("result").cloned(),
         worker_id: worker_id(&body)?,
+        attempt: attempt(&body, "$.attempt")?,
     };
     let job = app.store.ack_job(&ack, time::now()).await?;
     let view = job.to_json();
@@ -175,6 +195,10 @@ async fn fail_job(
     let id = job_id(&body)?;
     let failure = Failure::from_json(body.get("error"))?;
     let worker = worker_id(&body)?;
+    let fence = Fence {
+        worker_id: worker.as_deref(),
+        attempt: attempt(&body, "$.attempt")?,
+    };
     let requeue = match body.get("requeue") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -187,7 +211,7 @@ async fn fail_job(
     let now = time::now();
     let outcome = app
         .store
-        .fail_job(&id, &failure, worker.as_deref(), requeue, now)
+        .fail_job(&id, &failure, fence, requeue, now)
         .await?;
     let job = outcome.job;
     let view = job.to_json();
@@ -216,9 +240,13 @@ async fn fail_job(
 /// Most job ids one heartbeat may extend.
 const MAX_BEAT_JOBS: usize = 100;
 
-/// The job ids a heartbeat reports, in any of the forms SDKs send: `active_jobs` as a list
-/// of ids (or a count), `active_job_ids`, or a single `job_id`.
-fn beat_jobs(body: &Map<String, Value>) -> Result<(Vec<JobId>, u64), OjsError> {
+/// The jobs a heartbeat reports, each with the attempt it holds when the worker says:
+/// in any of the forms SDKs send, `active_jobs` as a list (or a count), `active_job_ids`,
+/// `job_ids`, or a single `job_id` (with `attempt`). A listed job is an id or an object
+/// `{"job_id" | "id": ..., "attempt": n}`.
+type BeatJobs = (Vec<(JobId, Option<u32>)>, u64);
+
+fn beat_jobs(body: &Map<String, Value>) -> Result<BeatJobs, OjsError> {
     let mut ids = Vec::new();
     let mut reported = None;
     for key in ["active_jobs", "active_job_ids", "job_ids"] {
@@ -226,12 +254,24 @@ fn beat_jobs(body: &Map<String, Value>) -> Result<(Vec<JobId>, u64), OjsError> {
             None | Some(Value::Null) => {}
             Some(Value::Number(n)) if key == "active_jobs" => reported = n.as_u64(),
             Some(Value::Array(list)) => {
-                for v in list {
-                    let raw = v.as_str().ok_or_else(|| {
-                        OjsError::invalid_request(format!("{key} must list job ids"))
-                            .with_path(&format!("$.{key}"))
-                    })?;
-                    ids.push(JobId::parse(raw).map_err(|e| e.with_path(&format!("$.{key}")))?);
+                for (i, v) in list.iter().enumerate() {
+                    let path = format!("$.{key}[{i}]");
+                    let listed = match v {
+                        Value::String(raw) => {
+                            (JobId::parse(raw).map_err(|e| e.with_path(&path))?, None)
+                        }
+                        Value::Object(o) => (
+                            job_id(o).map_err(|e| e.with_path(&format!("{path}.job_id")))?,
+                            attempt(o, &format!("{path}.attempt"))?,
+                        ),
+                        _ => {
+                            return Err(OjsError::invalid_request(format!(
+                                "{key} must list job ids or {{\"job_id\", \"attempt\"}} objects"
+                            ))
+                            .with_path(&path))
+                        }
+                    };
+                    ids.push(listed);
                 }
             }
             Some(_) => {
@@ -243,10 +283,11 @@ fn beat_jobs(body: &Map<String, Value>) -> Result<(Vec<JobId>, u64), OjsError> {
         }
     }
     if body.contains_key("job_id") {
-        ids.push(job_id(body)?);
+        ids.push((job_id(body)?, attempt(body, "$.attempt")?));
     }
-    ids.sort();
-    ids.dedup();
+    // One entry per job: the first listed (a stable sort keeps list order among equals).
+    ids.sort_by_key(|(id, _)| *id);
+    ids.dedup_by_key(|(id, _)| *id);
     if ids.len() > MAX_BEAT_JOBS {
         return Err(OjsError::invalid_request(format!(
             "at most {MAX_BEAT_JOBS} jobs per heartbeat"
@@ -368,5 +409,21 @@ mod tests {
         assert_eq!(ids.len(), 1);
         assert!(beat_jobs(&obj(json!({"active_jobs": ["nope"]}))).is_err());
         assert!(beat_jobs(&obj(json!({"active_jobs": "x"}))).is_err());
+        let (ids, n) = beat_jobs(&obj(
+            json!({"active_jobs": [{"job_id": id, "attempt": 2}], "job_ids": [{"id": id}]}),
+        ))
+        .unwrap_or_default();
+        assert_eq!((ids.len(), ids[0].1, n), (1, Some(2), 1));
+        let (ids, _) = beat_jobs(&obj(json!({"job_id": id, "attempt": 3}))).unwrap_or_default();
+        assert_eq!(ids.first().map(|j| j.1), Some(Some(3)));
+        for bad in [
+            json!({"active_jobs": [{"job_id": id, "attempt": 0}]}),
+            json!({"active_jobs": [{"job_id": id, "attempt": "2"}]}),
+            json!({"active_jobs": [{"attempt": 2}]}),
+            json!({"active_jobs": [7]}),
+            json!({"job_id": id, "attempt": -1}),
+        ] {
+            assert!(beat_jobs(&obj(bad.clone())).is_err(), "{bad}");
+        }
     }
 }

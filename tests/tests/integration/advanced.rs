@@ -739,3 +739,29 @@ async fn queue_settings_are_remembered_per_instance_for_their_ttl() -> anyhow::R
     a.teardown().await;
     Ok(())
 }
+
+/// FETCH names each queue once whatever the body repeats, and more distinct queues than
+/// the cap are a 400 naming `$.queues`, never a 503.
+#[tokio::test]
+async fn fetch_queue_lists_are_deduplicated_and_bounded() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    app.push(json!({"type": "d.job", "args": [], "options": {"queue": "dupq"}}))
+        .await?;
+    let r = app
+        .fetch(json!({"queues": ["dupq", "dupq", "other", "dupq"], "count": 5}))
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["jobs"].as_array().map(Vec::len), Some(1));
+    let many: Vec<String> = (0..=ojs_core::validate::MAX_FETCH_QUEUES)
+        .map(|i| format!("q{i}"))
+        .collect();
+    let r = app.fetch(json!({ "queues": many })).await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "invalid_request");
+    assert_eq!(
+        r.body["error"]["details"]["validation_errors"][0]["path"],
+        "$.queues"
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -14,6 +14,7 @@ mod cloudq;
 mod compat;
 mod counters;
 mod faults;
+mod hostile;
 mod iam;
 mod lambda;
 mod proto;

@@ -332,6 +332,10 @@ async fn set_directive(
             .into())
         }
     };
+    if id.is_empty() || id.len() > 256 {
+        // Longer than any worker_id a heartbeat accepts, so no such worker.
+        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
+    }
     let w = app
         .store
         .set_directive(&id, directive)

@@ -14,6 +14,7 @@ mod cloudq;
 mod compat;
 mod counters;
 mod faults;
+mod fuzz_http;
 mod hostile;
 mod iam;
 mod lambda;

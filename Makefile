@@ -4,7 +4,8 @@
 #   make test         every test, against local DynamoDB/SQS (started if needed)
 #   make fmt | lint | build
 #   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)
-#   make fuzz         10 minutes of envelope fuzzing (OJS_FUZZ_SECONDS=N); CI runs 1,000 cases
+#   make fuzz         10 minutes each of envelope, decoder and HTTP fuzzing (OJS_FUZZ_SECONDS=N);
+#                     CI runs 1,000 envelope cases and 20 s of HTTP fuzzing
 #   make bench        benchmarks (capacity, cost, throughput, cold start, CPU) -> bench/results.json
 #   make infra        validate the SAM template (and planted errors), sam build x86_64
 #   make smoke URL=https://... KEY=ojs_...   lifecycle smoke test of a deployment
@@ -44,6 +45,9 @@ stress:
 fuzz:
 	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-core --test fuzz_envelope -- --nocapture --test-threads 4
 	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-proto --test fuzz_decoder -- --nocapture
+	@bash scripts/local-aws.sh install
+	@bash scripts/local-aws.sh start
+	OJS_FUZZ_SECONDS=$${OJS_FUZZ_SECONDS:-600} cargo test -p ojs-tests --test integration fuzz_http -- --nocapture
 
 bench:
 	@bash bench/run.sh $(BENCH_ARGS)

@@ -201,7 +201,9 @@ impl CronJob {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` is a valid registration name (`[a-z0-9][a-z0-9-.]*`, at most
+/// `MAX_NAME_LEN` characters): no other name can be registered.
+pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')

@@ -39,6 +39,9 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// The request carries no valid credentials.
     Unauthenticated,
+    /// A server bug (for example a storage request the backend rejects as invalid):
+    /// retrying the same request cannot help.
+    Internal,
 }
 
 impl ErrorCode {
@@ -62,6 +65,7 @@ impl ErrorCode {
             Self::NotAcceptable => "not_acceptable",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unauthenticated => "unauthenticated",
+            Self::Internal => "internal_error",
         }
     }
 
@@ -78,7 +82,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => 415,
             Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
             Self::RateLimited => 429,
-            Self::BackendError => 500,
+            Self::BackendError | Self::Internal => 500,
             Self::Timeout => 504,
         }
     }
@@ -129,6 +133,7 @@ impl ErrorCode {
             Self::Unauthenticated => {
                 "Send 'Authorization: Bearer <API key>' with a valid, unrevoked key."
             }
+            Self::Internal => "A server bug, logged under the request_id; report it.",
         }
     }
 }

@@ -152,6 +152,13 @@ impl NewJob {
     /// Parses and validates a PUSH body. Options may come at the top level (JSON wire
     /// format) or in `options` (HTTP binding); `options` wins.
     pub fn from_json(value: Value) -> Result<Self, OjsError> {
+        Self::parse(value, false)
+    }
+
+    /// [`NewJob::from_json`], or with `stored` the lenient read-back of a stored job:
+    /// a rule added since it was written (such as the reserved `queue-limit:` rate-limit
+    /// key prefix) must not turn an existing job into a corrupt item.
+    fn parse(value: Value, stored: bool) -> Result<Self, OjsError> {
         let Value::Object(mut fields) = value else {
             return Err(OjsError::invalid_request(
                 "the job envelope must be a JSON object",
@@ -290,7 +297,12 @@ impl NewJob {
         let rate_limit = match take(&["rate_limit"]) {
             None => None,
             Some((_, v)) => {
-                Some(crate::rate_limit::RateLimitPolicy::from_json(&v, queue.as_str())?.to_json())
+                let policy = if stored {
+                    crate::rate_limit::RateLimitPolicy::from_stored(&v, queue.as_str())?
+                } else {
+                    crate::rate_limit::RateLimitPolicy::from_json(&v, queue.as_str())?
+                };
+                Some(policy.to_json())
             }
         };
         let schema = match take(&["schema"]) {
@@ -416,7 +428,7 @@ impl JobSpec {
 
     /// Reads back the form written by [`JobSpec::to_json`].
     pub fn from_stored(stored: Value) -> Result<Self, OjsError> {
-        NewJob::from_json(stored).map(|n| n.spec)
+        NewJob::parse(stored, true).map(|n| n.spec)
     }
 
     /// The execution timeout, if the job has one.
@@ -647,5 +659,17 @@ mod tests {
         let back =
             JobSpec::from_stored(Value::Object(n.spec.to_json())).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, n.spec);
+    }
+
+    #[test]
+    fn a_stored_job_with_a_since_reserved_rate_limit_key_still_reads_back() {
+        let job = json!({"type": "a", "args": [], "options": {"queue": "q",
+            "rate_limit": {"key": "queue-limit:q", "max_per_second": 1}}});
+        assert!(parse(job.clone()).is_err(), "refused at PUSH");
+        let spec = JobSpec::from_stored(job).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            spec.rate_limit.map(|r| r["key"].clone()),
+            Some(json!("queue-limit:q"))
+        );
     }
 }

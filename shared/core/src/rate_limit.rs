@@ -72,11 +72,89 @@ fn window(v: &Value, what: &str) -> Result<Window, OjsError> {
     Ok(Window { limit, period })
 }
 
+/// Key prefix of queue-level limits (`PUT /admin/queues/{name}/rate-limit`): a job's own
+/// `rate_limit.key` may not start with it, so a job's windows never share an item with
+/// its queue's.
+pub const QUEUE_LIMIT_PREFIX: &str = "queue-limit:";
+
+/// One window counter item a start must fit into, after merging the windows of every
+/// policy that map to the same item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowItem {
+    /// The policy key (the item's partition, `RL#{key}`).
+    pub key: String,
+    /// The window id (`{length µs}#{index}`, the item's sort key after `W#`).
+    pub window: String,
+    /// Starts allowed in the window: the strictest of the merged limits.
+    pub limit: u32,
+    /// Window end, epoch microseconds.
+    pub end_us: i64,
+    /// Indexes (into the policies given) of every policy counted by this item.
+    pub policies: Vec<usize>,
+}
+
+/// The window items a start at `now_us` must fit into under all of `policies`, each item
+/// once: two windows of the same key and length (a `rate` and a `throttle` of the same
+/// period, or two policies sharing a key) are the same DynamoDB item, and one
+/// TransactWriteItems may not touch an item twice. The merged item keeps the smallest
+/// limit, so the start fits every merged window.
+pub fn merged_windows(policies: &[&RateLimitPolicy], now_us: i64) -> Vec<WindowItem> {
+    let mut out: Vec<WindowItem> = Vec::new();
+    for (p, policy) in policies.iter().enumerate() {
+        for (window, limit, end_us) in policy.windows(now_us) {
+            match out
+                .iter_mut()
+                .find(|w| w.key == policy.key && w.window == window)
+            {
+                Some(w) => {
+                    w.limit = w.limit.min(limit);
+                    if !w.policies.contains(&p) {
+                        w.policies.push(p);
+                    }
+                }
+                None => out.push(WindowItem {
+                    key: policy.key.clone(),
+                    window,
+                    limit,
+                    end_us,
+                    policies: vec![p],
+                }),
+            }
+        }
+    }
+    out
+}
+
 impl RateLimitPolicy {
-    /// Parses `options.rate_limit`. Besides the spec's shape it accepts the conformance
-    /// suite's `{"max_per_second": N}` (a `rate` of N per second); without a `key` the
-    /// limit applies to the job's queue (`queue:<name>`).
+    /// Parses a job's `options.rate_limit`. Besides the spec's shape it accepts the
+    /// conformance suite's `{"max_per_second": N}` (a `rate` of N per second); without a
+    /// `key` the limit applies to the job's queue (`queue:<name>`). A key starting with
+    /// [`QUEUE_LIMIT_PREFIX`] is refused: that prefix belongs to queue-level limits.
     pub fn from_json(v: &Value, queue: &str) -> Result<Self, OjsError> {
+        if v.get("key")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.starts_with(QUEUE_LIMIT_PREFIX))
+        {
+            return Err(bad(format!(
+                "rate_limit.key may not start with {QUEUE_LIMIT_PREFIX:?} (reserved for queue-level limits)"
+            )));
+        }
+        Self::from_stored(v, queue)
+    }
+
+    /// A queue-level limit of `queue` (`PUT /admin/queues/{name}/rate-limit`): keyed
+    /// `queue-limit:<queue>` whatever the body says.
+    pub fn for_queue(v: &Value, queue: &str) -> Result<Self, OjsError> {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("key".into(), json!(format!("{QUEUE_LIMIT_PREFIX}{queue}")));
+        }
+        Self::from_stored(&v, queue)
+    }
+
+    /// Parses a policy the store wrote (a job's or a queue's), reserved key prefix
+    /// allowed.
+    pub fn from_stored(v: &Value, queue: &str) -> Result<Self, OjsError> {
         let obj = v
             .as_object()
             .ok_or_else(|| bad("rate_limit must be an object"))?;
@@ -225,5 +303,71 @@ mod tests {
         ] {
             assert!(RateLimitPolicy::from_json(&bad, "q").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn queue_limit_prefix_is_reserved() {
+        let job = json!({"key": "queue-limit:q", "max_per_second": 1});
+        assert!(RateLimitPolicy::from_json(&job, "q").is_err());
+        let queue = RateLimitPolicy::for_queue(&json!({"key": "x", "max_per_second": 1}), "q")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(queue.key, "queue-limit:q");
+        assert_eq!(
+            RateLimitPolicy::from_stored(&queue.to_json(), "q").ok(),
+            Some(queue)
+        );
+    }
+
+    #[test]
+    fn windows_of_one_item_merge_to_the_strictest() {
+        // rate 10/s and throttle 1/s: both are the 1 s window of the same key.
+        let p = RateLimitPolicy::from_json(
+            &json!({"key": "k", "rate": {"limit": 10, "period": "PT1S"},
+                    "throttle": {"limit": 1, "period": "PT1S"}}),
+            "q",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.windows(1_500_000).len(), 2, "two windows, one item");
+        let merged = merged_windows(&[&p], 1_500_000);
+        assert_eq!(
+            merged,
+            vec![WindowItem {
+                key: "k".into(),
+                window: "1000000#1".into(),
+                limit: 1,
+                end_us: 2_000_000,
+                policies: vec![0],
+            }]
+        );
+        // rate 5 per 2 s and throttle 2 per 2 s (one per second): different items.
+        let apart = RateLimitPolicy::from_json(
+            &json!({"key": "k", "rate": {"limit": 5, "period": "PT2S"},
+                    "throttle": {"limit": 2, "period": "PT2S"}}),
+            "q",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(merged_windows(&[&apart], 0).len(), 2);
+        // Two policies on one key and period (a stored job policy written before the
+        // prefix was reserved, say): one item, strictest limit, both policies counted.
+        let a = RateLimitPolicy::for_queue(&json!({"max_per_second": 3}), "q")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let b = RateLimitPolicy::from_stored(
+            &json!({"key": "queue-limit:q", "rate": {"limit": 7, "period": "PT1S"}}),
+            "q",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let merged = merged_windows(&[&a, &b, &apart], 0);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(
+            (merged[0].limit, merged[0].policies.clone()),
+            (3, vec![0, 1])
+        );
+        let mut items: Vec<(&str, &str)> = merged
+            .iter()
+            .map(|w| (w.key.as_str(), w.window.as_str()))
+            .collect();
+        items.sort_unstable();
+        items.dedup();
+        assert_eq!(items.len(), merged.len(), "each item once");
     }
 }

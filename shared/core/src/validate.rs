@@ -26,6 +26,11 @@ pub const MAX_UNIQUE_PERIOD: std::time::Duration = std::time::Duration::from_sec
 pub const MAX_LIST_OFFSET: usize = 1_000_000;
 /// Deepest accepted nesting inside `args` (an element of `args` is at depth 1).
 pub const MAX_ARGS_DEPTH: usize = 10;
+/// Most distinct queues one FETCH may name. An empty FETCH visits every queue it names,
+/// each costing a due-timer query plus a ready query per shard (up to about 5 DynamoDB
+/// calls), so the cap bounds one request's fan-out to about 125 calls; workers with more
+/// queues split them over several FETCHes.
+pub const MAX_FETCH_QUEUES: usize = 25;
 
 /// Compact JSON size of `v`.
 pub fn json_size(v: &Value) -> usize {

@@ -71,6 +71,15 @@ impl From<StoreError> for ApiError {
                     "storage is throttling requests; retry with backoff",
                 )
             }
+            StoreError::Invalid(cause) => {
+                // Not an outage: DynamoDB refused a request this server built.
+                tracing::error!(%cause, "storage rejected the request as invalid (a bug)");
+                OjsError::new(
+                    ErrorCode::Internal,
+                    "the storage backend rejected this request as invalid; this is a server \
+                     bug, logged with the request id",
+                )
+            }
             StoreError::Backend(cause) | StoreError::Corrupt(cause) => {
                 tracing::error!(%cause, "storage failure");
                 OjsError::new(

@@ -299,7 +299,7 @@ impl Store {
                         .get("rl")
                         .and_then(|v| v.as_s().ok())
                         .and_then(|raw| serde_json::from_str(raw).ok())
-                        .and_then(|v| RateLimitPolicy::from_json(&v, queue.as_str()).ok()),
+                        .and_then(|v| RateLimitPolicy::from_stored(&v, queue.as_str()).ok()),
                 })
             })
             .collect())
@@ -457,21 +457,14 @@ impl Store {
         if !full.is_empty() {
             return self.refused(c, policies, first_is_queue, &full, now).await;
         }
-        let windows: Vec<(usize, String, String, u32, i64)> = policies
-            .iter()
-            .enumerate()
-            .flat_map(|(p, policy)| {
-                policy
-                    .windows(now_us)
-                    .into_iter()
-                    .map(move |(w, limit, end)| (p, policy.key.clone(), w, limit, end))
-            })
-            .collect();
+        // Each window item once: one transaction may not touch an item twice.
+        let windows = ojs_core::rate_limit::merged_windows(policies, now_us);
         let mut tx = self
             .client
             .transact_write_items()
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for (_, key, window, limit, end_us) in &windows {
+        for w in &windows {
+            let (key, window, limit, end_us) = (&w.key, &w.window, &w.limit, &w.end_us);
             let counter = Update::builder()
                 .table_name(self.table())
                 .key("pk", s(format!("RL#{key}")))
@@ -521,7 +514,7 @@ impl Store {
                     .take(windows.len())
                     .zip(&windows)
                     .filter(|(r, _)| r.code() == Some("ConditionalCheckFailed"))
-                    .map(|(_, w)| (w.0, w.4))
+                    .flat_map(|(_, w)| w.policies.iter().map(|p| (*p, w.end_us)))
                     .collect();
                 if refused.is_empty() {
                     return Ok(Claim::Lost);

@@ -42,7 +42,7 @@ pub(crate) fn policy_of(job: &Job) -> Option<RateLimitPolicy> {
     job.spec
         .rate_limit
         .as_ref()
-        .and_then(|rl| RateLimitPolicy::from_json(rl, job.spec.queue.as_str()).ok())
+        .and_then(|rl| RateLimitPolicy::from_stored(rl, job.spec.queue.as_str()).ok())
         .filter(|p| p.concurrency.is_some())
 }
 

@@ -50,6 +50,11 @@ pub enum StoreError {
     /// Any other backend failure (network, 5xx, timeout).
     #[error("backend: {0}")]
     Backend(String),
+    /// DynamoDB rejected the request as invalid (a `ValidationException` that is not a
+    /// size limit): a bug in how the request was built, not an outage. Retrying the same
+    /// request cannot help.
+    #[error("invalid storage request: {0}")]
+    Invalid(String),
     /// An item could not be mapped back to the model.
     #[error("corrupt item: {0}")]
     Corrupt(String),
@@ -68,8 +73,13 @@ impl StoreError {
             "ProvisionedThroughputExceededException"
             | "ThrottlingException"
             | "RequestLimitExceeded" => Self::Throttled(code),
-            "ValidationException" if err.message().is_some_and(|m| m.contains("size")) => {
-                Self::TooLarge(err.message().unwrap_or_default().to_owned())
+            "ValidationException" => {
+                let message = err.message().unwrap_or_default().to_owned();
+                if is_size_limit(&message) {
+                    Self::TooLarge(message)
+                } else {
+                    Self::Invalid(message)
+                }
             }
             "" => Self::Backend(format!(
                 "{}",
@@ -78,6 +88,25 @@ impl StoreError {
             _ => Self::Backend(format!("{code}: {}", err.message().unwrap_or(""))),
         }
     }
+}
+
+/// Whether a `ValidationException` message is one of DynamoDB's size limits: an item
+/// over 400 KB, a key attribute over its limit, or a transaction over 4 MB. These, and
+/// only these, mean the request itself is too large.
+pub(crate) fn is_size_limit(message: &str) -> bool {
+    const SIZE_LIMITS: [&str; 6] = [
+        // PutItem / UpdateItem / a transaction's item.
+        "Item size has exceeded the maximum allowed size",
+        "Item size to update has exceeded the maximum allowed size",
+        // Key attributes.
+        "Size of hashkey has exceeded the maximum size limit",
+        "Aggregated size of all range keys has exceeded the size limit",
+        // TransactWriteItems as a whole.
+        "Transaction request cannot be larger than 4 MB",
+        // BatchWriteItem as a whole.
+        "Request size has exceeded the maximum allowed size",
+    ];
+    SIZE_LIMITS.iter().any(|limit| message.contains(limit))
 }
 
 /// The cancellation reason codes of a cancelled TransactWriteItems, in action order
@@ -101,4 +130,48 @@ pub(crate) fn cancellation_codes<R>(
 /// Whether an SDK error is a failed condition.
 pub(crate) fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
     err.code() == Some("ConditionalCheckFailedException")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+
+    fn validation(message: &str) -> StoreError {
+        let meta = ErrorMetadata::builder()
+            .code("ValidationException")
+            .message(message)
+            .build();
+        StoreError::from_sdk(SdkError::<GetItemError, ()>::service_error(
+            GetItemError::generic(meta),
+            (),
+        ))
+    }
+
+    #[test]
+    fn validation_exceptions_are_never_retryable_backend_errors() {
+        for too_large in [
+            "Item size has exceeded the maximum allowed size",
+            "Item size to update has exceeded the maximum allowed size",
+            "One or more parameter values were invalid: Size of hashkey has exceeded the maximum size limit of 2048 bytes",
+            "One or more parameter values were invalid: Aggregated size of all range keys has exceeded the size limit of 1024 bytes",
+            "Transaction request cannot be larger than 4 MB",
+        ] {
+            assert!(
+                matches!(validation(too_large), StoreError::TooLarge(_)),
+                "{too_large}"
+            );
+        }
+        for bug in [
+            "Transaction request cannot include multiple operations on one item",
+            "Provided list of item keys contains duplicates",
+            "Too many items requested for the BatchGetItem call",
+            // Contains "size" but is no size limit.
+            "1 validation error detected: Value at 'pageSize' failed to satisfy constraint",
+            "Invalid UpdateExpression: Syntax error",
+        ] {
+            assert!(matches!(validation(bug), StoreError::Invalid(_)), "{bug}");
+        }
+    }
 }

@@ -247,7 +247,7 @@ impl Store {
                     .get("rl")
                     .and_then(|v| v.as_s().ok())
                     .and_then(|raw| serde_json::from_str(raw).ok())
-                    .and_then(|v| RateLimitPolicy::from_json(&v, &name).ok());
+                    .and_then(|v| RateLimitPolicy::from_stored(&v, &name).ok());
                 let paused_at = i.get("paused_at").and_then(|v| v.as_s().ok()).cloned();
                 Some((
                     name,

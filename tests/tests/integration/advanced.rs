@@ -747,3 +747,99 @@ async fn queue_settings_are_remembered_per_instance_for_their_ttl() -> anyhow::R
     a.teardown().await;
     Ok(())
 }
+
+/// A `rate` and a `throttle` of the same period are one window item: the claim counts it
+/// once, under the strictest limit (one transaction may not touch an item twice; DynamoDB
+/// Local applied both updates and refused every start, AWS rejects the transaction).
+#[tokio::test]
+async fn rate_and_throttle_of_one_period_deliver_within_the_strictest_limit() -> anyhow::Result<()>
+{
+    let app = TestApp::spawn().await?;
+    let rl = json!({"key": "same-period", "rate": {"limit": 10, "period": "PT1S"},
+                    "throttle": {"limit": 1, "period": "PT1S"}});
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": "sp.job", "args": [i], "options": {"queue": "sp", "rate_limit": rl}}))
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    // One FETCH claims at one instant, in one window: one start, not ten, not none.
+    let first = app.fetch(json!({"queues": ["sp"], "count": 10})).await?;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(
+        first.body["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{:?}",
+        first.body
+    );
+    let mut started = vec![first.body["jobs"][0]["started_at"].clone()];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    while started.len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let r = app.fetch(json!({"queues": ["sp"], "count": 10})).await?;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        started.extend(
+            r.body["jobs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|j| j["started_at"].clone()),
+        );
+    }
+    assert_eq!(started.len(), 3, "every job is delivered");
+    let mut seconds = Vec::new();
+    for at in &started {
+        seconds.push(
+            chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap_or_default())?
+                .timestamp_micros()
+                .div_euclid(1_000_000),
+        );
+    }
+    seconds.dedup();
+    assert_eq!(
+        seconds.len(),
+        3,
+        "at most one start per second: {started:?}"
+    );
+    // The queue-level prefix is reserved.
+    let reserved = app
+        .push(
+            json!({"type": "sp.job", "args": [], "options": {"queue": "sp",
+            "rate_limit": {"key": "queue-limit:sp", "max_per_second": 5}}}),
+        )
+        .await?;
+    assert_eq!(reserved.status / 100, 4, "{:?}", reserved.body);
+    assert!(reserved.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("queue-limit:"));
+    app.teardown().await;
+    Ok(())
+}
+
+/// FETCH names each queue once whatever the body repeats, and more distinct queues than
+/// the cap are a 400 naming `$.queues`, never a 503.
+#[tokio::test]
+async fn fetch_queue_lists_are_deduplicated_and_bounded() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    app.push(json!({"type": "d.job", "args": [], "options": {"queue": "dupq"}}))
+        .await?;
+    let r = app
+        .fetch(json!({"queues": ["dupq", "dupq", "other", "dupq"], "count": 5}))
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["jobs"].as_array().map(Vec::len), Some(1));
+    let many: Vec<String> = (0..=ojs_core::validate::MAX_FETCH_QUEUES)
+        .map(|i| format!("q{i}"))
+        .collect();
+    let r = app.fetch(json!({ "queues": many })).await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "invalid_request");
+    assert_eq!(
+        r.body["error"]["details"]["validation_errors"][0]["path"],
+        "$.queues"
+    );
+    app.teardown().await;
+    Ok(())
+}

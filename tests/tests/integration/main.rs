@@ -15,6 +15,8 @@ mod compat;
 mod counters;
 mod faults;
 mod fencing;
+mod fuzz_http;
+mod hostile;
 mod iam;
 mod lambda;
 mod proto;

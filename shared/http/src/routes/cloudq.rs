@@ -252,7 +252,13 @@ fn answer(status: StatusCode, body: Value) -> Response {
 fn failure(err: ApiError) -> Response {
     let message = err.0.message.clone();
     let status = err.into_response().status();
-    answer(status, json!({"status": "error", "message": message}))
+    let mut res = answer(status, json!({"status": "error", "message": message}));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // As the OJS routes do: a storage outage is worth a retry, after a pause.
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    res
 }
 
 #[cfg(test)]

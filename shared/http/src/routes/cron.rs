@@ -74,6 +74,10 @@ async fn delete_cron(
     State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
+    if !ojs_core::cron_job::valid_name(&name) {
+        // Never registered, and not a key to hand to the store (it may be over its size).
+        return Err(OjsError::not_found(format!("no cron job named {name:?}")).into());
+    }
     let entry = app.store.delete_cron(&name).await.map_err(|e| match e {
         StoreError::NotFound => {
             ApiError(OjsError::not_found(format!("no cron job named {name:?}")))

@@ -212,12 +212,8 @@ async fn set_rate_limit(
     crate::extract::JsonBody(body): crate::extract::JsonBody,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
-    let mut body = body;
-    if let Some(o) = body.as_object_mut() {
-        // One partition per queue, whatever the body says.
-        o.insert("key".into(), json!(format!("queue-limit:{queue}")));
-    }
-    let policy = ojs_core::rate_limit::RateLimitPolicy::from_json(&body, queue.as_str())?;
+    // One partition per queue, whatever the body says.
+    let policy = ojs_core::rate_limit::RateLimitPolicy::for_queue(&body, queue.as_str())?;
     // A queue-wide limit is checked at claim time only; concurrency also needs every
     // release to know the limit, which only the job's own rate_limit carries.
     if policy.concurrency.is_some() || policy.on_limit == ojs_core::rate_limit::OnLimit::Reschedule

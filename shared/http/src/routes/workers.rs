@@ -7,7 +7,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::failure::Failure;
-use ojs_core::validate::MAX_VISIBILITY_MS;
+use ojs_core::validate::{MAX_FETCH_QUEUES, MAX_VISIBILITY_MS};
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
 use ojs_store::{AckRequest, Directive, Fence, FetchRequest};
 use serde_json::{json, Map, Value};
@@ -102,13 +102,29 @@ fn bounded(
 fn parse_fetch(body: Value) -> Result<FetchRequest, OjsError> {
     let body = object(body)?;
     let queues = match body.get("queues") {
-        Some(Value::Array(list)) if !list.is_empty() => list
-            .iter()
-            .map(|q| match q {
-                Value::String(s) => QueueName::parse(s).map_err(|e| e.with_path("$.queues")),
-                _ => Err(OjsError::invalid_request("queues must be strings").with_path("$.queues")),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(list)) if !list.is_empty() => {
+            // Named twice is asked once (order kept): a BatchGetItem refuses duplicate keys.
+            let mut queues: Vec<QueueName> = Vec::new();
+            for q in list {
+                let q = match q {
+                    Value::String(s) => QueueName::parse(s).map_err(|e| e.with_path("$.queues"))?,
+                    _ => {
+                        return Err(OjsError::invalid_request("queues must be strings")
+                            .with_path("$.queues"))
+                    }
+                };
+                if !queues.iter().any(|have| have.as_str() == q.as_str()) {
+                    queues.push(q);
+                }
+                if queues.len() > MAX_FETCH_QUEUES {
+                    return Err(OjsError::invalid_request(format!(
+                        "a FETCH names at most {MAX_FETCH_QUEUES} distinct queues"
+                    ))
+                    .with_path("$.queues"));
+                }
+            }
+            queues
+        }
         _ => {
             return Err(OjsError::invalid_request(
                 "queues must be a non-empty array of queue names",
@@ -357,6 +373,10 @@ async fn set_directive(
             .into())
         }
     };
+    if id.is_empty() || id.len() > 256 {
+        // Longer than any worker_id a heartbeat accepts, so no such worker.
+        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
+    }
     let w = app
         .store
         .set_directive(&id, directive)
@@ -393,6 +413,29 @@ mod tests {
         ] {
             assert!(parse_fetch(bad.clone()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn fetch_queues_deduplicated_and_bounded() {
+        let req = parse_fetch(json!({"queues": ["b", "a", "b", "a", "c"]}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = req.queues.iter().map(QueueName::as_str).collect();
+        assert_eq!(
+            names,
+            ["b", "a", "c"],
+            "named twice is asked once, order kept"
+        );
+        // Repeats do not count towards the cap; distinct names over it are a 400.
+        let at_cap: Vec<String> = (0..MAX_FETCH_QUEUES).map(|i| format!("q{i}")).collect();
+        let mut repeated = at_cap.clone();
+        repeated.extend(at_cap.iter().cloned());
+        assert!(parse_fetch(json!({ "queues": repeated })).is_ok());
+        let over: Vec<String> = (0..=MAX_FETCH_QUEUES).map(|i| format!("q{i}")).collect();
+        let err = parse_fetch(json!({ "queues": over }))
+            .err()
+            .unwrap_or_else(|| panic!("over the cap accepted"));
+        assert_eq!(err.code, ojs_core::ErrorCode::InvalidRequest);
+        assert_eq!(err.details["validation_errors"][0]["path"], "$.queues");
     }
 
     #[test]

@@ -63,7 +63,9 @@ impl Store {
             }
         }
         let page: Vec<Item> = keys.into_iter().skip(offset).take(limit).collect();
-        let jobs = self.batch_get_jobs(page).await?;
+        let mut jobs = self.batch_get_jobs(page).await?;
+        // The index may still list a job retried or deleted a moment ago.
+        jobs.retain(|j| j.status.dead_letter);
         Ok(DeadLetterPage { jobs, total })
     }
 

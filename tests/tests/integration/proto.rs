@@ -186,6 +186,7 @@ async fn batches_travel_as_batch_requests_and_delimited_streams() -> anyhow::Res
     .await?;
     assert_eq!(res.status, 201, "{}", String::from_utf8_lossy(&res.body));
     assert_eq!(json_of(&res)["jobs"].as_array().map(Vec::len), Some(3));
+    ojs_tests::after_index_lag().await;
     let fetched = app.fetch(json!({"queues": ["bq"], "count": 10})).await?;
     assert_eq!(fetched.body["jobs"].as_array().map(Vec::len), Some(6));
     app.teardown().await;

@@ -54,8 +54,14 @@ async fn list_dead_letter(
         .list_dead_letter(queue.as_ref(), limit, offset)
         .await?;
     let jobs: Vec<Value> = page.jobs.iter().map(|j| j.to_json()).collect();
-    // The total is counted before the page is read: never report fewer than were listed.
-    let total = page.total.max(offset.saturating_add(jobs.len()));
+    // The total is counted from the index before the page is read, and the index may lag:
+    // a short page ends the list, and a full one never reports fewer than it listed.
+    let listed = offset.saturating_add(jobs.len());
+    let total = if jobs.len() < limit {
+        listed
+    } else {
+        page.total.max(listed)
+    };
     Ok(reply(
         StatusCode::OK,
         json!({

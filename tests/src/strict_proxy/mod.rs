@@ -89,11 +89,19 @@ impl StrictConfig {
         }
     }
 
-    /// The default, overridden by `OJS_STRICT_SEED`, `OJS_STRICT_UNPROCESSED` (rate),
-    /// `OJS_STRICT_SHORT_PAGES` (rate), `OJS_STRICT_INDEX_LAG_MS`, `OJS_STRICT_THROTTLE`
-    /// (rate), `OJS_STRICT_THROTTLE_MS` (burst length) and `OJS_STRICT_LOG=0`.
+    /// AWS's request rules only ([`StrictConfig::rules_only`]), unless `OJS_STRICT_DDB=full`
+    /// adds the realistic behaviours of [`StrictConfig::default`] (unprocessed keys, short
+    /// pages, index lag, throttling bursts); either overridden by `OJS_STRICT_SEED`,
+    /// `OJS_STRICT_UNPROCESSED` (rate), `OJS_STRICT_SHORT_PAGES` (rate),
+    /// `OJS_STRICT_INDEX_LAG_MS`, `OJS_STRICT_THROTTLE` (rate), `OJS_STRICT_THROTTLE_MS`
+    /// (burst length) and `OJS_STRICT_LOG=0`.
     pub fn from_env() -> Self {
-        let mut c = Self::default();
+        let full = std::env::var("OJS_STRICT_DDB").is_ok_and(|v| v.trim() == "full");
+        let mut c = if full {
+            Self::default()
+        } else {
+            Self::rules_only()
+        };
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let rate = |k: &str, d: f64| {
             var(k)

@@ -41,6 +41,42 @@ struct Planned {
     keys: Vec<Item>,
 }
 
+/// Two jobs of one batch writing the same item (the same client id, or the same unique
+/// key) conflict: refused before any write, as AWS refuses a transaction naming one item
+/// twice (review #8).
+fn refuse_repeated_items(planned: &[Planned], jobs: &[Job]) -> Result<(), BatchError> {
+    let mut seen: std::collections::HashMap<(String, String), usize> = Default::default();
+    for p in planned {
+        for key in &p.keys {
+            let text = |k: &str| {
+                key.get(k)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let (pk, sk) = (text("pk"), text("sk"));
+            let is_job = sk == "JOB";
+            if let Some(first) = seen.insert((pk, sk), p.index) {
+                let source = if is_job {
+                    StoreError::Duplicate
+                } else {
+                    StoreError::UniqueConflict {
+                        existing: jobs
+                            .get(first)
+                            .map(|j| j.id.to_string())
+                            .unwrap_or_default(),
+                    }
+                };
+                return Err(BatchError::Conflict {
+                    index: p.index,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// In a rollback key of a unique lock: the job of this batch the lock was taken for.
 const LOCK_HOLDER: &str = "~holder";
 
@@ -61,6 +97,7 @@ impl Store {
         for (index, job) in jobs.iter().enumerate() {
             planned.push(self.plan(index, job)?);
         }
+        refuse_repeated_items(&planned, jobs)?;
         let mut chunks: Vec<Vec<Planned>> = vec![Vec::new()];
         let mut size = 0;
         for p in planned {

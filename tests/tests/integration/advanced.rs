@@ -843,3 +843,38 @@ async fn fetch_queue_lists_are_deduplicated_and_bounded() -> anyhow::Result<()> 
     app.teardown().await;
     Ok(())
 }
+
+/// Two jobs of one batch that would write the same item (one client id, or one unique
+/// key) are a 409 for the second before anything is written: AWS refuses a transaction
+/// that names an item twice, which would otherwise surface as a 500.
+#[tokio::test]
+async fn a_batch_naming_one_item_twice_is_a_conflict_and_writes_nothing() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let unique = json!({"type": "d.job", "args": [1], "options": {"queue": "dupq", "unique": {"keys": ["type", "args"]}}});
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": [unique.clone(), unique]})),
+        )
+        .await?;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["error"]["details"]["index"], 1, "{}", r.body);
+    let id = "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f";
+    let same_id = json!({"id": id, "type": "d.job", "args": [], "options": {"queue": "dupq"}});
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": [same_id.clone(), same_id]})),
+        )
+        .await?;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(
+        stats(&app, "dupq").await?["available"],
+        0,
+        "nothing written"
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -501,18 +501,37 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
+        match self.workflow_update(out)? {
+            Some(item) => Ok(Some(item)),
+            // Recorded already (or gone): the item as it stands.
+            None => self.read_item(wf_key(wf_id)).await,
+        }
+    }
+
+    /// The workflow item after a conditional `UpdateItem` with ALL_NEW, or `None` when its
+    /// condition failed.
+    fn workflow_update(
+        &self,
+        out: Result<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+            aws_sdk_dynamodb::error::SdkError<
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+                aws_sdk_dynamodb::config::http::HttpResponse,
+            >,
+        >,
+    ) -> Result<Option<Item>, StoreError> {
         match out {
             Ok(out) => {
                 self.usage.record(Kind::Write, out.consumed_capacity());
                 Ok(out.attributes().cloned())
             }
-            Err(e) if is_condition_failure(&e) => {
-                self.usage.record(Kind::Write, None);
-                self.read_item(wf_key(wf_id)).await
-            }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
-                Err(StoreError::from_sdk(e))
+                if is_condition_failure(&e) {
+                    Ok(None)
+                } else {
+                    Err(StoreError::from_sdk(e))
+                }
             }
         }
     }
@@ -537,17 +556,7 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(out.attributes().cloned())
-            }
-            Err(e) if is_condition_failure(&e) => Ok(None),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                Err(StoreError::from_sdk(e))
-            }
-        }
+        self.workflow_update(out)
     }
 
     /// Step `parent` of a pending step is done: its result is passed on and one

@@ -48,6 +48,8 @@ pub enum Fault {
     DropAfter,
     /// Forwarded, then no answer for longer than the SDK's attempt timeout.
     HangAfter,
+    /// No fault: forwarded and answered as is (a script's way to let a request through).
+    Pass,
 }
 
 impl Fault {
@@ -74,6 +76,7 @@ impl Fault {
             Fault::ServerErrorAfter => "500_after_write",
             Fault::DropAfter => "dropped_after_write",
             Fault::HangAfter => "timeout_after_write",
+            Fault::Pass => "none",
         }
     }
 
@@ -81,7 +84,7 @@ impl Fault {
     pub fn forwards(self) -> bool {
         matches!(
             self,
-            Fault::ServerErrorAfter | Fault::DropAfter | Fault::HangAfter
+            Fault::ServerErrorAfter | Fault::DropAfter | Fault::HangAfter | Fault::Pass
         )
     }
 }
@@ -338,6 +341,7 @@ async fn handle(
     let operation = operation_of(req.headers());
     let path = req.uri().path().to_owned();
     let (fault, hang) = choose(&shared, operation.as_deref(), &path);
+    let fault = fault.filter(|f| *f != Fault::Pass);
     {
         let mut t = lock(&shared.tally);
         t.requests += 1;

@@ -6,7 +6,9 @@
 //! fetched a job of an earlier chunk; such a job cannot be taken back and the error says so.
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
 use ojs_core::event::{Event, EventKind};
 use ojs_core::unique::UniquePolicy;
 use ojs_core::{Job, JobState};
@@ -18,6 +20,14 @@ use crate::Store;
 
 /// Items one DynamoDB transaction may hold.
 const TX_ITEMS: usize = 100;
+
+/// Bytes of items one transaction may hold: AWS allows 4 MB in all; the sizes here are
+/// upper bounds ([`item::size_bound`]), and the margin covers what they leave out.
+const TX_BYTES: usize = 4_000_000;
+
+/// Times a chunk is sent again after its transaction was cancelled for a lock whose
+/// holder turned out finished, or for a conflicting transaction.
+const CHUNK_ROUNDS: usize = 4;
 
 /// Why a batch was refused.
 #[derive(Debug, thiserror::Error)]
@@ -35,10 +45,64 @@ pub enum BatchError {
     Store(#[from] StoreError),
 }
 
+/// One job's share of a chunk: its item and, under a unique policy, its lock.
 struct Planned {
     index: usize,
-    items: Vec<TransactWriteItem>,
-    keys: Vec<Item>,
+    job_item: Item,
+    lock: Option<PlannedLock>,
+    bytes: usize,
+    /// When the job was created (a lock's period runs from then), epoch microseconds.
+    created_us: i64,
+}
+
+struct PlannedLock {
+    policy: UniquePolicy,
+    item: Item,
+    /// A finished job still named by the lock: the lock may be taken from it.
+    takeover: Option<String>,
+}
+
+impl Planned {
+    fn len(&self) -> usize {
+        1 + usize::from(self.lock.is_some())
+    }
+
+    fn key_of(item: &Item) -> (String, String) {
+        let text = |k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        (text("pk"), text("sk"))
+    }
+
+    /// The keys a rollback deletes, each with what proves the item is this batch's.
+    fn rollback_keys(&self) -> Vec<Item> {
+        let mut job = Item::new();
+        for k in ["pk", "sk"] {
+            if let Some(v) = self.job_item.get(k) {
+                job.insert(k.to_owned(), v.clone());
+            }
+        }
+        if let Some(created) = self.job_item.get("created_at") {
+            job.insert(OURS.to_owned(), created.clone());
+        }
+        let mut keys = vec![job];
+        if let Some(lock) = &self.lock {
+            let mut key = Item::new();
+            for k in ["pk", "sk"] {
+                if let Some(v) = lock.item.get(k) {
+                    key.insert(k.to_owned(), v.clone());
+                }
+            }
+            if let Some(holder) = lock.item.get("job_id") {
+                key.insert(OURS.to_owned(), holder.clone());
+            }
+            keys.push(key);
+        }
+        keys
+    }
 }
 
 /// Two jobs of one batch writing the same item (the same client id, or the same unique
@@ -47,16 +111,11 @@ struct Planned {
 fn refuse_repeated_items(planned: &[Planned], jobs: &[Job]) -> Result<(), BatchError> {
     let mut seen: std::collections::HashMap<(String, String), usize> = Default::default();
     for p in planned {
-        for key in &p.keys {
-            let text = |k: &str| {
-                key.get(k)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let (pk, sk) = (text("pk"), text("sk"));
-            let is_job = sk == "JOB";
-            if let Some(first) = seen.insert((pk, sk), p.index) {
+        let items = std::iter::once(&p.job_item).chain(p.lock.as_ref().map(|l| &l.item));
+        for item in items {
+            let key = Planned::key_of(item);
+            let is_job = key.1 == "JOB";
+            if let Some(first) = seen.insert(key, p.index) {
                 let source = if is_job {
                     StoreError::Duplicate
                 } else {
@@ -77,8 +136,39 @@ fn refuse_repeated_items(planned: &[Planned], jobs: &[Job]) -> Result<(), BatchE
     Ok(())
 }
 
-/// In a rollback key of a unique lock: the job of this batch the lock was taken for.
-const LOCK_HOLDER: &str = "~holder";
+/// Chunks of at most [`TX_ITEMS`] items and [`TX_BYTES`] bytes, in request order.
+fn chunked(planned: Vec<Planned>) -> Vec<Vec<Planned>> {
+    let mut chunks: Vec<Vec<Planned>> = vec![Vec::new()];
+    let (mut items, mut bytes) = (0, 0);
+    for p in planned {
+        let full = items + p.len() > TX_ITEMS || bytes + p.bytes > TX_BYTES;
+        if full && chunks.last().is_some_and(|c| !c.is_empty()) {
+            chunks.push(Vec::new());
+            (items, bytes) = (0, 0);
+        }
+        items += p.len();
+        bytes += p.bytes;
+        if let Some(last) = chunks.last_mut() {
+            last.push(p);
+        }
+    }
+    chunks
+}
+
+/// In a rollback key: what the item holds while it is this batch's (a job's
+/// `created_at`, a lock's `job_id`).
+const OURS: &str = "~ours";
+
+/// What became of one chunk's transaction.
+enum ChunkOutcome {
+    Written,
+    /// Refused: this job conflicts.
+    Conflict(usize, StoreError),
+    /// Failed without an answer saying whether it was applied.
+    Unknown(StoreError),
+    /// Failed, certainly not applied.
+    Failed(StoreError),
+}
 
 impl Store {
     /// Stores every job or none.
@@ -98,66 +188,23 @@ impl Store {
             planned.push(self.plan(index, job)?);
         }
         refuse_repeated_items(&planned, jobs)?;
-        let mut chunks: Vec<Vec<Planned>> = vec![Vec::new()];
-        let mut size = 0;
-        for p in planned {
-            if size + p.items.len() > TX_ITEMS {
-                chunks.push(Vec::new());
-                size = 0;
-            }
-            size += p.items.len();
-            if let Some(last) = chunks.last_mut() {
-                last.push(p);
-            }
-        }
         let mut written: Vec<Item> = Vec::new();
-        for chunk in &chunks {
-            let items: Vec<TransactWriteItem> =
-                chunk.iter().flat_map(|p| p.items.iter().cloned()).collect();
-            let out = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            match out {
-                Ok(out) => {
-                    self.usage.record(Kind::Write, out.consumed_capacity());
-                    written.extend(chunk.iter().flat_map(|p| p.keys.iter().cloned()));
+        for mut chunk in chunked(planned) {
+            let failure = match self.write_chunk(&mut chunk).await {
+                ChunkOutcome::Written => {
+                    written.extend(chunk.iter().flat_map(Planned::rollback_keys));
+                    continue;
                 }
-                Err(e) => {
-                    self.usage.record(Kind::Write, None);
-                    let conflict = match e.as_service_error() {
-                        Some(TransactWriteItemsError::TransactionCanceledException(t)) => {
-                            // Map the failed item back to its job.
-                            let mut at = 0;
-                            let mut found = None;
-                            for p in chunk {
-                                for _ in 0..p.items.len() {
-                                    if t.cancellation_reasons().get(at).and_then(|r| r.code())
-                                        == Some("ConditionalCheckFailed")
-                                    {
-                                        found = found.or(Some(p.index));
-                                    }
-                                    at += 1;
-                                }
-                            }
-                            found
-                        }
-                        _ => None,
-                    };
-                    let cause = StoreError::from_sdk(e);
-                    self.roll_back(&written).await?;
-                    return Err(match conflict {
-                        Some(index) => BatchError::Conflict {
-                            index,
-                            source: StoreError::Duplicate,
-                        },
-                        None => BatchError::Store(cause),
-                    });
+                ChunkOutcome::Unknown(e) => {
+                    // It may have landed: what it wrote is rolled back with the rest.
+                    written.extend(chunk.iter().flat_map(Planned::rollback_keys));
+                    BatchError::Store(e)
                 }
-            }
+                ChunkOutcome::Failed(e) => BatchError::Store(e),
+                ChunkOutcome::Conflict(index, source) => BatchError::Conflict { index, source },
+            };
+            self.roll_back(&written).await?;
+            return Err(failure);
         }
         let events: Vec<Event> = jobs
             .iter()
@@ -189,105 +236,205 @@ impl Store {
         Ok(())
     }
 
-    /// The transaction items of one job: the job, and its unique lock (live locks are not
-    /// taken over inside a batch: a batch with a duplicate is refused whole).
+    /// One job's items: the job, and its unique lock (a live lock is not taken over inside
+    /// a batch: a batch with a live duplicate is refused whole).
     fn plan(&self, index: usize, job: &Job) -> Result<Planned, StoreError> {
         let job_item = item::job_to_item(job, self.queue_shards());
-        let mut keys = vec![item::job_key(&job.id)];
-        let mut items = vec![TransactWriteItem::builder()
-            .put(
-                Put::builder()
-                    .table_name(self.table())
-                    .set_item(Some(job_item))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?,
-            )
-            .build()];
-        if let Some(u) = &job.spec.unique {
-            let policy = UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?;
-            let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
-            let now = job.status.created_at;
-            let mut lock = Item::from([
-                ("pk".to_owned(), s(key.clone())),
-                ("sk".to_owned(), s("UNIQ")),
-                ("job_id".to_owned(), s(job.id.to_string())),
-            ]);
-            let ttl = match policy.period {
-                Some(p) => {
-                    let until = ojs_core::time::after(now, p);
-                    lock.insert("until_us".into(), n(until.timestamp_micros()));
-                    until.timestamp() + 60
-                }
-                None => {
-                    now.timestamp() + i64::try_from(self.config.retention.as_secs()).unwrap_or(0)
-                }
-            };
-            lock.insert("ttl".into(), n(ttl));
-            items.push(
-                TransactWriteItem::builder()
-                    .put(
-                        Put::builder()
-                            .table_name(self.table())
-                            .set_item(Some(lock))
-                            .condition_expression("attribute_not_exists(pk) OR until_us < :now")
-                            .expression_attribute_values(":now", n(now.timestamp_micros()))
-                            .build()
-                            .map_err(|e| StoreError::Backend(e.to_string()))?,
-                    )
-                    .build(),
-            );
-            // The holder travels with the key: a rollback deletes the lock only while it
-            // still names this job (a `replace` PUSH may have taken it over meanwhile).
-            keys.push(Item::from([
-                ("pk".to_owned(), s(key)),
-                ("sk".to_owned(), s("UNIQ")),
-                (LOCK_HOLDER.to_owned(), s(job.id.to_string())),
-            ]));
-        }
-        Ok(Planned { index, items, keys })
+        let lock = match &job.spec.unique {
+            Some(u) => {
+                let policy =
+                    UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?;
+                let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
+                let item = crate::unique::lock_item(&key, &job.id, &policy, job.status.created_at);
+                Some(PlannedLock {
+                    policy,
+                    item,
+                    takeover: None,
+                })
+            }
+            None => None,
+        };
+        let bytes =
+            item::size_bound(&job_item) + lock.as_ref().map_or(0, |l| item::size_bound(&l.item));
+        Ok(Planned {
+            index,
+            job_item,
+            lock,
+            bytes,
+            created_us: job.status.created_at.timestamp_micros(),
+        })
     }
 
-    /// Deletes what earlier chunks wrote. A job is only deleted while untouched
-    /// (version 1); a lock only while it still names a job of this batch.
+    fn chunk_items(&self, chunk: &[Planned]) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let bad = |e: aws_sdk_dynamodb::error::BuildError| StoreError::Backend(e.to_string());
+        let mut items = Vec::with_capacity(TX_ITEMS);
+        for p in chunk {
+            let put = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(p.job_item.clone()))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(bad)?;
+            items.push(TransactWriteItem::builder().put(put).build());
+            let Some(lock) = &p.lock else { continue };
+            let mut put = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(lock.item.clone()))
+                .expression_attribute_values(":now", n(p.created_us))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            put = match &lock.takeover {
+                Some(holder) => put
+                    .condition_expression(
+                        "attribute_not_exists(pk) OR until_us < :now OR job_id = :holder",
+                    )
+                    .expression_attribute_values(":holder", s(holder.clone())),
+                None => put.condition_expression("attribute_not_exists(pk) OR until_us < :now"),
+            };
+            items.push(
+                TransactWriteItem::builder()
+                    .put(put.build().map_err(bad)?)
+                    .build(),
+            );
+        }
+        Ok(items)
+    }
+
+    /// Writes one chunk in one transaction. A lock held by a job that has finished is
+    /// taken over (review #11: the batch refused what a single PUSH accepts), and a
+    /// transaction cancelled by a concurrent one is sent again, a few times.
+    async fn write_chunk(&self, chunk: &mut [Planned]) -> ChunkOutcome {
+        for _ in 0..CHUNK_ROUNDS {
+            let items = match self.chunk_items(chunk) {
+                Ok(items) => items,
+                Err(e) => return ChunkOutcome::Failed(e),
+            };
+            let out = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let err = match out {
+                Ok(out) => {
+                    self.usage.record(Kind::Write, out.consumed_capacity());
+                    return ChunkOutcome::Written;
+                }
+                Err(e) => {
+                    self.usage.record(Kind::Write, None);
+                    e
+                }
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
+                err.as_service_error()
+            else {
+                // A definite refusal (validation, throttling after the SDK's retries) or
+                // a failure without an answer (timeout, dropped connection, 500), after
+                // which the transaction may have been applied.
+                let certain = err
+                    .as_service_error()
+                    .and_then(|e| e.meta().code())
+                    .is_some_and(|code| {
+                        matches!(
+                            code,
+                            "ValidationException"
+                                | "ProvisionedThroughputExceededException"
+                                | "ThrottlingException"
+                                | "RequestLimitExceeded"
+                                | "ResourceNotFoundException"
+                                | "IdempotentParameterMismatchException"
+                        )
+                    });
+                let e = StoreError::from_sdk(err);
+                return if certain {
+                    ChunkOutcome::Failed(e)
+                } else {
+                    ChunkOutcome::Unknown(e)
+                };
+            };
+            let reasons = t.cancellation_reasons().to_vec();
+            let mut at = 0;
+            for p in chunk.iter_mut() {
+                let job_reason = reasons.get(at).and_then(|r| r.code());
+                at += 1;
+                if job_reason == Some("ConditionalCheckFailed") {
+                    return ChunkOutcome::Conflict(p.index, StoreError::Duplicate);
+                }
+                let Some(lock) = p.lock.as_mut() else {
+                    continue;
+                };
+                let reason = reasons.get(at);
+                at += 1;
+                let Some(reason) = reason.filter(|r| r.code() == Some("ConditionalCheckFailed"))
+                else {
+                    continue;
+                };
+                let holder = reason
+                    .item()
+                    .and_then(|i| i.get("job_id"))
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                match self.live_holder(&holder, &lock.policy).await {
+                    Ok(None) => lock.takeover = Some(holder),
+                    Ok(Some(existing)) => {
+                        let existing = existing.id.to_string();
+                        return ChunkOutcome::Conflict(
+                            p.index,
+                            StoreError::UniqueConflict { existing },
+                        );
+                    }
+                    Err(e) => return ChunkOutcome::Failed(e),
+                }
+            }
+        }
+        ChunkOutcome::Failed(StoreError::Throttled(
+            "batch transaction kept conflicting with concurrent writes".into(),
+        ))
+    }
+
+    /// Deletes what was written (or may have been). A job is deleted only while it is
+    /// this batch's and untouched (its `created_at`, version 1); a lock only while it
+    /// names this batch's job. An item that is not there (a chunk whose fate was unknown
+    /// and that did not land) is no failure.
     async fn roll_back(&self, written: &[Item]) -> Result<(), StoreError> {
         let mut stuck = 0usize;
-        for chunk in written.chunks(TX_ITEMS) {
-            for key in chunk {
-                let is_job = key
-                    .get("sk")
-                    .and_then(|v| v.as_s().ok())
-                    .map(String::as_str)
-                    == Some("JOB");
-                let mut key = key.clone();
-                let holder = key.remove(LOCK_HOLDER);
-                let mut del = Delete::builder()
-                    .table_name(self.table())
-                    .set_key(Some(key));
-                if is_job {
-                    del = del
-                        .condition_expression("version = :one")
-                        .expression_attribute_values(":one", n(1));
-                } else if let Some(holder) = holder {
-                    del = del
-                        .condition_expression("job_id = :mine")
-                        .expression_attribute_values(":mine", holder);
-                }
-                let del = del
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                let out = self
-                    .client
-                    .delete_item()
-                    .table_name(del.table_name())
-                    .set_key(Some(del.key().clone()))
-                    .set_condition_expression(del.condition_expression().map(str::to_owned))
-                    .set_expression_attribute_values(del.expression_attribute_values().cloned())
-                    .send()
-                    .await;
-                if out.is_err() {
-                    stuck += 1;
-                }
+        for key in written {
+            let is_job = key
+                .get("sk")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                == Some("JOB");
+            let mut key = key.clone();
+            let ours = key.remove(OURS);
+            let mut del = self
+                .client
+                .delete_item()
+                .table_name(self.table())
+                .set_key(Some(key));
+            del = match (is_job, ours) {
+                (true, Some(created)) => del
+                    .condition_expression(
+                        "attribute_not_exists(pk) OR (version = :one AND created_at = :created)",
+                    )
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":created", created),
+                (false, Some(holder)) => del
+                    .condition_expression("attribute_not_exists(pk) OR job_id = :mine")
+                    .expression_attribute_values(":mine", holder),
+                // Every key carries its proof; without one nothing is deleted.
+                (_, None) => continue,
+            };
+            match del.send().await {
+                Ok(_) => {}
+                // A lock that names another job is not this batch's any more.
+                Err(e)
+                    if !is_job
+                        && e.as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(_) => stuck += 1,
             }
         }
         if stuck > 0 {
@@ -296,5 +443,67 @@ impl Store {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use super::*;
+
+    fn planned(index: usize, locked: bool, bytes: usize) -> Planned {
+        Planned {
+            index,
+            job_item: Item::new(),
+            lock: locked.then(|| PlannedLock {
+                policy: UniquePolicy::from_json(&serde_json::json!({}))
+                    .unwrap_or_else(|e| panic!("{}", e.message)),
+                item: Item::new(),
+                takeover: None,
+            }),
+            bytes,
+            created_us: 0,
+        }
+    }
+
+    fn shape(chunks: &[Vec<Planned>]) -> Vec<Vec<usize>> {
+        chunks
+            .iter()
+            .map(|c| c.iter().map(|p| p.index).collect())
+            .collect()
+    }
+
+    #[test]
+    fn chunks_hold_at_most_100_items_and_4_mb_in_request_order() {
+        // 150 locked jobs are 300 items: three transactions of 50 jobs.
+        let by_count = chunked((0..150).map(|i| planned(i, true, 10)).collect());
+        let lens: Vec<usize> = by_count.iter().map(Vec::len).collect();
+        assert_eq!(lens, vec![50, 50, 50]);
+        assert_eq!(shape(&by_count).concat(), (0..150).collect::<Vec<_>>());
+        // 100 jobs of 1 MB: four to a transaction would be 4 MB, over the budget.
+        let by_bytes = chunked((0..10).map(|i| planned(i, false, 1_000_000)).collect());
+        assert_eq!(
+            shape(&by_bytes),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]
+        );
+        let exact = chunked((0..5).map(|i| planned(i, false, TX_BYTES / 4)).collect());
+        assert_eq!(shape(&exact), vec![vec![0, 1, 2, 3], vec![4]]);
+        assert_eq!(shape(&chunked(Vec::new())), vec![Vec::<usize>::new()]);
+        let big = chunked(vec![planned(0, false, TX_BYTES + 1), planned(1, false, 1)]);
+        assert_eq!(shape(&big), vec![vec![0], vec![1]], "never an empty chunk");
+    }
+
+    #[test]
+    fn an_item_size_bound_is_never_below_what_dynamodb_counts() {
+        // AWS: names plus values; a string is its UTF-8 length, a number at most 21 bytes.
+        let item = Item::from([
+            ("pk".to_owned(), s("JOB#abc")),
+            ("version".to_owned(), n(12_345)),
+            ("flag".to_owned(), AttributeValue::Bool(true)),
+        ]);
+        let aws = 2 + 7 + 7 + 4 + 4 + 1; // number 12345: 3 significant-digit bytes + 1
+        assert!(item::size_bound(&item) >= aws);
+        assert!(item::size_bound(&item) <= aws + 8, "close, not wildly over");
     }
 }

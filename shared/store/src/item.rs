@@ -44,6 +44,26 @@ pub(crate) fn json(v: &Value) -> AttributeValue {
     s(v.to_string())
 }
 
+/// An upper bound of an item's size as DynamoDB counts it (attribute names plus values;
+/// a number at most its text plus one, containers 3 bytes plus 1 per element), for
+/// keeping a transaction under its 4 MB.
+pub(crate) fn size_bound(item: &Item) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) | AttributeValue::N(s) => s.len() + 1,
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::Ss(v) | AttributeValue::Ns(v) => v.iter().map(|s| s.len() + 1).sum(),
+            AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+            AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value(v)).sum::<usize>(),
+            AttributeValue::M(m) => {
+                3 + m.iter().map(|(k, v)| 1 + k.len() + value(v)).sum::<usize>()
+            }
+            _ => 1,
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
 /// The primary key of a job.
 pub(crate) fn job_key(id: &JobId) -> Item {
     HashMap::from([

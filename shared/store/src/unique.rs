@@ -29,6 +29,25 @@ pub enum PushOutcome {
     Existing(Box<Job>),
 }
 
+/// The lock item of `key` taken for `job`. A lock with a period lives until the period
+/// ends (then DynamoDB's TTL removes it); a lock without one carries no TTL: it is live
+/// while its holder is in one of the policy's states, however long that is (a TTL could
+/// remove it under a job scheduled or retrying past the retention period, review #12), and
+/// is taken over by the next identical PUSH once the holder is gone.
+pub(crate) fn lock_item(key: &str, job: &JobId, policy: &UniquePolicy, now: Timestamp) -> Item {
+    let mut lock = Item::from([
+        ("pk".to_owned(), s(key)),
+        ("sk".to_owned(), s("UNIQ")),
+        ("job_id".to_owned(), s(job.to_string())),
+    ]);
+    if let Some(p) = policy.period {
+        let until = ojs_core::time::after(now, p);
+        lock.insert("until_us".into(), n(until.timestamp_micros()));
+        lock.insert("ttl".into(), n(until.timestamp() + 60));
+    }
+    lock
+}
+
 /// Lock conflicts a PUSH resolves (stale locks, replaced holders) before giving up.
 const MAX_ROUNDS: usize = 4;
 
@@ -45,22 +64,7 @@ impl Store {
         // The job to store: the pushed one, or it rescheduled (replace_except_schedule).
         let mut stored: Option<Job> = None;
         for _ in 0..MAX_ROUNDS {
-            let mut lock = Item::from([
-                ("pk".to_owned(), s(key.clone())),
-                ("sk".to_owned(), s("UNIQ")),
-                ("job_id".to_owned(), s(job.id.to_string())),
-            ]);
-            let retention = i64::try_from(self.config.retention.as_secs()).unwrap_or(0);
-            let ttl = match policy.period {
-                Some(p) => {
-                    let until = ojs_core::time::after(now, p);
-                    lock.insert("until_us".into(), n(until.timestamp_micros()));
-                    until.timestamp() + 60
-                }
-                // The holder is gone after the retention period at the latest.
-                None => now.timestamp() + retention,
-            };
-            lock.insert("ttl".into(), n(ttl));
+            let lock = lock_item(&key, &job.id, policy, now);
             let mut put_lock = Put::builder()
                 .table_name(self.table())
                 .set_item(Some(lock))
@@ -133,14 +137,8 @@ impl Store {
                 // Cancelled for another reason (e.g. a concurrent transaction): try again.
                 continue;
             };
-            let existing = match JobId::parse(&holder) {
-                Ok(id) => self.get_job(&id).await?,
-                Err(_) => None,
-            };
-            let live = existing
-                .as_ref()
-                .filter(|j| policy.covers(j.status.state) || policy.period.is_some());
-            match (live, policy.on_conflict) {
+            let live = self.live_holder(&holder, policy).await?;
+            match (live.as_ref(), policy.on_conflict) {
                 (None, _) => takeover = Some(holder),
                 (Some(existing), OnConflict::Reject) => {
                     return Err(StoreError::UniqueConflict {
@@ -167,5 +165,20 @@ impl Store {
             }
         }
         Err(StoreError::Throttled("unique lock contention".into()))
+    }
+
+    /// The job holding a lock that failed its condition, if it still holds it: a lock with
+    /// a period is live while the period runs (its condition failed, so it does), one
+    /// without while its holder is in one of the policy's states.
+    pub(crate) async fn live_holder(
+        &self,
+        holder: &str,
+        policy: &UniquePolicy,
+    ) -> Result<Option<Job>, StoreError> {
+        let existing = match JobId::parse(holder) {
+            Ok(id) => self.get_job(&id).await?,
+            Err(_) => None,
+        };
+        Ok(existing.filter(|j| policy.covers(j.status.state) || policy.period.is_some()))
     }
 }

@@ -798,3 +798,67 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
     );
     Ok(())
 }
+
+/// A batch transaction that landed but whose answers were all lost is rolled back with the
+/// rest (review #8: it stayed, so the client's retry met `duplicate` or duplicated it), and
+/// the same batch sent again lands whole. When a later chunk's answer is lost, the
+/// earlier chunks go too.
+#[tokio::test]
+async fn a_batch_chunk_whose_answer_was_lost_is_rolled_back() -> anyhow::Result<()> {
+    let rig = rig(4).await?;
+    let app = &rig.app;
+    let ids: Vec<String> = (0..3).map(|_| new_id()).collect();
+    let jobs: Vec<Value> = ids.iter().map(|id| job(id, "lostbatch")).collect();
+    rig.proxy.script(
+        Filter::op("TransactWriteItems"),
+        &[Fault::ServerErrorAfter; 3],
+    );
+    let first = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await?;
+    assert!(backend_error(&first), "{} {:?}", first.status, first.body);
+    for id in &ids {
+        assert_eq!(rig.state(id).await?, None, "{id} was rolled back");
+    }
+    let again = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await?;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+    for id in &ids {
+        assert_eq!(rig.state(id).await?.as_deref(), Some("available"));
+    }
+    // 120 jobs are two transactions; the first lands, the second lands unanswered: both
+    // are undone.
+    let ids: Vec<String> = (0..120).map(|_| new_id()).collect();
+    let jobs: Vec<Value> = ids.iter().map(|id| job(id, "lostbatch")).collect();
+    rig.proxy.script(
+        Filter::op("TransactWriteItems"),
+        &[
+            Fault::Pass,
+            Fault::DropAfter,
+            Fault::DropAfter,
+            Fault::DropAfter,
+        ],
+    );
+    let r = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await?;
+    assert!(backend_error(&r), "{} {:?}", r.status, r.body);
+    for id in &ids {
+        assert_eq!(rig.state(id).await?, None, "{id} was rolled back");
+    }
+    rig.teardown().await;
+    Ok(())
+}

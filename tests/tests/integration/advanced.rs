@@ -977,3 +977,35 @@ async fn a_batch_takes_over_the_lock_of_a_finished_unique_job() -> anyhow::Resul
     app.teardown().await;
     Ok(())
 }
+
+/// A unique lock without a period has no TTL: it is live while its holder is, however
+/// long that is (review #12: DynamoDB's TTL removed it after the retention period under a
+/// job scheduled further ahead, and an identical PUSH was then accepted). A lock with a
+/// period expires with it.
+#[tokio::test]
+async fn unique_locks_without_a_period_never_expire_under_a_live_holder() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let far = "2099-01-01T00:00:00Z";
+    let held = json!({"type": "ttl.job", "args": [1], "options": {"queue": "ttlq",
+        "scheduled_at": far, "unique": {"keys": ["type", "args"]}}});
+    let timed = json!({"type": "ttl.job", "args": [2], "options": {"queue": "ttlq",
+        "unique": {"keys": ["type", "args"], "period": "PT1H"}}});
+    assert_eq!(app.push(held.clone()).await?.status, 201);
+    assert_eq!(app.push(timed).await?.status, 201);
+    let items = ojs_tests::fault_proxy::table_items(app.store.table()).await?;
+    let locks: Vec<_> = items
+        .iter()
+        .filter(|i| i.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str) == Some("UNIQ"))
+        .collect();
+    assert_eq!(locks.len(), 2);
+    let with_ttl = locks.iter().filter(|l| l.contains_key("ttl")).count();
+    let with_period = locks.iter().filter(|l| l.contains_key("until_us")).count();
+    assert_eq!((with_ttl, with_period), (1, 1), "{locks:?}");
+    assert!(locks
+        .iter()
+        .all(|l| l.contains_key("ttl") == l.contains_key("until_us")));
+    let again = app.push(held).await?;
+    assert_eq!(again.status, 409, "{}", again.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -6,7 +6,8 @@
 //!   below the limit) adds itself, drops ended holders and bumps `v`, conditioned on
 //!   the `v` it read, in the same transaction as the claim: two claimers racing for the
 //!   last slot cannot both win.
-//! - ACK, FAIL and CANCEL remove the job's holder entry; a heartbeat extends it.
+//! - Every transition out of `active` removes the job's holder entry; a heartbeat
+//!   extends it first.
 //! - A worker that dies never releases: its entry ends with its lease, the same moment
 //!   the job itself becomes reclaimable, so a crash holds a slot for at most one lease.
 
@@ -126,20 +127,30 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))
     }
 
-    /// Gives back `job`'s slot, if its rate limit has a concurrency limit. Best effort:
-    /// if this fails, the slot frees itself when the job's lease ends.
-    pub(crate) async fn release_slot(&self, job: &Job) {
+    /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every
+    /// transition out of `active` does (ACK, FAIL, CANCEL, and the timeout and lease-end
+    /// paths, review #17). `attempt_lease_us` is the lease of the attempt that ends, when
+    /// the job may be claimed again at once (a retry without delay): the entry is removed
+    /// only while it is that attempt's, never the next one's. Best effort: if this fails,
+    /// the slot frees itself when the lease ends.
+    pub(crate) async fn release_slot(&self, job: &Job, attempt_lease_us: Option<i64>) {
         let Some(policy) = policy_of(job) else {
             return;
         };
-        let out = self
+        let mut req = self
             .client
             .update_item()
             .table_name(self.table())
             .set_key(Some(holders_key(&policy.key)))
             .update_expression("REMOVE holders.#job")
-            .condition_expression("attribute_exists(holders.#job)")
-            .expression_attribute_names("#job", job.id.to_string())
+            .expression_attribute_names("#job", job.id.to_string());
+        req = match attempt_lease_us {
+            Some(lease) => req
+                .condition_expression("holders.#job = :lease")
+                .expression_attribute_values(":lease", n(lease)),
+            None => req.condition_expression("attribute_exists(holders.#job)"),
+        };
+        let out = req
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -154,10 +165,18 @@ impl Store {
         }
     }
 
-    /// Extends `job`'s slot to its new lease end (heartbeat).
-    pub(crate) async fn extend_slot(&self, job: &Job, lease_until: &Timestamp) {
+    /// Extends `job`'s slot to its new lease end (heartbeat), before the job's own lease
+    /// is extended: a failure here fails the heartbeat, so a job never holds its lease
+    /// longer than its slot (review #17: a slot that ended first let another job in). A
+    /// slot that ended meanwhile (dropped by a claim once its lease was over) is not
+    /// brought back.
+    pub(crate) async fn extend_slot(
+        &self,
+        job: &Job,
+        lease_until: &Timestamp,
+    ) -> Result<(), StoreError> {
         let Some(policy) = policy_of(job) else {
-            return;
+            return Ok(());
         };
         let out = self
             .client
@@ -172,10 +191,17 @@ impl Store {
             .send()
             .await;
         match out {
-            Ok(o) => self.usage.record(Kind::Write, o.consumed_capacity()),
+            Ok(o) => {
+                self.usage.record(Kind::Write, o.consumed_capacity());
+                Ok(())
+            }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
-                tracing::warn!(job_id = %job.id, error = %StoreError::from_sdk(e), "concurrency slot not extended");
+                if crate::error::is_condition_failure(&e) {
+                    tracing::warn!(job_id = %job.id, "concurrency slot already ended; the lease is extended alone");
+                    return Ok(());
+                }
+                Err(StoreError::from_sdk(e))
             }
         }
     }

@@ -230,7 +230,7 @@ impl Store {
         let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
         let event = Event::for_job(EventKind::Cancelled, &job, &now, "ojs://ojs-serverless/api");
         self.emit_and_count_one(event, &job, from).await;
-        self.release_slot(&job).await;
+        self.release_slot(&job, None).await;
         Ok(job)
     }
 
@@ -305,7 +305,7 @@ impl Store {
         );
         self.emit_and_count_one(event, &job, Some(JobState::Active))
             .await;
-        self.release_slot(&job).await;
+        self.release_slot(&job, None).await;
         self.after_terminal(&job, StepOutcome::Completed, now).await;
         Ok(job)
     }
@@ -383,7 +383,6 @@ impl Store {
             }
         };
         let job = self.record_failure(job, failure, outcome, now).await?;
-        self.release_slot(&job).await;
         Ok(FailOutcome { job })
     }
 

@@ -77,6 +77,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let error = bounded_error(failure.to_job_error(job.status.attempt, &now));
+        let wid = crate::jobs::write_id();
         let req = self
             .update(&job.id)
             .condition_expression("#state = :active AND version = :version AND attempt = :attempt")
@@ -99,7 +100,7 @@ impl Store {
                 .collect();
             (
                 req.expression_attribute_values(":errors", AttributeValue::L(history)),
-                "#error = :error, errors = :errors, version = version + :one",
+                "#error = :error, errors = :errors, version = version + :one, write_id = :wid",
             )
         } else {
             (
@@ -109,7 +110,7 @@ impl Store {
                 )
                 .expression_attribute_values(":empty", AttributeValue::L(Vec::new())),
                 "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
-                 version = version + :one",
+                 version = version + :one, write_id = :wid",
             )
         };
         let (req, events): (_, &[EventKind]) = match outcome {
@@ -173,11 +174,17 @@ impl Store {
                 (req, &[EventKind::Failed, EventKind::Discarded])
             }
         };
-        // Our own landed write, retried by the SDK, is known by the error it appended.
-        let appended = json_attr(&error);
-        let updated = self.finish_own_update(req.send().await, |old| {
-            matches!(old.get("errors"), Some(AttributeValue::L(list)) if list.contains(&appended))
-        })?;
+        // Our own landed write, retried by the SDK, is known by its write id (review #19e:
+        // by the error it appended, two settlers of one attempt in the same microsecond
+        // would both have taken the write as theirs).
+        let updated = self.finish_own_update(
+            req.expression_attribute_values(":wid", wid.clone())
+                .send()
+                .await,
+            |old| old.get("write_id") == Some(&wid),
+        )?;
+        let attempt_lease = job.status.lease_until.map(|l| l.timestamp_micros());
+        self.release_slot(job, attempt_lease).await;
         if outcome == FailureOutcome::Requeue {
             self.watch_expiry(&updated).await?;
         }

@@ -202,6 +202,7 @@ impl Store {
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
         let lease = time::after_ms(now, ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
+        self.extend_slot(&job, &lease).await?;
         // The fence is in the condition too, not only in the read above.
         let (fenced, fence_values) = fence.condition();
         let mut req = self
@@ -223,10 +224,7 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) => {
-                self.extend_slot(&job, &lease).await;
-                Ok(Extension::Extended(Directive::requested_by(&job)))
-            }
+            Ok(_) => Ok(Extension::Extended(Directive::requested_by(&job))),
             Err(StoreError::Conflict {
                 current: Some(JobState::Cancelled),
             }) => Ok(Extension::Cancelled),

@@ -1009,3 +1009,42 @@ async fn unique_locks_without_a_period_never_expire_under_a_live_holder() -> any
     app.teardown().await;
     Ok(())
 }
+
+/// A job whose execution timeout passes gives its concurrency slot back when the timeout
+/// fails it, not at the end of its lease (review #17: the slot stayed for the lease,
+/// here a minute, and the key's other jobs waited).
+#[tokio::test]
+async fn an_execution_timeout_frees_the_concurrency_slot_at_once() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let rl = json!({"key": "slow-partner", "concurrency": 1});
+    for i in 0..2 {
+        let job = json!({"type": "partner.call", "queue": "tq", "args": [i], "rate_limit": rl,
+            "timeout_ms": 300, "retry": {"max_attempts": 3, "initial_interval": "PT30S"}});
+        assert_eq!(app.push(job).await?.status, 201);
+    }
+    let fetch = json!({"queues": ["tq"], "visibility_timeout_ms": 60000});
+    let first = fetch_ids(&app, fetch.clone()).await?;
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        fetch_ids(&app, fetch.clone()).await?.len(),
+        0,
+        "the slot is held"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The FETCH settles the overdue job (timeout: retryable in 30 s) and the other job
+    // takes the slot it freed.
+    let mut second = Vec::new();
+    for _ in 0..5 {
+        second = fetch_ids(&app, fetch.clone()).await?;
+        if !second.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(second.len(), 1, "the timed-out job's slot was freed");
+    assert_ne!(second, first);
+    let info = app.info(&first[0]).await?;
+    assert_eq!(info.body["job"]["state"], "retryable", "{}", info.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -482,6 +482,7 @@ impl Store {
         for slot in slots {
             tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
         }
+        let wid = values.get(":wid").cloned();
         let claim = Update::builder()
             .table_name(self.table())
             .set_key(Some(item::job_key(&c.id)))
@@ -496,15 +497,23 @@ impl Store {
             Ok(out) => {
                 self.usage.record(Kind::Write, out.consumed_capacity());
                 // Transactions return no item: read the claimed job back.
-                let job = self.get_job(&c.id).await?.ok_or(StoreError::NotFound)?;
-                Ok(Claim::Won(Box::new(job)))
+                Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
+                    Some(job) => Claim::Won(Box::new(job)),
+                    None => Claim::Lost,
+                })
             }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
                 let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
                     e.as_service_error()
                 else {
-                    return Err(StoreError::from_sdk(e));
+                    // No answer after the SDK's retries: the claim may have landed, and
+                    // then the job is ours to deliver, not to leave to its lease.
+                    let cause = StoreError::from_sdk(e);
+                    return match self.read_back_claim(&c.id, wid.as_ref()).await {
+                        Ok(Some(job)) => Ok(Claim::Won(Box::new(job))),
+                        _ => Err(cause),
+                    };
                 };
                 // A refused window counts; a slot lost to a racing claimer (its version
                 // moved) or a job claimed by someone else is just a lost race.
@@ -523,6 +532,33 @@ impl Store {
                     .await
             }
         }
+    }
+
+    /// The job a claim transaction wrote, read back (review #19d): delivered only while
+    /// it is still active under this claim's write id (a CANCEL may come between the
+    /// transaction and the read), and the read is tried again before giving up, since a
+    /// claimed job that is not delivered loses an attempt when its lease ends.
+    async fn read_back_claim(
+        &self,
+        id: &JobId,
+        wid: Option<&aws_sdk_dynamodb::types::AttributeValue>,
+    ) -> Result<Option<Job>, StoreError> {
+        let mut last = None;
+        for pause_ms in [0, 20, 100] {
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+            match self.read_item(item::job_key(id)).await {
+                Ok(Some(item))
+                    if wid.is_some()
+                        && item.get("write_id") == wid
+                        && item::state_of(&item) == Some(JobState::Active) =>
+                {
+                    return item::job_from_item(&item).map(Some)
+                }
+                Ok(_) => return Ok(None),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(StoreError::NotFound))
     }
 
     /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)

@@ -862,3 +862,38 @@ async fn a_batch_chunk_whose_answer_was_lost_is_rolled_back() -> anyhow::Result<
     rig.teardown().await;
     Ok(())
 }
+
+/// A rate-limited claim is a transaction, which returns no item: when its answers are all
+/// lost although it landed, the claimed job is read back and delivered (review #19d: the
+/// FETCH failed and the job sat leased to nobody until its lease ended, losing an
+/// attempt).
+#[tokio::test]
+async fn a_rate_limited_claim_whose_answer_was_lost_is_still_delivered() -> anyhow::Result<()> {
+    let rig = rig(5).await?;
+    let app = &rig.app;
+    let id = new_id();
+    let mut body = job(&id, "rlamb");
+    body["options"]["rate_limit"] = json!({"key": "amb-partner", "concurrency": 1});
+    assert_eq!(app.push(body).await?.status, 201);
+    ojs_tests::after_index_lag().await;
+    rig.proxy.script(
+        Filter::op("TransactWriteItems"),
+        &[Fault::ServerErrorAfter; 3],
+    );
+    let fetched = app
+        .fetch(json!({"queues": ["rlamb"], "worker_id": "w", "visibility_timeout_ms": 60000}))
+        .await?;
+    assert_eq!(fetched.status, 200, "{:?}", fetched.body);
+    assert_eq!(
+        fetched.body["jobs"][0]["id"],
+        id.as_str(),
+        "{:?}",
+        fetched.body
+    );
+    assert_eq!(fetched.body["jobs"][0]["attempt"], 1);
+    assert_eq!(rig.proxy.scripted_left(), 0);
+    let ack = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    rig.teardown().await;
+    Ok(())
+}

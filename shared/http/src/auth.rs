@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 pub const VERIFIED_TTL: Duration = Duration::from_secs(60);
 /// How long a key found missing, revoked or wrong is refused without looking again.
 const REFUSED_TTL: Duration = Duration::from_secs(10);
-/// Most remembered keys per instance (the cache is emptied when full).
+/// Most remembered keys per instance and verdict (expired ones go first when full).
 const CACHE_CAP: usize = 10_000;
 const ID_LEN: usize = 12;
 const SECRET_LEN: usize = 64;
@@ -142,17 +142,51 @@ fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
     Ok(token.trim())
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Verdict {
-    ok: bool,
-    until: Instant,
+/// Verdicts remembered per instance, by the SHA-256 digest of the whole key. Accepted
+/// and refused keys are kept apart (review #19f): a flood of well-formed wrong keys fills
+/// and empties only the refused side, never evicting the keys of real clients (which an
+/// outsider cannot mint, so that side stays small).
+#[derive(Debug, Default)]
+struct Verdicts {
+    accepted: HashMap<[u8; 32], Instant>,
+    refused: HashMap<[u8; 32], Instant>,
+}
+
+impl Verdicts {
+    fn get(&self, digest: &[u8; 32], now: Instant) -> Option<bool> {
+        let live = |m: &HashMap<[u8; 32], Instant>| m.get(digest).is_some_and(|t| *t > now);
+        if live(&self.accepted) {
+            Some(true)
+        } else if live(&self.refused) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    fn put(&mut self, digest: [u8; 32], ok: bool, now: Instant) {
+        let (map, ttl) = if ok {
+            self.refused.remove(&digest);
+            (&mut self.accepted, VERIFIED_TTL)
+        } else {
+            self.accepted.remove(&digest);
+            (&mut self.refused, REFUSED_TTL)
+        };
+        if map.len() >= CACHE_CAP {
+            map.retain(|_, until| *until > now);
+            if map.len() >= CACHE_CAP {
+                map.clear();
+            }
+        }
+        map.insert(digest, now + ttl);
+    }
 }
 
 /// Checks API keys against the table, remembering verdicts for a short time.
 pub struct Authenticator {
     mode: AuthMode,
     store: Store,
-    verdicts: Mutex<HashMap<[u8; 32], Verdict>>,
+    verdicts: Mutex<Verdicts>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -173,7 +207,7 @@ impl Authenticator {
         Self {
             mode,
             store,
-            verdicts: Mutex::new(HashMap::new()),
+            verdicts: Mutex::new(Verdicts::default()),
         }
     }
 
@@ -219,23 +253,12 @@ impl Authenticator {
     }
 
     fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<bool> {
-        let map = self.verdicts.lock().ok()?;
-        map.get(digest).filter(|v| v.until > now).map(|v| v.ok)
+        self.verdicts.lock().ok()?.get(digest, now)
     }
 
     fn remember(&self, digest: [u8; 32], ok: bool, now: Instant) {
-        if let Ok(mut map) = self.verdicts.lock() {
-            if map.len() >= CACHE_CAP {
-                map.clear();
-            }
-            let ttl = if ok { VERIFIED_TTL } else { REFUSED_TTL };
-            map.insert(
-                digest,
-                Verdict {
-                    ok,
-                    until: now + ttl,
-                },
-            );
+        if let Ok(mut verdicts) = self.verdicts.lock() {
+            verdicts.put(digest, ok, now);
         }
     }
 }
@@ -333,5 +356,30 @@ mod tests {
         assert_eq!(AuthMode::parse(Some("api-key")), AuthMode::ApiKey);
         assert_eq!(AuthMode::parse(None), AuthMode::ApiKey);
         assert_eq!(AuthMode::parse(Some("of")), AuthMode::ApiKey);
+    }
+
+    #[test]
+    fn a_flood_of_wrong_keys_never_evicts_an_accepted_one() {
+        let mut v = Verdicts::default();
+        let now = Instant::now();
+        let good = [7u8; 32];
+        v.put(good, true, now);
+        for i in 0..(3 * CACHE_CAP as u32) {
+            let mut d = [0u8; 32];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            v.put(d, false, now);
+            assert!(v.refused.len() <= CACHE_CAP);
+        }
+        assert_eq!(v.get(&good, now), Some(true));
+        assert_eq!(v.get(&good, now + VERIFIED_TTL), None, "expires");
+        let bad = [9u8; 32];
+        v.put(bad, false, now);
+        assert_eq!(v.get(&bad, now), Some(false));
+        assert_eq!(v.get(&bad, now + REFUSED_TTL), None);
+        // A key that becomes valid (or is revoked) takes its new verdict.
+        v.put(bad, true, now);
+        assert_eq!(v.get(&bad, now), Some(true));
+        v.put(bad, false, now);
+        assert_eq!(v.get(&bad, now), Some(false));
     }
 }

@@ -2,6 +2,8 @@
 //! endpoint named by the standard AWS environment, with the timer consumer and the
 //! scheduler's sweep in process. Creates the table if it is missing.
 
+mod preflight;
+
 use anyhow::Context;
 use ojs_http::{app, AppState, Group, HttpConfig};
 use ojs_store::Store;
@@ -16,11 +18,19 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let host = std::env::var("OJS_HOST").unwrap_or_else(|_| "127.0.0.1".into());
     let port = std::env::var("OJS_PORT").unwrap_or_else(|_| "8080".into());
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    if let Some(why) = preflight::missing_aws_settings(|k| std::env::var(k).ok(), home.as_deref()) {
+        eprintln!("ojs-local: {why}");
+        std::process::exit(2);
+    }
     let mut store = Store::from_env().await;
-    store
-        .ensure_table()
-        .await
-        .with_context(|| format!("creating table {}", store.table()))?;
+    if let Err(e) = store.ensure_table().await {
+        eprintln!(
+            "ojs-local: cannot create or read table {}: {e}",
+            store.table()
+        );
+        std::process::exit(1);
+    }
     // The timer queue: the one named by OJS_TIMER_QUEUE_URL, else one created on the local
     // SQS endpoint; consumed in-process as the timer function would be on AWS.
     if store.timer().is_none() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {

@@ -65,6 +65,33 @@ impl LogSubject {
     }
 }
 
+/// Runs the handler; a panic costs this request a `500 internal_error`, not the process
+/// (release builds unwind: on Lambda an abort would kill the instance and every request
+/// in it, and the next cold start would pay for it). No input is meant to reach a panic
+/// (the HTTP fuzzer checks); this is the backstop.
+async fn run_catching_panics(next: Next, req: Request<Body>) -> Response {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(res) => res,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(panic = %what, "handler panicked; answered 500");
+            ApiError(OjsError::new(
+                ErrorCode::Internal,
+                "the server failed on this request; it is logged under the request_id",
+            ))
+            .into_response()
+        }
+    }
+}
+
 /// Paths served without an API key: discovery and liveness, which reveal no job data.
 fn is_public(method: &Method, path: &str) -> bool {
     method == Method::GET && matches!(path, "/ojs/manifest" | "/ojs/v1/health")
@@ -108,7 +135,7 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     let mut res = match negotiated {
         Err(err) => ApiError(err).into_response(),
         Ok((req, format)) => {
-            let (res, usage) = ojs_store::measured(next.run(req)).await;
+            let (res, usage) = ojs_store::measured(run_catching_panics(next, req)).await;
             ddb = usage;
             match format {
                 Format::Proto => negotiate::encode_response(res, kind).await,
@@ -246,5 +273,63 @@ pub(crate) fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &Va
         {
             headers.insert(name, v);
         }
+    }
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A handler that panics costs its request a 500 with the OJS error body; the next
+    /// request is served (the process unwinds, it does not abort).
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_internal_error_and_the_server_goes_on() {
+        let sdk = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let store = ojs_store::Store::new(
+            aws_sdk_dynamodb::Client::from_conf(sdk),
+            ojs_store::StoreConfig::for_table("unused"),
+        );
+        let state = AppState::new(store, crate::HttpConfig::default());
+        async fn boom() -> &'static str {
+            let limits: Vec<u64> = Vec::new();
+            let i = limits.len() + 3;
+            if i > 2 {
+                panic!("index {i} out of range");
+            }
+            "unreachable"
+        }
+        let router = wrap(
+            Router::new()
+                .route("/boom", get(boom))
+                .route("/ok", get(|| async { "fine" })),
+            state,
+        );
+        let req = |path: &str| {
+            Request::builder()
+                .uri(path)
+                .body(Body::empty())
+                .unwrap_or_default()
+        };
+        let res = router
+            .clone()
+            .oneshot(req("/boom"))
+            .await
+            .map_err(|e| e.to_string());
+        let res = res.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(body["error"]["code"], "internal_error", "{body}");
+        assert_eq!(body["error"]["retryable"], false);
+        let ok = router.oneshot(req("/ok")).await.map_err(|e| e.to_string());
+        assert_eq!(ok.map(|r| r.status()), Ok(StatusCode::OK));
     }
 }

@@ -157,13 +157,23 @@ impl Store {
         Ok((entry, created))
     }
 
-    /// Every registration, sorted by name.
+    /// Every registration, sorted by name. One that no longer reads (stored by an older
+    /// version under other rules, or damaged) is left out and logged, so it cannot hide
+    /// the others.
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
-        self.query_partition(keys::CRON_PK, true)
+        Ok(self
+            .query_partition(keys::CRON_PK, true)
             .await?
             .iter()
-            .map(entry_from_item)
-            .collect()
+            .filter_map(|item| match entry_from_item(item) {
+                Ok(entry) => Some(entry),
+                Err(e) => {
+                    let sk = item.get("sk").and_then(|v| v.as_s().ok());
+                    tracing::error!(registration = ?sk, error = %e, "cron registration unreadable; left out");
+                    None
+                }
+            })
+            .collect())
     }
 
     /// Removes a registration; NotFound when there is none.

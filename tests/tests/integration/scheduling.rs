@@ -366,3 +366,73 @@ async fn re_registering_a_cron_keeps_its_history_and_overlap_tracking() -> anyho
     app.teardown().await;
     Ok(())
 }
+
+/// A registration that cannot fire (here its stored document no longer parses, as after
+/// an upgrade that tightened a rule) holds up neither the other crons nor the queues in
+/// the same sweep (review #3), and does not hide the other registrations from listing.
+#[tokio::test]
+async fn a_registration_that_cannot_fire_holds_up_no_other_cron_and_no_queue() -> anyhow::Result<()>
+{
+    let app = TestApp::spawn().await?;
+    let mut next = None;
+    for name in ["aaa-broken", "zzz-fine"] {
+        let body = json!({"name": name, "expression": "* * * * *",
+            "job_template": {"type": "iso.tick", "args": [name], "options": {"queue": "iso"}}});
+        let r = app.call(Method::POST, "/ojs/v1/cron", Some(body)).await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        next = Some(
+            DateTime::parse_from_rfc3339(
+                r.body["cron"]["next_run_at"].as_str().unwrap_or_default(),
+            )?
+            .to_utc(),
+        );
+    }
+    let next = next.ok_or_else(|| anyhow::anyhow!("no next run"))?;
+    // A due job of a queue, for the sweep to promote after the crons.
+    let later = json!({"type": "iso.later", "args": [], "queue": "iso-q",
+        "scheduled_at": (ojs_core::time::now() + chrono::Duration::milliseconds(200)).to_rfc3339()});
+    assert_eq!(app.push(later).await?.status, 201);
+    let sdk = aws_config::load_from_env().await;
+    ojs_store::client_for(&sdk)
+        .update_item()
+        .table_name(app.store.table())
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("CRON".into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("C#aaa-broken".into()),
+        )
+        .update_expression("SET doc = :doc")
+        .expression_attribute_values(
+            ":doc",
+            aws_sdk_dynamodb::types::AttributeValue::S("{\"name\": 7".into()),
+        )
+        .send()
+        .await?;
+    ojs_tests::after_index_lag().await;
+    let report = app
+        .store
+        .sweep(next.max(ojs_core::time::now() + chrono::Duration::seconds(1)))
+        .await?;
+    assert_eq!(report.fired, 1, "{report:?}");
+    assert!(
+        report.moved >= 1,
+        "the queue was swept after the crons: {report:?}"
+    );
+    let jobs = queued(&app, "iso").await?;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["args"][0], "zzz-fine");
+    let listed = app.call(Method::GET, "/ojs/v1/cron", None).await?;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let names: Vec<&str> = listed.body["cron_jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["zzz-fine"], "{}", listed.body);
+    app.teardown().await;
+    Ok(())
+}

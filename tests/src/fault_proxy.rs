@@ -50,6 +50,10 @@ pub enum Fault {
     HangAfter,
     /// No fault: forwarded and answered as is (a script's way to let a request through).
     Pass,
+    /// `400 TransactionCanceledException` whose every reason is `TransactionConflict`
+    /// (another transaction held an item), not forwarded. For transactions only: not in
+    /// [`Fault::ALL`].
+    TransactionConflict,
 }
 
 impl Fault {
@@ -77,6 +81,7 @@ impl Fault {
             Fault::DropAfter => "dropped_after_write",
             Fault::HangAfter => "timeout_after_write",
             Fault::Pass => "none",
+            Fault::TransactionConflict => "transaction_conflict",
         }
     }
 
@@ -360,6 +365,7 @@ async fn handle(
         Some(Fault::Throughput) => return injected(400, "ProvisionedThroughputExceededException"),
         Some(Fault::Throttling) => return injected(400, "ThrottlingException"),
         Some(Fault::ServerError) => return injected(500, "InternalServerError"),
+        Some(Fault::TransactionConflict) => return transaction_conflict(),
         Some(Fault::Hang) => {
             tokio::time::sleep(hang).await;
             close().await;
@@ -413,6 +419,26 @@ fn injected(status: u16, code: &str) -> Response<Full<Bytes>> {
         &format!("com.amazonaws.dynamodb.v20120810#{code}"),
         &format!("injected by the fault proxy: {code}"),
     )
+}
+
+/// A transaction cancelled by a conflicting one, as DynamoDB answers it (one reason per
+/// item; the SDK reads as many as there are, and 25 covers every transaction here).
+fn transaction_conflict() -> Response<Full<Bytes>> {
+    let reasons: Vec<serde_json::Value> = (0..25)
+        .map(|_| serde_json::json!({"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}))
+        .collect();
+    let body = serde_json::json!({
+        "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]",
+        "CancellationReasons": reasons,
+    })
+    .to_string();
+    Response::builder()
+        .status(400)
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amzn-errortype", "TransactionCanceledException")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
 /// A raw DynamoDB item.

@@ -897,3 +897,47 @@ async fn a_rate_limited_claim_whose_answer_was_lost_is_still_delivered() -> anyh
     rig.teardown().await;
     Ok(())
 }
+
+/// A batch callback transaction cancelled by a conflicting transaction (not by its
+/// guard) is tried again and fires once (review #10: any cancellation was taken as
+/// "fired already" and the callback was lost).
+#[tokio::test]
+async fn a_callback_transaction_lost_to_a_conflict_is_retried_and_fires_once() -> anyhow::Result<()>
+{
+    let rig = rig(6).await?;
+    let app = &rig.app;
+    let created = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "batch", "jobs": [{"type": "cb.step", "args": [], "options": {"queue": "cbq"}}],
+                "callbacks": {"on_complete": {"type": "cb.done", "args": [], "options": {"queue": "cbq-done"}}}})),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .fetch(json!({"queues": ["cbq"], "worker_id": "w"}))
+        .await?;
+    let id = fetched.body["jobs"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!id.is_empty(), "{:?}", fetched.body);
+    rig.proxy.script(
+        Filter::op("TransactWriteItems"),
+        &[Fault::TransactionConflict, Fault::TransactionConflict],
+    );
+    let ack = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    assert_eq!(rig.proxy.scripted_left(), 0, "both conflicts were met");
+    ojs_tests::after_index_lag().await;
+    let done = app
+        .fetch(json!({"queues": ["cbq-done"], "count": 10}))
+        .await?;
+    let jobs = done.body["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 1, "{:?}", done.body);
+    assert_eq!(jobs[0]["type"], "cb.done");
+    rig.teardown().await;
+    Ok(())
+}

@@ -77,29 +77,22 @@ impl Planned {
         (text("pk"), text("sk"))
     }
 
-    /// The keys a rollback deletes, each with what proves the item is this batch's.
+    /// The keys a rollback deletes, each with what proves the item is this batch's: a
+    /// job's `created_at`, a lock's `job_id`.
     fn rollback_keys(&self) -> Vec<Item> {
-        let mut job = Item::new();
-        for k in ["pk", "sk"] {
-            if let Some(v) = self.job_item.get(k) {
-                job.insert(k.to_owned(), v.clone());
+        let proof_key = |item: &Item, proof: &str| -> Item {
+            let mut key: Item = ["pk", "sk"]
+                .into_iter()
+                .filter_map(|k| Some((k.to_owned(), item.get(k)?.clone())))
+                .collect();
+            if let Some(v) = item.get(proof) {
+                key.insert(OURS.to_owned(), v.clone());
             }
-        }
-        if let Some(created) = self.job_item.get("created_at") {
-            job.insert(OURS.to_owned(), created.clone());
-        }
-        let mut keys = vec![job];
+            key
+        };
+        let mut keys = vec![proof_key(&self.job_item, "created_at")];
         if let Some(lock) = &self.lock {
-            let mut key = Item::new();
-            for k in ["pk", "sk"] {
-                if let Some(v) = lock.item.get(k) {
-                    key.insert(k.to_owned(), v.clone());
-                }
-            }
-            if let Some(holder) = lock.item.get("job_id") {
-                key.insert(OURS.to_owned(), holder.clone());
-            }
-            keys.push(key);
+            keys.push(proof_key(&lock.item, "job_id"));
         }
         keys
     }

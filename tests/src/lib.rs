@@ -173,12 +173,14 @@ impl TestApp {
     /// request rules but adds nothing random (no unprocessed keys, short pages, lag or
     /// throttling): for tests that count DynamoDB calls exactly.
     pub async fn spawn_rules_only() -> anyhow::Result<Self> {
+        Self::spawn_behind(strict_proxy::StrictConfig::rules_only()).await
+    }
+
+    /// Like [`TestApp::spawn`], behind a strict layer of its own configured as `config`.
+    pub async fn spawn_behind(config: strict_proxy::StrictConfig) -> anyhow::Result<Self> {
         default_local_env();
-        let proxy = strict_proxy::StrictProxy::start(
-            &fault_proxy::raw_dynamodb_endpoint(),
-            strict_proxy::StrictConfig::rules_only(),
-        )
-        .await?;
+        let proxy =
+            strict_proxy::StrictProxy::start(&fault_proxy::raw_dynamodb_endpoint(), config).await?;
         let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
         let store = fault_proxy::store_through(&proxy.url, &table).await;
         store.ensure_table().await?;

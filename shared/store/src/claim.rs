@@ -54,7 +54,11 @@ struct Candidate {
 /// Outcome of one claim attempt.
 enum Claim {
     Won(Box<Job>),
+    /// Someone else claimed it after this FETCH began: a competitor.
     Lost,
+    /// The index still listed a job that had left `available` before this FETCH began
+    /// (index lag): no competitor, so the FETCH goes on in index order.
+    Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
 }
@@ -230,6 +234,7 @@ impl Store {
                 next += 1;
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
+                    Claim::Stale => lost_any = true,
                     Claim::Lost => {
                         lost_any = true;
                         // Other workers are taking this page head first: try a random one
@@ -396,6 +401,18 @@ impl Store {
                 .cloned(),
             Ok(_) => None,
         };
+        // Gone, or claimed before this FETCH began: the index entry was stale.
+        let stale = match &out {
+            Err(e) => old_item(e).is_none_or(|old| {
+                item::state_of(old) != Some(JobState::Available)
+                    && old
+                        .get("started_at")
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
+                        .is_some_and(|t| t < now)
+            }),
+            Ok(_) => false,
+        };
         // A claim that landed but whose answer was lost, retried by the SDK, is still ours
         // while the job is active under it; delivering it beats leaving it to its lease.
         let ours = |old: &Item| {
@@ -406,8 +423,9 @@ impl Store {
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
                 if let Some(old) = expired {
                     self.expire_job(&item::job_from_item(&old)?, now).await?;
+                    return Ok(Claim::Lost);
                 }
-                Ok(Claim::Lost)
+                Ok(if stale { Claim::Stale } else { Claim::Lost })
             }
             Err(e) => Err(e),
         }

@@ -1048,3 +1048,34 @@ async fn an_execution_timeout_frees_the_concurrency_slot_at_once() -> anyhow::Re
     app.teardown().await;
     Ok(())
 }
+
+/// A lone worker gets jobs in priority order even while the ready index lags: the job it
+/// claimed a moment ago still heads the index, and losing the claim on that stale entry
+/// must not send the FETCH to a random later candidate (found by the Python SDK suite
+/// under the strict layer's index lag: 10, 7, 0, 5, 1).
+#[tokio::test]
+async fn a_lone_worker_gets_priority_order_through_a_lagging_index() -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(300);
+    let app = TestApp::spawn_behind(config).await?;
+    let prios = [1, 10, 5, 0, 7, 3, 8, 2, 9, 4];
+    for p in prios {
+        let job = json!({"type": "prio.job", "args": [p], "priority": p, "queue": "lagprio"});
+        assert_eq!(app.push(job).await?.status, 201);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let mut order = Vec::new();
+    for _ in 0..prios.len() {
+        // Claimed and acknowledged within the lag: the previous jobs still show.
+        let r = app.fetch(json!({"queues": ["lagprio"]})).await?;
+        let job = &r.body["jobs"][0];
+        let Some(id) = job["id"].as_str() else { break };
+        order.push(job["args"][0].as_i64().unwrap_or(-1));
+        assert_eq!(app.ack(json!({"job_id": id})).await?.status, 200);
+    }
+    let mut want: Vec<i64> = prios.to_vec();
+    want.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(order, want);
+    app.teardown().await;
+    Ok(())
+}

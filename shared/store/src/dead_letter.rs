@@ -1,10 +1,20 @@
-//! The dead letter queue: jobs discarded with `on_exhaustion: dead_letter` carry a key in
-//! the sparse `dead` index (`DEAD`, sorted by queue, discard time, id). Listing is a Query
-//! of that index plus one BatchGetItem for the page; never a Scan.
+//! The dead letter queue: a job discarded with `on_exhaustion: dead_letter` gets an entry
+//! item in the `DEAD` partition of the table (sort key: queue, discard time, id), written
+//! in the same transaction as the job's discard and removed in the same transaction as
+//! its retry or deletion; the job item carries the same key as `dead_sk`. Listing is a
+//! strongly consistent Query of that partition plus one BatchGetItem for the page (never
+//! a Scan), so a job is listed as soon as the FAIL that dead-lettered it has answered (a
+//! GSI, as before, lags: the conformance case L1-RTR-007 lists right after the FAIL).
+//! Dead-lettering is rare, so the one partition shared by these entries stays far below
+//! a partition's 1,000 writes a second.
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    Select, TransactWriteItem, Update,
+};
 use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
@@ -12,7 +22,6 @@ use ojs_core::{Job, JobId, JobState, QueueName};
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
-use crate::schema::DEAD_INDEX;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -52,10 +61,8 @@ impl Store {
                 .await;
             let out = self.tally(Kind::Read, out)?;
             keys.extend(out.items().iter().filter_map(|i| {
-                Some(HashMap::from([
-                    ("pk".to_owned(), i.get("pk")?.clone()),
-                    ("sk".to_owned(), i.get("sk")?.clone()),
-                ]))
+                let id = JobId::parse(i.get("job_id")?.as_s().ok()?).ok()?;
+                Some(item::job_key(&id))
             }));
             start = out.last_evaluated_key().cloned();
             if start.is_none() {
@@ -64,7 +71,8 @@ impl Store {
         }
         let page: Vec<Item> = keys.into_iter().skip(offset).take(limit).collect();
         let mut jobs = self.batch_get_jobs(page).await?;
-        // The index may still list a job retried or deleted a moment ago.
+        // An entry whose job is gone or no longer dead-lettered (it cannot be, as both
+        // change in one transaction; this guards against a hand-edited table) is left out.
         jobs.retain(|j| j.status.dead_letter);
         Ok(DeadLetterPage { jobs, total })
     }
@@ -77,14 +85,102 @@ impl Store {
             .client
             .query()
             .table_name(self.table())
-            .index_name(DEAD_INDEX.name)
+            .consistent_read(true)
             .expression_attribute_values(":pk", s(keys::DEAD_PK))
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
         match queue {
             Some(q) => req
-                .key_condition_expression("gsi3pk = :pk AND begins_with(gsi3sk, :prefix)")
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
                 .expression_attribute_values(":prefix", s(format!("{q}#"))),
-            None => req.key_condition_expression("gsi3pk = :pk"),
+            None => req.key_condition_expression("pk = :pk"),
+        }
+    }
+
+    /// The transaction item writing the dead letter entry `sk` of job `id`.
+    pub(crate) fn dead_entry_put(
+        &self,
+        sk: &str,
+        id: &JobId,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(self.table())
+            .item("pk", s(keys::DEAD_PK))
+            .item("sk", s(sk))
+            .item("job_id", s(id.to_string()))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// The transaction item removing the dead letter entry `sk`.
+    fn dead_entry_delete(&self, sk: &str) -> Result<TransactWriteItem, StoreError> {
+        let delete = Delete::builder()
+            .table_name(self.table())
+            .key("pk", s(keys::DEAD_PK))
+            .key("sk", s(sk))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
+    }
+
+    /// Sends the conditional update `req` of job `id` together with `other` in one
+    /// transaction, and returns the job as written (read back: transactions return no
+    /// item). A failed condition is NotFound or Conflict as for a plain update, unless
+    /// the job already carries `wid` (the SDK retried a transaction that had landed).
+    pub(crate) async fn update_job_with(
+        &self,
+        id: &JobId,
+        req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+        other: TransactWriteItem,
+        wid: &AttributeValue,
+    ) -> Result<Job, StoreError> {
+        let input = req.as_input();
+        let update = Update::builder()
+            .table_name(self.table())
+            .set_key(input.get_key().clone())
+            .set_update_expression(input.get_update_expression().clone())
+            .set_condition_expression(input.get_condition_expression().clone())
+            .set_expression_attribute_names(input.get_expression_attribute_names().clone())
+            .set_expression_attribute_values(input.get_expression_attribute_values().clone())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let out = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .transact_items(other)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                let item = self.read_item(item::job_key(id)).await?;
+                item.as_ref()
+                    .map(item::job_from_item)
+                    .transpose()?
+                    .ok_or(StoreError::NotFound)
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
+                    e.as_service_error()
+                else {
+                    return Err(StoreError::from_sdk(e));
+                };
+                let first = t.cancellation_reasons().first();
+                if first.and_then(|r| r.code()) != Some("ConditionalCheckFailed") {
+                    return Err(StoreError::Throttled(
+                        "the transaction met a concurrent write; retry".into(),
+                    ));
+                }
+                let old = first.and_then(|r| r.item());
+                match old {
+                    Some(old) if old.get("write_id") == Some(wid) => item::job_from_item(old),
+                    _ => Err(crate::jobs::conflict_from_old(old)),
+                }
+            }
         }
     }
 
@@ -130,21 +226,26 @@ impl Store {
 
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
     pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
-        if !job.status.dead_letter {
+        let item = self
+            .read_item(item::job_key(id))
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let Some(sk) = item.get("dead_sk").and_then(|v| v.as_s().ok()).cloned() else {
             return Err(StoreError::NotFound);
-        }
-        let out = self
+        };
+        let job = item::job_from_item(&item)?;
+        let wid = crate::jobs::write_id();
+        let req = self
             .update(id)
             .update_expression(
                 "SET #state = :available, attempt = :zero, enqueued_at = :now, gsi1pk = :readypk, \
-                 gsi1sk = :readysk, version = version + :one \
-                 REMOVE gsi3pk, gsi3sk, errors, #error, #result, completed_at, discarded_at, \
+                 gsi1sk = :readysk, version = version + :one, write_id = :wid \
+                 REMOVE dead_sk, errors, #error, #result, completed_at, discarded_at, \
                  next_attempt_at, retry_delay_ms, started_at, worker_id, #ttl",
             )
-            .condition_expression(
-                "#state = :discarded AND version = :version AND attribute_exists(gsi3pk)",
-            )
+            .condition_expression("#state = :discarded AND version = :version AND dead_sk = :sk")
+            .expression_attribute_values(":sk", s(sk.clone()))
+            .expression_attribute_values(":wid", wid.clone())
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#error", "error")
             .expression_attribute_names("#result", "result")
@@ -156,10 +257,12 @@ impl Store {
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
-            .send()
-            .await;
-        let job = self.finish_update(out)?;
+            .expression_attribute_values(
+                ":readysk",
+                s(keys::ready_sk(job.spec.priority, &now, id)),
+            );
+        let entry = self.dead_entry_delete(&sk)?;
+        let job = self.update_job_with(id, req, entry, &wid).await?;
         self.watch_expiry(&job).await?;
         let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
         self.emit_and_count_one(e, &job, Some(JobState::Discarded))
@@ -167,20 +270,56 @@ impl Store {
         Ok(job)
     }
 
-    /// Permanently deletes a dead-lettered job.
+    /// Permanently deletes a dead-lettered job, and its entry with it.
     pub async fn delete_dead_letter(&self, id: &JobId) -> Result<(), StoreError> {
-        let out = self
-            .client
-            .delete_item()
+        let Some(sk) = self.dead_sk_of(id).await? else {
+            return Err(StoreError::NotFound);
+        };
+        let delete = Delete::builder()
             .table_name(self.table())
             .set_key(Some(item::job_key(id)))
-            .condition_expression("#state = :discarded AND attribute_exists(gsi3pk)")
+            .condition_expression("#state = :discarded AND dead_sk = :sk")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
+            .expression_attribute_values(":sk", s(sk.clone()))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let out = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().delete(delete).build())
+            .transact_items(self.dead_entry_delete(&sk)?)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        self.tally_existing(Kind::Write, out)?;
-        Ok(())
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                match crate::error::cancellation_codes(&e) {
+                    // Retried, deleted or changed meanwhile: no longer a dead letter.
+                    Some(codes)
+                        if codes.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
+                    {
+                        Err(StoreError::NotFound)
+                    }
+                    Some(_) => Err(StoreError::Throttled(
+                        "the transaction met a concurrent write; retry".into(),
+                    )),
+                    None => Err(StoreError::from_sdk(e)),
+                }
+            }
+        }
+    }
+
+    /// The dead letter key of job `id`, when it is dead-lettered.
+    async fn dead_sk_of(&self, id: &JobId) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .read_item(item::job_key(id))
+            .await?
+            .and_then(|i| i.get("dead_sk").and_then(|v| v.as_s().ok()).cloned()))
     }
 }

@@ -269,7 +269,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         next_attempt_at: get_ts(item, "next_attempt_at")?,
         retry_delay_ms: get_n(item, "retry_delay_ms"),
         deadline: get_n::<i64>(item, "deadline_us").and_then(time::from_micros),
-        dead_letter: item.get("gsi3pk").is_some_and(|v| v.as_s().is_ok()),
+        dead_letter: item.get("dead_sk").is_some_and(|v| v.as_s().is_ok()),
         workflow_id: get_s(item, "wf_id").map(str::to_owned),
         workflow_step: get_n(item, "wf_step"),
         workflow_callback: get_s(item, "wf_cb").map(str::to_owned),

@@ -154,7 +154,8 @@ pub(crate) fn worker_sk(worker_id: &str) -> String {
     format!("W#{worker_id}")
 }
 
-/// Partition of the dead letter index.
+/// Partition of the dead letter entries (one item per dead-lettered job, in the table
+/// itself so that listings read their writes).
 pub(crate) const DEAD_PK: &str = "DEAD";
 
 /// Dead-letter sort key: queue, discard time, id (so `?queue=` is a prefix query).

@@ -61,18 +61,8 @@ pub const DUE_INDEX: IndexDef = IndexDef {
     projection: Projection::Include(&["state"]),
 };
 
-/// Sparse index of the dead letter queue: `DEAD`, sorted by queue, discard time, id.
-pub const DEAD_INDEX: IndexDef = IndexDef {
-    name: "dead",
-    keys: KeyDef {
-        partition: "gsi3pk",
-        sort: "gsi3sk",
-    },
-    projection: Projection::KeysOnly,
-};
-
 /// Every global secondary index of the table.
-pub const INDEXES: &[IndexDef] = &[READY_INDEX, DUE_INDEX, DEAD_INDEX];
+pub const INDEXES: &[IndexDef] = &[READY_INDEX, DUE_INDEX];
 
 /// The attribute DynamoDB's TTL reads (epoch seconds) to delete expired items.
 pub const TTL_ATTRIBUTE: &str = "ttl";

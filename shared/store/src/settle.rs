@@ -151,12 +151,11 @@ impl Store {
                 // plain discards expire with the retention period.
                 let (extra, req) = match exhaustion {
                     OnExhaustion::DeadLetter => (
-                        "gsi3pk = :deadpk, gsi3sk = :deadsk",
-                        req.expression_attribute_values(":deadpk", s(keys::DEAD_PK))
-                            .expression_attribute_values(
-                                ":deadsk",
-                                s(keys::dead_sk(&job.spec.queue, &now, &job.id)),
-                            ),
+                        "dead_sk = :deadsk",
+                        req.expression_attribute_values(
+                            ":deadsk",
+                            s(keys::dead_sk(&job.spec.queue, &now, &job.id)),
+                        ),
                     ),
                     OnExhaustion::Discard => (
                         "#ttl = :ttl",
@@ -177,12 +176,19 @@ impl Store {
         // Our own landed write, retried by the SDK, is known by its write id (review #19e:
         // by the error it appended, two settlers of one attempt in the same microsecond
         // would both have taken the write as theirs).
-        let updated = self.finish_own_update(
-            req.expression_attribute_values(":wid", wid.clone())
-                .send()
-                .await,
-            |old| old.get("write_id") == Some(&wid),
-        )?;
+        let req = req.expression_attribute_values(":wid", wid.clone());
+        let updated = match outcome {
+            // The dead letter entry is written with the job, in one transaction, so the
+            // listing (a strongly consistent Query) shows the job once FAIL has answered.
+            FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => {
+                let sk = keys::dead_sk(&job.spec.queue, &now, &job.id);
+                let entry = self.dead_entry_put(&sk, &job.id)?;
+                self.update_job_with(&job.id, req, entry, &wid).await?
+            }
+            _ => {
+                self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?
+            }
+        };
         let attempt_lease = job.status.lease_until.map(|l| l.timestamp_micros());
         self.release_slot(job, attempt_lease).await;
         if outcome == FailureOutcome::Requeue {

@@ -446,3 +446,87 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
     app.teardown().await;
     Ok(())
 }
+
+/// The dead letter queue reads its writes: a job is listed the moment the FAIL that
+/// dead-lettered it has answered, and gone the moment its retry or deletion has, even
+/// while the table's indexes lag (the conformance case L1-RTR-007 lists right after the
+/// FAIL; with the listing on a GSI it failed under the strict layer's index lag).
+#[tokio::test]
+async fn the_dead_letter_queue_lists_a_job_as_soon_as_the_fail_answers() -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(500);
+    let app = TestApp::spawn_behind(config).await?;
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let job = json!({"type": "dl.now", "args": [i], "queue": "dlnow",
+            "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}});
+        let pushed = app.push(job).await?;
+        ids.push(
+            pushed.body["job"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    for id in &ids {
+        let f = app.fetch(json!({"queues": ["dlnow"]})).await?;
+        assert_eq!(f.body["jobs"][0]["id"], id.as_str(), "{}", f.body);
+        let nack = app
+            .nack(json!({"job_id": id, "error": {"message": "no"}}))
+            .await?;
+        assert_eq!(nack.body["state"], "discarded", "{}", nack.body);
+    }
+    let (now_listed, total) = dead_listed(&app).await?;
+    assert_eq!(now_listed, ids, "listed at once, oldest first");
+    assert_eq!(total, 2);
+    let retry = app
+        .call(
+            reqwest::Method::POST,
+            &format!("/ojs/v1/dead-letter/{}/retry", ids[0]),
+            None,
+        )
+        .await?;
+    assert_eq!(retry.status, 200, "{}", retry.body);
+    let delete = app
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/ojs/v1/dead-letter/{}", ids[1]),
+            None,
+        )
+        .await?;
+    assert!(matches!(delete.status, 200 | 204), "{}", delete.body);
+    let (after, total) = dead_listed(&app).await?;
+    assert!(after.is_empty(), "{after:?}");
+    assert_eq!(total, 0);
+    // A second delete or retry finds nothing.
+    let again = app
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/ojs/v1/dead-letter/{}", ids[1]),
+            None,
+        )
+        .await?;
+    assert_eq!(again.status, 404, "{}", again.body);
+    app.teardown().await;
+    Ok(())
+}
+
+/// The ids and total of the `dlnow` dead letter listing.
+async fn dead_listed(app: &TestApp) -> anyhow::Result<(Vec<String>, Value)> {
+    let r = app
+        .call(
+            reqwest::Method::GET,
+            "/ojs/v1/dead-letter?queue=dlnow",
+            None,
+        )
+        .await?;
+    anyhow::ensure!(r.status == 200, "{}", r.body);
+    let ids = r.body["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    Ok((ids, r.body["pagination"]["total"].clone()))
+}

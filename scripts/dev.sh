@@ -24,9 +24,10 @@ trap 'exit 143' TERM
 local_aws_up dev
 
 # OJS_STRICT_DDB=on make dev: DynamoDB through the tests' AWS-strict layer (AWS's request
-# rules: transaction and batch limits, item size); OJS_STRICT_DDB=full adds unprocessed
-# batches, short pages, index lag and throttling (OJS_STRICT_* knobs).
-if [[ "${OJS_STRICT_DDB:-off}" == "on" || "${OJS_STRICT_DDB:-off}" == "full" ]]; then
+# rules, plus unprocessed batches, short pages, index lag and throttling, as `make test`
+# runs; OJS_STRICT_* knobs); OJS_STRICT_DDB=rules keeps only the request rules.
+case "${OJS_STRICT_DDB:-off}" in on | full | rules) strict=1 ;; *) strict=0 ;; esac
+if [[ $strict == 1 ]]; then
     upstream="${AWS_ENDPOINT_URL_DYNAMODB:-${AWS_ENDPOINT_URL:-http://127.0.0.1:8000}}"
     listen="127.0.0.1:${OJS_STRICT_PORT:-8001}"
     cargo build --quiet -p ojs-tests --bin strict-ddb-proxy

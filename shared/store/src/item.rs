@@ -64,6 +64,31 @@ pub(crate) fn size_bound(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + value(v)).sum()
 }
 
+/// The key under which a stored error entry keeps the write id of the failure that
+/// appended it; never shown (see [`unmarked`]).
+pub(crate) const WRITE_MARK: &str = "~write";
+
+/// An error entry as shown: without its write mark.
+fn unmarked(mut error: Value) -> Value {
+    if let Value::Object(e) = &mut error {
+        e.remove(WRITE_MARK);
+    }
+    error
+}
+
+/// Whether an error entry of `item`'s history was appended by the write `wid`.
+pub(crate) fn has_error_written_by(item: &Item, wid: &AttributeValue) -> bool {
+    let Ok(wid) = wid.as_s() else { return false };
+    let mark = serde_json::json!({ WRITE_MARK: wid }).to_string();
+    let mark = mark.trim_start_matches('{').trim_end_matches('}');
+    item.get("errors")
+        .and_then(|v| v.as_l().ok())
+        .is_some_and(|list| {
+            list.iter()
+                .any(|e| e.as_s().is_ok_and(|raw| raw.contains(mark)))
+        })
+}
+
 /// The primary key of a job.
 pub(crate) fn job_key(id: &JobId) -> Item {
     HashMap::from([
@@ -239,6 +264,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
                 v.as_s()
                     .ok()
                     .and_then(|raw| serde_json::from_str(raw).ok())
+                    .map(unmarked)
                     .ok_or_else(|| corrupt("errors entry"))
             })
             .collect::<Result<Vec<Value>, _>>()?,
@@ -278,7 +304,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         worker_id: get_s(item, "worker_id").map(str::to_owned),
         lease_until: get_n::<i64>(item, "lease_until").and_then(time::from_micros),
         result: get_json(item, "result")?,
-        error: get_json(item, "error")?,
+        error: get_json(item, "error")?.map(unmarked),
         errors,
         version: get_n(item, "version").ok_or_else(|| corrupt("version"))?,
     };
@@ -361,5 +387,24 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         let item = job_to_item(&Job::enqueue(new, time::now()), 1);
         assert!(item.contains_key("gsi2pk") && !item.contains_key("gsi1pk"));
+    }
+
+    #[test]
+    fn a_failure_knows_its_own_error_entry_and_nobody_sees_the_mark() {
+        let wid = s("w1");
+        let marked = serde_json::json!({"type": "x", "message": "m", WRITE_MARK: "w1"});
+        let other = serde_json::json!({"type": "x", "message": "m", WRITE_MARK: "w2"});
+        let item = Item::from([(
+            "errors".to_owned(),
+            AttributeValue::L(vec![json(&other), json(&marked)]),
+        )]);
+        assert!(has_error_written_by(&item, &wid));
+        assert!(
+            !has_error_written_by(&item, &s("w")),
+            "a prefix is not a match"
+        );
+        assert!(!has_error_written_by(&Item::new(), &wid));
+        let shown = unmarked(marked);
+        assert_eq!(shown, serde_json::json!({"type": "x", "message": "m"}));
     }
 }

@@ -13,7 +13,7 @@ use ojs_core::{Job, JobState};
 use serde_json::json;
 
 use crate::error::StoreError;
-use crate::item::{json as json_attr, n, s, ts};
+use crate::item::{self, json as json_attr, n, s, ts};
 use crate::keys;
 use crate::Store;
 
@@ -76,8 +76,15 @@ impl Store {
         outcome: FailureOutcome,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let error = bounded_error(failure.to_job_error(job.status.attempt, &now));
         let wid = crate::jobs::write_id();
+        // The stored entry carries the write id too (read back without it): a retried
+        // write finds its own entry in the history even after later transitions have
+        // replaced `write_id` (the retry may come seconds later, after the job was
+        // retried and completed).
+        let mut error = bounded_error(failure.to_job_error(job.status.attempt, &now));
+        if let (serde_json::Value::Object(e), Ok(w)) = (&mut error, wid.as_s()) {
+            e.insert(item::WRITE_MARK.into(), w.clone().into());
+        }
         let req = self
             .update(&job.id)
             .condition_expression("#state = :active AND version = :version AND attempt = :attempt")
@@ -185,9 +192,9 @@ impl Store {
                 let entry = self.dead_entry_put(&sk, &job.id)?;
                 self.update_job_with(&job.id, req, entry, &wid).await?
             }
-            _ => {
-                self.finish_own_update(req.send().await, |old| old.get("write_id") == Some(&wid))?
-            }
+            _ => self.finish_own_update(req.send().await, |old| {
+                old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
+            })?,
         };
         let attempt_lease = job.status.lease_until.map(|l| l.timestamp_micros());
         self.release_slot(job, attempt_lease).await;

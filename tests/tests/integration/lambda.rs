@@ -112,7 +112,20 @@ fn http_reply(outcome: Outcome) -> anyhow::Result<(u16, Value, Value)> {
 async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Result<()> {
     let store = fresh_store().await?;
     let mut jobs = start("jobs", store.table(), &[]).await?;
-    let mut workers = start("workers", store.table(), &[("OJS_METRICS", "emf")]).await?;
+    // As the template configures it: a FETCH that finds nothing looks again after the
+    // index lag (here the strict layer's), so the FETCH right after the PUSH finds it.
+    let recheck = ojs_tests::strict_proxy::fetch_recheck()
+        .as_millis()
+        .to_string();
+    let mut workers = start(
+        "workers",
+        store.table(),
+        &[
+            ("OJS_METRICS", "emf"),
+            ("OJS_FETCH_RECHECK_MS", recheck.as_str()),
+        ],
+    )
+    .await?;
     let mut system = start("system", store.table(), &[]).await?;
 
     let push = json!({"type": "email.send", "queue": "lambda-q", "args": ["a@example.com"]});

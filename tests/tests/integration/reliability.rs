@@ -330,7 +330,8 @@ async fn dead_letter_queue_lists_by_queue_with_pagination_and_retries_and_delete
 /// and an idle sweep is cheap. Prints the DynamoDB calls of FAIL, a reclaim and a sweep.
 #[tokio::test]
 async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
-    let app = TestApp::spawn().await?;
+    // The DynamoDB calls are counted exactly: AWS's rules, nothing random.
+    let app = TestApp::spawn_rules_only().await?;
     let store = &app.store;
     let leased = id_of(&app.push(json!({"type": "s.job", "args": [], "options": {"queue": "sw1", "visibility_timeout_ms": 200}})).await?);
     let failing = id_of(&app.push(json!({"type": "s.job", "args": [], "options": {"queue": "sw2", "retry": {"initial_interval": "PT0.2S", "jitter": false}}})).await?);

@@ -6,16 +6,13 @@
 //! fetched a job of an earlier chunk; such a job cannot be taken back and the error says so.
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use ojs_core::event::{Event, EventKind};
 use ojs_core::unique::UniquePolicy;
 use ojs_core::{Job, JobState};
 
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
-use crate::usage::Kind;
 use crate::Store;
 
 /// Items one DynamoDB transaction may hold.
@@ -303,22 +300,9 @@ impl Store {
                 Ok(items) => items,
                 Err(e) => return ChunkOutcome::Failed(e),
             };
-            let out = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let err = match out {
-                Ok(out) => {
-                    self.usage.record(Kind::Write, out.consumed_capacity());
-                    return ChunkOutcome::Written;
-                }
-                Err(e) => {
-                    self.usage.record(Kind::Write, None);
-                    e
-                }
+            let err = match self.transact(items).await {
+                Ok(()) => return ChunkOutcome::Written,
+                Err(e) => e,
             };
             let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
                 err.as_service_error()

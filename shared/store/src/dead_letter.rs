@@ -145,17 +145,9 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let out = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(update).build())
-            .transact_items(other)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
+        let update = TransactWriteItem::builder().update(update).build();
+        match self.transact(vec![update, other]).await {
+            Ok(()) => {
                 let item = self.read_item(item::job_key(id)).await?;
                 item.as_ref()
                     .map(item::job_from_item)
@@ -163,7 +155,6 @@ impl Store {
                     .ok_or(StoreError::NotFound)
             }
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
                     e.as_service_error()
                 else {
@@ -284,21 +275,13 @@ impl Store {
             .expression_attribute_values(":sk", s(sk.clone()))
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let out = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().delete(delete).build())
-            .transact_items(self.dead_entry_delete(&sk)?)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
+        let delete = TransactWriteItem::builder().delete(delete).build();
+        match self
+            .transact(vec![delete, self.dead_entry_delete(&sk)?])
+            .await
+        {
+            Ok(()) => Ok(()),
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 match crate::error::cancellation_codes(&e) {
                     // Retried, deleted or changed meanwhile: no longer a dead letter.
                     Some(codes)

@@ -59,6 +59,37 @@ impl Store {
 }
 
 impl Store {
+    /// One transaction of `items`, its capacity recorded; the SDK's error as it is, for the
+    /// caller to read the cancellation reasons.
+    pub(crate) async fn transact(
+        &self,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<
+        (),
+        aws_sdk_dynamodb::error::SdkError<
+            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+            aws_sdk_dynamodb::config::http::HttpResponse,
+        >,
+    > {
+        let out = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                self.usage.record(Kind::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                Err(e)
+            }
+        }
+    }
+
     /// One item by key, strongly consistent (read-your-writes after PUSH, ACK, PUT...).
     pub(crate) async fn read_item(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self

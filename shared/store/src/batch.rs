@@ -482,5 +482,22 @@ mod tests {
         let aws = 2 + 7 + 7 + 4 + 4 + 1; // number 12345: 3 significant-digit bytes + 1
         assert!(item::size_bound(&item) >= aws);
         assert!(item::size_bound(&item) <= aws + 8, "close, not wildly over");
+        // Each kind of value, against the bound's own rule (each at least AWS's count:
+        // a name plus its bytes; sets, lists and maps with their overhead).
+        let one =
+            |name: &str, v: AttributeValue| item::size_bound(&Item::from([(name.to_owned(), v)]));
+        let blob = |b: &[u8]| aws_sdk_dynamodb::primitives::Blob::new(b.to_vec());
+        assert_eq!(one("b", AttributeValue::B(blob(&[0; 10]))), 1 + 10);
+        assert_eq!(
+            one("ss", AttributeValue::Ss(vec!["ab".into(), "c".into()])),
+            2 + 3 + 2
+        );
+        assert_eq!(one("ns", AttributeValue::Ns(vec!["12".into()])), 2 + 3);
+        assert_eq!(one("bs", AttributeValue::Bs(vec![blob(&[1, 2, 3])])), 2 + 3);
+        let list = AttributeValue::L(vec![s("xy"), n(5)]);
+        assert_eq!(one("l", list), 1 + 3 + (1 + 3) + (1 + 2));
+        let map = AttributeValue::M(Item::from([("k".to_owned(), s("v"))]));
+        assert_eq!(one("m", map), 1 + 3 + (1 + 1 + 2));
+        assert_eq!(one("x", AttributeValue::Null(true)), 1 + 1);
     }
 }

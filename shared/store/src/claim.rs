@@ -49,6 +49,8 @@ struct Candidate {
     timeout_ms: Option<u64>,
     /// The job's rate limit, when it has one.
     rate_limit: Option<RateLimitPolicy>,
+    /// Why the job cannot be claimed as stored (its rate limit no longer reads).
+    unreadable: Option<String>,
 }
 
 /// Outcome of one claim attempt.
@@ -223,7 +225,11 @@ impl Store {
             let mut next = 0;
             while next < candidates.len() {
                 let c = &candidates[next];
-                let outcome = match self.claim(queue, c, req, now, queue_limit, full_keys).await {
+                let claimed_as_stored = match &c.unreadable {
+                    Some(why) => Err(StoreError::Corrupt(why.clone())),
+                    None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
+                };
+                let outcome = match claimed_as_stored {
                     // A job the server can no longer read never blocks the queue.
                     Err(StoreError::Corrupt(why)) => {
                         self.set_aside(&c.id, &why).await;
@@ -295,16 +301,27 @@ impl Store {
                         .and_then(|v| v.as_n().ok())
                         .and_then(|v| v.parse().ok())
                 };
+                // A stored policy that no longer reads (rules tightened since it was
+                // stored) must not silently become "no limit" (review #19h): the job is
+                // set aside like any other item the server cannot read.
+                let (rate_limit, unreadable) = match i.get("rl").and_then(|v| v.as_s().ok()) {
+                    None => (None, None),
+                    Some(raw) => match serde_json::from_str::<serde_json::Value>(raw)
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| {
+                            RateLimitPolicy::from_stored(&v, queue.as_str()).map_err(|e| e.message)
+                        }) {
+                        Ok(p) => (Some(p), None),
+                        Err(why) => (None, Some(format!("stored rate_limit: {why}"))),
+                    },
+                };
                 Some(Candidate {
                     id: id_of(i)?,
                     ready_sk: i.get("gsi1sk")?.as_s().ok()?.clone(),
                     lease_ms: num("lease_ms"),
                     timeout_ms: num("timeout_ms"),
-                    rate_limit: i
-                        .get("rl")
-                        .and_then(|v| v.as_s().ok())
-                        .and_then(|raw| serde_json::from_str(raw).ok())
-                        .and_then(|v| RateLimitPolicy::from_stored(&v, queue.as_str()).ok()),
+                    rate_limit,
+                    unreadable,
                 })
             })
             .collect())

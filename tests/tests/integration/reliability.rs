@@ -448,6 +448,69 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
     Ok(())
 }
 
+/// A stored rate limit that no longer reads (stored under looser rules) never becomes "no
+/// limit": the job is set aside with the reason, and the queue goes on (review #19h: the
+/// claim parsed it with `.ok()` and ran the job unlimited).
+#[tokio::test]
+async fn a_job_whose_stored_rate_limit_no_longer_reads_is_set_aside_not_run_unlimited(
+) -> anyhow::Result<()> {
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    let app = TestApp::spawn().await?;
+    let limited = app
+        .push(
+            json!({"type": "rl.old", "args": [], "queue": "rlaside", "priority": 10,
+            "rate_limit": {"key": "partner", "concurrency": 1}}),
+        )
+        .await?;
+    let limited = limited.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let sdk = aws_config::load_from_env().await;
+    ojs_store::client_for(&sdk)
+        .update_item()
+        .table_name(app.store.table())
+        .key("pk", Av::S(format!("JOB#{limited}")))
+        .key("sk", Av::S("JOB".into()))
+        .update_expression("SET rl = :rl")
+        .expression_attribute_values(
+            ":rl",
+            Av::S(json!({"key": "not a valid key!", "concurrency": 1}).to_string()),
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    let normal = app
+        .push(json!({"type": "rl.normal", "args": [], "queue": "rlaside"}))
+        .await?;
+    let normal = normal.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .fetch(json!({"queues": ["rlaside"], "count": 2}))
+        .await?;
+    let ids: Vec<&str> = fetched.body["jobs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|j| j["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, vec![normal.as_str()], "{}", fetched.body);
+    let items = ojs_tests::fault_proxy::table_items(app.store.table()).await?;
+    let aside = items
+        .iter()
+        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&format!("JOB#{limited}")))
+        .ok_or_else(|| anyhow::anyhow!("the job is gone"))?;
+    let why = aside
+        .get("set_aside")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    assert!(why.contains("rate_limit"), "{why}");
+    app.teardown().await;
+    Ok(())
+}
+
 /// The dead letter queue reads its writes: a job is listed the moment the FAIL that
 /// dead-lettered it has answered, and gone the moment its retry or deletion has, even
 /// while the table's indexes lag (the conformance case L1-RTR-007 lists right after the

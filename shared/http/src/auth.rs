@@ -382,4 +382,29 @@ mod tests {
         v.put(bad, false, now);
         assert_eq!(v.get(&bad, now), Some(false));
     }
+
+    #[test]
+    fn a_full_side_drops_its_expired_verdicts_before_the_live_ones() {
+        let mut v = Verdicts::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(6);
+        let digest = |i: u32| {
+            let mut d = [0u8; 32];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            d
+        };
+        let half = CACHE_CAP as u32 / 2;
+        for i in 0..half {
+            v.put(digest(i), false, t0);
+        }
+        for i in half..2 * half {
+            v.put(digest(i), false, later);
+        }
+        // The first half ends exactly now; the second half is live and stays.
+        let now = t0 + REFUSED_TTL;
+        v.put(digest(2 * half), false, now);
+        assert_eq!(v.refused.len(), half as usize + 1);
+        assert_eq!(v.get(&digest(half), now), Some(false));
+        assert_eq!(v.get(&digest(0), now), None);
+    }
 }

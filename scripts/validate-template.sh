@@ -16,9 +16,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 template=${1:-infra/template.yaml}
 venv=${SAM_VENV:-.local/sam-venv}
-sam_version=${SAM_CLI_VERSION:-1.170.0}
+pinned() { sed -n "s/^$1==//p" infra/deploy-tools.txt; }  # the version infra/deploy-tools.txt pins
+sam_version=${SAM_CLI_VERSION:-$(pinned aws-sam-cli)}
 
-if [[ ! -x $venv/bin/sam || ! -x $venv/bin/cfn-lint ]]; then
+if [[ ! -x $venv/bin/sam || $("$venv/bin/sam" --version 2>/dev/null) != *" $sam_version" || ! -x $venv/bin/cfn-lint ]]; then
     echo "==> installing aws-sam-cli $sam_version into $venv"
     python3 -m venv --clear "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "aws-sam-cli==$sam_version"

@@ -2,17 +2,21 @@
 //! Embedded Metric Format lines (no API call):
 //!
 //! - `OldestReadyJobAge` (Seconds), per `Queue` and over all queues (no dimension): how
-//!   long the job at the head of the queue's ready index has waited since the time its
-//!   ready entry carries (the enqueue time). The head is the next job FETCH takes:
+//!   long the job at the head of the queue's ready index has waited since it became
+//!   ready (its PUSH, or the promotion or retry that made it available again: the time
+//!   its ready entry carries). The head is the next job FETCH takes:
 //!   highest priority first, then oldest, so for a queue whose jobs share one priority it
 //!   is the oldest waiting job; with mixed priorities an older job of a lower priority is
 //!   not seen (finding it would take one query per priority). Sharded queues report the
-//!   oldest of their shards' heads. 0 when nothing is ready.
+//!   oldest of their shards' heads. Printed only for queues with a ready job.
 //! - `SweepFailures` and `SweepQueuesLeft` (Count, no dimension): services or queues the
-//!   sweep could not finish, and queues it had no time for.
+//!   sweep could not finish, and queues it had no time for. Printed only when not 0.
 //!
-//! Cost: one `Limit 1` keys-only Query of the ready index per queue shard and sweep (0.5
-//! RCU each), and one custom metric per queue (CloudWatch bills custom metrics monthly).
+//! CloudWatch bills a custom metric for the hours it receives data ($0.30 a month for a
+//! whole month), so nothing is printed for what is empty or zero: an idle stack pays for
+//! no custom metric, a queue with waiting jobs for one (plus one shared by all queues).
+//! The alarms read missing data as "not breaching". DynamoDB cost: one `Limit 1`
+//! Query of the ready index per queue shard and sweep (0.5 RCU each).
 
 use std::time::Duration;
 
@@ -38,6 +42,15 @@ fn enqueued_at(ready_sk: &str) -> Option<Timestamp> {
 }
 
 impl Store {
+    /// The same store printing EMF metrics in `namespace` (none: metrics off); see
+    /// [`crate::StoreConfig::metrics_namespace`].
+    pub fn with_metrics_namespace(mut self, namespace: Option<&str>) -> Self {
+        let mut config = (*self.config).clone();
+        config.metrics_namespace = namespace.map(str::to_owned);
+        self.config = std::sync::Arc::new(config);
+        self
+    }
+
     /// Per queue of `queues`, how long the head of its ready index has waited at `now`
     /// (the oldest head over its shards), or `None` when nothing is ready.
     pub async fn ready_head_ages(
@@ -98,7 +111,9 @@ impl Store {
         let ages = self.ready_head_ages(&queues, now).await?;
         let ts = now.timestamp_millis();
         let mut docs = age_documents(&namespace, &ages, ts);
-        docs.push(sweep_document(&namespace, report, ts));
+        if report.failures + report.queues_left > 0 {
+            docs.push(sweep_document(&namespace, report, ts));
+        }
         for doc in &docs {
             println!("{doc}");
         }
@@ -106,16 +121,17 @@ impl Store {
     }
 }
 
-/// One EMF document per queue with its head age in seconds (0 when nothing is ready),
-/// published per `Queue` and without dimension (the alarm reads the maximum over queues).
+/// One EMF document per queue with a ready job, with its head's age in seconds, published
+/// per `Queue` and without dimension (the alarm reads the maximum over queues).
 pub(crate) fn age_documents(
     namespace: &str,
     ages: &[(QueueName, Option<Duration>)],
     timestamp_ms: i64,
 ) -> Vec<Value> {
     ages.iter()
+        .filter_map(|(queue, age)| age.map(|a| (queue, a)))
         .map(|(queue, age)| {
-            let seconds = age.map_or(0.0, |a| (a.as_secs_f64() * 1000.0).round() / 1000.0);
+            let seconds = (age.as_secs_f64() * 1000.0).round() / 1000.0;
             json!({
                 "_aws": {
                     "Timestamp": timestamp_ms,
@@ -178,11 +194,9 @@ mod tests {
             &[(a, Some(Duration::from_millis(90_500))), (b, None)],
             1_700_000_000_000,
         );
-        assert_eq!(docs.len(), 2);
+        assert_eq!(docs.len(), 1, "nothing for a queue with nothing ready");
         assert_eq!(docs[0]["Queue"], "email");
         assert_eq!(docs[0][OLDEST_READY_JOB_AGE], 90.5);
-        assert_eq!(docs[1]["Queue"], "idle");
-        assert_eq!(docs[1][OLDEST_READY_JOB_AGE], 0.0);
         let directive = &docs[0]["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(docs[0]["_aws"]["Timestamp"], 1_700_000_000_000_i64);
         assert_eq!(directive["Namespace"], "OJS/test");

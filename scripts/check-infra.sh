@@ -6,13 +6,14 @@
 #      check bites: an unknown architecture or runtime, a malformed schedule expression,
 #      a "*" CORS origin, CORS not driven by CorsAllowedOrigins or without the
 #      Authorization header, a route without the authorizer, no default authorizer, an
-#      authorizer reading another header, a function or failure queue without its alarm, an alarm that
+#      authorizer reading another header or caching nothing (or its cache time as a string), a function or failure queue without its alarm, an alarm that
 #      notifies no one, an alarm on a metric the code does not emit, a dashboard missing a
 #      function, a function allowed the API key partition;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
-#   4. `sam deploy --guided` with every prompt answered by its default gets past the
-#      prompts (scripts/guided-deploy-test.sh; no AWS account needed);
+#   4. `sam deploy --guided` with every prompt answered by its default gets to the change
+#      set against a local moto (scripts/guided-deploy-test.sh; no AWS account needed),
+#      and the same run on the template without its authorizer fails;
 #   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64.
 # Usage: scripts/check-infra.sh [--no-build]
 set -euo pipefail
@@ -61,6 +62,8 @@ plant authorizer-on-another-header "              Headers:
 " "              Headers:
                 - X-Api-Key
 "
+plant uncached-authorizer "ReauthorizeEvery: 300" "ReauthorizeEvery: 0"
+plant authorizer-cache-from-parameter "ReauthorizeEvery: 300" "ReauthorizeEvery: !Ref LogRetentionDays"
 plant function-without-errors-alarm "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref JobsFunction}]" "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref WorkersFunction}]"
@@ -97,6 +100,22 @@ echo "==> planted error 'samconfig-diverging-architecture' rejected, as it must 
 sed "s/^/    /" "$work/samconfig.log" | head -n 2
 
 scripts/guided-deploy-test.sh
+# Planted: the API without its authorizer (the template before #20) must fail the test.
+python3 - infra/template.yaml "$work/no-authorizer.yaml" <<'PY'
+import re, sys
+src = open(sys.argv[1], encoding="utf-8").read()
+src, n = re.subn(r"\n      Auth:\n        DefaultAuthorizer:.*?\n(?=      [A-Z#])", "\n", src, count=1, flags=re.S)
+src, m = re.subn(r"            Auth:\n              Authorizer: NONE\n", "", src)
+if n != 1 or m == 0:
+    sys.exit("plant: the authorizer blocks were not found in the template")
+open(sys.argv[2], "w", encoding="utf-8").write(src)
+PY
+if scripts/guided-deploy-test.sh "$work/no-authorizer.yaml" >"$work/guided-no-authorizer.log" 2>&1; then
+    echo "check-infra: a guided deploy of the API without its authorizer passed the guided test" >&2
+    exit 1
+fi
+echo "==> planted error 'guided-deploy-without-authorizer' rejected, as it must be:"
+grep -m2 "^guided-deploy-test:" "$work/guided-no-authorizer.log" | sed "s/^/    /"
 
 if [[ ${1:-} != --no-build ]]; then
     scripts/sam-build.sh --fast

@@ -209,8 +209,10 @@ def check_auth(cfn):
             continue
         if "$request.header.Authorization" not in a.get("identitySource", []):
             fail("auth", f"authorizer {name} does not read the Authorization header")
-        if "authorizerResultTtlInSeconds" not in a:
-            fail("auth", f"authorizer {name} has no result cache")
+        ttl = a.get("authorizerResultTtlInSeconds")
+        if not isinstance(ttl, int) or not 0 < ttl <= 3600:
+            fail("auth", f"authorizer {name} must cache verdicts (an integer of 1-3600 "
+                 f"seconds in the OpenAPI body), not {ttl!r}")
         if a.get("authorizerPayloadFormatVersion") != "2.0" or not a.get("enableSimpleResponses"):
             fail("auth", f"authorizer {name} must use payload 2.0 simple responses "
                  "(what functions/authorizer answers)")

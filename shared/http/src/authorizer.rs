@@ -1,8 +1,8 @@
 //! The API Gateway (HTTP API) Lambda authorizer: the same API key check as
 //! [`Authenticator::check`], answered as a simple response (payload format 2.0), so an
 //! invalid key is refused by the gateway before any endpoint function runs. The gateway
-//! caches each verdict by the `Authorization` header value (template parameter
-//! `AuthorizerCacheSeconds`), so a valid key costs no lookup per request.
+//! caches each verdict by the `Authorization` header value (`ReauthorizeEvery` in
+//! `infra/template.yaml`), so a valid key costs no lookup per request.
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use ojs_core::{ErrorCode, OjsError};

@@ -79,6 +79,7 @@ plant keys-function-any-partition "                    - APIKEYS
 " "                    - APIKEYS
                     - JOB
 "
+plant api-keys-readable "Action: [dynamodb:GetItem, dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem" "Action: [dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem"
 plant foreign-cron-writes "                  dynamodb:LeadingKeys: [CRON, SCHEMAS]" "                  dynamodb:LeadingKeys: [SCHEMAS]"
 
 echo "==> samconfig.toml: one Architecture for build and deploy"

@@ -430,6 +430,12 @@ def check_iam(cfn):
                   and "APIKEYS" in leading_keys(st, "ForAnyValue:StringEquals")]
         if allows and not denied:
             fail("iam", f"{fn}: nothing denies it the APIKEYS partition")
+        granted = {a for st in allows for a in
+                   (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        covered = {a for st in denied for a in
+                   (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        if denied and "dynamodb:*" not in covered and granted - covered - {"dynamodb:Scan"}:
+            fail("iam", f"{fn}: the APIKEYS Deny leaves {sorted(granted - covered)} allowed there")
         for partition, owners in REGISTRY_WRITERS.items():
             if fn in owners or not allows:
                 continue

@@ -6,9 +6,11 @@
 #      check bites: an unknown architecture or runtime, a malformed schedule expression,
 #      a "*" CORS origin, CORS not driven by CorsAllowedOrigins or without the
 #      Authorization header, a route without the authorizer, no default authorizer, an
-#      authorizer reading another header or caching nothing (or its cache time as a string), a function or failure queue without its alarm, an alarm that
-#      notifies no one, an alarm on a metric the code does not emit, a dashboard missing a
-#      function, a function allowed the API key partition;
+#      authorizer reading another header or caching nothing (or its cache time as a
+#      string), a function, index or failure queue without its alarm, an alarm or the
+#      dashboard on an index the table lacks, an alarm that notifies no one, an alarm on a
+#      metric the code does not emit, a dashboard missing a function, a function allowed
+#      the API key partition (or some of its actions there) or another's registry;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
@@ -69,6 +71,8 @@ plant function-without-errors-alarm "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref WorkersFunction}]"
 plant dead-letter-queue-without-alarm "Value: !GetAtt TimerDeadLetterQueue.QueueName}]" "Value: !GetAtt TimerQueue.QueueName}]"
 plant index-throttling-not-alarmed "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: ready}"
+plant alarm-on-missing-index "{Name: GlobalSecondaryIndexName, Value: dead}" "{Name: GlobalSecondaryIndexName, Value: gone}"
+plant dashboard-on-missing-index '"GlobalSecondaryIndexName","dead"' '"GlobalSecondaryIndexName","gone"'
 plant alarm-notifies-no-one "      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], []]" "      AlarmActions: []"
 plant alarm-on-unemitted-metric "MetricName: OldestReadyJobAge" "MetricName: OldestReadyJobAgeSeconds"
 plant dashboard-missing-function '"FunctionName","${TimerFunction}"]' '"FunctionName","${TimerQueue.QueueName}"]'

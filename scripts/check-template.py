@@ -318,6 +318,8 @@ def check_alarms(cfn, root):
         }
         if indexes - covered:
             fail("alarms", f"index write throttling not alarmed for {sorted(indexes - covered)}")
+        if covered - indexes:
+            fail("alarms", f"alarm on indexes the table does not have: {sorted(covered - indexes)}")
     # Dead-letter and failure queues: redrive targets, on-failure destinations, schedule DLQs.
     text = json.dumps(cfn["Resources"])
     queues = resources(cfn, "AWS::SQS::Queue")
@@ -374,6 +376,11 @@ def check_dashboard(cfn):
             if "${" + fn + "}" not in text:
                 fail("dashboard", f"widget {title!r} does not show {fn}")
     whole = json.dumps(doc)
+    indexes = {g["IndexName"] for t in resources(cfn, "AWS::DynamoDB::Table").values()
+               for g in t["Properties"].get("GlobalSecondaryIndexes", [])}
+    shown = set(re.findall(r'"GlobalSecondaryIndexName", "([^"]+)"', whole))
+    if shown - indexes:
+        fail("dashboard", f"{name} shows indexes the table does not have: {sorted(shown - indexes)}")
     api_name, _ = api_body(cfn)
     for needed in ["${" + api_name + "}", "${JobsTable}", "OldestReadyJobAge", "JobsCompleted",
                    "${TimerDeadLetterQueue.QueueName}", "${SchedulerFailuresQueue.QueueName}"]:

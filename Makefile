@@ -79,4 +79,4 @@ infra:
 	@bash scripts/check-infra.sh
 
 smoke:
-	OJS_SMOKE_URL="$(URL)" OJS_SMOKE_API_KEY="$(KEY)" cargo test -p ojs-tests --test integration smoke:: -- --nocapture
+	OJS_SMOKE_URL="$(URL)" OJS_SMOKE_API_KEY="$(KEY)" $(if $(ORIGIN),OJS_SMOKE_ORIGIN="$(ORIGIN)") cargo test -p ojs-tests --test integration smoke:: -- --nocapture

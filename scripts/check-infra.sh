@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Offline checks of the deployment (CI runs this after `make test`):
-#   1. scripts/validate-template.sh on infra/template.yaml must pass;
-#   2. the same validation on copies with planted errors must FAIL (an unknown
-#      architecture value, a malformed schedule expression), proving the lint step bites;
-#   3. scripts/sam-build.sh --fast: `sam build` of every function for x86_64.
+#   1. scripts/validate-template.sh on infra/template.yaml must pass (sam validate --lint,
+#      cfn-lint on the translated template, scripts/check-template.py);
+#   2. the same validation on copies with one planted error each must FAIL, proving each
+#      check bites: an unknown architecture or runtime, a malformed schedule expression,
+#      a "*" CORS origin, CORS not driven by CorsAllowedOrigins or without the
+#      Authorization header, a route without the authorizer, no default authorizer, an
+#      authorizer reading another header or caching nothing (or its cache time as a
+#      string), a function, index or failure queue without its alarm, an alarm or the
+#      dashboard on an index the table lacks, an alarm that notifies no one, an alarm on a
+#      metric the code does not emit, a dashboard missing a function, a function allowed
+#      the API key partition (or some of its actions there) or another's registry;
+#   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
+#      and a planted divergence fails;
+#   4. `sam deploy --guided` with every prompt answered by its default gets to the change
+#      set against a local moto (scripts/guided-deploy-test.sh; no AWS account needed),
+#      and the same run on the template without its authorizer fails;
+#   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64.
 # Usage: scripts/check-infra.sh [--no-build]
 set -euo pipefail
 
@@ -27,10 +40,87 @@ PY
         exit 1
     fi
     echo "==> planted error '$name' rejected, as it must be:"
-    grep -E "^E[0-9]|Error|error" "$work/$name.log" | head -n 2 | cut -c1-150 | sed "s/^/    /"
+    # The reason: cfn-lint's rule, a check's "Error:" line, or samtranslator's message.
+    { grep -E "^[EW][0-9]|^Error: [a-z]+: |^    [A-Z].*(invalid|Invalid)" "$work/$name.log" ||
+        grep -E "Error|error" "$work/$name.log" || true; } | head -n 2 | cut -c1-150 | sed "s/^/    /"
 }
 plant unknown-architecture "      - !Ref Architecture" "      - arm65"
 plant unknown-runtime "Runtime: provided.al2023" "Runtime: provided.al2099"
+plant malformed-schedule "ScheduleExpression: rate(1 minute)" "ScheduleExpression: rate(1 minutes)"
+plant cors-wildcard-origin '    Default: ""
+    AllowedPattern: "^(https' '    Default: "*"
+    AllowedPattern: "^(https'
+plant cors-fixed-origins 'AllowOrigins: !Split [",", !Ref CorsAllowedOrigins]' 'AllowOrigins: ["https://example.com"]'
+plant cors-without-authorization-header "AllowHeaders: [authorization, " "AllowHeaders: ["
+plant route-without-authorizer "            Path: /ojs/v1/jobs
+" "            Path: /ojs/v1/jobs
+            Auth:
+              Authorizer: NONE
+"
+plant no-default-authorizer "        DefaultAuthorizer: ApiKeyAuthorizer
+" ""
+plant authorizer-on-another-header "              Headers:
+                - Authorization
+" "              Headers:
+                - X-Api-Key
+"
+plant uncached-authorizer "ReauthorizeEvery: 300" "ReauthorizeEvery: 0"
+plant authorizer-cache-from-parameter "ReauthorizeEvery: 300" "ReauthorizeEvery: !Ref LogRetentionDays"
+plant function-without-errors-alarm "MetricName: Errors
+      Dimensions: [{Name: FunctionName, Value: !Ref JobsFunction}]" "MetricName: Errors
+      Dimensions: [{Name: FunctionName, Value: !Ref WorkersFunction}]"
+plant dead-letter-queue-without-alarm "Value: !GetAtt TimerDeadLetterQueue.QueueName}]" "Value: !GetAtt TimerQueue.QueueName}]"
+plant index-throttling-not-alarmed "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: ready}"
+plant alarm-on-missing-index "{Name: GlobalSecondaryIndexName, Value: dead}" "{Name: GlobalSecondaryIndexName, Value: gone}"
+plant dashboard-on-missing-index '"GlobalSecondaryIndexName","dead"' '"GlobalSecondaryIndexName","gone"'
+plant alarm-notifies-no-one "      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], []]" "      AlarmActions: []"
+plant alarm-on-unemitted-metric "MetricName: OldestReadyJobAge" "MetricName: OldestReadyJobAgeSeconds"
+plant dashboard-missing-function '"FunctionName","${TimerFunction}"]' '"FunctionName","${TimerQueue.QueueName}"]'
+plant function-allowed-api-keys "                  dynamodb:LeadingKeys: [APIKEYS]
+" "                  dynamodb:LeadingKeys: [APIKEYZ]
+"
+plant keys-function-any-partition "                    - APIKEYS
+" "                    - APIKEYS
+                    - JOB
+"
+plant api-keys-readable "Action: [dynamodb:GetItem, dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem" "Action: [dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem"
+plant foreign-cron-writes "                  dynamodb:LeadingKeys: [CRON, SCHEMAS]" "                  dynamodb:LeadingKeys: [SCHEMAS]"
+
+echo "==> samconfig.toml: one Architecture for build and deploy"
+python3 scripts/check-samconfig.py samconfig.toml
+python3 - samconfig.toml "$work/samconfig-diverged.toml" <<'PY'
+import sys
+src = open(sys.argv[1], encoding="utf-8").read()
+marker = "[default.deploy.parameters]\n"
+if marker not in src:
+    sys.exit("plant: no [default.deploy.parameters] in samconfig.toml")
+src = src.replace(marker, marker + 'parameter_overrides = "Architecture=x86_64"\n', 1)
+open(sys.argv[2], "w", encoding="utf-8").write(src)
+PY
+if python3 scripts/check-samconfig.py "$work/samconfig-diverged.toml" >"$work/samconfig.log" 2>&1; then
+    echo "check-infra: a deploy Architecture differing from the build's passed the samconfig check" >&2
+    exit 1
+fi
+echo "==> planted error 'samconfig-diverging-architecture' rejected, as it must be:"
+sed "s/^/    /" "$work/samconfig.log" | head -n 2
+
+scripts/guided-deploy-test.sh
+# Planted: the API without its authorizer (the template before #20) must fail the test.
+python3 - infra/template.yaml "$work/no-authorizer.yaml" <<'PY'
+import re, sys
+src = open(sys.argv[1], encoding="utf-8").read()
+src, n = re.subn(r"\n      Auth:\n        DefaultAuthorizer:.*?\n(?=      [A-Z#])", "\n", src, count=1, flags=re.S)
+src, m = re.subn(r"            Auth:\n              Authorizer: NONE\n", "", src)
+if n != 1 or m == 0:
+    sys.exit("plant: the authorizer blocks were not found in the template")
+open(sys.argv[2], "w", encoding="utf-8").write(src)
+PY
+if scripts/guided-deploy-test.sh "$work/no-authorizer.yaml" >"$work/guided-no-authorizer.log" 2>&1; then
+    echo "check-infra: a guided deploy of the API without its authorizer passed the guided test" >&2
+    exit 1
+fi
+echo "==> planted error 'guided-deploy-without-authorizer' rejected, as it must be:"
+grep -m2 "^guided-deploy-test:" "$work/guided-no-authorizer.log" | sed "s/^/    /"
 
 if [[ ${1:-} != --no-build ]]; then
     scripts/sam-build.sh --fast

@@ -3,7 +3,10 @@
 #   1. `sam validate --lint`: cfn-lint on the SAM template as written.
 #   2. Translate the SAM template to plain CloudFormation with samtranslator and run
 #      cfn-lint on the result. Pass 1 does not look inside SAM resources (a bad
-#      Architectures value, schedule expression or runtime slips through); pass 2 does.
+#      Architectures value or runtime slips through); pass 2 does.
+#   3. scripts/check-template.py on the translated template: what cfn-lint cannot see
+#      (schedule expressions, CORS at the gateway, the authorizer on every route, alarms,
+#      the dashboard, API key partition IAM).
 # Needs python3 and PyPI on first run (installs aws-sam-cli into .local/sam-venv).
 # No AWS credentials or endpoint are used.
 #
@@ -13,9 +16,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 template=${1:-infra/template.yaml}
 venv=${SAM_VENV:-.local/sam-venv}
-sam_version=${SAM_CLI_VERSION:-1.170.0}
+pinned() { sed -n "s/^$1==//p" infra/deploy-tools.txt; }  # the version infra/deploy-tools.txt pins
+sam_version=${SAM_CLI_VERSION:-$(pinned aws-sam-cli)}
 
-if [[ ! -x $venv/bin/sam || ! -x $venv/bin/cfn-lint ]]; then
+if [[ ! -x $venv/bin/sam || $("$venv/bin/sam" --version 2>/dev/null) != *" $sam_version" || ! -x $venv/bin/cfn-lint ]]; then
     echo "==> installing aws-sam-cli $sam_version into $venv"
     python3 -m venv --clear "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "aws-sam-cli==$sam_version"
@@ -74,5 +78,8 @@ PY
 
 echo "==> cfn-lint (translated template)"
 "$venv/bin/cfn-lint" --regions us-east-1 -- "$translated"
+
+echo "==> deployment checks (scripts/check-template.py)"
+"$venv/bin/python" scripts/check-template.py "$template" "$translated" .
 
 echo "OK: $template"

@@ -187,6 +187,12 @@ fn event_for(bin: &str) -> (String, Value) {
                 events::sqs(&[body.to_string()]),
             )
         }
+        "authorizer" => (
+            "authorizer request (malformed key)".into(),
+            json!({"version": "2.0", "type": "REQUEST", "routeKey": "GET /ojs/v1/queues",
+                   "headers": {"authorization": "Bearer ojs_cold"}}),
+        ),
+        "keys" => ("key command: list".into(), json!({"action": "list"})),
         // system, and any function added later: the health endpoint.
         _ => http("GET", "/ojs/v1/health", None),
     }

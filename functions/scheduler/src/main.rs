@@ -17,7 +17,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<Value>| {
         let store = store.clone();
         async move {
-            let report = store.sweep(ojs_core::time::now()).await?;
+            let now = ojs_core::time::now();
+            let report = store.sweep(now).await?;
+            // Backlog metrics for the alarms; a failure here must not fail the sweep.
+            if let Err(e) = store.emit_sweep_metrics(&report, now).await {
+                tracing::warn!(error = %e, "sweep metrics not emitted");
+            }
             tracing::info!(
                 queues = report.queues,
                 moved = report.moved,

@@ -3,11 +3,13 @@
 //! content type, and the single mapping of errors to OJS error bodies.
 
 pub mod auth;
+pub mod authorizer;
 pub mod conformance;
 mod cors;
 mod dialect;
 mod error;
 mod extract;
+pub mod key_admin;
 mod layer;
 mod negotiate;
 mod routes;

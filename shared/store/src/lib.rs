@@ -5,6 +5,7 @@
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
 mod api_keys;
+mod backlog;
 mod batch;
 mod batch_read;
 mod claim;
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use api_keys::ApiKeyRecord;
+pub use backlog::OLDEST_READY_JOB_AGE;
 pub use batch::BatchError;
 pub use claim::{FetchOutcome, FetchRequest, LimitState};
 pub use counts::QueueStats;

@@ -2,7 +2,9 @@
 //! DynamoDB client that records every operation it sends (and the parts of each
 //! transaction); every recorded action must be granted by that function's policy in
 //! `infra/template.yaml`. Granted actions the workload never used are printed, to keep
-//! the policies under review.
+//! the policies under review. The partition of every item touched is recorded too: no
+//! function may touch a partition its policy denies it (`dynamodb:LeadingKeys` Deny
+//! statements), nor one outside the partitions an Allow is limited to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -46,6 +48,26 @@ impl Intercept for Recorder {
             .and_then(|b| serde_json::from_slice(b).ok())
             .unwrap_or(Value::Null);
         let mut actions = Vec::new();
+        for pk in partition_keys(op, &body) {
+            let family = pk.split('#').next().unwrap_or_default().to_owned();
+            actions.push(format!("dynamodb:{op}@pk:{family}"));
+        }
+        if op == "TransactWriteItems" {
+            // Each part is authorised by its own action, on its own key.
+            for part in body["TransactItems"].as_array().into_iter().flatten() {
+                for (kind, action, field) in [
+                    ("Put", "PutItem", "Item"),
+                    ("Update", "UpdateItem", "Key"),
+                    ("Delete", "DeleteItem", "Key"),
+                    ("ConditionCheck", "ConditionCheckItem", "Key"),
+                ] {
+                    if let Some(pk) = part[kind][field]["pk"]["S"].as_str() {
+                        let family = pk.split('#').next().unwrap_or_default();
+                        actions.push(format!("dynamodb:{action}@pk:{family}"));
+                    }
+                }
+            }
+        }
         if op == "TransactWriteItems" {
             // IAM has no TransactWriteItems action: each part needs its own.
             for part in body["TransactItems"].as_array().into_iter().flatten() {
@@ -71,6 +93,49 @@ impl Intercept for Recorder {
         }
         Ok(())
     }
+}
+
+/// The table partition keys (`pk`) a request names: its key or item, every key or item of
+/// a batch, and the partition a table Query reads (index queries name index partitions,
+/// which `dynamodb:LeadingKeys` does not govern here).
+fn partition_keys(op: &str, body: &Value) -> Vec<String> {
+    let pk = |v: &Value| v["pk"]["S"].as_str().map(str::to_owned);
+    let mut out = Vec::new();
+    match op {
+        "GetItem" | "DeleteItem" | "UpdateItem" => out.extend(pk(&body["Key"])),
+        "PutItem" => out.extend(pk(&body["Item"])),
+        "BatchGetItem" => {
+            for table in body["RequestItems"].as_object().into_iter().flatten() {
+                for k in table.1["Keys"].as_array().into_iter().flatten() {
+                    out.extend(pk(k));
+                }
+            }
+        }
+        "BatchWriteItem" => {
+            for table in body["RequestItems"].as_object().into_iter().flatten() {
+                for w in table.1.as_array().into_iter().flatten() {
+                    out.extend(pk(&w["PutRequest"]["Item"]));
+                    out.extend(pk(&w["DeleteRequest"]["Key"]));
+                }
+            }
+        }
+        "Query" if body.get("IndexName").is_none() => {
+            let expr = body["KeyConditionExpression"].as_str().unwrap_or_default();
+            if let Some(placeholder) = regex::Regex::new(r"\bpk\s*=\s*(:\w+)")
+                .ok()
+                .and_then(|re| re.captures(expr))
+                .and_then(|c| c.get(1))
+            {
+                out.extend(
+                    body["ExpressionAttributeValues"][placeholder.as_str()]["S"]
+                        .as_str()
+                        .map(str::to_owned),
+                );
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 impl Recorder {
@@ -130,6 +195,9 @@ fn template_policies() -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
             .flatten()
         {
             for st in policy["Statement"].as_sequence().into_iter().flatten() {
+                if st["Effect"].as_str() == Some("Deny") {
+                    continue;
+                }
                 let resources: Vec<String> = match &st["Resource"] {
                     serde_yaml::Value::Sequence(s) => s
                         .iter()
@@ -154,7 +222,77 @@ fn template_policies() -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
     Ok(out)
 }
 
-/// A server of one endpoint group over a recording store, API keys on (as deployed).
+/// A `dynamodb:LeadingKeys` rule of a function's policy: the actions it covers
+/// (`dynamodb:*` for all) and the partitions it names.
+#[derive(Debug)]
+struct PartitionRule {
+    deny: bool,
+    actions: Vec<String>,
+    partitions: Vec<String>,
+}
+
+impl PartitionRule {
+    fn covers(&self, action: &str) -> bool {
+        self.actions
+            .iter()
+            .any(|a| a == "dynamodb:*" || a == action)
+    }
+}
+
+/// Every function's `dynamodb:LeadingKeys` rules: Deny statements with
+/// `ForAnyValue:StringEquals` and Allow statements limited by `ForAllValues:StringEquals`.
+fn template_partition_rules() -> anyhow::Result<BTreeMap<String, Vec<PartitionRule>>> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+    let raw = std::fs::read_to_string(path)?;
+    let untagged = regex::Regex::new(r"!(Ref|GetAtt|Sub|Join|If|Equals|Not|Select|Split)\b")?
+        .replace_all(&raw, "");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&untagged)?;
+    let strings = |v: &serde_yaml::Value| -> Vec<String> {
+        match v {
+            serde_yaml::Value::Sequence(s) => s
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect(),
+            serde_yaml::Value::String(x) => vec![x.clone()],
+            _ => Vec::new(),
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (name, res) in doc["Resources"].as_mapping().context("Resources")? {
+        if res["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let mut rules = Vec::new();
+        for policy in res["Properties"]["Policies"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            for st in policy["Statement"].as_sequence().into_iter().flatten() {
+                let deny = st["Effect"].as_str() == Some("Deny");
+                let operator = if deny {
+                    "ForAnyValue:StringEquals"
+                } else {
+                    "ForAllValues:StringEquals"
+                };
+                let partitions = strings(&st["Condition"][operator]["dynamodb:LeadingKeys"]);
+                if partitions.is_empty() {
+                    continue;
+                }
+                rules.push(PartitionRule {
+                    deny,
+                    actions: strings(&st["Action"]),
+                    partitions,
+                });
+            }
+        }
+        out.insert(name.as_str().unwrap_or_default().to_owned(), rules);
+    }
+    Ok(out)
+}
+
+/// A server of one endpoint group over a recording store, with the in-function key check
+/// off, as deployed (the HTTP API's authorizer checks keys before a function runs).
 struct GroupServer {
     base: String,
     key: String,
@@ -168,7 +306,7 @@ impl GroupServer {
             AppState::new(
                 store,
                 HttpConfig {
-                    auth: AuthMode::ApiKey,
+                    auth: AuthMode::Off,
                     ..HttpConfig::default()
                 },
             ),
@@ -649,7 +787,37 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         .await?;
     used.insert("TimerFunction", recorder.take());
 
+    // ---- authorizer: a valid key (a GetItem of its record) and a wrong one.
+    let auth = ojs_http::Authenticator::new(AuthMode::ApiKey, store.clone());
+    let event = |k: &str| json!({"headers": {"authorization": format!("Bearer {k}")}});
+    let verdict = ojs_http::authorizer::authorize_request(&auth, &event(&key))
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    anyhow::ensure!(verdict["isAuthorized"] == true, "authorizer: {verdict}");
+    let wrong = format!(
+        "{}{}",
+        &key[..key.len() - 1],
+        if key.ends_with('0') { '1' } else { '0' }
+    );
+    let verdict = ojs_http::authorizer::authorize_request(&auth, &event(&wrong))
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    anyhow::ensure!(verdict["isAuthorized"] == false, "authorizer: {verdict}");
+    used.insert("AuthorizerFunction", recorder.take());
+
+    // ---- keys: create, list, revoke.
+    let created = ojs_http::key_admin::administer_keys(
+        &store,
+        &json!({"action": "create", "name": "iam-admin"}),
+    )
+    .await?;
+    ojs_http::key_admin::administer_keys(&store, &json!({"action": "list"})).await?;
+    ojs_http::key_admin::administer_keys(&store, &json!({"action": "revoke", "id": created["id"]}))
+        .await?;
+    used.insert("KeysFunction", recorder.take());
+
     let policies = template_policies()?;
+    let rules = template_partition_rules()?;
     let mut missing = Vec::new();
     for (function, actions) in &used {
         let granted = policies
@@ -659,8 +827,19 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             !actions.is_empty(),
             "{function}: the workload recorded nothing"
         );
+        let fn_rules = rules.get(*function).map(Vec::as_slice).unwrap_or_default();
         for a in actions {
-            if !granted.contains(a) {
+            if let Some((action, family)) = a.split_once("@pk:") {
+                for r in fn_rules.iter().filter(|r| r.covers(action)) {
+                    let named = r.partitions.iter().any(|p| p == family);
+                    if r.deny == named {
+                        missing.push(format!(
+                            "{function} uses {action} on partition {family}, which its policy {} ({r:?})",
+                            if r.deny { "denies" } else { "does not allow" }
+                        ));
+                    }
+                }
+            } else if !granted.contains(a) {
                 missing.push(format!("{function} uses {a}"));
             }
         }
@@ -668,7 +847,23 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             .iter()
             .filter(|g| g.starts_with("dynamodb:") && !actions.contains(*g))
             .collect();
+        let partitions: BTreeSet<&str> = actions
+            .iter()
+            .filter_map(|a| a.split_once("@pk:").map(|(_, f)| f))
+            .collect();
+        anyhow::ensure!(
+            !partitions.is_empty(),
+            "{function}: no partition key recorded"
+        );
+        eprintln!("{function}: partitions {partitions:?}");
         eprintln!("{function}: uses {actions:?}; granted but unused here: {unused:?}");
+    }
+    // Every function the template defines was exercised (a new one needs a workload).
+    for function in policies.keys() {
+        anyhow::ensure!(
+            used.contains_key(function.as_str()) || function == "CloudqFunction",
+            "{function} has no workload in this test"
+        );
     }
     assert!(
         missing.is_empty(),

@@ -13,12 +13,14 @@ use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
 /// The function binaries these tests run, built once per test process.
-const PACKAGES: [&str; 5] = [
+const PACKAGES: [&str; 7] = [
     "ojs-fn-jobs",
     "ojs-fn-workers",
     "ojs-fn-system",
     "ojs-fn-scheduler",
     "ojs-fn-timer",
+    "ojs-fn-authorizer",
+    "ojs-fn-keys",
 ];
 
 static BUILT: OnceCell<PathBuf> = OnceCell::const_new();
@@ -324,7 +326,15 @@ async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
     let id = push_scheduled(&store, 300).await?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(state_of(&store, &id).await?, "scheduled");
-    let mut scheduler = start("scheduler", store.table(), &[]).await?;
+    let mut scheduler = start(
+        "scheduler",
+        store.table(),
+        &[
+            ("OJS_METRICS", "emf"),
+            ("OJS_METRICS_NAMESPACE", "OJS/lambda-test"),
+        ],
+    )
+    .await?;
     let event = json!({
         "version": "0",
         "id": uuid::Uuid::new_v4().to_string(),
@@ -341,7 +351,31 @@ async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
     };
     assert!(report["moved"].as_u64().unwrap_or(0) >= 1, "{report}");
     assert_eq!(state_of(&store, &id).await?, "available");
-    scheduler.stop().await;
+    // The backlog metrics the alarms read: the promoted job is the head of its queue.
+    let stdout = scheduler.stop_with_output().await?;
+    let emf: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("_aws").is_some())
+        .collect();
+    let age = emf
+        .iter()
+        .find(|d| d["Queue"] == "timed" && d.get("OldestReadyJobAge").is_some())
+        .with_context(|| format!("no OldestReadyJobAge line in: {stdout}"))?;
+    assert!(
+        age["OldestReadyJobAge"]
+            .as_f64()
+            .is_some_and(|a| (0.0..60.0).contains(&a)),
+        "{age}"
+    );
+    assert_eq!(
+        age["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "OJS/lambda-test"
+    );
+    assert!(
+        emf.iter().all(|d| d.get("SweepFailures").is_none()),
+        "a clean sweep printed a SweepFailures line: {stdout}"
+    );
     let _ = store.delete_table().await;
     Ok(())
 }
@@ -383,6 +417,70 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
     assert_eq!(state_of(&store, &first).await?, "available");
     assert_eq!(state_of(&store, &second).await?, "available");
     timer.stop().await;
+    let _ = store.delete_table().await;
+    Ok(())
+}
+
+/// The first key of a deployed stack: the keys function creates it when invoked directly
+/// (no local Rust build), and the authorizer function lets it through and refuses others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_function_issues_a_key_the_authorizer_function_accepts() -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let mut keys = start("keys", store.table(), &[]).await?;
+    let Outcome::Response(created) = invoke(
+        &mut keys,
+        json!({"action": "create", "name": "first-admin"}),
+    )
+    .await?
+    else {
+        bail!("create failed");
+    };
+    let key = created["key"].as_str().context("key")?.to_owned();
+    assert!(key.starts_with("ojs_"), "{created}");
+    let Outcome::Response(listed) = invoke(&mut keys, json!({"action": "list"})).await? else {
+        bail!("list failed");
+    };
+    assert_eq!(listed["keys"][0]["id"], created["id"], "{listed}");
+    assert!(
+        listed.to_string().find(&key).is_none(),
+        "list shows the secret"
+    );
+    let refused = invoke(&mut keys, json!({"action": "drop"})).await?;
+    assert!(matches!(refused, Outcome::Error { .. }), "{refused:?}");
+    let stdout = keys.stop_with_output().await?;
+    let secret = key.rsplit('_').next().unwrap_or_default();
+    assert!(
+        !stdout.contains(secret),
+        "the key secret is logged: {stdout}"
+    );
+
+    let mut authorizer = start("authorizer", store.table(), &[("OJS_AUTH", "api-key")]).await?;
+    let event = |authorization: &str| {
+        json!({
+            "version": "2.0", "type": "REQUEST",
+            "routeArn": "arn:aws:execute-api:us-east-1:000000000000:api/$default/GET/ojs/v1/queues",
+            "identitySource": [authorization], "routeKey": "GET /ojs/v1/queues",
+            "headers": {"authorization": authorization},
+        })
+    };
+    let Outcome::Response(ok) = invoke(&mut authorizer, event(&format!("Bearer {key}"))).await?
+    else {
+        bail!("authorizer failed");
+    };
+    assert_eq!(
+        ok,
+        json!({"isAuthorized": true, "context": {"key_id": created["id"]}})
+    );
+    let wrong = format!(
+        "Bearer {}{}",
+        &key[..key.len() - 1],
+        if key.ends_with('0') { '1' } else { '0' }
+    );
+    let Outcome::Response(no) = invoke(&mut authorizer, event(&wrong)).await? else {
+        bail!("authorizer failed");
+    };
+    assert_eq!(no, json!({"isAuthorized": false}));
+    authorizer.stop().await;
     let _ = store.delete_table().await;
     Ok(())
 }

@@ -9,6 +9,7 @@
 mod advanced;
 mod api;
 mod auth;
+mod backlog;
 mod bad_input;
 mod cloudq;
 mod compat;

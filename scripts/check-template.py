@@ -1,0 +1,482 @@
+"""Checks of the translated CloudFormation template that cfn-lint cannot make: what the
+deployment must do, read the way API Gateway, EventBridge and CloudWatch will read it.
+
+Run by scripts/validate-template.sh after samtranslator and cfn-lint (so every planted
+error of scripts/check-infra.sh reaches it):
+
+  python check-template.py <SAM template> <translated.json> <repository root>
+
+(with the python that has samtranslator: CORS is checked on translations of the
+template under several CorsAllowedOrigins values, as CloudFormation would translate it.)
+
+Each check prints what it verified; the first failure exits 1 with the reason.
+  schedule   every EventBridge schedule expression is well formed (rate/cron/at)
+  cors       the HTTP API answers CORS preflights for exactly the origins of the
+             CorsAllowedOrigins parameter (none when it is empty), with the headers and
+             methods the routes need
+  auth       a cached Lambda authorizer on the Authorization header guards every route
+             but GET /ojs/manifest and GET /ojs/v1/health; API Gateway may invoke it
+  alarms     errors and throttles of every function (but the keys function), API 5xx and
+             latency, DynamoDB throttling of the table and its indexes, the depth of every
+             dead-letter and failure queue, the oldest ready job, the sweep: each alarm
+             notifies AlarmTopicArn and exists only with Monitoring=on; every custom metric
+             an alarm reads is emitted by the Rust code
+  dashboard  one dashboard showing every function, the API, the table, the queues and
+             the per-queue job metrics
+  iam        the APIKEYS partition: only the keys function writes it, the authorizer
+             only reads it, every other function is denied it
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+FAILED = []
+
+
+def fail(check, message):
+    FAILED.append(f"{check}: {message}")
+
+
+def ok(check, message):
+    print(f"    {check}: {message}")
+
+
+def resources(cfn, rtype):
+    return {k: v for k, v in cfn["Resources"].items() if v.get("Type") == rtype}
+
+
+# ---------------------------------------------------------------- intrinsic evaluation
+def evaluate(value, params, conditions):
+    """Resolves Ref (parameters), Fn::If, Fn::Split, Fn::Equals, Fn::Not under `params`;
+    anything else is returned as is."""
+    if isinstance(value, list):
+        return [evaluate(v, params, conditions) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        (key, arg), = value.items()
+        if key == "Ref" and arg in params:
+            return params[arg]
+        if key == "Fn::If":
+            name, yes, no = arg
+            return evaluate(yes if condition(name, params, conditions) else no, params, conditions)
+        if key == "Fn::Split":
+            sep, text = evaluate(arg, params, conditions)
+            return text.split(sep)
+        if key == "Condition":
+            return condition(arg, params, conditions)
+        if key == "Fn::Equals":
+            a, b = evaluate(arg, params, conditions)
+            return str(a) == str(b)
+        if key == "Fn::Not":
+            return not evaluate(arg[0], params, conditions)
+    out = {k: evaluate(v, params, conditions) for k, v in value.items()}
+    return {k: v for k, v in out.items() if v != {"Ref": "AWS::NoValue"}}
+
+
+def condition(name, params, conditions):
+    return bool(evaluate(conditions[name], params, conditions))
+
+
+def defaults(cfn):
+    return {k: str(v.get("Default", "")) for k, v in cfn.get("Parameters", {}).items()}
+
+
+# ---------------------------------------------------------------- checks
+SCHEDULE = re.compile(
+    r"^(rate\((1 (minute|hour|day)|([2-9]|[1-9][0-9]+) (minutes|hours|days))\)"
+    r"|cron\(\S+ \S+ \S+ \S+ \S+ \S+\)"
+    r"|at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\))$"
+)
+
+
+def check_schedules(cfn):
+    found = 0
+    for name, res in cfn["Resources"].items():
+        props = res.get("Properties", {})
+        expr = None
+        if res["Type"] == "AWS::Scheduler::Schedule":
+            expr = props.get("ScheduleExpression")
+        elif res["Type"] == "AWS::Events::Rule" and "ScheduleExpression" in props:
+            expr = props["ScheduleExpression"]
+        if expr is None:
+            continue
+        found += 1
+        if not isinstance(expr, str) or not SCHEDULE.match(expr):
+            fail("schedule", f"{name}: malformed schedule expression {expr!r}")
+    if not found:
+        fail("schedule", "no schedule found (the sweep must run every minute)")
+    ok("schedule", f"{found} schedule expression(s) well formed")
+
+
+def api_body(cfn):
+    apis = resources(cfn, "AWS::ApiGatewayV2::Api")
+    if len(apis) != 1:
+        fail("api", f"expected one HTTP API, found {sorted(apis)}")
+        return None, None
+    (name, api), = apis.items()
+    return name, api["Properties"].get("Body", {})
+
+
+def routes(body):
+    for path, ops in body.get("paths", {}).items():
+        for method, op in ops.items():
+            if method.startswith("x-"):
+                continue
+            yield method.upper(), path, op
+
+
+def translate(sam_path, params):
+    """The SAM template at `sam_path` as CloudFormation, translated offline with
+    `params` (SAM resolves some parameter references while translating, as
+    CloudFormation's transform does with the deployed values)."""
+    import logging
+
+    logging.disable(logging.WARNING)  # samtranslator's own metrics chatter
+    from samtranslator.translator.transform import transform
+    from samtranslator.yaml_helper import yaml_parse
+
+    class OfflinePolicyLoader:
+        def load(self):
+            return {}
+
+    with open(sam_path, encoding="utf-8") as f:
+        sam = yaml_parse(f.read())
+    for res in sam.get("Resources", {}).values():
+        props = res.get("Properties") or {}
+        if res.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
+            props["CodeUri"] = "s3://offline-validation/code.zip"
+    return transform(sam, params, OfflinePolicyLoader())
+
+
+def check_cors(cfn, sam_path):
+    _, body = api_body(cfn)
+    if body is None:
+        return
+    methods = {m for m, _, _ in routes(body)}
+    for origins in ["", "https://admin.example.com", "https://a.example.com,http://localhost:5173"]:
+        params = dict(defaults(cfn), CorsAllowedOrigins=origins)
+        variant = translate(sam_path, {"CorsAllowedOrigins": origins})
+        _, body = api_body(variant)
+        resolved = evaluate(body, params, variant.get("Conditions", {}))
+        cors = resolved.get("x-amazon-apigateway-cors")
+        want = [o for o in origins.split(",") if o]
+        if not want:
+            if cors and cors.get("allowOrigins"):
+                fail("cors", f"CorsAllowedOrigins empty, yet origins {cors['allowOrigins']} allowed")
+            continue
+        if not isinstance(cors, dict):
+            fail("cors", f"CorsAllowedOrigins={origins!r}: the API has no CORS configuration "
+                 "(API Gateway would answer every browser preflight with 404)")
+            continue
+        if cors.get("allowOrigins") != want:
+            fail("cors", f"CorsAllowedOrigins={origins!r} gives allowOrigins "
+                 f"{cors.get('allowOrigins')!r}, not {want!r}")
+        headers = {h.lower() for h in cors.get("allowHeaders", [])}
+        for h in ["authorization", "content-type"]:
+            if h not in headers:
+                fail("cors", f"allowHeaders lacks {h} (every API request sends it)")
+        allowed = {m.upper() for m in cors.get("allowMethods", [])}
+        if "*" not in allowed and not methods <= allowed:
+            fail("cors", f"allowMethods {sorted(allowed)} lacks {sorted(methods - allowed)}")
+        if cors.get("allowCredentials"):
+            fail("cors", "allowCredentials must stay off (keys travel in Authorization)")
+    ok("cors", "preflights answered by the gateway for exactly CorsAllowedOrigins "
+       f"(none when empty), methods {sorted(methods)}")
+
+
+PUBLIC_ROUTES = {("GET", "/ojs/manifest"), ("GET", "/ojs/v1/health")}
+
+
+def check_auth(cfn):
+    api_name, body = api_body(cfn)
+    if body is None:
+        return
+    schemes = body.get("components", {}).get("securitySchemes", {})
+    authorizers = {
+        name: s["x-amazon-apigateway-authorizer"]
+        for name, s in schemes.items()
+        if "x-amazon-apigateway-authorizer" in s
+    }
+    lambda_authorizers = {}
+    for name, a in authorizers.items():
+        uri = json.dumps(a.get("authorizerUri"))
+        target = re.search(r'"Fn::GetAtt": \["(\w+)", "Arn"\]', uri)
+        if a.get("type") != "request" or not target:
+            fail("auth", f"authorizer {name} is not a Lambda REQUEST authorizer")
+            continue
+        if "$request.header.Authorization" not in a.get("identitySource", []):
+            fail("auth", f"authorizer {name} does not read the Authorization header")
+        ttl = a.get("authorizerResultTtlInSeconds")
+        if not isinstance(ttl, int) or not 0 < ttl <= 3600:
+            fail("auth", f"authorizer {name} must cache verdicts (an integer of 1-3600 "
+                 f"seconds in the OpenAPI body), not {ttl!r}")
+        if a.get("authorizerPayloadFormatVersion") != "2.0" or not a.get("enableSimpleResponses"):
+            fail("auth", f"authorizer {name} must use payload 2.0 simple responses "
+                 "(what functions/authorizer answers)")
+        lambda_authorizers[name] = target.group(1)
+    if not lambda_authorizers:
+        fail("auth", "the HTTP API has no Lambda authorizer")
+        return
+    for method, path, op in routes(body):
+        names = [n for req in op.get("security", []) for n in req]
+        if (method, path) in PUBLIC_ROUTES:
+            if any(n in lambda_authorizers for n in names):
+                fail("auth", f"{method} {path} must stay public")
+        elif not any(n in lambda_authorizers for n in names):
+            fail("auth", f"{method} {path} is not guarded by the authorizer (security {names})")
+    functions = resources(cfn, "AWS::Lambda::Function")
+    permissions = resources(cfn, "AWS::Lambda::Permission")
+    for name, fn in lambda_authorizers.items():
+        if fn not in functions:
+            fail("auth", f"authorizer {name} names {fn}, not a function of the stack")
+            continue
+        env = functions[fn]["Properties"].get("Environment", {}).get("Variables", {})
+        if env.get("OJS_AUTH") != "api-key":
+            fail("auth", f"{fn} must run with OJS_AUTH=api-key (has {env.get('OJS_AUTH')!r})")
+        if not any(
+            p["Properties"].get("Principal") == "apigateway.amazonaws.com"
+            and fn in json.dumps(p["Properties"].get("FunctionName"))
+            for p in permissions.values()
+        ):
+            fail("auth", f"API Gateway has no permission to invoke {fn}")
+    ok("auth", f"authorizer(s) {sorted(lambda_authorizers.values())} guard every route "
+       f"but {sorted(p for _, p in PUBLIC_ROUTES)}")
+
+
+def metric_of(alarm):
+    """(namespace, metric name, dimension values) of every metric an alarm reads."""
+    p = alarm["Properties"]
+    out = []
+    if "MetricName" in p:
+        out.append((p.get("Namespace"), p["MetricName"], p.get("Dimensions", [])))
+    for m in p.get("Metrics", []):
+        stat = m.get("MetricStat", {}).get("Metric")
+        if stat:
+            out.append((stat.get("Namespace"), stat["MetricName"], stat.get("Dimensions", [])))
+    return out
+
+
+def refs(value):
+    """Logical ids a value references (Ref, GetAtt, ${X} in Sub)."""
+    text = json.dumps(value)
+    ids = set(re.findall(r'"Ref": "(\w+)"', text))
+    ids |= set(re.findall(r'"Fn::GetAtt": \["(\w+)"', text))
+    ids |= set(re.findall(r"\$\{(\w+)(?:\.\w+)?\}", text))
+    return ids
+
+
+def check_alarms(cfn, root):
+    alarms = resources(cfn, "AWS::CloudWatch::Alarm")
+    if not alarms:
+        fail("alarms", "no CloudWatch alarm")
+        return
+    read = []  # (alarm, namespace, metric, referenced ids)
+    for name, alarm in alarms.items():
+        if alarm.get("Condition") != "MonitoringOn":
+            fail("alarms", f"{name} is not conditional on Monitoring=on")
+        p = alarm["Properties"]
+        for key in ["AlarmActions", "OKActions"]:
+            if "AlarmTopicArn" not in refs(p.get(key)):
+                fail("alarms", f"{name} {key} does not notify AlarmTopicArn")
+        for ns, metric, dims in metric_of(alarm):
+            read.append((name, json.dumps(ns), metric, refs(dims)))
+
+    def alarmed(namespace, metric, target=None):
+        return [
+            a for a, ns, m, ids in read
+            if namespace in ns and m == metric and (target is None or target in ids)
+        ]
+
+    functions = resources(cfn, "AWS::Lambda::Function")
+    exempt = {"KeysFunction"}
+    for fn in sorted(set(functions) - exempt):
+        for metric in ["Errors", "Throttles"]:
+            if not alarmed("AWS/Lambda", metric, fn):
+                fail("alarms", f"no {metric} alarm on {fn}")
+    api_name, _ = api_body(cfn)
+    for metric in ["5xx", "Latency"]:
+        if not alarmed("AWS/ApiGateway", metric, api_name):
+            fail("alarms", f"no API {metric} alarm on {api_name}")
+    tables = resources(cfn, "AWS::DynamoDB::Table")
+    index_count = 0
+    for table, t in tables.items():
+        for metric in ["ReadThrottleEvents", "WriteThrottleEvents"]:
+            if not alarmed("AWS/DynamoDB", metric, table):
+                fail("alarms", f"no {metric} alarm on {table}")
+        indexes = {g["IndexName"] for g in t["Properties"].get("GlobalSecondaryIndexes", [])}
+        index_count += len(indexes)
+        covered = {
+            d.get("Value")
+            for _, alarm in alarms.items()
+            for ns, m, dims in metric_of(alarm)
+            if m == "WriteThrottleEvents"
+            for d in dims
+            if d.get("Name") == "GlobalSecondaryIndexName"
+        }
+        if indexes - covered:
+            fail("alarms", f"index write throttling not alarmed for {sorted(indexes - covered)}")
+        if covered - indexes:
+            fail("alarms", f"alarm on indexes the table does not have: {sorted(covered - indexes)}")
+    # Dead-letter and failure queues: redrive targets, on-failure destinations, schedule DLQs.
+    text = json.dumps(cfn["Resources"])
+    queues = resources(cfn, "AWS::SQS::Queue")
+    failure_queues = set()
+    for q in queues:
+        patterns = [
+            rf'"deadLetterTargetArn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+            rf'"OnFailure": \{{"Destination": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+            rf'"DeadLetterConfig": \{{"Arn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+        ]
+        if any(re.search(p, text) for p in patterns):
+            failure_queues.add(q)
+    if not failure_queues:
+        fail("alarms", "found no dead-letter or failure queue (the patterns no longer match)")
+    for q in sorted(failure_queues):
+        if not alarmed("AWS/SQS", "ApproximateNumberOfMessagesVisible", q):
+            fail("alarms", f"no depth alarm on the failure queue {q}")
+    # Custom metrics: the alarm's metric must be one the code emits.
+    custom = {(m, ns) for _, ns, m, _ in read if "OJS/" in ns}
+    if not any(m == "OldestReadyJobAge" for m, _ in custom):
+        fail("alarms", "no alarm on the oldest ready job (OldestReadyJobAge)")
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in Path(root, "shared").rglob("*.rs"))
+    for metric, _ in sorted(custom):
+        if f'"{metric}"' not in sources:
+            fail("alarms", f"alarm reads {metric}, which no Rust source emits")
+    ok("alarms", f"{len(alarms)} alarms: {len(set(functions) - exempt)} functions x errors and "
+       f"throttles, API 5xx/latency, table+{index_count} index throttling, "
+       f"failure queues {sorted(failure_queues)}, custom {sorted(m for m, _ in custom)}")
+
+
+def check_dashboard(cfn):
+    boards = resources(cfn, "AWS::CloudWatch::Dashboard")
+    if len(boards) != 1:
+        fail("dashboard", f"expected one dashboard, found {sorted(boards)}")
+        return
+    (name, board), = boards.items()
+    body = board["Properties"]["DashboardBody"]
+    template = body.get("Fn::Sub") if isinstance(body, dict) else body
+    if isinstance(template, list):
+        template = template[0]
+    try:
+        doc = json.loads(template)
+    except (TypeError, ValueError) as e:
+        fail("dashboard", f"{name} body is not JSON: {e}")
+        return
+    widgets = {w["properties"].get("title", ""): json.dumps(w) for w in doc.get("widgets", [])}
+    functions = resources(cfn, "AWS::Lambda::Function")
+    for title in ["Function errors", "Function throttles"]:
+        text = widgets.get(title)
+        if text is None:
+            fail("dashboard", f"no widget {title!r}")
+            continue
+        for fn in functions:
+            if "${" + fn + "}" not in text:
+                fail("dashboard", f"widget {title!r} does not show {fn}")
+    whole = json.dumps(doc)
+    indexes = {g["IndexName"] for t in resources(cfn, "AWS::DynamoDB::Table").values()
+               for g in t["Properties"].get("GlobalSecondaryIndexes", [])}
+    shown = set(re.findall(r'"GlobalSecondaryIndexName", "([^"]+)"', whole))
+    if shown - indexes:
+        fail("dashboard", f"{name} shows indexes the table does not have: {sorted(shown - indexes)}")
+    api_name, _ = api_body(cfn)
+    for needed in ["${" + api_name + "}", "${JobsTable}", "OldestReadyJobAge", "JobsCompleted",
+                   "${TimerDeadLetterQueue.QueueName}", "${SchedulerFailuresQueue.QueueName}"]:
+        if needed not in whole:
+            fail("dashboard", f"{name} does not show {needed}")
+    if board.get("Condition") != "MonitoringOn":
+        fail("dashboard", f"{name} is not conditional on Monitoring=on")
+    ok("dashboard", f"{len(widgets)} widgets over {len(functions)} functions, the API, "
+       "the table, the queues and per-queue job metrics")
+
+
+WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+          "dynamodb:BatchWriteItem"}
+
+
+# Registries only their owners may write (shared/store: cron.rs is written by the cron
+# routes, the sweep and the timer; schemas.rs by the schema routes).
+REGISTRY_WRITERS = {
+    "CRON": {"CronFunction", "SchedulerFunction", "TimerFunction"},
+    "SCHEMAS": {"SchemasFunction"},
+}
+
+
+def statements(role):
+    for policy in role["Properties"].get("Policies", []):
+        yield from policy["PolicyDocument"].get("Statement", [])
+
+
+def leading_keys(st, operator):
+    return st.get("Condition", {}).get(operator, {}).get("dynamodb:LeadingKeys", [])
+
+
+def check_iam(cfn):
+    functions = resources(cfn, "AWS::Lambda::Function")
+    roles = resources(cfn, "AWS::IAM::Role")
+    for fn, f in functions.items():
+        role_ref = f["Properties"].get("Role", {})
+        role = roles.get(role_ref.get("Fn::GetAtt", [None])[0]) if isinstance(role_ref, dict) else None
+        if role is None:
+            fail("iam", f"{fn}: role not found")
+            continue
+        dynamo = [st for st in statements(role)
+                  if any(str(a).startswith("dynamodb:") for a in
+                         (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))]
+        allows = [st for st in dynamo if st["Effect"] == "Allow"]
+        if fn in ("KeysFunction", "AuthorizerFunction"):
+            for st in allows:
+                if leading_keys(st, "ForAllValues:StringEquals") != ["APIKEYS"]:
+                    fail("iam", f"{fn}: statement {st.get('Sid')} is not limited to the APIKEYS partition")
+            if fn == "AuthorizerFunction" and any(
+                set(st["Action"]) & WRITES for st in allows
+            ):
+                fail("iam", "AuthorizerFunction may write key records")
+            continue
+        denied = [st for st in dynamo if st["Effect"] == "Deny"
+                  and "APIKEYS" in leading_keys(st, "ForAnyValue:StringEquals")]
+        if allows and not denied:
+            fail("iam", f"{fn}: nothing denies it the APIKEYS partition")
+        granted = {a for st in allows for a in
+                   (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        covered = {a for st in denied for a in
+                   (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        if denied and "dynamodb:*" not in covered and granted - covered - {"dynamodb:Scan"}:
+            fail("iam", f"{fn}: the APIKEYS Deny leaves {sorted(granted - covered)} allowed there")
+        for partition, owners in REGISTRY_WRITERS.items():
+            if fn in owners or not allows:
+                continue
+            if not any(
+                st["Effect"] == "Deny"
+                and WRITES <= set(st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+                and partition in leading_keys(st, "ForAnyValue:StringEquals")
+                for st in dynamo
+            ) and not any(st["Effect"] == "Deny" and st["Action"] == "dynamodb:*"
+                          and partition in leading_keys(st, "ForAnyValue:StringEquals")
+                          for st in dynamo):
+                fail("iam", f"{fn}: nothing denies it writes to the {partition} partition")
+    ok("iam", "only KeysFunction writes APIKEYS, the authorizer only reads it, every other "
+       "function is denied it; CRON and SCHEMAS are written only by their owners "
+       f"{REGISTRY_WRITERS}")
+
+
+def main():
+    sam_path, translated, root = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(translated, encoding="utf-8") as f:
+        cfn = json.load(f)
+    check_schedules(cfn)
+    check_cors(cfn, sam_path)
+    check_auth(cfn)
+    check_alarms(cfn, root)
+    check_dashboard(cfn)
+    check_iam(cfn)
+    if FAILED:
+        for line in FAILED:
+            print(f"Error: {line}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

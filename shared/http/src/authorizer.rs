@@ -1,0 +1,130 @@
+//! The API Gateway (HTTP API) Lambda authorizer: the same API key check as
+//! [`Authenticator::check`], answered as a simple response (payload format 2.0), so an
+//! invalid key is refused by the gateway before any endpoint function runs. The gateway
+//! caches each verdict by the `Authorization` header value (`ReauthorizeEvery` in
+//! `infra/template.yaml`), so a valid key costs no lookup per request.
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use ojs_core::{ErrorCode, OjsError};
+use serde_json::{json, Value};
+
+use crate::auth::Authenticator;
+
+/// The `Authorization` header of an authorizer event (payload 2.0: header names are
+/// lower case; a repeated header arrives as one comma-joined value, which the key check
+/// then refuses as malformed).
+fn headers_of(event: &Value) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let value = event["headers"]
+        .as_object()
+        .and_then(|h| {
+            h.iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        })
+        .and_then(|(_, v)| v.as_str())
+        .and_then(|v| HeaderValue::from_str(v).ok());
+    if let Some(v) = value {
+        headers.insert(header::AUTHORIZATION, v);
+    }
+    headers
+}
+
+/// The authorizer's answer to `event`: `{"isAuthorized": true, "context": {"key_id"}}`
+/// for a valid key, `{"isAuthorized": false}` (the gateway answers 403) for a missing,
+/// malformed, unknown or revoked one. A failure to read the key records is an error, which
+/// the gateway answers with 500 and does not cache.
+pub async fn authorize_request(auth: &Authenticator, event: &Value) -> Result<Value, OjsError> {
+    match auth.check(&headers_of(event)).await {
+        Ok(Some(key_id)) => Ok(json!({"isAuthorized": true, "context": {"key_id": key_id}})),
+        Ok(None) => Ok(json!({"isAuthorized": true, "context": {}})),
+        Err(e) if e.code == ErrorCode::Unauthenticated => Ok(json!({"isAuthorized": false})),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::AuthMode;
+    use ojs_store::{Store, StoreConfig};
+
+    /// A store whose endpoint refuses connections: every case here is decided before
+    /// any lookup, and one that looked would fail the test with a backend error.
+    fn unreachable_store() -> Store {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "x", "x", None, None, "test",
+            ))
+            .build();
+        Store::new(
+            aws_sdk_dynamodb::Client::from_conf(conf),
+            StoreConfig::for_table("none"),
+        )
+    }
+
+    fn event(authorization: Option<&str>) -> Value {
+        let mut headers = json!({"content-type": "application/json"});
+        if let Some(a) = authorization {
+            headers["authorization"] = a.into();
+        }
+        json!({
+            "version": "2.0",
+            "type": "REQUEST",
+            "routeArn": "arn:aws:execute-api:us-east-1:123456789012:abcdef123/$default/POST/ojs/v1/jobs",
+            "identitySource": [authorization.unwrap_or_default()],
+            "routeKey": "POST /ojs/v1/jobs",
+            "headers": headers,
+        })
+    }
+
+    #[tokio::test]
+    async fn keys_not_in_their_shape_are_refused_without_a_lookup() -> Result<(), OjsError> {
+        let auth = Authenticator::new(AuthMode::ApiKey, unreachable_store());
+        for bad in [
+            None,
+            Some("Bearer"),
+            Some("Basic b2pzOm9qcw=="),
+            Some("Bearer ojs_0123456789ab_short"),
+            Some("Bearer sk_live_0123"),
+        ] {
+            let answer = authorize_request(&auth, &event(bad)).await?;
+            assert_eq!(answer, json!({"isAuthorized": false}), "{bad:?}");
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_well_formed_key_is_looked_up_and_a_lookup_failure_is_not_a_verdict() {
+        let auth = Authenticator::new(AuthMode::ApiKey, unreachable_store());
+        let key = format!("Bearer ojs_0123456789ab_{}", "ab".repeat(32));
+        let answer = authorize_request(&auth, &event(Some(&key))).await;
+        assert_eq!(
+            answer.map_err(|e| e.code),
+            Err(ErrorCode::BackendError),
+            "an unreadable key table must not be cached as a refusal"
+        );
+    }
+
+    #[tokio::test]
+    async fn with_auth_off_everyone_is_authorized() -> Result<(), OjsError> {
+        let auth = Authenticator::new(AuthMode::Off, unreachable_store());
+        assert_eq!(
+            authorize_request(&auth, &event(None)).await?["isAuthorized"],
+            true
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_header_is_found_whatever_its_case() {
+        let e = json!({"headers": {"Authorization": "Bearer x"}});
+        assert_eq!(
+            headers_of(&e).get(header::AUTHORIZATION),
+            Some(&HeaderValue::from_static("Bearer x"))
+        );
+        assert!(headers_of(&json!({})).is_empty());
+    }
+}

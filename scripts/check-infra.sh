@@ -71,8 +71,8 @@ plant function-without-errors-alarm "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref WorkersFunction}]"
 plant dead-letter-queue-without-alarm "Value: !GetAtt TimerDeadLetterQueue.QueueName}]" "Value: !GetAtt TimerQueue.QueueName}]"
 plant index-throttling-not-alarmed "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: ready}"
-plant alarm-on-missing-index "{Name: GlobalSecondaryIndexName, Value: dead}" "{Name: GlobalSecondaryIndexName, Value: gone}"
-plant dashboard-on-missing-index '"GlobalSecondaryIndexName","dead"' '"GlobalSecondaryIndexName","gone"'
+plant alarm-on-missing-index "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: gone}"
+plant dashboard-on-missing-index '"GlobalSecondaryIndexName","due"' '"GlobalSecondaryIndexName","gone"'
 plant alarm-notifies-no-one "      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], []]" "      AlarmActions: []"
 plant alarm-on-unemitted-metric "MetricName: OldestReadyJobAge" "MetricName: OldestReadyJobAgeSeconds"
 plant dashboard-missing-function '"FunctionName","${TimerFunction}"]' '"FunctionName","${TimerQueue.QueueName}"]'

@@ -15,12 +15,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_current_span(false)
-        .without_time()
-        .init();
+    ojs_http::init_lambda_logging();
     let store = Store::from_env().await;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let store = store.clone();

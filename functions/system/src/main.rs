@@ -5,12 +5,7 @@ use ojs_store::Store;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_current_span(false)
-        .without_time()
-        .init();
+    ojs_http::init_lambda_logging();
     let store = Store::from_env().await;
     let router = app(
         AppState::new(store, HttpConfig::from_env()),

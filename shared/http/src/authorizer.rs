@@ -46,24 +46,7 @@ pub async fn authorize_request(auth: &Authenticator, event: &Value) -> Result<Va
 mod tests {
     use super::*;
     use crate::auth::AuthMode;
-    use ojs_store::{Store, StoreConfig};
-
-    /// A store whose endpoint refuses connections: every case here is decided before
-    /// any lookup, and one that looked would fail the test with a backend error.
-    fn unreachable_store() -> Store {
-        let conf = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .endpoint_url("http://127.0.0.1:9")
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "x", "x", None, None, "test",
-            ))
-            .build();
-        Store::new(
-            aws_sdk_dynamodb::Client::from_conf(conf),
-            StoreConfig::for_table("none"),
-        )
-    }
+    use crate::test_support::unreachable_store;
 
     fn event(authorization: Option<&str>) -> Value {
         let mut headers = json!({"content-type": "application/json"});

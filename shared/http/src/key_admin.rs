@@ -84,22 +84,7 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ojs_store::StoreConfig;
-
-    fn unreachable_store() -> Store {
-        let conf = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .endpoint_url("http://127.0.0.1:9")
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "x", "x", None, None, "test",
-            ))
-            .build();
-        Store::new(
-            aws_sdk_dynamodb::Client::from_conf(conf),
-            StoreConfig::for_table("none"),
-        )
-    }
+    use crate::test_support::unreachable_store;
 
     #[tokio::test]
     async fn malformed_commands_are_refused_before_any_store_call() {

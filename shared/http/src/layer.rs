@@ -287,14 +287,7 @@ mod panic_tests {
     /// request is served (the process unwinds, it does not abort).
     #[tokio::test]
     async fn a_panicking_handler_answers_500_internal_error_and_the_server_goes_on() {
-        let sdk = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .build();
-        let store = ojs_store::Store::new(
-            aws_sdk_dynamodb::Client::from_conf(sdk),
-            ojs_store::StoreConfig::for_table("unused"),
-        );
+        let store = crate::test_support::unreachable_store();
         let state = AppState::new(store, crate::HttpConfig::default());
         async fn boom() -> &'static str {
             let limits: Vec<u64> = Vec::new();

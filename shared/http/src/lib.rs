@@ -13,6 +13,8 @@ pub mod key_admin;
 mod layer;
 mod negotiate;
 mod routes;
+#[cfg(test)]
+mod test_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,4 +167,15 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
         });
     }
     layer::wrap(router.with_state(state.clone()), state)
+}
+
+/// Logging of a Lambda function: JSON lines for CloudWatch (the runtime adds the time),
+/// filtered by `RUST_LOG`.
+pub fn init_lambda_logging() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_current_span(false)
+        .without_time()
+        .init();
 }

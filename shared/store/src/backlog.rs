@@ -61,7 +61,7 @@ impl Store {
         let mut out = Vec::with_capacity(queues.len());
         for queue in queues {
             let mut oldest: Option<Timestamp> = None;
-            for shard in 0..self.config.queue_shards {
+            for shard in 0..self.queue_shards() {
                 let page = self
                     .client
                     .query()

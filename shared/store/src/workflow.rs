@@ -237,14 +237,7 @@ impl Store {
                     .build(),
             );
         }
-        let out = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.tally(Kind::Write, out)?;
+        self.transact(items).await.map_err(StoreError::from_sdk)?;
         self.after_create(&jobs, now).await;
         Ok(view(&wf, &jobs))
     }

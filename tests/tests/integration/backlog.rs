@@ -85,6 +85,8 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
         .map(|q| QueueName::parse(q))
         .collect::<Result<_, _>>()
         .map_err(|e| anyhow::anyhow!(e.message))?;
+    // The ages are read from the ready index: once it shows the FETCH above.
+    ojs_tests::after_index_lag().await;
     let ages = store.ready_head_ages(&queues, now).await?;
     let expect_fifo = (now - enqueued_at(&app, &first).await?).to_std()?;
     let expect_prio = (now - enqueued_at(&app, &urgent).await?).to_std()?;

@@ -23,9 +23,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 local_aws_up dev
 
-# OJS_STRICT_DDB=on make dev: DynamoDB through the tests' AWS-strict layer (AWS's request
-# rules, plus unprocessed batches, short pages, index lag and throttling, as `make test`
-# runs; OJS_STRICT_* knobs); OJS_STRICT_DDB=rules keeps only the request rules.
+# OJS_STRICT_DDB=rules make dev: DynamoDB through the tests' AWS-strict layer (AWS's
+# request rules); OJS_STRICT_DDB=on (or full) adds unprocessed batches, short pages, index
+# lag and throttling (OJS_STRICT_* knobs).
 case "${OJS_STRICT_DDB:-off}" in on | full | rules) strict=1 ;; *) strict=0 ;; esac
 if [[ $strict == 1 ]]; then
     upstream="${AWS_ENDPOINT_URL_DYNAMODB:-${AWS_ENDPOINT_URL:-http://127.0.0.1:8000}}"

@@ -17,8 +17,8 @@
 //!   ProvisionedThroughputExceededException for a short while.
 //!
 //! Configured by [`StrictConfig`] (environment: see [`StrictConfig::from_env`]). The tests
-//! share one proxy per process ([`process_proxy`]); `OJS_STRICT_DDB=rules` keeps the rules
-//! and drops the random behaviours, `OJS_STRICT_DDB=off` turns it off.
+//! share one proxy per process ([`process_proxy`]); `OJS_STRICT_DDB=full` adds the random
+//! behaviours to the rules, `OJS_STRICT_DDB=off` turns it off.
 //! Refusals and violations are printed to stderr (`strict-ddb: ...`).
 
 pub mod lag;
@@ -90,19 +90,19 @@ impl StrictConfig {
         }
     }
 
-    /// The realistic behaviours of [`StrictConfig::default`] (AWS's rules plus unprocessed
-    /// keys, short pages, index lag, throttling bursts), or AWS's request rules only
-    /// ([`StrictConfig::rules_only`]) with `OJS_STRICT_DDB=rules`; either overridden by
+    /// AWS's request rules only ([`StrictConfig::rules_only`]), or with `OJS_STRICT_DDB=full`
+    /// the realistic behaviours of [`StrictConfig::default`] (unprocessed keys, short
+    /// pages, index lag, throttling bursts); either overridden by
     /// `OJS_STRICT_SEED`,
     /// `OJS_STRICT_UNPROCESSED` (rate), `OJS_STRICT_SHORT_PAGES` (rate),
     /// `OJS_STRICT_INDEX_LAG_MS`, `OJS_STRICT_THROTTLE` (rate), `OJS_STRICT_THROTTLE_MS`
     /// (burst length) and `OJS_STRICT_LOG=0`.
     pub fn from_env() -> Self {
-        let rules = std::env::var("OJS_STRICT_DDB").is_ok_and(|v| v.trim() == "rules");
-        let mut c = if rules {
-            Self::rules_only()
-        } else {
+        let full = std::env::var("OJS_STRICT_DDB").is_ok_and(|v| matches!(v.trim(), "full" | "on"));
+        let mut c = if full {
             Self::default()
+        } else {
+            Self::rules_only()
         };
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let rate = |k: &str, d: f64| {

@@ -384,6 +384,8 @@ async fn a_queue_level_limit_answers_429_with_rate_limit_headers() -> anyhow::Re
         app.push(json!({"type": "l.job", "args": [i], "options": {"queue": "lim"}}))
             .await?;
     }
+    // One FETCH is to see all four (the ready index lags behind the pushes).
+    ojs_tests::after_index_lag().await;
     let first = app.fetch(json!({"queues": ["lim"], "count": 10})).await?;
     assert_eq!(first.status, 200);
     assert_eq!(

@@ -176,15 +176,21 @@ impl TestApp {
         Self::spawn_behind(strict_proxy::StrictConfig::rules_only()).await
     }
 
-    /// Like [`TestApp::spawn`], behind a strict layer of its own configured as `config`.
+    /// Like [`TestApp::spawn`], behind a strict layer of its own configured as `config`, with
+    /// FETCH looking again after twice its index lag, as a deployment is configured.
     pub async fn spawn_behind(config: strict_proxy::StrictConfig) -> anyhow::Result<Self> {
         default_local_env();
+        let recheck = config.index_lag * 2;
         let proxy =
             strict_proxy::StrictProxy::start(&fault_proxy::raw_dynamodb_endpoint(), config).await?;
         let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
         let store = fault_proxy::store_through(&proxy.url, &table).await;
         store.ensure_table().await?;
-        let mut app = Self::serve(store, HttpConfig::default()).await?;
+        let http = HttpConfig {
+            fetch_recheck: recheck,
+            ..HttpConfig::default()
+        };
+        let mut app = Self::serve(store, http).await?;
         app._proxy = Some(proxy);
         Ok(app)
     }

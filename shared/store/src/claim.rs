@@ -72,9 +72,10 @@ pub struct FetchOutcome {
     pub jobs: Vec<Job>,
     /// The first requested queue's rate limit window, when it has a queue-level limit.
     pub limit: Option<LimitState>,
-    /// Whether the ready index showed any job at all (claimed, refused by a limit or lost
-    /// to another worker). A FETCH that saw none may have run before a just-pushed job
-    /// reached the index, which is worth looking again for; one that saw jobs was answered.
+    /// Whether the ready index showed any job still ready when this FETCH began (claimed,
+    /// refused by a limit or lost to another worker). A FETCH that saw none, or only jobs
+    /// that had already left (index lag), may have run before a just-pushed job reached the
+    /// index, which is worth looking again for; one that saw jobs was answered.
     pub saw_ready: bool,
 }
 
@@ -219,7 +220,6 @@ impl Store {
             let wanted = req.count - claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
             let mut candidates = self.ready_candidates(queue, shard, page).await?;
-            *saw_ready |= !candidates.is_empty();
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
             let mut next = 0;
@@ -238,6 +238,9 @@ impl Store {
                     other => other?,
                 };
                 next += 1;
+                // Only entries that left `available` before this FETCH began mean the
+                // index has not caught up; anything else is a queue that was answered.
+                *saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
                     Claim::Stale => lost_any = true,

@@ -1081,3 +1081,28 @@ async fn a_lone_worker_gets_priority_order_through_a_lagging_index() -> anyhow::
     app.teardown().await;
     Ok(())
 }
+
+/// A FETCH whose index shows only jobs that already left `available` (claimed and
+/// acknowledged within the index lag) has not seen the queue: it looks again, and finds
+/// the job pushed meanwhile instead of answering an empty list.
+#[tokio::test]
+async fn a_fetch_that_sees_only_stale_entries_looks_again() -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(300);
+    let app = TestApp::spawn_behind(config).await?;
+    let job = json!({"type": "lag.job", "args": [], "queue": "lagstale"});
+    assert_eq!(app.push(job.clone()).await?.status, 201);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    for round in 0..3 {
+        let r = app.fetch(json!({"queues": ["lagstale"]})).await?;
+        let id = r.body["jobs"][0]["id"].as_str().map(str::to_owned);
+        let Some(id) = id else {
+            anyhow::bail!("round {round}: FETCH answered {:?}", r.body)
+        };
+        assert_eq!(app.ack(json!({"job_id": id})).await?.status, 200);
+        // Pushed while the index still lists the job just acknowledged.
+        assert_eq!(app.push(job.clone()).await?.status, 201);
+    }
+    app.teardown().await;
+    Ok(())
+}

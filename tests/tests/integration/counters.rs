@@ -295,6 +295,7 @@ async fn a_recount_repairs_counters_that_missed_moves() -> anyhow::Result<()> {
         )
         .await?;
     }
+    ojs_tests::after_index_lag().await;
     let claimed = ids_of(&off.fetch(json!({"queues": ["rc"], "count": 2})).await?);
     assert_eq!(claimed.len(), 2);
     ojs_tests::after_index_lag().await;

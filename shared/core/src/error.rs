@@ -39,6 +39,8 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// The request carries no valid credentials.
     Unauthenticated,
+    /// The credentials are valid but lack the scope the operation needs.
+    Forbidden,
     /// A server bug (for example a storage request the backend rejects as invalid):
     /// retrying the same request cannot help.
     Internal,
@@ -65,6 +67,7 @@ impl ErrorCode {
             Self::NotAcceptable => "not_acceptable",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unauthenticated => "unauthenticated",
+            Self::Forbidden => "forbidden",
             Self::Internal => "internal_error",
         }
     }
@@ -74,6 +77,7 @@ impl ErrorCode {
         match self {
             Self::InvalidRequest | Self::InvalidPayload | Self::SchemaValidation => 400,
             Self::Unauthenticated => 401,
+            Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::NotAcceptable => 406,
@@ -132,6 +136,9 @@ impl ErrorCode {
             Self::MethodNotAllowed => "See the OJS HTTP binding for the methods of this path.",
             Self::Unauthenticated => {
                 "Send 'Authorization: Bearer <API key>' with a valid, unrevoked key."
+            }
+            Self::Forbidden => {
+                "Use an API key created with the scope named in details.required_scope."
             }
             Self::Internal => "A server bug, logged under the request_id; report it.",
         }

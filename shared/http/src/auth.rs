@@ -19,6 +19,8 @@ use ojs_core::{time, ErrorCode, OjsError};
 use ojs_store::{ApiKeyRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
 
+use crate::scopes::Scopes;
+
 /// How long a verified key is trusted without looking at its record again.
 pub const VERIFIED_TTL: Duration = Duration::from_secs(60);
 /// How long a key found missing, revoked or wrong is refused without looking again.
@@ -61,12 +63,25 @@ pub struct IssuedKey {
     pub record: ApiKeyRecord,
 }
 
-/// Creates a key named `name` and stores its hash.
+/// Creates a data key (no stored scopes) named `name` and stores its hash.
 pub async fn issue_key(store: &Store, name: &str) -> Result<IssuedKey, StoreError> {
+    issue_scoped_key(store, name, None).await
+}
+
+/// Creates a key named `name` with `scopes` (none: a data key) and stores its hash.
+pub async fn issue_scoped_key(
+    store: &Store,
+    name: &str,
+    scopes: Option<Scopes>,
+) -> Result<IssuedKey, StoreError> {
     let id = random_hex(ID_LEN / 2);
     let secret = random_hex(SECRET_LEN / 2);
     let hash = hash_secret(&secret)?;
-    let record = store.put_api_key(&id, name, &hash, time::now()).await?;
+    let names: Option<Vec<String>> =
+        scopes.map(|s| s.names().into_iter().map(str::to_owned).collect());
+    let record = store
+        .put_scoped_api_key(&id, name, &hash, names.as_deref(), time::now())
+        .await?;
     Ok(IssuedKey {
         key: format!("ojs_{id}_{secret}"),
         record,
@@ -148,38 +163,57 @@ fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
 /// outsider cannot mint, so that side stays small).
 #[derive(Debug, Default)]
 struct Verdicts {
-    accepted: HashMap<[u8; 32], Instant>,
+    accepted: HashMap<[u8; 32], (Instant, Scopes)>,
     refused: HashMap<[u8; 32], Instant>,
 }
 
 impl Verdicts {
-    fn get(&self, digest: &[u8; 32], now: Instant) -> Option<bool> {
-        let live = |m: &HashMap<[u8; 32], Instant>| m.get(digest).is_some_and(|t| *t > now);
-        if live(&self.accepted) {
-            Some(true)
-        } else if live(&self.refused) {
-            Some(false)
-        } else {
-            None
-        }
-    }
-
-    fn put(&mut self, digest: [u8; 32], ok: bool, now: Instant) {
-        let (map, ttl) = if ok {
-            self.refused.remove(&digest);
-            (&mut self.accepted, VERIFIED_TTL)
-        } else {
-            self.accepted.remove(&digest);
-            (&mut self.refused, REFUSED_TTL)
-        };
-        if map.len() >= CACHE_CAP {
-            map.retain(|_, until| *until > now);
-            if map.len() >= CACHE_CAP {
-                map.clear();
+    /// `Some(Some(scopes))` accepted, `Some(None)` refused, `None` not remembered.
+    fn get(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Scopes>> {
+        if let Some((until, scopes)) = self.accepted.get(digest) {
+            if *until > now {
+                return Some(Some(*scopes));
             }
         }
-        map.insert(digest, now + ttl);
+        if self.refused.get(digest).is_some_and(|t| *t > now) {
+            return Some(None);
+        }
+        None
     }
+
+    fn put(&mut self, digest: [u8; 32], verdict: Option<Scopes>, now: Instant) {
+        match verdict {
+            Some(scopes) => {
+                self.refused.remove(&digest);
+                if self.accepted.len() >= CACHE_CAP {
+                    self.accepted.retain(|_, (until, _)| *until > now);
+                    if self.accepted.len() >= CACHE_CAP {
+                        self.accepted.clear();
+                    }
+                }
+                self.accepted.insert(digest, (now + VERIFIED_TTL, scopes));
+            }
+            None => {
+                self.accepted.remove(&digest);
+                if self.refused.len() >= CACHE_CAP {
+                    self.refused.retain(|_, until| *until > now);
+                    if self.refused.len() >= CACHE_CAP {
+                        self.refused.clear();
+                    }
+                }
+                self.refused.insert(digest, now + REFUSED_TTL);
+            }
+        }
+    }
+}
+
+/// Who a request comes from: a verified key and its scopes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The key id (never the secret).
+    pub key_id: String,
+    /// What the key may do.
+    pub scopes: Scopes,
 }
 
 /// Checks API keys against the table, remembering verdicts for a short time.
@@ -216,9 +250,9 @@ impl Authenticator {
         self.mode
     }
 
-    /// Ok with the key id (None when auth is off) or the error to answer: 401
+    /// Ok with the key and its scopes (None when auth is off) or the error to answer: 401
     /// `unauthenticated`, or 503 when the key records cannot be read.
-    pub async fn check(&self, headers: &HeaderMap) -> Result<Option<String>, OjsError> {
+    pub async fn check(&self, headers: &HeaderMap) -> Result<Option<Principal>, OjsError> {
         if self.mode == AuthMode::Off {
             return Ok(None);
         }
@@ -229,36 +263,43 @@ impl Authenticator {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let now = Instant::now();
         if let Some(v) = self.remembered(&digest, now) {
-            return if v {
-                Ok(Some(id.to_owned()))
-            } else {
-                Err(unauthenticated("the API key is not valid"))
+            return match v {
+                Some(scopes) => Ok(Some(Principal {
+                    key_id: id.to_owned(),
+                    scopes,
+                })),
+                None => Err(unauthenticated("the API key is not valid")),
             };
         }
         let record = self.store.get_api_key(id).await.map_err(|e| {
             tracing::error!(cause = %e, "reading API key records");
             OjsError::new(ErrorCode::BackendError, "cannot check the API key; retry")
         })?;
-        let ok = match record {
-            Some(r) if r.revoked_at.is_none() => verify(secret, &r.hash),
-            _ => false,
+        let verdict = match record {
+            Some(r) if r.revoked_at.is_none() && verify(secret, &r.hash) => {
+                Some(Scopes::of_stored(r.scopes.as_deref()))
+            }
+            _ => None,
         };
-        self.remember(digest, ok, now);
-        if ok {
-            Ok(Some(id.to_owned()))
+        self.remember(digest, verdict, now);
+        if let Some(scopes) = verdict {
+            Ok(Some(Principal {
+                key_id: id.to_owned(),
+                scopes,
+            }))
         } else {
             tracing::warn!(event = "auth.failure", key_id = id, "API key refused");
             Err(unauthenticated("the API key is not valid"))
         }
     }
 
-    fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<bool> {
+    fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Scopes>> {
         self.verdicts.lock().ok()?.get(digest, now)
     }
 
-    fn remember(&self, digest: [u8; 32], ok: bool, now: Instant) {
+    fn remember(&self, digest: [u8; 32], verdict: Option<Scopes>, now: Instant) {
         if let Ok(mut verdicts) = self.verdicts.lock() {
-            verdicts.put(digest, ok, now);
+            verdicts.put(digest, verdict, now);
         }
     }
 }
@@ -363,24 +404,24 @@ mod tests {
         let mut v = Verdicts::default();
         let now = Instant::now();
         let good = [7u8; 32];
-        v.put(good, true, now);
+        v.put(good, Some(Scopes::DATA), now);
         for i in 0..(3 * CACHE_CAP as u32) {
             let mut d = [0u8; 32];
             d[..4].copy_from_slice(&i.to_be_bytes());
-            v.put(d, false, now);
+            v.put(d, None, now);
             assert!(v.refused.len() <= CACHE_CAP);
         }
-        assert_eq!(v.get(&good, now), Some(true));
+        assert_eq!(v.get(&good, now), Some(Some(Scopes::DATA)));
         assert_eq!(v.get(&good, now + VERIFIED_TTL), None, "expires");
         let bad = [9u8; 32];
-        v.put(bad, false, now);
-        assert_eq!(v.get(&bad, now), Some(false));
+        v.put(bad, None, now);
+        assert_eq!(v.get(&bad, now), Some(None));
         assert_eq!(v.get(&bad, now + REFUSED_TTL), None);
         // A key that becomes valid (or is revoked) takes its new verdict.
-        v.put(bad, true, now);
-        assert_eq!(v.get(&bad, now), Some(true));
-        v.put(bad, false, now);
-        assert_eq!(v.get(&bad, now), Some(false));
+        v.put(bad, Some(Scopes::DATA), now);
+        assert_eq!(v.get(&bad, now), Some(Some(Scopes::DATA)));
+        v.put(bad, None, now);
+        assert_eq!(v.get(&bad, now), Some(None));
     }
 
     #[test]
@@ -395,16 +436,16 @@ mod tests {
         };
         let half = CACHE_CAP as u32 / 2;
         for i in 0..half {
-            v.put(digest(i), false, t0);
+            v.put(digest(i), None, t0);
         }
         for i in half..2 * half {
-            v.put(digest(i), false, later);
+            v.put(digest(i), None, later);
         }
         // The first half ends exactly now; the second half is live and stays.
         let now = t0 + REFUSED_TTL;
-        v.put(digest(2 * half), false, now);
+        v.put(digest(2 * half), None, now);
         assert_eq!(v.refused.len(), half as usize + 1);
-        assert_eq!(v.get(&digest(half), now), Some(false));
+        assert_eq!(v.get(&digest(half), now), Some(None));
         assert_eq!(v.get(&digest(0), now), None);
     }
 }

@@ -4,7 +4,7 @@
 //! caches each verdict by the `Authorization` header value (`ReauthorizeEvery` in
 //! `infra/template.yaml`), so a valid key costs no lookup per request.
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::{json, Value};
 
@@ -29,13 +29,42 @@ fn headers_of(event: &Value) -> HeaderMap {
     headers
 }
 
-/// The authorizer's answer to `event`: `{"isAuthorized": true, "context": {"key_id"}}`
-/// for a valid key, `{"isAuthorized": false}` (the gateway answers 403) for a missing,
-/// malformed, unknown or revoked one. A failure to read the key records is an error, which
-/// the gateway answers with 500 and does not cache.
+/// The method and path a request's scope is decided on: those of its route key
+/// (`"DELETE /ojs/v1/admin/queues/{name}/jobs"`), which the gateway also caches the
+/// verdict by (`infra/template.yaml`: identity `$context.routeKey`), so every request
+/// sharing a cached verdict needs the same scope; the raw method and path when the event
+/// has no route key.
+fn route_of(event: &Value) -> (Method, String) {
+    if let Some((method, path)) = event["routeKey"].as_str().and_then(|k| k.split_once(' ')) {
+        if let Ok(m) = Method::from_bytes(method.as_bytes()) {
+            return (m, path.to_owned());
+        }
+    }
+    let method = event["requestContext"]["http"]["method"]
+        .as_str()
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+        .unwrap_or(Method::GET);
+    (method, event["rawPath"].as_str().unwrap_or("/").to_owned())
+}
+
+/// The authorizer's answer to `event`: `{"isAuthorized": true, "context": {"key_id",
+/// "scopes"}}` for a valid key with the scope its route needs (`crate::scopes`),
+/// `{"isAuthorized": false}` (the gateway answers 403) for a missing, malformed, unknown
+/// or revoked key, or one without that scope. A failure to read the key records is an
+/// error, which the gateway answers with 500 and does not cache.
 pub async fn authorize_request(auth: &Authenticator, event: &Value) -> Result<Value, OjsError> {
     match auth.check(&headers_of(event)).await {
-        Ok(Some(key_id)) => Ok(json!({"isAuthorized": true, "context": {"key_id": key_id}})),
+        Ok(Some(p)) => {
+            let (method, path) = route_of(event);
+            if crate::scopes::check(p.scopes, &method, &path).is_err() {
+                tracing::warn!(event = "auth.forbidden", key_id = %p.key_id, %method, %path, "API key lacks the scope");
+                return Ok(json!({"isAuthorized": false}));
+            }
+            Ok(json!({"isAuthorized": true, "context": {
+                "key_id": p.key_id,
+                "scopes": p.scopes.names().join(" "),
+            }}))
+        }
         Ok(None) => Ok(json!({"isAuthorized": true, "context": {}})),
         Err(e) if e.code == ErrorCode::Unauthenticated => Ok(json!({"isAuthorized": false})),
         Err(e) => Err(e),
@@ -99,6 +128,25 @@ mod tests {
             true
         );
         Ok(())
+    }
+
+    #[test]
+    fn the_scope_is_decided_on_the_route_key() {
+        let e = json!({"routeKey": "DELETE /ojs/v1/admin/queues/{name}/jobs", "rawPath": "/x"});
+        assert_eq!(
+            route_of(&e),
+            (
+                Method::DELETE,
+                "/ojs/v1/admin/queues/{name}/jobs".to_owned()
+            )
+        );
+        let e = json!({"rawPath": "/ojs/v1/admin/stats", "requestContext": {"http": {"method": "POST"}}});
+        assert_eq!(
+            route_of(&e),
+            (Method::POST, "/ojs/v1/admin/stats".to_owned())
+        );
+        let e = json!({"routeKey": "$default", "rawPath": "/ojs/v1/jobs"});
+        assert_eq!(route_of(&e), (Method::GET, "/ojs/v1/jobs".to_owned()));
     }
 
     #[test]

@@ -3,18 +3,22 @@
 //! build to get its first key) and the `ojs-keys` command line tool.
 //!
 //! ```text
-//! {"action": "create", "name": "<label>"}  -> {"id", "name", "created_at", "key"}
-//! {"action": "list"}                       -> {"keys": [{"id", "name", "created_at", "revoked_at"}]}
+//! {"action": "create", "name": "<label>", "scopes": ["ojs:admin:read", ...]}
+//!                                          -> {"id", "name", "created_at", "scopes", "key"}
+//! {"action": "list"}                       -> {"keys": [{"id", "name", "created_at", "revoked_at", "scopes"}]}
 //! {"action": "revoke", "id": "<key id>"}   -> {"revoked": "<key id>"}
 //! ```
 //!
 //! A created key's secret appears only in the answer to `create`; the table keeps its
-//! Argon2id hash.
+//! Argon2id hash. `scopes` (a list, or one comma-separated string) is optional: a key
+//! created without it is a data key (`ojs:data:read`, `ojs:data:write`; see
+//! [`crate::scopes`]).
 
 use ojs_store::{Store, StoreError};
 use serde_json::{json, Value};
 
-use crate::auth::issue_key;
+use crate::auth::issue_scoped_key;
+use crate::scopes::Scopes;
 
 /// Longest key label accepted.
 const MAX_NAME_LEN: usize = 128;
@@ -38,6 +42,36 @@ fn text<'a>(command: &'a Value, field: &str) -> Result<&'a str, KeyAdminError> {
         .ok_or_else(|| KeyAdminError::BadCommand(format!("'{field}' must be a non-empty string")))
 }
 
+/// The `scopes` of a create command: absent or null (a data key), a list of names, or
+/// one comma- or space-separated string.
+fn scopes_of(command: &Value) -> Result<Option<Scopes>, KeyAdminError> {
+    let raw = match &command["scopes"] {
+        Value::Null => return Ok(None),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| KeyAdminError::BadCommand("'scopes' must hold strings".into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .join(","),
+        _ => {
+            return Err(KeyAdminError::BadCommand(
+                "'scopes' must be a list of scope names".into(),
+            ))
+        }
+    };
+    let scopes = Scopes::parse_list(&raw).map_err(KeyAdminError::BadCommand)?;
+    if scopes == Scopes::default() {
+        return Err(KeyAdminError::BadCommand(
+            "'scopes' names no scope; leave it out for a data key".into(),
+        ));
+    }
+    Ok(Some(scopes))
+}
+
 /// Carries out one key command on `store` (see the module docs).
 pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, KeyAdminError> {
     match command["action"].as_str() {
@@ -48,12 +82,14 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
                     "'name' must be at most {MAX_NAME_LEN} printable characters"
                 )));
             }
-            let issued = issue_key(store, name).await?;
+            let scopes = scopes_of(command)?;
+            let issued = issue_scoped_key(store, name, scopes).await?;
             tracing::info!(key_id = %issued.record.id, "API key created");
             Ok(json!({
                 "id": issued.record.id,
                 "name": issued.record.name,
                 "created_at": issued.record.created_at,
+                "scopes": Scopes::of_stored(issued.record.scopes.as_deref()).names(),
                 "key": issued.key,
             }))
         }
@@ -63,7 +99,7 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
                 .await?
                 .into_iter()
                 .map(|k| {
-                    json!({"id": k.id, "name": k.name, "created_at": k.created_at, "revoked_at": k.revoked_at})
+                    json!({"id": k.id, "name": k.name, "created_at": k.created_at, "revoked_at": k.revoked_at, "scopes": Scopes::of_stored(k.scopes.as_deref()).names()})
                 })
                 .collect();
             Ok(json!({ "keys": keys }))
@@ -96,6 +132,10 @@ mod tests {
             json!({"action": "create", "name": "  "}),
             json!({"action": "create", "name": "a".repeat(129)}),
             json!({"action": "create", "name": "a\nb"}),
+            json!({"action": "create", "name": "a", "scopes": ["ojs:admin:all"]}),
+            json!({"action": "create", "name": "a", "scopes": 7}),
+            json!({"action": "create", "name": "a", "scopes": [7]}),
+            json!({"action": "create", "name": "a", "scopes": ""}),
             json!({"action": "revoke"}),
             json!({"action": 1}),
         ] {

@@ -118,9 +118,16 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
     let principal = if is_public(&method, &path) {
         Ok(None)
     } else {
-        state.auth.check(req.headers()).await
+        match state.auth.check(req.headers()).await {
+            // A valid key that lacks the scope this request needs: 403.
+            Ok(Some(p)) => crate::scopes::check(p.scopes, &method, &path).map(|()| Some(p)),
+            other => other,
+        }
     };
-    let key_id = principal.as_ref().ok().cloned().flatten();
+    let key_id = principal
+        .as_ref()
+        .ok()
+        .and_then(|p| p.as_ref().map(|p| p.key_id.clone()));
     let mut ddb = ojs_store::UsageSnapshot::default();
     let kind = Envelopes::of(&method, &path);
     let negotiated = match principal {

@@ -13,6 +13,7 @@ pub mod key_admin;
 mod layer;
 mod negotiate;
 mod routes;
+pub mod scopes;
 #[cfg(test)]
 mod test_support;
 
@@ -49,11 +50,13 @@ pub enum Group {
     Schemas,
     /// The Cloudq v0.1.0 compatibility binding: `/cloudq/{queue}...`
     Cloudq,
+    /// The admin API (`/ojs/v1/admin/...`, ojs-admin-api.md) the dashboard calls.
+    Admin,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 9] = [
+    pub const ALL: [Group; 10] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
@@ -63,6 +66,7 @@ impl Group {
         Group::Workflows,
         Group::Schemas,
         Group::Cloudq,
+        Group::Admin,
     ];
 }
 
@@ -164,6 +168,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Workflows => routes::workflows::router(),
             Group::Schemas => routes::schemas::router(),
             Group::Cloudq => routes::cloudq::router(),
+            Group::Admin => routes::admin::router(),
         });
     }
     layer::wrap(router.with_state(state.clone()), state)

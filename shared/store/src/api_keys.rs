@@ -35,6 +35,9 @@ pub struct ApiKeyRecord {
     pub created_at: String,
     /// When the key was revoked, if it was.
     pub revoked_at: Option<String>,
+    /// The key's scopes (`ojs:admin:read`, ...); `None` for a key stored without any
+    /// (every key made before scopes existed), which the HTTP layer treats as a data key.
+    pub scopes: Option<Vec<String>>,
 }
 
 fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
@@ -48,11 +51,16 @@ fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
         hash: get("hash").ok_or_else(|| StoreError::Corrupt("api key item without hash".into()))?,
         created_at: get("created_at").unwrap_or_default(),
         revoked_at: get("revoked_at"),
+        scopes: item
+            .get("scopes")
+            .and_then(|v| v.as_l().ok())
+            .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect()),
     })
 }
 
 impl Store {
-    /// Stores a new key record (conditional PutItem: an id is never overwritten).
+    /// Stores a new key record without scopes (a data key); see
+    /// [`Store::put_scoped_api_key`].
     pub async fn put_api_key(
         &self,
         id: &str,
@@ -60,7 +68,26 @@ impl Store {
         hash: &str,
         now: Timestamp,
     ) -> Result<ApiKeyRecord, StoreError> {
+        self.put_scoped_api_key(id, name, hash, None, now).await
+    }
+
+    /// Stores a new key record with `scopes` (none: a data key) (conditional PutItem: an
+    /// id is never overwritten).
+    pub async fn put_scoped_api_key(
+        &self,
+        id: &str,
+        name: &str,
+        hash: &str,
+        scopes: Option<&[String]>,
+        now: Timestamp,
+    ) -> Result<ApiKeyRecord, StoreError> {
         let mut item = api_key_key(id);
+        if let Some(scopes) = scopes {
+            item.insert(
+                "scopes".into(),
+                AttributeValue::L(scopes.iter().map(|x| s(x.clone())).collect()),
+            );
+        }
         item.insert("name".into(), s(name));
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
@@ -82,6 +109,7 @@ impl Store {
                     hash: hash.to_owned(),
                     created_at: time::format(&now),
                     revoked_at: None,
+                    scopes: scopes.map(<[String]>::to_vec),
                 })
             }
             Err(e) => {

@@ -4,6 +4,7 @@
 //! read-modify-write paths, the version). A failed condition is a typed
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
+mod admin;
 mod api_keys;
 mod backlog;
 mod batch;
@@ -36,6 +37,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use admin::{DeadLetterStats, Maintenance, MAX_LISTED};
 pub use api_keys::ApiKeyRecord;
 pub use backlog::OLDEST_READY_JOB_AGE;
 pub use batch::BatchError;

@@ -1,13 +1,16 @@
 //! API key administration against the table named by `OJS_TABLE` (local or deployed):
 //!
 //! ```text
-//! ojs-keys create <name>   issue a key; prints it once (only its hash is stored)
+//! ojs-keys create <name> [--scopes ojs:admin:read,ojs:data:read]
+//!                          issue a key; prints it once (only its hash is stored); without
+//!                          --scopes a data key (ojs:data:read, ojs:data:write)
 //! ojs-keys list            ids, names, creation and revocation times
 //! ojs-keys revoke <id>     revoke one key (effective within a minute everywhere)
 //! ```
 
 use anyhow::{bail, Context};
-use ojs_http::auth::issue_key;
+use ojs_http::auth::issue_scoped_key;
+use ojs_http::scopes::Scopes;
 use ojs_store::Store;
 
 #[tokio::main]
@@ -20,14 +23,22 @@ async fn main() -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["create", name] => {
-            let issued = issue_key(&store, name)
+        ["create", name, rest @ ..] => {
+            let scopes = match rest {
+                [] => None,
+                ["--scopes", list] => Some(Scopes::parse_list(list).map_err(anyhow::Error::msg)?),
+                _ => bail!("usage: ojs-keys create <name> [--scopes a,b,...]"),
+            };
+            let issued = issue_scoped_key(&store, name, scopes)
                 .await
                 .with_context(|| format!("storing the key in table {}", store.table()))?;
             eprintln!(
-                "created key {} ({}) in table {}; it is shown only now:",
+                "created key {} ({}, scopes {}) in table {}; it is shown only now:",
                 issued.record.id,
                 issued.record.name,
+                Scopes::of_stored(issued.record.scopes.as_deref())
+                    .names()
+                    .join(","),
                 store.table()
             );
             println!("{}", issued.key);
@@ -35,9 +46,10 @@ async fn main() -> anyhow::Result<()> {
         ["list"] => {
             for k in store.list_api_keys().await? {
                 let revoked = k.revoked_at.as_deref().unwrap_or("-");
+                let scopes = Scopes::of_stored(k.scopes.as_deref()).names().join(",");
                 println!(
-                    "{}\t{}\tcreated {}\trevoked {}",
-                    k.id, k.name, k.created_at, revoked
+                    "{}\t{}\tcreated {}\trevoked {}\tscopes {}",
+                    k.id, k.name, k.created_at, revoked, scopes
                 );
             }
         }
@@ -48,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("revoking key {id}"))?;
             eprintln!("revoked key {id}");
         }
-        _ => bail!("usage: ojs-keys create <name> | list | revoke <id>"),
+        _ => bail!("usage: ojs-keys create <name> [--scopes a,b,...] | list | revoke <id>"),
     }
     Ok(())
 }

@@ -1,5 +1,8 @@
 //! One module per endpoint group.
 
+pub(crate) mod admin;
+mod admin_jobs;
+mod admin_query;
 pub(crate) mod cloudq;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;

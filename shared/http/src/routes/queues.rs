@@ -93,7 +93,7 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
 /// Pause and resume answer with the queue's new state: `queue` is the binding's name
 /// (§11.3, §11.4) or the OpenAPI document's object (see [`Dialect`]), and `status` is at
 /// the top level either way (the Python SDK reads it there).
-async fn set_paused(
+pub(crate) async fn set_paused(
     app: AppState,
     dialect: Dialect,
     name: String,

@@ -341,18 +341,44 @@ async fn heartbeat(
     ))
 }
 
+/// `GET /ojs/v1/admin/workers` (ojs-admin-api.md §9.1): `items` with `state` (running,
+/// quiet, terminate, or stale after [`super::admin::STALE_AFTER_SECS`] without a
+/// heartbeat), `summary` and `pagination`; also `workers` and `directive`, as before.
 async fn list_workers(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let stale_before = time::now() - chrono::Duration::seconds(super::admin::STALE_AFTER_SECS);
+    let (mut running, mut quiet, mut stale) = (0u64, 0u64, 0u64);
     let workers: Vec<Value> = app
         .store
         .list_workers()
         .await?
         .into_iter()
-        .map(|w| json!({"id": w.id, "directive": w.directive.as_str(), "state": w.directive.as_str(), "last_seen": w.last_seen, "active_jobs": w.active_jobs}))
+        .map(|w| {
+            let seen = w
+                .last_seen
+                .as_deref()
+                .and_then(|raw| time::parse(raw, "$").ok());
+            let state = if seen.is_none_or(|t| t < stale_before) {
+                stale += 1;
+                "stale"
+            } else if w.directive == Directive::Running {
+                running += 1;
+                "running"
+            } else {
+                quiet += 1;
+                w.directive.as_str()
+            };
+            json!({"id": w.id, "directive": w.directive.as_str(), "state": state, "last_seen": w.last_seen, "last_heartbeat_at": w.last_seen, "started_at": w.last_seen, "queues": [], "active_jobs": w.active_jobs})
+        })
         .collect();
     let total = workers.len();
     Ok(reply(
         StatusCode::OK,
-        json!({ "workers": workers, "pagination": {"total": total, "limit": total, "offset": 0, "has_more": false} }),
+        json!({
+            "items": workers,
+            "workers": workers,
+            "summary": {"total": total, "running": running, "quiet": quiet, "stale": stale},
+            "pagination": {"total": total, "page": 1, "per_page": total.max(1), "limit": total, "offset": 0, "has_more": false},
+        }),
     ))
 }
 

@@ -1,0 +1,15 @@
+//! Lambda function for the OJS admin API (/ojs/v1/admin/...): wiring only.
+
+use ojs_http::{app, AppState, Group, HttpConfig};
+use ojs_store::Store;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    ojs_http::init_lambda_logging();
+    let store = Store::from_env().await;
+    let router = app(
+        AppState::new(store, HttpConfig::from_env()),
+        &[Group::Admin],
+    );
+    lambda_http::run(router).await
+}

@@ -1,0 +1,613 @@
+//! The admin API (ojs-admin-api.md) under `/ojs/v1/admin/`: queues, statistics, system
+//! operations and the dashboard's other reads here; jobs and the dead letter queue in
+//! `admin_jobs`. (`GET /ojs/v1/admin/workers` and the worker directives are served by
+//! the workers group, the queue rate limit and recount by the queues group.)
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{delete, get, post, put};
+use axum::Router;
+use ojs_core::{time, ErrorCode, OjsError, QueueName};
+use ojs_store::{EventQuery, QueueStats, StoreError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::admin_jobs as jobs;
+use super::reply;
+use crate::dialect::Dialect;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/admin/stats", get(get_stats))
+        .route("/ojs/v1/admin/stats/history", get(get_history))
+        .route("/ojs/v1/admin/queues", get(list_queues))
+        .route("/ojs/v1/admin/queues/{name}", get(get_queue))
+        .route("/ojs/v1/admin/queues/{name}/pause", post(pause_queue))
+        .route("/ojs/v1/admin/queues/{name}/resume", post(resume_queue))
+        .route("/ojs/v1/admin/queues/{name}/config", put(configure_queue))
+        .route(
+            "/ojs/v1/admin/queues/{name}/jobs",
+            delete(jobs::purge_queue),
+        )
+        .route("/ojs/v1/admin/jobs", get(jobs::list_jobs))
+        .route(
+            "/ojs/v1/admin/jobs/{id}",
+            get(jobs::get_job).patch(jobs::patch_job),
+        )
+        .route("/ojs/v1/admin/jobs/{id}/retry", post(jobs::retry_job))
+        .route("/ojs/v1/admin/jobs/{id}/cancel", post(jobs::cancel_job))
+        .route("/ojs/v1/admin/jobs/bulk/{action}", post(jobs::bulk_jobs))
+        .route("/ojs/v1/admin/workers/{id}", delete(deregister_worker))
+        .route(
+            "/ojs/v1/admin/dead-letter",
+            get(jobs::list_dead_letter).delete(jobs::purge_dead_letter),
+        )
+        .route(
+            "/ojs/v1/admin/dead-letter/stats",
+            get(jobs::dead_letter_stats),
+        )
+        .route(
+            "/ojs/v1/admin/dead-letter/retry",
+            post(jobs::bulk_retry_dead_letter),
+        )
+        .route(
+            "/ojs/v1/admin/dead-letter/{id}/retry",
+            post(jobs::retry_dead_letter),
+        )
+        .route(
+            "/ojs/v1/admin/dead-letter/{id}",
+            delete(jobs::delete_dead_letter),
+        )
+        .route(
+            "/ojs/v1/admin/system/maintenance",
+            get(get_maintenance).post(set_maintenance),
+        )
+        .route("/ojs/v1/admin/system/config", get(get_config))
+        .route("/ojs/v1/admin/schemas", get(list_schemas))
+        .route("/ojs/v1/admin/schemas/{type}", get(get_schema))
+        .route("/ojs/v1/admin/tenants", get(list_tenants))
+        .route("/ojs/v1/admin/tenants/{id}", get(get_tenant))
+        .route("/ojs/v1/admin/tenants/{id}/jobs", get(get_tenant))
+        .route("/ojs/v1/admin/pools", get(list_pools))
+        .route("/ojs/v1/admin/scheduling/stats", get(scheduling_stats))
+}
+
+fn counts(st: &QueueStats) -> Value {
+    json!({
+        "available": st.available,
+        "active": st.active,
+        "scheduled": st.scheduled,
+        "retryable": st.retryable,
+        "pending": st.pending,
+        "completed": st.completed,
+        "discarded": st.discarded,
+        "cancelled": st.cancelled,
+    })
+}
+
+fn add(total: &mut QueueStats, st: &QueueStats) {
+    total.available += st.available;
+    total.active += st.active;
+    total.scheduled += st.scheduled;
+    total.retryable += st.retryable;
+    total.pending += st.pending;
+    total.completed += st.completed;
+    total.discarded += st.discarded;
+    total.cancelled += st.cancelled;
+}
+
+/// Every queue with its counts (one counter read per queue).
+async fn queues_with_stats(
+    app: &AppState,
+) -> Result<Vec<(ojs_store::QueueInfo, QueueStats)>, ApiError> {
+    let mut out = Vec::new();
+    for q in app.store.list_queues().await? {
+        let Ok(name) = QueueName::parse(&q.name) else {
+            continue;
+        };
+        let st = app.store.queue_stats(&name).await?;
+        out.push((q, st));
+    }
+    Ok(out)
+}
+
+/// The event id every event of `at` or later sorts after (event ids are `evt_` and a
+/// UUIDv7, whose first 48 bits are the Unix time in milliseconds).
+fn event_cursor_at(at: &time::Timestamp) -> String {
+    let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let hex = format!("{ms:012x}");
+    format!("evt_{}-{}-0000-0000-000000000000", &hex[..8], &hex[8..])
+}
+
+/// Lifecycle events of `types` since `since` for `queues` (all when empty).
+async fn events_since(
+    app: &AppState,
+    types: &[&str],
+    queues: Vec<String>,
+    since: &time::Timestamp,
+) -> Result<Vec<Value>, ApiError> {
+    let q = EventQuery {
+        types: types.iter().map(|t| (*t).to_owned()).collect(),
+        queues,
+        after: Some(event_cursor_at(since)),
+        limit: 10_000,
+    };
+    Ok(app.store.list_events(&q).await?.0)
+}
+
+/// Jobs finished and failed in the last minute, from the lifecycle events.
+async fn throughput(app: &AppState, queues: Vec<String>) -> Result<Value, ApiError> {
+    let since = time::now() - chrono::Duration::minutes(1);
+    let events = events_since(app, &["job.completed", "job.failed"], queues, &since).await?;
+    let done = events
+        .iter()
+        .filter(|e| e["type"] == "job.completed")
+        .count();
+    Ok(json!({
+        "processed_per_minute": done,
+        "failed_per_minute": events.len() - done,
+    }))
+}
+
+/// `GET /ojs/v1/admin/stats` (§10.1).
+async fn get_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let queues = queues_with_stats(&app).await?;
+    let mut total = QueueStats::default();
+    for (_, st) in &queues {
+        add(&mut total, st);
+    }
+    let names = queues.iter().map(|(q, _)| q.name.clone()).collect();
+    let workers = app.store.list_workers().await?.len();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "queues": queues.len(),
+            "workers": workers,
+            "jobs": counts(&total),
+            "throughput": throughput(&app, names).await?,
+            "uptime_seconds": app.started.elapsed().as_secs(),
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryParams {
+    period: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    queue: Option<String>,
+}
+
+/// `GET /ojs/v1/admin/stats/history` (§10.2): enqueued, processed and failed jobs per
+/// period, counted from the lifecycle events (kept for the event retention; latency is
+/// not recorded).
+async fn get_history(
+    State(app): State<AppState>,
+    Query(p): Query<HistoryParams>,
+) -> Result<Response, ApiError> {
+    let period = p.period.as_deref().unwrap_or("5m");
+    let secs: i64 = match period {
+        "1m" => 60,
+        "5m" => 300,
+        "1h" => 3600,
+        "1d" => 86_400,
+        other => {
+            return Err(OjsError::invalid_request(format!(
+                "period must be 1m, 5m, 1h or 1d (got {other:?})"
+            ))
+            .with_path("$.period")
+            .into())
+        }
+    };
+    let now = time::now();
+    let until = match p.until.as_deref() {
+        Some(raw) => time::parse(raw, "$.until")?,
+        None => now,
+    };
+    let since = match p.since.as_deref() {
+        Some(raw) => time::parse(raw, "$.since")?,
+        None => until - chrono::Duration::hours(1),
+    };
+    if since >= until || (until - since).num_seconds() / secs > 2000 {
+        return Err(OjsError::invalid_request(
+            "since must be before until, and the range at most 2000 periods",
+        )
+        .with_path("$.since")
+        .into());
+    }
+    let queues = match p.queue.as_deref().filter(|q| !q.is_empty()) {
+        Some(q) => vec![QueueName::parse(q)?.as_str().to_owned()],
+        None => Vec::new(),
+    };
+    let events = events_since(
+        &app,
+        &["job.enqueued", "job.completed", "job.failed"],
+        queues,
+        &since,
+    )
+    .await?;
+    let bucket = |t: i64| t - t.rem_euclid(secs);
+    let mut data: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
+    let mut t = bucket(since.timestamp());
+    while t <= until.timestamp() {
+        data.insert(t, [0; 3]);
+        t += secs;
+    }
+    for e in &events {
+        let Some(at) = e["time"]
+            .as_str()
+            .and_then(|raw| time::parse(raw, "$").ok())
+        else {
+            continue;
+        };
+        if at > until {
+            continue;
+        }
+        let slot = match e["type"].as_str() {
+            Some("job.enqueued") => 0,
+            Some("job.completed") => 1,
+            _ => 2,
+        };
+        if let Some(b) = data.get_mut(&bucket(at.timestamp())) {
+            b[slot] += 1;
+        }
+    }
+    let data: Vec<Value> = data
+        .into_iter()
+        .filter_map(|(t, [enqueued, processed, failed])| {
+            let at = chrono::DateTime::<chrono::Utc>::from_timestamp(t, 0)?;
+            Some(json!({
+                "timestamp": time::format(&at),
+                "enqueued": enqueued,
+                "processed": processed,
+                "failed": failed,
+            }))
+        })
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({"period": period, "data": data}),
+    ))
+}
+
+fn queue_view(q: &ojs_store::QueueInfo, st: &QueueStats) -> Value {
+    json!({
+        "name": q.name,
+        "state": if st.paused { "paused" } else { "active" },
+        "paused": st.paused,
+        "counts": counts(st),
+        "created_at": q.created_at,
+    })
+}
+
+/// `GET /ojs/v1/admin/queues` (§6.1).
+async fn list_queues(
+    State(app): State<AppState>,
+    Query(p): Query<super::admin_query::RawPaging>,
+) -> Result<Response, ApiError> {
+    let paging = p.parse()?;
+    let queues = app.store.list_queues().await?;
+    let total = queues.len();
+    let mut items = Vec::new();
+    for q in queues.iter().skip(paging.offset()).take(paging.per_page) {
+        let Ok(name) = QueueName::parse(&q.name) else {
+            continue;
+        };
+        let st = app.store.queue_stats(&name).await?;
+        items.push(queue_view(q, &st));
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": items, "pagination": paging.pagination(total)}),
+    ))
+}
+
+/// `GET /ojs/v1/admin/queues/{name}` (§6.2).
+async fn get_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let info = app
+        .store
+        .list_queues()
+        .await?
+        .into_iter()
+        .find(|q| q.name == name)
+        .ok_or_else(|| OjsError::not_found(format!("queue {name} not found")))?;
+    let st = app.store.queue_stats(&queue).await?;
+    let settings = app.store.admin_queue_settings(&queue).await?;
+    let mut body = queue_view(&info, &st);
+    body["configuration"] = json!({
+        "rate_limit": settings.rate_limit.map(|r| r.to_json()),
+    });
+    Ok(reply(StatusCode::OK, body))
+}
+
+async fn pause_queue(
+    State(app): State<AppState>,
+    dialect: Dialect,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    super::queues::set_paused(app, dialect, name, true).await
+}
+
+async fn resume_queue(
+    State(app): State<AppState>,
+    dialect: Dialect,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    super::queues::set_paused(app, dialect, name, false).await
+}
+
+/// `PUT /ojs/v1/admin/queues/{name}/config` (§6.6): the queue-wide rate limit
+/// (`{"rate_limit": {"limit", "period"}}`, `null` to remove it), applied at FETCH. A
+/// queue-wide concurrency or retention is not offered (retention is the table's TTL
+/// setting); asking for one is a 422 `unsupported`, nothing is changed.
+async fn configure_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let Value::Object(fields) = &body else {
+        return Err(OjsError::invalid_request("the request body must be a JSON object").into());
+    };
+    for (k, v) in fields {
+        match k.as_str() {
+            "rate_limit" => {}
+            "concurrency" | "retention" if !v.is_null() => {
+                return Err(OjsError::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "a queue-wide {k} is not supported by this server; set a job's own \
+                         rate_limit.concurrency, and retention with OJS_RETENTION"
+                    ),
+                )
+                .with_path(&format!("$.{k}"))
+                .into())
+            }
+            "concurrency" | "retention" => {}
+            other => {
+                return Err(
+                    OjsError::invalid_request(format!("unknown field {other:?}"))
+                        .with_path(&format!("$.{other}"))
+                        .into(),
+                )
+            }
+        }
+    }
+    match fields.get("rate_limit") {
+        None => {}
+        Some(Value::Null) => app.store.set_queue_rate_limit(queue.as_str(), None).await?,
+        Some(rl) => {
+            let limit = rl["limit"].as_u64().filter(|l| *l > 0).ok_or_else(|| {
+                OjsError::invalid_request("rate_limit.limit must be a positive integer")
+                    .with_path("$.rate_limit.limit")
+            })?;
+            let period = rl["period"].as_str().ok_or_else(|| {
+                OjsError::invalid_request("rate_limit.period must be an ISO 8601 duration")
+                    .with_path("$.rate_limit.period")
+            })?;
+            let spec = json!({"rate": {"limit": limit, "period": period}});
+            let policy = ojs_core::rate_limit::RateLimitPolicy::for_queue(&spec, queue.as_str())?;
+            app.store
+                .set_queue_rate_limit(queue.as_str(), Some(&policy))
+                .await?;
+        }
+    }
+    get_queue(State(app), Path(name)).await
+}
+
+/// `DELETE /ojs/v1/admin/workers/{id}` (§9.4): removes a worker that missed its
+/// heartbeats (none for [`STALE_AFTER_SECS`]); its leases run out and the sweep retries
+/// its jobs.
+async fn deregister_worker(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if id.is_empty() || id.len() > 256 {
+        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
+    }
+    let stale_before = time::now() - chrono::Duration::seconds(STALE_AFTER_SECS);
+    app.store
+        .deregister_worker(&id, stale_before)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError(OjsError::not_found(format!("worker {id} not found"))),
+            StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
+                "worker {id} sent a heartbeat within the last {STALE_AFTER_SECS} s; quiet it \
+                 instead, or wait until it is stale"
+            ))),
+            other => other.into(),
+        })?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"deregistered": true, "worker_id": id}),
+    ))
+}
+
+/// A worker without a heartbeat for this long is stale.
+pub(crate) const STALE_AFTER_SECS: i64 = 120;
+
+fn maintenance_view(m: &ojs_store::Maintenance) -> Value {
+    json!({
+        "enabled": m.enabled,
+        "maintenance": m.enabled,
+        "reason": m.reason,
+        "started_at": m.started_at,
+        "enabled_at": m.started_at,
+        "ends_at": m.ends_at,
+        "estimated_end": m.ends_at,
+        "paused_queues": m.paused_queues,
+    })
+}
+
+async fn get_maintenance(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let m = app.store.maintenance().await?;
+    Ok(reply(StatusCode::OK, maintenance_view(&m)))
+}
+
+/// `POST /ojs/v1/admin/system/maintenance` (§12.1): on pauses every queue (FETCH returns
+/// nothing, PUSH still accepts); off resumes the queues it paused.
+async fn set_maintenance(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let enabled = body["enabled"].as_bool().ok_or_else(|| {
+        OjsError::invalid_request("enabled must be true or false").with_path("$.enabled")
+    })?;
+    let reason = body["reason"].as_str();
+    let now = time::now();
+    let duration = body["estimated_duration"]
+        .as_str()
+        .or_else(|| body["duration"].as_str());
+    let ends_at = match duration {
+        Some(d) => {
+            let d = ojs_core::duration::parse(d).ok_or_else(|| {
+                OjsError::invalid_request("estimated_duration must be an ISO 8601 duration")
+                    .with_path("$.estimated_duration")
+            })?;
+            Some(now + chrono::Duration::from_std(d).unwrap_or_default())
+        }
+        None => None,
+    };
+    let m = app
+        .store
+        .set_maintenance(enabled, reason, ends_at, now)
+        .await?;
+    tracing::info!(enabled, "maintenance mode set");
+    Ok(reply(StatusCode::OK, maintenance_view(&m)))
+}
+
+/// `GET /ojs/v1/admin/system/config` (§12.2): non-sensitive settings.
+async fn get_config(State(app): State<AppState>) -> Result<Response, ApiError> {
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "backend": "dynamodb",
+            "table": app.store.table(),
+            "queue_shards": app.store.queue_shards(),
+            "auth": match app.config.auth { crate::AuthMode::Off => "off", crate::AuthMode::ApiKey => "api-key" },
+            "fetch_recheck_ms": u64::try_from(app.config.fetch_recheck.as_millis()).unwrap_or(u64::MAX),
+            "cors_allowed_origins": app.config.cors_origins,
+        }),
+    ))
+}
+
+/// A registered schema as the dashboard lists it: `type`, `version`, `schema`.
+fn schema_view(e: &ojs_store::SchemaEntry) -> Value {
+    let mut v = e.view();
+    let d = &e.doc;
+    v["type"] = json!(d.job_type.clone().unwrap_or_else(|| d.uri.clone()));
+    v["version"] = match &d.version {
+        Some(Value::String(s)) => json!(s),
+        Some(other) => json!(other.to_string()),
+        None => json!("1"),
+    };
+    v
+}
+
+/// `GET /ojs/v1/admin/schemas`.
+async fn list_schemas(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let schemas: Vec<Value> = app
+        .store
+        .list_schemas()
+        .await?
+        .iter()
+        .map(schema_view)
+        .collect();
+    Ok(reply(StatusCode::OK, json!({ "schemas": schemas })))
+}
+
+/// `GET /ojs/v1/admin/schemas/{type}`: the last registered schema of a job type (or the
+/// one registered under that URI).
+async fn get_schema(
+    State(app): State<AppState>,
+    Path(job_type): Path<String>,
+) -> Result<Response, ApiError> {
+    let found = app
+        .store
+        .list_schemas()
+        .await?
+        .into_iter()
+        .filter(|e| e.doc.uri == job_type || e.doc.job_type.as_deref() == Some(&job_type))
+        .max_by(|a, b| a.created_at.cmp(&b.created_at))
+        .ok_or_else(|| OjsError::not_found(format!("no schema for {job_type}")))?;
+    Ok(reply(StatusCode::OK, schema_view(&found)))
+}
+
+/// `GET /ojs/v1/admin/tenants`: this server has no tenants (one deployment is one
+/// tenant), so the list is empty.
+async fn list_tenants(
+    Query(p): Query<super::admin_query::RawPaging>,
+) -> Result<Response, ApiError> {
+    let paging = p.parse()?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": [], "pagination": paging.pagination(0)}),
+    ))
+}
+
+async fn get_tenant(Path(id): Path<String>) -> Result<Response, ApiError> {
+    Err(OjsError::not_found(format!(
+        "tenant {id:.64} not found: this server has no tenants (one deployment serves one tenant)"
+    ))
+    .into())
+}
+
+/// `GET /ojs/v1/admin/pools`: workers are not grouped into pools here.
+async fn list_pools() -> Result<Response, ApiError> {
+    Ok(reply(StatusCode::OK, json!({"pools": []})))
+}
+
+/// `GET /ojs/v1/admin/scheduling/stats`: FETCH takes the highest priority first, then the
+/// oldest, per queue; `dispatched` is each queue's jobs started and finished since its
+/// counters began (active + completed + discarded + cancelled).
+async fn scheduling_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let queues: Vec<Value> = queues_with_stats(&app)
+        .await?
+        .iter()
+        .map(|(q, st)| {
+            json!({
+                "name": q.name,
+                "dispatched": st.active + st.completed + st.discarded + st.cancelled,
+                "starved": false,
+            })
+        })
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({"strategy": "priority", "queues": queues}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_cursors_sort_before_every_event_of_their_millisecond() {
+        let at = time::now();
+        let cursor = event_cursor_at(&at);
+        let ev = ojs_core::event::Event::for_job(
+            ojs_core::event::EventKind::Enqueued,
+            &ojs_core::Job::enqueue(
+                ojs_core::job::NewJob::from_json(json!({"type": "t", "args": []}))
+                    .unwrap_or_else(|e| panic!("{e}")),
+                at,
+            ),
+            &at,
+            "test",
+        );
+        assert!(cursor < ev.id, "{cursor} !< {}", ev.id);
+        let later = event_cursor_at(&(time::now() + chrono::Duration::seconds(1)));
+        assert!(later > ev.id, "{later} !> {}", ev.id);
+    }
+}

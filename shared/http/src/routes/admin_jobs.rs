@@ -1,0 +1,536 @@
+//! Admin job endpoints (ojs-admin-api.md §7, §8, §11, §6.5): listing, detail, retry,
+//! cancel, bulk actions, dead letter management and purges. Where jobs are found (and
+//! what that costs) is in `ojs_store::admin` and docs/performance.md.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use ojs_core::{time, ErrorCode, Job, JobId, JobState, OjsError, QueueName};
+use ojs_store::{StoreError, MAX_LISTED};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::admin_query::{detail, older, summary, Filter, RawFilter, RawPaging};
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+/// States a listing without a state filter looks in.
+const LISTED_STATES: [JobState; 7] = [
+    JobState::Available,
+    JobState::Scheduled,
+    JobState::Retryable,
+    JobState::Active,
+    JobState::Completed,
+    JobState::Cancelled,
+    JobState::Discarded,
+];
+
+/// Most jobs one bulk action or purge touches; a larger set takes several calls.
+const MAX_BULK: usize = MAX_LISTED;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListParams {
+    #[serde(flatten)]
+    filter: RawFilter,
+    #[serde(flatten)]
+    paging: RawPaging,
+}
+
+/// Ids of the jobs in `states` of the filter's queue (or every queue), without repeats.
+async fn find_ids(
+    app: &AppState,
+    filter: &Filter,
+    states: &[JobState],
+) -> Result<Vec<JobId>, ApiError> {
+    let queues: Vec<QueueName> = match &filter.queue {
+        Some(q) => vec![q.clone()],
+        None => app
+            .store
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter_map(|q| QueueName::parse(&q.name).ok())
+            .collect(),
+    };
+    let mut ids = Vec::new();
+    for q in &queues {
+        for s in states {
+            ids.extend(app.store.admin_job_ids(q, *s, MAX_LISTED).await?);
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The jobs matching `filter` in `states` (read by id; those that moved out of the filter
+/// since the index or event was read are left out).
+async fn find_jobs(
+    app: &AppState,
+    filter: &Filter,
+    states: &[JobState],
+) -> Result<Vec<Job>, ApiError> {
+    let ids = find_ids(app, filter, states).await?;
+    let mut jobs = app.store.get_jobs(&ids).await?;
+    jobs.retain(|j| filter.matches(j) && states.contains(&j.status.state));
+    Ok(jobs)
+}
+
+fn states_of(filter: &Filter, default: &[JobState]) -> Vec<JobState> {
+    filter.state.map_or_else(|| default.to_vec(), |s| vec![s])
+}
+
+/// `GET /ojs/v1/admin/jobs`.
+pub(crate) async fn list_jobs(
+    State(app): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let filter = p.filter.parse("$")?;
+    let paging = p.paging.parse()?;
+    let states = states_of(&filter, &LISTED_STATES);
+    let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
+        let mut jobs = find_jobs(&app, &filter, &states).await?;
+        paging.sort(&mut jobs);
+        let total = jobs.len();
+        let page: Vec<Value> = jobs
+            .iter()
+            .skip(paging.offset())
+            .take(paging.per_page)
+            .map(summary)
+            .collect();
+        (page, total)
+    } else {
+        let mut ids = find_ids(&app, &filter, &states).await?;
+        paging.sort_ids(&mut ids);
+        let total = ids.len();
+        let page: Vec<JobId> = ids
+            .into_iter()
+            .skip(paging.offset())
+            .take(paging.per_page)
+            .collect();
+        let jobs = app.store.get_jobs(&page).await?;
+        (jobs.iter().map(summary).collect(), total)
+    };
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": items, "pagination": paging.pagination(total)}),
+    ))
+}
+
+fn job_not_found(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::NotFound => ApiError(OjsError::not_found(format!("job {id} not found"))),
+        other => other.into(),
+    }
+}
+
+/// `GET /ojs/v1/admin/jobs/{id}`.
+pub(crate) async fn get_job(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
+    Ok(reply(StatusCode::OK, detail(&job)))
+}
+
+/// `PATCH /ojs/v1/admin/jobs/{id}`: changing a stored job's priority is not offered (the
+/// priority is part of the ready and due index keys of a job that may be claimed at the
+/// same moment); answered with the OJS `unsupported` error.
+pub(crate) async fn patch_job(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    app.store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
+    Err(OjsError::new(
+        ErrorCode::Unsupported,
+        "changing the priority of an enqueued job is not supported; cancel it and push it again",
+    )
+    .into())
+}
+
+/// `POST /ojs/v1/admin/jobs/{id}/retry`.
+pub(crate) async fn retry_job(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .admin_retry_job(&id, time::now())
+        .await
+        .map_err(job_not_found(&id))?;
+    tracing::info!(job_id = %id, "job retried by an operator");
+    Ok(reply(StatusCode::OK, detail(&job)))
+}
+
+/// `POST /ojs/v1/admin/jobs/{id}/cancel`.
+pub(crate) async fn cancel_job(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .cancel_job(&id, time::now())
+        .await
+        .map_err(job_not_found(&id))?;
+    Ok(reply(StatusCode::OK, detail(&job)))
+}
+
+/// A bulk body: `{"filter": {...}, "confirm": true}`.
+#[derive(Debug, Deserialize)]
+struct BulkBody {
+    #[serde(default)]
+    filter: RawFilter,
+    confirm: Option<bool>,
+}
+
+/// Parses a destructive request's body, refusing it without `confirm: true` (§4.4).
+fn confirmed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    if body.get("confirm").and_then(Value::as_bool) != Some(true) {
+        return Err(OjsError::invalid_request(
+            "this operation changes many jobs: send \"confirm\": true to carry it out",
+        )
+        .with_path("$.confirm")
+        .into());
+    }
+    serde_json::from_value(body).map_err(|e| {
+        OjsError::invalid_request(format!(
+            "the request body does not have the documented shape: {e}"
+        ))
+        .into()
+    })
+}
+
+/// What a bulk action did (§8.1).
+#[derive(Debug, Default)]
+struct BulkReport {
+    matched: usize,
+    succeeded: usize,
+    errors: Vec<Value>,
+}
+
+impl BulkReport {
+    fn record(&mut self, id: &JobId, outcome: Result<(), StoreError>) {
+        match outcome {
+            Ok(()) => self.succeeded += 1,
+            Err(e) => {
+                let message = ApiError::from(e).0.message;
+                self.errors
+                    .push(json!({"job_id": id.to_string(), "error": message}));
+            }
+        }
+    }
+
+    fn body(&self, action: &str) -> Value {
+        json!({
+            "action": action,
+            "matched": self.matched,
+            "succeeded": self.succeeded,
+            "failed": self.errors.len(),
+            "errors": self.errors,
+        })
+    }
+}
+
+/// Carries out `action` on each job; returns the report.
+async fn apply(app: &AppState, action: &str, jobs: &[Job]) -> BulkReport {
+    let mut report = BulkReport {
+        matched: jobs.len(),
+        ..Default::default()
+    };
+    let now = time::now();
+    for job in jobs {
+        let outcome = match action {
+            "retry" => app.store.admin_retry_job(&job.id, now).await.map(drop),
+            "cancel" => app.store.cancel_job(&job.id, now).await.map(drop),
+            _ => app.store.admin_delete_job(&job.id).await,
+        };
+        report.record(&job.id, outcome);
+    }
+    report
+}
+
+/// `POST /ojs/v1/admin/jobs/bulk/{action}`: retry (discarded and cancelled jobs), cancel
+/// (jobs not finished) or delete (finished jobs) every job the filter matches, up to
+/// [`MAX_BULK`] a call.
+pub(crate) async fn bulk_jobs(
+    State(app): State<AppState>,
+    Path(action): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let allowed: &[JobState] = match action.as_str() {
+        "retry" => &[JobState::Discarded, JobState::Cancelled],
+        "cancel" => &[
+            JobState::Available,
+            JobState::Scheduled,
+            JobState::Retryable,
+            JobState::Active,
+        ],
+        "delete" => &[
+            JobState::Completed,
+            JobState::Cancelled,
+            JobState::Discarded,
+        ],
+        other => {
+            return Err(OjsError::not_found(format!(
+                "no bulk action {other:?}; use retry, cancel or delete"
+            ))
+            .into())
+        }
+    };
+    let body: BulkBody = confirmed(body)?;
+    let _ = body.confirm;
+    let filter = body.filter.parse("$.filter")?;
+    if let Some(s) = filter.state.filter(|s| !allowed.contains(s)) {
+        return Err(OjsError::invalid_request(format!(
+            "bulk {action} applies to jobs that are {}; not to {s} jobs",
+            allowed
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .with_path("$.filter.state")
+        .into());
+    }
+    let mut jobs = find_jobs(&app, &filter, &states_of(&filter, allowed)).await?;
+    jobs.truncate(MAX_BULK);
+    let report = apply(&app, &action, &jobs).await;
+    tracing::info!(
+        action,
+        matched = report.matched,
+        succeeded = report.succeeded,
+        "bulk action"
+    );
+    Ok(reply(StatusCode::OK, report.body(&action)))
+}
+
+/// `GET /ojs/v1/admin/dead-letter` (§11.1): dead-lettered jobs, filterable by queue and
+/// type, paginated as the job listing.
+pub(crate) async fn list_dead_letter(
+    State(app): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let filter = p.filter.parse("$")?;
+    let paging = p.paging.parse()?;
+    let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
+        let mut jobs = dead_jobs(&app, &filter).await?;
+        paging.sort(&mut jobs);
+        let total = jobs.len();
+        let page = jobs
+            .iter()
+            .skip(paging.offset())
+            .take(paging.per_page)
+            .map(dead_view)
+            .collect::<Vec<_>>();
+        (page, total)
+    } else {
+        let page = app
+            .store
+            .list_dead_letter(filter.queue.as_ref(), paging.per_page, paging.offset())
+            .await?;
+        let mut jobs = page.jobs;
+        paging.sort(&mut jobs);
+        let listed = paging.offset() + jobs.len();
+        (jobs.iter().map(dead_view).collect(), page.total.max(listed))
+    };
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": items, "pagination": paging.pagination(total)}),
+    ))
+}
+
+/// A dead letter entry: the job summary with its last error and discard time.
+fn dead_view(job: &Job) -> Value {
+    let mut v = summary(job);
+    let d = detail(job);
+    v["errors"] = d["errors"].clone();
+    v["error"] = d.get("error").cloned().unwrap_or(Value::Null);
+    v
+}
+
+/// Every dead-lettered job (up to [`MAX_LISTED`]) passing `filter`.
+async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError> {
+    let page = app
+        .store
+        .list_dead_letter(filter.queue.as_ref(), MAX_LISTED, 0)
+        .await?;
+    Ok(page
+        .jobs
+        .into_iter()
+        .filter(|j| filter.matches(j))
+        .collect())
+}
+
+/// `GET /ojs/v1/admin/dead-letter/stats`.
+pub(crate) async fn dead_letter_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let st = app.store.dead_letter_stats().await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "total": st.total,
+            "by_queue": st.by_queue,
+            "oldest_at": st.oldest_at,
+            "newest_at": st.newest_at,
+        }),
+    ))
+}
+
+/// `POST /ojs/v1/admin/dead-letter/{id}/retry` (§11.2).
+pub(crate) async fn retry_dead_letter(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .retry_dead_letter(&id, time::now())
+        .await
+        .map_err(not_dead(&id))?;
+    Ok(reply(StatusCode::OK, detail(&job)))
+}
+
+fn not_dead(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::NotFound | StoreError::Conflict { .. } => ApiError(OjsError::not_found(
+            format!("job {id} is not in the dead letter queue"),
+        )),
+        other => other.into(),
+    }
+}
+
+/// `DELETE /ojs/v1/admin/dead-letter/{id}`.
+pub(crate) async fn delete_dead_letter(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    app.store
+        .delete_dead_letter(&id)
+        .await
+        .map_err(not_dead(&id))?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"deleted": true, "job_id": id.to_string()}),
+    ))
+}
+
+/// `POST /ojs/v1/admin/dead-letter/retry`: retries every dead-lettered job the filter
+/// matches (`{"filter": {...}, "confirm": true}`).
+pub(crate) async fn bulk_retry_dead_letter(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let body: BulkBody = confirmed(body)?;
+    let filter = body.filter.parse("$.filter")?;
+    let jobs = dead_jobs(&app, &filter).await?;
+    let report = apply(&app, "retry", &jobs).await;
+    Ok(reply(StatusCode::OK, report.body("retry")))
+}
+
+#[derive(Debug, Deserialize)]
+struct PurgeBody {
+    states: Option<Vec<String>>,
+    older_than: Option<String>,
+}
+
+/// `DELETE /ojs/v1/admin/dead-letter` (§11.3): deletes dead-lettered jobs discarded
+/// before `older_than` (all when absent).
+pub(crate) async fn purge_dead_letter(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let body: PurgeBody = confirmed(body)?;
+    let before = body
+        .older_than
+        .as_deref()
+        .map(|raw| time::parse(raw, "$.older_than"))
+        .transpose()?;
+    let jobs = dead_jobs(&app, &Filter::default()).await?;
+    let mut purged = 0usize;
+    for job in jobs {
+        if before.is_some_and(|b| !older(job.status.discarded_at, b)) {
+            continue;
+        }
+        match app.store.delete_dead_letter(&job.id).await {
+            Ok(()) | Err(StoreError::NotFound) => purged += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(reply(StatusCode::OK, json!({"purged_count": purged})))
+}
+
+/// `DELETE /ojs/v1/admin/queues/{name}/jobs` (§6.5): deletes the queue's finished jobs in
+/// `states` (completed, cancelled, discarded), optionally only those finished before
+/// `older_than`.
+pub(crate) async fn purge_queue(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let queue = QueueName::parse(&name)?;
+    let body: PurgeBody = confirmed(body)?;
+    let names = body.states.unwrap_or_default();
+    if names.is_empty() {
+        return Err(
+            OjsError::invalid_request("states must list the states to purge")
+                .with_path("$.states")
+                .into(),
+        );
+    }
+    let mut states = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        match n.parse::<JobState>() {
+            Ok(s) if s.is_terminal() => states.push(s),
+            _ => {
+                return Err(OjsError::invalid_request(format!(
+                    "only finished jobs can be purged (completed, cancelled, discarded); got {n:?}"
+                ))
+                .with_path(&format!("$.states[{i}]"))
+                .into())
+            }
+        }
+    }
+    let before = body
+        .older_than
+        .as_deref()
+        .map(|raw| time::parse(raw, "$.older_than"))
+        .transpose()?;
+    let filter = Filter {
+        queue: Some(queue),
+        ..Default::default()
+    };
+    let mut jobs = find_jobs(&app, &filter, &states).await?;
+    jobs.truncate(MAX_BULK);
+    let mut purged = 0usize;
+    for job in jobs {
+        let s = &job.status;
+        let finished = s.completed_at.or(s.cancelled_at).or(s.discarded_at);
+        if before.is_some_and(|b| !older(finished, b)) {
+            continue;
+        }
+        match app.store.admin_delete_job(&job.id).await {
+            Ok(()) | Err(StoreError::NotFound) => purged += 1,
+            // Retried or changed meanwhile: not purged.
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    tracing::info!(queue = %name, purged, "queue purged");
+    Ok(reply(
+        StatusCode::OK,
+        json!({"purged_count": purged, "states": names}),
+    ))
+}

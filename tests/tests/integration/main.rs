@@ -6,6 +6,7 @@
 //! The conformance suite (`tests/tests/conformance.rs`) and the load test
 //! (`tests/tests/stress.rs`) keep binaries of their own: both are long and are run alone.
 
+mod admin;
 mod advanced;
 mod api;
 mod auth;

@@ -455,22 +455,57 @@ async fn the_keys_function_issues_a_key_the_authorizer_function_accepts() -> any
     );
 
     let mut authorizer = start("authorizer", store.table(), &[("OJS_AUTH", "api-key")]).await?;
-    let event = |authorization: &str| {
+    let on_route = |authorization: &str, route: &str| {
         json!({
             "version": "2.0", "type": "REQUEST",
-            "routeArn": "arn:aws:execute-api:us-east-1:000000000000:api/$default/GET/ojs/v1/queues",
-            "identitySource": [authorization], "routeKey": "GET /ojs/v1/queues",
+            "routeArn": format!("arn:aws:execute-api:us-east-1:000000000000:api/$default/{}", route.replacen(' ', "", 1)),
+            "identitySource": [authorization, route], "routeKey": route,
             "headers": {"authorization": authorization},
         })
     };
+    let event = |authorization: &str| on_route(authorization, "GET /ojs/v1/queues");
     let Outcome::Response(ok) = invoke(&mut authorizer, event(&format!("Bearer {key}"))).await?
     else {
         bail!("authorizer failed");
     };
     assert_eq!(
         ok,
-        json!({"isAuthorized": true, "context": {"key_id": created["id"]}})
+        json!({"isAuthorized": true, "context": {"key_id": created["id"], "scopes": "ojs:data:read ojs:data:write"}})
     );
+    // A data key (created without scopes) is refused the admin routes; an admin key made
+    // by the keys function is let through them, and only them.
+    let bearer = format!("Bearer {key}");
+    let Outcome::Response(admin) = invoke(
+        &mut authorizer,
+        on_route(&bearer, "GET /ojs/v1/admin/queues"),
+    )
+    .await?
+    else {
+        bail!("authorizer failed");
+    };
+    assert_eq!(admin, json!({"isAuthorized": false}));
+    let mut keys = start("keys", store.table(), &[]).await?;
+    let Outcome::Response(made) = invoke(
+        &mut keys,
+        json!({"action": "create", "name": "dash", "scopes": ["ojs:admin:read"]}),
+    )
+    .await?
+    else {
+        bail!("create with scopes failed");
+    };
+    keys.stop().await;
+    assert_eq!(made["scopes"], json!(["ojs:admin:read"]), "{made}");
+    let dash = format!("Bearer {}", made["key"].as_str().unwrap_or_default());
+    for (route, allowed) in [
+        ("GET /ojs/v1/admin/queues", true),
+        ("POST /ojs/v1/admin/queues/{name}/pause", false),
+        ("GET /ojs/v1/queues", false),
+    ] {
+        let Outcome::Response(v) = invoke(&mut authorizer, on_route(&dash, route)).await? else {
+            bail!("authorizer failed");
+        };
+        assert_eq!(v["isAuthorized"], allowed, "{route}: {v}");
+    }
     let wrong = format!(
         "Bearer {}{}",
         &key[..key.len() - 1],

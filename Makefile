@@ -1,7 +1,11 @@
 # Developer entry points. The logic lives in scripts/ (Make handles signals badly).
 #   make dev          the API on 127.0.0.1:$(OJS_PORT) against local DynamoDB/SQS
 #                     (OJS_STRICT_DDB=on: DynamoDB through the AWS-strict test layer)
-#   make test         every test, against local DynamoDB/SQS (started if needed)
+#   make test         every test, against local DynamoDB/SQS (started if needed), the
+#                     dashboard in headless Chromium included
+#   make dashboard    builds the OJS dashboard (npm) and serves it on
+#                     http://127.0.0.1:8090/ojs/admin/ against `make dev` (OJS_URL=... and
+#                     OJS_ADMIN_KEY=... for a deployed stack; see README, "Dashboard")
 #   make fmt | lint | build
 #   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)
 #   make fuzz         10 minutes each of envelope, decoder and HTTP fuzzing (OJS_FUZZ_SECONDS=N);
@@ -26,7 +30,7 @@ TEST_ARGS ?=
 # Extra arguments for ojs-bench, e.g. make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
 
-.PHONY: help dev test bench fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
+.PHONY: help dev test dashboard bench fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -36,6 +40,9 @@ dev:
 
 test:
 	@bash scripts/test.sh $(TEST_ARGS)
+
+dashboard:
+	@bash scripts/dashboard.sh run
 
 stress:
 	@bash scripts/local-aws.sh install

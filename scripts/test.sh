@@ -27,6 +27,14 @@ local_aws_up test
 # The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies.
 bash scripts/sdk-clients.sh setup
 
+# The dashboard browser test (tests/tests/integration/dashboard.rs) needs Chromium,
+# playwright-core and the dashboard's build; with them in place it must run, not skip.
+t_dash=$SECONDS
+bash scripts/dashboard.sh browser
+bash scripts/dashboard.sh build
+export OJS_REQUIRE_BROWSER_TEST=1
+echo "dashboard: browser and build ready ($((SECONDS - t_dash)) s)"
+
 log="$(mktemp)"
 t0=$SECONDS
 set +e

@@ -15,6 +15,7 @@ mod bad_input;
 mod cloudq;
 mod compat;
 mod counters;
+mod dashboard;
 mod faults;
 mod fencing;
 mod fuzz_http;

@@ -686,6 +686,135 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     used.insert("DeadLetterFunction", recorder.take());
     drop(s);
 
+    // ---- admin (the dashboard's API): a queue with an available, a cancelled, a
+    // completed and a dead-lettered job, then every kind of admin call.
+    let a1 = id(&setup.push(push("aq", json!({}))).await?.body);
+    let a2 = id(&setup.push(push("aq", json!({}))).await?.body);
+    setup.cancel(&a2).await?;
+    setup
+        .push(push(
+            "aq",
+            json!({"priority": 9, "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}),
+        ))
+        .await?;
+    ojs_tests::after_index_lag().await;
+    let f = setup.fetch(json!({"queues": ["aq"], "count": 1})).await?;
+    let dead = f.body["jobs"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    setup
+        .nack(json!({"job_id": dead, "error": {"message": "x"}}))
+        .await?;
+    let done = id(&setup.push(push("aq", json!({"priority": 5}))).await?.body);
+    let f = setup.fetch(json!({"queues": ["aq"], "count": 1})).await?;
+    anyhow::ensure!(f.body["jobs"][0]["id"] == done.as_str(), "{}", f.body);
+    setup.ack(json!({"job_id": done})).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let s = GroupServer::start(store.clone(), Group::Admin, key.clone()).await?;
+    for path in [
+        "/ojs/v1/admin/stats",
+        "/ojs/v1/admin/stats/history",
+        "/ojs/v1/admin/queues",
+        "/ojs/v1/admin/queues/aq",
+        "/ojs/v1/admin/jobs?queue=aq",
+        "/ojs/v1/admin/jobs?type=iam.job",
+        &format!("/ojs/v1/admin/jobs/{a1}"),
+        "/ojs/v1/admin/dead-letter",
+        "/ojs/v1/admin/dead-letter/stats",
+        "/ojs/v1/admin/system/maintenance",
+        "/ojs/v1/admin/system/config",
+        "/ojs/v1/admin/schemas",
+        "/ojs/v1/admin/scheduling/stats",
+    ] {
+        expect(path, s.call(Method::GET, path, None).await?, &[200])?;
+    }
+    let confirm = |filter: Value| Some(json!({"filter": filter, "confirm": true}));
+    for (what, method, path, body) in [
+        (
+            "admin retry",
+            Method::POST,
+            format!("/ojs/v1/admin/jobs/{a2}/retry"),
+            None,
+        ),
+        (
+            "admin cancel",
+            Method::POST,
+            format!("/ojs/v1/admin/jobs/{a2}/cancel"),
+            None,
+        ),
+        (
+            "bulk retry",
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/retry".to_owned(),
+            confirm(json!({"queue": "aq", "state": "cancelled"})),
+        ),
+        (
+            "bulk cancel",
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel".to_owned(),
+            confirm(json!({"queue": "aq", "state": "available"})),
+        ),
+        (
+            "bulk delete",
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/delete".to_owned(),
+            confirm(json!({"queue": "aq", "state": "cancelled"})),
+        ),
+        (
+            "dead retry",
+            Method::POST,
+            format!("/ojs/v1/admin/dead-letter/{dead}/retry"),
+            None,
+        ),
+        (
+            "purge",
+            Method::DELETE,
+            "/ojs/v1/admin/queues/aq/jobs".to_owned(),
+            Some(json!({"states": ["completed"], "confirm": true})),
+        ),
+        (
+            "dead purge",
+            Method::DELETE,
+            "/ojs/v1/admin/dead-letter".to_owned(),
+            Some(json!({"confirm": true})),
+        ),
+        (
+            "pause",
+            Method::POST,
+            "/ojs/v1/admin/queues/aq/pause".to_owned(),
+            None,
+        ),
+        (
+            "maintenance on",
+            Method::POST,
+            "/ojs/v1/admin/system/maintenance".to_owned(),
+            Some(json!({"enabled": true})),
+        ),
+        (
+            "maintenance off",
+            Method::POST,
+            "/ojs/v1/admin/system/maintenance".to_owned(),
+            Some(json!({"enabled": false})),
+        ),
+        (
+            "config",
+            Method::PUT,
+            "/ojs/v1/admin/queues/aq/config".to_owned(),
+            Some(json!({"rate_limit": {"limit": 5, "period": "PT1M"}})),
+        ),
+    ] {
+        expect(what, s.call(method, &path, body).await?, &[200])?;
+    }
+    expect(
+        "deregister",
+        s.call(Method::DELETE, "/ojs/v1/admin/workers/nobody", None)
+            .await?,
+        &[404],
+    )?;
+    used.insert("AdminFunction", recorder.take());
+    drop(s);
+
     // ---- cron
     let s = GroupServer::start(store.clone(), Group::Cron, key.clone()).await?;
     expect("cron add", s.call(Method::POST, "/ojs/v1/cron", Some(json!({"name": "iam-cron", "expression": "*/5 * * * *", "job_template": {"type": "iam.cron", "args": []}}))).await?, &[200, 201])?;

@@ -110,7 +110,9 @@ pub(crate) async fn list_jobs(
             .skip(paging.offset())
             .take(paging.per_page)
             .collect();
-        let jobs = app.store.get_jobs(&page).await?;
+        let mut jobs = app.store.get_jobs(&page).await?;
+        // A job that moved since its index entry or event was read is left out.
+        jobs.retain(|j| filter.matches(j) && states.contains(&j.status.state));
         (jobs.iter().map(summary).collect(), total)
     };
     Ok(reply(
@@ -193,7 +195,6 @@ pub(crate) async fn cancel_job(
 struct BulkBody {
     #[serde(default)]
     filter: RawFilter,
-    confirm: Option<bool>,
 }
 
 /// Parses a destructive request's body, refusing it without `confirm: true` (§4.4).
@@ -291,7 +292,6 @@ pub(crate) async fn bulk_jobs(
         }
     };
     let body: BulkBody = confirmed(body)?;
-    let _ = body.confirm;
     let filter = body.filter.parse("$.filter")?;
     if let Some(s) = filter.state.filter(|s| !allowed.contains(s)) {
         return Err(OjsError::invalid_request(format!(

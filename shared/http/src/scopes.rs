@@ -261,6 +261,10 @@ mod tests {
             ["ojs:admin:read", "ojs:admin:purge", "ojs:data:read"]
         );
         assert!(Scopes::parse_list("ojs:admin:all").is_err());
+        // Named twice is still granted once.
+        let twice = Scopes::parse_list("ojs:admin:read,ojs:admin:read").unwrap_or_default();
+        assert!(twice.has(Scope::AdminRead));
+        assert!(Scopes::of(&[Scope::DataWrite, Scope::DataWrite]).has(Scope::DataWrite));
         assert_eq!(Scopes::parse_list(""), Ok(Scopes::default()));
         for scope in Scope::ALL {
             assert_eq!(Scope::parse(scope.as_str()), Some(scope));

@@ -329,6 +329,29 @@ mod tests {
             .parse("$")
             .unwrap_or_default()
             .needs_jobs());
+        let t = "2026-01-01T00:00:00Z".to_owned();
+        for one in [
+            RawFilter {
+                job_type: Some("a".into()),
+                ..Default::default()
+            },
+            RawFilter {
+                since: Some(t.clone()),
+                ..Default::default()
+            },
+            RawFilter {
+                until: Some(t),
+                ..Default::default()
+            },
+        ] {
+            assert!(one.parse("$").unwrap_or_default().needs_jobs(), "{one:?}");
+        }
+        let by_state = RawFilter {
+            state: Some("active".into()),
+            queue: Some("q".into()),
+            ..Default::default()
+        };
+        assert!(!by_state.parse("$").unwrap_or_default().needs_jobs());
         for bad in [
             RawFilter {
                 state: Some("pending".into()),
@@ -401,6 +424,23 @@ mod tests {
             ..Default::default()
         })
         .matches(&j));
+        assert!(f(RawFilter {
+            since: Some("2000-01-01T00:00:00Z".into()),
+            ..Default::default()
+        })
+        .matches(&j));
+        // Both bounds are strict: a job created exactly at one is out.
+        let at = Some(time::format(&j.status.created_at));
+        assert!(!f(RawFilter {
+            since: at.clone(),
+            ..Default::default()
+        })
+        .matches(&j));
+        assert!(!f(RawFilter {
+            until: at,
+            ..Default::default()
+        })
+        .matches(&j));
     }
 
     #[test]
@@ -413,6 +453,7 @@ mod tests {
             (1, 20, SortField::CreatedAt, true)
         );
         assert_eq!(p.offset(), 0);
+        assert!(!p.needs_jobs(), "ids give the creation order");
         let p = RawPaging {
             page: Some("3".into()),
             per_page: Some("100".into()),

@@ -10,7 +10,12 @@
 #      string), a function, index or failure queue without its alarm, an alarm or the
 #      dashboard on an index the table lacks, an alarm that notifies no one, an alarm on a
 #      metric the code does not emit, a dashboard missing a function, a function allowed
-#      the API key partition (or some of its actions there) or another's registry;
+#      the API key partition (or some of its actions there) or another's registry; a
+#      table stream without both images, a stream mapping that does not report batch
+#      item failures, does not bisect, retries forever, has no on-failure destination
+#      (or a role that cannot send to it), filters out job records or batches for longer
+#      than a second, stream reads granted on "*", no alarm or dashboard line on the
+#      stream's lag;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
@@ -85,6 +90,25 @@ plant keys-function-any-partition "                    - APIKEYS
 "
 plant api-keys-readable "Action: [dynamodb:GetItem, dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem" "Action: [dynamodb:BatchGetItem, dynamodb:Query, dynamodb:PutItem"
 plant foreign-cron-writes "                  dynamodb:LeadingKeys: [CRON, SCHEMAS]" "                  dynamodb:LeadingKeys: [SCHEMAS]"
+# The change stream (StreamFunction, StreamEventSourceMapping; the "stream" check).
+plant stream-keys-only "StreamViewType: NEW_AND_OLD_IMAGES" "StreamViewType: KEYS_ONLY"
+plant stream-without-batch-item-failures "      FunctionResponseTypes:
+        - ReportBatchItemFailures
+      BisectBatchOnFunctionError" "      BisectBatchOnFunctionError"
+plant stream-without-bisect "BisectBatchOnFunctionError: true" "BisectBatchOnFunctionError: false"
+plant stream-unbounded-retries "      MaximumRetryAttempts: 10
+" "      MaximumRetryAttempts: -1
+"
+plant stream-without-on-failure-destination "      DestinationConfig:
+        OnFailure:
+          Destination: !GetAtt StreamFailuresQueue.Arn
+" ""
+plant stream-destination-not-sendable "Resource: !GetAtt StreamFailuresQueue.Arn" "Resource: !GetAtt TimerQueue.Arn"
+plant stream-filter-drops-jobs '[{"prefix": "JOB#"}]' '[{"prefix": "JOBS#"}]'
+plant stream-slow-batching "MaximumBatchingWindowInSeconds: 1" "MaximumBatchingWindowInSeconds: 30"
+plant stream-read-on-every-stream "Resource: !GetAtt JobsTable.StreamArn" 'Resource: "*"'
+plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
+plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
 
 echo "==> samconfig.toml: one Architecture for build and deploy"
 python3 scripts/check-samconfig.py samconfig.toml

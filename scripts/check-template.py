@@ -21,10 +21,19 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              dead-letter and failure queue, the oldest ready job, the sweep: each alarm
              notifies AlarmTopicArn and exists only with Monitoring=on; every custom metric
              an alarm reads is emitted by the Rust code
-  dashboard  one dashboard showing every function, the API, the table, the queues and
-             the per-queue job metrics
+  dashboard  one dashboard showing every function, the API, the table, every failure
+             queue, the per-queue job metrics and the lag of every stream consumer
   iam        the APIKEYS partition: only the keys function writes it, the authorizer
              only reads it, every other function is denied it
+  stream     the table's stream records what the code reads (ojs_store::schema::
+             STREAM_VIEW, NEW_AND_OLD_IMAGES); exactly one event source mapping consumes
+             it, reporting batch item failures (the handler's partial batch response),
+             bisecting failing batches, with bounded retries and record age, an SQS
+             on-failure destination of the stack and a batching window of at most
+             STREAM_MAX_BATCHING_WINDOW s; its function's role reads that stream only
+             (no stream action on "*") and may send to the destination; an IteratorAge
+             alarm watches it; its event filter, if any, lets every job item's record
+             through (the keys of shared/store/src/keys.rs JOB_PREFIX and JOB_SK)
 """
 
 import json
@@ -268,6 +277,22 @@ def refs(value):
     return ids
 
 
+def find_failure_queues(cfn):
+    """Dead-letter and failure queues: redrive targets, on-failure destinations (of a
+    function's asynchronous invocations or of an event source mapping), schedule DLQs."""
+    text = json.dumps(cfn["Resources"])
+    found = set()
+    for q in resources(cfn, "AWS::SQS::Queue"):
+        patterns = [
+            rf'"deadLetterTargetArn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+            rf'"OnFailure": \{{"Destination": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+            rf'"DeadLetterConfig": \{{"Arn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
+        ]
+        if any(re.search(p, text) for p in patterns):
+            found.add(q)
+    return found
+
+
 def check_alarms(cfn, root):
     alarms = resources(cfn, "AWS::CloudWatch::Alarm")
     if not alarms:
@@ -320,18 +345,7 @@ def check_alarms(cfn, root):
             fail("alarms", f"index write throttling not alarmed for {sorted(indexes - covered)}")
         if covered - indexes:
             fail("alarms", f"alarm on indexes the table does not have: {sorted(covered - indexes)}")
-    # Dead-letter and failure queues: redrive targets, on-failure destinations, schedule DLQs.
-    text = json.dumps(cfn["Resources"])
-    queues = resources(cfn, "AWS::SQS::Queue")
-    failure_queues = set()
-    for q in queues:
-        patterns = [
-            rf'"deadLetterTargetArn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
-            rf'"OnFailure": \{{"Destination": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
-            rf'"DeadLetterConfig": \{{"Arn": \{{"Fn::GetAtt": \["{q}", "Arn"\]',
-        ]
-        if any(re.search(p, text) for p in patterns):
-            failure_queues.add(q)
+    failure_queues = find_failure_queues(cfn)
     if not failure_queues:
         fail("alarms", "found no dead-letter or failure queue (the patterns no longer match)")
     for q in sorted(failure_queues):
@@ -382,18 +396,31 @@ def check_dashboard(cfn):
     if shown - indexes:
         fail("dashboard", f"{name} shows indexes the table does not have: {sorted(shown - indexes)}")
     api_name, _ = api_body(cfn)
-    for needed in ["${" + api_name + "}", "${JobsTable}", "OldestReadyJobAge", "JobsCompleted",
-                   "${TimerDeadLetterQueue.QueueName}", "${SchedulerFailuresQueue.QueueName}"]:
+    for needed in ["${" + api_name + "}", "${JobsTable}", "OldestReadyJobAge", "JobsCompleted"]:
         if needed not in whole:
             fail("dashboard", f"{name} does not show {needed}")
+    for q in sorted(find_failure_queues(cfn)):
+        if "${" + q + ".QueueName}" not in whole:
+            fail("dashboard", f"{name} does not show the failure queue {q}")
+    # The lag of every stream consumer: IteratorAge of the function of each mapping.
+    for m in resources(cfn, "AWS::Lambda::EventSourceMapping").values():
+        fn = mapped_function(m)
+        if not is_stream_mapping(m):
+            continue
+        if fn and not re.search(r'"IteratorAge", "FunctionName", "\$\{' + fn + r'\}"', whole):
+            fail("dashboard", f"{name} does not show the IteratorAge of {fn}")
     if board.get("Condition") != "MonitoringOn":
         fail("dashboard", f"{name} is not conditional on Monitoring=on")
     ok("dashboard", f"{len(widgets)} widgets over {len(functions)} functions, the API, "
-       "the table, the queues and per-queue job metrics")
+       "the table, the failure queues, per-queue job metrics and the stream's lag")
 
 
 WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
           "dynamodb:BatchWriteItem"}
+
+# Reads of a table's stream (on the stream's ARN, never items: no partition applies).
+STREAM_READS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+                "dynamodb:ListStreams"}
 
 
 # Registries only their owners may write (shared/store: cron.rs is written by the cron
@@ -443,8 +470,9 @@ def check_iam(cfn):
                    (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
         covered = {a for st in denied for a in
                    (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
-        if denied and "dynamodb:*" not in covered and granted - covered - {"dynamodb:Scan"}:
-            fail("iam", f"{fn}: the APIKEYS Deny leaves {sorted(granted - covered)} allowed there")
+        item_actions = granted - {"dynamodb:Scan"} - STREAM_READS
+        if denied and "dynamodb:*" not in covered and item_actions - covered:
+            fail("iam", f"{fn}: the APIKEYS Deny leaves {sorted(item_actions - covered)} allowed there")
         for partition, owners in REGISTRY_WRITERS.items():
             if fn in owners or not allows:
                 continue
@@ -462,6 +490,161 @@ def check_iam(cfn):
        f"{REGISTRY_WRITERS}")
 
 
+# "Events and stats lag about a second" (docs): the longest batching window that keeps it.
+STREAM_MAX_BATCHING_WINDOW = 1
+
+
+def actions_of(st):
+    a = st.get("Action", [])
+    return a if isinstance(a, list) else [a]
+
+
+def resources_of(st):
+    r = st.get("Resource", [])
+    return r if isinstance(r, list) else [r]
+
+
+def mapped_function(mapping):
+    """The logical id of the function an event source mapping invokes."""
+    ref = mapping["Properties"].get("FunctionName")
+    if isinstance(ref, dict):
+        return ref.get("Ref") or (ref.get("Fn::GetAtt") or [None])[0]
+    return None
+
+
+def is_stream_mapping(mapping):
+    """Whether an event source mapping reads a DynamoDB table's stream."""
+    arn = mapping["Properties"].get("EventSourceArn")
+    return isinstance(arn, dict) and (arn.get("Fn::GetAtt") or [None, None])[1] == "StreamArn"
+
+
+def role_of(cfn, fn):
+    functions = resources(cfn, "AWS::Lambda::Function")
+    role_ref = functions.get(fn, {}).get("Properties", {}).get("Role", {})
+    if isinstance(role_ref, dict) and "Fn::GetAtt" in role_ref:
+        return resources(cfn, "AWS::IAM::Role").get(role_ref["Fn::GetAtt"][0])
+    return None
+
+
+def check_stream_filter(name, criteria, root):
+    """An event filter of the stream mapping must let every job item's record through:
+    a pattern on the job item's keys (pk starting with JOB_PREFIX, sk JOB_SK, as
+    shared/store/src/keys.rs defines them), nothing narrower."""
+    if not criteria:
+        return
+    keys = Path(root, "shared/store/src/keys.rs").read_text(encoding="utf-8")
+    const = {k: v for k, v in re.findall(r'const (JOB_PREFIX|JOB_SK): &str = "([^"]*)";', keys)}
+    if set(const) != {"JOB_PREFIX", "JOB_SK"}:
+        fail("stream", "shared/store/src/keys.rs no longer defines JOB_PREFIX and JOB_SK")
+        return
+    want = {"dynamodb": {"Keys": {"pk": {"S": [{"prefix": const["JOB_PREFIX"]}]},
+                                  "sk": {"S": [const["JOB_SK"]]}}}}
+    filters = criteria.get("Filters", [])
+    try:
+        patterns = [json.loads(f.get("Pattern", "")) for f in filters]
+    except (TypeError, ValueError) as e:
+        fail("stream", f"{name}: a FilterCriteria pattern is not JSON: {e}")
+        return
+    if want not in patterns:
+        fail("stream", f"{name}: FilterCriteria {patterns} does not let job items' records "
+             f"through ({json.dumps(want)}): events and counters would miss them")
+
+
+def check_stream(cfn, root):
+    schema = Path(root, "shared/store/src/schema.rs").read_text(encoding="utf-8")
+    m = re.search(r'pub const STREAM_VIEW: &str = "([A-Z_]+)";', schema)
+    if not m:
+        fail("stream", "shared/store/src/schema.rs defines no STREAM_VIEW")
+        return
+    want = m.group(1)
+    mappings = resources(cfn, "AWS::Lambda::EventSourceMapping")
+    queues = resources(cfn, "AWS::SQS::Queue")
+    alarms = resources(cfn, "AWS::CloudWatch::Alarm")
+    checked = []
+    for table, t in resources(cfn, "AWS::DynamoDB::Table").items():
+        spec = t["Properties"].get("StreamSpecification") or {}
+        if spec.get("StreamViewType") != want:
+            fail("stream", f"{table} streams {spec.get('StreamViewType')!r}; the stream "
+                 f"consumer reads both images of each write: StreamViewType must be {want}")
+        consumers = {
+            name: mp for name, mp in mappings.items()
+            if mp["Properties"].get("EventSourceArn") == {"Fn::GetAtt": [table, "StreamArn"]}
+        }
+        if len(consumers) != 1:
+            fail("stream", f"{table}'s stream has {len(consumers)} event source mappings "
+                 f"{sorted(consumers)}, not one (a second would apply every change twice)")
+        for name, mp in consumers.items():
+            p = mp["Properties"]
+            fn = mapped_function(mp)
+            if "ReportBatchItemFailures" not in p.get("FunctionResponseTypes", []):
+                fail("stream", f"{name}: FunctionResponseTypes lacks ReportBatchItemFailures "
+                     "(the handler answers a partial batch response; without it Lambda "
+                     "reads it as success and skips the failed batch)")
+            if p.get("BisectBatchOnFunctionError") not in (True, "true"):
+                fail("stream", f"{name}: BisectBatchOnFunctionError must be true (a bad "
+                     "record must not hold back the records of its batch)")
+            retries = p.get("MaximumRetryAttempts")
+            if not isinstance(retries, int) or not 0 <= retries <= 10000:
+                fail("stream", f"{name}: MaximumRetryAttempts must be a bound (0-10000), not "
+                     f"{retries!r} (unbounded retries of one failing batch stall its shard)")
+            age = p.get("MaximumRecordAgeInSeconds")
+            if not isinstance(age, int) or not 60 <= age <= 604800:
+                fail("stream", f"{name}: MaximumRecordAgeInSeconds must be a bound "
+                     f"(60-604800), not {age!r}")
+            if p.get("StartingPosition") not in ("LATEST", "TRIM_HORIZON"):
+                fail("stream", f"{name}: StartingPosition {p.get('StartingPosition')!r}")
+            window = p.get("MaximumBatchingWindowInSeconds", 0)
+            if not isinstance(window, int) or window > STREAM_MAX_BATCHING_WINDOW:
+                fail("stream", f"{name}: MaximumBatchingWindowInSeconds {window!r} makes "
+                     f"events and stats lag more than {STREAM_MAX_BATCHING_WINDOW} s")
+            check_stream_filter(name, p.get("FilterCriteria"), root)
+            dest = (p.get("DestinationConfig") or {}).get("OnFailure", {}).get("Destination")
+            dest_queue = dest.get("Fn::GetAtt", [None])[0] if isinstance(dest, dict) else None
+            if dest_queue not in queues:
+                fail("stream", f"{name}: no on-failure destination on an SQS queue of the "
+                     f"stack ({dest!r}): a skipped batch would leave no trace")
+            role = role_of(cfn, fn)
+            if role is None:
+                fail("stream", f"{name}: its function {fn!r} or that function's role is not "
+                     "in the stack")
+                continue
+            allows = [st for st in statements(role) if st.get("Effect") == "Allow"]
+            stream_arn = {"Fn::GetAtt": [table, "StreamArn"]}
+            for action in sorted(STREAM_READS - {"dynamodb:ListStreams"}):
+                if not any(action in actions_of(st) and stream_arn in resources_of(st)
+                           for st in allows):
+                    fail("stream", f"{fn}: its role does not allow {action} on {table}'s "
+                         "stream (the mapping polls with it)")
+            if not any("dynamodb:ListStreams" in actions_of(st) for st in allows):
+                fail("stream", f"{fn}: its role does not allow dynamodb:ListStreams")
+            for st in allows:
+                wide = set(actions_of(st)) & (STREAM_READS | {"dynamodb:*"})
+                if wide and "*" in resources_of(st):
+                    fail("stream", f"{fn}: statement {st.get('Sid')} allows {sorted(wide)} "
+                         "on every resource, not this table's stream")
+            if role["Properties"].get("ManagedPolicyArns") and "DynamoDBExecutionRole" in \
+                    json.dumps(role["Properties"]["ManagedPolicyArns"]):
+                fail("stream", f"{fn}: AWSLambdaDynamoDBExecutionRole reads every stream of "
+                     "the account")
+            if dest_queue in queues and not any(
+                "sqs:SendMessage" in actions_of(st)
+                and {"Fn::GetAtt": [dest_queue, "Arn"]} in resources_of(st)
+                for st in allows
+            ):
+                fail("stream", f"{fn}: its role may not sqs:SendMessage to {dest_queue} "
+                     "(the mapping sends skipped batches there with it)")
+            if not any(
+                ns == "AWS/Lambda" and metric == "IteratorAge" and fn in refs(dims)
+                for alarm in alarms.values()
+                for ns, metric, dims in metric_of(alarm)
+            ):
+                fail("stream", f"no IteratorAge alarm on {fn} (the stream's lag)")
+            checked.append(f"{table} -> {name} -> {fn} (on failure: {dest_queue})")
+    if not checked:
+        fail("stream", "no table stream is consumed (events and counters would never be kept)")
+    ok("stream", f"{want}; " + "; ".join(checked))
+
+
 def main():
     sam_path, translated, root = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(translated, encoding="utf-8") as f:
@@ -472,6 +655,7 @@ def main():
     check_alarms(cfn, root)
     check_dashboard(cfn)
     check_iam(cfn)
+    check_stream(cfn, root)
     if FAILED:
         for line in FAILED:
             print(f"Error: {line}", file=sys.stderr)

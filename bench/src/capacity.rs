@@ -146,9 +146,12 @@ impl PerJob {
 pub struct Lifecycle {
     /// Bytes of the serialized `args`.
     pub args_bytes: usize,
-    /// PUSH + FETCH (1 job) + ACK.
+    /// DynamoDB calls of PUSH + FETCH (1 job) + ACK on the request path alone.
+    pub request_path_calls: f64,
+    /// PUSH + FETCH (1 job) + ACK, with the stream function's work on their records.
     pub single: PerJob,
-    /// Batch PUSH of 100 + FETCH of 10 + ACK, per job.
+    /// Batch PUSH of 100 + FETCH of 10 + ACK, per job, with the stream function's work
+    /// on their records in batches of 100 lifecycles.
     pub batched: PerJob,
     /// Scheduled PUSH + timer promotion + FETCH (1 job) + ACK.
     pub scheduled: PerJob,
@@ -199,6 +202,12 @@ pub mod ops {
     pub const PUSH_SCHEDULED: &str = "PUSH scheduled";
     /// The timer function promoting the scheduled job.
     pub const PROMOTE: &str = "timer promotion";
+    /// The stream function applying the records of one PUSH, FETCH and ACK (a stream
+    /// batch of one lifecycle: a trickle of traffic).
+    pub const STREAM_1: &str = "stream batch (1 lifecycle)";
+    /// The stream function applying the records of 100 lifecycles in one batch (steady
+    /// traffic: Lambda hands over up to 100 records within a second).
+    pub const STREAM_100: &str = "stream batch (100 lifecycles)";
 }
 
 /// A measuring harness: an in-process server whose store and timer use metered clients.
@@ -344,6 +353,15 @@ impl Bench {
             );
         }
         Ok((out, calls))
+    }
+
+    /// Applies every change stream record written so far, as the stream function would in
+    /// one batch, and returns the calls it made. (The consumer keeps its own usage, so it
+    /// is not cross-checked against the request path's counter.)
+    async fn measure_stream(&self) -> Vec<CallRecord> {
+        let mark = self.meter.len();
+        self.app.store.catch_up().await;
+        self.meter.since(mark)
     }
 
     /// Waits for the timer message of `job_id` and returns its body.
@@ -495,7 +513,10 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         let mut empty = Samples::default();
         let mut sched = Samples::default();
         let mut promote = Samples::default();
+        let mut stream1 = Samples::default();
+        let mut stream100 = Samples::default();
         for _ in 0..reps {
+            b.measure_stream().await;
             // PUSH, FETCH 1, ACK.
             let (r, calls) = b.measure(b.app.push(job(&q, size))).await?;
             ok(&r, "PUSH")?;
@@ -516,6 +537,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                 .await?;
             ok(&r, "ACK")?;
             ack.add(calls);
+            stream1.add(b.measure_stream().await);
             // FETCH of the now empty queue.
             let (r, calls) = b.measure(b.app.fetch(json!({"queues": [q]}))).await?;
             if !fetched_ids(&r).is_empty() {
@@ -551,6 +573,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             // The retry would come back on the next FETCH of this queue: cancel it.
             ok(&b.app.cancel(&id).await?, "CANCEL of the retryable job")?;
             // Batch PUSH of 100, drained by FETCHes of 10 and ACKs.
+            b.measure_stream().await;
             let jobs: Vec<Value> = (0..BATCH_PUSH).map(|_| job(&q_batch, size)).collect();
             let (r, calls) = b
                 .measure(b.app.call(
@@ -582,6 +605,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                     ack.add(calls);
                 }
             }
+            stream100.add(b.measure_stream().await);
             // A job scheduled 1.5 s ahead: PUSH arms the timer; the timer handler promotes.
             let at = ojs_core::time::now() + chrono::Duration::milliseconds(1500);
             let (r, calls) = b
@@ -632,14 +656,23 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         let fetch10 = fetch10.cost(ops::FETCH_10, size, BATCH_FETCH, u);
         let sched = sched.cost(ops::PUSH_SCHEDULED, size, 1, u);
         let promote = promote.cost(ops::PROMOTE, size, 1, u);
+        let stream1 = stream1.cost(ops::STREAM_1, size, 1, u);
+        let stream100 = stream100.cost(ops::STREAM_100, size, BATCH_PUSH, u);
+        let single_path = PerJob::of(&push, 1.0) + PerJob::of(&fetch1, 1.0) + PerJob::of(&ack, 1.0);
+        let batched_path =
+            PerJob::of(&batch, 1.0) + PerJob::of(&fetch10, 1.0) + PerJob::of(&ack, 1.0);
         lifecycles.push(Lifecycle {
             args_bytes: size,
-            single: PerJob::of(&push, 1.0) + PerJob::of(&fetch1, 1.0) + PerJob::of(&ack, 1.0),
-            batched: PerJob::of(&batch, 1.0) + PerJob::of(&fetch10, 1.0) + PerJob::of(&ack, 1.0),
+            request_path_calls: single_path.calls,
+            // A single lifecycle's records reach the stream function alone (a trickle);
+            // batched traffic fills stream batches.
+            single: single_path + PerJob::of(&stream1, 0.0),
+            batched: batched_path + PerJob::of(&stream100, 0.0),
             scheduled: PerJob::of(&sched, 1.0)
                 + PerJob::of(&promote, 0.0)
                 + PerJob::of(&fetch1, 1.0)
-                + PerJob::of(&ack, 1.0),
+                + PerJob::of(&ack, 1.0)
+                + PerJob::of(&stream1, 0.0),
         });
         ops_out.extend([
             push,
@@ -651,6 +684,8 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             fail.cost(ops::FAIL_RETRY, size, 1, u),
             sched,
             promote,
+            stream1,
+            stream100,
         ]);
     }
     Ok((ops_out, lifecycles, first))

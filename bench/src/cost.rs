@@ -248,6 +248,8 @@ pub fn scenarios(
             Some(fetch10),
             Some(sched),
             Some(promote),
+            Some(stream1),
+            Some(stream100),
         ) = (
             get(ops::PUSH),
             get(ops::FETCH_1),
@@ -256,14 +258,23 @@ pub fn scenarios(
             get(ops::FETCH_10),
             get(ops::PUSH_SCHEDULED),
             get(ops::PROMOTE),
+            get(ops::STREAM_1),
+            get(ops::STREAM_100),
         )
         else {
             continue;
+        };
+        // The stream function, invoked by its event source (no API Gateway request).
+        let stream = |op: &OpCost| {
+            let mut s = Step::of(op, None);
+            s.http = false;
+            s
         };
         let single = [
             Step::of(push, cpu_of(ops::PUSH)),
             Step::of(fetch1, cpu_of(ops::FETCH_1)),
             Step::of(ack, cpu_of(ops::ACK)),
+            stream(stream1),
         ];
         out.push(price(
             prices,
@@ -276,6 +287,7 @@ pub fn scenarios(
             Step::of(batch, cpu_of(ops::BATCH_PUSH)),
             Step::of(fetch10, cpu_of(ops::FETCH_10)),
             Step::of(ack, cpu_of(ops::ACK)),
+            stream(stream100),
         ];
         out.push(price(
             prices,
@@ -293,6 +305,7 @@ pub fn scenarios(
             timer,
             Step::of(fetch1, cpu_of(ops::FETCH_1)),
             Step::of(ack, cpu_of(ops::ACK)),
+            stream(stream1),
         ];
         out.push(price(
             prices,

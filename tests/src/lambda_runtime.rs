@@ -605,6 +605,20 @@ pub mod events {
         })
     }
 
+    /// A DynamoDB stream event source batch of `records` as the Streams API returns them
+    /// (Lambda adds only the stream's ARN to each).
+    pub fn dynamodb_stream(stream_arn: &str, records: &[Value]) -> Value {
+        let records: Vec<Value> = records
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r["eventSourceARN"] = Value::String(stream_arn.to_owned());
+                r
+            })
+            .collect();
+        json!({ "Records": records })
+    }
+
     /// An SQS event source batch with one record per body.
     pub fn sqs(bodies: &[String]) -> Value {
         let records: Vec<Value> = bodies

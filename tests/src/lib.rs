@@ -91,6 +91,93 @@ pub async fn fresh_store() -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// `store` with its table's change stream consumed in this process, as the stream
+/// function does on AWS: read when a test reads derived data (stats, events), through
+/// [`Store::catch_up`], not in the background, so nothing moves between a test's steps.
+/// Test tables are new, so the stream is read from its start.
+pub async fn with_change_stream(store: Store) -> anyhow::Result<Store> {
+    let sdk = aws_config_load().await;
+    let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
+    store
+        .with_local_stream(client, true, None)
+        .await
+        .context("reading the table's change stream")
+}
+
+/// Every record of `table`'s change stream so far, as the Streams API's JSON gives them
+/// (the form Lambda hands the stream function), with the stream's ARN: read straight from
+/// DynamoDB Local, to feed the real stream function binary.
+pub async fn stream_records(table: &str) -> anyhow::Result<(String, Vec<Value>)> {
+    let http = reqwest::Client::new();
+    let endpoint = fault_proxy::raw_dynamodb_endpoint();
+    let call = |target: String, body: Value| {
+        let req = http
+            .post(&endpoint)
+            .header("x-amz-target", target)
+            .header("content-type", "application/x-amz-json-1.0")
+            // DynamoDB Local wants a signature's shape, not a valid one.
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, \
+                 SignedHeaders=host, Signature=00",
+            )
+            .body(body.to_string());
+        async move {
+            let res = req.send().await?;
+            let status = res.status();
+            let body: Value = res.json().await?;
+            anyhow::ensure!(status.is_success(), "{status}: {body}");
+            anyhow::Ok(body)
+        }
+    };
+    let table = call(
+        "DynamoDB_20120810.DescribeTable".into(),
+        serde_json::json!({ "TableName": table }),
+    )
+    .await?;
+    let arn = table["Table"]["LatestStreamArn"]
+        .as_str()
+        .context("the table has no stream")?
+        .to_owned();
+    let stream = |op: &str| format!("DynamoDBStreams_20120810.{op}");
+    let described = call(
+        stream("DescribeStream"),
+        serde_json::json!({ "StreamArn": arn }),
+    )
+    .await?;
+    let mut records = Vec::new();
+    for shard in described["StreamDescription"]["Shards"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let out = call(
+            stream("GetShardIterator"),
+            serde_json::json!({
+                "StreamArn": arn,
+                "ShardId": shard["ShardId"],
+                "ShardIteratorType": "TRIM_HORIZON"
+            }),
+        )
+        .await?;
+        let mut iterator = out["ShardIterator"].clone();
+        while iterator.is_string() {
+            let out = call(
+                stream("GetRecords"),
+                serde_json::json!({ "ShardIterator": iterator }),
+            )
+            .await?;
+            let page = out["Records"].as_array().cloned().unwrap_or_default();
+            if page.is_empty() {
+                break;
+            }
+            records.extend(page);
+            iterator = out["NextShardIterator"].clone();
+        }
+    }
+    Ok((arn, records))
+}
+
 async fn aws_config_load() -> aws_config::SdkConfig {
     aws_config::load_from_env().await
 }
@@ -149,6 +236,7 @@ impl TestApp {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
+        let store = with_change_stream(store).await?;
         let router = app(AppState::new(store.clone(), config), &Group::ALL);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base_url = format!("http://{}", listener.local_addr()?);

@@ -1,12 +1,17 @@
 //! Local development server: every endpoint group on one port, against the DynamoDB
-//! endpoint named by the standard AWS environment, with the timer consumer and the
-//! scheduler's sweep in process. Creates the table if it is missing.
+//! endpoint named by the standard AWS environment, with the timer consumer, the
+//! change stream consumer and the scheduler's sweep in process. Creates the table if it
+//! is missing.
 
 mod preflight;
 
 use anyhow::Context;
 use ojs_http::{app, AppState, Group, HttpConfig};
 use ojs_store::Store;
+
+/// How often the change stream is read in the background (reads of derived data also
+/// catch up first).
+const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -24,12 +29,27 @@ async fn main() -> anyhow::Result<()> {
         std::process::exit(2);
     }
     let mut store = Store::from_env().await;
-    if let Err(e) = store.ensure_table().await {
-        eprintln!(
-            "ojs-local: cannot create or read table {}: {e}",
-            store.table()
-        );
-        std::process::exit(1);
+    let created = match store.ensure_table().await {
+        Ok(created) => created,
+        Err(e) => {
+            eprintln!(
+                "ojs-local: cannot create or read table {}: {e}",
+                store.table()
+            );
+            std::process::exit(1);
+        }
+    };
+    // The stream function's work (events, counters, metrics), in process: read from the
+    // stream's start on a table just created, else from now on (the sweep repairs the
+    // counters of changes made while nothing read the stream). Off when a deployed
+    // stream function already consumes this table.
+    if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
+        let sdk = aws_config::load_from_env().await;
+        let client = ojs_store::streams_client_from_env(&sdk);
+        store = store
+            .with_local_stream(client, created, Some(STREAM_POLL))
+            .await
+            .context("reading the table's change stream")?;
     }
     // The timer queue: the one named by OJS_TIMER_QUEUE_URL, else one created on the local
     // SQS endpoint; consumed in-process as the timer function would be on AWS.

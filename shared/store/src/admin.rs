@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
-use ojs_core::event::{Event, EventKind};
+use ojs_core::event::EventKind;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName};
 
@@ -228,13 +228,6 @@ impl Store {
             .await;
         let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
         self.watch_expiry(&job).await?;
-        let e = Event::for_job(
-            EventKind::Enqueued,
-            &job,
-            &now,
-            "ojs://ojs-serverless/admin",
-        );
-        self.emit_and_count_one(e, &job, Some(from)).await;
         Ok(job)
     }
 

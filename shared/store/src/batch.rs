@@ -7,7 +7,6 @@
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
-use ojs_core::event::{Event, EventKind};
 use ojs_core::unique::UniquePolicy;
 use ojs_core::{Job, JobState};
 
@@ -196,20 +195,6 @@ impl Store {
             self.roll_back(&written).await?;
             return Err(failure);
         }
-        let events: Vec<Event> = jobs
-            .iter()
-            .map(|j| {
-                let kind = if j.status.state == JobState::Scheduled {
-                    EventKind::Scheduled
-                } else {
-                    EventKind::Enqueued
-                };
-                Event::for_job(kind, j, &j.status.created_at, "ojs://ojs-serverless/api")
-            })
-            .collect();
-        let mut moves = self.moves();
-        moves.add_all(jobs, None);
-        self.emit_and_count(&events, moves).await;
         let timers: Vec<_> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Scheduled)

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
 use futures::future::join_all;
-use ojs_core::event::{Event, EventKind};
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::{self, Timestamp};
@@ -123,13 +122,6 @@ impl Store {
                 break;
             }
         }
-        let events: Vec<Event> = claimed
-            .iter()
-            .map(|j| Event::for_job(EventKind::Started, j, &now, "ojs://ojs-serverless/workers"))
-            .collect();
-        let mut moves = self.moves();
-        moves.add_all(&claimed, Some(JobState::Available));
-        self.emit_and_count(&events, moves).await;
         let limit = match req.queues.iter().find_map(|q| {
             settings
                 .get(q.as_str())
@@ -666,15 +658,7 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(rescheduled) => {
-                let e = Event::for_job(
-                    EventKind::Scheduled,
-                    &rescheduled,
-                    &now,
-                    crate::settle::WORKERS,
-                );
-                self.emit_and_count_one(e, &rescheduled, Some(JobState::Available))
-                    .await;
+            Ok(_) => {
                 let target = crate::timer::TimerTarget::Job {
                     job_id: job.id.to_string(),
                 };
@@ -718,10 +702,6 @@ impl Store {
             .await;
         match self.finish_update(out) {
             Ok(dropped) => {
-                let e =
-                    Event::for_job(EventKind::Discarded, &dropped, &now, crate::settle::WORKERS);
-                self.emit_and_count_one(e, &dropped, Some(JobState::Available))
-                    .await;
                 self.after_terminal(&dropped, crate::workflow::StepOutcome::Failed, now)
                     .await;
                 Ok(())
@@ -782,34 +762,16 @@ impl Store {
         )
         .await;
         let mut moved = Vec::new();
-        let mut counted = self.moves();
         let mut failure = None;
         for ((id, _, _), r) in due.iter().zip(results) {
             match r {
-                Ok(Some((job, from))) => {
-                    if let Some(from) = from {
-                        counted.add(&job, Some(from));
-                    }
-                    moved.push(job);
-                }
+                Ok(Some((job, _))) => moved.push(job),
                 Ok(None) => {}
                 // One job that cannot be moved never holds up the others.
                 Err(StoreError::Corrupt(why)) => self.set_aside(id, &why).await,
                 Err(e) => failure = Some(e),
             }
         }
-        let events: Vec<Event> = moved
-            .iter()
-            .map(|j| {
-                Event::for_job(
-                    EventKind::Enqueued,
-                    j,
-                    &now,
-                    "ojs://ojs-serverless/scheduler",
-                )
-            })
-            .collect();
-        self.emit_and_count(&events, counted).await;
         match failure {
             Some(e) if moved.is_empty() => Err(e),
             _ => Ok(moved.len()),

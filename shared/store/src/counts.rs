@@ -1,28 +1,24 @@
-//! Per-queue job counts, kept by atomic counters: every transition adds its move (one
-//! state down, another up) with `ADD` to a small counter item of the job's queue and
-//! shard, in the request that made the transition. Moves made by one request are summed
-//! first, so a FETCH of ten jobs or a batch of a thousand adds once per counter item.
-//! Reading the counts is one `BatchGetItem` of the queue's counter items (one per shard),
-//! whatever the number of jobs.
+//! Per-queue job counts, kept by atomic counters: the change stream consumer sums the
+//! moves of a batch of records (one state down, another up) per queue shard and adds
+//! them with one `ADD` to that shard's counter item, so a batch of a thousand transitions
+//! costs one write per queue shard, on no request path. Reading the counts is one
+//! `BatchGetItem` of the queue's counter items (one per shard), whatever the number of
+//! jobs.
 //!
 //! Live states (available, scheduled, pending, active, retryable) are current counts;
 //! terminal states (completed, discarded, cancelled) count transitions into them since
 //! the counter was created (retention deletes and dead-letter retries do not take them
 //! back).
 //!
-//! The counters are a second write after the transition, not part of it: a transition
-//! whose process dies before the `ADD` (or an `ADD` the SDK retries after a lost answer)
-//! leaves a live counter off by one. The sweep repairs a shard once it has been quiet for
-//! one sweep ([`Store::heal_counters`]); [`Store::recount_queue`] sets the live counts from
-//! the indexes at once. With `OJS_LIVE_COUNTERS=off` transitions add only the terminal
-//! counts (one write less per PUSH, FETCH, retry and promotion) and stats count the live
-//! states from the sparse indexes instead (Queries whose cost grows with the backlog).
+//! The stream delivers at least once: a batch applied twice leaves a live counter off.
+//! The sweep repairs a shard once it has been quiet for one sweep
+//! ([`Store::heal_counters`]); [`Store::recount_queue`] sets the live counts from the
+//! indexes at once.
 
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
 use futures::future::join_all;
-use ojs_core::event::Event;
 use ojs_core::{Job, JobState, QueueName};
 
 use crate::error::StoreError;
@@ -110,42 +106,39 @@ fn counts_key(sk: &str) -> Item {
     ])
 }
 
-/// Counter changes of one request, summed per counter item.
+/// Counter changes of a batch of transitions, summed per counter item.
 #[derive(Debug, Default)]
 pub(crate) struct Moves {
     shards: u16,
-    live: bool,
     per_item: BTreeMap<(String, u16), BTreeMap<&'static str, i64>>,
 }
 
 impl Moves {
+    fn deltas(&mut self, job: &Job) -> &mut BTreeMap<&'static str, i64> {
+        let shard = keys::shard_of(&job.id, self.shards);
+        self.per_item
+            .entry((job.spec.queue.as_str().to_owned(), shard))
+            .or_default()
+    }
+
     /// `job` (as it is now) moved from `from` (`None`: it was created).
     pub(crate) fn add(&mut self, job: &Job, from: Option<JobState>) {
         let to = job.status.state;
         if from == Some(to) {
             return;
         }
-        let shard = keys::shard_of(&job.id, self.shards);
-        let deltas = self
-            .per_item
-            .entry((job.spec.queue.as_str().to_owned(), shard))
-            .or_default();
-        if let Some(from) = from.filter(|f| self.live && is_live(*f)) {
+        let deltas = self.deltas(job);
+        if let Some(from) = from.filter(|f| is_live(*f)) {
             *deltas.entry(field(from)).or_default() -= 1;
         }
-        if self.live || !is_live(to) {
-            *deltas.entry(field(to)).or_default() += 1;
-        }
+        *deltas.entry(field(to)).or_default() += 1;
     }
 
-    /// The same as [`Moves::add`] for several jobs that came from the same state.
-    pub(crate) fn add_all<'a>(
-        &mut self,
-        jobs: impl IntoIterator<Item = &'a Job>,
-        from: Option<JobState>,
-    ) {
-        for job in jobs {
-            self.add(job, from);
+    /// `job` (as it was) was deleted: it leaves its live state; a terminal count stays.
+    pub(crate) fn remove(&mut self, job: &Job) {
+        let from = job.status.state;
+        if is_live(from) {
+            *self.deltas(job).entry(field(from)).or_default() -= 1;
         }
     }
 }
@@ -155,78 +148,48 @@ impl Store {
     pub(crate) fn moves(&self) -> Moves {
         Moves {
             shards: self.queue_shards(),
-            live: self.config.live_counters,
             per_item: BTreeMap::new(),
         }
     }
 
-    /// Records a transition's events and its counter moves side by side: two independent
-    /// writes, one round trip of waiting instead of two.
-    pub(crate) async fn emit_and_count(&self, events: &[Event], moves: Moves) {
-        futures::join!(self.emit(events), self.count(moves));
-    }
-
-    /// [`Store::emit_and_count`] for one job's move with its event.
-    pub(crate) async fn emit_and_count_one(&self, event: Event, job: &Job, from: Option<JobState>) {
-        let mut moves = self.moves();
-        moves.add(job, from);
-        self.emit_and_count(&[event], moves).await;
-    }
-
-    /// Records one job's move (see [`Moves::add`]).
-    pub(crate) async fn count_move(&self, job: &Job, from: Option<JobState>) {
-        let mut moves = self.moves();
-        moves.add(job, from);
-        self.count(moves).await;
-    }
-
     /// Adds `moves` to the counters: one `UpdateItem` per counter item that changes, all
-    /// at once. Best effort: a failure is logged; the transitions already happened.
-    pub(crate) async fn count(&self, moves: Moves) {
-        let updates = moves.per_item.into_iter().filter_map(|((queue, shard), deltas)| {
-            let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
-            if deltas.is_empty() {
-                return None;
-            }
-            // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
-            // quiet by it not changing (see [`Store::heal_counters`]).
-            let mut adds = vec!["moves :one".to_owned()];
-            let mut req = self
-                .client
-                .update_item()
-                .table_name(self.table())
-                .key("pk", s(keys::QUEUES_PK))
-                .key("sk", s(keys::queue_counts_sk(&queue, shard)))
-                .expression_attribute_values(":one", n(1))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
-            for (i, (name, delta)) in deltas.into_iter().enumerate() {
-                adds.push(format!("#f{i} :d{i}"));
-                req = req
-                    .expression_attribute_names(format!("#f{i}"), name)
-                    .expression_attribute_values(format!(":d{i}"), n(delta));
-            }
-            let req = req.update_expression(format!("ADD {}", adds.join(", ")));
-            Some(async move {
-                match req.send().await {
-                    Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
-                    Err(e) => {
-                        self.usage.record(Kind::Write, None);
-                        tracing::warn!(error = %StoreError::from_sdk(e), queue, shard, "job counters not updated");
-                    }
+    /// at once. The first failure is returned (the stream batch is then retried).
+    pub(crate) async fn count(&self, moves: Moves) -> Result<(), StoreError> {
+        let updates = moves
+            .per_item
+            .into_iter()
+            .filter_map(|((queue, shard), deltas)| {
+                let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
+                if deltas.is_empty() {
+                    return None;
                 }
-            })
-        });
-        join_all(updates).await;
+                // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
+                // quiet by it not changing (see [`Store::heal_counters`]).
+                let mut adds = vec!["moves :one".to_owned()];
+                let mut req = self
+                    .client
+                    .update_item()
+                    .table_name(self.table())
+                    .key("pk", s(keys::QUEUES_PK))
+                    .key("sk", s(keys::queue_counts_sk(&queue, shard)))
+                    .expression_attribute_values(":one", n(1))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                for (i, (name, delta)) in deltas.into_iter().enumerate() {
+                    adds.push(format!("#f{i} :d{i}"));
+                    req = req
+                        .expression_attribute_names(format!("#f{i}"), name)
+                        .expression_attribute_values(format!(":d{i}"), n(delta));
+                }
+                let req = req.update_expression(format!("ADD {}", adds.join(", ")));
+                Some(async move { self.tally(Kind::Write, req.send().await).map(|_| ()) })
+            });
+        join_all(updates).await.into_iter().collect()
     }
 
-    /// Counts for one queue. With live counters (the default) one `BatchGetItem` of the
-    /// queue's counter items; otherwise the live states are counted from the indexes.
+    /// Counts for one queue: one `BatchGetItem` of the queue's counter items.
     pub async fn queue_stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        let mut stats = self.read_counters(queue).await?;
-        if !self.config.live_counters {
-            self.count_from_indexes(queue, &mut stats).await?;
-        }
-        Ok(stats)
+        self.catch_up().await;
+        self.read_counters(queue).await
     }
 
     /// Counts the live states of `queue` from the indexes (exact when nothing moves during
@@ -236,6 +199,7 @@ impl Store {
     /// lost from the counters, so run it when the queue is quiet. Pending jobs are in no
     /// index; their count is left as it is.
     pub async fn recount_queue(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        self.catch_up().await;
         for shard in 0..self.queue_shards() {
             let mut counted = QueueStats::default();
             self.count_shard(queue, shard, &mut counted).await?;
@@ -271,9 +235,7 @@ impl Store {
     /// converge. Shards with more than [`HEAL_MAX_LIVE`] live jobs are left to
     /// [`Store::recount_queue`]. Returns how many shards were corrected.
     pub async fn heal_counters(&self, queues: &[QueueName]) -> Result<usize, StoreError> {
-        if !self.config.live_counters {
-            return Ok(0);
-        }
+        self.catch_up().await;
         let shards: Vec<(&QueueName, u16, String)> = queues
             .iter()
             .flat_map(|q| {
@@ -544,17 +506,16 @@ mod tests {
             .collect()
     }
 
-    fn moves(live: bool) -> Moves {
+    fn moves() -> Moves {
         Moves {
             shards: 1,
-            live,
             per_item: BTreeMap::new(),
         }
     }
 
     #[test]
     fn a_move_takes_one_from_the_old_state_and_gives_one_to_the_new() {
-        let mut m = moves(true);
+        let mut m = moves();
         m.add(&job("q", JobState::Active), Some(JobState::Available));
         assert_eq!(
             deltas(&m),
@@ -564,7 +525,7 @@ mod tests {
 
     #[test]
     fn moves_of_one_request_are_summed_per_counter_item() {
-        let mut m = moves(true);
+        let mut m = moves();
         m.add(&job("q", JobState::Available), None);
         m.add(&job("q", JobState::Available), None);
         m.add(&job("q", JobState::Active), Some(JobState::Available));
@@ -581,24 +542,23 @@ mod tests {
 
     #[test]
     fn terminal_counts_never_go_down() {
-        let mut m = moves(true);
+        let mut m = moves();
         // A dead-letter retry: discarded stays counted, available gains one.
         m.add(&job("q", JobState::Available), Some(JobState::Discarded));
         assert_eq!(deltas(&m), vec![("q".into(), "available", 1)]);
     }
 
     #[test]
-    fn without_live_counters_only_terminal_states_are_counted() {
-        let mut m = moves(false);
-        m.add(&job("q", JobState::Available), None);
-        m.add(&job("q", JobState::Active), Some(JobState::Available));
-        m.add(&job("q", JobState::Completed), Some(JobState::Active));
-        assert_eq!(deltas(&m), vec![("q".into(), "completed", 1)]);
+    fn a_deleted_job_leaves_its_live_state_and_keeps_its_terminal_count() {
+        let mut m = moves();
+        m.remove(&job("q", JobState::Scheduled));
+        m.remove(&job("q", JobState::Completed));
+        assert_eq!(deltas(&m), vec![("q".into(), "scheduled", -1)]);
     }
 
     #[test]
     fn a_job_that_stays_in_its_state_changes_nothing() {
-        let mut m = moves(true);
+        let mut m = moves();
         m.add(&job("q", JobState::Active), Some(JobState::Active));
         assert!(deltas(&m).is_empty());
     }
@@ -607,7 +567,6 @@ mod tests {
     fn each_shard_has_its_own_counter_item() {
         let mut m = Moves {
             shards: 64,
-            live: true,
             per_item: BTreeMap::new(),
         };
         for _ in 0..50 {

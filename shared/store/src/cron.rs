@@ -9,7 +9,6 @@ use aws_sdk_dynamodb::types::{
     Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
 use ojs_core::cron_job::{self, CronJob, OverlapPolicy};
-use ojs_core::event::{Event, EventKind};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
 use serde_json::Value;
@@ -383,20 +382,8 @@ impl Store {
             };
             self.arm_timer(vec![(target, next)]).await;
         }
-        let source = "ojs://ojs-serverless/cron";
-        match &job {
-            Some(job) => {
-                let kind = if job.status.state == JobState::Scheduled {
-                    EventKind::Scheduled
-                } else {
-                    EventKind::Enqueued
-                };
-                let event = Event::for_job(kind, job, &now, source);
-                self.emit_and_count_one(event, job, None).await;
-            }
-            None => {
-                tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")
-            }
+        if job.is_none() {
+            tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")
         }
         Ok(job.is_some())
     }

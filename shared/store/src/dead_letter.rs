@@ -15,7 +15,6 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
     Select, TransactWriteItem, Update,
 };
-use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName};
 
@@ -255,9 +254,6 @@ impl Store {
         let entry = self.dead_entry_delete(&sk)?;
         let job = self.update_job_with(id, req, entry, &wid).await?;
         self.watch_expiry(&job).await?;
-        let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
-        self.emit_and_count_one(e, &job, Some(JobState::Discarded))
-            .await;
         Ok(job)
     }
 

@@ -5,7 +5,6 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
-use ojs_core::event::{Event, EventKind};
 use ojs_core::failure::Failure;
 use ojs_core::retry::FailDecision;
 use ojs_core::time::Timestamp;
@@ -153,25 +152,14 @@ impl Store {
         }
     }
 
-    /// Timer and event of a stored job.
+    /// The timer of a stored job.
     pub(crate) async fn after_push(&self, job: &Job) {
-        let kind = match job.status.state {
-            JobState::Scheduled => EventKind::Scheduled,
-            _ => EventKind::Enqueued,
-        };
         if let (JobState::Scheduled, Some(at)) = (job.status.state, job.spec.scheduled_at) {
             let target = crate::timer::TimerTarget::Job {
                 job_id: job.id.to_string(),
             };
             self.arm_timer(vec![(target, at)]).await;
         }
-        let event = Event::for_job(
-            kind,
-            job,
-            &job.status.created_at,
-            "ojs://ojs-serverless/api",
-        );
-        self.emit_and_count_one(event, job, None).await;
     }
 
     /// Reads a job with a strongly consistent read.
@@ -219,17 +207,7 @@ impl Store {
             req = req.expression_attribute_values(p, s(state.as_str()));
         }
         let out = req.send().await;
-        // The state it was cancelled from (the SET read it before writing).
-        let from = match &out {
-            Ok(out) => out.attributes(),
-            Err(e) => old_item(e),
-        }
-        .and_then(|i| i.get("cancelled_from"))
-        .and_then(|v| v.as_s().ok())
-        .and_then(|v| v.parse::<JobState>().ok());
         let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        let event = Event::for_job(EventKind::Cancelled, &job, &now, "ojs://ojs-serverless/api");
-        self.emit_and_count_one(event, &job, from).await;
         self.release_slot(&job, None).await;
         Ok(job)
     }
@@ -297,14 +275,6 @@ impl Store {
             (Err(StoreError::Conflict { .. }), Some(refused)) => return Err(refused),
             (other, _) => other?,
         };
-        let event = Event::for_job(
-            EventKind::Completed,
-            &job,
-            &now,
-            "ojs://ojs-serverless/workers",
-        );
-        self.emit_and_count_one(event, &job, Some(JobState::Active))
-            .await;
         self.release_slot(&job, None).await;
         self.after_terminal(&job, StepOutcome::Completed, now).await;
         Ok(job)

@@ -4,9 +4,12 @@ use ojs_core::job::MAX_PRIORITY;
 use ojs_core::time::Timestamp;
 use ojs_core::{JobId, QueueName};
 
+/// What every job item's partition key starts with.
+pub(crate) const JOB_PREFIX: &str = "JOB#";
+
 /// Primary key of a job item.
 pub(crate) fn job_pk(id: &JobId) -> String {
-    format!("JOB#{id}")
+    format!("{JOB_PREFIX}{id}")
 }
 
 /// Sort key of the job item within its partition.

@@ -25,6 +25,7 @@ mod queues;
 pub mod schema;
 mod schemas;
 mod settle;
+mod stream;
 mod sweep;
 mod table;
 mod timer;
@@ -51,6 +52,8 @@ pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};
+pub use stream::local::LocalStream;
+pub use stream::{Applied, Change};
 pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
@@ -71,7 +74,8 @@ pub struct StoreConfig {
     pub table: String,
     /// How long terminal jobs are kept before DynamoDB's TTL deletes them.
     pub retention: Duration,
-    /// Whether lifecycle events are recorded (one small write per transition).
+    /// Whether lifecycle events are recorded (by the change stream consumer, a page per
+    /// queue per stream batch).
     pub events: bool,
     /// How long events are kept.
     pub event_retention: Duration,
@@ -88,10 +92,6 @@ pub struct StoreConfig {
     /// them on every FETCH). A change made through this instance applies at once; one
     /// made through another instance within this time.
     pub queue_settings_ttl: Duration,
-    /// Whether transitions keep counters of the live states (available, scheduled,
-    /// pending, active, retryable), so queue stats read a few counter items instead of
-    /// counting the indexes. One small write per PUSH, FETCH, retry and promotion.
-    pub live_counters: bool,
     /// How long one sweep may run before it leaves the remaining queues to the next
     /// (the scheduler function's timeout is 60 s).
     pub sweep_budget: Duration,
@@ -106,8 +106,8 @@ impl StoreConfig {
     /// `OJS_EVENTS` (`on`/`off`, default on), `OJS_EVENT_RETENTION_HOURS` (default 24),
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
-    /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000) and
-    /// `OJS_LIVE_COUNTERS` (`on`/`off`, default on), `OJS_PAUSED_QUEUE_PUSH`
+    /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000),
+    /// `OJS_PAUSED_QUEUE_PUSH`
     /// (`accept`, the default, or `reject`) and `OJS_SWEEP_BUDGET_MS` (default 40000).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -133,10 +133,6 @@ impl StoreConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             ),
-            live_counters: !matches!(
-                var("OJS_LIVE_COUNTERS").as_deref(),
-                Some("off" | "false" | "0")
-            ),
             reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
             sweep_budget: Duration::from_millis(
                 var("OJS_SWEEP_BUDGET_MS")
@@ -156,7 +152,6 @@ impl StoreConfig {
             metrics_namespace: None,
             queue_shards: 1,
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
-            live_counters: true,
             reject_paused_pushes: false,
             sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
         }
@@ -176,6 +171,8 @@ pub struct Store {
     known_queues: Arc<Mutex<HashSet<String>>>,
     /// Queue settings read by FETCH, with when they were read.
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
+    /// The in-process change stream consumer (`make dev`, tests); none on AWS.
+    stream: Option<Arc<LocalStream>>,
 }
 
 impl Store {
@@ -188,6 +185,7 @@ impl Store {
             timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
+            stream: None,
         }
     }
 
@@ -220,13 +218,30 @@ impl Store {
         self
     }
 
-    /// The same store with live-state counters on or off; see
-    /// [`StoreConfig::live_counters`].
-    pub fn with_live_counters(mut self, on: bool) -> Self {
-        let mut config = (*self.config).clone();
-        config.live_counters = on;
-        self.config = Arc::new(config);
-        self
+    /// The same store consuming its table's change stream in this process
+    /// ([`LocalStream`]): `make dev` and tests, where no stream function runs.
+    /// `from_start`: apply what the stream already holds (a table just created);
+    /// `background`: read the stream at this interval too, not only on [`Store::catch_up`].
+    pub async fn with_local_stream(
+        mut self,
+        client: aws_sdk_dynamodbstreams::Client,
+        from_start: bool,
+        background: Option<Duration>,
+    ) -> Result<Self, StoreError> {
+        self.stream = Some(LocalStream::attach(&self, client, from_start, background).await?);
+        Ok(self)
+    }
+
+    /// Reads of data derived from the change stream (queue stats, events) call this
+    /// first: with an in-process consumer it applies every change written so far, so a
+    /// process reads its own writes' effects; on AWS (no consumer here) it does nothing
+    /// and the data lag the stream function by about a second.
+    pub async fn catch_up(&self) {
+        if let Some(stream) = &self.stream {
+            if let Err(e) = stream.drain().await {
+                tracing::warn!(error = %e, "catching up with the change stream failed");
+            }
+        }
     }
 
     /// The same store refusing (or taking) pushes to paused queues; see
@@ -287,4 +302,30 @@ pub fn client_for(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
         .timeout_config(timeouts)
         .build();
     aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+/// A DynamoDB Streams client for [`Store::with_local_stream`] at `endpoint` (DynamoDB
+/// Local serves the Streams API on its own port).
+pub fn streams_client_for(
+    sdk: &aws_config::SdkConfig,
+    endpoint: &str,
+) -> aws_sdk_dynamodbstreams::Client {
+    let conf = aws_sdk_dynamodbstreams::config::Builder::from(sdk)
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_dynamodbstreams::Client::from_conf(conf)
+}
+
+/// A DynamoDB Streams client from the standard AWS environment: at
+/// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` if set, else at the DynamoDB endpoint override
+/// (DynamoDB Local serves both APIs on one port), else AWS's own endpoint.
+pub fn streams_client_from_env(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodbstreams::Client {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS") {
+        Some(_) => aws_sdk_dynamodbstreams::Client::new(sdk),
+        None => match var("AWS_ENDPOINT_URL_DYNAMODB") {
+            Some(endpoint) => streams_client_for(sdk, &endpoint),
+            None => aws_sdk_dynamodbstreams::Client::new(sdk),
+        },
+    }
 }

@@ -66,3 +66,7 @@ pub const INDEXES: &[IndexDef] = &[READY_INDEX, DUE_INDEX];
 
 /// The attribute DynamoDB's TTL reads (epoch seconds) to delete expired items.
 pub const TTL_ATTRIBUTE: &str = "ttl";
+
+/// What the table's change stream records of each write: the item before and after it
+/// (the stream consumer derives events and counter moves from the two).
+pub const STREAM_VIEW: &str = "NEW_AND_OLD_IMAGES";

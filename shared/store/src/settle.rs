@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use ojs_core::event::{Event, EventKind};
 use ojs_core::failure::Failure;
 use ojs_core::retry::{FailDecision, OnExhaustion};
 use ojs_core::time::{self, Timestamp};
@@ -28,8 +27,6 @@ pub(crate) enum FailureOutcome {
     /// `discarded`, into the dead letter queue for [`OnExhaustion::DeadLetter`].
     GiveUp(OnExhaustion),
 }
-
-pub(crate) const WORKERS: &str = "ojs://ojs-serverless/workers";
 
 /// Errors kept in a job's `errors` history (the latest ones).
 pub(crate) const MAX_KEPT_ERRORS: usize = 20;
@@ -120,7 +117,7 @@ impl Store {
                  version = version + :one, write_id = :wid",
             )
         };
-        let (req, events): (_, &[EventKind]) = match outcome {
+        let req = match outcome {
             FailureOutcome::Retry(delay) => {
                 let next = time::after(now, delay);
                 let req = req
@@ -136,7 +133,7 @@ impl Store {
                         ":duesk",
                         s(keys::due_sk(&next, job.spec.priority, &job.id)),
                     );
-                (req, &[EventKind::Failed, EventKind::Retrying])
+                req
             }
             FailureOutcome::Requeue => {
                 let req = req
@@ -151,7 +148,7 @@ impl Store {
                         ":readysk",
                         s(keys::ready_sk(job.spec.priority, &now, &job.id)),
                     );
-                (req, &[EventKind::Failed, EventKind::Enqueued])
+                req
             }
             FailureOutcome::GiveUp(exhaustion) => {
                 // Dead-lettered jobs stay until an operator retries or deletes them;
@@ -177,7 +174,7 @@ impl Store {
                     ))
                     .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
                     .expression_attribute_values(":now", ts(&now));
-                (req, &[EventKind::Failed, EventKind::Discarded])
+                req
             }
         };
         // Our own landed write, retried by the SDK, is known by its write id (review #19e:
@@ -207,13 +204,6 @@ impl Store {
             };
             self.arm_timer(vec![(target, next)]).await;
         }
-        let events: Vec<Event> = events
-            .iter()
-            .map(|k| Event::for_job(*k, &updated, &now, WORKERS))
-            .collect();
-        let mut moves = self.moves();
-        moves.add(&updated, Some(JobState::Active));
-        self.emit_and_count(&events, moves).await;
         if matches!(outcome, FailureOutcome::GiveUp(_)) {
             self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
                 .await;
@@ -302,14 +292,6 @@ impl Store {
             .await;
         let promoted = self.finish_update(out)?;
         self.watch_expiry(&promoted).await?;
-        let e = Event::for_job(
-            EventKind::Enqueued,
-            &promoted,
-            &now,
-            "ojs://ojs-serverless/api",
-        );
-        self.emit_and_count_one(e, &promoted, Some(job.status.state))
-            .await;
         Ok(promoted)
     }
 
@@ -367,14 +349,6 @@ impl Store {
             .send()
             .await;
         let expired = self.finish_update(out)?;
-        let e = Event::for_job(
-            EventKind::Discarded,
-            &expired,
-            &now,
-            "ojs://ojs-serverless/api",
-        );
-        self.emit_and_count_one(e, &expired, Some(job.status.state))
-            .await;
         self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
             .await;
         Ok(expired)

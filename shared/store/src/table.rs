@@ -2,7 +2,8 @@
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-    Projection as DdbProjection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+    Projection as DdbProjection, ProjectionType, ScalarAttributeType, StreamSpecification,
+    StreamViewType, TimeToLiveSpecification,
 };
 
 use crate::error::StoreError;
@@ -24,18 +25,41 @@ fn key_schema(k: &KeyDef) -> Result<Vec<KeySchemaElement>, StoreError> {
     ])
 }
 
+/// The change stream every table has: [`crate::schema::STREAM_VIEW`].
+fn stream_specification() -> Result<StreamSpecification, StoreError> {
+    StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::from(crate::schema::STREAM_VIEW))
+        .build()
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
 impl Store {
-    /// Creates the table (and enables TTL) unless it exists; waits until it is active.
-    pub async fn ensure_table(&self) -> Result<(), StoreError> {
-        if self
+    /// Creates the table (with TTL and its change stream) unless it exists, and waits
+    /// until it is active; a table made before the stream was part of the schema gets
+    /// the stream. True when this call created the table.
+    pub async fn ensure_table(&self) -> Result<bool, StoreError> {
+        if let Ok(out) = self
             .client
             .describe_table()
             .table_name(self.table())
             .send()
             .await
-            .is_ok()
         {
-            return Ok(());
+            let streaming = out
+                .table()
+                .and_then(|t| t.stream_specification())
+                .is_some_and(|s| s.stream_enabled());
+            if !streaming {
+                self.client
+                    .update_table()
+                    .table_name(self.table())
+                    .stream_specification(stream_specification()?)
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+            }
+            return Ok(false);
         }
         let mut attributes: Vec<&str> = vec![PRIMARY.partition, PRIMARY.sort];
         for ix in INDEXES {
@@ -46,6 +70,7 @@ impl Store {
             .create_table()
             .table_name(self.table())
             .billing_mode(BillingMode::PayPerRequest)
+            .stream_specification(stream_specification()?)
             .set_key_schema(Some(key_schema(&PRIMARY)?));
         for a in attributes {
             let def = AttributeDefinition::builder()
@@ -109,7 +134,22 @@ impl Store {
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
-        Ok(())
+        Ok(true)
+    }
+
+    /// The ARN of the table's change stream.
+    pub(crate) async fn stream_arn(&self) -> Result<String, StoreError> {
+        let out = self
+            .client
+            .describe_table()
+            .table_name(self.table())
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.table()
+            .and_then(|t| t.latest_stream_arn())
+            .map(str::to_owned)
+            .ok_or_else(|| StoreError::Backend("the table has no change stream".into()))
     }
 
     /// Deletes the table (tests clean up after themselves).

@@ -15,7 +15,6 @@
 use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
-use ojs_core::event::{Event, EventKind};
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{self, Progress, Settlement, WorkflowKind, WorkflowSpec, WorkflowState};
 use ojs_core::{Job, JobId, JobState, NewJob};
@@ -238,28 +237,7 @@ impl Store {
             );
         }
         self.transact(items).await.map_err(StoreError::from_sdk)?;
-        self.after_create(&jobs, now).await;
         Ok(view(&wf, &jobs))
-    }
-
-    /// Events and counts of workflow jobs just created (steps or callbacks): an enqueued
-    /// event for each one that is available at once; every one counted.
-    async fn after_create(&self, jobs: &[Job], now: Timestamp) {
-        let events: Vec<Event> = jobs
-            .iter()
-            .filter(|j| j.status.state == JobState::Available)
-            .map(|j| {
-                Event::for_job(
-                    EventKind::Enqueued,
-                    j,
-                    &now,
-                    "ojs://ojs-serverless/workflows",
-                )
-            })
-            .collect();
-        let mut moves = self.moves();
-        moves.add_all(jobs, None);
-        self.emit_and_count(&events, moves).await;
     }
 
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
@@ -633,9 +611,6 @@ impl Store {
         match self.finish_update(out) {
             Ok(job) => {
                 self.watch_expiry(&job).await?;
-                let e = Event::for_job(EventKind::Enqueued, &job, &now, "ojs://ojs-serverless/api");
-                self.emit_and_count_one(e, &job, Some(JobState::Pending))
-                    .await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -686,10 +661,7 @@ impl Store {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(job) => {
-                self.count_move(&job, Some(JobState::Pending)).await;
-                Ok(true)
-            }
+            Ok(_) => Ok(true),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
             Err(e) => Err(e),
         }
@@ -789,7 +761,6 @@ impl Store {
             match tx.send().await {
                 Ok(out) => {
                     self.usage.record(Kind::Write, out.consumed_capacity());
-                    self.after_create(&jobs, now).await;
                     return Ok(());
                 }
                 Err(e) => {

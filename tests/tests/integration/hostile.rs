@@ -664,3 +664,53 @@ async fn hostile_input_gets_its_4xx_and_never_wedges_a_queue() -> anyhow::Result
     );
     Ok(())
 }
+
+/// A job ACKed with a result near DynamoDB's item limit: its completion event cannot fit
+/// an event page, and must neither stop the change stream (events and stats of later jobs
+/// keep coming) nor be lost (it is stored without its result).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_result_never_stops_the_change_stream() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "huge-result";
+    let pushed = app
+        .push(json!({"type": "big.result", "args": [], "options": {"queue": q}}))
+        .await?;
+    anyhow::ensure!(pushed.status == 201, "{}", pushed.body);
+    let id = pushed.body["job"]["id"].clone();
+    ojs_tests::after_index_lag().await;
+    let f = app.fetch(json!({"queues": [q], "worker_id": "w"})).await?;
+    anyhow::ensure!(f.body["jobs"][0]["id"] == id, "{}", f.body);
+    let result = json!({"blob": "r".repeat(330 * 1024)});
+    let ack = app
+        .ack(json!({"job_id": id, "worker_id": "w", "result": result}))
+        .await?;
+    anyhow::ensure!(ack.status == 200, "ACK: {} {}", ack.status, ack.body);
+    // Several batches of the stream later, a normal job still goes through.
+    still_serves(&app, q, 1).await?;
+    let events = app
+        .call(
+            Method::GET,
+            &format!("/ojs/v1/events?queues={q}&limit=100"),
+            None,
+        )
+        .await?;
+    let all = events.body["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let completed: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["type"] == "job.completed")
+        .collect();
+    assert_eq!(completed.len(), 2, "{:.2000}", events.body);
+    let big = completed.iter().find(|e| e["data"]["job_id"] == id);
+    let big = big.ok_or_else(|| anyhow::anyhow!("no completion event of the huge job"))?;
+    assert_eq!(big["data"]["result_omitted"], true);
+    assert!(big["data"].get("result").is_none());
+    let stats = app
+        .call(Method::GET, &format!("/ojs/v1/queues/{q}/stats"), None)
+        .await?;
+    assert_eq!(stats.body["completed"], 2, "{}", stats.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! Lambda-level tests: the real function binaries (debug builds of `functions/*`) run as
 //! Lambda would run them, polling a fake Runtime API, against DynamoDB Local. HTTP
 //! functions get API Gateway HTTP API (v2) events, the scheduler an EventBridge Scheduler
-//! event, the timer an SQS batch.
+//! event, the timer an SQS batch, the stream function the records of the table's stream.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
 /// The function binaries these tests run, built once per test process.
-const PACKAGES: [&str; 7] = [
+const PACKAGES: [&str; 8] = [
     "ojs-fn-jobs",
+    "ojs-fn-stream",
     "ojs-fn-workers",
     "ojs-fn-system",
     "ojs-fn-scheduler",
@@ -122,10 +123,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     let mut workers = start(
         "workers",
         store.table(),
-        &[
-            ("OJS_METRICS", "emf"),
-            ("OJS_FETCH_RECHECK_MS", recheck.as_str()),
-        ],
+        &[("OJS_FETCH_RECHECK_MS", recheck.as_str())],
     )
     .await?;
     let mut system = start("system", store.table(), &[]).await?;
@@ -180,6 +178,20 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
         http_reply(invoke(&mut jobs, events::http_api("GET", "/ojs/v1/queues", None)).await?)?;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "not_found");
+    // The stream function gets the table's records as Lambda hands them over: it stores
+    // the lifecycle events and prints the metrics.
+    let (arn, records) = ojs_tests::stream_records(store.table()).await?;
+    assert!(
+        records.len() >= 3,
+        "created, claimed, completed: {records:?}"
+    );
+    let mut stream = start("stream", store.table(), &[("OJS_METRICS", "emf")]).await?;
+    let Outcome::Response(res) =
+        invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
+    else {
+        bail!("the stream batch failed as a whole");
+    };
+    assert_eq!(res, json!({"batchItemFailures": []}));
     // Query strings reach the handlers.
     let (status, _, body) = http_reply(
         invoke(
@@ -198,8 +210,9 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
         http_reply(invoke(&mut system, events::http_api("GET", "/ojs/manifest", None)).await?)?;
     assert_eq!(status, 200, "{body}");
 
-    // The workers function printed CloudWatch EMF lines for the start and completion.
-    let stdout = workers.stop_with_output().await?;
+    // The stream function printed CloudWatch EMF lines for the start and completion.
+    workers.stop().await;
+    let stdout = stream.stop_with_output().await?;
     let emf: Vec<Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -213,6 +226,43 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     jobs.stop().await;
     system.stop().await;
     let _ = store.delete_table().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_function_counts_a_batch_and_hands_back_one_it_cannot_apply(
+) -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let queue = ojs_core::QueueName::parse("stream-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    for _ in 0..2 {
+        push_available(&store, "stream-q").await?;
+    }
+    let (arn, records) = ojs_tests::stream_records(store.table()).await?;
+    let mut stream = start("stream", store.table(), &[]).await?;
+    let Outcome::Response(res) =
+        invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
+    else {
+        bail!("the stream batch failed as a whole");
+    };
+    assert_eq!(res, json!({"batchItemFailures": []}));
+    // Read without a consumer of this process's own: what the function counted.
+    let stats = store.queue_stats(&queue).await?;
+    assert_eq!(stats.available, 2, "{stats:?}");
+    // A batch it cannot apply (the table is gone) goes back whole, from its first record,
+    // for Lambda to retry or bisect; it is not skipped.
+    store.delete_table().await?;
+    let Outcome::Response(res) =
+        invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
+    else {
+        bail!("the stream batch failed as a whole");
+    };
+    let first = records[0]["dynamodb"]["SequenceNumber"].clone();
+    assert!(first.is_string());
+    assert_eq!(
+        res,
+        json!({"batchItemFailures": [{"itemIdentifier": first}]})
+    );
+    stream.stop().await;
     Ok(())
 }
 
@@ -286,6 +336,18 @@ async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
     assert!(fields["ddb_calls"].as_u64().unwrap_or(0) >= 1, "{pushed}");
     assert!(fields["ddb_wcu"].as_f64().unwrap_or(0.0) > 0.0, "{pushed}");
     let _ = store.delete_table().await;
+    Ok(())
+}
+
+/// Stores an available job on `queue` straight through the store.
+async fn push_available(store: &ojs_store::Store, queue: &str) -> anyhow::Result<()> {
+    let new = ojs_core::job::NewJob::from_json(
+        json!({"type": "t", "args": [], "options": {"queue": queue}}),
+    )
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    store
+        .put_job(&ojs_core::Job::enqueue(new, ojs_core::time::now()))
+        .await?;
     Ok(())
 }
 

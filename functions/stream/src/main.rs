@@ -1,0 +1,23 @@
+//! The stream Lambda function (event source: the table's DynamoDB stream): wiring only.
+
+mod handler;
+
+use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
+use ojs_store::Store;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_current_span(false)
+        .without_time()
+        .init();
+    let store = Store::from_env().await;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let store = store.clone();
+        async move { Ok::<_, lambda_runtime::Error>(handler::apply_batch(&store, &event.payload).await) }
+    }))
+    .await
+}

@@ -1,0 +1,122 @@
+//! The table's change stream (DynamoDB Streams, `NEW_AND_OLD_IMAGES`): every write of a
+//! job is a record with the item before and after it, and the effects that need not
+//! block a request are derived from those records here, in one place, instead of by each
+//! transition: lifecycle events (stored a page per queue per batch) and the queues'
+//! counters (one `ADD` per queue shard per batch). No partition key shared by many jobs
+//! takes a write per job.
+//!
+//! On AWS the stream function hands each batch to [`Store::apply_changes`]; locally
+//! ([`local`]) an in-process poller reads DynamoDB Local's Streams API and does the same.
+//! Delivery is at least once: a batch applied twice counts its moves twice (the sweep's
+//! counter healing repairs it) and stores its events twice under new ids.
+
+mod json;
+pub mod local;
+
+use ojs_core::change::render_events;
+use ojs_core::event::Event;
+use ojs_core::time;
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::item::{self, Item};
+use crate::Store;
+
+/// One record of the change stream: a job item (or any other item of the table) before
+/// and after a write. `None` before: created; `None` after: deleted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    /// The item before the write.
+    pub old: Option<Item>,
+    /// The item after the write.
+    pub new: Option<Item>,
+}
+
+impl Change {
+    /// The change a record of a Lambda DynamoDB stream event carries (`Records[i]`, whose
+    /// `dynamodb` field holds `OldImage`/`NewImage` in DynamoDB's JSON).
+    pub fn from_lambda_record(record: &Value) -> Result<Self, String> {
+        let body = record
+            .get("dynamodb")
+            .ok_or("the record has no dynamodb field")?;
+        let image = |name: &str| -> Result<Option<Item>, String> {
+            body.get(name).map(json::item_from_json).transpose()
+        };
+        Ok(Self {
+            old: image("OldImage")?,
+            new: image("NewImage")?,
+        })
+    }
+
+    /// The change of a job written as `new` over `old` (tests, and replays).
+    pub fn between(old: Option<&ojs_core::Job>, new: Option<&ojs_core::Job>) -> Self {
+        let image = |j: &ojs_core::Job| item::job_to_item(j, 1);
+        Self {
+            old: old.map(image),
+            new: new.map(image),
+        }
+    }
+
+    /// Whether the record is of a job's own item.
+    fn is_job(&self) -> bool {
+        let key_of = |i: &Item| {
+            let pk = i.get("pk").and_then(|v| v.as_s().ok());
+            let sk = i.get("sk").and_then(|v| v.as_s().ok());
+            pk.is_some_and(|p| p.starts_with(crate::keys::JOB_PREFIX))
+                && sk.is_some_and(|s| s == crate::keys::JOB_SK)
+        };
+        self.new.as_ref().or(self.old.as_ref()).is_some_and(key_of)
+    }
+}
+
+/// What a batch of changes came to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Job records among the changes.
+    pub jobs: usize,
+    /// Events stored.
+    pub events: usize,
+    /// Job records that could not be read (logged and skipped: one bad item never holds
+    /// up the stream).
+    pub unreadable: usize,
+}
+
+impl Store {
+    /// Applies the effects of a batch of changes, in stream order: the events they imply
+    /// and their counter moves. An error means nothing is known to have been applied
+    /// beyond what at-least-once delivery tolerates; the caller retries the batch.
+    pub async fn apply_changes(&self, changes: &[Change]) -> Result<Applied, StoreError> {
+        let now = time::now();
+        let mut applied = Applied::default();
+        let mut moves = self.moves();
+        let mut events: Vec<Event> = Vec::new();
+        for change in changes.iter().filter(|c| c.is_job()) {
+            applied.jobs += 1;
+            let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
+            let (old, new) = match (read(&change.old), read(&change.new)) {
+                (Ok(old), Ok(new)) => (old, new),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(error = %e, "a job record of the change stream is unreadable");
+                    applied.unreadable += 1;
+                    continue;
+                }
+            };
+            match (&old, &new) {
+                (_, Some(new)) => {
+                    moves.add(new, old.as_ref().map(|o| o.status.state));
+                    if self.config.events {
+                        events.extend(render_events(old.as_ref(), new, now));
+                    }
+                }
+                (Some(gone), None) => moves.remove(gone),
+                (None, None) => {}
+            }
+        }
+        self.print_metrics(&events);
+        applied.events = events.len();
+        let (counted, stored) = futures::join!(self.count(moves), self.store_events(&events));
+        counted?;
+        stored?;
+        Ok(applied)
+    }
+}

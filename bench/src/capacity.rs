@@ -150,6 +150,9 @@ pub struct Lifecycle {
     pub request_path_calls: f64,
     /// PUSH + FETCH (1 job) + ACK, with the stream function's work on their records.
     pub single: PerJob,
+    /// PUSH + FETCH (1 job) + ACK under steady traffic: the stream function gets their
+    /// records in batches of 100 lifecycles.
+    pub single_steady: PerJob,
     /// Batch PUSH of 100 + FETCH of 10 + ACK, per job, with the stream function's work
     /// on their records in batches of 100 lifecycles.
     pub batched: PerJob,
@@ -667,6 +670,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             // A single lifecycle's records reach the stream function alone (a trickle);
             // batched traffic fills stream batches.
             single: single_path + PerJob::of(&stream1, 0.0),
+            single_steady: single_path + PerJob::of(&stream100, 0.0),
             batched: batched_path + PerJob::of(&stream100, 0.0),
             scheduled: PerJob::of(&sched, 1.0)
                 + PerJob::of(&promote, 0.0)

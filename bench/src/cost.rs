@@ -283,6 +283,15 @@ pub fn scenarios(
             size,
             &single,
         ));
+        let mut steady = single.clone();
+        steady[3] = stream(stream100);
+        out.push(price(
+            prices,
+            "steady",
+            "PUSH + FETCH (1 job) + ACK, stream batches of 100 lifecycles",
+            size,
+            &steady,
+        ));
         let batched = [
             Step::of(batch, cpu_of(ops::BATCH_PUSH)),
             Step::of(fetch10, cpu_of(ops::FETCH_10)),

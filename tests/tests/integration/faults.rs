@@ -941,3 +941,39 @@ async fn a_callback_transaction_lost_to_a_conflict_is_retried_and_fires_once() -
     rig.teardown().await;
     Ok(())
 }
+
+/// A change stream batch that keeps failing is given up after its attempts (as the
+/// stream function's event source mapping does), so every later change still applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_batch_that_keeps_failing_is_given_up_not_retried_forever() -> anyhow::Result<()> {
+    async fn push(rig: &Rig) -> anyhow::Result<u16> {
+        let r = rig
+            .app
+            .push(json!({"type": "t", "args": [], "options": {"queue": "stuck-stream"}}))
+            .await?;
+        Ok(r.status)
+    }
+    async fn failing(rig: &Rig, attempts: usize) {
+        // The counter ADD fails every time (PUSH itself is a PutItem).
+        rig.proxy
+            .set_rate(1.0, &[Fault::ServerError], Filter::op("UpdateItem"));
+        for _ in 0..attempts {
+            rig.app.store.catch_up().await;
+        }
+        rig.proxy.heal();
+    }
+    let rig = rig(7).await?;
+    let queue = ojs_core::QueueName::parse("stuck-stream").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    // Nine failed attempts: the batch is still there, and the next one applies it.
+    assert_eq!(push(&rig).await?, 201);
+    failing(&rig, 9).await;
+    assert_eq!(rig.app.store.queue_stats(&queue).await?.available, 1);
+    // Ten: it is given up, and what comes after applies.
+    assert_eq!(push(&rig).await?, 201);
+    failing(&rig, 10).await;
+    assert_eq!(push(&rig).await?, 201);
+    let available = rig.app.store.queue_stats(&queue).await?.available;
+    assert_eq!(available, 2, "the second job's batch was given up");
+    rig.teardown().await;
+    Ok(())
+}

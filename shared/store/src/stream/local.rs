@@ -23,6 +23,11 @@ use crate::Store;
 /// How often the list of stream shards is read again (DynamoDB rolls shards over).
 const SHARD_REFRESH: Duration = Duration::from_secs(30);
 
+/// How many times a batch is applied before it is given up (logged as an error), as the
+/// stream function's event source mapping gives one up after its retries: a batch that
+/// can never apply must not hold up every later change.
+const MAX_ATTEMPTS: u32 = 10;
+
 /// The consumer of one table's stream in this process.
 pub struct LocalStream {
     client: Client,
@@ -51,6 +56,8 @@ struct Position {
     iterator: Option<String>,
     /// The last record applied, to position a new iterator after it.
     last_sequence: Option<String>,
+    /// Failed attempts at the batch the iterator points to.
+    failures: u32,
 }
 
 /// One consumer per table and process: two would apply every change twice.
@@ -172,8 +179,16 @@ impl LocalStream {
                 .collect();
             if !changes.is_empty() {
                 // On failure the position stays, and the next drain reads them again.
-                self.store.apply_changes(&changes).await?;
-                applied += changes.len();
+                if let Err(e) = self.store.apply_changes(&changes).await {
+                    position.failures += 1;
+                    if position.failures < MAX_ATTEMPTS {
+                        return Err(e);
+                    }
+                    tracing::error!(error = %e, records = changes.len(), "gave up a change stream batch");
+                } else {
+                    applied += changes.len();
+                }
+                position.failures = 0;
                 position.last_sequence = records
                     .last()
                     .and_then(|r| r.dynamodb())
@@ -260,7 +275,7 @@ impl Shards {
                     id.to_owned(),
                     Position {
                         iterator,
-                        last_sequence: None,
+                        ..Position::default()
                     },
                 );
             }

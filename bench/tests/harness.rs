@@ -39,8 +39,19 @@ async fn capacity_of_one_size_is_complete_and_consistent() -> anyhow::Result<()>
         .lifecycle(capacity::TARGET_SIZE)
         .ok_or_else(|| anyhow::anyhow!("no lifecycle"))?;
     let ack = get(ops::ACK)?;
-    let sum = push.write_units_aws + fetch.write_units_aws + ack.write_units_aws;
+    // The stream function's share: its batch of one lifecycle alone, or a hundredth of a
+    // batch of a hundred; each writes an event page and a counter.
+    let stream1 = get(ops::STREAM_1)?;
+    let stream100 = get(ops::STREAM_100)?;
+    assert_eq!(stream1.calls, 2.0, "{stream1:?}");
+    assert_eq!(stream100.jobs_per_request, 100);
+    assert!(stream100.write_units > stream1.write_units, "{stream100:?}");
+    let path = push.write_units_aws + fetch.write_units_aws + ack.write_units_aws;
+    let sum = path + stream1.write_units_aws;
     assert!((life.single.write_units - sum).abs() < 1e-9);
+    let steady = path + stream100.write_units_aws / 100.0;
+    assert!((life.single_steady.write_units - steady).abs() < 1e-9);
+    assert!((life.request_path_calls - (push.calls + fetch.calls + ack.calls)).abs() < 1e-9);
     assert_eq!(life.single.http_requests, 3.0);
     // The cost of the single lifecycle is priced from the same numbers.
     let prices = Prices::load(&cost::default_prices_path())?;

@@ -74,8 +74,9 @@ pub struct FetchOutcome {
     pub limit: Option<LimitState>,
     /// Whether the ready index showed any job still ready when this FETCH began (claimed,
     /// refused by a limit or lost to another worker). A FETCH that saw none, or only jobs
-    /// that had already left (index lag), may have run before a just-pushed job reached the
-    /// index, which is worth looking again for; one that saw jobs was answered.
+    /// that had already left (index lag) or that the server cannot read (set aside), may
+    /// have run before a just-pushed job reached the index, which is worth looking again
+    /// for; one that saw jobs was answered.
     pub saw_ready: bool,
 }
 
@@ -229,18 +230,20 @@ impl Store {
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
                 };
-                let outcome = match claimed_as_stored {
+                let (outcome, set_aside) = match claimed_as_stored {
                     // A job the server can no longer read never blocks the queue.
                     Err(StoreError::Corrupt(why)) => {
                         self.set_aside(&c.id, &why).await;
-                        Claim::Lost
+                        (Claim::Lost, true)
                     }
-                    other => other?,
+                    other => (other?, false),
                 };
                 next += 1;
                 // Only entries that left `available` before this FETCH began mean the
-                // index has not caught up; anything else is a queue that was answered.
-                *saw_ready |= !matches!(outcome, Claim::Stale);
+                // index has not caught up; anything else is a queue that was answered. A
+                // job set aside was never deliverable: it answers nothing, so a FETCH that
+                // saw only such jobs still looks again for a just-pushed one behind it.
+                *saw_ready |= !set_aside && !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
                     Claim::Stale => lost_any = true,

@@ -59,7 +59,8 @@ enum Claim {
     /// Someone else claimed it after this FETCH began: a competitor.
     Lost,
     /// The index still listed a job that had left `available` before this FETCH began
-    /// (index lag): no competitor, so the FETCH goes on in index order.
+    /// (index lag), or one the server cannot read (set aside): no competitor, so the
+    /// FETCH goes on in index order.
     Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
@@ -230,20 +231,22 @@ impl Store {
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
                 };
-                let (outcome, set_aside) = match claimed_as_stored {
-                    // A job the server can no longer read never blocks the queue.
+                let outcome = match claimed_as_stored {
+                    // A job the server can no longer read never blocks the queue. It was
+                    // never deliverable and nobody competed for it: like an entry the
+                    // index still lists, it answers nothing, so a FETCH that saw only such
+                    // jobs looks again for a just-pushed one behind them.
                     Err(StoreError::Corrupt(why)) => {
                         self.set_aside(&c.id, &why).await;
-                        (Claim::Lost, true)
+                        Claim::Stale
                     }
-                    other => (other?, false),
+                    other => other?,
                 };
                 next += 1;
-                // Only entries that left `available` before this FETCH began mean the
-                // index has not caught up; anything else is a queue that was answered. A
-                // job set aside was never deliverable: it answers nothing, so a FETCH that
-                // saw only such jobs still looks again for a just-pushed one behind it.
-                *saw_ready |= !set_aside && !matches!(outcome, Claim::Stale);
+                // Only entries that left `available` before this FETCH began (or were set
+                // aside) mean the index has not caught up; anything else is a queue that
+                // was answered.
+                *saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
                     Claim::Stale => lost_any = true,
@@ -424,15 +427,17 @@ impl Store {
                 .cloned(),
             Ok(_) => None,
         };
-        // Gone, or claimed before this FETCH began: the index entry was stale.
+        // Gone, set aside (by this FETCH, say, its entry still listed behind the lag), or
+        // claimed before this FETCH began: the index entry was stale.
         let stale = match &out {
             Err(e) => old_item(e).is_none_or(|old| {
-                item::state_of(old) != Some(JobState::Available)
+                let claimed_before = item::state_of(old) != Some(JobState::Available)
                     && old
                         .get("started_at")
                         .and_then(|v| v.as_s().ok())
                         .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
-                        .is_some_and(|t| t < now)
+                        .is_some_and(|t| t < now);
+                claimed_before || old.contains_key("set_aside")
             }),
             Ok(_) => false,
         };

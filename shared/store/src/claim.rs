@@ -58,9 +58,9 @@ enum Claim {
     Won(Box<Job>),
     /// Someone else claimed it after this FETCH began: a competitor.
     Lost,
-    /// The index still listed a job that had left `available` before this FETCH began
-    /// (index lag), or one the server cannot read (set aside): no competitor, so the
-    /// FETCH goes on in index order.
+    /// The index still listed a job that had left `available` with no claim since this
+    /// FETCH began (index lag: claimed earlier, cancelled, ...), or one the server cannot
+    /// read (set aside): no competitor, so the FETCH goes on in index order.
     Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
@@ -428,16 +428,18 @@ impl Store {
             Ok(_) => None,
         };
         // Gone, set aside (by this FETCH, say, its entry still listed behind the lag), or
-        // claimed before this FETCH began: the index entry was stale.
+        // out of `available` without a claim since this FETCH began (claimed earlier,
+        // cancelled, discarded): the index entry was stale. Only a job claimed since this
+        // FETCH began means another worker competes for the queue.
         let stale = match &out {
             Err(e) => old_item(e).is_none_or(|old| {
-                let claimed_before = item::state_of(old) != Some(JobState::Available)
-                    && old
-                        .get("started_at")
-                        .and_then(|v| v.as_s().ok())
-                        .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
-                        .is_some_and(|t| t < now);
-                claimed_before || old.contains_key("set_aside")
+                let claimed_since = old
+                    .get("started_at")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
+                    .is_some_and(|t| t >= now);
+                old.contains_key("set_aside")
+                    || item::state_of(old) != Some(JobState::Available) && !claimed_since
             }),
             Ok(_) => false,
         };

@@ -24,9 +24,7 @@ async fn setup(config: StrictConfig) -> (StrictProxy, Client, String) {
 /// Like [`setup`], with the proxy in front of `upstream`.
 async fn setup_through(config: StrictConfig, upstream: &str) -> (StrictProxy, Client, String) {
     crate::default_local_env();
-    let proxy = StrictProxy::start(upstream, config)
-        .await
-        .expect("proxy");
+    let proxy = StrictProxy::start(upstream, config).await.expect("proxy");
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .retry_config(aws_config::retry::RetryConfig::disabled())
@@ -453,7 +451,11 @@ async fn a_write_whose_client_hangs_up_still_leaves_the_lag() {
     let (proxy, c, t) = setup_through(config, &faults.url).await;
     // The PutItem lands, then its answer takes longer than the client waits.
     faults.set_hang(Duration::from_millis(800));
-    faults.set_rate(1.0, &[Fault::HangAfter], Filter::Operation("PutItem".into()));
+    faults.set_rate(
+        1.0,
+        &[Fault::HangAfter],
+        Filter::Operation("PutItem".into()),
+    );
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     let impatient = Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&sdk)

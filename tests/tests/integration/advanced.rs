@@ -1094,14 +1094,27 @@ async fn a_fetch_that_sees_only_a_cancelled_job_looks_again() -> anyhow::Result<
     let app = TestApp::spawn_behind(config).await?;
     let job = json!({"type": "lag.job", "args": [], "queue": "lagcancel"});
     let cancelled = app.push(job.clone()).await?;
-    let cancelled = cancelled.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let cancelled = cancelled.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(app.cancel(&cancelled).await?.status, 200);
     let pushed = app.push(job).await?;
-    let pushed = pushed.body["job"]["id"].as_str().unwrap_or_default().to_owned();
-    let r = app.fetch(json!({"queues": ["lagcancel"], "count": 2})).await?;
+    let pushed = pushed.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = app
+        .fetch(json!({"queues": ["lagcancel"], "count": 2}))
+        .await?;
     assert_eq!(r.body["jobs"][0]["id"], pushed.as_str(), "{}", r.body);
-    assert_eq!(r.body["jobs"].as_array().map(Vec::len), Some(1), "{}", r.body);
+    assert_eq!(
+        r.body["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        r.body
+    );
     app.teardown().await;
     Ok(())
 }

@@ -57,8 +57,9 @@ enum Claim {
     Won(Box<Job>),
     /// Someone else claimed it after this FETCH began: a competitor.
     Lost,
-    /// The index still listed a job that had left `available` before this FETCH began
-    /// (index lag): no competitor, so the FETCH goes on in index order.
+    /// The index still listed a job that had left `available` with no claim since this
+    /// FETCH began (index lag: claimed earlier, cancelled, ...), or one the server cannot
+    /// read (set aside): no competitor, so the FETCH goes on in index order.
     Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
@@ -73,8 +74,9 @@ pub struct FetchOutcome {
     pub limit: Option<LimitState>,
     /// Whether the ready index showed any job still ready when this FETCH began (claimed,
     /// refused by a limit or lost to another worker). A FETCH that saw none, or only jobs
-    /// that had already left (index lag), may have run before a just-pushed job reached the
-    /// index, which is worth looking again for; one that saw jobs was answered.
+    /// that had already left (index lag) or that the server cannot read (set aside), may
+    /// have run before a just-pushed job reached the index, which is worth looking again
+    /// for; one that saw jobs was answered.
     pub saw_ready: bool,
 }
 
@@ -222,16 +224,20 @@ impl Store {
                     None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
                 };
                 let outcome = match claimed_as_stored {
-                    // A job the server can no longer read never blocks the queue.
+                    // A job the server can no longer read never blocks the queue. It was
+                    // never deliverable and nobody competed for it: like an entry the
+                    // index still lists, it answers nothing, so a FETCH that saw only such
+                    // jobs looks again for a just-pushed one behind them.
                     Err(StoreError::Corrupt(why)) => {
                         self.set_aside(&c.id, &why).await;
-                        Claim::Lost
+                        Claim::Stale
                     }
                     other => other?,
                 };
                 next += 1;
-                // Only entries that left `available` before this FETCH began mean the
-                // index has not caught up; anything else is a queue that was answered.
+                // Only entries that left `available` before this FETCH began (or were set
+                // aside) mean the index has not caught up; anything else is a queue that
+                // was answered.
                 *saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => claimed.push(*job),
@@ -413,15 +419,19 @@ impl Store {
                 .cloned(),
             Ok(_) => None,
         };
-        // Gone, or claimed before this FETCH began: the index entry was stale.
+        // Gone, set aside (by this FETCH, say, its entry still listed behind the lag), or
+        // out of `available` without a claim since this FETCH began (claimed earlier,
+        // cancelled, discarded): the index entry was stale. Only a job claimed since this
+        // FETCH began means another worker competes for the queue.
         let stale = match &out {
             Err(e) => old_item(e).is_none_or(|old| {
-                item::state_of(old) != Some(JobState::Available)
-                    && old
-                        .get("started_at")
-                        .and_then(|v| v.as_s().ok())
-                        .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
-                        .is_some_and(|t| t < now)
+                let claimed_since = old
+                    .get("started_at")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
+                    .is_some_and(|t| t >= now);
+                old.contains_key("set_aside")
+                    || item::state_of(old) != Some(JobState::Available) && !claimed_since
             }),
             Ok(_) => false,
         };

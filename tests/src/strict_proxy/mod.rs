@@ -259,7 +259,18 @@ impl StrictProxy {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let shared = Arc::clone(&shared);
-                        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                        // A request runs to its end on a task of its own, as on AWS: a
+                        // client that hangs up (an SDK attempt timeout, the fault proxy's
+                        // dropped connections) must not cancel it between the write and
+                        // its record, which left the item in the lag window for good
+                        // (hidden from its indexes: jobs stuck `available`).
+                        let task = tokio::spawn(handle(shared, req));
+                        async move {
+                            Ok::<_, Infallible>(match task.await {
+                                Ok(res) => res,
+                                Err(e) => internal(&format!("the request's task: {e}")),
+                            })
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)

@@ -18,9 +18,13 @@ fn s(v: &str) -> AttributeValue {
 
 async fn setup(config: StrictConfig) -> (StrictProxy, Client, String) {
     crate::default_local_env();
-    let proxy = StrictProxy::start(&crate::fault_proxy::raw_dynamodb_endpoint(), config)
-        .await
-        .expect("proxy");
+    setup_through(config, &crate::fault_proxy::raw_dynamodb_endpoint()).await
+}
+
+/// Like [`setup`], with the proxy in front of `upstream`.
+async fn setup_through(config: StrictConfig, upstream: &str) -> (StrictProxy, Client, String) {
+    crate::default_local_env();
+    let proxy = StrictProxy::start(upstream, config).await.expect("proxy");
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .retry_config(aws_config::retry::RetryConfig::disabled())
@@ -426,6 +430,66 @@ async fn a_gsi_lags_behind_the_table() {
     assert_eq!(ids(&query(None).await.unwrap()), ["new"]);
     let r = proxy.report();
     assert!(r.lag_hidden >= 1 && r.lag_shown >= 1, "{}", r.summary());
+    let _ = c.delete_table().table_name(&t).send().await;
+}
+
+/// A write whose client hangs up before the answer (an SDK attempt timeout) still ends:
+/// the item leaves the lag window once its lag has passed. Before, hyper cancelled the
+/// request with the connection, between the write and its record, and the item stayed
+/// in the window for good, hidden from its index (jobs stuck `available` in the suites).
+#[tokio::test]
+async fn a_write_whose_client_hangs_up_still_leaves_the_lag() {
+    use crate::fault_proxy::{Fault, FaultProxy, Filter};
+    crate::default_local_env();
+    let faults = FaultProxy::start(&crate::fault_proxy::raw_dynamodb_endpoint(), 1)
+        .await
+        .expect("fault proxy");
+    let config = StrictConfig {
+        index_lag: Duration::from_millis(200),
+        ..StrictConfig::rules_only()
+    };
+    let (proxy, c, t) = setup_through(config, &faults.url).await;
+    // The PutItem lands, then its answer takes longer than the client waits.
+    faults.set_hang(Duration::from_millis(800));
+    faults.set_rate(
+        1.0,
+        &[Fault::HangAfter],
+        Filter::Operation("PutItem".into()),
+    );
+    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let impatient = Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_millis(300))
+                    .build(),
+            )
+            .build(),
+    );
+    let mut item = key("hung");
+    item.insert("gpk".into(), s("P"));
+    item.insert("gsk".into(), s("1"));
+    let put = impatient
+        .put_item()
+        .table_name(&t)
+        .set_item(Some(item))
+        .send()
+        .await;
+    assert!(put.is_err(), "the client gave up before the answer");
+    faults.heal();
+    // The hang, then the lag, have passed: the index shows the item.
+    tokio::time::sleep(Duration::from_millis(800 + 200 + 400)).await;
+    let out = c
+        .query()
+        .table_name(&t)
+        .index_name("gix")
+        .key_condition_expression("gpk = :p")
+        .expression_attribute_values(":p", s("P"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.items().len(), 1, "{:?}", out.items());
     let _ = c.delete_table().table_name(&t).send().await;
 }
 

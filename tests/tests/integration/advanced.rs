@@ -1082,6 +1082,43 @@ async fn a_lone_worker_gets_priority_order_through_a_lagging_index() -> anyhow::
     Ok(())
 }
 
+/// A FETCH whose index still lists only a job cancelled before it began (never started:
+/// no `started_at`) has met no competitor: it looks again after the lag and delivers the
+/// job pushed meanwhile (found by `replace_except_schedule_keeps_the_replaced_jobs_time`
+/// under the strict layer's lag: the cancelled job's claim counted as lost to another
+/// worker, and the FETCH answered `[]` with a job available).
+#[tokio::test]
+async fn a_fetch_that_sees_only_a_cancelled_job_looks_again() -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(300);
+    let app = TestApp::spawn_behind(config).await?;
+    let job = json!({"type": "lag.job", "args": [], "queue": "lagcancel"});
+    let cancelled = app.push(job.clone()).await?;
+    let cancelled = cancelled.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(app.cancel(&cancelled).await?.status, 200);
+    let pushed = app.push(job).await?;
+    let pushed = pushed.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = app
+        .fetch(json!({"queues": ["lagcancel"], "count": 2}))
+        .await?;
+    assert_eq!(r.body["jobs"][0]["id"], pushed.as_str(), "{}", r.body);
+    assert_eq!(
+        r.body["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        r.body
+    );
+    app.teardown().await;
+    Ok(())
+}
+
 /// A FETCH whose index shows only jobs that already left `available` (claimed and
 /// acknowledged within the index lag) has not seen the queue: it looks again, and finds
 /// the job pushed meanwhile instead of answering an empty list.

@@ -101,10 +101,12 @@ async fn counters_follow_every_kind_of_transition() -> anyhow::Result<()> {
     assert_eq!((s.available, s.scheduled, total(&s)), (19, 7, 26));
 
     // Workers: 10 claimed; 3 completed, 2 failed into retry, 1 failed for good, 1
-    // cancelled while active, 3 left active under a 1-second lease.
+    // cancelled while active, 3 left active under a 1-minute lease: long enough to outlast
+    // the calls below on a slow machine (a lease that ran out before the count would
+    // rightly be moved by the next FETCH), short enough for the sweep an hour later.
     let fetched = ids_of(
         &app.fetch(
-            json!({"queues": [q], "count": 10, "worker_id": "w1", "visibility_timeout_ms": 1000}),
+            json!({"queues": [q], "count": 10, "worker_id": "w1", "visibility_timeout_ms": 60_000}),
         )
         .await?,
     );

@@ -448,6 +448,53 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
     Ok(())
 }
 
+/// A FETCH whose index shows only a job the server cannot read (set aside) has not been
+/// answered: it looks again after the index lag like a FETCH that saw nothing, and
+/// delivers the job pushed a moment before instead of an empty list (found under the
+/// strict layer's index lag: the set-aside job counted as a ready job seen, so the FETCH
+/// answered `[]` while a job was available).
+#[tokio::test]
+async fn a_fetch_that_sees_only_a_job_it_sets_aside_looks_again() -> anyhow::Result<()> {
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = Duration::from_millis(300);
+    let app = TestApp::spawn_behind(config).await?;
+    let poison = id_of(
+        &app.push(json!({"type": "poison.job", "args": [], "options": {"queue": "aside2", "priority": 10}}))
+            .await?,
+    );
+    // The poisoned job's index entry is visible; then it stops validating.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let sdk = aws_config::load_from_env().await;
+    ojs_store::client_for(&sdk)
+        .update_item()
+        .table_name(app.store.table())
+        .key("pk", Av::S(format!("JOB#{poison}")))
+        .key("sk", Av::S("JOB".into()))
+        .update_expression("SET spec = :spec REMOVE specz")
+        .expression_attribute_values(
+            ":spec",
+            Av::S(json!({"type": "poison.job", "args": [], "queue": "aside2", "timeout_ms": 10_000_000_000_000_000u64}).to_string()),
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    // Pushed just before the FETCH: not in the lagging index yet.
+    let normal = id_of(
+        &app.push(json!({"type": "normal.job", "args": [], "options": {"queue": "aside2"}}))
+            .await?,
+    );
+    let fetched = app.fetch(json!({"queues": ["aside2"], "count": 2})).await?;
+    assert_eq!(fetched.status, 200, "{:?}", fetched.body);
+    let ids: Vec<&str> = fetched.body["jobs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|j| j["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, vec![normal.as_str()], "{}", fetched.body);
+    app.teardown().await;
+    Ok(())
+}
+
 /// A stored rate limit that no longer reads (stored under looser rules) never becomes "no
 /// limit": the job is set aside with the reason, and the queue goes on (review #19h: the
 /// claim parsed it with `.ok()` and ran the job unlimited).

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::capacity::{ops, CapacityReport, TARGET_SIZE};
+use crate::capacity::{ops, CapacityReport, Lifecycle, TARGET_SIZE};
 use crate::cold_start::ColdStart;
 use crate::cost::{Prices, ScenarioCost};
 use crate::cpu::CpuReport;
@@ -105,47 +105,45 @@ pub fn targets(
 ) -> Vec<Target> {
     let mut t = Vec::new();
     let life = cap.and_then(|c| c.lifecycle(TARGET_SIZE));
-    t.push(Target {
-        name: "write units per job lifecycle (PUSH+FETCH+ACK, 1 KiB args, its stream batch alone)"
-            .into(),
-        limit: "<= 8 WCU".into(),
-        measured: life.map_or("not measured".into(), |l| {
-            format!("{:.1} WCU", l.single.write_units)
-        }),
-        pass: life.map(|l| l.single.write_units <= 8.0 + 1e-9),
-    });
-    t.push(Target {
-        name: "write units per job lifecycle, steady (stream batches of 100 lifecycles)".into(),
-        limit: "<= 8 WCU".into(),
-        measured: life.map_or("not measured".into(), |l| {
-            format!("{:.1} WCU", l.single_steady.write_units)
-        }),
-        pass: life.map(|l| l.single_steady.write_units <= 8.0 + 1e-9),
-    });
-    t.push(Target {
-        name: "write units per job lifecycle, batched (stream batches of 100 lifecycles)".into(),
-        limit: "<= 8 WCU".into(),
-        measured: life.map_or("not measured".into(), |l| {
-            format!("{:.1} WCU", l.batched.write_units)
-        }),
-        pass: life.map(|l| l.batched.write_units <= 8.0 + 1e-9),
-    });
-    t.push(Target {
-        name: "DynamoDB calls per job lifecycle on the request path (PUSH+FETCH+ACK)".into(),
-        limit: "<= 6 calls".into(),
-        measured: life.map_or("not measured".into(), |l| {
-            format!("{:.1} calls", l.request_path_calls)
-        }),
-        pass: life.map(|l| l.request_path_calls <= 6.0 + 1e-9),
-    });
-    t.push(Target {
-        name: "read units per job lifecycle (1 KiB args)".into(),
-        limit: "<= 1 RCU".into(),
-        measured: life.map_or("not measured".into(), |l| {
-            format!("{:.1} RCU", l.single.read_units)
-        }),
-        pass: life.map(|l| l.single.read_units <= 1.0 + 1e-9),
-    });
+    // A per-lifecycle figure against its ceiling.
+    let per_lifecycle = |name: &str, unit: &str, limit: f64, of: fn(&Lifecycle) -> f64| Target {
+        name: name.into(),
+        limit: format!("<= {limit} {unit}"),
+        measured: life.map_or("not measured".into(), |l| format!("{:.1} {unit}", of(l))),
+        pass: life.map(|l| of(l) <= limit + 1e-9),
+    };
+    t.extend([
+        per_lifecycle(
+            "write units per job lifecycle (PUSH+FETCH+ACK, 1 KiB args, its stream batch alone)",
+            "WCU",
+            8.0,
+            |l| l.single.write_units,
+        ),
+        per_lifecycle(
+            "write units per job lifecycle, steady (stream batches of 100 lifecycles)",
+            "WCU",
+            8.0,
+            |l| l.single_steady.write_units,
+        ),
+        per_lifecycle(
+            "write units per job lifecycle, batched (stream batches of 100 lifecycles)",
+            "WCU",
+            8.0,
+            |l| l.batched.write_units,
+        ),
+        per_lifecycle(
+            "DynamoDB calls per job lifecycle on the request path (PUSH+FETCH+ACK)",
+            "calls",
+            6.0,
+            |l| l.request_path_calls,
+        ),
+        per_lifecycle(
+            "read units per job lifecycle (1 KiB args)",
+            "RCU",
+            1.0,
+            |l| l.single.read_units,
+        ),
+    ]);
     for scenario in ["single", "batched"] {
         let c = cost
             .iter()

@@ -391,7 +391,6 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() -> anyhow::Result<()>
 {
-    use aws_sdk_dynamodb::types::AttributeValue as Av;
     let app = TestApp::spawn().await?;
     let poison = app
         .push(json!({"type": "poison.job", "args": [], "options": {"queue": "aside", "priority": 10}}))
@@ -402,20 +401,7 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
         .to_owned();
     // An item that no longer validates (written by an older version with looser rules,
     // say): its stored request has a timeout beyond today's bound.
-    let sdk = aws_config::load_from_env().await;
-    let raw = ojs_store::client_for(&sdk);
-    raw.update_item()
-        .table_name(app.store.table())
-        .key("pk", Av::S(format!("JOB#{poison}")))
-        .key("sk", Av::S("JOB".into()))
-        .update_expression("SET spec = :spec REMOVE specz")
-        .expression_attribute_values(
-            ":spec",
-            Av::S(json!({"type": "poison.job", "args": [], "queue": "aside", "timeout_ms": 10_000_000_000_000_000u64}).to_string()),
-        )
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    poison_stored_request(&app, &poison, "aside").await?;
     let normal = app
         .push(json!({"type": "normal.job", "args": [], "options": {"queue": "aside"}}))
         .await?;
@@ -448,6 +434,27 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
     Ok(())
 }
 
+/// Rewrites job `id`'s stored request straight in the table so that it no longer
+/// validates (as an item written by an older version with looser rules would): a
+/// timeout beyond today's bound.
+async fn poison_stored_request(app: &TestApp, id: &str, queue: &str) -> anyhow::Result<()> {
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    let spec = json!({"type": "poison.job", "args": [], "queue": queue,
+        "timeout_ms": 10_000_000_000_000_000u64});
+    let sdk = aws_config::load_from_env().await;
+    ojs_store::client_for(&sdk)
+        .update_item()
+        .table_name(app.store.table())
+        .key("pk", Av::S(format!("JOB#{id}")))
+        .key("sk", Av::S("JOB".into()))
+        .update_expression("SET spec = :spec REMOVE specz")
+        .expression_attribute_values(":spec", Av::S(spec.to_string()))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    Ok(())
+}
+
 /// A FETCH whose index shows only a job the server cannot read (set aside) has not been
 /// answered: it looks again after the index lag like a FETCH that saw nothing, and
 /// delivers the job pushed a moment before instead of an empty list (found under the
@@ -455,7 +462,6 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
 /// answered `[]` while a job was available).
 #[tokio::test]
 async fn a_fetch_that_sees_only_a_job_it_sets_aside_looks_again() -> anyhow::Result<()> {
-    use aws_sdk_dynamodb::types::AttributeValue as Av;
     let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
     config.index_lag = Duration::from_millis(300);
     let app = TestApp::spawn_behind(config).await?;
@@ -465,20 +471,7 @@ async fn a_fetch_that_sees_only_a_job_it_sets_aside_looks_again() -> anyhow::Res
     );
     // The poisoned job's index entry is visible; then it stops validating.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let sdk = aws_config::load_from_env().await;
-    ojs_store::client_for(&sdk)
-        .update_item()
-        .table_name(app.store.table())
-        .key("pk", Av::S(format!("JOB#{poison}")))
-        .key("sk", Av::S("JOB".into()))
-        .update_expression("SET spec = :spec REMOVE specz")
-        .expression_attribute_values(
-            ":spec",
-            Av::S(json!({"type": "poison.job", "args": [], "queue": "aside2", "timeout_ms": 10_000_000_000_000_000u64}).to_string()),
-        )
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    poison_stored_request(&app, &poison, "aside2").await?;
     // Pushed just before the FETCH: not in the lagging index yet.
     let normal = id_of(
         &app.push(json!({"type": "normal.job", "args": [], "options": {"queue": "aside2"}}))

@@ -5,6 +5,9 @@
 # If AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL is set, that endpoint is used as is.
 # Otherwise DynamoDB Local and moto are installed and started (or reused if already running),
 # and whatever this run started is stopped again at the end. Tests make their own tables.
+# DynamoDB is reached through the tests' AWS-strict layer in its full mode (AWS's request
+# rules, unprocessed batch keys, short pages, index lag, throttling; the seed is printed,
+# OJS_STRICT_SEED replays it); OJS_STRICT_DDB=rules keeps the rules alone, =off bypasses it.
 # Extra arguments go to cargo test (e.g. `scripts/test.sh -- some_test_name`).
 set -euo pipefail
 

@@ -24,7 +24,30 @@ pub enum OverlapPolicy {
     Enqueue,
 }
 
+/// What a due occurrence does ([`OverlapPolicy::occurrence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Occurrence {
+    /// Nothing is enqueued.
+    Skip,
+    /// A job is enqueued.
+    Enqueue,
+    /// The previous job is cancelled, then a job is enqueued.
+    CancelPreviousAndEnqueue,
+    /// A job is enqueued `pending`, released when the previous one finishes.
+    EnqueueBehindPrevious,
+}
+
 impl OverlapPolicy {
+    /// What an occurrence does when the previous job is (or is not) still unfinished.
+    pub fn occurrence(self, previous_unfinished: bool) -> Occurrence {
+        match (self, previous_unfinished) {
+            (_, false) | (Self::Allow, true) => Occurrence::Enqueue,
+            (Self::Skip, true) => Occurrence::Skip,
+            (Self::CancelPrevious, true) => Occurrence::CancelPreviousAndEnqueue,
+            (Self::Enqueue, true) => Occurrence::EnqueueBehindPrevious,
+        }
+    }
+
     /// The wire string.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -249,6 +272,29 @@ pub fn view(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_occurrence_follows_its_overlap_policy_only_while_the_previous_job_runs() {
+        use Occurrence::*;
+        for policy in [
+            OverlapPolicy::Skip,
+            OverlapPolicy::Allow,
+            OverlapPolicy::CancelPrevious,
+            OverlapPolicy::Enqueue,
+        ] {
+            assert_eq!(policy.occurrence(false), Enqueue, "{policy:?}");
+        }
+        assert_eq!(OverlapPolicy::Skip.occurrence(true), Skip);
+        assert_eq!(OverlapPolicy::Allow.occurrence(true), Enqueue);
+        assert_eq!(
+            OverlapPolicy::CancelPrevious.occurrence(true),
+            CancelPreviousAndEnqueue
+        );
+        assert_eq!(
+            OverlapPolicy::Enqueue.occurrence(true),
+            EnqueueBehindPrevious
+        );
+    }
 
     #[test]
     fn both_request_shapes_parse() {

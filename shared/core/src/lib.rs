@@ -29,7 +29,7 @@ pub use error::{ErrorCode, OjsError};
 pub use ids::{JobId, JobType, QueueName};
 pub use job::{Job, NewJob};
 pub use retry::RetryPolicy;
-pub use state::{JobState, Transition};
+pub use state::{Due, Indexing, JobState, Transition};
 
 /// The OJS specification version this implementation speaks.
 pub const SPEC_VERSION: &str = "1.0";

@@ -268,9 +268,102 @@ impl RateLimitPolicy {
     }
 }
 
+/// What a claim refused by rate limits does (ojs-rate-limiting.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The queue's own limit refused: no job of the queue starts in this FETCH.
+    QueueLimited,
+    /// The job stays available for a later FETCH.
+    Wait,
+    /// The job is discarded.
+    Drop,
+    /// The job becomes scheduled at this time (epoch microseconds): when the last of the
+    /// refusing limits is expected to allow it.
+    Reschedule {
+        /// Epoch microseconds.
+        at_us: i64,
+    },
+}
+
+/// The outcome of a claim that `policies` refused: `refused` lists each refusing policy
+/// (its index in `policies`) and when it is expected to allow a start (epoch µs).
+/// `first_is_queue` says `policies[0]` is the queue's own limit. A job's `drop` wins over
+/// `reschedule`, which wins over `wait`: a job that asked to be dropped is never kept.
+pub fn refusal(
+    policies: &[&RateLimitPolicy],
+    first_is_queue: bool,
+    refused: &[(usize, i64)],
+) -> Refusal {
+    if first_is_queue && refused.iter().any(|(p, _)| *p == 0) {
+        return Refusal::QueueLimited;
+    }
+    let wants = |action: OnLimit| {
+        refused.iter().any(|(p, _)| {
+            policies
+                .get(*p)
+                .is_some_and(|policy| policy.on_limit == action)
+        })
+    };
+    if wants(OnLimit::Drop) {
+        Refusal::Drop
+    } else if wants(OnLimit::Reschedule) {
+        Refusal::Reschedule {
+            at_us: refused.iter().map(|(_, at)| *at).max().unwrap_or(0),
+        }
+    } else {
+        Refusal::Wait
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_on_limit(on_limit: &str) -> RateLimitPolicy {
+        RateLimitPolicy::from_json(
+            &json!({"key": format!("k-{on_limit}"), "concurrency": 1, "on_limit": on_limit}),
+            "q",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_refusal_by_the_queues_own_limit_ends_the_queue() {
+        let (q, job) = (with_on_limit("wait"), with_on_limit("drop"));
+        let policies = [&q, &job];
+        assert_eq!(refusal(&policies, true, &[(0, 5)]), Refusal::QueueLimited);
+        assert_eq!(
+            refusal(&policies, true, &[(1, 5), (0, 9)]),
+            Refusal::QueueLimited
+        );
+        // Without a queue limit the first policy is the job's own.
+        assert_eq!(refusal(&policies, false, &[(0, 5)]), Refusal::Wait);
+        assert_eq!(refusal(&policies, true, &[(1, 5)]), Refusal::Drop);
+    }
+
+    #[test]
+    fn drop_wins_over_reschedule_which_wins_over_wait() {
+        let (wait, drop, later) = (
+            with_on_limit("wait"),
+            with_on_limit("drop"),
+            with_on_limit("reschedule"),
+        );
+        let policies = [&wait, &drop, &later];
+        assert_eq!(refusal(&policies, false, &[(0, 1)]), Refusal::Wait);
+        assert_eq!(
+            refusal(&policies, false, &[(0, 1), (1, 2), (2, 3)]),
+            Refusal::Drop
+        );
+        assert_eq!(
+            refusal(&policies, false, &[(0, 7), (2, 3)]),
+            Refusal::Reschedule { at_us: 7 },
+            "rescheduled when the last refusing limit allows it"
+        );
+        assert_eq!(
+            refusal(&policies, false, &[(2, 3), (0, 2)]),
+            Refusal::Reschedule { at_us: 3 }
+        );
+    }
 
     #[test]
     fn shapes_and_windows() {

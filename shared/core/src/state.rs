@@ -72,7 +72,11 @@ impl JobState {
             (Active, Reclaim) => Available,
             (Scheduled | Available | Pending | Active | Retryable, Cancel) => Cancelled,
             (Scheduled | Available | Pending | Retryable, Expire) => Discarded,
+            (Available, Defer) => Scheduled,
+            (Available, Drop) => Discarded,
+            (Active, Extend) => Active,
             (Discarded, RetryDead) => Available,
+            (Discarded | Cancelled, Revive) => Available,
             _ => {
                 return Err(InvalidTransition {
                     from: self,
@@ -90,6 +94,45 @@ impl JobState {
             .filter(|s| s.apply(transition).is_ok())
             .collect()
     }
+
+    /// Which of the store's secondary entries a job in this state has: the ready index
+    /// exactly while it can be claimed, the due index while something happens to it at a
+    /// known time, a retention deadline (or a dead letter entry) once it is finished.
+    pub fn indexing(self) -> Indexing {
+        let (ready, due, finished) = match self {
+            Self::Available => (true, Due::IfExpiring, false),
+            Self::Scheduled | Self::Retryable | Self::Active => (false, Due::Always, false),
+            Self::Pending => (false, Due::Never, false),
+            Self::Completed | Self::Cancelled | Self::Discarded => (false, Due::Never, true),
+        };
+        Indexing {
+            ready,
+            due,
+            finished,
+        }
+    }
+}
+
+/// The secondary entries of a job in one state ([`JobState::indexing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Indexing {
+    /// In the ready index, where FETCH finds it.
+    pub ready: bool,
+    /// In the due index, where the sweep finds it at its time.
+    pub due: Due,
+    /// Kept until its retention ends, or in the dead letter queue until an operator acts.
+    pub finished: bool,
+}
+
+/// When a job is in the due index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Always: its start time, next attempt, or lease and deadline.
+    Always,
+    /// Only when it has an `expires_at`, so the sweep discards it unfetched.
+    IfExpiring,
+    /// Never.
+    Never,
 }
 
 impl fmt::Display for JobState {
@@ -135,11 +178,34 @@ pub enum Transition {
     Cancel,
     /// The job passed `expires_at` before it started.
     Expire,
-    /// An operator retries a discarded job.
+    /// An operator retries a dead-lettered job.
     RetryDead,
+    /// A rate limit refused the job and its `on_limit` reschedules it.
+    Defer,
+    /// A rate limit refused the job and its `on_limit` drops it.
+    Drop,
+    /// The holder extends its lease (heartbeat).
+    Extend,
+    /// An operator retries a finished job that is not in the dead letter queue.
+    Revive,
 }
 
 impl Transition {
+    /// The one state this transition leads to, whatever legal state it starts from.
+    pub fn target(self) -> JobState {
+        use JobState::*;
+        use Transition::*;
+        match self {
+            Promote | Activate | Reclaim | RetryDead | Revive => Available,
+            Claim | Extend => Active,
+            Ack => Completed,
+            FailRetry => Retryable,
+            FailDiscard | Expire | Drop => Discarded,
+            Cancel => Cancelled,
+            Defer => Scheduled,
+        }
+    }
+
     /// A lowercase name for messages and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -151,7 +217,10 @@ impl Transition {
             Self::Reclaim => "reclaim",
             Self::Cancel => "cancel",
             Self::Expire => "expire",
-            Self::RetryDead => "retry",
+            Self::RetryDead | Self::Revive => "retry",
+            Self::Defer => "reschedule",
+            Self::Drop => "drop",
+            Self::Extend => "extend",
         }
     }
 }
@@ -171,7 +240,7 @@ mod tests {
     use super::*;
     use JobState::*;
 
-    const ALL_TRANSITIONS: [Transition; 10] = [
+    const ALL_TRANSITIONS: [Transition; 14] = [
         Transition::Promote,
         Transition::Activate,
         Transition::Claim,
@@ -182,6 +251,10 @@ mod tests {
         Transition::Cancel,
         Transition::Expire,
         Transition::RetryDead,
+        Transition::Defer,
+        Transition::Drop,
+        Transition::Extend,
+        Transition::Revive,
     ];
 
     #[test]
@@ -223,20 +296,50 @@ mod tests {
             (Pending, Discarded),
             (Retryable, Discarded),
             (Discarded, Available),
+            (Available, Scheduled),
+            (Active, Active),
+            (Cancelled, Available),
         ];
         expected.sort_by_key(|(a, b)| (a.as_str(), b.as_str()));
         assert_eq!(edges, expected);
     }
 
     #[test]
-    fn terminal_states_have_no_exit_but_dead_letter_retry() {
-        for from in [Completed, Cancelled] {
-            for t in ALL_TRANSITIONS {
-                assert!(from.apply(t).is_err(), "{from} {t:?}");
+    fn terminal_states_have_no_exit_but_an_operators_retry() {
+        for t in ALL_TRANSITIONS {
+            assert!(Completed.apply(t).is_err(), "completed {t:?}");
+            assert_eq!(Cancelled.apply(t).is_ok(), t == Transition::Revive, "{t:?}");
+            assert_eq!(
+                Discarded.apply(t).is_ok(),
+                matches!(t, Transition::RetryDead | Transition::Revive),
+                "{t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_transition_has_one_target_whatever_its_source() {
+        for t in ALL_TRANSITIONS {
+            let sources = JobState::sources(t);
+            assert!(!sources.is_empty(), "{t:?} has no source");
+            for from in sources {
+                assert_eq!(from.apply(t), Ok(t.target()), "{from} {t:?}");
             }
         }
-        for t in ALL_TRANSITIONS {
-            assert_eq!(Discarded.apply(t).is_ok(), t == Transition::RetryDead);
+    }
+
+    #[test]
+    fn only_an_available_job_is_in_the_ready_index() {
+        for state in ALL_STATES {
+            let i = state.indexing();
+            assert_eq!(i.ready, state == Available, "{state}");
+            assert_eq!(i.finished, state.is_terminal(), "{state}");
+            let due = match state {
+                Scheduled | Retryable | Active => Due::Always,
+                Available => Due::IfExpiring,
+                _ => Due::Never,
+            };
+            assert_eq!(i.due, due, "{state}");
         }
     }
 

@@ -19,11 +19,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use ojs_core::event::EventKind;
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{Job, JobId, JobState, QueueName};
+use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
+use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::{EventQuery, Store};
 
@@ -201,34 +202,30 @@ impl Store {
             });
         }
         let wid = crate::jobs::write_id();
-        let out = self
-            .update(id)
-            .update_expression(
-                "SET #state = :available, attempt = :zero, enqueued_at = :now, gsi1pk = :readypk, \
-                 gsi1sk = :readysk, version = version + :one, write_id = :wid \
-                 REMOVE errors, #error, #result, completed_at, discarded_at, cancelled_at, \
-                 cancelled_from, next_attempt_at, retry_delay_ms, started_at, worker_id, #ttl, \
-                 gsi2pk, gsi2sk, lease_until",
-            )
-            .condition_expression("#state = :from AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_names("#result", "result")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":from", s(from.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":wid", wid.clone())
-            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
-            .send()
-            .await;
-        let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        self.watch_expiry(&job).await?;
-        Ok(job)
+        let out = JobWrite::new(
+            Transition::Revive,
+            Place::Ready {
+                pk: self.ready_pk(&job.spec.queue, &job.id),
+                sk: keys::ready_sk(job.spec.priority, &now, id),
+                expiry: self.expiry_entry(&job),
+            },
+        )
+        .from(from)
+        .version(job.status.version)
+        .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
+        .remove(
+            "errors, #error, #result, completed_at, discarded_at, cancelled_at, \
+             cancelled_from, next_attempt_at, retry_delay_ms, started_at",
+        )
+        .name("#error", "error")
+        .name("#result", "result")
+        .value(":zero", n(0))
+        .value(":now", ts(&now))
+        .value(":wid", wid.clone())
+        .apply(self.update(id))?
+        .send()
+        .await;
+        self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
     }
 
     /// Permanently deletes a finished (completed, cancelled or discarded) job; a

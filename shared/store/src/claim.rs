@@ -7,16 +7,18 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
-use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
+use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{Job, JobId, JobState, QueueName};
+use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::concurrency::Slot;
+use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::jobs::{old_item, write_id};
 use crate::keys;
 use crate::schema::{DUE_INDEX, READY_INDEX};
+use crate::transition::{JobWrite, Place, WriteParts};
 use crate::usage::Kind;
 use crate::Store;
 
@@ -219,7 +221,12 @@ impl Store {
             let mut next = 0;
             while next < candidates.len() {
                 let c = &candidates[next];
+                // An entry of a job this FETCH claimed in an earlier round, still listed
+                // behind the index's lag: not another worker's competition (taken for
+                // one, it would reorder the rest of the page), and not worth a write.
+                let ours = claimed.iter().any(|j| j.id == c.id);
                 let claimed_as_stored = match &c.unreadable {
+                    _ if ours => Ok(Claim::Stale),
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
                 };
@@ -350,42 +357,39 @@ impl Store {
             .get(..3)
             .and_then(|p| p.parse::<i32>().ok())
             .map_or(0, |k| 100 - k);
-        // The new attempt's holder is the claimer, or nobody: a claim without a worker id
-        // never inherits a previous holder's (whose late calls would then pass its fence).
-        let (worker_set, worker_remove) = match &req.worker_id {
-            Some(_) => ("worker_id = :worker,", ""),
-            None => ("", ", worker_id"),
-        };
-        let (deadline_set, deadline_remove) = match deadline {
-            Some(_) => ("deadline_us = :deadline,", ""),
-            None => ("", ", deadline_us"),
-        };
-        let expression = format!(
-            "SET #state = :active, attempt = attempt + :one, started_at = :now, {worker_set} {deadline_set} \
-             lease_until = :lease, version = version + :one, gsi2pk = :duepk, gsi2sk = :duesk, write_id = :wid \
-             REMOVE gsi1pk, gsi1sk{deadline_remove}{worker_remove}"
-        );
         let wid = write_id();
-        let condition =
-            "#state = :available AND gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)";
-        let mut values: Item = Item::from([
-            (":active".to_owned(), s(JobState::Active.as_str())),
-            (":available".to_owned(), s(JobState::Available.as_str())),
-            (":rsk".to_owned(), s(c.ready_sk.clone())),
-            (":nowus".to_owned(), n(now.timestamp_micros())),
-            (":now".to_owned(), ts(&now)),
-            (":one".to_owned(), n(1)),
-            (":lease".to_owned(), n(lease_until.timestamp_micros())),
-            (":duepk".to_owned(), s(self.due_pk(queue, &c.id))),
-            (":duesk".to_owned(), s(keys::due_sk(&due, priority, &c.id))),
-            (":wid".to_owned(), wid.clone()),
-        ]);
-        if let Some(w) = &req.worker_id {
-            values.insert(":worker".into(), s(w.clone()));
-        }
-        if let Some(d) = deadline {
-            values.insert(":deadline".into(), n(d.timestamp_micros()));
-        }
+        // The condition re-checks the ready entry this FETCH read, so a stale entry (the
+        // job moved and came back) never claims under an old read.
+        let mut write = JobWrite::new(
+            Transition::Claim,
+            Place::Due {
+                pk: self.due_pk(queue, &c.id),
+                sk: keys::due_sk(&due, priority, &c.id),
+            },
+        )
+        .set("attempt = attempt + :one, started_at = :now, lease_until = :lease, write_id = :wid")
+        .when("gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)")
+        .value(":rsk", s(c.ready_sk.clone()))
+        .value(":nowus", n(now.timestamp_micros()))
+        .value(":now", ts(&now))
+        .value(":one", n(1))
+        .value(":lease", n(lease_until.timestamp_micros()))
+        .value(":wid", wid.clone());
+        // The new attempt's holder is the claimer, or nobody: a claim without a worker id
+        // never inherits a previous holder's, whose late calls would then pass its fence.
+        write = match &req.worker_id {
+            Some(w) => write
+                .set("worker_id = :worker")
+                .value(":worker", s(w.clone())),
+            None => write.remove("worker_id"),
+        };
+        write = match deadline {
+            Some(d) => write
+                .set("deadline_us = :deadline")
+                .value(":deadline", n(d.timestamp_micros())),
+            None => write.remove("deadline_us"),
+        };
+        let parts = write.parts()?;
         // The queue's limit first: its refusal ends the queue for this FETCH.
         let policies: Vec<&RateLimitPolicy> = queue_limit
             .into_iter()
@@ -397,22 +401,13 @@ impl Store {
                     c,
                     &policies,
                     queue_limit.is_some(),
-                    expression,
-                    condition,
-                    values,
+                    parts,
                     (lease_until.timestamp_micros(), now),
                     full_keys,
                 )
                 .await;
         }
-        let out = self
-            .update(&c.id)
-            .update_expression(expression)
-            .condition_expression(condition)
-            .expression_attribute_names("#state", "state")
-            .set_expression_attribute_values(Some(values))
-            .send()
-            .await;
+        let out = parts.apply(self.update(&c.id)).send().await;
         let expired = match &out {
             Err(e) => old_item(e)
                 .filter(|old| is_expired_available(old, &now))
@@ -463,9 +458,7 @@ impl Store {
         c: &Candidate,
         policies: &[&RateLimitPolicy],
         first_is_queue: bool,
-        expression: String,
-        condition: &str,
-        values: Item,
+        claim: WriteParts,
         (lease_until_us, now): (i64, Timestamp),
         full_keys: &mut HashMap<String, i64>,
     ) -> Result<Claim, StoreError> {
@@ -522,14 +515,14 @@ impl Store {
         for slot in slots {
             tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
         }
-        let wid = values.get(":wid").cloned();
+        let wid = claim.values.get(":wid").cloned();
         let claim = Update::builder()
             .table_name(self.table())
             .set_key(Some(item::job_key(&c.id)))
-            .update_expression(expression)
-            .condition_expression(condition)
-            .expression_attribute_names("#state", "state")
-            .set_expression_attribute_values(Some(values))
+            .update_expression(claim.update)
+            .condition_expression(claim.condition)
+            .set_expression_attribute_names(Some(claim.names))
+            .set_expression_attribute_values(Some(claim.values))
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
@@ -612,21 +605,23 @@ impl Store {
         refused: &[(usize, i64)],
         now: Timestamp,
     ) -> Result<Claim, StoreError> {
-        if first_is_queue && refused.iter().any(|(p, _)| *p == 0) {
+        let decision = rate_limit::refusal(policies, first_is_queue, refused);
+        if decision == Refusal::QueueLimited {
             return Ok(Claim::QueueLimited);
         }
-        let wants = |action: OnLimit| refused.iter().any(|(p, _)| policies[*p].on_limit == action);
-        if wants(OnLimit::Drop) || wants(OnLimit::Reschedule) {
-            if let Some(job) = self.get_job(&c.id).await? {
-                if job.status.state == JobState::Available {
-                    if wants(OnLimit::Drop) {
-                        self.drop_rate_limited(&job, now).await?;
-                    } else {
-                        let at_us = refused.iter().map(|(_, at)| *at).max().unwrap_or(0);
+        if decision == Refusal::Wait {
+            return Ok(Claim::Lost);
+        }
+        // Read again: the job may have moved since its ready entry was read.
+        if let Some(job) = self.get_job(&c.id).await? {
+            if job.status.state == JobState::Available {
+                match decision {
+                    Refusal::Reschedule { at_us } => {
                         let at = ojs_core::time::from_micros(at_us)
                             .unwrap_or(now + chrono::Duration::seconds(1));
                         self.reschedule_rate_limited(&job, at, now).await?;
                     }
+                    _ => self.drop_rate_limited(&job, now).await?,
                 }
             }
         }
@@ -650,31 +645,23 @@ impl Store {
         } else {
             crate::item::SPEC_JSON
         };
-        let out = self
-            .update(&job.id)
-            .update_expression(format!(
-                "SET #state = :scheduled, {spec_attr} = :spec, gsi2pk = :duepk, gsi2sk = :duesk, \
-                 version = version + :one REMOVE gsi1pk, gsi1sk, enqueued_at, {other}"
-            ))
-            .condition_expression("#state = :available AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":scheduled", s(JobState::Scheduled.as_str()))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":spec", spec_value)
-            .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(":duesk", s(keys::due_sk(&at, job.spec.priority, &job.id)))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
+        let write = JobWrite::new(
+            Transition::Defer,
+            Place::Due {
+                pk: self.due_pk(&job.spec.queue, &job.id),
+                sk: keys::due_sk(&at, job.spec.priority, &job.id),
+            },
+        )
+        .version(job.status.version)
+        .set(format!("{spec_attr} = :spec"))
+        .remove("enqueued_at")
+        .remove(other)
+        .value(":spec", spec_value);
+        let out = write.apply(self.update(&job.id))?.send().await;
         match self.finish_update(out) {
-            Ok(_) => {
-                let target = crate::timer::TimerTarget::Job {
-                    job_id: job.id.to_string(),
-                };
-                if at > now {
-                    self.arm_timer(vec![(target, at)]).await;
-                }
+            Ok(deferred) => {
+                let effects = Effects::of(Some(Before::of(job)), &deferred);
+                self.apply_effects(&deferred, effects, now).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -691,29 +678,22 @@ impl Store {
             reported: serde_json::Map::new(),
         };
         let error = failure.to_job_error(job.status.attempt, &now);
-        let out = self
-            .update(&job.id)
-            .update_expression(
-                "SET #state = :discarded, discarded_at = :now, #ttl = :ttl, #error = :error, \
-                 version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
-            )
-            .condition_expression("#state = :available AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":error", crate::item::json(&error))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
+        let write = JobWrite::new(
+            Transition::Drop,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .version(job.status.version)
+        .set("discarded_at = :now, #error = :error")
+        .name("#error", "error")
+        .value(":now", ts(&now))
+        .value(":error", crate::item::json(&error));
+        let out = write.apply(self.update(&job.id))?.send().await;
         match self.finish_update(out) {
             Ok(dropped) => {
-                self.after_terminal(&dropped, crate::workflow::StepOutcome::Failed, now)
-                    .await;
+                let effects = Effects::of(Some(Before::of(job)), &dropped);
+                self.apply_effects(&dropped, effects, now).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -798,10 +778,9 @@ impl Store {
             .client
             .update_item()
             .table_name(self.table())
-            .set_key(Some(item::job_key(id)))
-            .update_expression("SET set_aside = :why REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":why", s(why))
+            .set_key(Some(item::job_key(id)));
+        let out = crate::transition::set_aside(why.to_owned())
+            .apply(out)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -822,23 +801,8 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<(Job, Option<JobState>)>, StoreError> {
         let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
-        let mut req = self
-            .update(&id)
-            .condition_expression("#state = :from AND gsi2sk = :duesk")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":from", s(state.as_str()))
-            .expression_attribute_values(":duesk", s(due_sk))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(self.ready_pk(queue, &id)))
-            .expression_attribute_values(":readysk", s(keys::ready_sk(priority, &now, &id)));
-        let set = "#state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
-                   version = version + :one";
-        req = match state {
-            JobState::Scheduled | JobState::Retryable => {
-                req.update_expression(format!("SET {set} REMOVE gsi2pk, gsi2sk, next_attempt_at"))
-            }
+        match state {
+            JobState::Scheduled | JobState::Retryable => {}
             JobState::Active | JobState::Available => {
                 // A lease, an execution deadline or an expiry passed: read the job to
                 // apply its policy, then write under the version read.
@@ -848,7 +812,24 @@ impl Store {
                 return Ok(self.settle(&job, now).await?.map(|j| (j, None)));
             }
             _ => return Ok(None),
-        };
+        }
+        // Promoted on the due entry read, without reading the item: its expiry (if any)
+        // is listed by a second write once the job is known.
+        let req = JobWrite::new(
+            Transition::Promote,
+            Place::Ready {
+                pk: self.ready_pk(queue, &id),
+                sk: keys::ready_sk(priority, &now, &id),
+                expiry: None,
+            },
+        )
+        .from(state)
+        .when("gsi2sk = :duesk")
+        .set("enqueued_at = :now")
+        .remove("next_attempt_at")
+        .value(":duesk", s(due_sk))
+        .value(":now", ts(&now))
+        .apply(self.update(&id))?;
         match self.finish_update(req.send().await) {
             Ok(job) => {
                 self.watch_expiry(&job).await?;

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
-use ojs_core::cron_job::{self, CronJob, OverlapPolicy};
+use ojs_core::cron_job::{self, CronJob, Occurrence};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
 use serde_json::Value;
@@ -259,22 +259,20 @@ impl Store {
             },
             None => None,
         };
-        let enqueue = match (entry.cron.overlap, &previous_running) {
-            (OverlapPolicy::Skip, Some(_)) => false,
-            (OverlapPolicy::CancelPrevious, Some(prev)) => {
-                match self.cancel_job(&prev.id, now).await {
-                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
-                    Err(e) => return Err(e),
-                }
-                true
+        let occurrence = entry.cron.overlap.occurrence(previous_running.is_some());
+        if let (Occurrence::CancelPreviousAndEnqueue, Some(prev)) = (occurrence, &previous_running)
+        {
+            match self.cancel_job(&prev.id, now).await {
+                Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
+                Err(e) => return Err(e),
             }
-            _ => true,
-        };
+        }
+        let enqueue = occurrence != Occurrence::Skip;
         // `enqueue`: the new occurrence waits, pending, behind the running one.
-        let waits_for = match (entry.cron.overlap, &previous_running) {
-            (OverlapPolicy::Enqueue, Some(prev)) => Some(prev.id),
-            _ => None,
-        };
+        let waits_for = previous_running
+            .as_ref()
+            .filter(|_| occurrence == Occurrence::EnqueueBehindPrevious)
+            .map(|prev| prev.id);
         let job = if enqueue {
             let new = entry
                 .cron

@@ -16,11 +16,12 @@ use aws_sdk_dynamodb::types::{
     Select, TransactWriteItem, Update,
 };
 use ojs_core::time::Timestamp;
-use ojs_core::{Job, JobId, JobState, QueueName};
+use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
+use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
 
@@ -225,36 +226,30 @@ impl Store {
         };
         let job = item::job_from_item(&item)?;
         let wid = crate::jobs::write_id();
-        let req = self
-            .update(id)
-            .update_expression(
-                "SET #state = :available, attempt = :zero, enqueued_at = :now, gsi1pk = :readypk, \
-                 gsi1sk = :readysk, version = version + :one, write_id = :wid \
-                 REMOVE dead_sk, errors, #error, #result, completed_at, discarded_at, \
-                 next_attempt_at, retry_delay_ms, started_at, worker_id, #ttl",
-            )
-            .condition_expression("#state = :discarded AND version = :version AND dead_sk = :sk")
-            .expression_attribute_values(":sk", s(sk.clone()))
-            .expression_attribute_values(":wid", wid.clone())
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_names("#result", "result")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(
-                ":readysk",
-                s(keys::ready_sk(job.spec.priority, &now, id)),
-            );
+        let req = JobWrite::new(
+            Transition::RetryDead,
+            Place::Ready {
+                pk: self.ready_pk(&job.spec.queue, &job.id),
+                sk: keys::ready_sk(job.spec.priority, &now, id),
+                expiry: self.expiry_entry(&job),
+            },
+        )
+        .version(job.status.version)
+        .when("dead_sk = :sk")
+        .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
+        .remove(
+            "errors, #error, #result, completed_at, discarded_at, next_attempt_at, \
+             retry_delay_ms, started_at",
+        )
+        .name("#error", "error")
+        .name("#result", "result")
+        .value(":sk", s(sk.clone()))
+        .value(":wid", wid.clone())
+        .value(":zero", n(0))
+        .value(":now", ts(&now))
+        .apply(self.update(id))?;
         let entry = self.dead_entry_delete(&sk)?;
-        let job = self.update_job_with(id, req, entry, &wid).await?;
-        self.watch_expiry(&job).await?;
-        Ok(job)
+        self.update_job_with(id, req, entry, &wid).await
     }
 
     /// Permanently deletes a dead-lettered job, and its entry with it.

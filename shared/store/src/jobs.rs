@@ -11,12 +11,13 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
+use crate::effects::{Before, Effects};
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json, n, s, ts, Item};
 use crate::settle::FailureOutcome;
+use crate::transition::{JobWrite, Place};
 use crate::unique::PushOutcome;
 use crate::usage::Kind;
-use crate::workflow::StepOutcome;
 use crate::Store;
 use ojs_core::unique::UniquePolicy;
 
@@ -55,20 +56,20 @@ impl Fence<'_> {
             && self.attempt.is_none_or(|a| job.status.attempt == a)
     }
 
-    /// The fence as a condition to AND to a write's: ` AND worker_id = :fence_worker ...`,
-    /// with the values it names. The conditional write, not the read before it, decides.
-    pub(crate) fn condition(&self) -> (String, Vec<(&'static str, AttributeValue)>) {
-        let mut condition = String::new();
-        let mut values = Vec::new();
+    /// Adds the fence to a write's condition, with the values it names. The conditional
+    /// write, not the read before it, decides.
+    pub(crate) fn guard(&self, mut write: JobWrite) -> JobWrite {
         if let Some(w) = self.worker_id {
-            condition.push_str(" AND worker_id = :fence_worker");
-            values.push((":fence_worker", s(w)));
+            write = write
+                .when("worker_id = :fence_worker")
+                .value(":fence_worker", s(w));
         }
         if let Some(a) = self.attempt {
-            condition.push_str(" AND attempt = :fence_attempt");
-            values.push((":fence_attempt", n(a)));
+            write = write
+                .when("attempt = :fence_attempt")
+                .value(":fence_attempt", n(a));
         }
-        (condition, values)
+        write
     }
 }
 
@@ -174,76 +175,65 @@ impl Store {
     /// Cancels a non-terminal job in one conditional write (and, for a workflow step,
     /// tells its workflow).
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let job = self.cancel_job_quietly(id, now).await?;
-        self.after_terminal(&job, StepOutcome::Cancelled, now).await;
+        let job = self.write_cancel(id, now).await?;
+        self.apply_effects(&job, Effects::of(None, &job), now).await;
         Ok(job)
     }
 
-    /// Cancels a job without feeding the cancellation back into its workflow.
+    /// Cancels a job without feeding the cancellation back into its workflow (the
+    /// workflow is the one cancelling it).
     pub(crate) async fn cancel_job_quietly(
         &self,
         id: &JobId,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let sources = JobState::sources(Transition::Cancel);
-        let wid = write_id();
-        let placeholders: Vec<String> = (0..sources.len()).map(|i| format!(":s{i}")).collect();
-        let mut req = self
-            .update(id)
-            .update_expression(
-                "SET #state = :cancelled, cancelled_from = #state, cancelled_at = :now, #ttl = :ttl, \
-                 version = version + :one, write_id = :wid \
-                 REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until, worker_id",
-            )
-            .condition_expression(format!("#state IN ({})", placeholders.join(", ")))
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":cancelled", s(JobState::Cancelled.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":wid", wid.clone());
-        for (p, state) in placeholders.iter().zip(&sources) {
-            req = req.expression_attribute_values(p, s(state.as_str()));
-        }
-        let out = req.send().await;
-        let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        self.release_slot(&job, None).await;
+        let job = self.write_cancel(id, now).await?;
+        let effects = Effects {
+            finished: None,
+            ..Effects::of(None, &job)
+        };
+        self.apply_effects(&job, effects, now).await;
         Ok(job)
+    }
+
+    /// The CANCEL transition, from whichever state the job is in.
+    async fn write_cancel(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+        let wid = write_id();
+        let req = JobWrite::new(
+            Transition::Cancel,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .set("cancelled_from = #state, cancelled_at = :now, write_id = :wid")
+        .value(":now", ts(&now))
+        .value(":wid", wid.clone())
+        .apply(self.update(id))?;
+        let out = req.send().await;
+        self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
     }
 
     /// Completes an active job.
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
-        let mut set = vec![
-            "#state = :completed",
-            "completed_at = :now",
-            "#ttl = :ttl",
-            "version = version + :one",
-            "write_id = :wid",
-        ];
         let wid = write_id();
-        // Out of `active`, the job has no holder.
-        let mut remove = vec!["#error", "gsi2pk", "gsi2sk", "lease_until", "worker_id"];
-        let mut condition = "#state = :active".to_owned();
-        let mut req = self
-            .update(&ack.id)
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":completed", s(JobState::Completed.as_str()))
-            .expression_attribute_values(":active", s(JobState::Active.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":wid", wid.clone());
-        match &ack.result {
-            Some(result) => {
-                set.push("#result = :result");
-                req = req.expression_attribute_values(":result", json(result));
-            }
-            None => remove.push("#result"),
-        }
-        req = req.expression_attribute_names("#result", "result");
+        let mut write = JobWrite::new(
+            Transition::Ack,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .set("completed_at = :now, write_id = :wid")
+        .remove("#error")
+        .name("#error", "error")
+        .name("#result", "result")
+        .value(":now", ts(&now))
+        .value(":wid", wid.clone());
+        write = match &ack.result {
+            Some(result) => write
+                .set("#result = :result")
+                .value(":result", json(result)),
+            None => write.remove("#result"),
+        };
         // Only the current attempt's holder completes it: what the ACK names of its
         // attempt is part of the condition, so a claim between any read and this write
         // cannot slip through.
@@ -251,18 +241,7 @@ impl Store {
             worker_id: ack.worker_id.as_deref(),
             attempt: ack.attempt,
         };
-        let (fenced, fence_values) = fence.condition();
-        condition.push_str(&fenced);
-        for (k, v) in fence_values {
-            req = req.expression_attribute_values(k, v);
-        }
-        let req = req
-            .update_expression(format!(
-                "SET {} REMOVE {}",
-                set.join(", "),
-                remove.join(", ")
-            ))
-            .condition_expression(condition);
+        let req = fence.guard(write).apply(self.update(&ack.id))?;
         let out = req.send().await;
         let refused = match &out {
             Err(e) => not_holder(old_item(e).filter(|old| old.get("write_id") != Some(&wid))),
@@ -275,8 +254,13 @@ impl Store {
             (Err(StoreError::Conflict { .. }), Some(refused)) => return Err(refused),
             (other, _) => other?,
         };
-        self.release_slot(&job, None).await;
-        self.after_terminal(&job, StepOutcome::Completed, now).await;
+        // The condition held the job active; which lease it had is not read.
+        let before = Before {
+            state: JobState::Active,
+            lease_us: None,
+        };
+        self.apply_effects(&job, Effects::of(Some(before), &job), now)
+            .await;
         Ok(job)
     }
 

@@ -8,12 +8,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::failure::Failure;
 use ojs_core::retry::{FailDecision, OnExhaustion};
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{Job, JobState};
+use ojs_core::{Job, JobState, Transition};
 use serde_json::json;
 
+use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item::{self, json as json_attr, n, s, ts};
 use crate::keys;
+use crate::transition::{JobWrite, Place};
 use crate::Store;
 
 /// What a failed attempt leads to.
@@ -82,105 +84,86 @@ impl Store {
         if let (serde_json::Value::Object(e), Ok(w)) = (&mut error, wid.as_s()) {
             e.insert(item::WRITE_MARK.into(), w.clone().into());
         }
-        let req = self
-            .update(&job.id)
-            .condition_expression("#state = :active AND version = :version AND attempt = :attempt")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":active", s(JobState::Active.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":attempt", n(job.status.attempt))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":error", json_attr(&error));
         // The history keeps the latest MAX_KEPT_ERRORS, so a job failing without end
         // still fits its item and can always be failed, reclaimed or discarded. Under the
         // version condition the list read is the list replaced.
         let kept = job.status.errors.len();
-        let (req, common) = if kept + 1 > MAX_KEPT_ERRORS {
+        let (history, errors) = if kept + 1 > MAX_KEPT_ERRORS {
             let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
                 .iter()
                 .chain(std::iter::once(&error))
                 .map(json_attr)
                 .collect();
-            (
-                req.expression_attribute_values(":errors", AttributeValue::L(history)),
-                "#error = :error, errors = :errors, version = version + :one, write_id = :wid",
-            )
+            (AttributeValue::L(history), "errors = :errors")
         } else {
             (
-                req.expression_attribute_values(
-                    ":errors",
-                    AttributeValue::L(vec![json_attr(&error)]),
-                )
-                .expression_attribute_values(":empty", AttributeValue::L(Vec::new())),
-                "#error = :error, errors = list_append(if_not_exists(errors, :empty), :errors), \
-                 version = version + :one, write_id = :wid",
+                AttributeValue::L(vec![json_attr(&error)]),
+                "errors = list_append(if_not_exists(errors, :empty), :errors)",
             )
         };
-        let req = match outcome {
+        let (transition, place) = match outcome {
             FailureOutcome::Retry(delay) => {
                 let next = time::after(now, delay);
-                let req = req
-                    .update_expression(format!(
-                        "SET #state = :retryable, next_attempt_at = :next, retry_delay_ms = :delay, \
-                         gsi2pk = :duepk, gsi2sk = :duesk, {common} REMOVE lease_until, deadline_us, worker_id"
-                    ))
-                    .expression_attribute_values(":retryable", s(JobState::Retryable.as_str()))
-                    .expression_attribute_values(":next", ts(&next))
-                    .expression_attribute_values(":delay", n(delay.as_millis()))
-                    .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
-                    .expression_attribute_values(
-                        ":duesk",
-                        s(keys::due_sk(&next, job.spec.priority, &job.id)),
-                    );
-                req
+                (
+                    Transition::FailRetry,
+                    Place::Due {
+                        pk: self.due_pk(&job.spec.queue, &job.id),
+                        sk: keys::due_sk(&next, job.spec.priority, &job.id),
+                    },
+                )
             }
-            FailureOutcome::Requeue => {
-                let req = req
-                    .update_expression(format!(
-                        "SET #state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
-                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us, worker_id, started_at"
-                    ))
-                    .expression_attribute_values(":available", s(JobState::Available.as_str()))
-                    .expression_attribute_values(":now", ts(&now))
-                    .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-                    .expression_attribute_values(
-                        ":readysk",
-                        s(keys::ready_sk(job.spec.priority, &now, &job.id)),
-                    );
-                req
-            }
-            FailureOutcome::GiveUp(exhaustion) => {
-                // Dead-lettered jobs stay until an operator retries or deletes them;
-                // plain discards expire with the retention period.
-                let (extra, req) = match exhaustion {
-                    OnExhaustion::DeadLetter => (
-                        "dead_sk = :deadsk",
-                        req.expression_attribute_values(
-                            ":deadsk",
-                            s(keys::dead_sk(&job.spec.queue, &now, &job.id)),
-                        ),
-                    ),
-                    OnExhaustion::Discard => (
-                        "#ttl = :ttl",
-                        req.expression_attribute_names("#ttl", "ttl")
-                            .expression_attribute_values(":ttl", self.expiry(&now)),
-                    ),
-                };
-                let req = req
-                    .update_expression(format!(
-                        "SET #state = :discarded, completed_at = :now, discarded_at = :now, {extra}, \
-                         {common} REMOVE gsi2pk, gsi2sk, lease_until, deadline_us, worker_id"
-                    ))
-                    .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-                    .expression_attribute_values(":now", ts(&now));
-                req
-            }
+            FailureOutcome::Requeue => (
+                Transition::Reclaim,
+                Place::Ready {
+                    pk: self.ready_pk(&job.spec.queue, &job.id),
+                    sk: keys::ready_sk(job.spec.priority, &now, &job.id),
+                    expiry: self.expiry_entry(job),
+                },
+            ),
+            // Dead-lettered jobs stay until an operator retries or deletes them; plain
+            // discards expire with the retention period.
+            FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => (
+                Transition::FailDiscard,
+                Place::DeadLetter {
+                    sk: keys::dead_sk(&job.spec.queue, &now, &job.id),
+                },
+            ),
+            FailureOutcome::GiveUp(OnExhaustion::Discard) => (
+                Transition::FailDiscard,
+                Place::Retained {
+                    ttl: self.expiry(&now),
+                },
+            ),
         };
+        let mut write = JobWrite::new(transition, place)
+            .version(job.status.version)
+            .when("attempt = :attempt")
+            .set(format!("#error = :error, {errors}, write_id = :wid"))
+            .name("#error", "error")
+            .value(":attempt", n(job.status.attempt))
+            .value(":error", json_attr(&error))
+            .value(":errors", history)
+            .value(":wid", wid.clone());
+        if kept < MAX_KEPT_ERRORS {
+            write = write.value(":empty", AttributeValue::L(Vec::new()));
+        }
+        write = match outcome {
+            FailureOutcome::Retry(delay) => write
+                .set("next_attempt_at = :next, retry_delay_ms = :delay")
+                .value(":next", ts(&time::after(now, delay)))
+                .value(":delay", n(delay.as_millis())),
+            FailureOutcome::Requeue => write
+                .set("enqueued_at = :now")
+                .remove("started_at")
+                .value(":now", ts(&now)),
+            FailureOutcome::GiveUp(_) => write
+                .set("completed_at = :now, discarded_at = :now")
+                .value(":now", ts(&now)),
+        };
+        let req = write.apply(self.update(&job.id))?;
         // Our own landed write, retried by the SDK, is known by its write id (review #19e:
         // by the error it appended, two settlers of one attempt in the same microsecond
         // would both have taken the write as theirs).
-        let req = req.expression_attribute_values(":wid", wid.clone());
         let updated = match outcome {
             // The dead letter entry is written with the job, in one transaction, so the
             // listing (a strongly consistent Query) shows the job once FAIL has answered.
@@ -193,21 +176,8 @@ impl Store {
                 old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
             })?,
         };
-        let attempt_lease = job.status.lease_until.map(|l| l.timestamp_micros());
-        self.release_slot(job, attempt_lease).await;
-        if outcome == FailureOutcome::Requeue {
-            self.watch_expiry(&updated).await?;
-        }
-        if let (FailureOutcome::Retry(_), Some(next)) = (outcome, updated.status.next_attempt_at) {
-            let target = crate::timer::TimerTarget::Job {
-                job_id: updated.id.to_string(),
-            };
-            self.arm_timer(vec![(target, next)]).await;
-        }
-        if matches!(outcome, FailureOutcome::GiveUp(_)) {
-            self.after_terminal(&updated, crate::workflow::StepOutcome::Failed, now)
-                .await;
-        }
+        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated), now)
+            .await;
         Ok(updated)
     }
 
@@ -273,51 +243,48 @@ impl Store {
 
     /// A due scheduled/retryable job becomes available (condition: the version read).
     async fn promote_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
-        let out = self
-            .update(&job.id)
-            .update_expression(
-                "SET #state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
-                 version = version + :one REMOVE gsi2pk, gsi2sk, next_attempt_at",
-            )
-            .condition_expression("#state = :from AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":from", s(job.status.state.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, &job.id)))
-            .send()
-            .await;
-        let promoted = self.finish_update(out)?;
-        self.watch_expiry(&promoted).await?;
-        Ok(promoted)
+        let out = JobWrite::new(
+            Transition::Promote,
+            Place::Ready {
+                pk: self.ready_pk(&job.spec.queue, &job.id),
+                sk: keys::ready_sk(job.spec.priority, &now, &job.id),
+                expiry: self.expiry_entry(job),
+            },
+        )
+        .from(job.status.state)
+        .version(job.status.version)
+        .set("enqueued_at = :now")
+        .remove("next_attempt_at")
+        .value(":now", ts(&now))
+        .apply(self.update(&job.id))?
+        .send()
+        .await;
+        self.finish_update(out)
     }
 
-    /// Puts an available job with an `expires_at` into the due index at that time, so the
-    /// sweep discards it even if nobody fetches its queue (one extra write, only for jobs
-    /// that have an expiry and came back to `available` by promotion or requeue).
+    /// The due entry of a job with an `expires_at`, listed while it is available so the
+    /// sweep discards it even if nobody fetches its queue.
+    pub(crate) fn expiry_entry(&self, job: &Job) -> Option<(String, String)> {
+        job.spec.expires_at.map(|expires| {
+            (
+                self.due_pk(&job.spec.queue, &job.id),
+                keys::due_sk(&expires, job.spec.priority, &job.id),
+            )
+        })
+    }
+
+    /// Lists an available job that came back by a write that could not know its expiry
+    /// (the sweep's promotion, which reads only the due entry) at that expiry: one extra
+    /// write, only for jobs that have one.
     pub(crate) async fn watch_expiry(&self, job: &Job) -> Result<(), StoreError> {
-        let Some(expires) = job
-            .spec
-            .expires_at
-            .filter(|_| job.status.state == JobState::Available)
-        else {
+        if job.status.state != JobState::Available {
+            return Ok(());
+        }
+        let Some(expiry) = self.expiry_entry(job) else {
             return Ok(());
         };
-        let out = self
-            .update(&job.id)
-            .update_expression("SET gsi2pk = :duepk, gsi2sk = :duesk")
-            .condition_expression("#state = :available AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":duepk", s(self.due_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(
-                ":duesk",
-                s(keys::due_sk(&expires, job.spec.priority, &job.id)),
-            )
+        let out = crate::transition::list_expiry(expiry, job.status.version)
+            .apply(self.update(&job.id))
             .send()
             .await;
         match self.finish_update(out) {
@@ -329,27 +296,23 @@ impl Store {
     /// Discards a job that has not started and whose `expires_at` has passed: it is never
     /// delivered (`completed_at` stays unset: it never ran).
     pub(crate) async fn expire_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
-        let out = self
-            .update(&job.id)
-            .update_expression(
-                "SET #state = :discarded, discarded_at = :now, #ttl = :ttl, #error = :error, \
-                 version = version + :one REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk",
-            )
-            .condition_expression("#state = :from AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#error", "error")
-            .expression_attribute_values(":discarded", s(JobState::Discarded.as_str()))
-            .expression_attribute_values(":from", s(job.status.state.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":error", json_attr(&expired_error(&now)))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
+        let out = JobWrite::new(
+            Transition::Expire,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .from(job.status.state)
+        .version(job.status.version)
+        .set("discarded_at = :now, #error = :error")
+        .name("#error", "error")
+        .value(":now", ts(&now))
+        .value(":error", json_attr(&expired_error(&now)))
+        .apply(self.update(&job.id))?
+        .send()
+        .await;
         let expired = self.finish_update(out)?;
-        self.after_terminal(&expired, crate::workflow::StepOutcome::Failed, now)
+        self.apply_effects(&expired, Effects::of(Some(Before::of(job)), &expired), now)
             .await;
         Ok(expired)
     }

@@ -5,12 +5,13 @@ use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{JobId, JobState};
+use ojs_core::{JobId, JobState, Transition};
 
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
 use crate::jobs::Fence;
 use crate::keys;
+use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
 
@@ -204,25 +205,17 @@ impl Store {
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
         self.extend_slot(&job, &lease).await?;
         // The fence is in the condition too, not only in the read above.
-        let (fenced, fence_values) = fence.condition();
-        let mut req = self
-            .update(id)
-            .update_expression(
-                "SET lease_until = :lease, gsi2sk = :duesk, version = version + :one",
-            )
-            .condition_expression(format!("#state = :active AND version = :version{fenced}"));
-        for (k, v) in fence_values {
-            req = req.expression_attribute_values(k, v);
-        }
-        let out = req
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":active", s(JobState::Active.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":lease", n(lease.timestamp_micros()))
-            .expression_attribute_values(":duesk", s(keys::due_sk(&due, job.spec.priority, id)))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
+        let write = JobWrite::new(
+            Transition::Extend,
+            Place::Due {
+                pk: self.due_pk(&job.spec.queue, id),
+                sk: keys::due_sk(&due, job.spec.priority, id),
+            },
+        )
+        .version(job.status.version)
+        .set("lease_until = :lease")
+        .value(":lease", n(lease.timestamp_micros()));
+        let out = fence.guard(write).apply(self.update(id))?.send().await;
         match self.finish_update(out) {
             Ok(_) => Ok(Extension::Extended(Directive::requested_by(&job))),
             Err(StoreError::Conflict {

@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{
 };
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{self, Progress, Settlement, WorkflowKind, WorkflowSpec, WorkflowState};
-use ojs_core::{Job, JobId, JobState, NewJob};
+use ojs_core::{Job, JobId, JobState, NewJob, Transition};
 use serde_json::{json, Value};
 
 use std::time::Instant;
@@ -27,6 +27,7 @@ use crate::item::{self, json as json_attr, n, s, ts, Item};
 use crate::jobs::old_item;
 use crate::keys;
 use crate::schema::DUE_INDEX;
+use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
 
@@ -591,29 +592,23 @@ impl Store {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let id = &job.id;
-        let out = self
-            .update(id)
-            .update_expression(
-                "SET #state = :available, enqueued_at = :now, gsi1pk = :readypk, gsi1sk = :readysk, \
-                 version = version + :one REMOVE deps_left",
-            )
-            .condition_expression("#state = :pending AND version = :version")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":pending", s(JobState::Pending.as_str()))
-            .expression_attribute_values(":available", s(JobState::Available.as_str()))
-            .expression_attribute_values(":version", n(job.status.version))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":readypk", s(self.ready_pk(&job.spec.queue, &job.id)))
-            .expression_attribute_values(":readysk", s(keys::ready_sk(job.spec.priority, &now, id)))
-            .send()
-            .await;
+        let out = JobWrite::new(
+            Transition::Activate,
+            Place::Ready {
+                pk: self.ready_pk(&job.spec.queue, id),
+                sk: keys::ready_sk(job.spec.priority, &now, id),
+                expiry: self.expiry_entry(job),
+            },
+        )
+        .version(job.status.version)
+        .set("enqueued_at = :now")
+        .remove("deps_left")
+        .value(":now", ts(&now))
+        .apply(self.update(id))?
+        .send()
+        .await;
         match self.finish_update(out) {
-            Ok(job) => {
-                self.watch_expiry(&job).await?;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -647,19 +642,18 @@ impl Store {
 
     /// Cancels a step that is still waiting; `true` when it was.
     async fn cancel_pending(&self, id: &JobId, now: Timestamp) -> Result<bool, StoreError> {
-        let out = self
-            .update(id)
-            .update_expression("SET #state = :cancelled, cancelled_at = :now, #ttl = :ttl, version = version + :one")
-            .condition_expression("#state = :pending")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":pending", s(JobState::Pending.as_str()))
-            .expression_attribute_values(":cancelled", s(JobState::Cancelled.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":ttl", self.expiry(&now))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
+        let out = JobWrite::new(
+            Transition::Cancel,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .from(JobState::Pending)
+        .set("cancelled_at = :now")
+        .value(":now", ts(&now))
+        .apply(self.update(id))?
+        .send()
+        .await;
         match self.finish_update(out) {
             Ok(_) => Ok(true),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),

@@ -17,8 +17,9 @@
 //!   ProvisionedThroughputExceededException for a short while.
 //!
 //! Configured by [`StrictConfig`] (environment: see [`StrictConfig::from_env`]). The tests
-//! share one proxy per process ([`process_proxy`]); `OJS_STRICT_DDB=full` adds the random
-//! behaviours to the rules, `OJS_STRICT_DDB=off` turns it off.
+//! share one proxy per process ([`process_proxy`]), by default with the rules and the
+//! random behaviours (the full mode, `OJS_STRICT_DDB=full`); `OJS_STRICT_DDB=rules` keeps
+//! the rules alone, `OJS_STRICT_DDB=off` turns it off.
 //! Refusals and violations are printed to stderr (`strict-ddb: ...`).
 
 pub mod lag;
@@ -90,19 +91,21 @@ impl StrictConfig {
         }
     }
 
-    /// AWS's request rules only ([`StrictConfig::rules_only`]), or with `OJS_STRICT_DDB=full`
-    /// the realistic behaviours of [`StrictConfig::default`] (unprocessed keys, short
-    /// pages, index lag, throttling bursts); either overridden by
+    /// The full mode by default (`OJS_STRICT_DDB` unset, `full` or `on`): AWS's request
+    /// rules and the realistic behaviours of [`StrictConfig::default`] (unprocessed keys,
+    /// short pages, index lag, throttling bursts); with `OJS_STRICT_DDB=rules` the rules
+    /// only ([`StrictConfig::rules_only`]). Either overridden by
     /// `OJS_STRICT_SEED`,
     /// `OJS_STRICT_UNPROCESSED` (rate), `OJS_STRICT_SHORT_PAGES` (rate),
     /// `OJS_STRICT_INDEX_LAG_MS`, `OJS_STRICT_THROTTLE` (rate), `OJS_STRICT_THROTTLE_MS`
     /// (burst length) and `OJS_STRICT_LOG=0`.
     pub fn from_env() -> Self {
-        let full = std::env::var("OJS_STRICT_DDB").is_ok_and(|v| matches!(v.trim(), "full" | "on"));
-        let mut c = if full {
-            Self::default()
-        } else {
+        let rules = std::env::var("OJS_STRICT_DDB")
+            .is_ok_and(|v| matches!(v.trim(), "rules" | "rules-only" | "rules_only"));
+        let mut c = if rules {
             Self::rules_only()
+        } else {
+            Self::default()
         };
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let rate = |k: &str, d: f64| {
@@ -368,7 +371,7 @@ pub fn process_proxy() -> Option<String> {
                 .ok()?;
             match rx.recv() {
                 Ok(Ok((url, shared))) => {
-                    log_line(&format!("strict-ddb: tests go through the AWS-strict DynamoDB layer at {url} ({described}); OJS_STRICT_DDB=off to bypass"));
+                    log_line(&format!("strict-ddb: tests go through the AWS-strict DynamoDB layer at {url} ({described}); OJS_STRICT_DDB=rules for the rules alone, off to bypass"));
                     Some(ProcessProxy { url, shared })
                 }
                 Ok(Err(e)) => panic!("starting the strict DynamoDB proxy: {e}"),

@@ -1021,7 +1021,7 @@ async fn an_execution_timeout_frees_the_concurrency_slot_at_once() -> anyhow::Re
     let rl = json!({"key": "slow-partner", "concurrency": 1});
     for i in 0..2 {
         let job = json!({"type": "partner.call", "queue": "tq", "args": [i], "rate_limit": rl,
-            "timeout_ms": 300, "retry": {"max_attempts": 3, "initial_interval": "PT30S"}});
+            "timeout_ms": 2000, "retry": {"max_attempts": 3, "initial_interval": "PT30S"}});
         assert_eq!(app.push(job).await?.status, 201);
     }
     let fetch = json!({"queues": ["tq"], "visibility_timeout_ms": 60000});
@@ -1032,7 +1032,8 @@ async fn an_execution_timeout_frees_the_concurrency_slot_at_once() -> anyhow::Re
         0,
         "the slot is held"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Long enough that a loaded machine still makes the second FETCH inside the timeout.
+    tokio::time::sleep(std::time::Duration::from_millis(2300)).await;
     // The FETCH settles the overdue job (timeout: retryable in 30 s) and the other job
     // takes the slot it freed.
     let mut second = Vec::new();
@@ -1078,6 +1079,48 @@ async fn a_lone_worker_gets_priority_order_through_a_lagging_index() -> anyhow::
     let mut want: Vec<i64> = prios.to_vec();
     want.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(order, want);
+    app.teardown().await;
+    Ok(())
+}
+
+/// A FETCH of many jobs keeps their order when its later rounds re-read entries of jobs
+/// it claimed itself, still listed behind the index's lag: those are skipped, not taken
+/// for another worker's competition (which sends the FETCH to a random later candidate).
+/// Found by `priority_order_holds_across_500_mixed_jobs` under the full strict mode.
+#[tokio::test]
+async fn a_fetch_skips_its_own_claims_still_listed_behind_the_lag() -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(1_000);
+    // Pages cut short, so a FETCH that meets earlier FETCHes' entries reads the ready
+    // index again and meets its own.
+    config.short_page_rate = 0.5;
+    config.seed = 7;
+    let app = TestApp::spawn_behind(config).await?;
+    let jobs: Vec<Value> = (0..200)
+        .map(|i| json!({"type": "fifo.job", "args": [i], "options": {"queue": "lagfifo"}}))
+        .collect();
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": jobs})),
+        )
+        .await?;
+    assert_eq!(r.status, 201);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let mut order = Vec::new();
+    for _ in 0..400 {
+        let r = app
+            .fetch(json!({"queues": ["lagfifo"], "count": 10, "visibility_timeout_ms": 600_000}))
+            .await?;
+        for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
+            order.push(j["args"][0].as_i64().unwrap_or(-1));
+        }
+        if order.len() >= 200 {
+            break;
+        }
+    }
+    assert_eq!(order, (0..200).collect::<Vec<i64>>());
     app.teardown().await;
     Ok(())
 }

@@ -1,0 +1,421 @@
+//! The one writer of a job's state and index attributes.
+//!
+//! A transition is named by core's [`Transition`]: core decides the states it may start
+//! from, the state it leads to and which secondary entries a job in that state has
+//! ([`JobState::indexing`]). [`JobWrite`] turns that into one conditional update: the
+//! state condition, `#state`, the version bump, and every index attribute (`gsi1*` for the
+//! ready index, `gsi2*` for the due index, `ttl`, `dead_sk`) set or removed as the target
+//! state requires. Call sites add only what is their own (an attempt count, a result, an
+//! error), and cannot leave a job in a state with the wrong entries: a [`Place`] that
+//! does not fit the target state is refused before anything is sent.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::AttributeValue;
+use ojs_core::{Due, JobState, Transition};
+
+use crate::error::StoreError;
+use crate::item::{n, s, Item};
+
+/// Attributes that describe the holder of an `active` attempt; a job leaving `active`
+/// loses them, so a later claim never inherits a previous holder.
+const HOLDER: [&str; 3] = ["lease_until", "deadline_us", "worker_id"];
+
+/// Where a job is listed after a transition: the index entries its new state needs.
+#[derive(Debug, Clone)]
+pub(crate) enum Place {
+    /// Claimable: a ready-index entry, and a due entry at its expiry if it has one.
+    Ready {
+        pk: String,
+        sk: String,
+        expiry: Option<(String, String)>,
+    },
+    /// Waiting for a time (start, next attempt, lease or deadline): a due-index entry.
+    Due { pk: String, sk: String },
+    /// Finished: kept until `ttl` (epoch seconds), then deleted by DynamoDB.
+    Retained { ttl: AttributeValue },
+    /// Finished into the dead letter queue: kept until an operator acts.
+    DeadLetter { sk: String },
+}
+
+impl Place {
+    /// Whether a job in `state` may be listed here (core's [`JobState::indexing`]).
+    fn fits(&self, state: JobState) -> bool {
+        let i = state.indexing();
+        match self {
+            Self::Ready { expiry, .. } => i.ready && (expiry.is_none() || i.due == Due::IfExpiring),
+            Self::Due { .. } => !i.ready && i.due == Due::Always,
+            Self::Retained { .. } => i.finished,
+            Self::DeadLetter { .. } => state == JobState::Discarded,
+        }
+    }
+}
+
+/// One conditional update of a job item by a [`Transition`].
+#[derive(Debug)]
+pub(crate) struct JobWrite {
+    transition: Transition,
+    from: Vec<JobState>,
+    version: Option<u64>,
+    place: Place,
+    sets: Vec<String>,
+    removes: Vec<String>,
+    conditions: Vec<String>,
+    names: HashMap<String, String>,
+    values: Item,
+}
+
+/// The parts of an update expression, for an UpdateItem or a transaction's Update.
+#[derive(Debug)]
+pub(crate) struct WriteParts {
+    pub update: String,
+    pub condition: String,
+    pub names: HashMap<String, String>,
+    pub values: Item,
+}
+
+impl JobWrite {
+    /// A write of `transition` from any state core allows it from, listing the job at
+    /// `place`.
+    pub(crate) fn new(transition: Transition, place: Place) -> Self {
+        Self {
+            transition,
+            from: JobState::sources(transition),
+            version: None,
+            place,
+            sets: Vec::new(),
+            removes: Vec::new(),
+            conditions: Vec::new(),
+            names: HashMap::new(),
+            values: Item::new(),
+        }
+    }
+
+    /// Only from `state` (which the transition must allow), e.g. the state read.
+    pub(crate) fn from(mut self, state: JobState) -> Self {
+        self.from.retain(|s| *s == state);
+        self
+    }
+
+    /// Only if the item is still at `version` (the one read).
+    pub(crate) fn version(mut self, version: u64) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// Sets an attribute of the caller's own (`fragment` as in `a = :a`).
+    pub(crate) fn set(mut self, fragment: impl Into<String>) -> Self {
+        self.sets.push(fragment.into());
+        self
+    }
+
+    /// Removes an attribute of the caller's own.
+    pub(crate) fn remove(mut self, attribute: impl Into<String>) -> Self {
+        self.removes.push(attribute.into());
+        self
+    }
+
+    /// A further condition of the caller's own, ANDed with the state condition.
+    pub(crate) fn when(mut self, condition: impl Into<String>) -> Self {
+        self.conditions.push(condition.into());
+        self
+    }
+
+    /// A value placeholder used by the caller's fragments.
+    pub(crate) fn value(mut self, placeholder: &str, value: AttributeValue) -> Self {
+        self.values.insert(placeholder.to_owned(), value);
+        self
+    }
+
+    /// A name placeholder used by the caller's fragments.
+    pub(crate) fn name(mut self, placeholder: &str, attribute: &str) -> Self {
+        self.names
+            .insert(placeholder.to_owned(), attribute.to_owned());
+        self
+    }
+
+    /// The expression, or an error when the write would break the state machine: no
+    /// legal source state left, or a place that does not fit the target state.
+    pub(crate) fn parts(self) -> Result<WriteParts, StoreError> {
+        let to = self.transition.target();
+        if self.from.is_empty() || !self.place.fits(to) {
+            return Err(StoreError::Backend(format!(
+                "internal: a {} write to {to} listed at {:?} from {:?}",
+                self.transition.as_str(),
+                self.place,
+                self.from
+            )));
+        }
+        let mut names = self.names;
+        names.insert("#state".into(), "state".into());
+        names.insert("#ttl".into(), "ttl".into());
+        let mut values = self.values;
+        values.insert(":t_to".into(), s(to.as_str()));
+        values.insert(":t_one".into(), n(1));
+
+        let mut conditions = Vec::new();
+        let from: Vec<String> = self
+            .from
+            .iter()
+            .enumerate()
+            .map(|(i, state)| {
+                let p = format!(":t_from{i}");
+                values.insert(p.clone(), s(state.as_str()));
+                p
+            })
+            .collect();
+        conditions.push(match from.as_slice() {
+            [one] => format!("#state = {one}"),
+            many => format!("#state IN ({})", many.join(", ")),
+        });
+        if let Some(v) = self.version {
+            values.insert(":t_version".into(), n(v));
+            conditions.push("version = :t_version".into());
+        }
+        conditions.extend(self.conditions);
+
+        let mut sets = vec![
+            "#state = :t_to".to_owned(),
+            "version = version + :t_one".to_owned(),
+        ];
+        sets.extend(self.sets);
+        let mut removes = self.removes;
+        let (mut ready, mut due, mut ttl, mut dead) = (false, false, false, false);
+        match self.place {
+            Place::Ready { pk, sk, expiry } => {
+                ready = true;
+                values.insert(":t_readypk".into(), s(pk));
+                values.insert(":t_readysk".into(), s(sk));
+                sets.push("gsi1pk = :t_readypk, gsi1sk = :t_readysk".into());
+                if let Some((pk, sk)) = expiry {
+                    due = true;
+                    values.insert(":t_duepk".into(), s(pk));
+                    values.insert(":t_duesk".into(), s(sk));
+                    sets.push("gsi2pk = :t_duepk, gsi2sk = :t_duesk".into());
+                }
+            }
+            Place::Due { pk, sk } => {
+                due = true;
+                values.insert(":t_duepk".into(), s(pk));
+                values.insert(":t_duesk".into(), s(sk));
+                sets.push("gsi2pk = :t_duepk, gsi2sk = :t_duesk".into());
+            }
+            Place::Retained { ttl: at } => {
+                ttl = true;
+                values.insert(":t_ttl".into(), at);
+                sets.push("#ttl = :t_ttl".into());
+            }
+            Place::DeadLetter { sk } => {
+                dead = true;
+                values.insert(":t_deadsk".into(), s(sk));
+                sets.push("dead_sk = :t_deadsk".into());
+            }
+        }
+        let placed = [
+            (ready, ["gsi1pk", "gsi1sk"].as_slice()),
+            (due, ["gsi2pk", "gsi2sk"].as_slice()),
+            (ttl, ["#ttl"].as_slice()),
+            (dead, ["dead_sk"].as_slice()),
+            (to == JobState::Active, HOLDER.as_slice()),
+        ];
+        for (kept, attributes) in placed {
+            if !kept {
+                removes.extend(attributes.iter().map(|a| (*a).to_owned()));
+            }
+        }
+        // A caller may name one of these for its own reasons; DynamoDB refuses an
+        // attribute twice in one expression.
+        removes.sort();
+        removes.dedup();
+        let mut update = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            update.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        Ok(WriteParts {
+            update,
+            condition: conditions.join(" AND "),
+            names,
+            values,
+        })
+    }
+
+    /// The write as an UpdateItem request (`req` carries the table and key).
+    pub(crate) fn apply(
+        self,
+        req: UpdateItemFluentBuilder,
+    ) -> Result<UpdateItemFluentBuilder, StoreError> {
+        let parts = self.parts()?;
+        Ok(parts.apply(req))
+    }
+}
+
+impl WriteParts {
+    /// Puts these parts on an UpdateItem request.
+    pub(crate) fn apply(self, req: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
+        let names = (!self.names.is_empty()).then_some(self.names);
+        req.update_expression(self.update)
+            .condition_expression(self.condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(Some(self.values))
+    }
+}
+
+/// Lists an available job (at `version`) in the due index at its expiry, for a write
+/// that made it available without knowing the expiry ([`Place::Ready`] lists it when
+/// known). Not a transition: the state stays.
+pub(crate) fn list_expiry((pk, sk): (String, String), version: u64) -> WriteParts {
+    WriteParts {
+        update: "SET gsi2pk = :t_duepk, gsi2sk = :t_duesk".into(),
+        condition: "#state = :t_available AND version = :t_version".into(),
+        names: HashMap::from([("#state".to_owned(), "state".to_owned())]),
+        values: Item::from([
+            (":t_duepk".to_owned(), s(pk)),
+            (":t_duesk".to_owned(), s(sk)),
+            (":t_available".to_owned(), s(JobState::Available.as_str())),
+            (":t_version".to_owned(), n(version)),
+        ]),
+    }
+}
+
+/// Takes a job that cannot be processed (its item unreadable) out of every index, with
+/// `why` recorded, so FETCH and the sweep stop meeting it; its state stays for an
+/// operator to see. Not a transition: nothing about the job can be trusted to decide one.
+pub(crate) fn set_aside(why: String) -> WriteParts {
+    WriteParts {
+        update: "SET set_aside = :t_why REMOVE gsi1pk, gsi1sk, gsi2pk, gsi2sk".into(),
+        condition: "attribute_exists(pk)".into(),
+        names: HashMap::new(),
+        values: Item::from([(":t_why".to_owned(), s(why))]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn removed(p: &WriteParts) -> &str {
+        p.update.split(" REMOVE ").nth(1).unwrap_or_default()
+    }
+
+    fn due() -> Place {
+        Place::Due {
+            pk: "DUE#q".into(),
+            sk: "1#000#id".into(),
+        }
+    }
+
+    fn ready(expiry: bool) -> Place {
+        Place::Ready {
+            pk: "READY#q".into(),
+            sk: "000#1#id".into(),
+            expiry: expiry.then(|| ("DUE#q".to_owned(), "2#000#id".to_owned())),
+        }
+    }
+
+    #[test]
+    fn a_claim_lists_the_job_due_and_out_of_the_ready_index() -> Result<(), StoreError> {
+        let p = JobWrite::new(Transition::Claim, due())
+            .set("attempt = attempt + :one")
+            .value(":one", n(1))
+            .parts()?;
+        assert_eq!(p.condition, "#state = :t_from0");
+        assert_eq!(p.values[":t_from0"], s("available"));
+        assert_eq!(p.values[":t_to"], s("active"));
+        assert!(p
+            .update
+            .starts_with("SET #state = :t_to, version = version + :t_one"));
+        assert!(p.update.contains("gsi2pk = :t_duepk, gsi2sk = :t_duesk"));
+        let removed = removed(&p);
+        assert_eq!(removed, "#ttl, dead_sk, gsi1pk, gsi1sk");
+        Ok(())
+    }
+
+    #[test]
+    fn leaving_active_drops_the_holder_and_the_due_entry() -> Result<(), StoreError> {
+        let p = JobWrite::new(Transition::Ack, Place::Retained { ttl: n(5) })
+            .version(3)
+            .parts()?;
+        assert_eq!(p.condition, "#state = :t_from0 AND version = :t_version");
+        assert_eq!(p.values[":t_version"], n(3));
+        let removed = removed(&p);
+        assert_eq!(
+            removed,
+            "dead_sk, deadline_us, gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until, worker_id"
+        );
+        assert!(p.update.contains("#ttl = :t_ttl"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_transition_with_many_sources_names_them_all() -> Result<(), StoreError> {
+        let p = JobWrite::new(Transition::Cancel, Place::Retained { ttl: n(5) }).parts()?;
+        assert_eq!(
+            p.condition,
+            "#state IN (:t_from0, :t_from1, :t_from2, :t_from3, :t_from4)"
+        );
+        let narrowed = JobWrite::new(Transition::Cancel, Place::Retained { ttl: n(5) })
+            .from(JobState::Pending)
+            .when("attribute_exists(pk)")
+            .parts()?;
+        assert_eq!(
+            narrowed.condition,
+            "#state = :t_from0 AND attribute_exists(pk)"
+        );
+        assert_eq!(narrowed.values[":t_from0"], s("pending"));
+        Ok(())
+    }
+
+    #[test]
+    fn an_available_job_keeps_its_expiry_entry_and_nothing_else() -> Result<(), StoreError> {
+        let p = JobWrite::new(Transition::Promote, ready(true)).parts()?;
+        assert!(p.update.contains("gsi1pk = :t_readypk"));
+        assert!(p.update.contains("gsi2pk = :t_duepk"));
+        let removed = removed(&p);
+        assert_eq!(
+            removed,
+            "#ttl, dead_sk, deadline_us, lease_until, worker_id"
+        );
+        let p = JobWrite::new(Transition::Promote, ready(false)).parts()?;
+        assert!(p.update.contains("gsi2pk, gsi2sk"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_place_that_does_not_fit_the_target_state_is_refused() -> Result<(), StoreError> {
+        for (t, place) in [
+            (Transition::Claim, ready(false)),
+            (Transition::Promote, due()),
+            (Transition::Ack, due()),
+            (Transition::FailRetry, Place::Retained { ttl: n(1) }),
+            (Transition::Defer, ready(true)),
+            (Transition::Claim, Place::DeadLetter { sk: "x".into() }),
+            (Transition::Ack, Place::DeadLetter { sk: "x".into() }),
+        ] {
+            assert!(JobWrite::new(t, place).parts().is_err(), "{t:?}");
+        }
+        // No legal source left.
+        assert!(
+            JobWrite::new(Transition::Ack, Place::Retained { ttl: n(1) })
+                .from(JobState::Available)
+                .parts()
+                .is_err()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_caller_naming_an_index_attribute_does_not_name_it_twice() -> Result<(), StoreError> {
+        let p = JobWrite::new(Transition::Ack, Place::Retained { ttl: n(5) })
+            .remove("worker_id")
+            .remove("#error")
+            .name("#error", "error")
+            .parts()?;
+        let removed = removed(&p);
+        assert_eq!(removed.matches("worker_id").count(), 1);
+        assert!(removed.contains("#error"));
+        assert_eq!(p.names["#error"], "error");
+        assert_eq!(p.names["#state"], "state");
+        Ok(())
+    }
+}

@@ -31,6 +31,14 @@ async fn run_suite(lang: &str) -> anyhow::Result<()> {
     let out = tokio::process::Command::new("bash")
         .arg(&script)
         .env("OJS_URL", &app.base_url)
+        // Jobs pushed a moment ago show in the ready index only after the strict layer's
+        // lag (as on AWS): a suite that must see them all at once waits this long first.
+        .env(
+            "OJS_INDEX_LAG_MS",
+            ojs_tests::strict_proxy::fetch_recheck()
+                .as_millis()
+                .to_string(),
+        )
         .output()
         .await
         .with_context(|| format!("running {}", script.display()))?;

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -328,4 +329,11 @@ func rawPush(t *testing.T, body map[string]any) string {
 		t.Fatalf("raw PUSH: HTTP %d, decode error %v", resp.StatusCode, err)
 	}
 	return out.Job.ID
+}
+
+// afterIndexLag waits until jobs pushed a moment ago show in the ready index (the
+// strict layer's lag, as on AWS; the harness passes OJS_INDEX_LAG_MS).
+func afterIndexLag() {
+	ms, _ := strconv.Atoi(os.Getenv("OJS_INDEX_LAG_MS"))
+	time.Sleep(time.Duration(ms) * time.Millisecond)
 }

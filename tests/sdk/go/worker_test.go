@@ -345,6 +345,7 @@ func TestWorkerPriorityOrder(t *testing.T) {
 			t.Fatalf("Enqueue: %v", err)
 		}
 	}
+	afterIndexLag() // all in the ready index before the worker starts
 	rec := &recorder{}
 	w := newWorker(t, []string{q}, 1)
 	w.Register("prio.job", rec.record(func(ojs.JobContext) error { return nil }))

@@ -15,6 +15,10 @@ export const OJS_URL = process.env.OJS_URL;
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Waits until jobs pushed a moment ago show in the ready index (the strict layer's
+ * lag, as on AWS; the harness passes OJS_INDEX_LAG_MS). */
+export const afterIndexLag = () => sleep(Number(process.env.OJS_INDEX_LAG_MS || 0));
+
 /** A queue name unique to this run; the SDK only accepts [a-z0-9] with single - or . */
 export function uniqueQueue(scenario) {
   return `jsdk-${scenario}-${randomBytes(4).toString('hex')}`;

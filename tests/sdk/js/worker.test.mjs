@@ -4,7 +4,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   sdk, newClient, newWorker, stopAllWorkers, uniqueQueue, rand, sleep, waitFor, waitForState,
-  RecordingTransport, HttpTransport, OJS_URL, ts,
+  RecordingTransport, HttpTransport, OJS_URL, ts, afterIndexLag,
 } from './lib.mjs';
 
 const { OJSConflictError } = sdk;
@@ -169,6 +169,7 @@ describe('worker: priority', () => {
     for (const priority of [1, 10, 5, 3, 8]) {
       await client.enqueue('prio.job', { priority }, { queue, priority });
     }
+    await afterIndexLag(); // all waiting together when the worker starts
     const worker = newWorker({ queues: [queue], concurrency: 1 });
     worker.register('prio.job', async (ctx) => { order.push(ctx.job.args[0].priority); });
     await worker.start();

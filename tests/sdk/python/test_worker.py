@@ -5,6 +5,7 @@ the case (a lease left to expire)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections import Counter
@@ -184,6 +185,8 @@ async def test_priority_order_with_concurrency_one(client: ojs.Client) -> None:
     # Pushed lowest first, before the worker starts, so all are waiting together.
     prios = [1, 10, 5, 0, 7]
     jobs = [await client.enqueue("py.prio", [p], queue=queue, priority=p) for p in prios]
+    # ...and in the ready index (the strict layer's lag, as on AWS).
+    await asyncio.sleep(int(os.environ.get("OJS_INDEX_LAG_MS", "0")) / 1000)
     async with running_worker([queue], {"py.prio": handler}, concurrency=1) as w:
         for j in jobs:
             await wait_job_state(client, j.id, {"completed"}, timeout=10)

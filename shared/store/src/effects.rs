@@ -173,6 +173,33 @@ mod tests {
     }
 
     #[test]
+    fn only_a_blind_cancel_or_leaving_active_gives_a_slot_back() {
+        // A cancel that read the job knows it never ran.
+        let e = Effects::of(before(JobState::Available, None), &job(JobState::Cancelled));
+        assert_eq!(e.release_slot, None);
+        // A blind write that did not cancel releases nothing.
+        let e = Effects::of(None, &job(JobState::Completed));
+        assert_eq!(e.release_slot, None);
+    }
+
+    #[test]
+    fn a_write_that_keeps_the_state_wakes_and_finishes_nothing() {
+        let mut retrying = job(JobState::Retryable);
+        retrying.status.next_attempt_at = Some(time::now());
+        let e = Effects::of(before(JobState::Retryable, None), &retrying);
+        assert_eq!(e.wake_at, None);
+        let mut scheduled = job(JobState::Scheduled);
+        scheduled.spec.scheduled_at = Some(time::now());
+        let e = Effects::of(before(JobState::Scheduled, None), &scheduled);
+        assert_eq!(e.wake_at, None);
+        let e = Effects::of(before(JobState::Completed, None), &job(JobState::Completed));
+        assert_eq!(e.finished, None);
+        // Finished once: a job that was already finished does not finish again.
+        let e = Effects::of(before(JobState::Cancelled, None), &job(JobState::Discarded));
+        assert_eq!(e.finished, None);
+    }
+
+    #[test]
     fn a_job_revived_from_a_terminal_state_finishes_nothing() {
         let e = Effects::of(before(JobState::Discarded, None), &job(JobState::Available));
         assert_eq!(e.finished, None);

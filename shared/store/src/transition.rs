@@ -253,12 +253,17 @@ impl JobWrite {
 impl WriteParts {
     /// Puts these parts on an UpdateItem request.
     pub(crate) fn apply(self, req: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
-        let names = (!self.names.is_empty()).then_some(self.names);
+        let names = declared(self.names);
         req.update_expression(self.update)
             .condition_expression(self.condition)
             .set_expression_attribute_names(names)
             .set_expression_attribute_values(Some(self.values))
     }
+}
+
+/// Name placeholders as DynamoDB takes them: none at all rather than an empty map.
+fn declared(names: HashMap<String, String>) -> Option<HashMap<String, String>> {
+    (!names.is_empty()).then_some(names)
 }
 
 /// Lists an available job (at `version`) in the due index at its expiry, for a write
@@ -402,6 +407,19 @@ mod tests {
                 .is_err()
         );
         Ok(())
+    }
+
+    #[test]
+    fn name_placeholders_are_sent_only_when_there_are_some() {
+        assert_eq!(declared(HashMap::new()), None);
+        let names = set_aside("unreadable".into()).names;
+        assert_eq!(declared(names), None, "a set-aside names nothing");
+        let names = list_expiry(("p".into(), "s".into()), 1).names;
+        assert_eq!(
+            declared(names.clone()),
+            Some(names),
+            "the expiry listing names #state"
+        );
     }
 
     #[test]

@@ -299,6 +299,50 @@ impl TestApp {
         Ok(app)
     }
 
+    /// Like [`TestApp::spawn_with_sweeper`], with push delivery (ojs-serverless.md §2) as
+    /// `make dev` runs it: the change stream read in the background every 50 ms feeds the
+    /// dispatcher, and endpoints on loopback are allowed (`OJS_PUSH_ALLOW_PRIVATE=on`).
+    pub async fn spawn_with_push() -> anyhow::Result<Self> {
+        Self::spawn_with_push_config(ojs_push::PushConfig {
+            allow_private: true,
+            max_parallel: 32,
+        })
+        .await
+    }
+
+    /// Like [`TestApp::spawn_with_push`] with the dispatcher configured as `config` (the
+    /// API still registers loopback endpoints).
+    pub async fn spawn_with_push_config(config: ojs_push::PushConfig) -> anyhow::Result<Self> {
+        let store = fresh_store().await?;
+        let dispatcher =
+            ojs_push::Dispatcher::new(store.clone(), config).map_err(anyhow::Error::msg)?;
+        let sdk = aws_config_load().await;
+        let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
+        // The consumer attached here (with the observer) is the one `serve` finds.
+        let store = store
+            .with_change_observer(std::sync::Arc::new(dispatcher))
+            .with_local_stream(client, true, Some(Duration::from_millis(50)))
+            .await
+            .context("reading the table's change stream")?;
+        let mut app = Self::serve(
+            store,
+            HttpConfig {
+                push_allow_private: true,
+                ..HttpConfig::default()
+            },
+        )
+        .await?;
+        let store = app.store.clone();
+        app.sweeper = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                let _ = store.sweep(ojs_core::time::now()).await;
+            }
+        }));
+        Ok(app)
+    }
+
     /// Sends a request with an optional JSON body.
     pub async fn call(
         &self,

@@ -46,7 +46,12 @@ async fn main() -> anyhow::Result<()> {
     if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
         let sdk = aws_config::load_from_env().await;
         let client = ojs_store::streams_client_from_env(&sdk);
+        // Push delivery, fed by the same consumer (the stream function's job on AWS).
+        let dispatcher = ojs_push::Dispatcher::new(store.clone(), ojs_push::PushConfig::from_env())
+            .map_err(anyhow::Error::msg)
+            .context("building the push dispatcher")?;
         store = store
+            .with_change_observer(std::sync::Arc::new(dispatcher))
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;

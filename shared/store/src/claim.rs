@@ -39,9 +39,9 @@ pub struct FetchRequest {
 }
 
 /// A ready-index entry.
-struct Candidate {
-    id: JobId,
-    ready_sk: String,
+pub(crate) struct Candidate {
+    pub(crate) id: JobId,
+    pub(crate) ready_sk: String,
     /// The job's own lease length, when it sets one.
     lease_ms: Option<u64>,
     /// The job's execution timeout, when it has one.
@@ -50,6 +50,30 @@ struct Candidate {
     rate_limit: Option<RateLimitPolicy>,
     /// Why the job cannot be claimed as stored (its rate limit no longer reads).
     unreadable: Option<String>,
+    /// A push endpoint's in-flight limit, taken with the claim (push delivery only).
+    push_slot: Option<RateLimitPolicy>,
+}
+
+impl Candidate {
+    /// A job the change stream saw become available, claimed for a push endpoint whose
+    /// in-flight deliveries `slot` bounds.
+    pub(crate) fn for_push(
+        id: JobId,
+        ready_sk: String,
+        timeout_ms: Option<u64>,
+        rate_limit: Option<RateLimitPolicy>,
+        slot: RateLimitPolicy,
+    ) -> Self {
+        Self {
+            id,
+            ready_sk,
+            lease_ms: None,
+            timeout_ms,
+            rate_limit,
+            unreadable: None,
+            push_slot: Some(slot),
+        }
+    }
 }
 
 /// Outcome of one claim attempt.
@@ -265,7 +289,26 @@ impl Store {
         Ok(false)
     }
 
-    async fn ready_candidates(
+    /// Claims one given candidate (push delivery): the job, or `None` when it is no longer
+    /// available or a limit refuses it now.
+    pub(crate) async fn claim_one(
+        &self,
+        queue: &QueueName,
+        c: &Candidate,
+        req: &FetchRequest,
+        now: Timestamp,
+        queue_limit: Option<&RateLimitPolicy>,
+    ) -> Result<Option<Job>, StoreError> {
+        match self
+            .claim(queue, c, req, now, queue_limit, &mut HashMap::new())
+            .await?
+        {
+            Claim::Won(job) => Ok(Some(*job)),
+            Claim::Lost | Claim::Stale | Claim::QueueLimited => Ok(None),
+        }
+    }
+
+    pub(crate) async fn ready_candidates(
         &self,
         queue: &QueueName,
         shard: u16,
@@ -323,6 +366,7 @@ impl Store {
                     timeout_ms: num("timeout_ms"),
                     rate_limit,
                     unreadable,
+                    push_slot: None,
                 })
             })
             .collect())
@@ -390,6 +434,7 @@ impl Store {
         let policies: Vec<&RateLimitPolicy> = queue_limit
             .into_iter()
             .chain(c.rate_limit.as_ref())
+            .chain(c.push_slot.as_ref())
             .collect();
         if !policies.is_empty() {
             return self

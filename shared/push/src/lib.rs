@@ -1,0 +1,284 @@
+//! Push delivery (ojs-serverless.md §2, §7, §8, §10.1): when the change stream shows a job
+//! becoming available on a queue with registered endpoints, the dispatcher claims it for
+//! one endpoint (the same conditional write as FETCH, so a polling worker or another
+//! endpoint cannot also get it), POSTs the signed §2.2 request, and settles the job from
+//! the answer through the store's ACK and FAIL, fenced by the claim's worker id and
+//! attempt: retries, dead letter and events work as for polled jobs, and the answer of an
+//! attempt that is no longer current is refused by the store and ignored here.
+//!
+//! DynamoDB calls per pushed job: the queue's endpoints (one Query, cached for a second),
+//! the claim (slot holders GetItem, one TransactWriteItems of the job and the endpoint's
+//! slot, one GetItem read-back), the settle (one UpdateItem) and the slot release (one
+//! UpdateItem).
+
+mod deliver;
+pub mod guard;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ojs_core::push::PushAnswer;
+use ojs_core::{time, Job, QueueName};
+use ojs_store::{AckRequest, Change, Fence, PushEntry, ReadyJob, Store, StoreError};
+use tokio::sync::Semaphore;
+
+/// How long the endpoints of a queue are trusted once read: a registration made through
+/// another instance applies within this time.
+const ENDPOINTS_TTL: Duration = Duration::from_secs(1);
+/// How many available jobs of a queue one catch-up looks at.
+const CATCH_UP_PAGE: usize = 10;
+
+/// Settings of push delivery, read once per cold start.
+#[derive(Debug, Clone)]
+pub struct PushConfig {
+    /// Whether endpoints may be loopback or private addresses, over plain HTTP too
+    /// (`OJS_PUSH_ALLOW_PRIVATE=on`: local development and tests only).
+    pub allow_private: bool,
+    /// Most deliveries this process runs at once (`OJS_PUSH_MAX_PARALLEL`, default 64).
+    pub max_parallel: usize,
+}
+
+impl PushConfig {
+    /// Reads `OJS_PUSH_ALLOW_PRIVATE` (`on`/`off`, default off) and
+    /// `OJS_PUSH_MAX_PARALLEL` (default 64).
+    pub fn from_env() -> Self {
+        Self {
+            allow_private: allow_private_from_env(),
+            max_parallel: std::env::var("OJS_PUSH_MAX_PARALLEL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(64),
+        }
+    }
+}
+
+/// Whether `OJS_PUSH_ALLOW_PRIVATE` is on.
+pub fn allow_private_from_env() -> bool {
+    matches!(
+        std::env::var("OJS_PUSH_ALLOW_PRIVATE").as_deref(),
+        Ok("on" | "true" | "1")
+    )
+}
+
+/// The push dispatcher. Cheap to clone; build one per cold start.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// A queue's endpoints, with when they were read.
+type Cached = (Instant, Arc<Vec<PushEntry>>);
+
+struct Inner {
+    store: Store,
+    http: reqwest::Client,
+    config: PushConfig,
+    permits: Semaphore,
+    endpoints: Mutex<HashMap<QueueName, Cached>>,
+    /// Queues where a job was left available because no endpoint could take it then
+    /// (all at `max_concurrency`): the next delivery to end there looks again.
+    missed: Mutex<HashSet<QueueName>>,
+}
+
+impl Dispatcher {
+    /// A dispatcher writing through `store`.
+    pub fn new(store: Store, config: PushConfig) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .dns_resolver(guard::resolver(config.allow_private))
+            .user_agent("ojs-serverless-push/1")
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                http,
+                permits: Semaphore::new(config.max_parallel),
+                config,
+                endpoints: Mutex::default(),
+                missed: Mutex::default(),
+            }),
+        })
+    }
+
+    /// Delivers every job these changes made available on a queue with endpoints, all
+    /// at once (bounded by `max_parallel`), and returns when they are settled. Returns
+    /// how many were delivered.
+    pub async fn dispatch_changes(&self, changes: &[Change]) -> usize {
+        let ready: Vec<ReadyJob> = changes.iter().filter_map(Change::ready_job).collect();
+        let runs = ready.into_iter().map(|r| self.dispatch(r));
+        futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .filter(|d| *d)
+            .count()
+    }
+
+    /// Dispatches in the background: the in-process stream consumer must not wait for
+    /// endpoints (`make dev`, tests).
+    pub fn spawn_changes(&self, changes: &[Change]) {
+        let ready: Vec<ReadyJob> = changes.iter().filter_map(Change::ready_job).collect();
+        for r in ready {
+            let me = self.clone();
+            tokio::spawn(async move { me.dispatch(r).await });
+        }
+    }
+
+    /// Claims `ready` for the first endpoint of its queue and type with a free slot and
+    /// delivers it; then, if jobs of the queue were left waiting, tries those. True when
+    /// a delivery was made.
+    async fn dispatch(&self, ready: ReadyJob) -> bool {
+        let delivered = self.dispatch_one(ready.clone()).await;
+        if delivered {
+            self.catch_up(&ready.job.spec.queue).await;
+        }
+        delivered
+    }
+
+    async fn dispatch_one(&self, ready: ReadyJob) -> bool {
+        let queue = ready.job.spec.queue.clone();
+        let endpoints = match self.endpoints_of(&queue).await {
+            Ok(e) => e,
+            Err(e) => {
+                // The job stays available to polling workers; the next change retries.
+                tracing::warn!(queue = %queue, error = %e, "push endpoints unreadable");
+                return false;
+            }
+        };
+        let candidates: Vec<&PushEntry> = endpoints
+            .iter()
+            .filter(|e| e.endpoint.takes(&queue, &ready.job.spec.job_type))
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let Ok(_permit) = self.inner.permits.acquire().await else {
+            return false;
+        };
+        for endpoint in candidates {
+            match self
+                .inner
+                .store
+                .claim_for_push(&ready, endpoint, time::now())
+                .await
+            {
+                Ok(Some(job)) => {
+                    self.deliver_and_settle(endpoint, job).await;
+                    return true;
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(job_id = %ready.job.id, endpoint = %endpoint.id, error = %e, "push claim failed");
+                    return false;
+                }
+            }
+        }
+        // Taken by someone else, or every endpoint is full: in the latter case the next
+        // delivery to end on this queue picks it up.
+        if let Ok(mut m) = self.inner.missed.lock() {
+            m.insert(queue);
+        }
+        false
+    }
+
+    /// After a delivery, the jobs of `queue` the stream offered while its endpoints were
+    /// full (one Query of the ready index, only when something was left).
+    async fn catch_up(&self, queue: &QueueName) {
+        let was_missed = self
+            .inner
+            .missed
+            .lock()
+            .map(|mut m| m.remove(queue))
+            .unwrap_or(false);
+        if !was_missed {
+            return;
+        }
+        match self.inner.store.ready_jobs(queue, CATCH_UP_PAGE).await {
+            Ok(jobs) => {
+                let runs = jobs.into_iter().map(|r| Box::pin(self.dispatch(r)));
+                futures::future::join_all(runs).await;
+            }
+            Err(e) => tracing::warn!(queue = %queue, error = %e, "push catch-up failed"),
+        }
+    }
+
+    async fn endpoints_of(&self, queue: &QueueName) -> Result<Arc<Vec<PushEntry>>, StoreError> {
+        if let Ok(cache) = self.inner.endpoints.lock() {
+            if let Some((at, list)) = cache.get(queue) {
+                if at.elapsed() < ENDPOINTS_TTL {
+                    return Ok(list.clone());
+                }
+            }
+        }
+        let list = Arc::new(self.inner.store.push_endpoints_of(queue).await?);
+        if let Ok(mut cache) = self.inner.endpoints.lock() {
+            cache.insert(queue.clone(), (Instant::now(), list.clone()));
+        }
+        Ok(list)
+    }
+
+    /// One delivery of a claimed job, then its settlement and the slot's release.
+    async fn deliver_and_settle(&self, endpoint: &PushEntry, job: Job) {
+        let started = Instant::now();
+        let (delivery_id, answer) = deliver::deliver(
+            &self.inner.http,
+            endpoint,
+            &job,
+            self.inner.config.allow_private,
+        )
+        .await;
+        let worker = endpoint.worker_id();
+        let fence = Fence {
+            worker_id: Some(&worker),
+            attempt: Some(job.status.attempt),
+        };
+        let now = time::now();
+        let store = &self.inner.store;
+        let settled = match &answer {
+            PushAnswer::Completed(result) => store
+                .ack_job(
+                    &AckRequest {
+                        id: job.id,
+                        result: result.clone(),
+                        worker_id: Some(worker.clone()),
+                        attempt: Some(job.status.attempt),
+                    },
+                    now,
+                )
+                .await
+                .map(|_| "completed"),
+            PushAnswer::Failed(failure) => store
+                .fail_job(&job.id, failure, fence, false, now)
+                .await
+                .map(|_| "failed"),
+        };
+        match settled {
+            Ok(outcome) => tracing::info!(
+                job_id = %job.id, endpoint = %endpoint.id, %delivery_id, outcome,
+                ms = started.elapsed().as_millis() as u64, "push delivery settled"
+            ),
+            // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):
+            // this answer is a late one for an attempt that is no longer current (§8.2).
+            Err(
+                StoreError::NotHolder { .. } | StoreError::Conflict { .. } | StoreError::NotFound,
+            ) => {
+                tracing::info!(job_id = %job.id, %delivery_id, "late push answer ignored: the attempt is no longer current")
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
+            }
+        }
+        store.release_push_slot(endpoint, &job.id.to_string()).await;
+    }
+}
+
+/// The store's hook for the in-process stream consumer: dispatches in the background.
+impl ojs_store::ChangeObserver for Dispatcher {
+    fn observe(&self, changes: &[Change]) {
+        self.spawn_changes(changes);
+    }
+}

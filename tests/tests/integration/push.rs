@@ -1,0 +1,475 @@
+//! Push delivery (ojs-serverless.md §2): the registration API, the address guard, and
+//! deliveries to an in-process endpoint that checks every header and signature (the
+//! official SDKs' adapters are driven in tests/tests/push_sdk.rs).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_test_0123456789abcdef";
+
+fn registration(endpoint: &str, job_types: &[&str], queue: &str) -> Value {
+    json!({
+        "endpoint": endpoint,
+        "job_types": job_types,
+        "queues": [queue],
+        "config": {"max_concurrency": 4, "timeout_ms": 5000, "signing_secret": SECRET},
+    })
+}
+
+#[tokio::test]
+async fn registration_crud_never_returns_the_secret() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let created = app
+        .call(
+            Method::POST,
+            "/ojs/v1/push/endpoints",
+            Some(registration(
+                "https://example.com/ojs",
+                &["email.send"],
+                "mail",
+            )),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let e = &created.body["endpoint"];
+    let id = e["id"].as_str().unwrap_or_default().to_owned();
+    assert!(id.starts_with("pe_"), "{e}");
+    assert_eq!(e["endpoint"], "https://example.com/ojs");
+    assert_eq!(e["job_types"], json!(["email.send"]));
+    assert_eq!(e["queues"], json!(["mail"]));
+    assert_eq!(e["config"]["max_concurrency"], 4);
+    assert_eq!(e["config"]["timeout_ms"], 5000);
+
+    let got = app
+        .call(Method::GET, &format!("/ojs/v1/push/endpoints/{id}"), None)
+        .await?;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body["endpoint"], *e);
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.body["endpoints"], json!([e]));
+    for body in [&created.body, &got.body, &listed.body] {
+        assert!(!body.to_string().contains(SECRET), "secret leaked: {body}");
+    }
+
+    let deleted = app
+        .call(
+            Method::DELETE,
+            &format!("/ojs/v1/push/endpoints/{id}"),
+            None,
+        )
+        .await?;
+    assert_eq!(deleted.status, 200, "{:?}", deleted.body);
+    for (method, path) in [
+        (Method::GET, format!("/ojs/v1/push/endpoints/{id}")),
+        (Method::DELETE, format!("/ojs/v1/push/endpoints/{id}")),
+        (Method::GET, "/ojs/v1/push/endpoints/pe_nope".to_owned()),
+    ] {
+        let r = app.call(method, &path, None).await?;
+        assert_eq!(r.status, 404, "{path}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "not_found");
+    }
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.body["endpoints"], json!([]));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn registration_validation() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let good = registration("https://example.com/", &["a.b"], "default");
+    let with = |path: &[&str], v: Value| {
+        let mut b = good.clone();
+        let mut at = &mut b;
+        for p in &path[..path.len() - 1] {
+            at = &mut at[*p];
+        }
+        at[path[path.len() - 1]] = v;
+        b
+    };
+    let cases = [
+        (json!([1]), 400),
+        (with(&["job_types"], Value::Null), 400),
+        (with(&["job_types"], json!([])), 422),
+        (with(&["job_types"], json!(["Bad Type"])), 400),
+        (
+            with(
+                &["queues"],
+                json!((0..11).map(|i| format!("q{i}")).collect::<Vec<_>>()),
+            ),
+            422,
+        ),
+        (with(&["endpoint"], json!("ftp://example.com/")), 422),
+        (
+            with(
+                &["endpoint"],
+                json!(format!("https://example.com/{}", "a".repeat(2100))),
+            ),
+            422,
+        ),
+        (with(&["config", "max_concurrency"], json!(0)), 422),
+        (with(&["config", "max_concurrency"], json!(101)), 422),
+        (with(&["config", "timeout_ms"], json!(900_001)), 422),
+        (with(&["config", "timeout_ms"], json!("30s")), 422),
+        (with(&["config", "signing_secret"], Value::Null), 400),
+        (with(&["config", "signing_secret"], json!("short")), 422),
+    ];
+    for (body, status) in cases {
+        let r = app
+            .call(Method::POST, "/ojs/v1/push/endpoints", Some(body.clone()))
+            .await?;
+        assert_eq!(r.status, status, "{body}: {:?}", r.body);
+        assert!(r.body["error"]["code"].is_string(), "{:?}", r.body);
+        assert!(!r.body.to_string().contains(SECRET));
+    }
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn private_and_metadata_addresses_are_refused() -> anyhow::Result<()> {
+    // The default: OJS_PUSH_ALLOW_PRIVATE off.
+    let app = TestApp::spawn().await?;
+    for endpoint in [
+        "http://127.0.0.1:9000/",
+        "https://127.0.0.1/",
+        "https://10.0.0.8/",
+        "https://192.168.1.1/",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://[::1]/",
+        "https://[fd00:ec2::254]/",
+        "https://localhost/",
+        "http://example.com/",
+    ] {
+        let r = app
+            .call(
+                Method::POST,
+                "/ojs/v1/push/endpoints",
+                Some(registration(endpoint, &["a"], "default")),
+            )
+            .await?;
+        assert_eq!(r.status, 422, "{endpoint}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "validation_error");
+    }
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.body["endpoints"], json!([]));
+    app.teardown().await;
+    Ok(())
+}
+
+/// What the fake endpoint saw of one delivery.
+#[derive(Debug, Clone)]
+struct Seen {
+    endpoint: usize,
+    job_id: String,
+    delivery_id: String,
+    attempt: u64,
+}
+
+#[derive(Clone, Default)]
+struct Fake {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    problems: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<Mutex<(usize, usize)>>,
+    delay: Duration,
+}
+
+/// A push endpoint on loopback: checks the §2.2 headers and the signature, records the
+/// delivery, waits `delay`, and completes with the job's args as its result.
+async fn fake_endpoint(fake: Fake, index: usize) -> anyhow::Result<String> {
+    async fn handle(
+        State((fake, index)): State<(Fake, usize)>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> (StatusCode, Json<Value>) {
+        let h = |k: &str| {
+            headers
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut problems = Vec::new();
+        let expected = ojs_core::push::signature(SECRET.as_bytes(), &h("x-ojs-timestamp"), &body);
+        if h("x-ojs-signature") != expected {
+            problems.push("bad signature".to_owned());
+        }
+        if h("x-ojs-delivery-id") != parsed["delivery_id"].as_str().unwrap_or("?")
+            || !h("x-ojs-delivery-id").starts_with("del_")
+        {
+            problems.push(format!(
+                "delivery id header {:?} vs body {}",
+                h("x-ojs-delivery-id"),
+                parsed["delivery_id"]
+            ));
+        }
+        if h("x-ojs-job-id") != parsed["job"]["id"].as_str().unwrap_or("?") {
+            problems.push("job id header differs from the body's".into());
+        }
+        if h("x-ojs-idempotency-window").parse::<u64>().is_err() {
+            problems.push("no idempotency window".into());
+        }
+        if parsed["job"]["state"] != "active" || !parsed["worker_id"].is_string() {
+            problems.push(format!("job not active or no worker id: {parsed}"));
+        }
+        if !problems.is_empty() {
+            if let Ok(mut p) = fake.problems.lock() {
+                p.extend(problems);
+            }
+            return (StatusCode::UNAUTHORIZED, Json(json!({"error": "rejected"})));
+        }
+        if let Ok(mut s) = fake.seen.lock() {
+            s.push(Seen {
+                endpoint: index,
+                job_id: h("x-ojs-job-id"),
+                delivery_id: h("x-ojs-delivery-id"),
+                attempt: parsed["job"]["attempt"].as_u64().unwrap_or(0),
+            });
+        }
+        if let Ok(mut f) = fake.in_flight.lock() {
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        tokio::time::sleep(fake.delay).await;
+        if let Ok(mut f) = fake.in_flight.lock() {
+            f.0 -= 1;
+        }
+        (
+            StatusCode::OK,
+            Json(
+                json!({"status": "completed", "result": {"args": parsed["job"]["args"], "by": index}}),
+            ),
+        )
+    }
+    let router = Router::new()
+        .route("/", post(handle))
+        .with_state((fake, index));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(url)
+}
+
+async fn register(app: &TestApp, body: Value) -> anyhow::Result<String> {
+    let r = app
+        .call(Method::POST, "/ojs/v1/push/endpoints", Some(body))
+        .await?;
+    anyhow::ensure!(r.status == 201, "register: {:?}", r.body);
+    Ok(r.body["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// Polls INFO until `id` reaches a terminal state (or the deadline).
+pub async fn wait_terminal(app: &TestApp, id: &str, within: Duration) -> anyhow::Result<Value> {
+    let until = Instant::now() + within;
+    loop {
+        let r = app.info(id).await?;
+        let state = r.body["job"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if ["completed", "discarded", "cancelled"].contains(&state.as_str())
+            || Instant::now() > until
+        {
+            return Ok(r.body["job"].clone());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn pushed_jobs_complete_with_signed_deliveries() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["push.echo"], "pushq")).await?;
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = app
+            .push(json!({"type": "push.echo", "queue": "pushq", "args": [i]}))
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    // A job of another type on the queue is not pushed.
+    let other = app
+        .push(json!({"type": "not.pushed", "queue": "pushq", "args": []}))
+        .await?;
+    for (i, id) in ids.iter().enumerate() {
+        let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        assert_eq!(job["result"], json!({"args": [i], "by": 0}));
+    }
+    eprintln!(
+        "push: 5 jobs pushed and completed in {:?}",
+        started.elapsed()
+    );
+    let problems = fake.problems.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(problems.is_empty(), "{problems:?}");
+    let other_id = other.body["job"]["id"].as_str().unwrap_or_default();
+    assert_eq!(app.info(other_id).await?.body["job"]["state"], "available");
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_job_never_goes_to_two_endpoints_or_a_poller() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(20),
+        ..Fake::default()
+    };
+    for i in 0..2 {
+        let url = fake_endpoint(fake.clone(), i).await?;
+        register(&app, registration(&url, &["race.job"], "race")).await?;
+    }
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let r = app
+            .push(json!({"type": "race.job", "queue": "race", "args": [i]}))
+            .await?;
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    // A polling worker competes for the same jobs meanwhile.
+    let mut fetched: Vec<String> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let r = app
+            .fetch(json!({"queues": ["race"], "count": 5, "worker_id": "poller"}))
+            .await?;
+        for job in r.body["jobs"].as_array().cloned().unwrap_or_default() {
+            let id = job["id"].as_str().unwrap_or_default().to_owned();
+            let a = app
+                .ack(json!({"job_id": id, "result": {"by": "poller"}}))
+                .await?;
+            assert_eq!(a.status, 200, "{:?}", a.body);
+            fetched.push(id);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in &ids {
+        let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+    }
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut per_job: HashMap<&str, Vec<usize>> = HashMap::new();
+    for s in &seen {
+        per_job.entry(&s.job_id).or_default().push(s.endpoint);
+    }
+    for id in &ids {
+        let pushed = per_job.get(id.as_str()).map_or(0, Vec::len);
+        let polled = fetched.iter().filter(|f| *f == id).count();
+        assert_eq!(
+            pushed + polled,
+            1,
+            "job {id}: pushed to {:?}, fetched {polled}",
+            per_job.get(id.as_str())
+        );
+    }
+    eprintln!(
+        "push race: {} pushed ({} to endpoint 0), {} fetched",
+        seen.len(),
+        seen.iter().filter(|s| s.endpoint == 0).count(),
+        fetched.len()
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn max_concurrency_holds_and_waiting_jobs_follow() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    };
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    let mut body = registration(&url, &["slow.job"], "narrow");
+    body["config"]["max_concurrency"] = json!(2);
+    register(&app, body).await?;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let r = app
+            .push(json!({"type": "slow.job", "queue": "narrow", "args": [i]}))
+            .await?;
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    for id in &ids {
+        let job = wait_terminal(&app, id, Duration::from_secs(20)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        assert_eq!(job["attempt"], 1, "{job}");
+    }
+    let peak = fake.in_flight.lock().map(|f| f.1).unwrap_or(0);
+    assert!((1..=2).contains(&peak), "peak in flight {peak}");
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 8);
+    assert!(seen
+        .iter()
+        .all(|s| s.attempt == 1 && s.delivery_id.starts_with("del_")));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deliveries_never_reach_a_name_that_resolves_to_loopback() -> anyhow::Result<()> {
+    // Registered while private targets were allowed; the dispatcher no longer allows them
+    // (as after OJS_PUSH_ALLOW_PRIVATE is turned off, or a name re-pointed at 127.0.0.1).
+    let app = TestApp::spawn_with_push_config(ojs_push::PushConfig {
+        allow_private: false,
+        max_parallel: 4,
+    })
+    .await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    let port = url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    register(
+        &app,
+        registration(
+            &format!("https://localhost:{port}/"),
+            &["guarded.job"],
+            "guarded",
+        ),
+    )
+    .await?;
+    let r = app
+        .push(json!({"type": "guarded.job", "queue": "guarded", "args": [], "retry": {"max_attempts": 1}}))
+        .await?;
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+    assert_eq!(job["state"], "discarded", "{job}");
+    let error = job["error"].to_string();
+    assert!(error.contains("no allowed address"), "{error}");
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    app.teardown().await;
+    Ok(())
+}

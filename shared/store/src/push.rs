@@ -17,7 +17,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState, QueueName};
 use serde_json::{json, Value};
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{self, s, Item};
 use crate::usage::Kind;
 use crate::Store;
@@ -297,30 +297,11 @@ impl Store {
         .await
     }
 
-    /// Gives back the in-flight slot `job_id` held at `endpoint` (one UpdateItem; best
-    /// effort: a slot not given back ends with the delivery's lease).
+    /// Gives back the in-flight slot `job_id` held at `endpoint` (one or two UpdateItems;
+    /// best effort: a slot not given back ends with the delivery's lease).
     pub async fn release_push_slot(&self, endpoint: &PushEntry, job_id: &str) {
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(format!("RL#{}", endpoint.slot_policy().key)))
-            .key("sk", s("ACTIVE"))
-            .update_expression("REMOVE holders.#job")
-            .condition_expression("attribute_exists(holders.#job)")
-            .expression_attribute_names("#job", job_id)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
+        self.release_holder(&endpoint.slot_policy().key, job_id, None)
             .await;
-        match out {
-            Ok(o) => self.usage.record(Kind::Write, o.consumed_capacity()),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if !is_condition_failure(&e) {
-                    tracing::warn!(endpoint = %endpoint.id, error = %StoreError::from_sdk(e), "push slot not released; it frees at lease end");
-                }
-            }
-        }
     }
 
     /// Up to `limit` jobs of `queue` still available (one Query of the ready index per

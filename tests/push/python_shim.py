@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 from ojs.serverless import LambdaHandler
 
@@ -58,6 +59,9 @@ class Shim(BaseHTTPRequestHandler):
 
     def do_POST(self):
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path.startswith("/2015-03-31/functions/"):
+            self.invoke(raw)
+            return
         ts = self.headers.get("X-OJS-Timestamp", "")
         expected = "sha256=" + hmac.new(SECRET, ts.encode() + b"." + raw, hashlib.sha256).hexdigest()
         sig_ok = hmac.compare_digest(expected, self.headers.get("X-OJS-Signature", ""))
@@ -86,6 +90,23 @@ class Shim(BaseHTTPRequestHandler):
         }
         out = handler.http_handler(event, None)
         self.reply(out.get("statusCode", 500), out.get("body", ""), out.get("headers"))
+
+
+    def invoke(self, raw):
+        """Lambda's Invoke API (RequestResponse), in front of direct_handler: the event is
+        the payload as sent; IAM, not a signature, authenticates it on AWS."""
+        event = json.loads(raw)
+        with lock:
+            deliveries.append({
+                "delivery_id": event.get("delivery_id"),
+                "body_delivery_id": event.get("delivery_id"),
+                "job_id": event.get("id"),
+                "attempt": event.get("attempt"),
+                "sig_ok": True,
+                "function": unquote(self.path.split("/")[3]),
+            })
+        out = handler.direct_handler(event, None)
+        self.reply(200, json.dumps(out), {"Content-Type": "application/json", "X-Amz-Executed-Version": "$LATEST"})
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Shim)

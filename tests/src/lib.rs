@@ -313,10 +313,26 @@ impl TestApp {
     /// Like [`TestApp::spawn_with_push`] with the dispatcher configured as `config` (the
     /// API still registers loopback endpoints).
     pub async fn spawn_with_push_config(config: ojs_push::PushConfig) -> anyhow::Result<Self> {
+        Self::spawn_with_push_to(config, None).await
+    }
+
+    /// Like [`TestApp::spawn_with_push_config`], with Lambda functions invoked at
+    /// `lambda_endpoint` (a fake Invoke API) when given.
+    pub async fn spawn_with_push_to(
+        config: ojs_push::PushConfig,
+        lambda_endpoint: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let store = fresh_store().await?;
-        let dispatcher =
-            ojs_push::Dispatcher::new(store.clone(), config).map_err(anyhow::Error::msg)?;
         let sdk = aws_config_load().await;
+        let lambda = match lambda_endpoint {
+            Some(url) => {
+                let sdk = sdk.to_builder().endpoint_url(url).build();
+                ojs_push::lambda_client(&sdk)
+            }
+            None => ojs_push::lambda_client(&sdk),
+        };
+        let dispatcher =
+            ojs_push::Dispatcher::new(store.clone(), lambda, config).map_err(anyhow::Error::msg)?;
         let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
         // The consumer attached here (with the observer) is the one `serve` finds.
         let store = store

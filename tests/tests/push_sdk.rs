@@ -4,7 +4,8 @@
 //! endpoint registered and no polling worker: jobs complete, a failing handler is retried,
 //! a handler slower than `timeout_ms` is retried with a new delivery id (its late answer
 //! lands nowhere), and an endpoint registered with the wrong secret fails its deliveries
-//! visibly. Needs `scripts/sdk-clients.sh setup` (Python venv, built JS SDK, Go).
+//! visibly. The Python `direct_handler` is invoked as a Lambda function through a fake
+//! Invoke API. Needs `scripts/sdk-clients.sh setup` (Python venv, built JS SDK, Go).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -217,6 +218,66 @@ async fn scenario(lang: &str) -> anyhow::Result<()> {
         "{refused_job}"
     );
     assert!(of(&refused).iter().all(|d| d["sig_ok"] == false) && of(&refused).len() == 1);
+    app.teardown().await;
+    Ok(())
+}
+
+/// The Python SDK's `direct_handler`, invoked as a Lambda function (RequestResponse)
+/// through the fake Invoke API the shim serves: no result (the direct handlers send
+/// none), a failing handler retried, a slow one timed out and retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_direct_handler() -> anyhow::Result<()> {
+    // The shim's port is known only once it runs: start it first, against any server URL.
+    let (_shim, url) = start_shim("python", "http://127.0.0.1:9").await?;
+    let config = ojs_push::PushConfig {
+        allow_private: true,
+        max_parallel: 8,
+    };
+    let app = TestApp::spawn_with_push_to(config, Some(url.trim_end_matches('/'))).await?;
+    let arn = "arn:aws:lambda:us-east-1:123456789012:function:ojs-worker";
+    register(&app, arn, "sdk-direct", SECRET).await?;
+    let echo = push(&app, "push.echo", "sdk-direct", json!(["hi"])).await?;
+    let flaky = push(&app, "push.flaky", "sdk-direct", json!([])).await?;
+    let slow = push(&app, "push.slow", "sdk-direct", json!([])).await?;
+    let (echo_job, flaky_job, slow_job) = (
+        wait_terminal(&app, &echo).await?,
+        wait_terminal(&app, &flaky).await?,
+        wait_terminal(&app, &slow).await?,
+    );
+    assert_eq!(echo_job["state"], "completed", "{echo_job}");
+    assert_eq!(echo_job["attempt"], 1);
+    assert_eq!(flaky_job["state"], "completed", "{flaky_job}");
+    assert_eq!(flaky_job["attempt"], 2);
+    assert!(
+        flaky_job["errors"]
+            .to_string()
+            .contains("flaky handler fails its first attempt"),
+        "{flaky_job}"
+    );
+    assert_eq!(slow_job["state"], "completed", "{slow_job}");
+    assert_eq!(slow_job["attempt"], 2);
+    assert!(
+        slow_job["errors"].to_string().contains("push_timeout"),
+        "{slow_job}"
+    );
+    let deliveries: Vec<Value> = app
+        .client
+        .get(&url)
+        .send()
+        .await?
+        .json::<Value>()
+        .await?
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(deliveries.len(), 5, "{deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d["function"] == arn
+            && d["delivery_id"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("del_"))),
+        "{deliveries:?}"
+    );
     app.teardown().await;
     Ok(())
 }

@@ -47,9 +47,13 @@ async fn main() -> anyhow::Result<()> {
         let sdk = aws_config::load_from_env().await;
         let client = ojs_store::streams_client_from_env(&sdk);
         // Push delivery, fed by the same consumer (the stream function's job on AWS).
-        let dispatcher = ojs_push::Dispatcher::new(store.clone(), ojs_push::PushConfig::from_env())
-            .map_err(anyhow::Error::msg)
-            .context("building the push dispatcher")?;
+        let dispatcher = ojs_push::Dispatcher::new(
+            store.clone(),
+            ojs_push::lambda_client(&sdk),
+            ojs_push::PushConfig::from_env(),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("building the push dispatcher")?;
         store = store
             .with_change_observer(std::sync::Arc::new(dispatcher))
             .with_local_stream(client, created, Some(STREAM_POLL))

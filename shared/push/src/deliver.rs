@@ -13,6 +13,7 @@ use serde_json::json;
 /// Sends `job` to `endpoint`: the delivery id (new for every attempt) and the answer.
 pub(crate) async fn deliver(
     http: &reqwest::Client,
+    lambda: &aws_sdk_lambda::Client,
     endpoint: &PushEntry,
     job: &Job,
     allow_private: bool,
@@ -20,13 +21,9 @@ pub(crate) async fn deliver(
     let delivery_id = format!("del_{}", uuid::Uuid::now_v7());
     let answer = match &endpoint.endpoint.target {
         PushTarget::Url(url) => post(http, url, endpoint, job, &delivery_id, allow_private).await,
-        // Registration refuses ARNs until direct invoke is wired; one stored before then
-        // fails visibly rather than waiting forever.
-        PushTarget::Lambda(_) => PushAnswer::Failed(delivery_error(
-            "push_unsupported",
-            "direct Lambda invocation is not available on this server; register the function's URL",
-            false,
-        )),
+        PushTarget::Lambda(arn) => {
+            crate::invoke::invoke(lambda, arn, endpoint, job, &delivery_id).await
+        }
     };
     (delivery_id, answer)
 }

@@ -13,6 +13,7 @@
 
 mod deliver;
 pub mod guard;
+mod invoke;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -54,6 +55,16 @@ impl PushConfig {
     }
 }
 
+/// The Lambda client of direct invocations, from the standard AWS environment (its
+/// endpoint overridable with `AWS_ENDPOINT_URL_LAMBDA`), with no retries of its own: a
+/// failed invoke is a failed attempt, retried by the job's policy.
+pub fn lambda_client(sdk: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
+    let conf = aws_sdk_lambda::config::Builder::from(sdk)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_lambda::Client::from_conf(conf)
+}
+
 /// Whether `OJS_PUSH_ALLOW_PRIVATE` is on.
 pub fn allow_private_from_env() -> bool {
     matches!(
@@ -74,6 +85,7 @@ type Cached = (Instant, Arc<Vec<PushEntry>>);
 struct Inner {
     store: Store,
     http: reqwest::Client,
+    lambda: aws_sdk_lambda::Client,
     config: PushConfig,
     permits: Semaphore,
     endpoints: Mutex<HashMap<QueueName, Cached>>,
@@ -83,8 +95,12 @@ struct Inner {
 }
 
 impl Dispatcher {
-    /// A dispatcher writing through `store`.
-    pub fn new(store: Store, config: PushConfig) -> Result<Self, String> {
+    /// A dispatcher writing through `store`, invoking Lambda functions through `lambda`.
+    pub fn new(
+        store: Store,
+        lambda: aws_sdk_lambda::Client,
+        config: PushConfig,
+    ) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -97,6 +113,7 @@ impl Dispatcher {
             inner: Arc::new(Inner {
                 store,
                 http,
+                lambda,
                 permits: Semaphore::new(config.max_parallel),
                 config,
                 endpoints: Mutex::default(),
@@ -226,6 +243,7 @@ impl Dispatcher {
         let started = Instant::now();
         let (delivery_id, answer) = deliver::deliver(
             &self.inner.http,
+            &self.inner.lambda,
             endpoint,
             &job,
             self.inner.config.allow_private,

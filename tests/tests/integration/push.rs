@@ -129,6 +129,22 @@ async fn registration_validation() -> anyhow::Result<()> {
         (with(&["config", "signing_secret"], Value::Null), 400),
         (with(&["config", "signing_secret"], json!("short")), 422),
     ];
+    // A Lambda function ARN is an endpoint too (invoked directly); anything else under arn: is not.
+    let arn = with(
+        &["endpoint"],
+        json!("arn:aws:lambda:eu-west-1:123456789012:function:worker:live"),
+    );
+    let r = app
+        .call(Method::POST, "/ojs/v1/push/endpoints", Some(arn))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let cases = cases.into_iter().chain([(
+        with(
+            &["endpoint"],
+            json!("arn:aws:sqs:eu-west-1:123456789012:queue"),
+        ),
+        422,
+    )]);
     for (body, status) in cases {
         let r = app
             .call(Method::POST, "/ojs/v1/push/endpoints", Some(body.clone()))

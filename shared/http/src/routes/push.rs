@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use ojs_core::push::{PushEndpoint, PushTarget};
+use ojs_core::push::PushEndpoint;
 use ojs_core::{time, ErrorCode, OjsError};
 use ojs_store::{StoreError, MAX_PUSH_ENDPOINTS};
 use serde_json::{json, Value};
@@ -46,15 +46,6 @@ async fn register_push_endpoint(
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
     let endpoint = PushEndpoint::from_json(&body, allow_private)?;
-    if matches!(endpoint.target, PushTarget::Lambda(_)) {
-        return Err(ApiError(
-            OjsError::new(
-                ErrorCode::Unsupported,
-                "direct Lambda invocation is not available on this server yet; register the function's URL (a Lambda Function URL)",
-            )
-            .with_path("$.endpoint"),
-        ));
-    }
     ojs_push::guard::check_target(endpoint.target.as_str(), allow_private)
         .await
         .map_err(|why| {

@@ -193,6 +193,7 @@ async fn private_and_metadata_addresses_are_refused() -> anyhow::Result<()> {
 /// What the fake endpoint saw of one delivery.
 #[derive(Debug, Clone)]
 struct Seen {
+    at: Instant,
     endpoint: usize,
     job_id: String,
     delivery_id: String,
@@ -254,6 +255,7 @@ async fn fake_endpoint(fake: Fake, index: usize) -> anyhow::Result<String> {
         }
         if let Ok(mut s) = fake.seen.lock() {
             s.push(Seen {
+                at: Instant::now(),
                 endpoint: index,
                 job_id: h("x-ojs-job-id"),
                 delivery_id: h("x-ojs-delivery-id"),
@@ -323,13 +325,33 @@ async fn pushed_jobs_complete_with_signed_deliveries() -> anyhow::Result<()> {
     register(&app, registration(&url, &["push.echo"], "pushq")).await?;
     let started = Instant::now();
     let mut ids = Vec::new();
+    let mut latencies = Vec::new();
+    // One job at a time, to measure push -> handler and the writes of one pushed job.
+    let before = app.store.usage();
     for i in 0..5 {
+        let pushed = Instant::now();
         let r = app
             .push(json!({"type": "push.echo", "queue": "pushq", "args": [i]}))
             .await?;
         assert_eq!(r.status, 201, "{:?}", r.body);
-        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+        let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+        let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        if let Some(s) = seen.iter().find(|s| s.job_id == id) {
+            latencies.push(s.at.duration_since(pushed));
+        }
+        ids.push(id);
     }
+    let after = app.store.usage();
+    latencies.sort();
+    eprintln!(
+        "push: push -> handler {:?} (median of {}, local stream polled every 50 ms); {:.1} write units per pushed job (PUSH, claim, ACK, slot release; INFO polls read only)",
+        latencies.get(latencies.len() / 2),
+        latencies.len(),
+        (after.write_units - before.write_units) / 5.0,
+    );
+    assert_eq!(latencies.len(), 5);
     // A job of another type on the queue is not pushed.
     let other = app
         .push(json!({"type": "not.pushed", "queue": "pushq", "args": []}))

@@ -7,21 +7,22 @@
 //! attempt that is no longer current is refused by the store and ignored here.
 //!
 //! DynamoDB calls per pushed job: the queue's endpoints (one Query, cached for a second),
-//! the claim (slot holders GetItem, one TransactWriteItems of the job and the endpoint's
-//! slot, one GetItem read-back), the settle (one UpdateItem) and the slot release (one
-//! UpdateItem).
+//! the endpoint's slot (one GetItem of its holders, one UpdateItem), the claim (one
+//! UpdateItem), the settle (one UpdateItem) and the slot's release (one UpdateItem, two
+//! when it was the last holder): 5 to 6 calls, measured at 8.x write units with the
+//! PUSH (tests/tests/integration/push.rs).
 
 mod deliver;
 pub mod guard;
 mod invoke;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ojs_core::push::PushAnswer;
 use ojs_core::{time, Job, QueueName};
-use ojs_store::{AckRequest, Change, Fence, PushEntry, ReadyJob, Store, StoreError};
+use ojs_store::{AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, Store, StoreError};
 use tokio::sync::Semaphore;
 
 /// How long the endpoints of a queue are trusted once read: a registration made through
@@ -29,6 +30,9 @@ use tokio::sync::Semaphore;
 const ENDPOINTS_TTL: Duration = Duration::from_secs(1);
 /// How many available jobs of a queue one catch-up looks at.
 const CATCH_UP_PAGE: usize = 10;
+/// How long a job has been available before a catch-up takes it rather than leave it to
+/// the stream's dispatch (which would race it for the claim).
+const CATCH_UP_AGE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
 
 /// Settings of push delivery, read once per cold start.
 #[derive(Debug, Clone)]
@@ -89,9 +93,6 @@ struct Inner {
     config: PushConfig,
     permits: Semaphore,
     endpoints: Mutex<HashMap<QueueName, Cached>>,
-    /// Queues where a job was left available because no endpoint could take it then
-    /// (all at `max_concurrency`): the next delivery to end there looks again.
-    missed: Mutex<HashSet<QueueName>>,
 }
 
 impl Dispatcher {
@@ -117,7 +118,6 @@ impl Dispatcher {
                 permits: Semaphore::new(config.max_parallel),
                 config,
                 endpoints: Mutex::default(),
-                missed: Mutex::default(),
             }),
         })
     }
@@ -146,8 +146,8 @@ impl Dispatcher {
     }
 
     /// Claims `ready` for the first endpoint of its queue and type with a free slot and
-    /// delivers it; then, if jobs of the queue were left waiting, tries those. True when
-    /// a delivery was made.
+    /// delivers it; then looks for jobs of the queue left waiting. True when a delivery was
+    /// made.
     async fn dispatch(&self, ready: ReadyJob) -> bool {
         let delivered = self.dispatch_one(ready.clone()).await;
         if delivered {
@@ -183,40 +183,42 @@ impl Dispatcher {
                 .claim_for_push(&ready, endpoint, time::now())
                 .await
             {
-                Ok(Some(job)) => {
-                    self.deliver_and_settle(endpoint, job).await;
+                Ok(PushClaim::Claimed(job)) => {
+                    self.deliver_and_settle(endpoint, *job).await;
                     return true;
                 }
-                Ok(None) => continue,
+                Ok(PushClaim::Full) => continue,
+                // Taken by someone else, cancelled, paused or rate limited: a pause or a
+                // limit that lifts is picked up by the next delivery ending on the queue.
+                Ok(PushClaim::NotNow) => break,
                 Err(e) => {
                     tracing::warn!(job_id = %ready.job.id, endpoint = %endpoint.id, error = %e, "push claim failed");
                     return false;
                 }
             }
         }
-        // Taken by someone else, or every endpoint is full: in the latter case the next
-        // delivery to end on this queue picks it up.
-        if let Ok(mut m) = self.inner.missed.lock() {
-            m.insert(queue);
-        }
+        // Every endpoint full (or the job held back): the next delivery to end on this
+        // queue looks for the jobs left available.
         false
     }
 
-    /// After a delivery, the jobs of `queue` the stream offered while its endpoints were
-    /// full (one Query of the ready index, only when something was left).
+    /// After a delivery, the jobs of `queue` still available that the stream offered a
+    /// while ago (while its endpoints were full, or to another instance whose endpoints
+    /// were): one Query of the ready index (one GetItem per entry found). Always, not only
+    /// after this instance saw a full endpoint, since the delivery that frees a slot may
+    /// end on another instance than the one that found it full. Jobs made available in the
+    /// last [`CATCH_UP_AGE`] are left to the stream's own dispatch.
     async fn catch_up(&self, queue: &QueueName) {
-        let was_missed = self
-            .inner
-            .missed
-            .lock()
-            .map(|mut m| m.remove(queue))
-            .unwrap_or(false);
-        if !was_missed {
-            return;
-        }
+        let now = time::now();
         match self.inner.store.ready_jobs(queue, CATCH_UP_PAGE).await {
             Ok(jobs) => {
-                let runs = jobs.into_iter().map(|r| Box::pin(self.dispatch(r)));
+                let waiting = jobs.into_iter().filter(|r| {
+                    r.job
+                        .status
+                        .enqueued_at
+                        .is_none_or(|at| now - at >= CATCH_UP_AGE)
+                });
+                let runs = waiting.map(|r| Box::pin(self.dispatch(r)));
                 futures::future::join_all(runs).await;
             }
             Err(e) => tracing::warn!(queue = %queue, error = %e, "push catch-up failed"),

@@ -50,19 +50,15 @@ pub(crate) struct Candidate {
     rate_limit: Option<RateLimitPolicy>,
     /// Why the job cannot be claimed as stored (its rate limit no longer reads).
     unreadable: Option<String>,
-    /// A push endpoint's in-flight limit, taken with the claim (push delivery only).
-    push_slot: Option<RateLimitPolicy>,
 }
 
 impl Candidate {
-    /// A job the change stream saw become available, claimed for a push endpoint whose
-    /// in-flight deliveries `slot` bounds.
+    /// A job the change stream saw become available, claimed for a push endpoint.
     pub(crate) fn for_push(
         id: JobId,
         ready_sk: String,
         timeout_ms: Option<u64>,
         rate_limit: Option<RateLimitPolicy>,
-        slot: RateLimitPolicy,
     ) -> Self {
         Self {
             id,
@@ -71,7 +67,6 @@ impl Candidate {
             timeout_ms,
             rate_limit,
             unreadable: None,
-            push_slot: Some(slot),
         }
     }
 }
@@ -366,7 +361,6 @@ impl Store {
                     timeout_ms: num("timeout_ms"),
                     rate_limit,
                     unreadable,
-                    push_slot: None,
                 })
             })
             .collect())
@@ -434,7 +428,6 @@ impl Store {
         let policies: Vec<&RateLimitPolicy> = queue_limit
             .into_iter()
             .chain(c.rate_limit.as_ref())
-            .chain(c.push_slot.as_ref())
             .collect();
         if !policies.is_empty() {
             return self

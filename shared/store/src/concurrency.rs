@@ -23,6 +23,10 @@ use crate::item::{n, s, Item};
 use crate::usage::Kind;
 use crate::Store;
 
+/// How many times [`Store::take_slot`] reads a slot item again after losing its version
+/// to a racing taker.
+const TAKE_ROUNDS: usize = 5;
+
 fn holders_key(key: &str) -> Item {
     Item::from([
         ("pk".to_owned(), s(format!("RL#{key}"))),
@@ -136,6 +140,70 @@ impl Store {
             .build()
             .map(|u| Slot::Free(Box::new(u)))
             .map_err(|e| StoreError::Backend(e.to_string()))
+    }
+
+    /// Takes a slot of `policy` for `holder` until `lease_until_us` on its own (one
+    /// GetItem, one conditional UpdateItem), outside any claim transaction: push delivery
+    /// takes its endpoint's slot first, then claims the job with a plain conditional write,
+    /// and gives the slot back if the claim loses. False when every slot is held.
+    pub(crate) async fn take_slot(
+        &self,
+        policy: &RateLimitPolicy,
+        holder: &str,
+        lease_until_us: i64,
+        now_us: i64,
+    ) -> Result<bool, StoreError> {
+        // A racing taker moving the version is not a full endpoint: read again.
+        for _ in 0..TAKE_ROUNDS {
+            if let Some(taken) = self
+                .try_take_slot(policy, holder, lease_until_us, now_us)
+                .await?
+            {
+                return Ok(taken);
+            }
+        }
+        Ok(false)
+    }
+
+    /// One round of [`Store::take_slot`]: `None` when a racing taker won the version.
+    async fn try_take_slot(
+        &self,
+        policy: &RateLimitPolicy,
+        holder: &str,
+        lease_until_us: i64,
+        now_us: i64,
+    ) -> Result<Option<bool>, StoreError> {
+        let Slot::Free(update) = self
+            .concurrency_slot(policy, holder, lease_until_us, now_us)
+            .await?
+        else {
+            return Ok(Some(false));
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(update.key().clone()))
+            .update_expression(update.update_expression())
+            .set_condition_expression(update.condition_expression().map(str::to_owned))
+            .set_expression_attribute_names(update.expression_attribute_names().cloned())
+            .set_expression_attribute_values(update.expression_attribute_values().cloned())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(o) => {
+                self.usage.record(Kind::Write, o.consumed_capacity());
+                Ok(Some(true))
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if crate::error::is_condition_failure(&e) {
+                    return Ok(None);
+                }
+                Err(StoreError::from_sdk(e))
+            }
+        }
     }
 
     /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every

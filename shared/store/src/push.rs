@@ -110,6 +110,18 @@ impl PushEntry {
     }
 }
 
+/// What [`Store::claim_for_push`] came to.
+#[derive(Debug, Clone)]
+pub enum PushClaim {
+    /// The job, active under the endpoint's worker id, with one of its slots.
+    Claimed(Box<Job>),
+    /// Every slot of the endpoint is held: another endpoint may take the job.
+    Full,
+    /// The job is not to be delivered now (no longer available, its queue paused, a rate
+    /// limit refusing it): no other endpoint needs to try.
+    NotNow,
+}
+
 /// A job the change stream saw become available, as much as its claim needs.
 #[derive(Debug, Clone)]
 pub struct ReadyJob {
@@ -249,30 +261,23 @@ impl Store {
 
     /// Claims `ready` for a delivery to `endpoint`, exactly as FETCH claims a candidate
     /// (the same conditional write on `available` and the ready-index entry, so a polling
-    /// worker or another endpoint racing for it cannot both win), with the endpoint's
-    /// in-flight slot taken in the same transaction. `None` when the job is no longer
-    /// available, its queue is paused, or a limit (the endpoint's `max_concurrency`, the
-    /// job's or queue's rate limits) refuses it now. Calls: the queue's settings (cached),
-    /// one GetItem of the slot holders, one TransactWriteItems, one GetItem read-back.
+    /// worker or another endpoint racing for it cannot both win), after taking one of the
+    /// endpoint's in-flight slots (`max_concurrency`), which is given back if the claim
+    /// loses. Calls: the queue's
+    /// settings (cached), the slot (one GetItem, one UpdateItem), the claim (one
+    /// UpdateItem; a job with a rate limit claims in a transaction as FETCH does).
     pub async fn claim_for_push(
         &self,
         ready: &ReadyJob,
         endpoint: &PushEntry,
         now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
+    ) -> Result<PushClaim, StoreError> {
         let queue = &ready.job.spec.queue;
         let settings = self.queue_settings(std::slice::from_ref(queue)).await?;
         let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
         if queue_settings.paused {
-            return Ok(None);
+            return Ok(PushClaim::NotNow);
         }
-        let lease_ms = endpoint.endpoint.timeout_ms + LEASE_MARGIN_MS;
-        let req = crate::claim::FetchRequest {
-            queues: vec![queue.clone()],
-            count: 1,
-            worker_id: Some(endpoint.worker_id()),
-            visibility_timeout_ms: Some(lease_ms),
-        };
         let rate_limit =
             match &ready.job.spec.rate_limit {
                 Some(rl) => Some(RateLimitPolicy::from_stored(rl, queue.as_str()).map_err(
@@ -280,21 +285,45 @@ impl Store {
                 )?),
                 None => None,
             };
+        let lease_ms = endpoint.endpoint.timeout_ms + LEASE_MARGIN_MS;
+        let holder = ready.job.id.to_string();
+        let slot = endpoint.slot_policy();
+        let lease_until_us = time::after_ms(now, lease_ms).timestamp_micros();
+        if !self
+            .take_slot(&slot, &holder, lease_until_us, now.timestamp_micros())
+            .await?
+        {
+            return Ok(PushClaim::Full);
+        }
+        let req = crate::claim::FetchRequest {
+            queues: vec![queue.clone()],
+            count: 1,
+            worker_id: Some(endpoint.worker_id()),
+            visibility_timeout_ms: Some(lease_ms),
+        };
         let candidate = crate::claim::Candidate::for_push(
             ready.job.id,
             ready.ready_sk.clone(),
             ready.job.spec.timeout_ms,
             rate_limit,
-            endpoint.slot_policy(),
         );
-        self.claim_one(
-            queue,
-            &candidate,
-            &req,
-            now,
-            queue_settings.rate_limit.as_ref(),
-        )
-        .await
+        let claimed = self
+            .claim_one(
+                queue,
+                &candidate,
+                &req,
+                now,
+                queue_settings.rate_limit.as_ref(),
+            )
+            .await;
+        match claimed {
+            Ok(Some(job)) => Ok(PushClaim::Claimed(Box::new(job))),
+            other => {
+                self.release_holder(&slot.key, &holder, Some(lease_until_us))
+                    .await;
+                other.map(|_| PushClaim::NotNow)
+            }
+        }
     }
 
     /// Gives back the in-flight slot `job_id` held at `endpoint` (one or two UpdateItems;

@@ -352,6 +352,31 @@ async fn pushed_jobs_complete_with_signed_deliveries() -> anyhow::Result<()> {
         (after.write_units - before.write_units) / 5.0,
     );
     assert_eq!(latencies.len(), 5);
+    // The same lifecycle polled, for comparison: PUSH + FETCH + ACK on a queue without
+    // endpoints.
+    let before = app.store.usage();
+    for i in 0..5 {
+        let r = app
+            .push(json!({"type": "push.echo", "queue": "polledq", "args": [i]}))
+            .await?;
+        assert_eq!(r.status, 201);
+        let f = app
+            .fetch(json!({"queues": ["polledq"], "count": 1, "worker_id": "w"}))
+            .await?;
+        let id = f.body["jobs"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let a = app
+            .ack(json!({"job_id": id, "result": {"args": [i]}}))
+            .await?;
+        assert_eq!(a.status, 200, "{:?}", a.body);
+    }
+    let after = app.store.usage();
+    eprintln!(
+        "push: {:.1} write units per polled job (PUSH, FETCH, ACK)",
+        (after.write_units - before.write_units) / 5.0
+    );
     // A job of another type on the queue is not pushed.
     let other = app
         .push(json!({"type": "not.pushed", "queue": "pushq", "args": []}))

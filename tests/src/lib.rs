@@ -333,6 +333,8 @@ impl TestApp {
         };
         let dispatcher =
             ojs_push::Dispatcher::new(store.clone(), lambda, config).map_err(anyhow::Error::msg)?;
+        // As `make dev` runs it (functions/local); stopped when the runtime of the test ends.
+        dispatcher.catch_up_every(Duration::from_secs(1));
         let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
         // The consumer attached here (with the observer) is the one `serve` finds.
         let store = store

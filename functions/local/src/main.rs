@@ -54,6 +54,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .map_err(anyhow::Error::msg)
         .context("building the push dispatcher")?;
+        // Jobs no delivery's end picks up (a queue resumed after a pause), every 2 s.
+        dispatcher.catch_up_every(std::time::Duration::from_secs(2));
         store = store
             .with_change_observer(std::sync::Arc::new(dispatcher))
             .with_local_stream(client, created, Some(STREAM_POLL))

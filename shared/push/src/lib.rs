@@ -28,8 +28,10 @@ use tokio::sync::Semaphore;
 /// How long the endpoints of a queue are trusted once read: a registration made through
 /// another instance applies within this time.
 const ENDPOINTS_TTL: Duration = Duration::from_secs(1);
-/// How many available jobs of a queue one catch-up looks at.
+/// How many available jobs of a queue one catch-up round looks at.
 const CATCH_UP_PAGE: usize = 10;
+/// Most rounds of one catch-up (a backlog drains over several deliveries' catch-ups).
+const CATCH_UP_ROUNDS: usize = 20;
 /// How long a job has been available before a catch-up takes it rather than leave it to
 /// the stream's dispatch (which would race it for the claim).
 const CATCH_UP_AGE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
@@ -149,9 +151,10 @@ impl Dispatcher {
     /// delivers it; then looks for jobs of the queue left waiting. True when a delivery was
     /// made.
     async fn dispatch(&self, ready: ReadyJob) -> bool {
-        let delivered = self.dispatch_one(ready.clone()).await;
+        let queue = ready.job.spec.queue.clone();
+        let delivered = self.dispatch_one(ready).await;
         if delivered {
-            self.catch_up(&ready.job.spec.queue).await;
+            self.catch_up(&queue).await;
         }
         delivered
     }
@@ -204,25 +207,75 @@ impl Dispatcher {
 
     /// After a delivery, the jobs of `queue` still available that the stream offered a
     /// while ago (while its endpoints were full, or to another instance whose endpoints
-    /// were): one Query of the ready index (one GetItem per entry found). Always, not only
-    /// after this instance saw a full endpoint, since the delivery that frees a slot may
-    /// end on another instance than the one that found it full. Jobs made available in the
-    /// last [`CATCH_UP_AGE`] are left to the stream's own dispatch.
-    async fn catch_up(&self, queue: &QueueName) {
-        let now = time::now();
-        match self.inner.store.ready_jobs(queue, CATCH_UP_PAGE).await {
-            Ok(jobs) => {
-                let waiting = jobs.into_iter().filter(|r| {
-                    r.job
-                        .status
-                        .enqueued_at
-                        .is_none_or(|at| now - at >= CATCH_UP_AGE)
-                });
-                let runs = waiting.map(|r| Box::pin(self.dispatch(r)));
-                futures::future::join_all(runs).await;
+    /// were): rounds of one Query of the ready index (one GetItem per entry found), until
+    /// a round delivers nothing. Always, not only after this instance saw a full endpoint,
+    /// since the delivery that frees a slot may end on another instance than the one that
+    /// found it full. Jobs made available in the last [`CATCH_UP_AGE`] are left to the
+    /// stream's own dispatch. Returns how many were delivered.
+    pub async fn catch_up(&self, queue: &QueueName) -> usize {
+        let mut delivered = 0;
+        for _ in 0..CATCH_UP_ROUNDS {
+            let now = time::now();
+            let jobs = match self.inner.store.ready_jobs(queue, CATCH_UP_PAGE).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %e, "push catch-up failed");
+                    break;
+                }
+            };
+            let waiting = jobs.into_iter().filter(|r| {
+                r.job
+                    .status
+                    .enqueued_at
+                    .is_none_or(|at| now - at >= CATCH_UP_AGE)
+            });
+            let runs = waiting.map(|r| self.dispatch_one(r));
+            let round = futures::future::join_all(runs)
+                .await
+                .into_iter()
+                .filter(|d| *d)
+                .count();
+            if round == 0 {
+                break;
             }
-            Err(e) => tracing::warn!(queue = %queue, error = %e, "push catch-up failed"),
+            delivered += round;
         }
+        delivered
+    }
+
+    /// The catch-up of every queue with registered endpoints (one Query of the
+    /// registrations, then [`Dispatcher::catch_up`] per queue), for jobs no delivery's end
+    /// picks up (a queue resumed after a pause, slots freed by a dispatcher that died). In
+    /// process (`make dev`, tests) it runs every few seconds ([`Dispatcher::catch_up_every`]);
+    /// on AWS not yet (the scheduler's 60 s could not wait for a 900 s delivery): there the
+    /// next delivery on the queue, or a polling worker, takes such jobs.
+    pub async fn catch_up_all(&self) -> usize {
+        let endpoints = match self.inner.store.list_push_endpoints().await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "push endpoints unreadable");
+                return 0;
+            }
+        };
+        let mut queues: Vec<&QueueName> =
+            endpoints.iter().flat_map(|e| &e.endpoint.queues).collect();
+        queues.sort();
+        queues.dedup();
+        let runs = queues.into_iter().map(|q| self.catch_up(q));
+        futures::future::join_all(runs).await.into_iter().sum()
+    }
+
+    /// Runs [`Dispatcher::catch_up_all`] every `interval` in the background.
+    pub fn catch_up_every(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.catch_up_all().await;
+            }
+        })
     }
 
     async fn endpoints_of(&self, queue: &QueueName) -> Result<Arc<Vec<PushEntry>>, StoreError> {

@@ -536,3 +536,31 @@ async fn deliveries_never_reach_a_name_that_resolves_to_loopback() -> anyhow::Re
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["paused.job"], "pausable")).await?;
+    let paused = app
+        .call(Method::POST, "/ojs/v1/queues/pausable/pause", None)
+        .await?;
+    assert_eq!(paused.status, 200, "{:?}", paused.body);
+    let r = app
+        .push(json!({"type": "paused.job", "queue": "pausable", "args": []}))
+        .await?;
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(app.info(&id).await?.body["job"]["state"], "available");
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    // Resuming writes no job: the periodic catch-up delivers it.
+    let resumed = app
+        .call(Method::POST, "/ojs/v1/queues/pausable/resume", None)
+        .await?;
+    assert_eq!(resumed.status, 200, "{:?}", resumed.body);
+    let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+    assert_eq!(job["state"], "completed", "{job}");
+    app.teardown().await;
+    Ok(())
+}

@@ -218,6 +218,24 @@ async fn scenario(lang: &str) -> anyhow::Result<()> {
         "{refused_job}"
     );
     assert!(of(&refused).iter().all(|d| d["sig_ok"] == false) && of(&refused).len() == 1);
+    // ... and the endpoint is disabled (§7.2.3): the next job of its queue stays available.
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    let bad_endpoint = listed.body["endpoints"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["queues"] == json!([bad])).cloned())
+        .unwrap_or_default();
+    assert_eq!(bad_endpoint["status"], "disabled", "{bad_endpoint}");
+    assert!(
+        bad_endpoint["disabled_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("401")),
+        "{bad_endpoint}"
+    );
+    let held = push(&app, "push.echo", &bad, json!([])).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(app.info(&held).await?.body["job"]["state"], "available");
     app.teardown().await;
     Ok(())
 }

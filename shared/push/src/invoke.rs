@@ -91,8 +91,14 @@ where
             | "InvalidParameterValueException"
             | "RequestTooLargeException"
     ) && !text.contains("AccessDenied");
+    // A missing function or a refused permission disables the endpoint (§7.2.2-3).
+    let kind = if retryable {
+        "push_invoke_error"
+    } else {
+        "push_invoke_refused"
+    };
     PushAnswer::Failed(delivery_error(
-        "push_invoke_error",
+        kind,
         format!("invoking the function failed: {text}"),
         retryable,
     ))

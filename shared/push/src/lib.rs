@@ -171,7 +171,7 @@ impl Dispatcher {
         };
         let candidates: Vec<&PushEntry> = endpoints
             .iter()
-            .filter(|e| e.endpoint.takes(&queue, &ready.job.spec.job_type))
+            .filter(|e| e.disabled.is_none() && e.endpoint.takes(&queue, &ready.job.spec.job_type))
             .collect();
         if candidates.is_empty() {
             return false;
@@ -257,8 +257,11 @@ impl Dispatcher {
                 return 0;
             }
         };
-        let mut queues: Vec<&QueueName> =
-            endpoints.iter().flat_map(|e| &e.endpoint.queues).collect();
+        let mut queues: Vec<&QueueName> = endpoints
+            .iter()
+            .filter(|e| e.disabled.is_none())
+            .flat_map(|e| &e.endpoint.queues)
+            .collect();
         queues.sort();
         queues.dedup();
         let runs = queues.into_iter().map(|q| self.catch_up(q));
@@ -346,7 +349,40 @@ impl Dispatcher {
             }
         }
         store.release_push_slot(endpoint, &job.id.to_string()).await;
+        if let PushAnswer::Failed(f) = &answer {
+            if disables(&f.error_type) {
+                self.disable(endpoint, &f.message).await;
+            }
+        }
     }
+
+    /// §7.2.2-3: an endpoint that answered 404, 401 or 403 gets no more deliveries (its
+    /// jobs stay available to polling workers) until it is registered again.
+    async fn disable(&self, endpoint: &PushEntry, why: &str) {
+        tracing::error!(endpoint = %endpoint.id, reason = %why, "push endpoint disabled");
+        if let Err(e) = self
+            .inner
+            .store
+            .disable_push_endpoint(endpoint, why, time::now())
+            .await
+        {
+            tracing::warn!(endpoint = %endpoint.id, error = %e, "push endpoint not disabled");
+        }
+        if let Ok(mut cache) = self.inner.endpoints.lock() {
+            for q in &endpoint.endpoint.queues {
+                cache.remove(q);
+            }
+        }
+    }
+}
+
+/// Whether a failure of this class disables the endpoint (§7.2.2-3): the function or
+/// path is missing, or the endpoint refuses the server's credentials or signature.
+fn disables(error_type: &str) -> bool {
+    matches!(
+        error_type,
+        "push_http_401" | "push_http_403" | "push_http_404" | "push_invoke_refused"
+    )
 }
 
 /// The store's hook for the in-process stream consumer: dispatches in the background.

@@ -10,7 +10,7 @@
 //! The signing secret is stored in the items (DynamoDB encrypts them at rest) and never
 //! leaves the store through [`PushEntry::view`].
 
-use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem};
+use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update};
 use ojs_core::push::PushEndpoint;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::{self, Timestamp};
@@ -47,12 +47,28 @@ pub struct PushEntry {
     pub endpoint: PushEndpoint,
     /// When it was registered.
     pub created_at: String,
+    /// Why and when deliveries to it stopped (ojs-serverless.md §7.2: the endpoint
+    /// answered 404, 401 or 403, which retrying cannot fix): `(at, reason)`.
+    pub disabled: Option<(String, String)>,
 }
 
 impl PushEntry {
     /// The API's view: never the secret.
     pub fn view(&self) -> Value {
-        self.endpoint.view(&self.id, &self.created_at)
+        let mut view = self.endpoint.view(&self.id, &self.created_at);
+        if let Some(o) = view.as_object_mut() {
+            match &self.disabled {
+                None => {
+                    o.insert("status".into(), json!("active"));
+                }
+                Some((at, reason)) => {
+                    o.insert("status".into(), json!("disabled"));
+                    o.insert("disabled_at".into(), json!(at));
+                    o.insert("disabled_reason".into(), json!(reason));
+                }
+            }
+        }
+        view
     }
 
     /// The worker id its deliveries claim jobs under (the holder the ACK and FAIL of a
@@ -106,6 +122,12 @@ impl PushEntry {
             id: get("id").cloned().unwrap_or_default(),
             endpoint,
             created_at: get("created_at").cloned().unwrap_or_default(),
+            disabled: get("disabled_at").map(|at| {
+                (
+                    at.clone(),
+                    get("disabled_reason").cloned().unwrap_or_default(),
+                )
+            }),
         })
     }
 }
@@ -172,6 +194,7 @@ impl Store {
             id: format!("pe_{}", uuid::Uuid::now_v7()),
             endpoint: endpoint.clone(),
             created_at: time::format(&now),
+            disabled: None,
         };
         let pks = std::iter::once(PUSH_PK.to_owned()).chain(endpoint.queues.iter().map(queue_pk));
         let mut tx = self
@@ -230,6 +253,48 @@ impl Store {
                 }
             })
             .collect())
+    }
+
+    /// Stops deliveries to `entry` (§7.2.2-3: it answered 404, 401 or 403): its listing
+    /// and queue items record when and why, in one transaction (1 + queues writes). Its
+    /// queues' jobs stay available to polling workers; registering it again resumes.
+    pub async fn disable_push_endpoint(
+        &self,
+        entry: &PushEntry,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let pks =
+            std::iter::once(PUSH_PK.to_owned()).chain(entry.endpoint.queues.iter().map(queue_pk));
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for pk in pks {
+            let update = Update::builder()
+                .table_name(self.table())
+                .key("pk", s(pk))
+                .key("sk", s(entry_sk(&entry.id)))
+                .update_expression("SET disabled_at = :at, disabled_reason = :why")
+                .condition_expression("attribute_exists(pk) AND attribute_not_exists(disabled_at)")
+                .expression_attribute_values(":at", s(time::format(&now)))
+                .expression_attribute_values(
+                    ":why",
+                    s(reason.chars().take(500).collect::<String>()),
+                )
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().update(update).build());
+        }
+        let out = tx.send().await;
+        // Deleted meanwhile, or disabled by another delivery first: nothing to do.
+        if let Err(e) = &out {
+            if crate::error::cancellation_codes(e).is_some() {
+                self.usage.record(Kind::Write, None);
+                return Ok(());
+            }
+        }
+        self.tally(Kind::Write, out).map(|_| ())
     }
 
     /// Removes registration `id` and its queue items in one transaction; NotFound when

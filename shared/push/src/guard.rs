@@ -82,7 +82,11 @@ mod tests {
     async fn names_resolving_to_loopback_are_refused_unless_allowed() {
         let refused = check_target("https://localhost:8443/", false).await;
         assert!(refused.is_err_and(|e| e.contains("loopback")));
-        assert!(check_target("http://localhost:8443/", true).await.is_ok());
+        assert!(check_target("https://localhost:8443/", true).await.is_ok());
+        // Plain HTTP only to an IP literal, even when private targets are allowed: a name
+        // could point anywhere.
+        assert!(check_target("http://localhost:8443/", true).await.is_err());
+        assert!(check_target("http://127.0.0.1:8443/", true).await.is_ok());
         // At connection time: the resolver keeps no forbidden address.
         let name: Name = "localhost".parse().unwrap_or_else(|_| unreachable!());
         assert!(resolver(false).resolve(name).await.is_err());

@@ -215,21 +215,20 @@ impl Dispatcher {
     pub async fn catch_up(&self, queue: &QueueName) -> usize {
         let mut delivered = 0;
         for _ in 0..CATCH_UP_ROUNDS {
-            let now = time::now();
-            let jobs = match self.inner.store.ready_jobs(queue, CATCH_UP_PAGE).await {
+            let before = time::now() - CATCH_UP_AGE;
+            let jobs = match self
+                .inner
+                .store
+                .ready_jobs(queue, CATCH_UP_PAGE, before)
+                .await
+            {
                 Ok(jobs) => jobs,
                 Err(e) => {
                     tracing::warn!(queue = %queue, error = %e, "push catch-up failed");
                     break;
                 }
             };
-            let waiting = jobs.into_iter().filter(|r| {
-                r.job
-                    .status
-                    .enqueued_at
-                    .is_none_or(|at| now - at >= CATCH_UP_AGE)
-            });
-            let runs = waiting.map(|r| self.dispatch_one(r));
+            let runs = jobs.into_iter().map(|r| self.dispatch_one(r));
             let round = futures::future::join_all(runs)
                 .await
                 .into_iter()

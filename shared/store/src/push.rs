@@ -398,14 +398,19 @@ impl Store {
             .await;
     }
 
-    /// Up to `limit` jobs of `queue` still available (one Query of the ready index per
-    /// shard, then one GetItem per entry): the dispatcher's catch-up after a delivery
-    /// ends, for jobs the stream saw while the endpoint was full.
+    /// Up to `limit` jobs of `queue` still available that were made available before
+    /// `before` (one Query of the ready index per shard, then one GetItem per entry old
+    /// enough, judged by the enqueue time in its index key): the dispatcher's catch-up,
+    /// for jobs the stream offered while the endpoints were full. Jobs of types no
+    /// endpoint takes are read too (the index carries no type): a queue mixing pushed and
+    /// polled types pays those reads when its polled jobs wait.
     pub async fn ready_jobs(
         &self,
         queue: &QueueName,
         limit: usize,
+        before: Timestamp,
     ) -> Result<Vec<ReadyJob>, StoreError> {
+        let cutoff = before.timestamp_micros();
         let mut out = Vec::new();
         for shard in 0..self.queue_shards() {
             let page = i32::try_from(limit.saturating_sub(out.len())).unwrap_or(25);
@@ -413,6 +418,14 @@ impl Store {
                 break;
             }
             for c in self.ready_candidates(queue, shard, page).await? {
+                let enqueued_us = c
+                    .ready_sk
+                    .split('#')
+                    .nth(1)
+                    .and_then(|us| us.parse::<i64>().ok());
+                if enqueued_us.is_some_and(|us| us > cutoff) {
+                    continue;
+                }
                 let Some(raw) = self.read_item(item::job_key(&c.id)).await? else {
                     continue;
                 };

@@ -1068,7 +1068,11 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     anyhow::ensure!(delivered == 1, "push delivery: {delivered} delivered");
     // The catch-up a delivery runs when jobs were left waiting (endpoints full).
     store
-        .ready_jobs(&ojs_core::QueueName::parse("iam-push")?, 10)
+        .ready_jobs(
+            &ojs_core::QueueName::parse("iam-push")?,
+            10,
+            ojs_core::time::now(),
+        )
         .await?;
     used.insert("StreamFunction", recorder.take());
 

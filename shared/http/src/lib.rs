@@ -95,8 +95,9 @@ pub struct HttpConfig {
 impl HttpConfig {
     /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous),
     /// `OJS_AUTH` (`api-key`, the default, or `off`), `OJS_CORS_ALLOWED_ORIGINS`
-    /// (comma-separated origins; none by default) and `OJS_CONTENT_TYPE_ALIAS` (`always`,
-    /// or by default only for the Python SDK's requests).
+    /// (comma-separated origins; none by default), `OJS_CONTENT_TYPE_ALIAS` (`always`,
+    /// or by default only for the Python SDK's requests) and `OJS_PUSH_ALLOW_PRIVATE`
+    /// (`on` allows push endpoints at private addresses; off by default).
     pub fn from_env() -> Self {
         let ms = std::env::var("OJS_FETCH_RECHECK_MS")
             .ok()

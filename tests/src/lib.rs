@@ -303,11 +303,7 @@ impl TestApp {
     /// `make dev` runs it: the change stream read in the background every 50 ms feeds the
     /// dispatcher, and endpoints on loopback are allowed (`OJS_PUSH_ALLOW_PRIVATE=on`).
     pub async fn spawn_with_push() -> anyhow::Result<Self> {
-        Self::spawn_with_push_config(ojs_push::PushConfig {
-            allow_private: true,
-            max_parallel: 32,
-        })
-        .await
+        Self::spawn_with_push_config(ojs_push::PushConfig::local(true)).await
     }
 
     /// Like [`TestApp::spawn_with_push`] with the dispatcher configured as `config` (the

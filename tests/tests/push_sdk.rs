@@ -247,10 +247,7 @@ async fn scenario(lang: &str) -> anyhow::Result<()> {
 async fn python_direct_handler() -> anyhow::Result<()> {
     // The shim's port is known only once it runs: start it first, against any server URL.
     let (_shim, url) = start_shim("python", "http://127.0.0.1:9").await?;
-    let config = ojs_push::PushConfig {
-        allow_private: true,
-        max_parallel: 8,
-    };
+    let config = ojs_push::PushConfig::local(true);
     let app = TestApp::spawn_with_push_to(config, Some(url.trim_end_matches('/'))).await?;
     let arn = "arn:aws:lambda:us-east-1:123456789012:function:ojs-worker";
     register(&app, arn, "sdk-direct", SECRET).await?;

@@ -12,6 +12,7 @@
 //! when it was the last holder): 5 to 6 calls, measured at 8.x write units with the
 //! PUSH (tests/tests/integration/push.rs).
 
+mod breaker;
 mod deliver;
 pub mod guard;
 mod invoke;
@@ -44,19 +45,36 @@ pub struct PushConfig {
     pub allow_private: bool,
     /// Most deliveries this process runs at once (`OJS_PUSH_MAX_PARALLEL`, default 64).
     pub max_parallel: usize,
+    /// How long an endpoint whose circuit opened gets no delivery before one tests it
+    /// (`OJS_PUSH_BREAKER_COOLDOWN_MS`, default 60000; §7.2.6).
+    pub breaker_cooldown: Duration,
 }
 
 impl PushConfig {
-    /// Reads `OJS_PUSH_ALLOW_PRIVATE` (`on`/`off`, default off) and
-    /// `OJS_PUSH_MAX_PARALLEL` (default 64).
+    /// Reads `OJS_PUSH_ALLOW_PRIVATE` (`on`/`off`, default off),
+    /// `OJS_PUSH_MAX_PARALLEL` (default 64) and `OJS_PUSH_BREAKER_COOLDOWN_MS` (default
+    /// 60000).
     pub fn from_env() -> Self {
+        let number = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         Self {
             allow_private: allow_private_from_env(),
-            max_parallel: std::env::var("OJS_PUSH_MAX_PARALLEL")
-                .ok()
-                .and_then(|v| v.parse().ok())
+            max_parallel: number("OJS_PUSH_MAX_PARALLEL")
                 .filter(|n| *n > 0)
+                .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(64),
+            breaker_cooldown: Duration::from_millis(
+                number("OJS_PUSH_BREAKER_COOLDOWN_MS").unwrap_or(60_000),
+            ),
+        }
+    }
+
+    /// Settings for tests and local use: private targets allowed or not, 32 deliveries at
+    /// once, a one-second breaker cooldown.
+    pub fn local(allow_private: bool) -> Self {
+        Self {
+            allow_private,
+            max_parallel: 32,
+            breaker_cooldown: Duration::from_secs(1),
         }
     }
 }
@@ -94,6 +112,7 @@ struct Inner {
     lambda: aws_sdk_lambda::Client,
     config: PushConfig,
     permits: Semaphore,
+    breakers: breaker::Breakers,
     endpoints: Mutex<HashMap<QueueName, Cached>>,
 }
 
@@ -118,6 +137,7 @@ impl Dispatcher {
                 http,
                 lambda,
                 permits: Semaphore::new(config.max_parallel),
+                breakers: breaker::Breakers::new(config.breaker_cooldown),
                 config,
                 endpoints: Mutex::default(),
             }),
@@ -180,12 +200,19 @@ impl Dispatcher {
             return false;
         };
         for endpoint in candidates {
-            match self
+            // An open circuit: the job is left to other endpoints and polling workers.
+            if !self.inner.breakers.allow(&endpoint.id) {
+                continue;
+            }
+            let claimed = self
                 .inner
                 .store
                 .claim_for_push(&ready, endpoint, time::now())
-                .await
-            {
+                .await;
+            if !matches!(claimed, Ok(PushClaim::Claimed(_))) {
+                self.inner.breakers.unused(&endpoint.id);
+            }
+            match claimed {
                 Ok(PushClaim::Claimed(job)) => {
                     self.deliver_and_settle(endpoint, *job).await;
                     return true;
@@ -348,10 +375,17 @@ impl Dispatcher {
             }
         }
         store.release_push_slot(endpoint, &job.id.to_string()).await;
-        if let PushAnswer::Failed(f) = &answer {
-            if disables(&f.error_type) {
-                self.disable(endpoint, &f.message).await;
+        let delivery_error = match &answer {
+            PushAnswer::Failed(f) => {
+                if disables(&f.error_type) {
+                    self.disable(endpoint, &f.message).await;
+                }
+                f.retryable && f.reported.get("error_class") == Some(&"delivery_error".into())
             }
+            PushAnswer::Completed(_) => false,
+        };
+        if self.inner.breakers.record(&endpoint.id, delivery_error) {
+            tracing::warn!(endpoint = %endpoint.id, failures = breaker::TRIP_AFTER, "push circuit opened: no delivery to this endpoint for the cooldown");
         }
     }
 

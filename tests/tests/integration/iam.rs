@@ -1055,10 +1055,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     let dispatcher = ojs_push::Dispatcher::new(
         store.clone(),
         ojs_push::lambda_client(&sdk),
-        ojs_push::PushConfig {
-            allow_private: true,
-            max_parallel: 1,
-        },
+        ojs_push::PushConfig::local(true),
     )
     .map_err(anyhow::Error::msg)?;
     let delivered = dispatcher

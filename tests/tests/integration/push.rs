@@ -502,11 +502,7 @@ async fn max_concurrency_holds_and_waiting_jobs_follow() -> anyhow::Result<()> {
 async fn deliveries_never_reach_a_name_that_resolves_to_loopback() -> anyhow::Result<()> {
     // Registered while private targets were allowed; the dispatcher no longer allows them
     // (as after OJS_PUSH_ALLOW_PRIVATE is turned off, or a name re-pointed at 127.0.0.1).
-    let app = TestApp::spawn_with_push_config(ojs_push::PushConfig {
-        allow_private: false,
-        max_parallel: 4,
-    })
-    .await?;
+    let app = TestApp::spawn_with_push_config(ojs_push::PushConfig::local(false)).await?;
     let fake = Fake::default();
     let url = fake_endpoint(fake.clone(), 0).await?;
     let port = url
@@ -561,6 +557,62 @@ async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
     assert_eq!(resumed.status, 200, "{:?}", resumed.body);
     let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
     assert_eq!(job["state"], "completed", "{job}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s
+    let hits = Arc::new(Mutex::new(0usize));
+    let counter = hits.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let router = Router::new().route(
+            "/",
+            post(move || async move {
+                if let Ok(mut n) = counter.lock() {
+                    *n += 1;
+                }
+                (StatusCode::SERVICE_UNAVAILABLE, "down")
+            }),
+        );
+        let _ = axum::serve(listener, router).await;
+    });
+    register(&app, registration(&url, &["down.job"], "down")).await?;
+    let hits_now = || hits.lock().map(|n| *n).unwrap_or(0);
+    let push = || {
+        app.push(json!({"type": "down.job", "queue": "down", "args": [],
+            "retry": {"max_attempts": 5, "initial_interval": "PT30S"}}))
+    };
+    // Five delivery errors in a row, one job at a time (each retried only in 30 s).
+    for n in 1..=5 {
+        let id = push().await?.body["job"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let until = Instant::now() + Duration::from_secs(10);
+        while app.info(&id).await?.body["job"]["state"] != "retryable" && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(hits_now(), n);
+    }
+    // Open: the next job is not delivered; it stays available to polling workers.
+    let sixth = push().await?.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(hits_now(), 5);
+    assert_eq!(app.info(&sixth).await?.body["job"]["state"], "available");
+    // After the cooldown one delivery tests the endpoint; it fails, and the circuit opens
+    // again (the five others wait for their 30 s backoff).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(hits_now(), 6);
+    let job = app.info(&sixth).await?.body["job"].clone();
+    assert_eq!(job["state"], "retryable", "{job}");
+    assert!(job["errors"].to_string().contains("push_http_503"), "{job}");
     app.teardown().await;
     Ok(())
 }

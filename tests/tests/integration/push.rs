@@ -616,3 +616,35 @@ async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::R
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_answer_for_an_attempt_that_ended_is_ignored() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(1500),
+        ..Fake::default()
+    };
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["late.job"], "late")).await?;
+    let id = app
+        .push(json!({"type": "late.job", "queue": "late", "args": []}))
+        .await?
+        .body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let until = Instant::now() + Duration::from_secs(10);
+    while fake.seen.lock().map(|s| s.is_empty()).unwrap_or(true) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Cancelled while the endpoint works on it: its "completed" arrives for an attempt
+    // that has ended, and the store's fence refuses it.
+    let cancelled = app.cancel(&id).await?;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let job = app.info(&id).await?.body["job"].clone();
+    assert_eq!(job["state"], "cancelled", "{job}");
+    assert!(job["result"].is_null(), "{job}");
+    app.teardown().await;
+    Ok(())
+}

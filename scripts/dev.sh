@@ -15,6 +15,8 @@ export OJS_HOST="${OJS_HOST:-127.0.0.1}"
 # Local development serves without API keys unless asked (OJS_AUTH=api-key make dev;
 # create a key with `cargo run -p ojs-local --bin ojs-keys -- create <name>`).
 export OJS_AUTH="${OJS_AUTH:-off}"
+# Push endpoints on this machine (a worker shim on 127.0.0.1) are allowed in development.
+export OJS_PUSH_ALLOW_PRIVATE="${OJS_PUSH_ALLOW_PRIVATE:-on}"
 
 # shellcheck source=scripts/local-aws-session.sh
 source scripts/local-aws-session.sh

@@ -64,7 +64,7 @@ if [ $# -gt 0 ]; then
 else
     run_tests --workspace --all-targets --no-fail-fast --exclude ojs-tests
     run_tests -p ojs-tests --lib --bins --test stress --no-fail-fast
-    for suite in integration conformance sdk; do
+    for suite in integration conformance sdk push_sdk; do
         fresh_dynamodb
         run_tests -p ojs-tests --test "$suite" --no-fail-fast
     done

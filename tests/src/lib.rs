@@ -299,6 +299,64 @@ impl TestApp {
         Ok(app)
     }
 
+    /// Like [`TestApp::spawn_with_sweeper`], with push delivery (ojs-serverless.md §2) as
+    /// `make dev` runs it: the change stream read in the background every 50 ms feeds the
+    /// dispatcher, and endpoints on loopback are allowed (`OJS_PUSH_ALLOW_PRIVATE=on`).
+    pub async fn spawn_with_push() -> anyhow::Result<Self> {
+        Self::spawn_with_push_config(ojs_push::PushConfig::local(true)).await
+    }
+
+    /// Like [`TestApp::spawn_with_push`] with the dispatcher configured as `config` (the
+    /// API still registers loopback endpoints).
+    pub async fn spawn_with_push_config(config: ojs_push::PushConfig) -> anyhow::Result<Self> {
+        Self::spawn_with_push_to(config, None).await
+    }
+
+    /// Like [`TestApp::spawn_with_push_config`], with Lambda functions invoked at
+    /// `lambda_endpoint` (a fake Invoke API) when given.
+    pub async fn spawn_with_push_to(
+        config: ojs_push::PushConfig,
+        lambda_endpoint: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let store = fresh_store().await?;
+        let sdk = aws_config_load().await;
+        let lambda = match lambda_endpoint {
+            Some(url) => {
+                let sdk = sdk.to_builder().endpoint_url(url).build();
+                ojs_push::lambda_client(&sdk)
+            }
+            None => ojs_push::lambda_client(&sdk),
+        };
+        let dispatcher =
+            ojs_push::Dispatcher::new(store.clone(), lambda, config).map_err(anyhow::Error::msg)?;
+        // As `make dev` runs it (functions/local); stopped when the runtime of the test ends.
+        dispatcher.catch_up_every(Duration::from_secs(1));
+        let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
+        // The consumer attached here (with the observer) is the one `serve` finds.
+        let store = store
+            .with_change_observer(std::sync::Arc::new(dispatcher))
+            .with_local_stream(client, true, Some(Duration::from_millis(50)))
+            .await
+            .context("reading the table's change stream")?;
+        let mut app = Self::serve(
+            store,
+            HttpConfig {
+                push_allow_private: true,
+                ..HttpConfig::default()
+            },
+        )
+        .await?;
+        let store = app.store.clone();
+        app.sweeper = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                let _ = store.sweep(ojs_core::time::now()).await;
+            }
+        }));
+        Ok(app)
+    }
+
     /// Sends a request with an optional JSON body.
     pub async fn call(
         &self,

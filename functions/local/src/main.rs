@@ -46,7 +46,18 @@ async fn main() -> anyhow::Result<()> {
     if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
         let sdk = aws_config::load_from_env().await;
         let client = ojs_store::streams_client_from_env(&sdk);
+        // Push delivery, fed by the same consumer (the stream function's job on AWS).
+        let dispatcher = ojs_push::Dispatcher::new(
+            store.clone(),
+            ojs_push::lambda_client(&sdk),
+            ojs_push::PushConfig::from_env(),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("building the push dispatcher")?;
+        // Jobs no delivery's end picks up (a queue resumed after a pause), every 2 s.
+        dispatcher.catch_up_every(std::time::Duration::from_secs(2));
         store = store
+            .with_change_observer(std::sync::Arc::new(dispatcher))
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;

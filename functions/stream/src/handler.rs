@@ -2,11 +2,15 @@
 //! batch reported back from its first record (partial batch response), so Lambda retries
 //! it (bisecting it if it keeps failing) instead of skipping past it.
 
+use ojs_push::Dispatcher;
 use ojs_store::{Change, Store};
 use serde_json::{json, Value};
 
-/// Applies a DynamoDB stream event's records; answers the partial batch response.
-pub async fn apply_batch(store: &Store, event: &Value) -> Value {
+/// Applies a DynamoDB stream event's records, then delivers the jobs they made available
+/// to their push endpoints (all at once, waited for: Lambda freezes the instance once the
+/// handler returns); answers the partial batch response. A delivery's outcome never fails
+/// the batch: an undelivered job stays available, or its lease ends and it is retried.
+pub async fn apply_batch(store: &Store, push: &Dispatcher, event: &Value) -> Value {
     let records = event["Records"]
         .as_array()
         .map(Vec::as_slice)
@@ -21,7 +25,8 @@ pub async fn apply_batch(store: &Store, event: &Value) -> Value {
     }
     match store.apply_changes(&changes).await {
         Ok(applied) => {
-            tracing::debug!(?applied, "stream batch applied");
+            let pushed = push.dispatch_changes(&changes).await;
+            tracing::debug!(?applied, pushed, "stream batch applied");
             json!({"batchItemFailures": []})
         }
         Err(e) => {

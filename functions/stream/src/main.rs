@@ -15,9 +15,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         .without_time()
         .init();
     let store = Store::from_env().await;
+    let sdk = aws_config::load_from_env().await;
+    let push = ojs_push::Dispatcher::new(
+        store.clone(),
+        ojs_push::lambda_client(&sdk),
+        ojs_push::PushConfig::from_env(),
+    )?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
-        let store = store.clone();
-        async move { Ok::<_, lambda_runtime::Error>(handler::apply_batch(&store, &event.payload).await) }
+        let (store, push) = (store.clone(), push.clone());
+        async move {
+            Ok::<_, lambda_runtime::Error>(
+                handler::apply_batch(&store, &push, &event.payload).await,
+            )
+        }
     }))
     .await
 }

@@ -52,11 +52,14 @@ pub enum Group {
     Cloudq,
     /// The admin API (`/ojs/v1/admin/...`, ojs-admin-api.md) the dashboard calls.
     Admin,
+    /// Push endpoint registrations: `/ojs/v1/push/endpoints...` (served by the queues
+    /// function on AWS).
+    Push,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 10] = [
+    pub const ALL: [Group; 11] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
@@ -67,6 +70,7 @@ impl Group {
         Group::Schemas,
         Group::Cloudq,
         Group::Admin,
+        Group::Push,
     ];
 }
 
@@ -83,13 +87,17 @@ pub struct HttpConfig {
     /// Answer every JSON body with [`JSON_CONTENT_TYPE_ALIASED`], not only the Python SDK's
     /// requests (for Python clients that set a User-Agent of their own).
     pub json_alias_for_all: bool,
+    /// Whether push endpoints may be loopback or private addresses, over plain HTTP too
+    /// (`OJS_PUSH_ALLOW_PRIVATE=on`: local development and tests).
+    pub push_allow_private: bool,
 }
 
 impl HttpConfig {
     /// Reads `OJS_FETCH_RECHECK_MS` (default 0: DynamoDB Local's indexes are synchronous),
     /// `OJS_AUTH` (`api-key`, the default, or `off`), `OJS_CORS_ALLOWED_ORIGINS`
-    /// (comma-separated origins; none by default) and `OJS_CONTENT_TYPE_ALIAS` (`always`,
-    /// or by default only for the Python SDK's requests).
+    /// (comma-separated origins; none by default), `OJS_CONTENT_TYPE_ALIAS` (`always`,
+    /// or by default only for the Python SDK's requests) and `OJS_PUSH_ALLOW_PRIVATE`
+    /// (`on` allows push endpoints at private addresses; off by default).
     pub fn from_env() -> Self {
         let ms = std::env::var("OJS_FETCH_RECHECK_MS")
             .ok()
@@ -108,6 +116,7 @@ impl HttpConfig {
             auth,
             cors_origins,
             json_alias_for_all: std::env::var("OJS_CONTENT_TYPE_ALIAS").as_deref() == Ok("always"),
+            push_allow_private: ojs_push::allow_private_from_env(),
         }
     }
 }
@@ -120,6 +129,7 @@ impl Default for HttpConfig {
             auth: AuthMode::Off,
             cors_origins: Vec::new(),
             json_alias_for_all: false,
+            push_allow_private: false,
         }
     }
 }
@@ -169,6 +179,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Schemas => routes::schemas::router(),
             Group::Cloudq => routes::cloudq::router(),
             Group::Admin => routes::admin::router(),
+            Group::Push => routes::push::router(),
         });
     }
     layer::wrap(router.with_state(state.clone()), state)

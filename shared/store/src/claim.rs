@@ -41,9 +41,9 @@ pub struct FetchRequest {
 }
 
 /// A ready-index entry.
-struct Candidate {
-    id: JobId,
-    ready_sk: String,
+pub(crate) struct Candidate {
+    pub(crate) id: JobId,
+    pub(crate) ready_sk: String,
     /// The job's own lease length, when it sets one.
     lease_ms: Option<u64>,
     /// The job's execution timeout, when it has one.
@@ -52,6 +52,25 @@ struct Candidate {
     rate_limit: Option<RateLimitPolicy>,
     /// Why the job cannot be claimed as stored (its rate limit no longer reads).
     unreadable: Option<String>,
+}
+
+impl Candidate {
+    /// A job the change stream saw become available, claimed for a push endpoint.
+    pub(crate) fn for_push(
+        id: JobId,
+        ready_sk: String,
+        timeout_ms: Option<u64>,
+        rate_limit: Option<RateLimitPolicy>,
+    ) -> Self {
+        Self {
+            id,
+            ready_sk,
+            lease_ms: None,
+            timeout_ms,
+            rate_limit,
+            unreadable: None,
+        }
+    }
 }
 
 /// Outcome of one claim attempt.
@@ -272,7 +291,26 @@ impl Store {
         Ok(false)
     }
 
-    async fn ready_candidates(
+    /// Claims one given candidate (push delivery): the job, or `None` when it is no longer
+    /// available or a limit refuses it now.
+    pub(crate) async fn claim_one(
+        &self,
+        queue: &QueueName,
+        c: &Candidate,
+        req: &FetchRequest,
+        now: Timestamp,
+        queue_limit: Option<&RateLimitPolicy>,
+    ) -> Result<Option<Job>, StoreError> {
+        match self
+            .claim(queue, c, req, now, queue_limit, &mut HashMap::new())
+            .await?
+        {
+            Claim::Won(job) => Ok(Some(*job)),
+            Claim::Lost | Claim::Stale | Claim::QueueLimited => Ok(None),
+        }
+    }
+
+    pub(crate) async fn ready_candidates(
         &self,
         queue: &QueueName,
         shard: u16,

@@ -23,6 +23,10 @@ use crate::item::{n, s, Item};
 use crate::usage::Kind;
 use crate::Store;
 
+/// How many times [`Store::take_slot`] reads a slot item again after losing its version
+/// to a racing taker.
+const TAKE_ROUNDS: usize = 5;
+
 fn holders_key(key: &str) -> Item {
     Item::from([
         ("pk".to_owned(), s(format!("RL#{key}"))),
@@ -87,7 +91,18 @@ impl Store {
         let mut update = Update::builder()
             .table_name(self.table())
             .set_key(Some(holders_key(&policy.key)));
+        let has_holders = item.as_ref().is_some_and(|i| i.contains_key("holders"));
         update = match version {
+            // The last holder removed the map (release_holder): a new one, on the version.
+            Some(v) if !has_holders => update
+                .update_expression("SET holders = :holders, v = v + :one")
+                .condition_expression("v = :v")
+                .expression_attribute_values(
+                    ":holders",
+                    AttributeValue::M(HashMap::from([(job_id.to_owned(), n(lease_until_us))])),
+                )
+                .expression_attribute_values(":v", AttributeValue::N(v))
+                .expression_attribute_values(":one", n(1)),
             None => update
                 .update_expression("SET holders = :holders, v = :one")
                 .condition_expression("attribute_not_exists(pk)")
@@ -127,6 +142,70 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))
     }
 
+    /// Takes a slot of `policy` for `holder` until `lease_until_us` on its own (one
+    /// GetItem, one conditional UpdateItem), outside any claim transaction: push delivery
+    /// takes its endpoint's slot first, then claims the job with a plain conditional write,
+    /// and gives the slot back if the claim loses. False when every slot is held.
+    pub(crate) async fn take_slot(
+        &self,
+        policy: &RateLimitPolicy,
+        holder: &str,
+        lease_until_us: i64,
+        now_us: i64,
+    ) -> Result<bool, StoreError> {
+        // A racing taker moving the version is not a full endpoint: read again.
+        for _ in 0..TAKE_ROUNDS {
+            if let Some(taken) = self
+                .try_take_slot(policy, holder, lease_until_us, now_us)
+                .await?
+            {
+                return Ok(taken);
+            }
+        }
+        Ok(false)
+    }
+
+    /// One round of [`Store::take_slot`]: `None` when a racing taker won the version.
+    async fn try_take_slot(
+        &self,
+        policy: &RateLimitPolicy,
+        holder: &str,
+        lease_until_us: i64,
+        now_us: i64,
+    ) -> Result<Option<bool>, StoreError> {
+        let Slot::Free(update) = self
+            .concurrency_slot(policy, holder, lease_until_us, now_us)
+            .await?
+        else {
+            return Ok(Some(false));
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(update.key().clone()))
+            .update_expression(update.update_expression())
+            .set_condition_expression(update.condition_expression().map(str::to_owned))
+            .set_expression_attribute_names(update.expression_attribute_names().cloned())
+            .set_expression_attribute_values(update.expression_attribute_values().cloned())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(o) => {
+                self.usage.record(Kind::Write, o.consumed_capacity());
+                Ok(Some(true))
+            }
+            Err(e) => {
+                self.usage.record(Kind::Write, None);
+                if crate::error::is_condition_failure(&e) {
+                    return Ok(None);
+                }
+                Err(StoreError::from_sdk(e))
+            }
+        }
+    }
+
     /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every
     /// transition out of `active` does (ACK, FAIL, CANCEL, and the timeout and lease-end
     /// paths, review #17). `attempt_lease_us` is the lease of the attempt that ends, when
@@ -137,29 +216,49 @@ impl Store {
         let Some(policy) = policy_of(job) else {
             return;
         };
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(holders_key(&policy.key)))
-            .update_expression("REMOVE holders.#job")
-            .expression_attribute_names("#job", job.id.to_string());
-        req = match attempt_lease_us {
-            Some(lease) => req
-                .condition_expression("holders.#job = :lease")
-                .expression_attribute_values(":lease", n(lease)),
-            None => req.condition_expression("attribute_exists(holders.#job)"),
-        };
-        let out = req
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
+        self.release_holder(&policy.key, &job.id.to_string(), attempt_lease_us)
             .await;
-        match out {
-            Ok(o) => self.usage.record(Kind::Write, o.consumed_capacity()),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if !crate::error::is_condition_failure(&e) {
-                    tracing::warn!(job_id = %job.id, error = %StoreError::from_sdk(e), "concurrency slot not released; it frees at lease end");
+    }
+
+    /// Removes `holder` from `key`'s holders (only while its lease is `lease_us`, when
+    /// given). The last holder removes the whole map rather than leaving it empty:
+    /// DynamoDB Local's stream renders an empty map as `{}`, which no SDK can read, and
+    /// one such record would stop the in-process stream consumer. One UpdateItem when
+    /// others hold slots, two when it was the last.
+    pub(crate) async fn release_holder(&self, key: &str, holder: &str, lease_us: Option<i64>) {
+        for (expression, size) in [
+            ("REMOVE holders.#job", "size(holders) > :one"),
+            ("REMOVE holders SET v = v + :one", "size(holders) = :one"),
+        ] {
+            let mut condition = format!("attribute_exists(holders.#job) AND {size}");
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(self.table())
+                .set_key(Some(holders_key(key)))
+                .update_expression(expression)
+                .expression_attribute_names("#job", holder)
+                .expression_attribute_values(":one", n(1));
+            if let Some(lease) = lease_us {
+                condition.push_str(" AND holders.#job = :lease");
+                req = req.expression_attribute_values(":lease", n(lease));
+            }
+            let out = req
+                .condition_expression(condition)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match out {
+                Ok(o) => {
+                    self.usage.record(Kind::Write, o.consumed_capacity());
+                    return;
+                }
+                Err(e) => {
+                    self.usage.record(Kind::Write, None);
+                    if !crate::error::is_condition_failure(&e) {
+                        tracing::warn!(%key, %holder, error = %StoreError::from_sdk(e), "concurrency slot not released; it frees at lease end");
+                        return;
+                    }
                 }
             }
         }

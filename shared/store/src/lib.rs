@@ -22,6 +22,7 @@ mod jobs;
 mod keys;
 mod metrics;
 mod partition;
+mod push;
 mod queues;
 pub mod schema;
 mod schemas;
@@ -52,10 +53,11 @@ pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
+pub use push::{PushClaim, PushEntry, ReadyJob, MAX_PUSH_ENDPOINTS};
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
-pub use stream::{Applied, Change};
+pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
@@ -175,6 +177,8 @@ pub struct Store {
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
+    /// What sees each applied batch of changes (push delivery, in process).
+    observer: Option<Arc<dyn ChangeObserver>>,
 }
 
 impl Store {
@@ -188,6 +192,7 @@ impl Store {
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
             stream: None,
+            observer: None,
         }
     }
 
@@ -232,6 +237,13 @@ impl Store {
     ) -> Result<Self, StoreError> {
         self.stream = Some(LocalStream::attach(&self, client, from_start, background).await?);
         Ok(self)
+    }
+
+    /// The same store handing every batch its in-process stream consumer applies to
+    /// `observer` (set it before [`Store::with_local_stream`], which takes a copy).
+    pub fn with_change_observer(mut self, observer: Arc<dyn ChangeObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Reads of data derived from the change stream (queue stats, events) call this

@@ -645,6 +645,21 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             .await?,
         &[200],
     )?;
+    // Push endpoint registrations (served by the queues function): register, list, get,
+    // delete.
+    let push_registration = json!({
+        "endpoint": "https://example.com/ojs",
+        "job_types": ["iam.push"],
+        "queues": ["iam-push"],
+        "config": {"signing_secret": "whsec_iam_0123456789"},
+    });
+    let endpoint = ojs_core::push::PushEndpoint::from_json(&push_registration, true)?;
+    let entry = store
+        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .await?;
+    store.list_push_endpoints().await?;
+    store.get_push_endpoint(&entry.id).await?;
+    store.delete_push_endpoint(&entry.id).await?;
     used.insert("QueuesFunction", recorder.take());
     drop(s);
 
@@ -1005,6 +1020,57 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         applied.jobs == 6 && applied.unreadable == 0 && applied.events > 0,
         "stream batch: {applied:?}"
     );
+    // Push delivery: a job made available on a queue with an endpoint is claimed,
+    // delivered (a loopback endpoint answering completed) and acknowledged.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint_url = format!("http://{}/", listener.local_addr()?);
+    let endpoint_server = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(|| async { axum::Json(json!({"status": "completed"})) }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let registration = json!({
+        "endpoint": endpoint_url,
+        "job_types": ["iam.stream"],
+        "queues": ["iam-push"],
+        "config": {"signing_secret": "whsec_iam_0123456789"},
+    });
+    setup
+        .store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
+            ojs_core::time::now(),
+        )
+        .await?;
+    let pushed = setup
+        .push(json!({"type": "iam.stream", "queue": "iam-push", "args": []}))
+        .await?;
+    let pushed_job = setup
+        .store
+        .get_job(&ojs_core::JobId::parse(&id(&pushed.body))?)
+        .await?
+        .context("the pushed job")?;
+    let dispatcher = ojs_push::Dispatcher::new(
+        store.clone(),
+        ojs_push::lambda_client(&sdk),
+        ojs_push::PushConfig::local(true),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let delivered = dispatcher
+        .dispatch_changes(&[ojs_store::Change::between(None, Some(&pushed_job))])
+        .await;
+    endpoint_server.abort();
+    anyhow::ensure!(delivered == 1, "push delivery: {delivered} delivered");
+    // The catch-up a delivery runs when jobs were left waiting (endpoints full).
+    store
+        .ready_jobs(
+            &ojs_core::QueueName::parse("iam-push")?,
+            10,
+            ojs_core::time::now(),
+        )
+        .await?;
     used.insert("StreamFunction", recorder.take());
 
     // ---- authorizer: a valid key (a GetItem of its record) and a wrong one.

@@ -266,6 +266,60 @@ async fn the_stream_function_counts_a_batch_and_hands_back_one_it_cannot_apply(
     Ok(())
 }
 
+/// The stream function delivers the jobs a batch made available to their push endpoint
+/// (ojs-serverless.md §2), waits for the answers and settles them, before answering the
+/// batch: Lambda freezes it once it has answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_function_pushes_the_jobs_a_batch_made_available() -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let endpoint = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move |body: axum::Json<Value>| async move {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                axum::Json(
+                    json!({"status": "completed", "result": {"args": body.0["job"]["args"]}}),
+                )
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let registration = json!({
+        "endpoint": url, "job_types": ["t"], "queues": ["push-q"],
+        "config": {"signing_secret": "whsec_lambda_0123456789"},
+    });
+    store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(&registration, true)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            ojs_core::time::now(),
+        )
+        .await?;
+    for _ in 0..2 {
+        push_available(&store, "push-q").await?;
+    }
+    let (arn, records) = ojs_tests::stream_records(store.table()).await?;
+    let mut stream = start("stream", store.table(), &[("OJS_PUSH_ALLOW_PRIVATE", "on")]).await?;
+    let Outcome::Response(res) =
+        invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
+    else {
+        bail!("the stream batch failed as a whole");
+    };
+    assert_eq!(res, json!({"batchItemFailures": []}));
+    // Settled before the function answered.
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let queue = ojs_core::QueueName::parse("push-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let left = store.ready_jobs(&queue, 10, ojs_core::time::now()).await?;
+    assert!(left.is_empty(), "{left:?}");
+    stream.stop().await;
+    endpoint.abort();
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
 ) -> anyhow::Result<()> {

@@ -23,6 +23,7 @@ mod hostile;
 mod iam;
 mod lambda;
 mod proto;
+mod push;
 mod reliability;
 mod scheduling;
 mod schemas;

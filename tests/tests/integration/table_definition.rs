@@ -364,9 +364,14 @@ fn code_routes() -> Result<Vec<(String, Route)>> {
                 file.display(),
                 &call[1]
             );
+            // Push endpoint registrations are served by the queues function.
+            let binary = match stem {
+                "push" => "queues".to_owned(),
+                other => other.replace('_', "-"),
+            };
             for method in methods {
                 routes.push((
-                    stem.replace('_', "-"),
+                    binary.clone(),
                     Route {
                         method,
                         path: call[1].to_owned(),

@@ -69,6 +69,14 @@ impl Change {
     }
 }
 
+/// Something that acts on the changes of the stream after their effects are applied
+/// (the push dispatcher). Called by the in-process consumer ([`local`]); the stream
+/// function calls the dispatcher itself, so it can wait for it.
+pub trait ChangeObserver: Send + Sync {
+    /// Sees a batch of changes; must not block (spawn what takes time).
+    fn observe(&self, changes: &[Change]);
+}
+
 /// What a batch of changes came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -117,6 +125,9 @@ impl Store {
         let (counted, stored) = futures::join!(self.count(moves), self.store_events(&events));
         counted?;
         stored?;
+        if let Some(observer) = &self.observer {
+            observer.observe(changes);
+        }
         Ok(applied)
     }
 }

@@ -1,0 +1,613 @@
+//! Push delivery (ojs-serverless.md §2): the registration of an endpoint, the signature of
+//! a delivery (ojs-webhooks.md §8.1), the reading of an endpoint's answer (§2.3, §7.1)
+//! and which addresses an outbound call may reach. Pure rules; the store keeps the
+//! registrations and `shared/push` makes the calls.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::failure::Failure;
+use crate::{ErrorCode, JobType, OjsError, QueueName};
+
+/// Longest endpoint URL or ARN.
+pub const MAX_ENDPOINT_LEN: usize = 2048;
+/// Most job types one endpoint takes.
+pub const MAX_JOB_TYPES: usize = 50;
+/// Most queues one endpoint serves (each is one item written at registration, in one
+/// transaction with the registration itself).
+pub const MAX_QUEUES: usize = 10;
+/// Largest `max_concurrency`: the in-flight deliveries of an endpoint are held in one
+/// item like a rate limit's concurrency holders ([`crate::rate_limit::MAX_CONCURRENCY`]).
+pub const MAX_CONCURRENCY: u32 = crate::rate_limit::MAX_CONCURRENCY;
+/// Default `max_concurrency`.
+pub const DEFAULT_CONCURRENCY: u32 = 10;
+/// Shortest and longest `timeout_ms` (Lambda's own limit is 15 minutes).
+pub const TIMEOUT_RANGE_MS: (u64, u64) = (100, 900_000);
+/// Default `timeout_ms`.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Shortest and longest signing secret, in bytes.
+pub const SECRET_LEN: (usize, usize) = (16, 512);
+/// Largest answer body read from an endpoint; a longer one is an invalid response.
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
+/// Where a delivery goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushTarget {
+    /// An HTTPS URL (a Lambda Function URL or any server); plain HTTP only to a loopback
+    /// or private address when private targets are allowed (local development, tests).
+    Url(String),
+    /// A Lambda function, invoked directly (RequestResponse).
+    Lambda(String),
+}
+
+impl PushTarget {
+    /// The target as registered.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Url(u) | Self::Lambda(u) => u,
+        }
+    }
+
+    /// Parses an endpoint: an `https://` URL (or `http://` when `allow_private`) with a
+    /// host and no credentials, or a Lambda function ARN. An IP literal host is checked
+    /// here; a host name is resolved and checked by the caller, at registration and at
+    /// every delivery.
+    pub fn parse(raw: &str, allow_private: bool) -> Result<Self, OjsError> {
+        let bad = |m: String| OjsError::new(ErrorCode::ValidationError, m).with_path("$.endpoint");
+        if raw.is_empty() || raw.len() > MAX_ENDPOINT_LEN {
+            return Err(bad(format!(
+                "endpoint must be 1 to {MAX_ENDPOINT_LEN} characters"
+            )));
+        }
+        if raw.starts_with("arn:") {
+            return if is_lambda_arn(raw) {
+                Ok(Self::Lambda(raw.to_owned()))
+            } else {
+                Err(bad(
+                    "endpoint ARN must be a Lambda function ARN (arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>])".into(),
+                ))
+            };
+        }
+        let url = url::Url::parse(raw).map_err(|e| bad(format!("endpoint is not a URL: {e}")))?;
+        match url.scheme() {
+            "https" => {}
+            "http" if allow_private => {}
+            _ => {
+                return Err(bad(
+                    "endpoint must be an https:// URL or a Lambda function ARN".into(),
+                ))
+            }
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(bad("endpoint must not carry credentials".into()));
+        }
+        let host = match url.host() {
+            Some(url::Host::Domain(d)) if !d.is_empty() => None,
+            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            _ => return Err(bad("endpoint URL has no host".into())),
+        };
+        if let Some(ip) = host {
+            if !allow_private && !is_public(ip) {
+                return Err(bad(format!(
+                    "endpoint address {ip} is loopback, private, link-local or reserved"
+                )));
+            }
+        }
+        if url.scheme() == "http" && host.is_none_or(is_public) {
+            // Plain HTTP only inside the machine or the private network (local development).
+            return Err(bad(
+                "plain http:// endpoints are allowed only at a loopback or private IP address"
+                    .into(),
+            ));
+        }
+        Ok(Self::Url(raw.to_owned()))
+    }
+}
+
+fn is_lambda_arn(raw: &str) -> bool {
+    let parts: Vec<&str> = raw.split(':').collect();
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 64
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    let qualifier_ok = |q: &str| {
+        !q.is_empty()
+            && q.len() <= 128
+            && q.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '$')
+    };
+    matches!(parts.len(), 7 | 8)
+        && parts[0] == "arn"
+        && parts[1].starts_with("aws")
+        && parts[2] == "lambda"
+        && !parts[3].is_empty()
+        && parts[4].len() == 12
+        && parts[4].chars().all(|c| c.is_ascii_digit())
+        && parts[5] == "function"
+        && name_ok(parts[6])
+        && parts.get(7).is_none_or(|q| qualifier_ok(q))
+}
+
+/// Whether an outbound call may reach `ip` when private targets are not allowed: not
+/// loopback, private (RFC 1918, unique local), link-local (which holds the instance
+/// metadata service, 169.254.169.254 and fd00:ec2::254), shared (100.64/10),
+/// unspecified, multicast, broadcast or documentation space.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local, fd00:ec2::254 among them
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0 && s[4] == 0 && s[5] == 0))
+            // IPv4-compatible
+        }
+    }
+}
+
+/// A validated registration (§2.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushEndpoint {
+    /// Where deliveries go.
+    pub target: PushTarget,
+    /// Job types delivered there.
+    pub job_types: Vec<JobType>,
+    /// Queues whose jobs are delivered there.
+    pub queues: Vec<QueueName>,
+    /// Most deliveries in flight at once.
+    pub max_concurrency: u32,
+    /// How long a delivery may take before it counts as timed out (and retried).
+    pub timeout_ms: u64,
+    /// The HMAC key of every delivery's signature. Never rendered.
+    pub signing_secret: String,
+}
+
+fn invalid(path: &str, message: impl Into<String>) -> OjsError {
+    OjsError::new(ErrorCode::ValidationError, message).with_path(path)
+}
+
+fn names<T>(
+    body: &Map<String, Value>,
+    field: &str,
+    max: usize,
+    parse: impl Fn(&str) -> Result<T, OjsError>,
+) -> Result<Option<Vec<T>>, OjsError> {
+    let path = format!("$.{field}");
+    let Some(v) = body.get(field).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let list = v.as_array().ok_or_else(|| {
+        OjsError::invalid_request(format!("{field} must be an array")).with_path(&path)
+    })?;
+    if list.is_empty() || list.len() > max {
+        return Err(invalid(
+            &path,
+            format!("{field} must list 1 to {max} names"),
+        ));
+    }
+    let mut out: Vec<T> = Vec::with_capacity(list.len());
+    let mut seen: Vec<&str> = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        let raw = item.as_str().ok_or_else(|| {
+            OjsError::invalid_request(format!("{field}[{i}] must be a string"))
+                .with_path(&format!("{path}[{i}]"))
+        })?;
+        if seen.contains(&raw) {
+            return Err(invalid(&path, format!("{field} lists {raw:?} twice")));
+        }
+        seen.push(raw);
+        out.push(parse(raw).map_err(|e| e.with_path(&format!("{path}[{i}]")))?);
+    }
+    Ok(Some(out))
+}
+
+impl PushEndpoint {
+    /// Parses and validates a registration body. `allow_private`: accept loopback and
+    /// private addresses and plain HTTP to them (`OJS_PUSH_ALLOW_PRIVATE=on`).
+    pub fn from_json(body: &Value, allow_private: bool) -> Result<Self, OjsError> {
+        let body = body
+            .as_object()
+            .ok_or_else(|| OjsError::invalid_request("the body must be a JSON object"))?;
+        let target = match body.get("endpoint") {
+            Some(Value::String(s)) => PushTarget::parse(s, allow_private)?,
+            None | Some(Value::Null) => {
+                return Err(
+                    OjsError::invalid_request("endpoint is required").with_path("$.endpoint")
+                )
+            }
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request("endpoint must be a string").with_path("$.endpoint")
+                )
+            }
+        };
+        let job_types =
+            names(body, "job_types", MAX_JOB_TYPES, JobType::parse)?.ok_or_else(|| {
+                OjsError::invalid_request("job_types is required").with_path("$.job_types")
+            })?;
+        let queues = names(body, "queues", MAX_QUEUES, QueueName::parse)?
+            .unwrap_or_else(|| vec![QueueName::default_queue()]);
+        let config = match body.get("config") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(o)) => o.clone(),
+            Some(_) => {
+                return Err(
+                    OjsError::invalid_request("config must be an object").with_path("$.config")
+                )
+            }
+        };
+        let number = |k: &str, min: u64, max: u64, default: u64| -> Result<u64, OjsError> {
+            let path = format!("$.config.{k}");
+            match config.get(k) {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| (min..=max).contains(n))
+                    .ok_or_else(|| {
+                        invalid(
+                            &path,
+                            format!("config.{k} must be an integer from {min} to {max}"),
+                        )
+                    }),
+            }
+        };
+        let max_concurrency = number(
+            "max_concurrency",
+            1,
+            u64::from(MAX_CONCURRENCY),
+            u64::from(DEFAULT_CONCURRENCY),
+        )?;
+        let timeout_ms = number(
+            "timeout_ms",
+            TIMEOUT_RANGE_MS.0,
+            TIMEOUT_RANGE_MS.1,
+            DEFAULT_TIMEOUT_MS,
+        )?;
+        // §10.1.1: every delivery is signed, so a registration without a key is refused.
+        let signing_secret = match config.get("signing_secret") {
+            Some(Value::String(s)) if (SECRET_LEN.0..=SECRET_LEN.1).contains(&s.len()) => s.clone(),
+            None | Some(Value::Null) => {
+                return Err(OjsError::invalid_request(
+                    "config.signing_secret is required: every push delivery is signed",
+                )
+                .with_path("$.config.signing_secret"))
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "$.config.signing_secret",
+                    format!(
+                        "config.signing_secret must be a string of {} to {} bytes",
+                        SECRET_LEN.0, SECRET_LEN.1
+                    ),
+                ))
+            }
+        };
+        Ok(Self {
+            target,
+            job_types,
+            queues,
+            max_concurrency: u32::try_from(max_concurrency).unwrap_or(MAX_CONCURRENCY),
+            timeout_ms,
+            signing_secret,
+        })
+    }
+
+    /// Whether jobs of `job_type` on `queue` are delivered here.
+    pub fn takes(&self, queue: &QueueName, job_type: &JobType) -> bool {
+        self.queues.contains(queue) && self.job_types.contains(job_type)
+    }
+
+    /// The registration as the API shows it: never the secret.
+    pub fn view(&self, id: &str, created_at: &str) -> Value {
+        json!({
+            "id": id,
+            "endpoint": self.target.as_str(),
+            "job_types": self.job_types.iter().map(JobType::as_str).collect::<Vec<_>>(),
+            "queues": self.queues.iter().map(QueueName::as_str).collect::<Vec<_>>(),
+            "config": {
+                "max_concurrency": self.max_concurrency,
+                "timeout_ms": self.timeout_ms,
+                "signing_secret_set": true,
+            },
+            "created_at": created_at,
+        })
+    }
+}
+
+/// `sha256=<hex HMAC-SHA256(secret, timestamp + "." + body)>` (ojs-webhooks.md §8.1).
+pub fn signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    let mut message = Vec::with_capacity(timestamp.len() + 1 + body.len());
+    message.extend_from_slice(timestamp.as_bytes());
+    message.push(b'.');
+    message.extend_from_slice(body);
+    let mac = hmac_sha256(secret, &message);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256=");
+    for b in mac {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// HMAC (RFC 2104) over SHA-256, with the `sha2` the crate already has.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// What a delivery came to (§2.3, §7.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PushAnswer {
+    /// ACK with the handler's result, if it sent one.
+    Completed(Option<Value>),
+    /// NACK: the failure recorded on the job, retryable or not.
+    Failed(Failure),
+}
+
+/// A delivery error (§7.2.1: the transport, not the handler): `error_type` names the
+/// class (`push_timeout`, `push_connection`, `push_http_<status>`, ...).
+pub fn delivery_error(error_type: &str, message: impl Into<String>, retryable: bool) -> Failure {
+    let message = message.into();
+    let mut reported = Map::new();
+    reported.insert("code".into(), json!(error_type));
+    reported.insert("message".into(), json!(message));
+    reported.insert("retryable".into(), json!(retryable));
+    reported.insert("error_class".into(), json!("delivery_error"));
+    Failure {
+        error_type: error_type.to_owned(),
+        message,
+        retryable,
+        reported,
+    }
+}
+
+/// Reads an endpoint's answer: `status` and the body it sent. 2xx with `completed` is an
+/// ACK; 2xx with `failed` a NACK honouring `retryable` (the error may be an object, as
+/// §2.3 shows, or a string, as the SDKs' direct handlers send); 4xx is not retryable
+/// except 408 and 429; 5xx is; anything else is an invalid response (retryable, §7.1).
+pub fn read_answer(status: u16, body: &[u8]) -> PushAnswer {
+    let excerpt = || {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        if text.is_empty() {
+            String::new()
+        } else {
+            format!(": {text}")
+        }
+    };
+    match status {
+        200..=299 => {}
+        408 | 429 => {
+            return PushAnswer::Failed(delivery_error(
+                &format!("push_http_{status}"),
+                format!("the endpoint answered HTTP {status}{}", excerpt()),
+                true,
+            ))
+        }
+        400..=499 => {
+            let why = match status {
+                401 | 403 => " (authentication: does the endpoint's signing secret match the registration's?)",
+                404 => " (no such function or path)",
+                _ => "",
+            };
+            return PushAnswer::Failed(delivery_error(
+                &format!("push_http_{status}"),
+                format!(
+                    "the endpoint refused the delivery with HTTP {status}{why}{}",
+                    excerpt()
+                ),
+                false,
+            ));
+        }
+        _ => {
+            return PushAnswer::Failed(delivery_error(
+                &format!("push_http_{status}"),
+                format!("the endpoint answered HTTP {status}{}", excerpt()),
+                true,
+            ))
+        }
+    }
+    let parsed: Option<Map<String, Value>> = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.as_object().cloned());
+    let Some(answer) = parsed else {
+        return PushAnswer::Failed(delivery_error(
+            "push_invalid_response",
+            format!("the endpoint's answer is not a JSON object{}", excerpt()),
+            true,
+        ));
+    };
+    match answer.get("status").and_then(Value::as_str) {
+        Some("completed") => {
+            PushAnswer::Completed(answer.get("result").filter(|r| !r.is_null()).cloned())
+        }
+        Some("failed") => {
+            let failure = Failure::from_json(answer.get("error")).unwrap_or_else(|_| {
+                delivery_error(
+                    "handler_error",
+                    "the handler failed (its error is unreadable)",
+                    true,
+                )
+            });
+            PushAnswer::Failed(failure)
+        }
+        _ => PushAnswer::Failed(delivery_error(
+            "push_invalid_response",
+            format!(
+                "the endpoint's answer has no status completed or failed{}",
+                excerpt()
+            ),
+            true,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_case_2() {
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // A key longer than the block is hashed first (RFC 4231 case 6).
+        let mac = hmac_sha256(
+            &[0xaa; 131],
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+        );
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn signature_covers_timestamp_and_body() {
+        let a = signature(b"k", "1700000000", b"{}");
+        assert!(a.starts_with("sha256=") && a.len() == 71);
+        assert_ne!(a, signature(b"k", "1700000001", b"{}"));
+        assert_ne!(a, signature(b"k", "1700000000", b"{ }"));
+        assert_ne!(a, signature(b"j", "1700000000", b"{}"));
+    }
+
+    fn body(endpoint: &str) -> Value {
+        json!({"endpoint": endpoint, "job_types": ["email.send"], "config": {"signing_secret": "0123456789abcdef"}})
+    }
+
+    #[test]
+    fn endpoints_public_https_or_lambda_arns() {
+        assert!(
+            PushEndpoint::from_json(&body("https://abc.lambda-url.us-east-1.on.aws/"), false)
+                .is_ok()
+        );
+        assert!(PushEndpoint::from_json(
+            &body("arn:aws:lambda:us-east-1:123456789012:function:worker"),
+            false
+        )
+        .is_ok());
+        assert!(PushEndpoint::from_json(
+            &body("arn:aws:lambda:us-east-1:123456789012:function:worker:live"),
+            false
+        )
+        .is_ok());
+        for bad in [
+            "http://example.com/",
+            "https://127.0.0.1/",
+            "https://10.1.2.3/",
+            "https://169.254.169.254/latest/meta-data/",
+            "https://[::1]/",
+            "https://[fd00:ec2::254]/",
+            "https://[::ffff:127.0.0.1]/",
+            "https://user:pw@example.com/",
+            "ftp://example.com/",
+            "arn:aws:s3:::bucket",
+            "arn:aws:lambda:us-east-1:1234:function:worker",
+            "not a url",
+        ] {
+            assert!(PushEndpoint::from_json(&body(bad), false).is_err(), "{bad}");
+        }
+        // Allowed privately: loopback over plain HTTP (local development), never plain
+        // HTTP to a public host.
+        assert!(PushEndpoint::from_json(&body("http://127.0.0.1:9000/"), true).is_ok());
+        assert!(PushEndpoint::from_json(&body("http://example.com/"), true).is_err());
+    }
+
+    #[test]
+    fn registration_bounds() {
+        let mut b = body("https://example.com/");
+        let e = PushEndpoint::from_json(&b, false).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(e.queues, vec![QueueName::default_queue()]);
+        assert_eq!(
+            (e.max_concurrency, e.timeout_ms),
+            (DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_MS)
+        );
+        assert!(!e.view("pe_1", "t").to_string().contains("0123456789abcdef"));
+        b["config"]["max_concurrency"] = json!(101);
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+        b["config"]["max_concurrency"] = json!(5);
+        b["config"]["timeout_ms"] = json!(900_001);
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+        b["config"]["timeout_ms"] = json!(1000);
+        b["config"]["signing_secret"] = json!("short");
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+        b["config"]["signing_secret"] = json!("0123456789abcdef");
+        b["job_types"] = json!([]);
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+        b["job_types"] = json!(["a", "a"]);
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+        b["job_types"] = json!(["a"]);
+        b["queues"] = json!((0..11).map(|i| format!("q{i}")).collect::<Vec<_>>());
+        assert!(PushEndpoint::from_json(&b, false).is_err());
+    }
+
+    #[test]
+    fn answers_map_per_section_2_3() {
+        let ok = read_answer(200, br#"{"status":"completed","result":{"n":1}}"#);
+        assert_eq!(ok, PushAnswer::Completed(Some(json!({"n": 1}))));
+        let failed = |status, body: &[u8]| match read_answer(status, body) {
+            PushAnswer::Failed(f) => f,
+            other => panic!("{other:?}"),
+        };
+        let f = failed(
+            200,
+            br#"{"status":"failed","error":{"code":"boom","message":"m","retryable":false}}"#,
+        );
+        assert!(!f.retryable && f.error_type == "boom");
+        let f = failed(
+            200,
+            br#"{"status":"failed","job_id":"x","error":"ValueError"}"#,
+        );
+        assert!(f.retryable && f.message == "ValueError");
+        assert!(!failed(401, b"").retryable);
+        assert!(failed(401, b"").message.contains("signing secret"));
+        assert!(!failed(404, b"").retryable);
+        assert!(failed(429, b"").retryable);
+        assert!(failed(503, b"").retryable);
+        assert!(failed(200, b"not json").retryable);
+        assert!(failed(200, br#"{"status":"weird"}"#).retryable);
+    }
+}

@@ -1,0 +1,116 @@
+//! Push endpoint registrations (ojs-serverless.md §2.1): register, list, get, delete.
+//! The signing secret goes in and never comes out. An endpoint's address is checked when
+//! it is registered (its host must resolve, and only to public addresses unless
+//! `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use ojs_core::push::PushEndpoint;
+use ojs_core::{time, ErrorCode, OjsError};
+use ojs_store::{StoreError, MAX_PUSH_ENDPOINTS};
+use serde_json::{json, Value};
+
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/ojs/v1/push/endpoints",
+            get(list_push_endpoints).post(register_push_endpoint),
+        )
+        .route(
+            "/ojs/v1/push/endpoints/{id}",
+            get(get_push_endpoint).delete(delete_push_endpoint),
+        )
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError(OjsError::not_found(format!("no push endpoint with id {id:?}")).with_detail("id", id))
+}
+
+/// Ids are `pe_` and a UUID: anything else is not looked up.
+fn is_valid_id(id: &str) -> bool {
+    id.strip_prefix("pe_")
+        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+}
+
+async fn register_push_endpoint(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let allow_private = app.config.push_allow_private;
+    let endpoint = PushEndpoint::from_json(&body, allow_private)?;
+    ojs_push::guard::check_target(endpoint.target.as_str(), allow_private)
+        .await
+        .map_err(|why| {
+            ApiError(OjsError::new(ErrorCode::ValidationError, why).with_path("$.endpoint"))
+        })?;
+    if app.store.list_push_endpoints().await?.len() >= MAX_PUSH_ENDPOINTS {
+        return Err(ApiError(OjsError::new(
+            ErrorCode::ValidationError,
+            format!(
+                "at most {MAX_PUSH_ENDPOINTS} push endpoints may be registered; delete one first"
+            ),
+        )));
+    }
+    let entry = app.store.put_push_endpoint(&endpoint, time::now()).await?;
+    tracing::info!(id = %entry.id, "push endpoint registered");
+    Ok(reply(
+        StatusCode::CREATED,
+        json!({ "endpoint": entry.view() }),
+    ))
+}
+
+async fn list_push_endpoints(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let all: Vec<Value> = app
+        .store
+        .list_push_endpoints()
+        .await?
+        .iter()
+        .map(|e| e.view())
+        .collect();
+    Ok(reply(StatusCode::OK, json!({ "endpoints": all })))
+}
+
+async fn get_push_endpoint(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if !is_valid_id(&id) {
+        return Err(unknown(&id));
+    }
+    let entry = app
+        .store
+        .get_push_endpoint(&id)
+        .await?
+        .ok_or_else(|| unknown(&id))?;
+    Ok(reply(StatusCode::OK, json!({ "endpoint": entry.view() })))
+}
+
+async fn delete_push_endpoint(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if !is_valid_id(&id) {
+        return Err(unknown(&id));
+    }
+    let entry = app
+        .store
+        .delete_push_endpoint(&id)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => unknown(&id),
+            other => other.into(),
+        })?;
+    tracing::info!(id = %entry.id, "push endpoint deleted");
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "deleted": true, "id": entry.id }),
+    ))
+}

@@ -1,0 +1,426 @@
+//! Push delivery (ojs-serverless.md §2, §7, §8, §10.1): when the change stream shows a job
+//! becoming available on a queue with registered endpoints, the dispatcher claims it for
+//! one endpoint (the same conditional write as FETCH, so a polling worker or another
+//! endpoint cannot also get it), POSTs the signed §2.2 request, and settles the job from
+//! the answer through the store's ACK and FAIL, fenced by the claim's worker id and
+//! attempt: retries, dead letter and events work as for polled jobs, and the answer of an
+//! attempt that is no longer current is refused by the store and ignored here.
+//!
+//! DynamoDB calls per pushed job: the queue's endpoints (one Query, cached for a second),
+//! the endpoint's slot (one GetItem of its holders, one UpdateItem), the claim (one
+//! UpdateItem), the settle (one UpdateItem) and the slot's release (one UpdateItem, two
+//! when it was the last holder): 5 to 6 calls, measured at 8.x write units with the
+//! PUSH (tests/tests/integration/push.rs).
+
+mod breaker;
+mod deliver;
+pub mod guard;
+mod invoke;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ojs_core::push::PushAnswer;
+use ojs_core::{time, Job, QueueName};
+use ojs_store::{AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, Store, StoreError};
+use tokio::sync::Semaphore;
+
+/// How long the endpoints of a queue are trusted once read: a registration made through
+/// another instance applies within this time.
+const ENDPOINTS_TTL: Duration = Duration::from_secs(1);
+/// How many available jobs of a queue one catch-up round looks at.
+const CATCH_UP_PAGE: usize = 10;
+/// Most rounds of one catch-up (a backlog drains over several deliveries' catch-ups).
+const CATCH_UP_ROUNDS: usize = 20;
+/// How long a job has been available before a catch-up takes it rather than leave it to
+/// the stream's dispatch (which would race it for the claim).
+const CATCH_UP_AGE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
+
+/// Settings of push delivery, read once per cold start.
+#[derive(Debug, Clone)]
+pub struct PushConfig {
+    /// Whether endpoints may be loopback or private addresses, over plain HTTP too
+    /// (`OJS_PUSH_ALLOW_PRIVATE=on`: local development and tests only).
+    pub allow_private: bool,
+    /// Most deliveries this process runs at once (`OJS_PUSH_MAX_PARALLEL`, default 64).
+    pub max_parallel: usize,
+    /// How long an endpoint whose circuit opened gets no delivery before one tests it
+    /// (`OJS_PUSH_BREAKER_COOLDOWN_MS`, default 60000; §7.2.6).
+    pub breaker_cooldown: Duration,
+}
+
+impl PushConfig {
+    /// Reads `OJS_PUSH_ALLOW_PRIVATE` (`on`/`off`, default off),
+    /// `OJS_PUSH_MAX_PARALLEL` (default 64) and `OJS_PUSH_BREAKER_COOLDOWN_MS` (default
+    /// 60000).
+    pub fn from_env() -> Self {
+        let number = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        Self {
+            allow_private: allow_private_from_env(),
+            max_parallel: number("OJS_PUSH_MAX_PARALLEL")
+                .filter(|n| *n > 0)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(64),
+            breaker_cooldown: Duration::from_millis(
+                number("OJS_PUSH_BREAKER_COOLDOWN_MS").unwrap_or(60_000),
+            ),
+        }
+    }
+
+    /// Settings for tests and local use: private targets allowed or not, 32 deliveries at
+    /// once, a one-second breaker cooldown.
+    pub fn local(allow_private: bool) -> Self {
+        Self {
+            allow_private,
+            max_parallel: 32,
+            breaker_cooldown: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The Lambda client of direct invocations, from the standard AWS environment (its
+/// endpoint overridable with `AWS_ENDPOINT_URL_LAMBDA`), with no retries of its own: a
+/// failed invoke is a failed attempt, retried by the job's policy.
+pub fn lambda_client(sdk: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
+    let conf = aws_sdk_lambda::config::Builder::from(sdk)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_lambda::Client::from_conf(conf)
+}
+
+/// Whether `OJS_PUSH_ALLOW_PRIVATE` is on.
+pub fn allow_private_from_env() -> bool {
+    matches!(
+        std::env::var("OJS_PUSH_ALLOW_PRIVATE").as_deref(),
+        Ok("on" | "true" | "1")
+    )
+}
+
+/// The push dispatcher. Cheap to clone; build one per cold start.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// A queue's endpoints, with when they were read.
+type Cached = (Instant, Arc<Vec<PushEntry>>);
+
+struct Inner {
+    store: Store,
+    http: reqwest::Client,
+    lambda: aws_sdk_lambda::Client,
+    config: PushConfig,
+    permits: Semaphore,
+    breakers: breaker::Breakers,
+    endpoints: Mutex<HashMap<QueueName, Cached>>,
+}
+
+impl Dispatcher {
+    /// A dispatcher writing through `store`, invoking Lambda functions through `lambda`.
+    pub fn new(
+        store: Store,
+        lambda: aws_sdk_lambda::Client,
+        config: PushConfig,
+    ) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .dns_resolver(guard::resolver(config.allow_private))
+            .user_agent("ojs-serverless-push/1")
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                http,
+                lambda,
+                permits: Semaphore::new(config.max_parallel),
+                breakers: breaker::Breakers::new(config.breaker_cooldown),
+                config,
+                endpoints: Mutex::default(),
+            }),
+        })
+    }
+
+    /// Delivers every job these changes made available on a queue with endpoints, all
+    /// at once (bounded by `max_parallel`), and returns when they are settled. Returns
+    /// how many were delivered.
+    pub async fn dispatch_changes(&self, changes: &[Change]) -> usize {
+        let ready: Vec<ReadyJob> = changes.iter().filter_map(Change::ready_job).collect();
+        let runs = ready.into_iter().map(|r| self.dispatch(r));
+        futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .filter(|d| *d)
+            .count()
+    }
+
+    /// Dispatches in the background: the in-process stream consumer must not wait for
+    /// endpoints (`make dev`, tests).
+    pub fn spawn_changes(&self, changes: &[Change]) {
+        let ready: Vec<ReadyJob> = changes.iter().filter_map(Change::ready_job).collect();
+        for r in ready {
+            let me = self.clone();
+            tokio::spawn(async move { me.dispatch(r).await });
+        }
+    }
+
+    /// Claims `ready` for the first endpoint of its queue and type with a free slot and
+    /// delivers it; then looks for jobs of the queue left waiting. True when a delivery was
+    /// made.
+    async fn dispatch(&self, ready: ReadyJob) -> bool {
+        let queue = ready.job.spec.queue.clone();
+        let delivered = self.dispatch_one(ready).await;
+        if delivered {
+            self.catch_up(&queue).await;
+        }
+        delivered
+    }
+
+    async fn dispatch_one(&self, ready: ReadyJob) -> bool {
+        let queue = ready.job.spec.queue.clone();
+        let endpoints = match self.endpoints_of(&queue).await {
+            Ok(e) => e,
+            Err(e) => {
+                // The job stays available to polling workers; the next change retries.
+                tracing::warn!(queue = %queue, error = %e, "push endpoints unreadable");
+                return false;
+            }
+        };
+        let candidates: Vec<&PushEntry> = endpoints
+            .iter()
+            .filter(|e| e.disabled.is_none() && e.endpoint.takes(&queue, &ready.job.spec.job_type))
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let Ok(_permit) = self.inner.permits.acquire().await else {
+            return false;
+        };
+        for endpoint in candidates {
+            // An open circuit: the job is left to other endpoints and polling workers.
+            if !self.inner.breakers.allow(&endpoint.id) {
+                continue;
+            }
+            let claimed = self
+                .inner
+                .store
+                .claim_for_push(&ready, endpoint, time::now())
+                .await;
+            if !matches!(claimed, Ok(PushClaim::Claimed(_))) {
+                self.inner.breakers.unused(&endpoint.id);
+            }
+            match claimed {
+                Ok(PushClaim::Claimed(job)) => {
+                    self.deliver_and_settle(endpoint, *job).await;
+                    return true;
+                }
+                Ok(PushClaim::Full) => continue,
+                // Taken by someone else, cancelled, paused or rate limited: a pause or a
+                // limit that lifts is picked up by the next delivery ending on the queue.
+                Ok(PushClaim::NotNow) => break,
+                Err(e) => {
+                    tracing::warn!(job_id = %ready.job.id, endpoint = %endpoint.id, error = %e, "push claim failed");
+                    return false;
+                }
+            }
+        }
+        // Every endpoint full (or the job held back): the next delivery to end on this
+        // queue looks for the jobs left available.
+        false
+    }
+
+    /// After a delivery, the jobs of `queue` still available that the stream offered a
+    /// while ago (while its endpoints were full, or to another instance whose endpoints
+    /// were): rounds of one Query of the ready index (one GetItem per entry found), until
+    /// a round delivers nothing. Always, not only after this instance saw a full endpoint,
+    /// since the delivery that frees a slot may end on another instance than the one that
+    /// found it full. Jobs made available in the last [`CATCH_UP_AGE`] are left to the
+    /// stream's own dispatch. Returns how many were delivered.
+    pub async fn catch_up(&self, queue: &QueueName) -> usize {
+        let mut delivered = 0;
+        for _ in 0..CATCH_UP_ROUNDS {
+            let before = time::now() - CATCH_UP_AGE;
+            let jobs = match self
+                .inner
+                .store
+                .ready_jobs(queue, CATCH_UP_PAGE, before)
+                .await
+            {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %e, "push catch-up failed");
+                    break;
+                }
+            };
+            let runs = jobs.into_iter().map(|r| self.dispatch_one(r));
+            let round = futures::future::join_all(runs)
+                .await
+                .into_iter()
+                .filter(|d| *d)
+                .count();
+            if round == 0 {
+                break;
+            }
+            delivered += round;
+        }
+        delivered
+    }
+
+    /// The catch-up of every queue with registered endpoints (one Query of the
+    /// registrations, then [`Dispatcher::catch_up`] per queue), for jobs no delivery's end
+    /// picks up (a queue resumed after a pause, slots freed by a dispatcher that died). In
+    /// process (`make dev`, tests) it runs every few seconds ([`Dispatcher::catch_up_every`]);
+    /// on AWS not yet (the scheduler's 60 s could not wait for a 900 s delivery): there the
+    /// next delivery on the queue, or a polling worker, takes such jobs.
+    pub async fn catch_up_all(&self) -> usize {
+        let endpoints = match self.inner.store.list_push_endpoints().await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "push endpoints unreadable");
+                return 0;
+            }
+        };
+        let mut queues: Vec<&QueueName> = endpoints
+            .iter()
+            .filter(|e| e.disabled.is_none())
+            .flat_map(|e| &e.endpoint.queues)
+            .collect();
+        queues.sort();
+        queues.dedup();
+        let runs = queues.into_iter().map(|q| self.catch_up(q));
+        futures::future::join_all(runs).await.into_iter().sum()
+    }
+
+    /// Runs [`Dispatcher::catch_up_all`] every `interval` in the background.
+    pub fn catch_up_every(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.catch_up_all().await;
+            }
+        })
+    }
+
+    async fn endpoints_of(&self, queue: &QueueName) -> Result<Arc<Vec<PushEntry>>, StoreError> {
+        if let Ok(cache) = self.inner.endpoints.lock() {
+            if let Some((at, list)) = cache.get(queue) {
+                if at.elapsed() < ENDPOINTS_TTL {
+                    return Ok(list.clone());
+                }
+            }
+        }
+        let list = Arc::new(self.inner.store.push_endpoints_of(queue).await?);
+        if let Ok(mut cache) = self.inner.endpoints.lock() {
+            cache.insert(queue.clone(), (Instant::now(), list.clone()));
+        }
+        Ok(list)
+    }
+
+    /// One delivery of a claimed job, then its settlement and the slot's release.
+    async fn deliver_and_settle(&self, endpoint: &PushEntry, job: Job) {
+        let started = Instant::now();
+        let (delivery_id, answer) = deliver::deliver(
+            &self.inner.http,
+            &self.inner.lambda,
+            endpoint,
+            &job,
+            self.inner.config.allow_private,
+        )
+        .await;
+        let worker = endpoint.worker_id();
+        let fence = Fence {
+            worker_id: Some(&worker),
+            attempt: Some(job.status.attempt),
+        };
+        let now = time::now();
+        let store = &self.inner.store;
+        let settled = match &answer {
+            PushAnswer::Completed(result) => store
+                .ack_job(
+                    &AckRequest {
+                        id: job.id,
+                        result: result.clone(),
+                        worker_id: Some(worker.clone()),
+                        attempt: Some(job.status.attempt),
+                    },
+                    now,
+                )
+                .await
+                .map(|_| "completed"),
+            PushAnswer::Failed(failure) => store
+                .fail_job(&job.id, failure, fence, false, now)
+                .await
+                .map(|_| "failed"),
+        };
+        match settled {
+            Ok(outcome) => tracing::info!(
+                job_id = %job.id, endpoint = %endpoint.id, %delivery_id, outcome,
+                ms = started.elapsed().as_millis() as u64, "push delivery settled"
+            ),
+            // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):
+            // this answer is a late one for an attempt that is no longer current (§8.2).
+            Err(
+                StoreError::NotHolder { .. } | StoreError::Conflict { .. } | StoreError::NotFound,
+            ) => {
+                tracing::info!(job_id = %job.id, %delivery_id, "late push answer ignored: the attempt is no longer current")
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
+            }
+        }
+        store.release_push_slot(endpoint, &job.id.to_string()).await;
+        let delivery_error = match &answer {
+            PushAnswer::Failed(f) => {
+                if disables(&f.error_type) {
+                    self.disable(endpoint, &f.message).await;
+                }
+                f.retryable && f.reported.get("error_class") == Some(&"delivery_error".into())
+            }
+            PushAnswer::Completed(_) => false,
+        };
+        if self.inner.breakers.record(&endpoint.id, delivery_error) {
+            tracing::warn!(endpoint = %endpoint.id, failures = breaker::TRIP_AFTER, "push circuit opened: no delivery to this endpoint for the cooldown");
+        }
+    }
+
+    /// §7.2.2-3: an endpoint that answered 404, 401 or 403 gets no more deliveries (its
+    /// jobs stay available to polling workers) until it is registered again.
+    async fn disable(&self, endpoint: &PushEntry, why: &str) {
+        tracing::error!(endpoint = %endpoint.id, reason = %why, "push endpoint disabled");
+        if let Err(e) = self
+            .inner
+            .store
+            .disable_push_endpoint(endpoint, why, time::now())
+            .await
+        {
+            tracing::warn!(endpoint = %endpoint.id, error = %e, "push endpoint not disabled");
+        }
+        if let Ok(mut cache) = self.inner.endpoints.lock() {
+            for q in &endpoint.endpoint.queues {
+                cache.remove(q);
+            }
+        }
+    }
+}
+
+/// Whether a failure of this class disables the endpoint (§7.2.2-3): the function or
+/// path is missing, or the endpoint refuses the server's credentials or signature.
+fn disables(error_type: &str) -> bool {
+    matches!(
+        error_type,
+        "push_http_401" | "push_http_403" | "push_http_404" | "push_invoke_refused"
+    )
+}
+
+/// The store's hook for the in-process stream consumer: dispatches in the background.
+impl ojs_store::ChangeObserver for Dispatcher {
+    fn observe(&self, changes: &[Change]) {
+        self.spawn_changes(changes);
+    }
+}

@@ -1,0 +1,441 @@
+//! Push endpoint registrations (ojs-serverless.md §2.1) and the claim of one job for a
+//! delivery.
+//!
+//! A registration is one item in the `PUSH` partition (sort key `E#<id>`, listed by the
+//! API) plus one copy per queue it serves in `PUSHQ#<queue>` (same sort key), written
+//! and deleted together in one transaction. The dispatcher reads the endpoints of a
+//! job's queue with one Query of that small partition (at most a handful of items), never
+//! a Scan and never the whole registry.
+//!
+//! The signing secret is stored in the items (DynamoDB encrypts them at rest) and never
+//! leaves the store through [`PushEntry::view`].
+
+use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update};
+use ojs_core::push::PushEndpoint;
+use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{Job, JobState, QueueName};
+use serde_json::{json, Value};
+
+use crate::error::StoreError;
+use crate::item::{self, s, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+/// Partition of every registration (the API's listing).
+const PUSH_PK: &str = "PUSH";
+/// Most registrations the API takes (checked by listing first, so two racing
+/// registrations may pass it by one): the listing is one Query of one partition.
+pub const MAX_PUSH_ENDPOINTS: usize = 100;
+/// How much longer than its delivery timeout a pushed job's lease (and its endpoint slot)
+/// lasts: if the dispatcher dies mid-delivery, the lease ends and the sweep retries it.
+const LEASE_MARGIN_MS: u64 = 10_000;
+
+fn queue_pk(queue: &QueueName) -> String {
+    format!("PUSHQ#{queue}")
+}
+
+fn entry_sk(id: &str) -> String {
+    format!("E#{id}")
+}
+
+/// A stored registration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushEntry {
+    /// Its id (`pe_<uuid>`).
+    pub id: String,
+    /// The registration, with its secret.
+    pub endpoint: PushEndpoint,
+    /// When it was registered.
+    pub created_at: String,
+    /// Why and when deliveries to it stopped (ojs-serverless.md §7.2: the endpoint
+    /// answered 404, 401 or 403, which retrying cannot fix): `(at, reason)`.
+    pub disabled: Option<(String, String)>,
+}
+
+impl PushEntry {
+    /// The API's view: never the secret.
+    pub fn view(&self) -> Value {
+        let mut view = self.endpoint.view(&self.id, &self.created_at);
+        if let Some(o) = view.as_object_mut() {
+            match &self.disabled {
+                None => {
+                    o.insert("status".into(), json!("active"));
+                }
+                Some((at, reason)) => {
+                    o.insert("status".into(), json!("disabled"));
+                    o.insert("disabled_at".into(), json!(at));
+                    o.insert("disabled_reason".into(), json!(reason));
+                }
+            }
+        }
+        view
+    }
+
+    /// The worker id its deliveries claim jobs under (the holder the ACK and FAIL of a
+    /// delivery are fenced by).
+    pub fn worker_id(&self) -> String {
+        format!("push_{}", self.id)
+    }
+
+    /// The concurrency key of its in-flight deliveries.
+    fn slot_policy(&self) -> RateLimitPolicy {
+        RateLimitPolicy {
+            key: format!("push:{}", self.id),
+            concurrency: Some(self.endpoint.max_concurrency),
+            rate: None,
+            throttle: None,
+            on_limit: OnLimit::Wait,
+        }
+    }
+
+    fn to_item(&self, pk: String) -> Item {
+        let e = &self.endpoint;
+        let doc = json!({
+            "endpoint": e.target.as_str(),
+            "job_types": e.job_types.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            "queues": e.queues.iter().map(QueueName::as_str).collect::<Vec<_>>(),
+            "config": {
+                "max_concurrency": e.max_concurrency,
+                "timeout_ms": e.timeout_ms,
+                "signing_secret": e.signing_secret,
+            },
+        });
+        Item::from([
+            ("pk".to_owned(), s(pk)),
+            ("sk".to_owned(), s(entry_sk(&self.id))),
+            ("id".to_owned(), s(self.id.clone())),
+            ("doc".to_owned(), s(doc.to_string())),
+            ("created_at".to_owned(), s(self.created_at.clone())),
+        ])
+    }
+
+    fn from_item(item: &Item) -> Result<Self, StoreError> {
+        let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok());
+        let doc: Value = get("doc")
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .ok_or_else(|| StoreError::Corrupt("push endpoint item without doc".into()))?;
+        // Read back as registered: an address allowed then is not re-judged here (every
+        // delivery checks the resolved address itself).
+        let endpoint = PushEndpoint::from_json(&doc, true)
+            .map_err(|e| StoreError::Corrupt(format!("push endpoint: {}", e.message)))?;
+        Ok(Self {
+            id: get("id").cloned().unwrap_or_default(),
+            endpoint,
+            created_at: get("created_at").cloned().unwrap_or_default(),
+            disabled: get("disabled_at").map(|at| {
+                (
+                    at.clone(),
+                    get("disabled_reason").cloned().unwrap_or_default(),
+                )
+            }),
+        })
+    }
+}
+
+/// What [`Store::claim_for_push`] came to.
+#[derive(Debug, Clone)]
+pub enum PushClaim {
+    /// The job, active under the endpoint's worker id, with one of its slots.
+    Claimed(Box<Job>),
+    /// Every slot of the endpoint is held: another endpoint may take the job.
+    Full,
+    /// The job is not to be delivered now (no longer available, its queue paused, a rate
+    /// limit refusing it): no other endpoint needs to try.
+    NotNow,
+}
+
+/// A job the change stream saw become available, as much as its claim needs.
+#[derive(Debug, Clone)]
+pub struct ReadyJob {
+    /// The job as written.
+    pub job: Job,
+    ready_sk: String,
+}
+
+impl crate::stream::Change {
+    /// The job this change made available (created available, promoted, retried,
+    /// released), if any: a new image in `available` with a ready-index entry that the old
+    /// image did not have.
+    pub fn ready_job(&self) -> Option<ReadyJob> {
+        let new = self.new.as_ref()?;
+        if item::state_of(new) != Some(JobState::Available) {
+            return None;
+        }
+        let ready_sk = new.get("gsi1sk")?.as_s().ok()?.clone();
+        let was_ready = self
+            .old
+            .as_ref()
+            .and_then(|o| o.get("gsi1sk"))
+            .and_then(|v| v.as_s().ok())
+            == Some(&ready_sk);
+        if was_ready {
+            return None;
+        }
+        let job = item::job_from_item(new).ok()?;
+        Some(ReadyJob { job, ready_sk })
+    }
+}
+
+impl Store {
+    /// Stores a new registration under a fresh id: its listing item and one item per
+    /// queue, in one transaction (1 + queues writes). The API refuses registrations past
+    /// [`MAX_PUSH_ENDPOINTS`] before calling this.
+    pub async fn put_push_endpoint(
+        &self,
+        endpoint: &PushEndpoint,
+        now: Timestamp,
+    ) -> Result<PushEntry, StoreError> {
+        let entry = PushEntry {
+            id: format!("pe_{}", uuid::Uuid::now_v7()),
+            endpoint: endpoint.clone(),
+            created_at: time::format(&now),
+            disabled: None,
+        };
+        let pks = std::iter::once(PUSH_PK.to_owned()).chain(endpoint.queues.iter().map(queue_pk));
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for pk in pks {
+            let put = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(entry.to_item(pk)))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+        }
+        let out = tx.send().await;
+        self.tally(Kind::Write, out)?;
+        Ok(entry)
+    }
+
+    /// The registration `id`, if any (one strongly consistent GetItem).
+    pub async fn get_push_endpoint(&self, id: &str) -> Result<Option<PushEntry>, StoreError> {
+        let key = Item::from([
+            ("pk".to_owned(), s(PUSH_PK)),
+            ("sk".to_owned(), s(entry_sk(id))),
+        ]);
+        self.read_item(key)
+            .await?
+            .as_ref()
+            .map(PushEntry::from_item)
+            .transpose()
+    }
+
+    /// Every registration, oldest first (one strongly consistent Query; bounded by
+    /// [`MAX_PUSH_ENDPOINTS`]).
+    pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
+        self.query_partition(PUSH_PK, true)
+            .await?
+            .iter()
+            .map(PushEntry::from_item)
+            .collect()
+    }
+
+    /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
+    /// path's lookup). Unreadable items are skipped with a warning.
+    pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
+        Ok(self
+            .query_partition(&queue_pk(queue), false)
+            .await?
+            .iter()
+            .filter_map(|i| match PushEntry::from_item(i) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipped an unreadable push endpoint");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// Stops deliveries to `entry` (§7.2.2-3: it answered 404, 401 or 403): its listing
+    /// and queue items record when and why, in one transaction (1 + queues writes). Its
+    /// queues' jobs stay available to polling workers; registering it again resumes.
+    pub async fn disable_push_endpoint(
+        &self,
+        entry: &PushEntry,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let pks =
+            std::iter::once(PUSH_PK.to_owned()).chain(entry.endpoint.queues.iter().map(queue_pk));
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for pk in pks {
+            let update = Update::builder()
+                .table_name(self.table())
+                .key("pk", s(pk))
+                .key("sk", s(entry_sk(&entry.id)))
+                .update_expression("SET disabled_at = :at, disabled_reason = :why")
+                .condition_expression("attribute_exists(pk) AND attribute_not_exists(disabled_at)")
+                .expression_attribute_values(":at", s(time::format(&now)))
+                .expression_attribute_values(
+                    ":why",
+                    s(reason.chars().take(500).collect::<String>()),
+                )
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().update(update).build());
+        }
+        let out = tx.send().await;
+        // Deleted meanwhile, or disabled by another delivery first: nothing to do.
+        if let Err(e) = &out {
+            if crate::error::cancellation_codes(e).is_some() {
+                self.usage.record(Kind::Write, None);
+                return Ok(());
+            }
+        }
+        self.tally(Kind::Write, out).map(|_| ())
+    }
+
+    /// Removes registration `id` and its queue items in one transaction; NotFound when
+    /// there is none. Deliveries in flight finish; no new one starts.
+    pub async fn delete_push_endpoint(&self, id: &str) -> Result<PushEntry, StoreError> {
+        let entry = self
+            .get_push_endpoint(id)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let pks =
+            std::iter::once(PUSH_PK.to_owned()).chain(entry.endpoint.queues.iter().map(queue_pk));
+        let mut tx = self
+            .client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for pk in pks {
+            let delete = Delete::builder()
+                .table_name(self.table())
+                .key("pk", s(pk))
+                .key("sk", s(entry_sk(id)))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            tx = tx.transact_items(TransactWriteItem::builder().delete(delete).build());
+        }
+        let out = tx.send().await;
+        self.tally(Kind::Write, out)?;
+        Ok(entry)
+    }
+
+    /// Claims `ready` for a delivery to `endpoint`, exactly as FETCH claims a candidate
+    /// (the same conditional write on `available` and the ready-index entry, so a polling
+    /// worker or another endpoint racing for it cannot both win), after taking one of the
+    /// endpoint's in-flight slots (`max_concurrency`), which is given back if the claim
+    /// loses. Calls: the queue's
+    /// settings (cached), the slot (one GetItem, one UpdateItem), the claim (one
+    /// UpdateItem; a job with a rate limit claims in a transaction as FETCH does).
+    pub async fn claim_for_push(
+        &self,
+        ready: &ReadyJob,
+        endpoint: &PushEntry,
+        now: Timestamp,
+    ) -> Result<PushClaim, StoreError> {
+        let queue = &ready.job.spec.queue;
+        let settings = self.queue_settings(std::slice::from_ref(queue)).await?;
+        let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
+        if queue_settings.paused {
+            return Ok(PushClaim::NotNow);
+        }
+        let rate_limit =
+            match &ready.job.spec.rate_limit {
+                Some(rl) => Some(RateLimitPolicy::from_stored(rl, queue.as_str()).map_err(
+                    |e| StoreError::Corrupt(format!("stored rate_limit: {}", e.message)),
+                )?),
+                None => None,
+            };
+        let lease_ms = endpoint.endpoint.timeout_ms + LEASE_MARGIN_MS;
+        let holder = ready.job.id.to_string();
+        let slot = endpoint.slot_policy();
+        let lease_until_us = time::after_ms(now, lease_ms).timestamp_micros();
+        if !self
+            .take_slot(&slot, &holder, lease_until_us, now.timestamp_micros())
+            .await?
+        {
+            return Ok(PushClaim::Full);
+        }
+        let req = crate::claim::FetchRequest {
+            queues: vec![queue.clone()],
+            count: 1,
+            worker_id: Some(endpoint.worker_id()),
+            visibility_timeout_ms: Some(lease_ms),
+        };
+        let candidate = crate::claim::Candidate::for_push(
+            ready.job.id,
+            ready.ready_sk.clone(),
+            ready.job.spec.timeout_ms,
+            rate_limit,
+        );
+        let claimed = self
+            .claim_one(
+                queue,
+                &candidate,
+                &req,
+                now,
+                queue_settings.rate_limit.as_ref(),
+            )
+            .await;
+        match claimed {
+            Ok(Some(job)) => Ok(PushClaim::Claimed(Box::new(job))),
+            other => {
+                self.release_holder(&slot.key, &holder, Some(lease_until_us))
+                    .await;
+                other.map(|_| PushClaim::NotNow)
+            }
+        }
+    }
+
+    /// Gives back the in-flight slot `job_id` held at `endpoint` (one or two UpdateItems;
+    /// best effort: a slot not given back ends with the delivery's lease).
+    pub async fn release_push_slot(&self, endpoint: &PushEntry, job_id: &str) {
+        self.release_holder(&endpoint.slot_policy().key, job_id, None)
+            .await;
+    }
+
+    /// Up to `limit` jobs of `queue` still available that were made available before
+    /// `before` (one Query of the ready index per shard, then one GetItem per entry old
+    /// enough, judged by the enqueue time in its index key): the dispatcher's catch-up,
+    /// for jobs the stream offered while the endpoints were full. Jobs of types no
+    /// endpoint takes are read too (the index carries no type): a queue mixing pushed and
+    /// polled types pays those reads when its polled jobs wait.
+    pub async fn ready_jobs(
+        &self,
+        queue: &QueueName,
+        limit: usize,
+        before: Timestamp,
+    ) -> Result<Vec<ReadyJob>, StoreError> {
+        let cutoff = before.timestamp_micros();
+        let mut out = Vec::new();
+        for shard in 0..self.queue_shards() {
+            let page = i32::try_from(limit.saturating_sub(out.len())).unwrap_or(25);
+            if page == 0 {
+                break;
+            }
+            for c in self.ready_candidates(queue, shard, page).await? {
+                let enqueued_us = c
+                    .ready_sk
+                    .split('#')
+                    .nth(1)
+                    .and_then(|us| us.parse::<i64>().ok());
+                if enqueued_us.is_some_and(|us| us > cutoff) {
+                    continue;
+                }
+                let Some(raw) = self.read_item(item::job_key(&c.id)).await? else {
+                    continue;
+                };
+                if item::state_of(&raw) != Some(JobState::Available) {
+                    continue;
+                }
+                if let Ok(job) = item::job_from_item(&raw) {
+                    out.push(ReadyJob {
+                        job,
+                        ready_sk: c.ready_sk.clone(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,650 @@
+//! Push delivery (ojs-serverless.md §2): the registration API, the address guard, and
+//! deliveries to an in-process endpoint that checks every header and signature (the
+//! official SDKs' adapters are driven in tests/tests/push_sdk.rs).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_test_0123456789abcdef";
+
+fn registration(endpoint: &str, job_types: &[&str], queue: &str) -> Value {
+    json!({
+        "endpoint": endpoint,
+        "job_types": job_types,
+        "queues": [queue],
+        "config": {"max_concurrency": 4, "timeout_ms": 5000, "signing_secret": SECRET},
+    })
+}
+
+#[tokio::test]
+async fn registration_crud_never_returns_the_secret() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let created = app
+        .call(
+            Method::POST,
+            "/ojs/v1/push/endpoints",
+            Some(registration(
+                "https://example.com/ojs",
+                &["email.send"],
+                "mail",
+            )),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let e = &created.body["endpoint"];
+    let id = e["id"].as_str().unwrap_or_default().to_owned();
+    assert!(id.starts_with("pe_"), "{e}");
+    assert_eq!(e["endpoint"], "https://example.com/ojs");
+    assert_eq!(e["job_types"], json!(["email.send"]));
+    assert_eq!(e["queues"], json!(["mail"]));
+    assert_eq!(e["config"]["max_concurrency"], 4);
+    assert_eq!(e["config"]["timeout_ms"], 5000);
+
+    let got = app
+        .call(Method::GET, &format!("/ojs/v1/push/endpoints/{id}"), None)
+        .await?;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body["endpoint"], *e);
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.body["endpoints"], json!([e]));
+    for body in [&created.body, &got.body, &listed.body] {
+        assert!(!body.to_string().contains(SECRET), "secret leaked: {body}");
+    }
+
+    let deleted = app
+        .call(
+            Method::DELETE,
+            &format!("/ojs/v1/push/endpoints/{id}"),
+            None,
+        )
+        .await?;
+    assert_eq!(deleted.status, 200, "{:?}", deleted.body);
+    for (method, path) in [
+        (Method::GET, format!("/ojs/v1/push/endpoints/{id}")),
+        (Method::DELETE, format!("/ojs/v1/push/endpoints/{id}")),
+        (Method::GET, "/ojs/v1/push/endpoints/pe_nope".to_owned()),
+    ] {
+        let r = app.call(method, &path, None).await?;
+        assert_eq!(r.status, 404, "{path}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "not_found");
+    }
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.body["endpoints"], json!([]));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn registration_validation() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let good = registration("https://example.com/", &["a.b"], "default");
+    let with = |path: &[&str], v: Value| {
+        let mut b = good.clone();
+        let mut at = &mut b;
+        for p in &path[..path.len() - 1] {
+            at = &mut at[*p];
+        }
+        at[path[path.len() - 1]] = v;
+        b
+    };
+    let cases = [
+        (json!([1]), 400),
+        (with(&["job_types"], Value::Null), 400),
+        (with(&["job_types"], json!([])), 422),
+        (with(&["job_types"], json!(["Bad Type"])), 400),
+        (
+            with(
+                &["queues"],
+                json!((0..11).map(|i| format!("q{i}")).collect::<Vec<_>>()),
+            ),
+            422,
+        ),
+        (with(&["endpoint"], json!("ftp://example.com/")), 422),
+        (
+            with(
+                &["endpoint"],
+                json!(format!("https://example.com/{}", "a".repeat(2100))),
+            ),
+            422,
+        ),
+        (with(&["config", "max_concurrency"], json!(0)), 422),
+        (with(&["config", "max_concurrency"], json!(101)), 422),
+        (with(&["config", "timeout_ms"], json!(900_001)), 422),
+        (with(&["config", "timeout_ms"], json!("30s")), 422),
+        (with(&["config", "signing_secret"], Value::Null), 400),
+        (with(&["config", "signing_secret"], json!("short")), 422),
+    ];
+    // A Lambda function ARN is an endpoint too (invoked directly); anything else under arn: is not.
+    let arn = with(
+        &["endpoint"],
+        json!("arn:aws:lambda:eu-west-1:123456789012:function:worker:live"),
+    );
+    let r = app
+        .call(Method::POST, "/ojs/v1/push/endpoints", Some(arn))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let cases = cases.into_iter().chain([(
+        with(
+            &["endpoint"],
+            json!("arn:aws:sqs:eu-west-1:123456789012:queue"),
+        ),
+        422,
+    )]);
+    for (body, status) in cases {
+        let r = app
+            .call(Method::POST, "/ojs/v1/push/endpoints", Some(body.clone()))
+            .await?;
+        assert_eq!(r.status, status, "{body}: {:?}", r.body);
+        assert!(r.body["error"]["code"].is_string(), "{:?}", r.body);
+        assert!(!r.body.to_string().contains(SECRET));
+    }
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn private_and_metadata_addresses_are_refused() -> anyhow::Result<()> {
+    // The default: OJS_PUSH_ALLOW_PRIVATE off.
+    let app = TestApp::spawn().await?;
+    for endpoint in [
+        "http://127.0.0.1:9000/",
+        "https://127.0.0.1/",
+        "https://10.0.0.8/",
+        "https://192.168.1.1/",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://[::1]/",
+        "https://[fd00:ec2::254]/",
+        "https://localhost/",
+        "http://example.com/",
+    ] {
+        let r = app
+            .call(
+                Method::POST,
+                "/ojs/v1/push/endpoints",
+                Some(registration(endpoint, &["a"], "default")),
+            )
+            .await?;
+        assert_eq!(r.status, 422, "{endpoint}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "validation_error");
+    }
+    let listed = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    assert_eq!(listed.body["endpoints"], json!([]));
+    app.teardown().await;
+    Ok(())
+}
+
+/// What the fake endpoint saw of one delivery.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    endpoint: usize,
+    job_id: String,
+    delivery_id: String,
+    attempt: u64,
+}
+
+#[derive(Clone, Default)]
+struct Fake {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    problems: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<Mutex<(usize, usize)>>,
+    delay: Duration,
+}
+
+/// A push endpoint on loopback: checks the §2.2 headers and the signature, records the
+/// delivery, waits `delay`, and completes with the job's args as its result.
+async fn fake_endpoint(fake: Fake, index: usize) -> anyhow::Result<String> {
+    async fn handle(
+        State((fake, index)): State<(Fake, usize)>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> (StatusCode, Json<Value>) {
+        let h = |k: &str| {
+            headers
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut problems = Vec::new();
+        let expected = ojs_core::push::signature(SECRET.as_bytes(), &h("x-ojs-timestamp"), &body);
+        if h("x-ojs-signature") != expected {
+            problems.push("bad signature".to_owned());
+        }
+        if h("x-ojs-delivery-id") != parsed["delivery_id"].as_str().unwrap_or("?")
+            || !h("x-ojs-delivery-id").starts_with("del_")
+        {
+            problems.push(format!(
+                "delivery id header {:?} vs body {}",
+                h("x-ojs-delivery-id"),
+                parsed["delivery_id"]
+            ));
+        }
+        if h("x-ojs-job-id") != parsed["job"]["id"].as_str().unwrap_or("?") {
+            problems.push("job id header differs from the body's".into());
+        }
+        if h("x-ojs-idempotency-window").parse::<u64>().is_err() {
+            problems.push("no idempotency window".into());
+        }
+        if parsed["job"]["state"] != "active" || !parsed["worker_id"].is_string() {
+            problems.push(format!("job not active or no worker id: {parsed}"));
+        }
+        if !problems.is_empty() {
+            if let Ok(mut p) = fake.problems.lock() {
+                p.extend(problems);
+            }
+            return (StatusCode::UNAUTHORIZED, Json(json!({"error": "rejected"})));
+        }
+        if let Ok(mut s) = fake.seen.lock() {
+            s.push(Seen {
+                at: Instant::now(),
+                endpoint: index,
+                job_id: h("x-ojs-job-id"),
+                delivery_id: h("x-ojs-delivery-id"),
+                attempt: parsed["job"]["attempt"].as_u64().unwrap_or(0),
+            });
+        }
+        if let Ok(mut f) = fake.in_flight.lock() {
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        tokio::time::sleep(fake.delay).await;
+        if let Ok(mut f) = fake.in_flight.lock() {
+            f.0 -= 1;
+        }
+        (
+            StatusCode::OK,
+            Json(
+                json!({"status": "completed", "result": {"args": parsed["job"]["args"], "by": index}}),
+            ),
+        )
+    }
+    let router = Router::new()
+        .route("/", post(handle))
+        .with_state((fake, index));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(url)
+}
+
+async fn register(app: &TestApp, body: Value) -> anyhow::Result<String> {
+    let r = app
+        .call(Method::POST, "/ojs/v1/push/endpoints", Some(body))
+        .await?;
+    anyhow::ensure!(r.status == 201, "register: {:?}", r.body);
+    Ok(r.body["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// Polls INFO until `id` reaches a terminal state (or the deadline).
+pub async fn wait_terminal(app: &TestApp, id: &str, within: Duration) -> anyhow::Result<Value> {
+    let until = Instant::now() + within;
+    loop {
+        let r = app.info(id).await?;
+        let state = r.body["job"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if ["completed", "discarded", "cancelled"].contains(&state.as_str())
+            || Instant::now() > until
+        {
+            return Ok(r.body["job"].clone());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn pushed_jobs_complete_with_signed_deliveries() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["push.echo"], "pushq")).await?;
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    let mut latencies = Vec::new();
+    // One job at a time, to measure push -> handler and the writes of one pushed job.
+    let before = app.store.usage();
+    for i in 0..5 {
+        let pushed = Instant::now();
+        let r = app
+            .push(json!({"type": "push.echo", "queue": "pushq", "args": [i]}))
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+        let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        if let Some(s) = seen.iter().find(|s| s.job_id == id) {
+            latencies.push(s.at.duration_since(pushed));
+        }
+        ids.push(id);
+    }
+    let after = app.store.usage();
+    latencies.sort();
+    eprintln!(
+        "push: push -> handler {:?} (median of {}, local stream polled every 50 ms); {:.1} write units per pushed job (PUSH, claim, ACK, slot release; INFO polls read only)",
+        latencies.get(latencies.len() / 2),
+        latencies.len(),
+        (after.write_units - before.write_units) / 5.0,
+    );
+    assert_eq!(latencies.len(), 5);
+    // The same lifecycle polled, for comparison: PUSH + FETCH + ACK on a queue without
+    // endpoints.
+    let before = app.store.usage();
+    for i in 0..5 {
+        let r = app
+            .push(json!({"type": "push.echo", "queue": "polledq", "args": [i]}))
+            .await?;
+        assert_eq!(r.status, 201);
+        let f = app
+            .fetch(json!({"queues": ["polledq"], "count": 1, "worker_id": "w"}))
+            .await?;
+        let id = f.body["jobs"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let a = app
+            .ack(json!({"job_id": id, "result": {"args": [i]}}))
+            .await?;
+        assert_eq!(a.status, 200, "{:?}", a.body);
+    }
+    let after = app.store.usage();
+    eprintln!(
+        "push: {:.1} write units per polled job (PUSH, FETCH, ACK)",
+        (after.write_units - before.write_units) / 5.0
+    );
+    // A job of another type on the queue is not pushed.
+    let other = app
+        .push(json!({"type": "not.pushed", "queue": "pushq", "args": []}))
+        .await?;
+    for (i, id) in ids.iter().enumerate() {
+        let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        assert_eq!(job["result"], json!({"args": [i], "by": 0}));
+    }
+    eprintln!(
+        "push: 5 jobs pushed and completed in {:?}",
+        started.elapsed()
+    );
+    let problems = fake.problems.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(problems.is_empty(), "{problems:?}");
+    let other_id = other.body["job"]["id"].as_str().unwrap_or_default();
+    assert_eq!(app.info(other_id).await?.body["job"]["state"], "available");
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_job_never_goes_to_two_endpoints_or_a_poller() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(20),
+        ..Fake::default()
+    };
+    for i in 0..2 {
+        let url = fake_endpoint(fake.clone(), i).await?;
+        register(&app, registration(&url, &["race.job"], "race")).await?;
+    }
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let r = app
+            .push(json!({"type": "race.job", "queue": "race", "args": [i]}))
+            .await?;
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    // A polling worker competes for the same jobs meanwhile.
+    let mut fetched: Vec<String> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let r = app
+            .fetch(json!({"queues": ["race"], "count": 5, "worker_id": "poller"}))
+            .await?;
+        for job in r.body["jobs"].as_array().cloned().unwrap_or_default() {
+            let id = job["id"].as_str().unwrap_or_default().to_owned();
+            let a = app
+                .ack(json!({"job_id": id, "result": {"by": "poller"}}))
+                .await?;
+            assert_eq!(a.status, 200, "{:?}", a.body);
+            fetched.push(id);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in &ids {
+        let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+    }
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut per_job: HashMap<&str, Vec<usize>> = HashMap::new();
+    for s in &seen {
+        per_job.entry(&s.job_id).or_default().push(s.endpoint);
+    }
+    for id in &ids {
+        let pushed = per_job.get(id.as_str()).map_or(0, Vec::len);
+        let polled = fetched.iter().filter(|f| *f == id).count();
+        assert_eq!(
+            pushed + polled,
+            1,
+            "job {id}: pushed to {:?}, fetched {polled}",
+            per_job.get(id.as_str())
+        );
+    }
+    eprintln!(
+        "push race: {} pushed ({} to endpoint 0), {} fetched",
+        seen.len(),
+        seen.iter().filter(|s| s.endpoint == 0).count(),
+        fetched.len()
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn max_concurrency_holds_and_waiting_jobs_follow() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    };
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    let mut body = registration(&url, &["slow.job"], "narrow");
+    body["config"]["max_concurrency"] = json!(2);
+    register(&app, body).await?;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let r = app
+            .push(json!({"type": "slow.job", "queue": "narrow", "args": [i]}))
+            .await?;
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    for id in &ids {
+        let job = wait_terminal(&app, id, Duration::from_secs(20)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+        assert_eq!(job["attempt"], 1, "{job}");
+    }
+    let peak = fake.in_flight.lock().map(|f| f.1).unwrap_or(0);
+    assert!((1..=2).contains(&peak), "peak in flight {peak}");
+    let seen = fake.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 8);
+    assert!(seen
+        .iter()
+        .all(|s| s.attempt == 1 && s.delivery_id.starts_with("del_")));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deliveries_never_reach_a_name_that_resolves_to_loopback() -> anyhow::Result<()> {
+    // Registered while private targets were allowed; the dispatcher no longer allows them
+    // (as after OJS_PUSH_ALLOW_PRIVATE is turned off, or a name re-pointed at 127.0.0.1).
+    let app = TestApp::spawn_with_push_config(ojs_push::PushConfig::local(false)).await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    let port = url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    register(
+        &app,
+        registration(
+            &format!("https://localhost:{port}/"),
+            &["guarded.job"],
+            "guarded",
+        ),
+    )
+    .await?;
+    let r = app
+        .push(json!({"type": "guarded.job", "queue": "guarded", "args": [], "retry": {"max_attempts": 1}}))
+        .await?;
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+    assert_eq!(job["state"], "discarded", "{job}");
+    let error = job["error"].to_string();
+    assert!(error.contains("no allowed address"), "{error}");
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["paused.job"], "pausable")).await?;
+    let paused = app
+        .call(Method::POST, "/ojs/v1/queues/pausable/pause", None)
+        .await?;
+    assert_eq!(paused.status, 200, "{:?}", paused.body);
+    let r = app
+        .push(json!({"type": "paused.job", "queue": "pausable", "args": []}))
+        .await?;
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(app.info(&id).await?.body["job"]["state"], "available");
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    // Resuming writes no job: the periodic catch-up delivers it.
+    let resumed = app
+        .call(Method::POST, "/ojs/v1/queues/pausable/resume", None)
+        .await?;
+    assert_eq!(resumed.status, 200, "{:?}", resumed.body);
+    let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
+    assert_eq!(job["state"], "completed", "{job}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s
+    let hits = Arc::new(Mutex::new(0usize));
+    let counter = hits.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let router = Router::new().route(
+            "/",
+            post(move || async move {
+                if let Ok(mut n) = counter.lock() {
+                    *n += 1;
+                }
+                (StatusCode::SERVICE_UNAVAILABLE, "down")
+            }),
+        );
+        let _ = axum::serve(listener, router).await;
+    });
+    register(&app, registration(&url, &["down.job"], "down")).await?;
+    let hits_now = || hits.lock().map(|n| *n).unwrap_or(0);
+    let push = || {
+        app.push(json!({"type": "down.job", "queue": "down", "args": [],
+            "retry": {"max_attempts": 5, "initial_interval": "PT30S"}}))
+    };
+    // Five delivery errors in a row, one job at a time (each retried only in 30 s).
+    for n in 1..=5 {
+        let id = push().await?.body["job"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let until = Instant::now() + Duration::from_secs(10);
+        while app.info(&id).await?.body["job"]["state"] != "retryable" && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(hits_now(), n);
+    }
+    // Open: the next job is not delivered; it stays available to polling workers.
+    let sixth = push().await?.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(hits_now(), 5);
+    assert_eq!(app.info(&sixth).await?.body["job"]["state"], "available");
+    // After the cooldown one delivery tests the endpoint; it fails, and the circuit opens
+    // again (the five others wait for their 30 s backoff).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(hits_now(), 6);
+    let job = app.info(&sixth).await?.body["job"].clone();
+    assert_eq!(job["state"], "retryable", "{job}");
+    assert!(job["errors"].to_string().contains("push_http_503"), "{job}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_answer_for_an_attempt_that_ended_is_ignored() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    let fake = Fake {
+        delay: Duration::from_millis(1500),
+        ..Fake::default()
+    };
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["late.job"], "late")).await?;
+    let id = app
+        .push(json!({"type": "late.job", "queue": "late", "args": []}))
+        .await?
+        .body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let until = Instant::now() + Duration::from_secs(10);
+    while fake.seen.lock().map(|s| s.is_empty()).unwrap_or(true) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Cancelled while the endpoint works on it: its "completed" arrives for an attempt
+    // that has ended, and the store's fence refuses it.
+    let cancelled = app.cancel(&id).await?;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let job = app.info(&id).await?.body["job"].clone();
+    assert_eq!(job["state"], "cancelled", "{job}");
+    assert!(job["result"].is_null(), "{job}");
+    app.teardown().await;
+    Ok(())
+}

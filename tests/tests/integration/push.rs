@@ -360,6 +360,7 @@ async fn pushed_jobs_complete_with_signed_deliveries() -> anyhow::Result<()> {
             .push(json!({"type": "push.echo", "queue": "polledq", "args": [i]}))
             .await?;
         assert_eq!(r.status, 201);
+        ojs_tests::after_index_lag().await;
         let f = app
             .fetch(json!({"queues": ["polledq"], "count": 1, "worker_id": "w"}))
             .await?;

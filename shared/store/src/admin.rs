@@ -24,7 +24,7 @@ use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
-use crate::transition::{JobWrite, Place};
+use crate::transition::JobWrite;
 use crate::usage::Kind;
 use crate::{EventQuery, Store};
 
@@ -202,29 +202,22 @@ impl Store {
             });
         }
         let wid = crate::jobs::write_id();
-        let out = JobWrite::new(
-            Transition::Revive,
-            Place::Ready {
-                pk: self.ready_pk(&job.spec.queue, &job.id),
-                sk: keys::ready_sk(job.spec.priority, &now, id),
-                expiry: self.expiry_entry(&job),
-            },
-        )
-        .from(from)
-        .version(job.status.version)
-        .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
-        .remove(
-            "errors, #error, #result, completed_at, discarded_at, cancelled_at, \
+        let out = JobWrite::new(Transition::Revive, self.ready_place(&job, &now))
+            .from(from)
+            .version(job.status.version)
+            .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
+            .remove(
+                "errors, #error, #result, completed_at, discarded_at, cancelled_at, \
              cancelled_from, next_attempt_at, retry_delay_ms, started_at",
-        )
-        .name("#error", "error")
-        .name("#result", "result")
-        .value(":zero", n(0))
-        .value(":now", ts(&now))
-        .value(":wid", wid.clone())
-        .apply(self.update(id))?
-        .send()
-        .await;
+            )
+            .name("#error", "error")
+            .name("#result", "result")
+            .value(":zero", n(0))
+            .value(":now", ts(&now))
+            .value(":wid", wid.clone())
+            .apply(self.update(id))?
+            .send()
+            .await;
         self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
     }
 

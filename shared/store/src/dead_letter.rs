@@ -21,7 +21,7 @@ use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
-use crate::transition::{JobWrite, Place};
+use crate::transition::JobWrite;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -226,28 +226,21 @@ impl Store {
         };
         let job = item::job_from_item(&item)?;
         let wid = crate::jobs::write_id();
-        let req = JobWrite::new(
-            Transition::RetryDead,
-            Place::Ready {
-                pk: self.ready_pk(&job.spec.queue, &job.id),
-                sk: keys::ready_sk(job.spec.priority, &now, id),
-                expiry: self.expiry_entry(&job),
-            },
-        )
-        .version(job.status.version)
-        .when("dead_sk = :sk")
-        .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
-        .remove(
-            "errors, #error, #result, completed_at, discarded_at, next_attempt_at, \
+        let req = JobWrite::new(Transition::RetryDead, self.ready_place(&job, &now))
+            .version(job.status.version)
+            .when("dead_sk = :sk")
+            .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
+            .remove(
+                "errors, #error, #result, completed_at, discarded_at, next_attempt_at, \
              retry_delay_ms, started_at",
-        )
-        .name("#error", "error")
-        .name("#result", "result")
-        .value(":sk", s(sk.clone()))
-        .value(":wid", wid.clone())
-        .value(":zero", n(0))
-        .value(":now", ts(&now))
-        .apply(self.update(id))?;
+            )
+            .name("#error", "error")
+            .name("#result", "result")
+            .value(":sk", s(sk.clone()))
+            .value(":wid", wid.clone())
+            .value(":zero", n(0))
+            .value(":now", ts(&now))
+            .apply(self.update(id))?;
         let entry = self.dead_entry_delete(&sk)?;
         self.update_job_with(id, req, entry, &wid).await
     }

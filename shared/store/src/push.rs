@@ -35,6 +35,12 @@ fn queue_pk(queue: &QueueName) -> String {
     format!("PUSHQ#{queue}")
 }
 
+/// The partitions holding a registration: the listing's, and one per queue it serves
+/// (written and deleted together).
+fn entry_pks(queues: &[QueueName]) -> impl Iterator<Item = String> + '_ {
+    std::iter::once(PUSH_PK.to_owned()).chain(queues.iter().map(queue_pk))
+}
+
 fn entry_sk(id: &str) -> String {
     format!("E#{id}")
 }
@@ -192,7 +198,7 @@ impl Store {
             created_at: time::format(&now),
             disabled: None,
         };
-        let pks = std::iter::once(PUSH_PK.to_owned()).chain(endpoint.queues.iter().map(queue_pk));
+        let pks = entry_pks(&endpoint.queues);
         let mut tx = self
             .client
             .transact_write_items()
@@ -260,8 +266,7 @@ impl Store {
         reason: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let pks =
-            std::iter::once(PUSH_PK.to_owned()).chain(entry.endpoint.queues.iter().map(queue_pk));
+        let pks = entry_pks(&entry.endpoint.queues);
         let mut tx = self
             .client
             .transact_write_items()
@@ -300,8 +305,7 @@ impl Store {
             .get_push_endpoint(id)
             .await?
             .ok_or(StoreError::NotFound)?;
-        let pks =
-            std::iter::once(PUSH_PK.to_owned()).chain(entry.endpoint.queues.iter().map(queue_pk));
+        let pks = entry_pks(&entry.endpoint.queues);
         let mut tx = self
             .client
             .transact_write_items()

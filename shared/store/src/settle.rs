@@ -112,14 +112,7 @@ impl Store {
                     },
                 )
             }
-            FailureOutcome::Requeue => (
-                Transition::Reclaim,
-                Place::Ready {
-                    pk: self.ready_pk(&job.spec.queue, &job.id),
-                    sk: keys::ready_sk(job.spec.priority, &now, &job.id),
-                    expiry: self.expiry_entry(job),
-                },
-            ),
+            FailureOutcome::Requeue => (Transition::Reclaim, self.ready_place(job, &now)),
             // Dead-lettered jobs stay until an operator retries or deletes them; plain
             // discards expire with the retention period.
             FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => (
@@ -243,23 +236,26 @@ impl Store {
 
     /// A due scheduled/retryable job becomes available (condition: the version read).
     async fn promote_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
-        let out = JobWrite::new(
-            Transition::Promote,
-            Place::Ready {
-                pk: self.ready_pk(&job.spec.queue, &job.id),
-                sk: keys::ready_sk(job.spec.priority, &now, &job.id),
-                expiry: self.expiry_entry(job),
-            },
-        )
-        .from(job.status.state)
-        .version(job.status.version)
-        .set("enqueued_at = :now")
-        .remove("next_attempt_at")
-        .value(":now", ts(&now))
-        .apply(self.update(&job.id))?
-        .send()
-        .await;
+        let out = JobWrite::new(Transition::Promote, self.ready_place(job, &now))
+            .from(job.status.state)
+            .version(job.status.version)
+            .set("enqueued_at = :now")
+            .remove("next_attempt_at")
+            .value(":now", ts(&now))
+            .apply(self.update(&job.id))?
+            .send()
+            .await;
         self.finish_update(out)
+    }
+
+    /// Where a job that becomes available at `now` is listed: at the back of its
+    /// priority in the ready index, and at its expiry in the due index if it has one.
+    pub(crate) fn ready_place(&self, job: &Job, now: &Timestamp) -> Place {
+        Place::Ready {
+            pk: self.ready_pk(&job.spec.queue, &job.id),
+            sk: keys::ready_sk(job.spec.priority, now, &job.id),
+            expiry: self.expiry_entry(job),
+        }
     }
 
     /// The due entry of a job with an `expires_at`, listed while it is available so the

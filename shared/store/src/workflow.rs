@@ -592,21 +592,14 @@ impl Store {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let id = &job.id;
-        let out = JobWrite::new(
-            Transition::Activate,
-            Place::Ready {
-                pk: self.ready_pk(&job.spec.queue, id),
-                sk: keys::ready_sk(job.spec.priority, &now, id),
-                expiry: self.expiry_entry(job),
-            },
-        )
-        .version(job.status.version)
-        .set("enqueued_at = :now")
-        .remove("deps_left")
-        .value(":now", ts(&now))
-        .apply(self.update(id))?
-        .send()
-        .await;
+        let out = JobWrite::new(Transition::Activate, self.ready_place(job, &now))
+            .version(job.status.version)
+            .set("enqueued_at = :now")
+            .remove("deps_left")
+            .value(":now", ts(&now))
+            .apply(self.update(id))?
+            .send()
+            .await;
         match self.finish_update(out) {
             Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),

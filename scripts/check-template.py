@@ -33,7 +33,7 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              STREAM_MAX_BATCHING_WINDOW s; its function's role reads that stream only
              (no stream action on "*") and may send to the destination; an IteratorAge
              alarm watches it; its event filter, if any, lets every job item's record
-             through (the keys of shared/store/src/keys.rs JOB_PREFIX and JOB_SK)
+             through (the keys of shared/store/src/dynamo/keys.rs JOB_PREFIX and JOB_SK)
 """
 
 import json
@@ -529,13 +529,13 @@ def role_of(cfn, fn):
 def check_stream_filter(name, criteria, root):
     """An event filter of the stream mapping must let every job item's record through:
     a pattern on the job item's keys (pk starting with JOB_PREFIX, sk JOB_SK, as
-    shared/store/src/keys.rs defines them), nothing narrower."""
+    shared/store/src/dynamo/keys.rs defines them), nothing narrower."""
     if not criteria:
         return
-    keys = Path(root, "shared/store/src/keys.rs").read_text(encoding="utf-8")
+    keys = Path(root, "shared/store/src/dynamo/keys.rs").read_text(encoding="utf-8")
     const = {k: v for k, v in re.findall(r'const (JOB_PREFIX|JOB_SK): &str = "([^"]*)";', keys)}
     if set(const) != {"JOB_PREFIX", "JOB_SK"}:
-        fail("stream", "shared/store/src/keys.rs no longer defines JOB_PREFIX and JOB_SK")
+        fail("stream", "shared/store/src/dynamo/keys.rs no longer defines JOB_PREFIX and JOB_SK")
         return
     want = {"dynamodb": {"Keys": {"pk": {"S": [{"prefix": const["JOB_PREFIX"]}]},
                                   "sk": {"S": [const["JOB_SK"]]}}}}
@@ -551,10 +551,10 @@ def check_stream_filter(name, criteria, root):
 
 
 def check_stream(cfn, root):
-    schema = Path(root, "shared/store/src/schema.rs").read_text(encoding="utf-8")
+    schema = Path(root, "shared/store/src/dynamo/schema.rs").read_text(encoding="utf-8")
     m = re.search(r'pub const STREAM_VIEW: &str = "([A-Z_]+)";', schema)
     if not m:
-        fail("stream", "shared/store/src/schema.rs defines no STREAM_VIEW")
+        fail("stream", "shared/store/src/dynamo/schema.rs defines no STREAM_VIEW")
         return
     want = m.group(1)
     mappings = resources(cfn, "AWS::Lambda::EventSourceMapping")

@@ -225,7 +225,7 @@ struct Bench {
 /// `args` whose JSON form is exactly `size` bytes and that compress like a real payload:
 /// an order with lines of random SKUs, quantities, prices and customer ids, and a note of
 /// words to make up the size (deterministic for a size). The store deflates large requests
-/// (shared/store/src/item.rs), so a run of one repeated byte, which deflates to almost
+/// (shared/store/src/dynamo/item.rs), so a run of one repeated byte, which deflates to almost
 /// nothing, would flatter every capacity figure. Sizes too small for an order are a string.
 pub fn args_of(size: usize) -> Value {
     const WORDS: [&str; 16] = [

@@ -1,41 +1,26 @@
-//! The DynamoDB adapter: item mapping, conditional transitions and queries.
+//! The DynamoDB adapter, in layers (each may use those before it): `dynamo` (table,
+//! items, keys, capacity, errors), `engine` (every transition, and its effects),
+//! `derived` (what the change stream computes: events, counters, metrics) and
+//! `features` (workflows, cron, dead letter, workers, queues, registries, admin).
 //!
 //! Every state change is one conditional write on the expected state (and, for
 //! read-modify-write paths, the version). A failed condition is a typed
 //! [`StoreError::Conflict`] or [`StoreError::NotFound`], never a string.
 
-mod admin;
-mod api_keys;
-mod backlog;
-mod batch;
-mod batch_read;
-mod claim;
-mod concurrency;
-mod counts;
-mod cron;
-mod dead_letter;
-mod effects;
-mod error;
-mod events;
-mod item;
-mod jobs;
-mod keys;
-mod metrics;
-mod partition;
-mod push;
-mod queues;
-pub mod schema;
-mod schemas;
-mod settle;
-mod stream;
-mod sweep;
-mod table;
-mod timer;
-mod transition;
-mod unique;
-mod usage;
-mod workers;
-mod workflow;
+mod derived;
+mod dynamo;
+mod engine;
+mod features;
+
+// Every module keeps its crate-root name (`crate::claim`, `crate::item`, ...); where it
+// lives says its layer: `dynamo` <- `engine` <- `derived`, `features`.
+use derived::{counts, events, metrics, stream};
+pub use dynamo::schema;
+use dynamo::{batch_read, error, item, keys, usage};
+use engine::{
+    backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition, unique,
+};
+use features::{admin, api_keys, cron, dead_letter, push, queues, schemas, workers, workflow};
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! Queue counters (`shared/store/src/counts.rs`): the change stream consumer adds every
+//! Queue counters (`shared/store/src/derived/counts.rs`): the change stream consumer adds every
 //! transition's move to atomic counters, and queue stats read those counters instead of
 //! counting the indexes. The indexes are the truth: after each phase of a workload that
 //! makes every kind of transition, the counters must say what a count of the indexes says.

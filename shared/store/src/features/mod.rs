@@ -1,0 +1,13 @@
+//! Features built on the engine: workflows, cron, the dead letter queue, workers,
+//! queues, registries (schemas, API keys, push endpoints) and the admin API's queries.
+//! They move jobs only through the engine's transitions.
+
+pub(crate) mod admin;
+pub(crate) mod api_keys;
+pub(crate) mod cron;
+pub(crate) mod dead_letter;
+pub(crate) mod push;
+pub(crate) mod queues;
+pub(crate) mod schemas;
+pub(crate) mod workers;
+pub(crate) mod workflow;

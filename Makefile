@@ -3,8 +3,7 @@
 #                     (OJS_STRICT_DDB=on: DynamoDB through the AWS-strict test layer)
 #   make test         every test, against local DynamoDB/SQS (started if needed), the
 #                     dashboard in headless Chromium included; DynamoDB behind the
-#                     AWS-strict layer's full mode, conformance behind its rules alone
-#                     (OJS_STRICT_DDB=full: full mode everywhere; =rules: rules alone)
+#                     AWS-strict layer's full mode (OJS_STRICT_DDB=rules: its rules alone)
 #   make dashboard    builds the OJS dashboard (npm) and serves it on
 #                     http://127.0.0.1:8090/ojs/admin/ against `make dev` (OJS_URL=... and
 #                     OJS_ADMIN_KEY=... for a deployed stack; see README, "Dashboard")

@@ -7,8 +7,7 @@
 # and whatever this run started is stopped again at the end. Tests make their own tables.
 # DynamoDB is reached through the tests' AWS-strict layer in its full mode (AWS's request
 # rules, unprocessed batch keys, short pages, index lag, throttling; the seed is printed,
-# OJS_STRICT_SEED replays it), the conformance suite behind the rules alone (see below);
-# OJS_STRICT_DDB=rules keeps the rules alone everywhere, =full the full mode, =off bypasses.
+# OJS_STRICT_SEED replays it); OJS_STRICT_DDB=rules keeps the rules alone, =off bypasses.
 # Extra arguments go to cargo test (e.g. `scripts/test.sh -- some_test_name`).
 set -euo pipefail
 
@@ -67,18 +66,7 @@ else
     run_tests -p ojs-tests --lib --bins --test stress --no-fail-fast
     for suite in integration conformance sdk push_sdk; do
         fresh_dynamodb
-        if [ "$suite" = conformance ] && [ -z "${OJS_STRICT_DDB:-}" ]; then
-            # The conformance suite runs behind the request rules alone: under the full
-            # mode L4-RL-001 (one start per fixed 1 s window, two FETCHes in a row) fails
-            # at random when the layer's lag and short pages stretch a FETCH across a
-            # window boundary (issue #16; OJS_STRICT_DDB=full runs it in the full mode).
-            OJS_STRICT_DDB=rules
-            export OJS_STRICT_DDB
-            run_tests -p ojs-tests --test "$suite" --no-fail-fast
-            unset OJS_STRICT_DDB
-        else
-            run_tests -p ojs-tests --test "$suite" --no-fail-fast
-        fi
+        run_tests -p ojs-tests --test "$suite" --no-fail-fast
     done
 fi
 

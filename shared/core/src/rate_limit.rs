@@ -1,7 +1,8 @@
 //! Job rate limits (ojs-rate-limiting.md): `concurrency` (most jobs of a key active at
 //! once), window-based `rate` and evenly spaced `throttle` on job starts, per key. The
-//! windows are fixed windows; every limit is checked and counted in the same transaction
-//! that claims the job.
+//! windows slide (§5.2's recommended algorithm: a fixed window lets twice the limit start
+//! across a boundary); every limit is checked and counted in the same transaction that
+//! claims the job.
 
 use std::time::Duration;
 
@@ -77,34 +78,145 @@ fn window(v: &Value, what: &str) -> Result<Window, OjsError> {
 /// its queue's.
 pub const QUEUE_LIMIT_PREFIX: &str = "queue-limit:";
 
-/// One window counter item a start must fit into, after merging the windows of every
-/// policy that map to the same item.
+/// Buckets a sliding window is counted in: a start is counted for one window length
+/// after it, plus at most one bucket (a tenth of the window).
+pub const BUCKETS: i64 = 10;
+
+/// A sliding window a start must fit into, after merging the windows of every policy
+/// that share a key and length: at most `limit` starts in any `len_us` long interval.
+///
+/// Starts are counted in buckets of a tenth of the window. A start fits when the
+/// buckets that overlap the last `len_us` (the oldest one counted whole, which makes the
+/// window strict) hold fewer than `limit`. Admitting starts one at a time against every
+/// start admitted before (the store serializes them on one item), each recorded no
+/// earlier than the last ([`SlidingWindow::recorded_at`]: claimers' clocks disagree by a
+/// few milliseconds, and a FETCH reads its clock once), keeps any `len_us` of recorded
+/// start times at `limit` or fewer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WindowItem {
-    /// The policy key (the item's partition, `RL#{key}`).
+pub struct SlidingWindow {
+    /// The policy key (the counter item's partition, `RL#{key}`).
     pub key: String,
-    /// The window id (`{length µs}#{index}`, the item's sort key after `W#`).
-    pub window: String,
-    /// Starts allowed in the window: the strictest of the merged limits.
+    /// Window length, microseconds.
+    pub len_us: i64,
+    /// Starts allowed in any window: the strictest of the merged limits.
     pub limit: u32,
-    /// Window end, epoch microseconds.
-    pub end_us: i64,
-    /// Indexes (into the policies given) of every policy counted by this item.
+    /// Indexes (into the policies given) of every policy counted by this window.
     pub policies: Vec<usize>,
 }
 
-/// The window items a start at `now_us` must fit into under all of `policies`, each item
+impl SlidingWindow {
+    /// Length of one bucket, microseconds.
+    pub fn bucket_len(&self) -> i64 {
+        (self.len_us / BUCKETS).max(1)
+    }
+
+    /// When a start at `now_us` is recorded, given the last one recorded: never before
+    /// it, so that buckets older than a window can be forgotten.
+    pub fn recorded_at(now_us: i64, last_us: Option<i64>) -> i64 {
+        last_us.map_or(now_us, |last| last.max(now_us))
+    }
+
+    /// The bucket a start at `at_us` is counted in.
+    pub fn bucket(&self, at_us: i64) -> i64 {
+        at_us.max(0).div_euclid(self.bucket_len())
+    }
+
+    /// The oldest bucket a start at `now_us` counts: the one holding `now_us - len_us`
+    /// plus a microsecond, the first instant of the last `len_us`.
+    pub fn oldest_counted(&self, now_us: i64) -> i64 {
+        self.bucket(now_us.saturating_sub(self.len_us).saturating_add(1))
+    }
+
+    /// When `bucket` stops being counted, epoch microseconds: the first start whose
+    /// window no longer overlaps it.
+    pub fn leaves_at(&self, bucket: i64) -> i64 {
+        bucket
+            .saturating_add(1)
+            .saturating_mul(self.bucket_len())
+            .saturating_add(self.len_us - 1)
+    }
+
+    /// The sort key of the window's counter item: the window length keeps the windows
+    /// of one key apart.
+    pub fn sort_key(&self) -> String {
+        format!("S#{}", self.len_us)
+    }
+
+    /// What the buckets (`(bucket, starts)`, any order) leave for a start at `now_us`.
+    pub fn assess(&self, counts: &[(i64, u64)], now_us: i64) -> WindowAssessment {
+        let counted = self.counted(counts, now_us);
+        let total: u64 = counted.iter().map(|(_, c)| c).sum();
+        let limit = u64::from(self.limit);
+        // The next start fits once the oldest buckets have left the window until fewer
+        // than `limit` starts remain counted.
+        let mut left = total;
+        let mut fits_at_us = now_us;
+        for (bucket, c) in &counted {
+            if left < limit {
+                break;
+            }
+            left -= c;
+            fits_at_us = self.leaves_at(*bucket);
+        }
+        WindowAssessment {
+            remaining: u32::try_from(limit.saturating_sub(total)).unwrap_or(0),
+            fits_at_us,
+            clear_at_us: counted
+                .iter()
+                .rev()
+                .find(|(_, c)| *c > 0)
+                .map_or(now_us, |(b, _)| self.leaves_at(*b)),
+        }
+    }
+
+    /// The buckets a start at `now_us` counts, oldest first.
+    fn counted(&self, counts: &[(i64, u64)], now_us: i64) -> Vec<(i64, u64)> {
+        let oldest = self.oldest_counted(now_us);
+        let mut counted: Vec<(i64, u64)> = counts
+            .iter()
+            .copied()
+            .filter(|(b, _)| *b >= oldest)
+            .collect();
+        counted.sort_unstable();
+        counted
+    }
+
+    /// The buckets to store once a start at `now_us` is admitted: the counted ones
+    /// (older buckets are dropped, no later start counts them) and this start.
+    pub fn with_start(&self, counts: &[(i64, u64)], now_us: i64) -> Vec<(i64, u64)> {
+        let mut out = self.counted(counts, now_us);
+        let bucket = self.bucket(now_us);
+        match out.iter_mut().find(|(b, _)| *b == bucket) {
+            Some((_, c)) => *c += 1,
+            None => out.push((bucket, 1)),
+        }
+        out
+    }
+}
+
+/// What a sliding window leaves for a start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowAssessment {
+    /// Starts the window still allows now (0: it refuses this one).
+    pub remaining: u32,
+    /// When the window allows the next start, epoch microseconds (now when it does).
+    pub fits_at_us: i64,
+    /// When every start it counts has left it (now when it counts none).
+    pub clear_at_us: i64,
+}
+
+/// The sliding windows a start must fit into under all of `policies`, each counter
 /// once: two windows of the same key and length (a `rate` and a `throttle` of the same
-/// period, or two policies sharing a key) are the same DynamoDB item, and one
-/// TransactWriteItems may not touch an item twice. The merged item keeps the smallest
+/// period, or two policies sharing a key) count the same DynamoDB items, and one
+/// TransactWriteItems may not touch an item twice. The merged window keeps the smallest
 /// limit, so the start fits every merged window.
-pub fn merged_windows(policies: &[&RateLimitPolicy], now_us: i64) -> Vec<WindowItem> {
-    let mut out: Vec<WindowItem> = Vec::new();
+pub fn merged_windows(policies: &[&RateLimitPolicy]) -> Vec<SlidingWindow> {
+    let mut out: Vec<SlidingWindow> = Vec::new();
     for (p, policy) in policies.iter().enumerate() {
-        for (window, limit, end_us) in policy.windows(now_us) {
+        for (len_us, limit) in policy.windows() {
             match out
                 .iter_mut()
-                .find(|w| w.key == policy.key && w.window == window)
+                .find(|w| w.key == policy.key && w.len_us == len_us)
             {
                 Some(w) => {
                     w.limit = w.limit.min(limit);
@@ -112,11 +224,10 @@ pub fn merged_windows(policies: &[&RateLimitPolicy], now_us: i64) -> Vec<WindowI
                         w.policies.push(p);
                     }
                 }
-                None => out.push(WindowItem {
+                None => out.push(SlidingWindow {
                     key: policy.key.clone(),
-                    window,
+                    len_us,
                     limit,
-                    end_us,
                     policies: vec![p],
                 }),
             }
@@ -249,20 +360,16 @@ impl RateLimitPolicy {
         })
     }
 
-    /// The fixed windows a start at `now_us` must fit into: (window id, limit, window end
-    /// in epoch microseconds). A throttle of N per P is a window of P/N holding one start.
-    pub fn windows(&self, now_us: i64) -> Vec<(String, u32, i64)> {
+    /// The windows a start must fit into: (length µs, limit). A throttle of N per P is a
+    /// window of P/N holding one start.
+    pub fn windows(&self) -> Vec<(i64, u32)> {
+        let len = |period: Duration| i64::try_from(period.as_micros()).unwrap_or(i64::MAX).max(1);
         let mut out = Vec::new();
-        let mut add = |period: Duration, limit: u32| {
-            let len = i64::try_from(period.as_micros()).unwrap_or(i64::MAX).max(1);
-            let index = now_us.div_euclid(len);
-            out.push((format!("{len}#{index}"), limit, (index + 1) * len));
-        };
         if let Some(r) = &self.rate {
-            add(r.period, r.limit);
+            out.push((len(r.period), r.limit));
         }
         if let Some(t) = &self.throttle {
-            add(t.period / t.limit.max(1), 1);
+            out.push((len(t.period / t.limit.max(1)), 1));
         }
         out
     }
@@ -370,18 +477,16 @@ mod tests {
         let p = RateLimitPolicy::from_json(&json!({"max_per_second": 1}), "q")
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.key, "queue:q");
-        let w = p.windows(1_500_000);
-        assert_eq!(w, vec![("1000000#1".to_owned(), 1, 2_000_000)]);
+        assert_eq!(p.windows(), vec![(1_000_000, 1)]);
         let spec = RateLimitPolicy::from_json(
             &json!({"key": "stripe-api", "rate": {"limit": 100, "period": "PT1M"},
             "throttle": {"limit": 10, "period": "PT1S"}}),
             "q",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(spec.windows(0).len(), 2);
         assert_eq!(
-            spec.windows(0)[1].0,
-            "100000#0",
+            spec.windows(),
+            vec![(60_000_000, 100), (100_000, 1)],
             "10 per second: one start per 100 ms"
         );
         assert_eq!(
@@ -395,6 +500,158 @@ mod tests {
             json!({"max_per_second": 1, "on_limit": "explode"}),
         ] {
             assert!(RateLimitPolicy::from_json(&bad, "q").is_err(), "{bad}");
+        }
+    }
+
+    fn one_per_second() -> SlidingWindow {
+        SlidingWindow {
+            key: "k".into(),
+            len_us: 1_000_000,
+            limit: 1,
+            policies: vec![0],
+        }
+    }
+
+    #[test]
+    fn a_window_counts_every_bucket_overlapping_its_length() {
+        let w = one_per_second();
+        assert_eq!(w.bucket_len(), 100_000);
+        assert_eq!(w.bucket(1_250_000), 12);
+        assert_eq!(
+            w.oldest_counted(1_250_000),
+            2,
+            "the bucket holding 0.250001 s"
+        );
+        assert_eq!(w.oldest_counted(1_299_999), 3);
+        assert_eq!(w.oldest_counted(50_000), 0, "never before the epoch");
+        assert_eq!(w.leaves_at(12), 2_299_999);
+        // A length that buckets do not divide still counts its whole length.
+        let odd = SlidingWindow {
+            len_us: 1_005,
+            ..one_per_second()
+        };
+        assert_eq!(odd.bucket_len(), 100);
+        assert_eq!(odd.oldest_counted(5_000), 39, "from 3.996 ms");
+        let tiny = SlidingWindow {
+            len_us: 3,
+            ..one_per_second()
+        };
+        assert_eq!((tiny.bucket_len(), tiny.oldest_counted(10)), (1, 8));
+        assert_eq!(w.sort_key(), "S#1000000");
+        assert_eq!(SlidingWindow::recorded_at(5, Some(9)), 9, "a late clock");
+        assert_eq!(SlidingWindow::recorded_at(5, Some(2)), 5);
+        assert_eq!(SlidingWindow::recorded_at(5, None), 5);
+    }
+
+    #[test]
+    fn a_start_refuses_the_next_until_a_whole_window_has_passed() {
+        let w = one_per_second();
+        // One start at 1.25 s (bucket 12).
+        let counts = [(12, 1)];
+        // A fixed window would allow 1.95 s and 2.05 s; the sliding one refuses them.
+        for at in [1_260_000, 1_950_000, 2_050_000, 2_250_000, 2_299_998] {
+            let a = w.assess(&counts, at);
+            assert_eq!(
+                (a.remaining, a.fits_at_us, a.clear_at_us),
+                (0, 2_299_999, 2_299_999),
+                "at {at}"
+            );
+        }
+        let later = w.assess(&counts, 2_299_999);
+        assert_eq!(
+            (later.remaining, later.fits_at_us, later.clear_at_us),
+            (1, 2_299_999, 2_299_999)
+        );
+        assert_eq!(w.assess(&[], 5).remaining, 1);
+        // A start recorded ahead of this claimer's clock counts too.
+        assert_eq!(w.assess(&[(15, 1)], 1_250_000).remaining, 0);
+    }
+
+    #[test]
+    fn the_next_start_fits_when_enough_old_buckets_leave() {
+        let w = SlidingWindow {
+            limit: 3,
+            ..one_per_second()
+        };
+        // Starts: 1 in bucket 10, 2 in bucket 14, none since; bucket 2 is long gone.
+        let counts = [(14, 2), (10, 1), (2, 5)];
+        let a = w.assess(&counts, 1_500_000);
+        assert_eq!(a.remaining, 0);
+        assert_eq!(a.fits_at_us, 2_099_999, "bucket 10 leaves at 2.1 s");
+        let b = w.assess(&counts, 2_099_999);
+        assert_eq!((b.remaining, b.fits_at_us), (1, 2_099_999));
+        assert_eq!(b.clear_at_us, 2_499_999, "bucket 14 leaves last");
+        assert_eq!(w.assess(&[(14, 0)], 1_500_000).clear_at_us, 1_500_000);
+        assert_eq!(
+            w.with_start(&counts, 1_550_000),
+            vec![(10, 1), (14, 2), (15, 1)],
+            "the gone bucket dropped, the start added"
+        );
+        assert_eq!(w.with_start(&[(15, 1)], 1_550_000), vec![(15, 2)]);
+    }
+
+    proptest::proptest! {
+        /// Admitting attempts one at a time by `assess` never lets more than `limit`
+        /// starts into any interval of the window's length, and refuses a start only
+        /// while one that long (give or take a bucket) holds `limit`, telling when the
+        /// next fits.
+        #[test]
+        fn admitted_starts_never_exceed_the_limit_in_any_window(
+            limit in 1u32..4,
+            len_us in 1i64..5_000,
+            gaps in proptest::collection::vec(0i64..2_000, 1..60),
+        ) {
+            let w = SlidingWindow { key: "k".into(), len_us, limit, policies: vec![0] };
+            let mut stored: Vec<(i64, u64)> = Vec::new();
+            let mut starts: Vec<i64> = Vec::new();
+            let mut now = 0;
+            for gap in gaps {
+                now += gap;
+                let a = w.assess(&stored, now);
+                let in_len = starts.iter().filter(|s| **s > now - len_us).count();
+                let in_len_and_bucket = starts
+                    .iter()
+                    .filter(|s| **s > now - len_us - w.bucket_len())
+                    .count();
+                if a.remaining > 0 {
+                    proptest::prop_assert!(in_len < limit as usize);
+                    proptest::prop_assert_eq!(a.fits_at_us, now);
+                    stored = w.with_start(&stored, now);
+                    starts.push(now);
+                } else {
+                    proptest::prop_assert!(in_len_and_bucket >= limit as usize);
+                    proptest::prop_assert!(a.fits_at_us > now);
+                    proptest::prop_assert!(a.fits_at_us < now + len_us + w.bucket_len());
+                    proptest::prop_assert!(w.assess(&stored, a.fits_at_us).remaining > 0);
+                    proptest::prop_assert_eq!(w.assess(&stored, a.fits_at_us - 1).remaining, 0);
+                }
+            }
+        }
+
+        /// Claimers' clocks disagree (a FETCH reads its clock once, then claims for a
+        /// while): whatever order their clocks come in, no `len_us` of recorded times
+        /// holds more than `limit` starts.
+        #[test]
+        fn clocks_out_of_order_still_keep_every_window(
+            limit in 1u32..4,
+            len_us in 1i64..5_000,
+            times in proptest::collection::vec(0i64..20_000, 1..80),
+        ) {
+            let w = SlidingWindow { key: "k".into(), len_us, limit, policies: vec![0] };
+            let mut stored: Vec<(i64, u64)> = Vec::new();
+            let mut starts: Vec<i64> = Vec::new();
+            for now in times {
+                let now = SlidingWindow::recorded_at(now, starts.last().copied());
+                if w.assess(&stored, now).remaining > 0 {
+                    stored = w.with_start(&stored, now);
+                    starts.push(now);
+                }
+            }
+            proptest::prop_assert!(starts.windows(2).all(|p| p[0] <= p[1]));
+            let limit = limit as usize;
+            for pair in starts.windows(limit + 1) {
+                proptest::prop_assert!(pair[limit] - pair[0] >= len_us, "{:?}", pair);
+            }
         }
     }
 
@@ -412,7 +669,7 @@ mod tests {
     }
 
     #[test]
-    fn windows_of_one_item_merge_to_the_strictest() {
+    fn windows_of_one_key_and_length_merge_to_the_strictest() {
         // rate 10/s and throttle 1/s: both are the 1 s window of the same key.
         let p = RateLimitPolicy::from_json(
             &json!({"key": "k", "rate": {"limit": 10, "period": "PT1S"},
@@ -420,28 +677,18 @@ mod tests {
             "q",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(p.windows(1_500_000).len(), 2, "two windows, one item");
-        let merged = merged_windows(&[&p], 1_500_000);
-        assert_eq!(
-            merged,
-            vec![WindowItem {
-                key: "k".into(),
-                window: "1000000#1".into(),
-                limit: 1,
-                end_us: 2_000_000,
-                policies: vec![0],
-            }]
-        );
-        // rate 5 per 2 s and throttle 2 per 2 s (one per second): different items.
+        assert_eq!(p.windows().len(), 2, "two windows, one set of counters");
+        assert_eq!(merged_windows(&[&p]), vec![one_per_second()]);
+        // rate 5 per 2 s and throttle 2 per 2 s (one per second): different counters.
         let apart = RateLimitPolicy::from_json(
             &json!({"key": "k", "rate": {"limit": 5, "period": "PT2S"},
                     "throttle": {"limit": 2, "period": "PT2S"}}),
             "q",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(merged_windows(&[&apart], 0).len(), 2);
+        assert_eq!(merged_windows(&[&apart]).len(), 2);
         // Two policies on one key and period (a stored job policy written before the
-        // prefix was reserved, say): one item, strictest limit, both policies counted.
+        // prefix was reserved, say): one window, strictest limit, both policies counted.
         let a = RateLimitPolicy::for_queue(&json!({"max_per_second": 3}), "q")
             .unwrap_or_else(|e| panic!("{e}"));
         let b = RateLimitPolicy::from_stored(
@@ -449,18 +696,16 @@ mod tests {
             "q",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let merged = merged_windows(&[&a, &b, &apart], 0);
+        let merged = merged_windows(&[&a, &b, &apart]);
         assert_eq!(merged.len(), 3);
         assert_eq!(
             (merged[0].limit, merged[0].policies.clone()),
             (3, vec![0, 1])
         );
-        let mut items: Vec<(&str, &str)> = merged
-            .iter()
-            .map(|w| (w.key.as_str(), w.window.as_str()))
-            .collect();
-        items.sort_unstable();
-        items.dedup();
-        assert_eq!(items.len(), merged.len(), "each item once");
+        let mut counters: Vec<(&str, i64)> =
+            merged.iter().map(|w| (w.key.as_str(), w.len_us)).collect();
+        counters.sort_unstable();
+        counters.dedup();
+        assert_eq!(counters.len(), merged.len(), "each counter once");
     }
 }

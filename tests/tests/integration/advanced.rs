@@ -343,6 +343,7 @@ async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
         })
         .collect();
     let mut per_window: std::collections::BTreeMap<i64, usize> = std::collections::BTreeMap::new();
+    let mut starts_us = Vec::new();
     let mut free = 0;
     for f in fetchers {
         for (kind, at) in f.await?? {
@@ -353,6 +354,7 @@ async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
             let us = chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap_or_default())?
                 .timestamp_micros();
             *per_window.entry(us.div_euclid(1_000_000)).or_default() += 1;
+            starts_us.push(us);
         }
     }
     assert_eq!(
@@ -361,9 +363,82 @@ async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
     );
     assert!(per_window.values().all(|n| *n <= 3), "{per_window:?}");
     assert!(per_window.values().sum::<usize>() >= 3, "{per_window:?}");
+    // The window slides: no second holds four starts, wherever it begins. A FETCH
+    // stamps its starts with the time it began, so a slow one may stamp a start up to
+    // its own duration early: a quarter second of slack, far below the second a fixed
+    // window lets through at its boundary.
+    let mut times: Vec<i64> = starts_us;
+    times.sort_unstable();
+    for four in times.windows(4) {
+        assert!(
+            four[3] - four[0] > 750_000,
+            "four starts within a second: {four:?}"
+        );
+    }
     if let Ok(app) = Arc::try_unwrap(app) {
         app.teardown().await;
     }
+    Ok(())
+}
+
+/// One start per second means one in any second, not one per clock second: a FETCH just
+/// after the clock's second turns gets nothing when one just before it started a job
+/// (the conformance suite's L4-RL-001 fetched twice in a row and, with fixed windows,
+/// sometimes straddled the boundary).
+#[tokio::test]
+async fn a_rate_window_slides_across_the_clocks_second() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": "slide.job", "args": [i],
+                "options": {"queue": "slide", "rate_limit": {"max_per_second": 1}}}))
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    ojs_tests::after_index_lag().await;
+    // Start 150 ms before a second turns.
+    let to_next = 1_000_000 - ojs_core::time::now().timestamp_subsec_micros() as u64;
+    tokio::time::sleep(std::time::Duration::from_micros(
+        (to_next + 850_000) % 1_000_000,
+    ))
+    .await;
+    let first = app.fetch(json!({"queues": ["slide"]})).await?;
+    assert_eq!(
+        first.body["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{:?}",
+        first.body
+    );
+    let started = chrono::DateTime::parse_from_rfc3339(
+        first.body["jobs"][0]["started_at"]
+            .as_str()
+            .unwrap_or_default(),
+    )?
+    .timestamp_micros();
+    // Into the next second, well within a second of the start.
+    let next_second = (started.div_euclid(1_000_000) + 1) * 1_000_000;
+    let wait = (next_second + 100_000 - ojs_core::time::now().timestamp_micros()).max(0);
+    tokio::time::sleep(std::time::Duration::from_micros(wait as u64)).await;
+    let second = app.fetch(json!({"queues": ["slide"]})).await?;
+    let second_at = ojs_core::time::now().timestamp_micros();
+    if second_at - started < 950_000 {
+        assert_eq!(
+            second.body["jobs"].as_array().map(Vec::len),
+            Some(0),
+            "a second start {} µs after the first",
+            second_at - started
+        );
+    }
+    // A whole second (and a bucket) later the next one starts.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    let third = app.fetch(json!({"queues": ["slide"]})).await?;
+    assert_eq!(
+        third.body["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{:?}",
+        third.body
+    );
+    app.teardown().await;
     Ok(())
 }
 
@@ -400,7 +475,8 @@ async fn a_queue_level_limit_answers_429_with_rate_limit_headers() -> anyhow::Re
     assert_eq!(refused.body["error"]["code"], "rate_limited");
     assert_eq!(refused.body["error"]["retryable"], true);
     let after: u64 = refused.headers["retry-after"].to_str()?.parse()?;
-    assert!((1..=10).contains(&after), "{after}");
+    // The window slides: its first start leaves it 10 s after its bucket (a tenth).
+    assert!((1..=11).contains(&after), "{after}");
     assert!(refused.headers.contains_key("x-ratelimit-reset"));
     assert_eq!(
         app.call(Method::DELETE, "/ojs/v1/admin/queues/lim/rate-limit", None)

@@ -86,6 +86,16 @@ enum Claim {
     QueueLimited,
 }
 
+/// Limits found full during one FETCH, and when each frees (epoch µs): later candidates
+/// of the same key are refused without reading its items again.
+#[derive(Default)]
+pub(crate) struct FullLimits {
+    /// Concurrency keys.
+    concurrency: HashMap<String, i64>,
+    /// Windows, by key and length.
+    windows: HashMap<(String, i64), i64>,
+}
+
 /// What FETCH found.
 #[derive(Debug, Clone, Default)]
 pub struct FetchOutcome {
@@ -189,9 +199,7 @@ impl Store {
         } else {
             0
         };
-        // Concurrency keys found full during this FETCH (and when they free): later
-        // candidates of the same key are refused without reading its holders again.
-        let mut full_keys: HashMap<String, i64> = HashMap::new();
+        let mut full_limits = FullLimits::default();
         for k in 0..shards {
             if claimed.len() >= req.count {
                 break;
@@ -205,7 +213,7 @@ impl Store {
                     now,
                     queue_limit,
                     claimed,
-                    &mut full_keys,
+                    &mut full_limits,
                     saw_ready,
                 )
                 .await?;
@@ -227,7 +235,7 @@ impl Store {
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
         claimed: &mut Vec<Job>,
-        full_keys: &mut HashMap<String, i64>,
+        full_limits: &mut FullLimits,
         saw_ready: &mut bool,
     ) -> Result<bool, StoreError> {
         self.promote_due_shard(queue, shard, now).await?;
@@ -247,7 +255,10 @@ impl Store {
                 let claimed_as_stored = match &c.unreadable {
                     _ if ours => Ok(Claim::Stale),
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
-                    None => self.claim(queue, c, req, now, queue_limit, full_keys).await,
+                    None => {
+                        self.claim(queue, c, req, now, queue_limit, full_limits)
+                            .await
+                    }
                 };
                 let outcome = match claimed_as_stored {
                     // A job the server can no longer read never blocks the queue. It was
@@ -302,7 +313,7 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
     ) -> Result<Option<Job>, StoreError> {
         match self
-            .claim(queue, c, req, now, queue_limit, &mut HashMap::new())
+            .claim(queue, c, req, now, queue_limit, &mut FullLimits::default())
             .await?
         {
             Claim::Won(job) => Ok(Some(*job)),
@@ -380,8 +391,13 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
-        full_keys: &mut HashMap<String, i64>,
+        full_limits: &mut FullLimits,
     ) -> Result<Claim, StoreError> {
+        // A claim is stamped when it is made, not when its FETCH began: a FETCH that
+        // waited on the index or on other claims must not start a lease, an execution
+        // timeout or a rate window in the past.
+        let began = now;
+        let now = now.max(time::now());
         let lease_ms = req
             .visibility_timeout_ms
             .or(c.lease_ms)
@@ -441,7 +457,7 @@ impl Store {
                     queue_limit.is_some(),
                     parts,
                     (lease_until.timestamp_micros(), now),
-                    full_keys,
+                    full_limits,
                 )
                 .await;
         }
@@ -462,7 +478,7 @@ impl Store {
                     .get("started_at")
                     .and_then(|v| v.as_s().ok())
                     .and_then(|t| ojs_core::time::parse(t, "started_at").ok())
-                    .is_some_and(|t| t >= now);
+                    .is_some_and(|t| t >= began);
                 old.contains_key("set_aside")
                     || item::state_of(old) != Some(JobState::Available) && !claimed_since
             }),
@@ -498,7 +514,7 @@ impl Store {
         first_is_queue: bool,
         claim: WriteParts,
         (lease_until_us, now): (i64, Timestamp),
-        full_keys: &mut HashMap<String, i64>,
+        full_limits: &mut FullLimits,
     ) -> Result<Claim, StoreError> {
         let now_us = now.timestamp_micros();
         // Concurrency first: a full key needs no transaction at all.
@@ -508,7 +524,7 @@ impl Store {
             if policy.concurrency.is_none() {
                 continue;
             }
-            if let Some(at) = full_keys.get(&policy.key) {
+            if let Some(at) = full_limits.concurrency.get(&policy.key) {
                 full.push((p, *at));
                 continue;
             }
@@ -520,7 +536,7 @@ impl Store {
                 // Expected to free when the earliest holder's lease ends.
                 Slot::Full { frees_at_us } => {
                     let at = frees_at_us.unwrap_or(now_us + 1_000_000);
-                    full_keys.insert(policy.key.clone(), at);
+                    full_limits.concurrency.insert(policy.key.clone(), at);
                     full.push((p, at));
                 }
             }
@@ -528,27 +544,38 @@ impl Store {
         if !full.is_empty() {
             return self.refused(c, policies, first_is_queue, &full, now).await;
         }
-        // Each window item once: one transaction may not touch an item twice.
-        let windows = ojs_core::rate_limit::merged_windows(policies, now_us);
+        // Each window once: one transaction may not touch an item twice.
+        let windows = rate_limit::merged_windows(policies);
+        let mut reads = Vec::with_capacity(windows.len());
+        let mut full = Vec::new();
+        for w in &windows {
+            let id = (w.key.clone(), w.len_us);
+            let fits_at_us = match full_limits.windows.get(&id) {
+                Some(at) => *at,
+                None => {
+                    let read = self.read_window(w, now_us).await?;
+                    let at = read.assessment.fits_at_us;
+                    if read.assessment.remaining > 0 {
+                        reads.push(read);
+                        continue;
+                    }
+                    full_limits.windows.insert(id, at);
+                    at
+                }
+            };
+            full.extend(w.policies.iter().map(|p| (*p, fits_at_us)));
+        }
+        // A full window needs no transaction either.
+        if !full.is_empty() {
+            return self.refused(c, policies, first_is_queue, &full, now).await;
+        }
         let mut tx = self
             .client
             .transact_write_items()
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for w in &windows {
-            let (key, window, limit, end_us) = (&w.key, &w.window, &w.limit, &w.end_us);
-            let counter = Update::builder()
-                .table_name(self.table())
-                .key("pk", s(format!("RL#{key}")))
-                .key("sk", s(format!("W#{window}")))
-                .update_expression("ADD starts :one SET #ttl = :ttl")
-                .condition_expression("attribute_not_exists(starts) OR starts < :limit")
-                .expression_attribute_names("#ttl", "ttl")
-                .expression_attribute_values(":one", n(1))
-                .expression_attribute_values(":limit", n(*limit))
-                .expression_attribute_values(":ttl", n(end_us / 1_000_000 + 60))
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().update(counter).build());
+        for (w, read) in windows.iter().zip(&reads) {
+            let start = self.record_start(w, read)?;
+            tx = tx.transact_items(TransactWriteItem::builder().update(start).build());
         }
         for slot in slots {
             tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
@@ -575,7 +602,7 @@ impl Store {
             }
             Err(e) => {
                 self.usage.record(Kind::Write, None);
-                let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
+                let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
                     e.as_service_error()
                 else {
                     // No answer after the SDK's retries: the claim may have landed, and
@@ -586,21 +613,9 @@ impl Store {
                         _ => Err(cause),
                     };
                 };
-                // A refused window counts; a slot lost to a racing claimer (its version
-                // moved) or a job claimed by someone else is just a lost race.
-                let refused: Vec<(usize, i64)> = t
-                    .cancellation_reasons()
-                    .iter()
-                    .take(windows.len())
-                    .zip(&windows)
-                    .filter(|(r, _)| r.code() == Some("ConditionalCheckFailed"))
-                    .flat_map(|(_, w)| w.policies.iter().map(|p| (*p, w.end_us)))
-                    .collect();
-                if refused.is_empty() {
-                    return Ok(Claim::Lost);
-                }
-                self.refused(c, policies, first_is_queue, &refused, now)
-                    .await
+                // A start recorded by another claimer since the window was read, a slot
+                // lost to a racing claimer or a job claimed by someone else: a lost race.
+                Ok(Claim::Lost)
             }
         }
     }

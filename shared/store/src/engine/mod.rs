@@ -1,6 +1,6 @@
 //! The engine: every write of a job's state goes through [`transition`] (core's state
 //! machine made into conditional writes), and what follows one through [`effects`].
-//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots), ACK and
+//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots and rate `windows`), ACK and
 //! FAIL (`jobs`, `settle`), and time (`timer`, `sweep`, `backlog`). It uses the DynamoDB
 //! layer; features call into it, never the other way round (a finished job's workflow
 //! and cron follow-ups are reached through `effects`).
@@ -16,3 +16,4 @@ pub(crate) mod sweep;
 pub(crate) mod timer;
 pub(crate) mod transition;
 pub(crate) mod unique;
+pub(crate) mod windows;

@@ -295,34 +295,22 @@ impl Store {
         Ok(())
     }
 
-    /// The state of a rate limit's first window at `now`: (limit, starts left, window end).
+    /// The state of a rate limit's first window at `now`: (limit, starts left, when the
+    /// window counts no start any more).
     pub(crate) async fn window_state(
         &self,
         policy: &RateLimitPolicy,
         now: Timestamp,
     ) -> Result<Option<(u32, u32, Timestamp)>, StoreError> {
-        let Some((window, limit, end_us)) =
-            policy.windows(now.timestamp_micros()).into_iter().next()
+        let Some(window) = ojs_core::rate_limit::merged_windows(&[policy])
+            .into_iter()
+            .next()
         else {
             return Ok(None);
         };
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .key("pk", s(format!("RL#{}", policy.key)))
-            .key("sk", s(format!("W#{window}")))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally(Kind::Read, out)?;
-        let used = out
-            .item()
-            .and_then(|i| i.get("starts"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0);
-        Ok(time::from_micros(end_us).map(|end| (limit, limit.saturating_sub(used), end)))
+        let now_us = now.timestamp_micros();
+        let read = self.read_window(&window, now_us).await?;
+        Ok(time::from_micros(read.assessment.clear_at_us)
+            .map(|reset| (window.limit, read.assessment.remaining, reset)))
     }
 }

@@ -1,5 +1,5 @@
 //! Features built on the engine: workflows, cron, the dead letter queue, workers,
-//! queues, registries (schemas, API keys, push endpoints) and the admin API's queries.
+//! queues, registries (schemas, API keys, push endpoints, webhook subscriptions) and the admin API's queries.
 //! They move jobs only through the engine's transitions.
 
 pub(crate) mod admin;
@@ -10,4 +10,5 @@ pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod schemas;
 pub(crate) mod workers;
+pub(crate) mod webhooks;
 pub(crate) mod workflow;

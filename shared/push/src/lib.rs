@@ -15,8 +15,8 @@
 mod breaker;
 mod deliver;
 pub mod guard;
-mod webhook;
 mod invoke;
+mod webhook;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

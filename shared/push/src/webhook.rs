@@ -163,10 +163,7 @@ impl WebhookDispatcher {
     /// every first attempt ended (failed ones recorded for retry). Returns how many
     /// deliveries were attempted. Never fails: delivery is a side channel (§4.3).
     pub async fn deliver_changes(&self, changes: &[Change]) -> usize {
-        let events: Vec<Event> = changes
-            .iter()
-            .flat_map(|c| c.events(time::now()))
-            .collect();
+        let events: Vec<Event> = changes.iter().flat_map(|c| c.events(time::now())).collect();
         if events.is_empty() {
             return 0;
         }

@@ -48,11 +48,11 @@ pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
+pub use usage::{measured, Usage, UsageSnapshot};
 pub use webhooks::{
     DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS, MAX_LOG_PAGE,
     MAX_SUBSCRIPTIONS,
 };
-pub use usage::{measured, Usage, UsageSnapshot};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;
 

@@ -50,7 +50,8 @@ pub(crate) fn router() -> Router<AppState> {
 
 fn unknown(id: &str) -> ApiError {
     ApiError(
-        OjsError::not_found(format!("no webhook subscription with id {id:?}")).with_detail("id", id),
+        OjsError::not_found(format!("no webhook subscription with id {id:?}"))
+            .with_detail("id", id),
     )
 }
 
@@ -71,10 +72,7 @@ async fn existing(app: &AppState, id: &str) -> Result<WebhookEntry, ApiError> {
     if !is_valid_id(id) {
         return Err(unknown(id));
     }
-    app.store
-        .get_webhook(id)
-        .await?
-        .ok_or_else(|| unknown(id))
+    app.store.get_webhook(id).await?.ok_or_else(|| unknown(id))
 }
 
 /// The resolved addresses of a URL's host, checked as push endpoints' are.
@@ -100,7 +98,9 @@ async fn create_subscription(
     if app.store.list_webhooks(true).await?.len() >= MAX_SUBSCRIPTIONS {
         return Err(ApiError(OjsError::new(
             ErrorCode::InvalidRequest,
-            format!("at most {MAX_SUBSCRIPTIONS} webhook subscriptions may exist; delete one first"),
+            format!(
+                "at most {MAX_SUBSCRIPTIONS} webhook subscriptions may exist; delete one first"
+            ),
         )));
     }
     let entry = app
@@ -306,7 +306,14 @@ async fn deliveries_of(
     limit: usize,
     cursor: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let (deliveries, next) = app.store.webhook_deliveries(id, limit, cursor).await?;
+    // The cursor is a log item's sort key, with `~` for its `#` so it needs no escaping
+    // in a query string.
+    let from = cursor.map(|c| c.replace('~', "#"));
+    let (deliveries, next) = app
+        .store
+        .webhook_deliveries(id, limit, from.as_deref())
+        .await?;
+    let next = next.map(|c| c.replace('#', "~"));
     Ok(reply(
         StatusCode::OK,
         json!({

@@ -9,6 +9,6 @@ pub(crate) mod dead_letter;
 pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod schemas;
-pub(crate) mod workers;
 pub(crate) mod webhooks;
+pub(crate) mod workers;
 pub(crate) mod workflow;

@@ -432,10 +432,7 @@ impl Store {
             ("body".to_owned(), s(p.body.clone())),
             ("attempt".to_owned(), n(p.attempt)),
             ("due_us".to_owned(), n(p.due_us)),
-            (
-                "ttl".to_owned(),
-                n(p.due_us / 1_000_000 + PENDING_TTL_SECS),
-            ),
+            ("ttl".to_owned(), n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
         ]);
         let out = self
             .client

@@ -33,6 +33,12 @@ pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 const REDRIVE_PAGE: usize = 25;
 /// Most redrive rounds per call (a backlog drains over several calls).
 const REDRIVE_ROUNDS: usize = 8;
+/// No redrive round starts after this long, so a call ends within it plus one attempt's
+/// timeout (the scheduler function runs the sweep beside it within 60 s).
+const REDRIVE_BUDGET: Duration = Duration::from_secs(15);
+/// Timeout of a §6.6 test delivery, answered within the API's request (API Gateway's
+/// 30 s, the API functions' 10 s).
+const TEST_TIMEOUT: Duration = Duration::from_secs(8);
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 /// How long the secret a rotation replaces keeps signing deliveries (§8.3).
@@ -212,7 +218,7 @@ impl WebhookDispatcher {
     /// One attempt, logged; a retryable failure with attempts left is recorded as a
     /// pending retry.
     async fn attempt(&self, sub: &WebhookEntry, d: &Delivery<'_>, attempt: u32) -> Outcome {
-        let sent = self.send(sub, d).await;
+        let sent = self.send(sub, d, self.inner.config.timeout).await;
         let mut outcome = Outcome::of(sent.status);
         let store = &self.inner.store;
         let now = time::now();
@@ -270,7 +276,7 @@ impl WebhookDispatcher {
     }
 
     /// The signed POST of one attempt (§5.3, §8.1).
-    async fn send(&self, sub: &WebhookEntry, d: &Delivery<'_>) -> AttemptResult {
+    async fn send(&self, sub: &WebhookEntry, d: &Delivery<'_>, timeout: Duration) -> AttemptResult {
         let _permit = self.inner.permits.acquire().await;
         let started = Instant::now();
         let done = |status, error: Option<String>, body: String, retry_after| AttemptResult {
@@ -299,7 +305,7 @@ impl WebhookDispatcher {
             .inner
             .http
             .post(url)
-            .timeout(self.inner.config.timeout)
+            .timeout(timeout)
             .header("content-type", "application/json")
             .header("x-ojs-event-type", d.event_type)
             .header("x-ojs-delivery-id", &d.id)
@@ -356,8 +362,12 @@ impl WebhookDispatcher {
     /// dropped (§6.5). Returns how many attempts were made.
     pub async fn redrive(&self) -> usize {
         let store = &self.inner.store;
+        let started = Instant::now();
         let mut made = 0;
         for _ in 0..REDRIVE_ROUNDS {
+            if started.elapsed() > REDRIVE_BUDGET {
+                break;
+            }
             let due = match store
                 .claim_due_webhook_retries(time::now(), REDRIVE_PAGE)
                 .await
@@ -441,7 +451,9 @@ impl WebhookDispatcher {
             event_id,
             body: &body,
         };
-        let sent = self.send(sub, &d).await;
+        let sent = self
+            .send(sub, &d, TEST_TIMEOUT.min(self.inner.config.timeout))
+            .await;
         let outcome = match Outcome::of(sent.status) {
             Outcome::Delivered => "delivered",
             _ => "dead",

@@ -688,3 +688,62 @@ async fn retries_of_a_deleted_or_deactivated_subscription_are_cancelled() -> any
     assert_eq!(failing.got().len(), 1);
     Ok(())
 }
+
+/// What a delivery costs in DynamoDB calls and units (docs/cost.md, "Webhooks"): a first
+/// attempt that succeeds is the batch's subscription listing and one log line; one that
+/// fails adds its pending retry; the retry's redrive is the due Query, the claim, the
+/// subscription read, the log line and the removal.
+#[tokio::test]
+async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let receiver = Receiver::default();
+    if let Ok(mut a) = receiver.answers.lock() {
+        a.push_back(500);
+    }
+    let url = receiver.start().await?;
+    let sub = ojs_core::webhook::Subscription::from_json(
+        &json!({"url": url, "events": ["job.enqueued"]}),
+        true,
+    )?;
+    let entry = app
+        .store
+        .put_webhook(&sub, "whsec_cost".into(), ojs_core::time::now())
+        .await?;
+    if let Ok(mut s) = receiver.secret.lock() {
+        *s = entry.secret.clone();
+    }
+    let pushed = app
+        .push(json!({"type": "cost.hook", "args": [], "options": {"queue": "cost"}}))
+        .await?;
+    let id = ojs_core::JobId::parse(pushed.body["job"]["id"].as_str().unwrap_or_default())?;
+    let job = app
+        .store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no job"))?;
+    let change = ojs_store::Change::between(None, Some(&job));
+    let webhooks = ojs_push::WebhookDispatcher::new(app.store.clone(), config(&[0, 0]))
+        .map_err(anyhow::Error::msg)?;
+
+    // First attempt answered 500: listing, log line, pending retry.
+    let (n, failed) =
+        ojs_store::measured(webhooks.deliver_changes(std::slice::from_ref(&change))).await;
+    assert_eq!(n, 1);
+    // Retried (due at once): due Query, claim, subscription read, log line, removal.
+    let (made, retried) = ojs_store::measured(webhooks.redrive()).await;
+    assert_eq!(made, 1);
+    // A first attempt that succeeds: listing and log line.
+    let (n, ok) =
+        ojs_store::measured(webhooks.deliver_changes(std::slice::from_ref(&change))).await;
+    assert_eq!(n, 1);
+    println!("webhook delivery cost: failed first attempt {failed:?}; its retry {retried:?}; delivered first attempt {ok:?}");
+    assert_eq!(receiver.got().len(), 3);
+    assert!(receiver.got().iter().all(|g| g.signed));
+    assert_eq!(ok.calls, 2, "{ok:?}");
+    assert!(ok.write_units <= 1.0, "{ok:?}");
+    assert_eq!(failed.calls, 3, "{failed:?}");
+    assert!(failed.write_units <= 2.0, "{failed:?}");
+    assert_eq!(retried.calls, 6, "{retried:?}");
+    assert!(retried.write_units <= 3.0, "{retried:?}");
+    Ok(())
+}

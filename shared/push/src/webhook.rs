@@ -268,6 +268,8 @@ impl WebhookDispatcher {
             error: sent.error.clone(),
             outcome: label,
             next_attempt_at: next_at,
+            // Kept with a dead delivery for its manual retry.
+            body: (outcome == Outcome::Dead).then(|| d.body.to_owned()),
         };
         if let Err(e) = store.log_webhook_attempt(&logged, now).await {
             tracing::warn!(delivery_id = %d.id, error = %e, "webhook attempt not logged");
@@ -469,6 +471,7 @@ impl WebhookDispatcher {
             error: sent.error.clone(),
             outcome,
             next_attempt_at: None,
+            body: None,
         };
         if let Err(e) = self.inner.store.log_webhook_attempt(&logged, now).await {
             tracing::warn!(error = %e, "webhook test attempt not logged");

@@ -50,8 +50,8 @@ pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
 pub use usage::{measured, Usage, UsageSnapshot};
 pub use webhooks::{
-    DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS, MAX_LOG_PAGE,
-    MAX_SUBSCRIPTIONS,
+    DeadDelivery, DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS,
+    MAX_KEPT_BODY, MAX_LOG_PAGE, MAX_SUBSCRIPTIONS,
 };
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;

@@ -690,11 +690,26 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
                 error: None,
                 outcome: "delivered",
                 next_attempt_at: None,
+                body: None,
             },
             ojs_core::time::now(),
         )
         .await?;
     store.webhook_deliveries(&hook.id, 10, None).await?;
+    store
+        .find_webhook_delivery("del_iam", std::slice::from_ref(&hook.id))
+        .await?;
+    // A manual retry of a dead delivery records its pending retry.
+    store
+        .schedule_webhook_retry(&ojs_store::PendingDelivery {
+            delivery_id: "del_iam".into(),
+            subscription_id: hook.id.clone(),
+            event_type: "webhook.test".into(),
+            body: "{}".into(),
+            attempt: 2,
+            due_us: ojs_core::time::now().timestamp_micros() + 3_600_000_000,
+        })
+        .await?;
     store.delete_webhook(&hook.id).await?;
     used.insert("QueuesFunction", recorder.take());
     drop(s);

@@ -169,6 +169,13 @@ async fn deliveries(app: &TestApp, sub: &str) -> anyhow::Result<Vec<Value>> {
     Ok(r.body["deliveries"].as_array().cloned().unwrap_or_default())
 }
 
+async fn got_flaky_id(app: &TestApp, sub: &str) -> anyhow::Result<String> {
+    Ok(deliveries(app, sub).await?[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
 fn config(delays_ms: &[u64]) -> ojs_push::WebhookConfig {
     ojs_push::WebhookConfig::local(
         true,
@@ -601,6 +608,58 @@ async fn failed_deliveries_are_retried_through_the_table_and_logged() -> anyhow:
     assert_eq!(log.len(), 2, "{log:?}");
     assert_eq!(log[0]["status"], "dead");
     assert_eq!(log[1]["status"], "retrying");
+
+    // The dead delivery, looked up by id (in every subscription's log, or in one), and
+    // retried by hand once its receiver is back: a third attempt, same delivery id.
+    let dead_id = log[0]["id"].as_str().unwrap_or_default().to_owned();
+    for path in [
+        format!("/ojs/v1/webhooks/deliveries/{dead_id}"),
+        format!("/ojs/v1/webhooks/deliveries/{dead_id}?subscription_id={down_sub}"),
+    ] {
+        let r = app.call(Method::GET, &path, None).await?;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(r.body["subscription_id"], down_sub.as_str());
+        assert_eq!(r.body["status"], "dead");
+        assert_eq!(r.body["attempts"].as_array().map(Vec::len), Some(2));
+        assert_eq!(r.body["attempts"][0]["attempt"], 1);
+    }
+    if let Ok(mut a) = down.always.lock() {
+        *a = None;
+    }
+    let r = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/webhooks/deliveries/{dead_id}/retry"),
+            None,
+        )
+        .await?;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let got = down.wait_for(3, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 3);
+    assert!(got[2].signed);
+    assert_eq!(header(&got[2], "x-ojs-delivery-id"), dead_id);
+    assert_eq!(got[2].body, got[0].body);
+    let log = deliveries(&app, &down_sub).await?;
+    assert_eq!(log[0]["attempt"], 3, "{log:?}");
+    assert_eq!(log[0]["status"], "delivered");
+    // Only a dead delivery is retried; an unknown one is 404.
+    let flaky_id = got_flaky_id(&app, &flaky_sub).await?;
+    let r = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/webhooks/deliveries/{flaky_id}/retry"),
+            None,
+        )
+        .await?;
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    let r = app
+        .call(
+            Method::GET,
+            "/ojs/v1/webhooks/deliveries/del_01900000-0000-7000-8000-000000000000",
+            None,
+        )
+        .await?;
+    assert_eq!(r.status, 404, "{:?}", r.body);
 
     // 404: a client error is not retried (§7.1).
     assert_eq!(gone.got().len(), 1, "{:?}", gone.got());

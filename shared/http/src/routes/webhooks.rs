@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::webhook::{new_secret, Subscription, MAX_SUBSCRIPTIONS};
 use ojs_core::{time, ErrorCode, OjsError};
-use ojs_store::{StoreError, WebhookEntry, MAX_LOG_PAGE};
+use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG_PAGE};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -46,6 +46,11 @@ pub(crate) fn router() -> Router<AppState> {
             get(list_subscription_deliveries),
         )
         .route("/ojs/v1/webhooks/deliveries", get(list_deliveries))
+        .route("/ojs/v1/webhooks/deliveries/{id}", get(get_delivery))
+        .route(
+            "/ojs/v1/webhooks/deliveries/{id}/retry",
+            post(retry_delivery),
+        )
 }
 
 fn unknown(id: &str) -> ApiError {
@@ -319,6 +324,115 @@ async fn deliveries_of(
         json!({
             "deliveries": deliveries,
             "pagination": {"limit": limit, "has_more": next.is_some(), "next_cursor": next},
+        }),
+    ))
+}
+
+/// Where to look for a delivery: `?subscription_id=` names its log (one Query); without
+/// it, every subscription's log is looked in (one Query each, at most 100).
+#[derive(Debug, Deserialize)]
+pub(crate) struct DeliveryLookup {
+    subscription_id: Option<String>,
+}
+
+fn unknown_delivery(id: &str) -> ApiError {
+    ApiError(
+        OjsError::not_found(format!("no webhook delivery with id {id:?}")).with_detail("id", id),
+    )
+}
+
+type Found = (String, Vec<Value>, Option<DeadDelivery>);
+
+async fn find_delivery(
+    app: &AppState,
+    id: &str,
+    lookup: &DeliveryLookup,
+) -> Result<Found, ApiError> {
+    let well_formed = id
+        .strip_prefix("del_")
+        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+    if !well_formed {
+        return Err(unknown_delivery(id));
+    }
+    let subs = match &lookup.subscription_id {
+        Some(sub) => vec![existing(app, sub).await?.id],
+        None => app
+            .store
+            .list_webhooks(true)
+            .await?
+            .into_iter()
+            .map(|e| e.id)
+            .collect(),
+    };
+    app.store
+        .find_webhook_delivery(id, &subs)
+        .await?
+        .ok_or_else(|| unknown_delivery(id))
+}
+
+/// `GET /ojs/v1/webhooks/deliveries/{id}`: every attempt of one delivery, oldest first.
+async fn get_delivery(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(lookup): Query<DeliveryLookup>,
+) -> Result<Response, ApiError> {
+    let (sub, attempts, _) = find_delivery(&app, &id, &lookup).await?;
+    let last = attempts.last().cloned().unwrap_or(Value::Null);
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "id": id,
+            "subscription_id": sub,
+            "event_type": last["event_type"],
+            "event_id": last["event_id"],
+            "status": last["status"],
+            "attempts": attempts,
+        }),
+    ))
+}
+
+/// `POST /ojs/v1/webhooks/deliveries/{id}/retry`: one more attempt of a dead delivery
+/// (§7.2, "manual inspection and replay"), made by the next redrive (within a minute on
+/// AWS) under the same delivery id.
+async fn retry_delivery(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(lookup): Query<DeliveryLookup>,
+) -> Result<Response, ApiError> {
+    let (sub, attempts, dead) = find_delivery(&app, &id, &lookup).await?;
+    let status = attempts
+        .last()
+        .map(|a| a["status"].clone())
+        .unwrap_or(Value::Null);
+    let Some(dead) = dead else {
+        let why = if status == "dead" {
+            "this dead delivery's event was not kept (over 64 KiB): it cannot be retried".to_owned()
+        } else {
+            format!("only a dead delivery can be retried; this one is {status}")
+        };
+        return Err(ApiError(
+            OjsError::conflict(why).with_detail("id", id.as_str()),
+        ));
+    };
+    let now = time::now();
+    let pending = PendingDelivery {
+        delivery_id: id.clone(),
+        subscription_id: sub.clone(),
+        event_type: dead.event_type,
+        body: dead.body,
+        attempt: dead.attempt + 1,
+        due_us: now.timestamp_micros(),
+    };
+    app.store.schedule_webhook_retry(&pending).await?;
+    tracing::info!(delivery_id = %id, subscription = %sub, "webhook delivery retried by hand");
+    Ok(reply(
+        StatusCode::ACCEPTED,
+        json!({
+            "id": id,
+            "subscription_id": sub,
+            "status": "pending",
+            "attempt": pending.attempt,
+            "next_attempt_at": time::format(&now),
         }),
     ))
 }

@@ -191,6 +191,25 @@ pub struct DeliveryAttempt {
     pub outcome: &'static str,
     /// When the next attempt is due, when one is.
     pub next_attempt_at: Option<String>,
+    /// The event as sent, kept on a dead delivery's last attempt (up to
+    /// [`MAX_KEPT_BODY`] bytes) so it can be retried by hand (§7.2).
+    pub body: Option<String>,
+}
+
+/// Largest event body kept with a dead delivery for its manual retry.
+pub const MAX_KEPT_BODY: usize = 64 * 1024;
+
+/// A dead delivery's last attempt, as a manual retry needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadDelivery {
+    /// The subscription.
+    pub subscription_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The event as sent.
+    pub body: String,
+    /// The last attempt's number.
+    pub attempt: u32,
 }
 
 impl DeliveryAttempt {
@@ -207,6 +226,7 @@ impl DeliveryAttempt {
             "status": get(item, "outcome"),
             "next_attempt_at": get(item, "next_attempt_at"),
             "attempted_at": get(item, "at"),
+            "replayable": item.contains_key("body"),
         })
     }
 }
@@ -375,6 +395,9 @@ impl Store {
         if let Some(at) = &a.next_attempt_at {
             item.insert("next_attempt_at".into(), s(at.clone()));
         }
+        if let Some(body) = a.body.as_ref().filter(|b| b.len() <= MAX_KEPT_BODY) {
+            item.insert("body".into(), s(body.clone()));
+        }
         let out = self
             .client
             .put_item()
@@ -419,6 +442,47 @@ impl Store {
             .and_then(|v| v.as_s().ok())
             .cloned();
         Ok((items.iter().map(DeliveryAttempt::view).collect(), next))
+    }
+
+    /// The attempts of delivery `delivery_id`, oldest first, looked for in the logs of
+    /// `subscriptions` (one Query each, all at once, of the items of that delivery only;
+    /// bounded by [`MAX_SUBSCRIPTIONS`]): its subscription, the attempts' views, and the
+    /// last attempt as a manual retry needs it when the delivery is dead and its body
+    /// was kept.
+    pub async fn find_webhook_delivery(
+        &self,
+        delivery_id: &str,
+        subscriptions: &[String],
+    ) -> Result<Option<(String, Vec<Value>, Option<DeadDelivery>)>, StoreError> {
+        let prefix = format!("{delivery_id}#");
+        let lookups = subscriptions.iter().map(|sub| {
+            let prefix = prefix.clone();
+            async move {
+                let items = self
+                    .query_partition_prefix(&log_pk(sub), Some(&prefix), true)
+                    .await?;
+                Ok::<_, StoreError>((sub.clone(), items))
+            }
+        });
+        for found in futures::future::join_all(lookups).await {
+            let (sub, items) = found?;
+            let Some(last) = items.last() else {
+                continue;
+            };
+            let dead = (get(last, "outcome").map(String::as_str) == Some("dead"))
+                .then(|| {
+                    Some(DeadDelivery {
+                        subscription_id: sub.clone(),
+                        event_type: get(last, "event_type")?.clone(),
+                        body: get(last, "body")?.clone(),
+                        attempt: u32::try_from(get_n(last, "attempt")?).ok()?,
+                    })
+                })
+                .flatten();
+            let views = items.iter().map(DeliveryAttempt::view).collect();
+            return Ok(Some((sub, views, dead)));
+        }
+        Ok(None)
     }
 
     /// Records a delivery's next attempt (one PutItem in `WHDUE`).

@@ -672,7 +672,12 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     store.list_webhooks(true).await?;
     store.get_webhook(&hook.id).await?;
     store
-        .update_webhook(&hook.id, &sub, ojs_core::time::now())
+        .update_webhook(
+            &hook.id,
+            &sub,
+            Some(&hook.updated_at),
+            ojs_core::time::now(),
+        )
         .await?;
     store
         .rotate_webhook_secret(&hook.id, "whsec_iam2".into(), 0, ojs_core::time::now())

@@ -639,7 +639,13 @@ async fn failed_deliveries_are_retried_through_the_table_and_logged() -> anyhow:
     assert!(got[2].signed);
     assert_eq!(header(&got[2], "x-ojs-delivery-id"), dead_id);
     assert_eq!(got[2].body, got[0].body);
-    let log = deliveries(&app, &down_sub).await?;
+    // The attempt is logged after its answer: wait for the line.
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut log = deliveries(&app, &down_sub).await?;
+    while log[0]["attempt"] != 3 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = deliveries(&app, &down_sub).await?;
+    }
     assert_eq!(log[0]["attempt"], 3, "{log:?}");
     assert_eq!(log[0]["status"], "delivered");
     // Only a dead delivery is retried; an unknown one is 404.

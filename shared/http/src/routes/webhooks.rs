@@ -162,11 +162,24 @@ async fn update_subscription(
     if next.url != entry.subscription.url {
         check_address(&next.url, allow_private).await?;
     }
-    let updated = app
+    let updated = match app
         .store
-        .update_webhook(&id, &next, time::now())
+        .update_webhook(&id, &next, Some(&entry.updated_at), time::now())
         .await
-        .map_err(not_found_as(&id))?;
+    {
+        Ok(u) => u,
+        // Deleted, or changed since it was read (its fields are not overwritten).
+        Err(StoreError::NotFound) => {
+            return Err(match app.store.get_webhook(&id).await? {
+                None => unknown(&id),
+                Some(_) => ApiError(
+                    OjsError::conflict("the subscription changed meanwhile; read it and try again")
+                        .with_detail("id", id.as_str()),
+                ),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
     tracing::info!(id = %id, "webhook subscription updated");
     Ok(reply(StatusCode::OK, updated.view()))
 }

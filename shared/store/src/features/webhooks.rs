@@ -293,13 +293,23 @@ impl Store {
     }
 
     /// Replaces subscription `id`'s fields (its secret kept), on condition that it
-    /// exists: NotFound otherwise. One UpdateItem.
+    /// exists and, when `read_at` is given, was last changed then (a PATCH is a
+    /// read-modify-write: a change made meanwhile is not overwritten): NotFound otherwise
+    /// (the caller reads it again to tell a deletion from a change). One UpdateItem.
     pub async fn update_webhook(
         &self,
         id: &str,
         subscription: &Subscription,
+        read_at: Option<&str>,
         now: Timestamp,
     ) -> Result<WebhookEntry, StoreError> {
+        let (condition, prev) = match read_at {
+            Some(at) => (
+                "attribute_exists(pk) AND updated_at = :prev",
+                Some(s(at.to_owned())),
+            ),
+            None => ("attribute_exists(pk)", None),
+        };
         let out = self
             .client
             .update_item()
@@ -307,7 +317,10 @@ impl Store {
             .key("pk", s(SUBS_PK))
             .key("sk", s(sub_sk(id)))
             .update_expression("SET doc = :doc, updated_at = :at")
-            .condition_expression("attribute_exists(pk)")
+            .condition_expression(condition)
+            .set_expression_attribute_values(
+                prev.map(|p| std::collections::HashMap::from([(":prev".to_owned(), p)])),
+            )
             .expression_attribute_values(":doc", s(subscription.to_doc().to_string()))
             .expression_attribute_values(":at", s(time::format(&now)))
             .return_values(ReturnValue::AllNew)

@@ -8,8 +8,8 @@
 //! outlive the process that failed. Every attempt is logged (`WHLOG#<subscription>`).
 //!
 //! Calls per delivered event per subscription: the batch's subscription listing (one
-//! Query, shared by the whole batch) and one log PutItem: 1 write unit when the first
-//! attempt succeeds. A retry adds its pending item (1 write), the claim (1 write) and the
+//! eventually consistent Query, shared by the whole batch, made only when the batch
+//! implies events) and one log PutItem: 1 write unit when the first attempt succeeds. A retry adds its pending item (1 write), the claim (1 write) and the
 //! delete (1 write) besides its own log line.
 //!
 //! Outbound calls go through the push crate's address guard (loopback, private,
@@ -173,7 +173,9 @@ impl WebhookDispatcher {
         if events.is_empty() {
             return 0;
         }
-        let subs = match self.inner.store.list_webhooks(true).await {
+        // Eventually consistent (half the read units of a strong read, once per batch): a
+        // subscription created or changed a moment ago may miss this batch's events.
+        let subs = match self.inner.store.list_webhooks(false).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, events = events.len(), "webhook subscriptions unreadable: these events are not delivered");

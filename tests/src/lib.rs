@@ -357,6 +357,42 @@ impl TestApp {
         Ok(app)
     }
 
+    /// Like [`TestApp::spawn_with_sweeper`], with webhook delivery as `make dev` runs it:
+    /// the change stream read in the background every 50 ms feeds the dispatcher
+    /// configured as `config`, and due retries are made every 200 ms (the scheduler's
+    /// redrive). Subscriptions on loopback are allowed.
+    pub async fn spawn_with_webhooks(config: ojs_push::WebhookConfig) -> anyhow::Result<Self> {
+        let store = fresh_store().await?;
+        let sdk = aws_config_load().await;
+        let webhooks =
+            ojs_push::WebhookDispatcher::new(store.clone(), config).map_err(anyhow::Error::msg)?;
+        let redrive = webhooks.clone();
+        let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
+        let store = store
+            .with_change_observer(std::sync::Arc::new(webhooks))
+            .with_local_stream(client, true, Some(Duration::from_millis(50)))
+            .await
+            .context("reading the table's change stream")?;
+        let mut app = Self::serve(
+            store,
+            HttpConfig {
+                push_allow_private: true,
+                ..HttpConfig::default()
+            },
+        )
+        .await?;
+        let store = app.store.clone();
+        app.sweeper = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tick.tick().await;
+                let _ = store.sweep(ojs_core::time::now()).await;
+                redrive.redrive().await;
+            }
+        }));
+        Ok(app)
+    }
+
     /// Sends a request with an optional JSON body.
     pub async fn call(
         &self,

@@ -56,8 +56,16 @@ async fn main() -> anyhow::Result<()> {
         .context("building the push dispatcher")?;
         // Jobs no delivery's end picks up (a queue resumed after a pause), every 2 s.
         dispatcher.catch_up_every(std::time::Duration::from_secs(2));
+        // Webhook deliveries from the same batches; due retries every second (the
+        // scheduler function's work on AWS).
+        let webhooks =
+            ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())
+                .map_err(anyhow::Error::msg)
+                .context("building the webhook dispatcher")?;
+        webhooks.redrive_every(std::time::Duration::from_secs(1));
         store = store
             .with_change_observer(std::sync::Arc::new(dispatcher))
+            .with_change_observer(std::sync::Arc::new(webhooks))
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;

@@ -9,7 +9,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let store = Store::from_env().await;
     let router = app(
         AppState::new(store, HttpConfig::from_env()),
-        &[Group::Queues, Group::Push],
+        &[Group::Queues, Group::Push, Group::Webhooks],
     );
     lambda_http::run(router).await
 }

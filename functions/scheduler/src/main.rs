@@ -1,5 +1,6 @@
 //! The scheduler Lambda function (EventBridge `rate(1 minute)`): wiring only. The sweep
-//! itself is `Store::sweep`, which `make dev` also runs every second.
+//! itself is `Store::sweep`, which `make dev` also runs every second; then the webhook
+//! retries that are due (`WebhookDispatcher::redrive`).
 
 use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
 use ojs_store::Store;
@@ -14,11 +15,15 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         .without_time()
         .init();
     let store = Store::from_env().await;
+    let webhooks =
+        ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<Value>| {
-        let store = store.clone();
+        let (store, webhooks) = (store.clone(), webhooks.clone());
         async move {
             let now = ojs_core::time::now();
-            let report = store.sweep(now).await?;
+            // Due webhook retries alongside the sweep: neither waits for the other.
+            let (report, retried) = futures::join!(store.sweep(now), webhooks.redrive());
+            let report = report?;
             // Backlog metrics for the alarms; a failure here must not fail the sweep.
             if let Err(e) = store.emit_sweep_metrics(&report, now).await {
                 tracing::warn!(error = %e, "sweep metrics not emitted");
@@ -27,10 +32,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                 queues = report.queues,
                 moved = report.moved,
                 healed = report.healed,
+                webhook_retries = retried,
                 "sweep"
             );
             Ok::<_, lambda_runtime::Error>(
-                json!({ "queues": report.queues, "moved": report.moved, "healed": report.healed }),
+                json!({ "queues": report.queues, "moved": report.moved, "healed": report.healed, "webhook_retries": retried }),
             )
         }
     }))

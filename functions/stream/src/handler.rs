@@ -2,15 +2,22 @@
 //! batch reported back from its first record (partial batch response), so Lambda retries
 //! it (bisecting it if it keeps failing) instead of skipping past it.
 
-use ojs_push::Dispatcher;
+use ojs_push::{Dispatcher, WebhookDispatcher};
 use ojs_store::{Change, Store};
 use serde_json::{json, Value};
 
 /// Applies a DynamoDB stream event's records, then delivers the jobs they made available
-/// to their push endpoints (all at once, waited for: Lambda freezes the instance once the
-/// handler returns); answers the partial batch response. A delivery's outcome never fails
-/// the batch: an undelivered job stays available, or its lease ends and it is retried.
-pub async fn apply_batch(store: &Store, push: &Dispatcher, event: &Value) -> Value {
+/// to their push endpoints and their events to the webhook subscriptions taking them (all
+/// at once, waited for: Lambda freezes the instance once the handler returns); answers the
+/// partial batch response. A delivery's outcome never fails the batch: an undelivered job
+/// stays available, or its lease ends and it is retried; a failed webhook attempt is
+/// recorded for the scheduler's redrive.
+pub async fn apply_batch(
+    store: &Store,
+    push: &Dispatcher,
+    webhooks: &WebhookDispatcher,
+    event: &Value,
+) -> Value {
     let records = event["Records"]
         .as_array()
         .map(Vec::as_slice)
@@ -25,8 +32,11 @@ pub async fn apply_batch(store: &Store, push: &Dispatcher, event: &Value) -> Val
     }
     match store.apply_changes(&changes).await {
         Ok(applied) => {
-            let pushed = push.dispatch_changes(&changes).await;
-            tracing::debug!(?applied, pushed, "stream batch applied");
+            let (pushed, hooked) = futures::join!(
+                push.dispatch_changes(&changes),
+                webhooks.deliver_changes(&changes)
+            );
+            tracing::debug!(?applied, pushed, hooked, "stream batch applied");
             json!({"batchItemFailures": []})
         }
         Err(e) => {

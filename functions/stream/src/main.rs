@@ -21,11 +21,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         ojs_push::lambda_client(&sdk),
         ojs_push::PushConfig::from_env(),
     )?;
+    let webhooks =
+        ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
-        let (store, push) = (store.clone(), push.clone());
+        let (store, push, webhooks) = (store.clone(), push.clone(), webhooks.clone());
         async move {
             Ok::<_, lambda_runtime::Error>(
-                handler::apply_batch(&store, &push, &event.payload).await,
+                handler::apply_batch(&store, &push, &webhooks, &event.payload).await,
             )
         }
     }))

@@ -24,6 +24,7 @@ pub mod state;
 pub mod time;
 pub mod unique;
 pub mod validate;
+pub mod webhook;
 pub mod workflow;
 
 pub use error::{ErrorCode, OjsError};

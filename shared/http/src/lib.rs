@@ -55,11 +55,14 @@ pub enum Group {
     /// Push endpoint registrations: `/ojs/v1/push/endpoints...` (served by the queues
     /// function on AWS).
     Push,
+    /// Webhook subscriptions and their delivery log: `/ojs/v1/webhooks/...` (served by
+    /// the queues function on AWS).
+    Webhooks,
 }
 
 impl Group {
     /// Every group (the local server serves them all).
-    pub const ALL: [Group; 11] = [
+    pub const ALL: [Group; 12] = [
         Group::Jobs,
         Group::Workers,
         Group::Queues,
@@ -71,6 +74,7 @@ impl Group {
         Group::Cloudq,
         Group::Admin,
         Group::Push,
+        Group::Webhooks,
     ];
 }
 
@@ -147,6 +151,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// Allowed browser origins.
     pub cors: Arc<CorsPolicy>,
+    /// The webhook dispatcher of `POST .../test`, built on first use.
+    webhooks: Arc<std::sync::OnceLock<ojs_push::WebhookDispatcher>>,
 }
 
 impl AppState {
@@ -160,7 +166,27 @@ impl AppState {
             started: Instant::now(),
             auth,
             cors,
+            webhooks: Arc::default(),
         }
+    }
+
+    /// The webhook dispatcher (its HTTP client built once per cold start).
+    pub(crate) fn webhooks(&self) -> Result<&ojs_push::WebhookDispatcher, ApiError> {
+        if let Some(d) = self.webhooks.get() {
+            return Ok(d);
+        }
+        let config = ojs_push::WebhookConfig {
+            allow_private: self.config.push_allow_private,
+            ..ojs_push::WebhookConfig::from_env()
+        };
+        let built = ojs_push::WebhookDispatcher::new(self.store.clone(), config).map_err(|e| {
+            tracing::error!(error = %e, "webhook dispatcher not built");
+            ApiError(ojs_core::OjsError::new(
+                ojs_core::ErrorCode::BackendError,
+                "webhook delivery is unavailable",
+            ))
+        })?;
+        Ok(self.webhooks.get_or_init(|| built))
     }
 }
 
@@ -180,6 +206,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Cloudq => routes::cloudq::router(),
             Group::Admin => routes::admin::router(),
             Group::Push => routes::push::router(),
+            Group::Webhooks => routes::webhooks::router(),
         });
     }
     layer::wrap(router.with_state(state.clone()), state)

@@ -16,6 +16,7 @@ mod breaker;
 mod deliver;
 pub mod guard;
 mod invoke;
+mod webhook;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +26,8 @@ use ojs_core::push::PushAnswer;
 use ojs_core::{time, Job, QueueName};
 use ojs_store::{AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, Store, StoreError};
 use tokio::sync::Semaphore;
+
+pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher, ROTATION_GRACE_SECS};
 
 /// How long the endpoints of a queue are trusted once read: a registration made through
 /// another instance applies within this time.

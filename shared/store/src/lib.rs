@@ -20,7 +20,9 @@ use dynamo::{batch_read, error, item, keys, usage};
 use engine::{
     backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition, unique,
 };
-use features::{admin, api_keys, cron, dead_letter, push, queues, schemas, workers, workflow};
+use features::{
+    admin, api_keys, cron, dead_letter, push, queues, schemas, webhooks, workers, workflow,
+};
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -47,6 +49,10 @@ pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
 pub use usage::{measured, Usage, UsageSnapshot};
+pub use webhooks::{
+    DeadDelivery, DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS,
+    MAX_KEPT_BODY, MAX_LOG_PAGE, MAX_SUBSCRIPTIONS,
+};
 pub use workers::{Beat, Directive, WorkerInfo};
 pub use workflow::StepOutcome;
 
@@ -162,8 +168,8 @@ pub struct Store {
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
-    /// What sees each applied batch of changes (push delivery, in process).
-    observer: Option<Arc<dyn ChangeObserver>>,
+    /// What sees each applied batch of changes (push and webhook delivery, in process).
+    observers: Vec<Arc<dyn ChangeObserver>>,
 }
 
 impl Store {
@@ -177,7 +183,7 @@ impl Store {
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
             stream: None,
-            observer: None,
+            observers: Vec::new(),
         }
     }
 
@@ -225,9 +231,10 @@ impl Store {
     }
 
     /// The same store handing every batch its in-process stream consumer applies to
-    /// `observer` (set it before [`Store::with_local_stream`], which takes a copy).
+    /// `observer` too, after the observers added before (add them before
+    /// [`Store::with_local_stream`], which takes a copy).
     pub fn with_change_observer(mut self, observer: Arc<dyn ChangeObserver>) -> Self {
-        self.observer = Some(observer);
+        self.observers.push(observer);
         self
     }
 

@@ -660,6 +660,62 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     store.list_push_endpoints().await?;
     store.get_push_endpoint(&entry.id).await?;
     store.delete_push_endpoint(&entry.id).await?;
+    // Webhook subscriptions (served by the queues function): create, list, get, update,
+    // rotate, the log of a test delivery and its listing, delete.
+    let sub = ojs_core::webhook::Subscription::from_json(
+        &json!({"url": "https://example.com/hook", "events": ["job.*"]}),
+        true,
+    )?;
+    let hook = store
+        .put_webhook(&sub, "whsec_iam".into(), ojs_core::time::now())
+        .await?;
+    store.list_webhooks(true).await?;
+    store.get_webhook(&hook.id).await?;
+    store
+        .update_webhook(
+            &hook.id,
+            &sub,
+            Some(&hook.updated_at),
+            ojs_core::time::now(),
+        )
+        .await?;
+    store
+        .rotate_webhook_secret(&hook.id, "whsec_iam2".into(), 0, ojs_core::time::now())
+        .await?;
+    store
+        .log_webhook_attempt(
+            &ojs_store::DeliveryAttempt {
+                delivery_id: "del_iam".into(),
+                subscription_id: hook.id.clone(),
+                event_type: "webhook.test".into(),
+                event_id: "evt_iam".into(),
+                attempt: 1,
+                status_code: Some(200),
+                duration_ms: 1,
+                error: None,
+                outcome: "delivered",
+                next_attempt_at: None,
+                body: None,
+            },
+            ojs_core::time::now(),
+        )
+        .await?;
+    store.webhook_deliveries(&hook.id, 10, None).await?;
+    store
+        .find_webhook_delivery("del_iam", std::slice::from_ref(&hook.id))
+        .await?;
+    // A manual retry of a dead delivery records its pending retry.
+    store
+        .schedule_webhook_retry(&ojs_store::PendingDelivery {
+            delivery_id: "del_iam".into(),
+            subscription_id: hook.id.clone(),
+            event_type: "webhook.test".into(),
+            body: "{}".into(),
+            attempt: 2,
+            due_us: ojs_core::time::now().timestamp_micros() + 3_600_000_000,
+        })
+        .await?;
+    store.delete_webhook(&hook.id).await?;
     used.insert("QueuesFunction", recorder.take());
     drop(s);
 
@@ -953,6 +1009,38 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     );
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     store.sweep(ojs_core::time::now()).await?;
+    // A webhook retry due now, to an address that refuses: made (its subscription read,
+    // the claim, the log line, the next retry) and removed.
+    let hook = setup
+        .store
+        .put_webhook(
+            &ojs_core::webhook::Subscription::from_json(
+                &json!({"url": "http://127.0.0.1:9/iam", "events": ["job.*"]}),
+                true,
+            )?,
+            "whsec_iam".into(),
+            ojs_core::time::now(),
+        )
+        .await?;
+    setup
+        .store
+        .schedule_webhook_retry(&ojs_store::PendingDelivery {
+            delivery_id: "del_iam_retry".into(),
+            subscription_id: hook.id.clone(),
+            event_type: "job.enqueued".into(),
+            body: "{}".into(),
+            attempt: 2,
+            due_us: ojs_core::time::now().timestamp_micros() - 1,
+        })
+        .await?;
+    let slow = vec![std::time::Duration::from_secs(60); 3];
+    let webhooks = ojs_push::WebhookDispatcher::new(
+        store.clone(),
+        ojs_push::WebhookConfig::local(true, slow.clone()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let retried = webhooks.redrive().await;
+    anyhow::ensure!(retried == 1, "webhook redrive: {retried} retries made");
     used.insert("SchedulerFunction", recorder.take());
 
     // ---- timer: a job due now and a cron occurrence.
@@ -1063,6 +1151,15 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         .await;
     endpoint_server.abort();
     anyhow::ensure!(delivered == 1, "push delivery: {delivered} delivered");
+    // Webhook delivery of the batch's events (the subscription above refuses: its retry
+    // is recorded).
+    let webhooks =
+        ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::local(true, slow))
+            .map_err(anyhow::Error::msg)?;
+    let hooked = webhooks
+        .deliver_changes(&[ojs_store::Change::between(None, Some(&pushed_job))])
+        .await;
+    anyhow::ensure!(hooked >= 1, "webhook delivery: {hooked} attempted");
     // The catch-up a delivery runs when jobs were left waiting (endpoints full).
     store
         .ready_jobs(

@@ -30,4 +30,5 @@ mod schemas;
 mod sharding;
 mod smoke;
 mod table_definition;
+mod webhooks;
 mod workflows;

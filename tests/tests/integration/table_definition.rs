@@ -364,9 +364,10 @@ fn code_routes() -> Result<Vec<(String, Route)>> {
                 file.display(),
                 &call[1]
             );
-            // Push endpoint registrations are served by the queues function.
+            // Push endpoint registrations and webhook subscriptions are served by the
+            // queues function.
             let binary = match stem {
-                "push" => "queues".to_owned(),
+                "push" | "webhooks" => "queues".to_owned(),
                 other => other.replace('_', "-"),
             };
             for method in methods {

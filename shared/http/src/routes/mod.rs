@@ -11,6 +11,7 @@ pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod schemas;
 pub(crate) mod system;
+pub(crate) mod webhooks;
 pub(crate) mod workers;
 pub(crate) mod workflows;
 

@@ -1,5 +1,5 @@
 //! Features built on the engine: workflows, cron, the dead letter queue, workers,
-//! queues, registries (schemas, API keys, push endpoints) and the admin API's queries.
+//! queues, registries (schemas, API keys, push endpoints, webhook subscriptions) and the admin API's queries.
 //! They move jobs only through the engine's transitions.
 
 pub(crate) mod admin;
@@ -9,5 +9,6 @@ pub(crate) mod dead_letter;
 pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod schemas;
+pub(crate) mod webhooks;
 pub(crate) mod workers;
 pub(crate) mod workflow;

@@ -57,6 +57,21 @@ impl Change {
         }
     }
 
+    /// The lifecycle events this change of a job implies (what [`Store::apply_changes`]
+    /// stores), rendered at `now`: webhook deliveries send them. None for another item,
+    /// a deletion, or a record that cannot be read. Rendered apart from the stored ones,
+    /// so their ids differ.
+    pub fn events(&self, now: ojs_core::time::Timestamp) -> Vec<Event> {
+        if !self.is_job() {
+            return Vec::new();
+        }
+        let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
+        match (read(&self.old), read(&self.new)) {
+            (Ok(old), Ok(Some(new))) => render_events(old.as_ref(), &new, now),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the record is of a job's own item.
     fn is_job(&self) -> bool {
         let key_of = |i: &Item| {
@@ -70,7 +85,7 @@ impl Change {
 }
 
 /// Something that acts on the changes of the stream after their effects are applied
-/// (the push dispatcher). Called by the in-process consumer ([`local`]); the stream
+/// (the push dispatcher, the webhook dispatcher). Called by the in-process consumer ([`local`]); the stream
 /// function calls the dispatcher itself, so it can wait for it.
 pub trait ChangeObserver: Send + Sync {
     /// Sees a batch of changes; must not block (spawn what takes time).
@@ -125,7 +140,7 @@ impl Store {
         let (counted, stored) = futures::join!(self.count(moves), self.store_events(&events));
         counted?;
         stored?;
-        if let Some(observer) = &self.observer {
+        for observer in &self.observers {
             observer.observe(changes);
         }
         Ok(applied)

@@ -1,0 +1,451 @@
+//! Webhook subscriptions (ojs-webhooks.md §6, §10): create, list, get, update, delete,
+//! rotate the secret, send a test event, and the delivery log. The signing secret is
+//! generated here and answered once, on create (and on rotation); no other answer or log
+//! line carries it. A URL is checked when set (its host must resolve, and only to public
+//! addresses unless `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use ojs_core::webhook::{new_secret, Subscription, MAX_SUBSCRIPTIONS};
+use ojs_core::{time, ErrorCode, OjsError};
+use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG_PAGE};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::queues::Page;
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/ojs/v1/webhooks/subscriptions",
+            get(list_subscriptions).post(create_subscription),
+        )
+        .route(
+            "/ojs/v1/webhooks/subscriptions/{id}",
+            get(get_subscription)
+                .patch(update_subscription)
+                .delete(delete_subscription),
+        )
+        .route(
+            "/ojs/v1/webhooks/subscriptions/{id}/rotate-secret",
+            post(rotate_secret),
+        )
+        .route(
+            "/ojs/v1/webhooks/subscriptions/{id}/test",
+            post(test_subscription),
+        )
+        .route(
+            "/ojs/v1/webhooks/subscriptions/{id}/deliveries",
+            get(list_subscription_deliveries),
+        )
+        .route("/ojs/v1/webhooks/deliveries", get(list_deliveries))
+        .route("/ojs/v1/webhooks/deliveries/{id}", get(get_delivery))
+        .route(
+            "/ojs/v1/webhooks/deliveries/{id}/retry",
+            post(retry_delivery),
+        )
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError(
+        OjsError::not_found(format!("no webhook subscription with id {id:?}"))
+            .with_detail("id", id),
+    )
+}
+
+/// Ids are `sub_` and a UUID: anything else is not looked up.
+fn is_valid_id(id: &str) -> bool {
+    id.strip_prefix("sub_")
+        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+}
+
+fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::NotFound => unknown(id),
+        other => other.into(),
+    }
+}
+
+async fn existing(app: &AppState, id: &str) -> Result<WebhookEntry, ApiError> {
+    if !is_valid_id(id) {
+        return Err(unknown(id));
+    }
+    app.store.get_webhook(id).await?.ok_or_else(|| unknown(id))
+}
+
+/// The resolved addresses of a URL's host, checked as push endpoints' are.
+async fn check_address(url: &str, allow_private: bool) -> Result<(), ApiError> {
+    ojs_push::guard::check_target(url, allow_private)
+        .await
+        .map(|_| ())
+        .map_err(|why| {
+            ApiError(
+                OjsError::new(ErrorCode::InvalidRequest, why.replace("endpoint", "url"))
+                    .with_path("$.url"),
+            )
+        })
+}
+
+async fn create_subscription(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let allow_private = app.config.push_allow_private;
+    let subscription = Subscription::from_json(&body, allow_private)?;
+    check_address(&subscription.url, allow_private).await?;
+    if app.store.list_webhooks(true).await?.len() >= MAX_SUBSCRIPTIONS {
+        return Err(ApiError(OjsError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "at most {MAX_SUBSCRIPTIONS} webhook subscriptions may exist; delete one first"
+            ),
+        )));
+    }
+    let entry = app
+        .store
+        .put_webhook(&subscription, new_secret(), time::now())
+        .await?;
+    tracing::info!(id = %entry.id, "webhook subscription created");
+    // §6.1: the secret is answered here, and only here (and by a rotation).
+    let mut view = entry.view();
+    if let Some(o) = view.as_object_mut() {
+        o.insert("secret".into(), json!(entry.secret));
+    }
+    Ok(reply(StatusCode::CREATED, view))
+}
+
+async fn list_subscriptions(
+    State(app): State<AppState>,
+    Query(page): Query<Page>,
+) -> Result<Response, ApiError> {
+    let (limit, offset) = page.parse()?;
+    let all = app.store.list_webhooks(true).await?;
+    let total = all.len();
+    let subs: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(WebhookEntry::view)
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "subscriptions": subs,
+            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
+        }),
+    ))
+}
+
+async fn get_subscription(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let entry = existing(&app, &id).await?;
+    Ok(reply(StatusCode::OK, entry.view()))
+}
+
+async fn update_subscription(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let allow_private = app.config.push_allow_private;
+    let entry = existing(&app, &id).await?;
+    let next = entry.subscription.patched(&body, allow_private)?;
+    if next.url != entry.subscription.url {
+        check_address(&next.url, allow_private).await?;
+    }
+    let updated = match app
+        .store
+        .update_webhook(&id, &next, Some(&entry.updated_at), time::now())
+        .await
+    {
+        Ok(u) => u,
+        // Deleted, or changed since it was read (its fields are not overwritten).
+        Err(StoreError::NotFound) => {
+            return Err(match app.store.get_webhook(&id).await? {
+                None => unknown(&id),
+                Some(_) => ApiError(
+                    OjsError::conflict("the subscription changed meanwhile; read it and try again")
+                        .with_detail("id", id.as_str()),
+                ),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(id = %id, "webhook subscription updated");
+    Ok(reply(StatusCode::OK, updated.view()))
+}
+
+async fn delete_subscription(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if !is_valid_id(&id) {
+        return Err(unknown(&id));
+    }
+    app.store
+        .delete_webhook(&id)
+        .await
+        .map_err(not_found_as(&id))?;
+    tracing::info!(id = %id, "webhook subscription deleted");
+    Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
+}
+
+/// §8.3: a new secret, answered once; the old one keeps signing deliveries (a second
+/// signature in `X-OJS-Signature`) for [`ojs_push::ROTATION_GRACE_SECS`].
+async fn rotate_secret(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if !is_valid_id(&id) {
+        return Err(unknown(&id));
+    }
+    let now = time::now();
+    let secret = new_secret();
+    let grace_until = now.timestamp() + ojs_push::ROTATION_GRACE_SECS;
+    let entry = app
+        .store
+        .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
+        .await
+        .map_err(not_found_as(&id))?;
+    tracing::info!(id = %id, "webhook secret rotated");
+    let mut view = entry.view();
+    if let Some(o) = view.as_object_mut() {
+        o.insert("secret".into(), json!(secret));
+        o.insert(
+            "previous_secret_expires_at".into(),
+            json!(time::format(
+                &(now + chrono::TimeDelta::seconds(ojs_push::ROTATION_GRACE_SECS))
+            )),
+        );
+    }
+    Ok(reply(StatusCode::OK, view))
+}
+
+/// §6.6: one synthetic `webhook.test` delivery, answered with its outcome.
+async fn test_subscription(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let entry = existing(&app, &id).await?;
+    let sent = app.webhooks()?.test(&entry).await;
+    let body: String = sent.body.chars().take(1024).collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "success": sent.status.is_some_and(|s| (200..300).contains(&s)),
+            "status_code": sent.status,
+            "response_time_ms": sent.duration_ms,
+            "response_body": body,
+            "error": sent.error,
+        }),
+    ))
+}
+
+/// A page of the delivery log: `limit` (1 to 100, default 50) and the `cursor` a previous
+/// page answered.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LogPage {
+    limit: Option<String>,
+    cursor: Option<String>,
+    subscription_id: Option<String>,
+}
+
+impl LogPage {
+    /// A cursor is a log item's sort key: a delivery id and an attempt number.
+    fn check_cursor(&self) -> Result<(), ApiError> {
+        match &self.cursor {
+            Some(c) if c.len() > 64 || !c.starts_with("del_") => Err(ApiError(
+                OjsError::invalid_request("cursor is not one this server answered")
+                    .with_path("$.cursor"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn limit(&self) -> Result<usize, ApiError> {
+        match &self.limit {
+            None => Ok(50),
+            Some(raw) => raw
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_LOG_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError(
+                        OjsError::invalid_request(format!(
+                            "limit must be an integer from 1 to {MAX_LOG_PAGE}"
+                        ))
+                        .with_path("$.limit"),
+                    )
+                }),
+        }
+    }
+}
+
+async fn list_subscription_deliveries(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(page): Query<LogPage>,
+) -> Result<Response, ApiError> {
+    let limit = page.limit()?;
+    page.check_cursor()?;
+    let entry = existing(&app, &id).await?;
+    deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
+}
+
+/// `GET /ojs/v1/webhooks/deliveries`: the log of one subscription (`subscription_id`,
+/// required: the log is kept per subscription, so a listing is one Query).
+async fn list_deliveries(
+    State(app): State<AppState>,
+    Query(page): Query<LogPage>,
+) -> Result<Response, ApiError> {
+    let limit = page.limit()?;
+    page.check_cursor()?;
+    let Some(id) = page.subscription_id.as_deref() else {
+        return Err(ApiError(
+            OjsError::invalid_request("subscription_id is required").with_path("$.subscription_id"),
+        ));
+    };
+    let entry = existing(&app, id).await?;
+    deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
+}
+
+async fn deliveries_of(
+    app: &AppState,
+    id: &str,
+    limit: usize,
+    cursor: Option<&str>,
+) -> Result<Response, ApiError> {
+    // The cursor is a log item's sort key, with `~` for its `#` so it needs no escaping
+    // in a query string.
+    let from = cursor.map(|c| c.replace('~', "#"));
+    let (deliveries, next) = app
+        .store
+        .webhook_deliveries(id, limit, from.as_deref())
+        .await?;
+    let next = next.map(|c| c.replace('#', "~"));
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "deliveries": deliveries,
+            "pagination": {"limit": limit, "has_more": next.is_some(), "next_cursor": next},
+        }),
+    ))
+}
+
+/// Where to look for a delivery: `?subscription_id=` names its log (one Query); without
+/// it, every subscription's log is looked in (one Query each, at most 100).
+#[derive(Debug, Deserialize)]
+pub(crate) struct DeliveryLookup {
+    subscription_id: Option<String>,
+}
+
+fn unknown_delivery(id: &str) -> ApiError {
+    ApiError(
+        OjsError::not_found(format!("no webhook delivery with id {id:?}")).with_detail("id", id),
+    )
+}
+
+type Found = (String, Vec<Value>, Option<DeadDelivery>);
+
+async fn find_delivery(
+    app: &AppState,
+    id: &str,
+    lookup: &DeliveryLookup,
+) -> Result<Found, ApiError> {
+    let well_formed = id
+        .strip_prefix("del_")
+        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+    if !well_formed {
+        return Err(unknown_delivery(id));
+    }
+    let subs = match &lookup.subscription_id {
+        Some(sub) => vec![existing(app, sub).await?.id],
+        None => app
+            .store
+            .list_webhooks(true)
+            .await?
+            .into_iter()
+            .map(|e| e.id)
+            .collect(),
+    };
+    app.store
+        .find_webhook_delivery(id, &subs)
+        .await?
+        .ok_or_else(|| unknown_delivery(id))
+}
+
+/// `GET /ojs/v1/webhooks/deliveries/{id}`: every attempt of one delivery, oldest first.
+async fn get_delivery(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(lookup): Query<DeliveryLookup>,
+) -> Result<Response, ApiError> {
+    let (sub, attempts, _) = find_delivery(&app, &id, &lookup).await?;
+    let last = attempts.last().cloned().unwrap_or(Value::Null);
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "id": id,
+            "subscription_id": sub,
+            "event_type": last["event_type"],
+            "event_id": last["event_id"],
+            "status": last["status"],
+            "attempts": attempts,
+        }),
+    ))
+}
+
+/// `POST /ojs/v1/webhooks/deliveries/{id}/retry`: one more attempt of a dead delivery
+/// (§7.2, "manual inspection and replay"), made by the next redrive (within a minute on
+/// AWS) under the same delivery id.
+async fn retry_delivery(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(lookup): Query<DeliveryLookup>,
+) -> Result<Response, ApiError> {
+    let (sub, attempts, dead) = find_delivery(&app, &id, &lookup).await?;
+    let status = attempts
+        .last()
+        .map(|a| a["status"].clone())
+        .unwrap_or(Value::Null);
+    let Some(dead) = dead else {
+        let why = if status == "dead" {
+            "this dead delivery's event was not kept (over 64 KiB): it cannot be retried".to_owned()
+        } else {
+            format!("only a dead delivery can be retried; this one is {status}")
+        };
+        return Err(ApiError(
+            OjsError::conflict(why).with_detail("id", id.as_str()),
+        ));
+    };
+    let now = time::now();
+    let pending = PendingDelivery {
+        delivery_id: id.clone(),
+        subscription_id: sub.clone(),
+        event_type: dead.event_type,
+        body: dead.body,
+        attempt: dead.attempt + 1,
+        due_us: now.timestamp_micros(),
+    };
+    app.store.schedule_webhook_retry(&pending).await?;
+    tracing::info!(delivery_id = %id, subscription = %sub, "webhook delivery retried by hand");
+    Ok(reply(
+        StatusCode::ACCEPTED,
+        json!({
+            "id": id,
+            "subscription_id": sub,
+            "status": "pending",
+            "attempt": pending.attempt,
+            "next_attempt_at": time::format(&now),
+        }),
+    ))
+}

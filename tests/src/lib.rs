@@ -331,30 +331,14 @@ impl TestApp {
             ojs_push::Dispatcher::new(store.clone(), lambda, config).map_err(anyhow::Error::msg)?;
         // As `make dev` runs it (functions/local); stopped when the runtime of the test ends.
         dispatcher.catch_up_every(Duration::from_secs(1));
-        let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
-        // The consumer attached here (with the observer) is the one `serve` finds.
-        let store = store
-            .with_change_observer(std::sync::Arc::new(dispatcher))
-            .with_local_stream(client, true, Some(Duration::from_millis(50)))
-            .await
-            .context("reading the table's change stream")?;
-        let mut app = Self::serve(
+        Self::serve_observed(
             store,
-            HttpConfig {
-                push_allow_private: true,
-                ..HttpConfig::default()
-            },
+            &sdk,
+            std::sync::Arc::new(dispatcher),
+            500,
+            || async {},
         )
-        .await?;
-        let store = app.store.clone();
-        app.sweeper = Some(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                tick.tick().await;
-                let _ = store.sweep(ojs_core::time::now()).await;
-            }
-        }));
-        Ok(app)
+        .await
     }
 
     /// Like [`TestApp::spawn_with_sweeper`], with webhook delivery as `make dev` runs it:
@@ -367,9 +351,33 @@ impl TestApp {
         let webhooks =
             ojs_push::WebhookDispatcher::new(store.clone(), config).map_err(anyhow::Error::msg)?;
         let redrive = webhooks.clone();
-        let client = ojs_store::streams_client_for(&sdk, &fault_proxy::raw_dynamodb_endpoint());
+        Self::serve_observed(store, &sdk, std::sync::Arc::new(webhooks), 200, move || {
+            let redrive = redrive.clone();
+            async move {
+                redrive.redrive().await;
+            }
+        })
+        .await
+    }
+
+    /// Serves `store` with `observer` fed by the table's change stream, read in the
+    /// background every 50 ms as `make dev` reads it, loopback push and webhook targets
+    /// allowed, and the sweep then `also` run every `sweep_ms`.
+    async fn serve_observed<F, R>(
+        store: Store,
+        sdk: &aws_config::SdkConfig,
+        observer: std::sync::Arc<dyn ojs_store::ChangeObserver>,
+        sweep_ms: u64,
+        mut also: F,
+    ) -> anyhow::Result<Self>
+    where
+        F: FnMut() -> R + Send + 'static,
+        R: std::future::Future<Output = ()> + Send,
+    {
+        let client = ojs_store::streams_client_for(sdk, &fault_proxy::raw_dynamodb_endpoint());
+        // The consumer attached here (with the observer) is the one `serve` finds.
         let store = store
-            .with_change_observer(std::sync::Arc::new(webhooks))
+            .with_change_observer(observer)
             .with_local_stream(client, true, Some(Duration::from_millis(50)))
             .await
             .context("reading the table's change stream")?;
@@ -383,11 +391,11 @@ impl TestApp {
         .await?;
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            let mut tick = tokio::time::interval(Duration::from_millis(sweep_ms));
             loop {
                 tick.tick().await;
                 let _ = store.sweep(ojs_core::time::now()).await;
-                redrive.redrive().await;
+                also().await;
             }
         }));
         Ok(app)

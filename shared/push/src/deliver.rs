@@ -129,7 +129,17 @@ fn transport_failure(e: &reqwest::Error, timeout_ms: u64) -> PushAnswer {
             true,
         ));
     }
-    // reqwest's message names the URL and cause, never a header, so no secret is in it.
+    let cause = error_chain(e);
+    PushAnswer::Failed(delivery_error(
+        "push_connection",
+        format!("the endpoint could not be reached: {cause}"),
+        true,
+    ))
+}
+
+/// A transport failure's message with its causes. reqwest's names the URL and cause,
+/// never a header, so no signature or secret is in it.
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
     let mut cause = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -137,9 +147,5 @@ fn transport_failure(e: &reqwest::Error, timeout_ms: u64) -> PushAnswer {
         cause.push_str(&s.to_string());
         source = s.source();
     }
-    PushAnswer::Failed(delivery_error(
-        "push_connection",
-        format!("the endpoint could not be reached: {cause}"),
-        true,
-    ))
+    cause
 }

@@ -29,6 +29,23 @@ use tokio::sync::Semaphore;
 
 pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher, ROTATION_GRACE_SECS};
 
+/// Runs `round` every `interval` in the background; a round that overruns delays the
+/// next rather than stacking them.
+fn every<F, R>(interval: Duration, mut round: F) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> R + Send + 'static,
+    R: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            round().await;
+        }
+    })
+}
+
 /// How long the endpoints of a queue are trusted once read: a registration made through
 /// another instance applies within this time.
 const ENDPOINTS_TTL: Duration = Duration::from_secs(1);
@@ -300,11 +317,9 @@ impl Dispatcher {
     /// Runs [`Dispatcher::catch_up_all`] every `interval` in the background.
     pub fn catch_up_every(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
+        every(interval, move || {
+            let me = me.clone();
+            async move {
                 me.catch_up_all().await;
             }
         })

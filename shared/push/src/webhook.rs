@@ -425,11 +425,9 @@ impl WebhookDispatcher {
     /// Runs [`WebhookDispatcher::redrive`] every `interval` in the background.
     pub fn redrive_every(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
+        crate::every(interval, move || {
+            let me = me.clone();
+            async move {
                 me.redrive().await;
             }
         })
@@ -482,20 +480,12 @@ impl WebhookDispatcher {
     }
 }
 
-/// A transport failure's message (reqwest names the URL and cause, never a header, so no
-/// signature or secret is in it).
+/// A transport failure's message.
 fn transport_error(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return "timeout".into();
     }
-    let mut cause = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        cause.push_str(": ");
-        cause.push_str(&s.to_string());
-        source = s.source();
-    }
-    cause
+    crate::deliver::error_chain(e)
 }
 
 /// The store's hook for the in-process stream consumer: delivers in the background.

@@ -104,6 +104,20 @@ impl Store {
         Ok(self.tally(Kind::Read, out)?.item)
     }
 
+    /// Writes `item` whole, unconditionally (log lines, pending retries, snapshots: items
+    /// only their writer owns).
+    pub(crate) async fn put_plain(&self, item: Item) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.tally(Kind::Write, out).map(|_| ())
+    }
+
     /// Deletes an item and returns what it held (`None` when there was nothing).
     pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self

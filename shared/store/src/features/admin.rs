@@ -386,15 +386,7 @@ impl Store {
                 item.insert(k.to_owned(), s(v.clone()));
             }
         }
-        let out = self
-            .client
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.tally(Kind::Write, out)?;
+        self.put_plain(item).await?;
         Ok(next)
     }
 

@@ -411,15 +411,7 @@ impl Store {
         if let Some(body) = a.body.as_ref().filter(|b| b.len() <= MAX_KEPT_BODY) {
             item.insert("body".into(), s(body.clone()));
         }
-        let out = self
-            .client
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.tally(Kind::Write, out).map(|_| ())
+        self.put_plain(item).await
     }
 
     /// The latest attempts logged for subscription `id`, newest first (one Query of at
@@ -511,15 +503,7 @@ impl Store {
             ("due_us".to_owned(), n(p.due_us)),
             ("ttl".to_owned(), n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
         ]);
-        let out = self
-            .client
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.tally(Kind::Write, out).map(|_| ())
+        self.put_plain(item).await
     }
 
     /// Up to `limit` retries due at `now`, each claimed for this caller (one Query, then

@@ -54,6 +54,21 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/ojs/v1/schemas/{uri}"),
     ("DELETE", "/ojs/v1/schemas/{uri}"),
     ("GET", "/ojs/v1/events"),
+    ("POST", "/ojs/v1/push/endpoints"),
+    ("GET", "/ojs/v1/push/endpoints"),
+    ("GET", "/ojs/v1/push/endpoints/{endpoint}"),
+    ("DELETE", "/ojs/v1/push/endpoints/{endpoint}"),
+    ("POST", "/ojs/v1/webhooks/subscriptions"),
+    ("GET", "/ojs/v1/webhooks/subscriptions"),
+    ("GET", "/ojs/v1/webhooks/subscriptions/{sub}"),
+    ("PATCH", "/ojs/v1/webhooks/subscriptions/{sub}"),
+    ("DELETE", "/ojs/v1/webhooks/subscriptions/{sub}"),
+    ("POST", "/ojs/v1/webhooks/subscriptions/{sub}/rotate-secret"),
+    ("POST", "/ojs/v1/webhooks/subscriptions/{sub}/test"),
+    ("GET", "/ojs/v1/webhooks/subscriptions/{sub}/deliveries"),
+    ("GET", "/ojs/v1/webhooks/deliveries"),
+    ("GET", "/ojs/v1/webhooks/deliveries/{delivery}"),
+    ("POST", "/ojs/v1/webhooks/deliveries/{delivery}/retry"),
     ("GET", "/ojs/v1/health"),
     ("GET", "/ojs/manifest"),
     ("POST", "/cloudq/{queue}"),
@@ -366,11 +381,56 @@ fn body_for(rng: &mut StdRng, method: &str, path: &str, t: &Targets) -> Option<V
             "type": "fz.job", "version": "1.0.0",
             "schema": {"type": "array", "items": {"type": *pick(rng, &["integer", "string", "nope"])}}
         }),
+        ("POST", "/ojs/v1/push/endpoints") => obj(vec![
+            ("endpoint", Some(target_url(rng))),
+            ("job_types", maybe(rng, 0.8, |_| json!(["fz.job"]))),
+            ("queues", maybe(rng, 0.8, |r| json!([*pick(r, &QUEUES)]))),
+            (
+                "config",
+                maybe(rng, 0.6, |r| {
+                    json!({"max_concurrency": r.random_range(0..200), "timeout_ms": r.random_range(0..1_000_000),
+                        "signing_secret": *pick(r, &["s3cret", ""])})
+                }),
+            ),
+        ]),
+        ("POST", "/ojs/v1/webhooks/subscriptions")
+        | ("PATCH", "/ojs/v1/webhooks/subscriptions/{sub}") => obj(vec![
+            ("url", maybe(rng, 0.9, target_url)),
+            (
+                "events",
+                maybe(rng, 0.8, |r| {
+                    json!(*pick(
+                        r,
+                        &[&["job.completed"][..], &["*"], &["job.*"], &["nope"], &[]]
+                    ))
+                }),
+            ),
+            ("active", maybe(rng, 0.3, |r| json!(r.random_bool(0.5)))),
+            (
+                "filter",
+                maybe(rng, 0.3, |r| json!({"queues": [*pick(r, &QUEUES)]})),
+            ),
+            ("metadata", maybe(rng, 0.2, |_| json!({"team": "fz"}))),
+        ]),
         ("POST", p) if p.starts_with("/cloudq/") => {
             json!({"job": {"klass": *pick(rng, &["Archive", "Mail::SendDigest", "bad klass"]), "args": [1]}})
         }
         _ => return None,
     })
+}
+
+/// A push or webhook target: refused ones (loopback, plain HTTP, other schemes), one
+/// whose host does not resolve, a Lambda ARN, and hostile values.
+fn target_url(rng: &mut StdRng) -> Value {
+    match rng.random_range(0..7) {
+        0 => json!("https://127.0.0.1/hook"),
+        1 => json!("http://example.invalid/hook"),
+        2 => json!("https://example.invalid/hook"),
+        3 => json!("ftp://example.invalid/"),
+        4 => json!("arn:aws:lambda:us-east-1:123456789012:function:fz"),
+        5 => json!("https://169.254.169.254/latest/meta-data"),
+        _ => hostile(rng),
+    }
 }
 
 /// Replaces, removes or adds one value somewhere in `v`.
@@ -479,6 +539,9 @@ fn segment(rng: &mut StdRng, kind: &str, t: &Targets) -> String {
         "queue" => (*pick(rng, &QUEUES)).to_owned(),
         "directive" => (*pick(rng, &["quiet", "terminate", "resume", "explode"])).to_owned(),
         "uri" => format!("urn:fz:{}", rng.random_range(0..3)),
+        "endpoint" => format!("pe_{}", uuid::Uuid::new_v4()),
+        "sub" => format!("sub_{}", uuid::Uuid::new_v4()),
+        "delivery" => uuid::Uuid::now_v7().to_string(),
         _ => (*pick(rng, &["fz-cron-0", "fz-cron-1", "w1", "nobody"])).to_owned(),
     }
 }
@@ -488,7 +551,17 @@ fn query(rng: &mut StdRng) -> String {
         return String::new();
     }
     let keys = [
-        "limit", "offset", "per_page", "page", "queue", "queues", "types", "after", "state",
+        "limit",
+        "offset",
+        "per_page",
+        "page",
+        "queue",
+        "queues",
+        "types",
+        "after",
+        "state",
+        "subscription_id",
+        "before",
     ];
     let values = [
         "0",

@@ -13,6 +13,7 @@ pub mod cost;
 pub mod cpu;
 pub mod env;
 pub mod meter;
+pub mod push;
 pub mod report;
 pub mod stats;
 pub mod throughput;

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use ojs_bench::{capacity, cold_start, cost, cpu, env, report, throughput};
+use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput};
 
-const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu] [--no-build] [--prices PATH]
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push] [--no-build] [--prices PATH]
 
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
@@ -30,7 +30,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         quick: false,
         json: None,
-        sections: ["capacity", "cost", "throughput", "cold", "cpu"]
+        sections: ["capacity", "cost", "throughput", "cold", "cpu", "push"]
             .map(String::from)
             .to_vec(),
         build: true,
@@ -120,6 +120,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let push = if on("push") {
+        let t = step("a pushed job next to a polled one");
+        let p = push::run(jobs / 10, capacity::TARGET_SIZE).await?;
+        done(t);
+        Some(p)
+    } else {
+        None
+    };
     let cold = if on("cold") {
         let t = step("cold starts");
         let c = cold_start::run(&functions, cold_runs).await?;
@@ -143,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
         throughput,
         cold_start: cold,
         cpu,
+        push,
         targets,
     };
     println!("{}", report::render(&report));

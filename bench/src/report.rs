@@ -92,6 +92,8 @@ pub struct Report {
     pub cold_start: Vec<ColdStart>,
     /// Section 5.
     pub cpu: Option<CpuReport>,
+    /// Section 6.
+    pub push: Option<crate::push::PushReport>,
     /// Targets.
     pub targets: Vec<Target>,
 }
@@ -228,6 +230,30 @@ fn kib(b: u64) -> String {
 }
 
 /// The report as text tables.
+fn render_push(o: &mut String, p: &crate::push::PushReport) {
+    let _ = writeln!(
+        o,
+        "\n== 6. A pushed job next to a polled one (1 KiB args) =="
+    );
+    let _ = writeln!(
+        o,
+        "Method: {} jobs one at a time through the same server (change stream read every 50 ms, as make dev): pushed to one registered endpoint answering completed, then pushed and fetched and acknowledged by one worker. Per job, every DynamoDB call in the window (stream and dispatcher included).",
+        p.jobs
+    );
+    let _ = writeln!(
+        o,
+        "{:<8} {:>7} {:>7} {:>7} {:>13} {:>10}",
+        "job", "calls", "RCU", "WCU", "API requests", "median ms"
+    );
+    for (name, s) in [("pushed", &p.pushed), ("polled", &p.polled)] {
+        let _ = writeln!(
+            o,
+            "{:<8} {:>7.2} {:>7.2} {:>7.2} {:>13.2} {:>10.1}",
+            name, s.calls, s.read_units, s.write_units, s.api_requests, s.median_ms
+        );
+    }
+}
+
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -255,6 +281,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(cpu) = &r.cpu {
         render_cpu(&mut o, cpu);
+    }
+    if let Some(push) = &r.push {
+        render_push(&mut o, push);
     }
     let _ = writeln!(o, "\n== Targets (issue #9) ==");
     let _ = writeln!(

@@ -318,7 +318,15 @@ impl TestApp {
         config: ojs_push::PushConfig,
         lambda_endpoint: Option<&str>,
     ) -> anyhow::Result<Self> {
-        let store = fresh_store().await?;
+        Self::spawn_with_push_on(fresh_store().await?, config, lambda_endpoint).await
+    }
+
+    /// Like [`TestApp::spawn_with_push_to`], over `store` (a metered one, say).
+    pub async fn spawn_with_push_on(
+        store: Store,
+        config: ojs_push::PushConfig,
+        lambda_endpoint: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let sdk = aws_config_load().await;
         let lambda = match lambda_endpoint {
             Some(url) => {

@@ -36,6 +36,26 @@ pub(crate) fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
+/// The items of a registry partition that read as `T`: an unreadable one (written by
+/// another version, say) is skipped with a warning naming `what`, so one bad
+/// registration never hides the others.
+pub(crate) fn readable_items<T, E: std::fmt::Display>(
+    items: &[Item],
+    read: impl Fn(&Item) -> Result<T, E>,
+    what: &str,
+) -> Vec<T> {
+    items
+        .iter()
+        .filter_map(|i| match read(i) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "skipped an unreadable {what}");
+                None
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn ts(t: &Timestamp) -> AttributeValue {
     s(time::format(t))
 }

@@ -10,7 +10,7 @@
 //! The signing secret is stored in the items (DynamoDB encrypts them at rest) and never
 //! leaves the store through [`PushEntry::view`].
 
-use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use ojs_core::push::PushEndpoint;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::{self, Timestamp};
@@ -19,7 +19,6 @@ use serde_json::{json, Value};
 
 use crate::error::StoreError;
 use crate::item::{self, s, Item};
-use crate::usage::Kind;
 use crate::Store;
 
 /// Partition of every registration (the API's listing).
@@ -198,22 +197,17 @@ impl Store {
             created_at: time::format(&now),
             disabled: None,
         };
-        let pks = entry_pks(&endpoint.queues);
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for pk in pks {
+        let mut items = Vec::new();
+        for pk in entry_pks(&endpoint.queues) {
             let put = Put::builder()
                 .table_name(self.table())
                 .set_item(Some(entry.to_item(pk)))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+            items.push(TransactWriteItem::builder().put(put).build());
         }
-        let out = tx.send().await;
-        self.tally(Kind::Write, out)?;
+        self.transact(items).await.map_err(StoreError::from_sdk)?;
         Ok(entry)
     }
 
@@ -243,18 +237,12 @@ impl Store {
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
     /// path's lookup). Unreadable items are skipped with a warning.
     pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
-        Ok(self
-            .query_partition(&queue_pk(queue), false)
-            .await?
-            .iter()
-            .filter_map(|i| match PushEntry::from_item(i) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::warn!(error = %e, "skipped an unreadable push endpoint");
-                    None
-                }
-            })
-            .collect())
+        let items = self.query_partition(&queue_pk(queue), false).await?;
+        Ok(crate::item::readable_items(
+            &items,
+            PushEntry::from_item,
+            "push endpoint",
+        ))
     }
 
     /// Stops deliveries to `entry` (§7.2.2-3: it answered 404, 401 or 403): its listing
@@ -266,12 +254,8 @@ impl Store {
         reason: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let pks = entry_pks(&entry.endpoint.queues);
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for pk in pks {
+        let mut items = Vec::new();
+        for pk in entry_pks(&entry.endpoint.queues) {
             let update = Update::builder()
                 .table_name(self.table())
                 .key("pk", s(pk))
@@ -285,17 +269,13 @@ impl Store {
                 )
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().update(update).build());
+            items.push(TransactWriteItem::builder().update(update).build());
         }
-        let out = tx.send().await;
-        // Deleted meanwhile, or disabled by another delivery first: nothing to do.
-        if let Err(e) = &out {
-            if crate::error::cancellation_codes(e).is_some() {
-                self.usage.record(Kind::Write, None);
-                return Ok(());
-            }
+        match self.transact(items).await {
+            // Deleted meanwhile, or disabled by another delivery first: nothing to do.
+            Err(e) if crate::error::cancellation_codes(&e).is_some() => Ok(()),
+            out => out.map_err(StoreError::from_sdk),
         }
-        self.tally(Kind::Write, out).map(|_| ())
     }
 
     /// Removes registration `id` and its queue items in one transaction; NotFound when
@@ -305,22 +285,17 @@ impl Store {
             .get_push_endpoint(id)
             .await?
             .ok_or(StoreError::NotFound)?;
-        let pks = entry_pks(&entry.endpoint.queues);
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        for pk in pks {
+        let mut items = Vec::new();
+        for pk in entry_pks(&entry.endpoint.queues) {
             let delete = Delete::builder()
                 .table_name(self.table())
                 .key("pk", s(pk))
                 .key("sk", s(entry_sk(id)))
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().delete(delete).build());
+            items.push(TransactWriteItem::builder().delete(delete).build());
         }
-        let out = tx.send().await;
-        self.tally(Kind::Write, out)?;
+        self.transact(items).await.map_err(StoreError::from_sdk)?;
         Ok(entry)
     }
 

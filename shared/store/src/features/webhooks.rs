@@ -278,18 +278,12 @@ impl Store {
     /// Every subscription, oldest first (one Query of one partition, bounded by
     /// [`MAX_SUBSCRIPTIONS`]). Unreadable items are skipped with a warning.
     pub async fn list_webhooks(&self, consistent: bool) -> Result<Vec<WebhookEntry>, StoreError> {
-        Ok(self
-            .query_partition(SUBS_PK, consistent)
-            .await?
-            .iter()
-            .filter_map(|i| match WebhookEntry::from_item(i) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::warn!(error = %e, "skipped an unreadable webhook subscription");
-                    None
-                }
-            })
-            .collect())
+        let items = self.query_partition(SUBS_PK, consistent).await?;
+        Ok(crate::item::readable_items(
+            &items,
+            WebhookEntry::from_item,
+            "webhook subscription",
+        ))
     }
 
     /// Replaces subscription `id`'s fields (its secret kept), on condition that it

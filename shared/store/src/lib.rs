@@ -59,6 +59,9 @@ pub use workflow::StepOutcome;
 /// Default of [`StoreConfig::sweep_budget`], in milliseconds.
 const DEFAULT_SWEEP_BUDGET_MS: u64 = 40_000;
 
+/// Default of [`StoreConfig::fetch_budget`], in milliseconds.
+const DEFAULT_FETCH_BUDGET_MS: u64 = 5_000;
+
 /// Default of [`StoreConfig::queue_settings_ttl`], in milliseconds.
 const DEFAULT_QUEUE_SETTINGS_TTL_MS: u64 = 1_000;
 
@@ -90,6 +93,11 @@ pub struct StoreConfig {
     /// How long one sweep may run before it leaves the remaining queues to the next
     /// (the scheduler function's timeout is 60 s).
     pub sweep_budget: Duration,
+    /// How long one FETCH may go on starting claim attempts (it always makes its first).
+    /// Past it, the FETCH answers with what it claimed: 32 workers racing for one queue,
+    /// or a slow table, must not hold a FETCH past API Gateway's 29 s, which would strand
+    /// the jobs it claimed until their leases end.
+    pub fetch_budget: Duration,
     /// Whether PUSH to a paused queue is refused (`queue_paused`, 422), as the HTTP
     /// binding's §11.3 says, instead of stored and held until the queue resumes, as
     /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
@@ -103,7 +111,8 @@ impl StoreConfig {
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
     /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000),
     /// `OJS_PAUSED_QUEUE_PUSH`
-    /// (`accept`, the default, or `reject`) and `OJS_SWEEP_BUDGET_MS` (default 40000).
+    /// (`accept`, the default, or `reject`), `OJS_SWEEP_BUDGET_MS` (default 40000) and
+    /// `OJS_FETCH_BUDGET_MS` (default 5000).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let days: u64 = var("OJS_RETENTION_DAYS")
@@ -134,6 +143,11 @@ impl StoreConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(DEFAULT_SWEEP_BUDGET_MS),
             ),
+            fetch_budget: Duration::from_millis(
+                var("OJS_FETCH_BUDGET_MS")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(DEFAULT_FETCH_BUDGET_MS),
+            ),
         }
     }
 
@@ -149,6 +163,7 @@ impl StoreConfig {
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             reject_paused_pushes: false,
             sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
+            fetch_budget: Duration::from_millis(DEFAULT_FETCH_BUDGET_MS),
         }
     }
 }
@@ -212,6 +227,15 @@ impl Store {
     pub fn with_queue_shards(mut self, shards: u16) -> Self {
         let mut config = (*self.config).clone();
         config.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS);
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same store with each FETCH's claim attempts bounded by `budget`; see
+    /// [`StoreConfig::fetch_budget`].
+    pub fn with_fetch_budget(mut self, budget: Duration) -> Self {
+        let mut config = (*self.config).clone();
+        config.fetch_budget = budget;
         self.config = Arc::new(config);
         self
     }

@@ -236,3 +236,55 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Result<()> {
+    // A spent budget (here from the start) ends the FETCH after its first claim attempt,
+    // across the shards and queues it had left: 32 racing workers or a slow table cannot
+    // hold a FETCH past API Gateway's 29 s.
+    let store = fresh_store().await?.with_queue_shards(SHARDS);
+    let app = TestApp::spawn_on_store(store.clone().with_fetch_budget(Duration::ZERO)).await?;
+    let mut pushed = BTreeSet::new();
+    for i in 0..8 {
+        let queue = if i % 2 == 0 { "budget-a" } else { "budget-b" };
+        let r = app
+            .push(json!({"type": "s.budget", "args": [i], "options": {"queue": queue}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+        pushed.insert(id_of(&r));
+    }
+    let r = app
+        .fetch(json!({"queues": ["budget-a", "budget-b"], "count": 8, "worker_id": "w"}))
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let first: Vec<String> = r.body["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(first.len(), 1, "{:?}", r.body);
+    // With time to spend, the rest are claimed by one FETCH.
+    let rest = store
+        .with_fetch_budget(Duration::from_secs(5))
+        .fetch(
+            &ojs_store::FetchRequest {
+                queues: vec![
+                    ojs_core::QueueName::parse("budget-a")?,
+                    ojs_core::QueueName::parse("budget-b")?,
+                ],
+                count: 8,
+                worker_id: Some("w2".into()),
+                visibility_timeout_ms: None,
+            },
+            ojs_core::time::now(),
+        )
+        .await?;
+    let mut all: BTreeSet<String> = rest.jobs.iter().map(|j| j.id.to_string()).collect();
+    assert_eq!(all.len(), 7);
+    all.extend(first);
+    assert_eq!(all, pushed);
+    app.teardown().await;
+    Ok(())
+}

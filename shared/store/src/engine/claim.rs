@@ -2,6 +2,7 @@
 //! with one conditional write, moving on when another worker won a candidate.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
@@ -38,6 +39,33 @@ pub struct FetchRequest {
     pub worker_id: Option<String>,
     /// Lease length; the default is 30 s.
     pub visibility_timeout_ms: Option<u64>,
+}
+
+/// One FETCH in progress: what it claimed, what it saw, and until when it may start
+/// another claim attempt.
+struct Fetching {
+    claimed: Vec<Job>,
+    full_limits: FullLimits,
+    saw_ready: bool,
+    /// Claim attempts made so far.
+    attempts: usize,
+    /// When the FETCH's time budget ends ([`StoreConfig::fetch_budget`]).
+    ///
+    /// [`StoreConfig::fetch_budget`]: crate::StoreConfig::fetch_budget
+    ends: Instant,
+}
+
+impl Fetching {
+    /// Whether the budget is spent. The first attempt is always made, so a FETCH that
+    /// finds a job claims it however slow the table is.
+    fn out_of_time(&self) -> bool {
+        self.attempts > 0 && Instant::now() >= self.ends
+    }
+
+    /// Whether the FETCH stops: its count is met or its time is up.
+    fn done(&self, count: usize) -> bool {
+        self.claimed.len() >= count || self.out_of_time()
+    }
 }
 
 /// A ready-index entry.
@@ -130,11 +158,16 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
-        let mut claimed = Vec::new();
-        let mut saw_ready = false;
+        let mut run = Fetching {
+            claimed: Vec::new(),
+            full_limits: FullLimits::default(),
+            saw_ready: false,
+            attempts: 0,
+            ends: Instant::now() + self.config.fetch_budget,
+        };
         let settings = self.queue_settings(&req.queues).await?;
         for queue in &req.queues {
-            if claimed.len() >= req.count {
+            if run.done(req.count) {
                 break;
             }
             let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
@@ -143,18 +176,29 @@ impl Store {
             }
             let queue_limit = queue_settings.rate_limit.as_ref();
             if let Err(e) = self
-                .claim_from(queue, req, now, queue_limit, &mut claimed, &mut saw_ready)
+                .claim_from(queue, req, now, queue_limit, &mut run)
                 .await
             {
-                if claimed.is_empty() {
+                if run.claimed.is_empty() {
                     return Err(e);
                 }
                 // Jobs already claimed are leased to this worker: answering 503 would
                 // strand them until their lease ends. Deliver them instead.
-                tracing::warn!(error = %e, claimed = claimed.len(), "FETCH stopped early");
+                tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
                 break;
             }
         }
+        if run.out_of_time() {
+            // Contention or a slow table used the budget up: the queue was answered, and
+            // looking again would only double the wait.
+            tracing::info!(
+                attempts = run.attempts,
+                claimed = run.claimed.len(),
+                "FETCH budget spent"
+            );
+            run.saw_ready = true;
+        }
+        let claimed = run.claimed;
         let limit = match req.queues.iter().find_map(|q| {
             settings
                 .get(q.as_str())
@@ -178,20 +222,19 @@ impl Store {
         Ok(FetchOutcome {
             jobs: claimed,
             limit,
-            saw_ready,
+            saw_ready: run.saw_ready,
         })
     }
 
-    /// Claims from one queue into `claimed`, up to the request's count. A sharded queue is
-    /// walked shard by shard from a random one, so racing workers start apart.
+    /// Claims from one queue, up to the request's count. A sharded queue is walked shard
+    /// by shard from a random one, so racing workers start apart.
     async fn claim_from(
         &self,
         queue: &QueueName,
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
-        claimed: &mut Vec<Job>,
-        saw_ready: &mut bool,
+        run: &mut Fetching,
     ) -> Result<(), StoreError> {
         let shards = self.queue_shards();
         let first = if shards > 1 {
@@ -199,23 +242,13 @@ impl Store {
         } else {
             0
         };
-        let mut full_limits = FullLimits::default();
         for k in 0..shards {
-            if claimed.len() >= req.count {
+            if run.done(req.count) {
                 break;
             }
             let shard = (first + k) % shards;
             let limited = self
-                .claim_from_shard(
-                    queue,
-                    shard,
-                    req,
-                    now,
-                    queue_limit,
-                    claimed,
-                    &mut full_limits,
-                    saw_ready,
-                )
+                .claim_from_shard(queue, shard, req, now, queue_limit, run)
                 .await?;
             if limited {
                 break;
@@ -226,7 +259,6 @@ impl Store {
 
     /// Claims from one shard of a queue. True when the queue's own rate limit refused a
     /// start, which ends the queue for this FETCH.
-    #[allow(clippy::too_many_arguments)]
     async fn claim_from_shard(
         &self,
         queue: &QueueName,
@@ -234,29 +266,31 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
-        claimed: &mut Vec<Job>,
-        full_limits: &mut FullLimits,
-        saw_ready: &mut bool,
+        run: &mut Fetching,
     ) -> Result<bool, StoreError> {
         self.promote_due_shard(queue, shard, now).await?;
         for _ in 0..CLAIM_ROUNDS {
-            let wanted = req.count - claimed.len();
+            if run.done(req.count) {
+                break;
+            }
+            let wanted = req.count - run.claimed.len();
             let page = wanted.saturating_add(8).min(100) as i32;
             let mut candidates = self.ready_candidates(queue, shard, page).await?;
             let exhausted = candidates.len() < page as usize;
             let mut lost_any = false;
             let mut next = 0;
-            while next < candidates.len() {
+            while next < candidates.len() && !run.out_of_time() {
                 let c = &candidates[next];
                 // An entry of a job this FETCH claimed in an earlier round, still listed
                 // behind the index's lag: not another worker's competition (taken for
                 // one, it would reorder the rest of the page), and not worth a write.
-                let ours = claimed.iter().any(|j| j.id == c.id);
+                let ours = run.claimed.iter().any(|j| j.id == c.id);
                 let claimed_as_stored = match &c.unreadable {
                     _ if ours => Ok(Claim::Stale),
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => {
-                        self.claim(queue, c, req, now, queue_limit, full_limits)
+                        run.attempts += 1;
+                        self.claim(queue, c, req, now, queue_limit, &mut run.full_limits)
                             .await
                     }
                 };
@@ -275,9 +309,9 @@ impl Store {
                 // Only entries that left `available` before this FETCH began (or were set
                 // aside) mean the index has not caught up; anything else is a queue that
                 // was answered.
-                *saw_ready |= !matches!(outcome, Claim::Stale);
+                run.saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
-                    Claim::Won(job) => claimed.push(*job),
+                    Claim::Won(job) => run.claimed.push(*job),
                     Claim::Stale => lost_any = true,
                     Claim::Lost => {
                         lost_any = true;
@@ -291,11 +325,11 @@ impl Store {
                     }
                     Claim::QueueLimited => return Ok(true),
                 }
-                if claimed.len() >= req.count {
+                if run.claimed.len() >= req.count {
                     break;
                 }
             }
-            if claimed.len() >= req.count || exhausted && !lost_any {
+            if run.claimed.len() >= req.count || exhausted && !lost_any {
                 break;
             }
         }

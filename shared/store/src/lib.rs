@@ -181,6 +181,8 @@ pub struct Store {
     known_queues: Arc<Mutex<HashSet<String>>>,
     /// Queue settings read by FETCH, with when they were read.
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
+    /// Queues on which this instance lately lost claims (FETCH spreads over them).
+    contention: Arc<claim::Contention>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
@@ -197,6 +199,7 @@ impl Store {
             timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
+            contention: Arc::default(),
             stream: None,
             observers: Vec::new(),
         }

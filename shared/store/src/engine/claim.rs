@@ -2,7 +2,9 @@
 //! with one conditional write, moving on when another worker won a candidate.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::ops::Range;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
@@ -27,6 +29,13 @@ use crate::Store;
 const DUE_BATCH: i32 = 25;
 /// How many times FETCH re-queries a queue whose candidates were all taken by others.
 const CLAIM_ROUNDS: usize = 4;
+/// Entries a FETCH reads beyond its count: the spare ones it moves on to when a
+/// candidate was taken.
+const PAGE_SPARE: usize = 8;
+/// Entries a FETCH reads beyond its count on a contended queue, to spread over.
+const CONTENDED_PAGE_SPARE: usize = 32;
+/// How long a queue counts as contended after this instance lost a claim on it.
+const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 
 /// A FETCH.
 #[derive(Debug, Clone)]
@@ -66,6 +75,62 @@ impl Fetching {
     fn done(&self, count: usize) -> bool {
         self.claimed.len() >= count || self.out_of_time()
     }
+}
+
+/// Queues on which this instance lately lost a claim to another worker. A FETCH of such a
+/// queue spreads over the first priority's candidates instead of writing to the head that
+/// every racing worker writes to (32 workers lost about 6 claims per job that way).
+#[derive(Default)]
+pub(crate) struct Contention(Mutex<HashMap<QueueName, Instant>>);
+
+impl Contention {
+    /// Most queues remembered (the map is cleared past it).
+    const MAX_QUEUES: usize = 1_000;
+
+    fn lost_on(&self, queue: &QueueName) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= Self::MAX_QUEUES && !map.contains_key(queue) {
+                map.clear();
+            }
+            map.insert(queue.clone(), Instant::now());
+        }
+    }
+
+    fn recent(&self, queue: &QueueName) -> bool {
+        self.0.lock().is_ok_and(|map| {
+            map.get(queue)
+                .is_some_and(|at| at.elapsed() < CONTENTION_MEMORY)
+        })
+    }
+}
+
+/// Moves to `from` a candidate picked (by `pick`, from the range it is given) among the
+/// ones from `from` on that share `candidates[from]`'s priority. Racing workers so spread
+/// over the jobs of the highest priority waiting instead of all writing to its head, and
+/// no job of a lower priority goes ahead of it.
+fn spread<T>(
+    candidates: &mut [T],
+    from: usize,
+    priority: impl Fn(&T) -> &str,
+    pick: impl FnOnce(Range<usize>) -> usize,
+) {
+    let Some(first) = candidates.get(from) else {
+        return;
+    };
+    let level = priority(first);
+    let run = candidates[from..]
+        .iter()
+        .take_while(|c| priority(c) == level)
+        .count();
+    if run > 1 {
+        let chosen = pick(from..from + run).clamp(from, from + run - 1);
+        candidates.swap(from, chosen);
+    }
+}
+
+/// The priority part of a ready-index sort key.
+fn priority_of(c: &Candidate) -> &str {
+    c.ready_sk.split('#').next().unwrap_or_default()
 }
 
 /// A ready-index entry.
@@ -274,9 +339,19 @@ impl Store {
                 break;
             }
             let wanted = req.count - run.claimed.len();
-            let page = wanted.saturating_add(8).min(100) as i32;
+            let contended = self.contention.recent(queue);
+            let spare = if contended {
+                CONTENDED_PAGE_SPARE
+            } else {
+                PAGE_SPARE
+            };
+            let page = wanted.saturating_add(spare).min(100) as i32;
             let mut candidates = self.ready_candidates(queue, shard, page).await?;
             let exhausted = candidates.len() < page as usize;
+            // Strict index order holds whenever nobody competes.
+            if contended {
+                spread(&mut candidates, 0, priority_of, rand::random_range);
+            }
             let mut lost_any = false;
             let mut next = 0;
             while next < candidates.len() && !run.out_of_time() {
@@ -315,13 +390,10 @@ impl Store {
                     Claim::Stale => lost_any = true,
                     Claim::Lost => {
                         lost_any = true;
-                        // Other workers are taking this page head first: try a random one
-                        // of the rest next instead of following them down the list
-                        // (strict index order holds whenever nobody competes).
-                        if next < candidates.len() {
-                            let pick = rand::random_range(next..candidates.len());
-                            candidates.swap(next, pick);
-                        }
+                        // Other workers are taking this page head first: try another of
+                        // the same priority next instead of following them down the list.
+                        self.contention.lost_on(queue);
+                        spread(&mut candidates, next, priority_of, rand::random_range);
                     }
                     Claim::QueueLimited => return Ok(true),
                 }
@@ -940,4 +1012,80 @@ fn is_expired_available(old: &Item, now: &Timestamp) -> bool {
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse::<i64>().ok());
     available && expires.is_some_and(|e| e <= now.timestamp_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level<'a>(c: &'a &str) -> &'a str {
+        c.split('#').next().unwrap_or_default()
+    }
+
+    #[test]
+    fn spread_picks_only_among_the_first_priority() {
+        let page = ["1#a", "1#b", "1#c", "2#d", "2#e"];
+        let mut offered = None;
+        let mut order = page;
+        spread(&mut order, 0, level, |r| {
+            offered = Some(r.clone());
+            r.end - 1
+        });
+        assert_eq!(offered, Some(0..3));
+        assert_eq!(order, ["1#c", "1#b", "1#a", "2#d", "2#e"]);
+    }
+
+    #[test]
+    fn spread_from_the_middle_keeps_what_came_before() {
+        let mut order = ["1#a", "1#b", "1#c", "1#d", "2#e"];
+        let mut offered = None;
+        spread(&mut order, 2, level, |r| {
+            offered = Some(r.clone());
+            r.end - 1
+        });
+        assert_eq!(offered, Some(2..4));
+        assert_eq!(order, ["1#a", "1#b", "1#d", "1#c", "2#e"]);
+    }
+
+    #[test]
+    fn spread_leaves_a_lone_candidate_and_an_empty_page_alone() {
+        let mut order = ["1#a", "2#b", "2#c"];
+        spread(&mut order, 0, level, |_| panic!("nothing to pick from"));
+        assert_eq!(order, ["1#a", "2#b", "2#c"]);
+        let mut empty: [&str; 0] = [];
+        spread(&mut empty, 0, level, |_| panic!("nothing to pick from"));
+        spread(&mut order, 3, level, |_| panic!("nothing to pick from"));
+        // A pick outside the range it was given still stays within the priority.
+        let mut order = ["1#a", "1#b", "2#c"];
+        spread(&mut order, 0, level, |_| 7);
+        assert_eq!(order, ["1#b", "1#a", "2#c"]);
+    }
+
+    #[test]
+    fn a_queue_counts_as_contended_for_a_while_after_a_lost_claim() {
+        let contention = Contention::default();
+        let q = QueueName::parse("q").unwrap_or_else(|_| QueueName::default_queue());
+        let other = QueueName::default_queue();
+        assert!(!contention.recent(&q));
+        contention.lost_on(&q);
+        assert!(contention.recent(&q));
+        assert!(!contention.recent(&other));
+        if let Ok(mut map) = contention.0.lock() {
+            map.insert(q.clone(), Instant::now() - CONTENTION_MEMORY);
+        }
+        assert!(!contention.recent(&q));
+    }
+
+    #[test]
+    fn the_contention_memory_stays_bounded() {
+        let contention = Contention::default();
+        for i in 0..Contention::MAX_QUEUES + 5 {
+            let q =
+                QueueName::parse(&format!("q{i}")).unwrap_or_else(|_| QueueName::default_queue());
+            contention.lost_on(&q);
+        }
+        let len = contention.0.lock().map(|m| m.len()).unwrap_or_default();
+        assert!(len <= Contention::MAX_QUEUES, "{len}");
+        assert!(len >= 5, "{len}");
+    }
 }

@@ -327,6 +327,27 @@ impl TestApp {
         config: ojs_push::PushConfig,
         lambda_endpoint: Option<&str>,
     ) -> anyhow::Result<Self> {
+        Self::spawn_pushing(store, config, lambda_endpoint, true).await
+    }
+
+    /// Like [`TestApp::spawn_with_push`] as the stream function runs it on AWS: deliveries
+    /// start from the change stream only, with no periodic catch-up in process.
+    pub async fn spawn_with_push_from_stream_only() -> anyhow::Result<Self> {
+        Self::spawn_pushing(
+            fresh_store().await?,
+            ojs_push::PushConfig::local(true),
+            None,
+            false,
+        )
+        .await
+    }
+
+    async fn spawn_pushing(
+        store: Store,
+        config: ojs_push::PushConfig,
+        lambda_endpoint: Option<&str>,
+        catch_up: bool,
+    ) -> anyhow::Result<Self> {
         let sdk = aws_config_load().await;
         let lambda = match lambda_endpoint {
             Some(url) => {
@@ -338,7 +359,9 @@ impl TestApp {
         let dispatcher =
             ojs_push::Dispatcher::new(store.clone(), lambda, config).map_err(anyhow::Error::msg)?;
         // As `make dev` runs it (functions/local); stopped when the runtime of the test ends.
-        dispatcher.catch_up_every(Duration::from_secs(1));
+        if catch_up {
+            dispatcher.catch_up_every(Duration::from_secs(1));
+        }
         Self::serve_observed(
             store,
             &sdk,

@@ -1041,6 +1041,25 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     .map_err(anyhow::Error::msg)?;
     let retried = webhooks.redrive().await;
     anyhow::ensure!(retried == 1, "webhook redrive: {retried} retries made");
+    // The nudge of a job left waiting for a push endpoint (the registry read, the ready
+    // index, the job read, its mark).
+    setup
+        .store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(
+                &json!({"endpoint": "https://example.com/ojs", "job_types": ["iam.nudge"],
+                    "queues": ["iam-nudge"], "config": {"signing_secret": "whsec_iam_0123456789"}}),
+                true,
+            )?,
+            ojs_core::time::now(),
+        )
+        .await?;
+    setup
+        .push(json!({"type": "iam.nudge", "queue": "iam-nudge", "args": []}))
+        .await?;
+    let now = ojs_core::time::now();
+    let nudged = store.nudge_waiting_pushes(now, now).await?;
+    anyhow::ensure!(nudged == 1, "push nudge: {nudged} nudged");
     used.insert("SchedulerFunction", recorder.take());
 
     // ---- timer: a job due now and a cron occurrence.

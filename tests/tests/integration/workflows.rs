@@ -9,10 +9,19 @@ use serde_json::{json, Value};
 
 /// Claims every job of `queue`, once the jobs just written are in the ready index (on
 /// AWS, as under the strict layer's lag, a new index entry shows a moment after its write).
+/// Every job FETCH finds on `queue`: FETCHes of 100 until one comes back short (a FETCH
+/// past its time budget on a slow table answers with fewer than are there).
 async fn drain(app: &TestApp, queue: &str) -> anyhow::Result<Vec<Value>> {
     ojs_tests::after_index_lag().await;
-    let r = app.fetch(json!({"queues": [queue], "count": 100})).await?;
-    Ok(r.body["jobs"].as_array().cloned().unwrap_or_default())
+    let mut all = Vec::new();
+    loop {
+        let r = app.fetch(json!({"queues": [queue], "count": 100})).await?;
+        let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            return Ok(all);
+        }
+        all.extend(jobs);
+    }
 }
 
 /// 50 jobs acked by 16 concurrent workers, 20 times over: `on_complete` and `on_success`

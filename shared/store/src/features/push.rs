@@ -30,6 +30,15 @@ pub const MAX_PUSH_ENDPOINTS: usize = 100;
 /// lasts: if the dispatcher dies mid-delivery, the lease ends and the sweep retries it.
 const LEASE_MARGIN_MS: u64 = 10_000;
 
+/// The mark a nudge sets on a waiting job's item ([`Store::nudge_waiting_pushes`]): the
+/// write puts the job on the change stream again, where the dispatcher takes it as ready.
+const NUDGED: &str = "nudged_us";
+/// How long a job of a pushed type waits before the scheduler nudges it (longer than any
+/// dispatch the stream itself started would take to claim it).
+pub const PUSH_NUDGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+/// Most jobs of one queue a nudge marks: a delivery that ends catches up on the rest.
+const NUDGE_PER_QUEUE: usize = 10;
+
 fn queue_pk(queue: &QueueName) -> String {
     format!("PUSHQ#{queue}")
 }
@@ -161,20 +170,21 @@ pub struct ReadyJob {
 impl crate::stream::Change {
     /// The job this change made available (created available, promoted, retried,
     /// released), if any: a new image in `available` with a ready-index entry that the old
-    /// image did not have.
+    /// image did not have, or one a nudge marked ([`Store::nudge_waiting_pushes`]).
     pub fn ready_job(&self) -> Option<ReadyJob> {
         let new = self.new.as_ref()?;
         if item::state_of(new) != Some(JobState::Available) {
             return None;
         }
         let ready_sk = new.get("gsi1sk")?.as_s().ok()?.clone();
-        let was_ready = self
-            .old
-            .as_ref()
+        let old = self.old.as_ref();
+        let was_ready = old
             .and_then(|o| o.get("gsi1sk"))
             .and_then(|v| v.as_s().ok())
             == Some(&ready_sk);
-        if was_ready {
+        let nudged =
+            new.get(NUDGED).is_some() && new.get(NUDGED) != old.and_then(|o| o.get(NUDGED));
+        if was_ready && !nudged {
             return None;
         }
         let job = item::job_from_item(new).ok()?;
@@ -373,6 +383,89 @@ impl Store {
             .await;
     }
 
+    /// Puts jobs left waiting on a queue with endpoints back on the change stream, for the
+    /// scheduler: on AWS nothing else looks for them (a queue resumed after a pause, slots
+    /// freed by a delivery whose process died), while `make dev` catches up in process.
+    /// For each queue an enabled endpoint serves (one Query of the registry), up to
+    /// [`NUDGE_PER_QUEUE`] jobs of a type an endpoint takes, available since before
+    /// `waited_since` ([`Store::ready_jobs`]), are each marked with one UpdateItem
+    /// conditioned on still being available at the same index entry. The stream function
+    /// dispatches them like new jobs, and a delivery that ends catches up on the rest of
+    /// the queue. A queue that fails is logged and skipped. Returns how many were marked.
+    pub async fn nudge_waiting_pushes(
+        &self,
+        now: Timestamp,
+        waited_since: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let endpoints = self.list_push_endpoints().await?;
+        let mut queues: Vec<&QueueName> = endpoints
+            .iter()
+            .filter(|e| e.disabled.is_none())
+            .flat_map(|e| &e.endpoint.queues)
+            .collect();
+        queues.sort();
+        queues.dedup();
+        let mut nudged = 0;
+        for queue in queues {
+            let pushed = |r: &ReadyJob| {
+                endpoints
+                    .iter()
+                    .any(|e| e.disabled.is_none() && e.endpoint.takes(queue, &r.job.spec.job_type))
+            };
+            let waiting = match self.ready_jobs(queue, NUDGE_PER_QUEUE, waited_since).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %e, "waiting pushed jobs unreadable");
+                    continue;
+                }
+            };
+            for r in waiting.iter().filter(|r| pushed(r)) {
+                match self.nudge(r, now).await {
+                    Ok(true) => nudged += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(queue = %queue, job_id = %r.job.id, error = %e, "pushed job not nudged");
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(nudged)
+    }
+
+    /// Marks `ready` as nudged, if it is still available at the same index entry.
+    async fn nudge(&self, ready: &ReadyJob, now: Timestamp) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(&ready.job.id)))
+            .update_expression("SET #nudged = :now")
+            .condition_expression("#state = :available AND gsi1sk = :sk")
+            .expression_attribute_names("#nudged", NUDGED)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":now", item::n(now.timestamp_micros()))
+            .expression_attribute_values(":available", s(JobState::Available.as_str()))
+            .expression_attribute_values(":sk", s(ready.ready_sk.clone()))
+            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match out {
+            Ok(o) => {
+                self.usage
+                    .record(crate::usage::Kind::Write, o.consumed_capacity());
+                Ok(true)
+            }
+            Err(e) => {
+                self.usage.record(crate::usage::Kind::Write, None);
+                if crate::error::is_condition_failure(&e) {
+                    return Ok(false);
+                }
+                Err(StoreError::from_sdk(e))
+            }
+        }
+    }
+
     /// Up to `limit` jobs of `queue` still available that were made available before
     /// `before` (one Query of the ready index per shard, then one GetItem per entry old
     /// enough, judged by the enqueue time in its index key): the dispatcher's catch-up,
@@ -416,5 +509,57 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::Change;
+    use ojs_core::job::NewJob;
+
+    fn available() -> Job {
+        let new = NewJob::from_json(json!({"type": "t.x", "args": [], "options": {"queue": "q"}}));
+        Job::enqueue(new.unwrap_or_else(|e| panic!("{e}")), time::now())
+    }
+
+    fn nudged(mut change: Change, at: Option<i64>, on_old: bool) -> Change {
+        let target = if on_old {
+            &mut change.old
+        } else {
+            &mut change.new
+        };
+        if let (Some(item), Some(at)) = (target.as_mut(), at) {
+            item.insert(NUDGED.to_owned(), item::n(at));
+        }
+        change
+    }
+
+    #[test]
+    fn a_job_made_available_is_ready_and_a_rewrite_is_not() {
+        let job = available();
+        assert!(Change::between(None, Some(&job)).ready_job().is_some());
+        assert!(Change::between(Some(&job), Some(&job))
+            .ready_job()
+            .is_none());
+        let mut active = job.clone();
+        active.status.state = JobState::Active;
+        assert!(Change::between(Some(&job), Some(&active))
+            .ready_job()
+            .is_none());
+    }
+
+    #[test]
+    fn a_nudge_makes_a_waiting_job_ready_once() {
+        let job = available();
+        let same = || Change::between(Some(&job), Some(&job));
+        let first = nudged(same(), Some(1), false);
+        assert!(first.ready_job().is_some());
+        let again = nudged(nudged(same(), Some(1), true), Some(2), false);
+        assert!(again.ready_job().is_some());
+        let after = nudged(nudged(same(), Some(1), true), Some(1), false);
+        assert!(after.ready_job().is_none(), "a later write keeps the mark");
+        let cleared = nudged(same(), Some(1), true);
+        assert!(cleared.ready_job().is_none());
     }
 }

@@ -58,6 +58,10 @@ impl From<StoreError> for ApiError {
                 }
                 err
             }
+            StoreError::LimitReached(why) => OjsError::new(ErrorCode::ValidationError, why),
+            StoreError::Concurrent(what) => OjsError::conflict(format!(
+                "{what} changed while this request was made; retry it"
+            )),
             StoreError::TooLarge(cause) => OjsError::new(
                 ErrorCode::EnvelopeTooLarge,
                 format!(

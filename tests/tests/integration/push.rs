@@ -631,6 +631,77 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_endpoint_cap_holds_under_racing_registrations() -> anyhow::Result<()> {
+    let app = std::sync::Arc::new(TestApp::spawn_with_push().await?);
+    let cap = ojs_store::MAX_PUSH_ENDPOINTS;
+    let body = |i: usize| registration(&format!("http://127.0.0.1:9/r{i}"), &["cap.job"], "cap");
+    for i in 0..cap - 2 {
+        let endpoint = ojs_core::push::PushEndpoint::from_json(&body(i), true)?;
+        app.store
+            .put_push_endpoint(&endpoint, ojs_core::time::now())
+            .await?;
+    }
+    // Eight registrations race for the last two places.
+    let racers = (0..8).map(|i| {
+        let app = std::sync::Arc::clone(&app);
+        let b = body(1000 + i);
+        tokio::spawn(async move {
+            app.call(Method::POST, "/ojs/v1/push/endpoints", Some(b))
+                .await
+        })
+    });
+    let mut statuses = Vec::new();
+    for r in futures::future::join_all(racers).await {
+        statuses.push(r??.status);
+    }
+    let created = statuses.iter().filter(|s| **s == 201).count();
+    assert!(
+        statuses.iter().all(|s| matches!(s, 201 | 409 | 422)),
+        "{statuses:?}"
+    );
+    assert!((1..=2).contains(&created), "{statuses:?}");
+    let listed = || async {
+        let r = app
+            .call(Method::GET, "/ojs/v1/push/endpoints", None)
+            .await?;
+        anyhow::Ok(r.body["endpoints"].as_array().map_or(0, Vec::len))
+    };
+    assert_eq!(listed().await?, cap - 2 + created);
+    // Filled up one by one, the registry stops at the cap exactly.
+    let mut last = 201;
+    for i in 0..3 {
+        last = app
+            .call(Method::POST, "/ojs/v1/push/endpoints", Some(body(2000 + i)))
+            .await?
+            .status;
+    }
+    assert_eq!(last, 422);
+    assert_eq!(listed().await?, cap);
+    // A deletion frees a place (the count follows it).
+    let any = app
+        .call(Method::GET, "/ojs/v1/push/endpoints", None)
+        .await?;
+    let id = any.body["endpoints"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let deleted = app
+        .call(
+            Method::DELETE,
+            &format!("/ojs/v1/push/endpoints/{id}"),
+            None,
+        )
+        .await?;
+    assert_eq!(deleted.status, 200, "{:?}", deleted.body);
+    let again = app
+        .call(Method::POST, "/ojs/v1/push/endpoints", Some(body(3000)))
+        .await?;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+    assert_eq!(listed().await?, cap);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s

@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use ojs_core::push::PushEndpoint;
 use ojs_core::{time, ErrorCode, OjsError};
-use ojs_store::{StoreError, MAX_PUSH_ENDPOINTS};
+use ojs_store::StoreError;
 use serde_json::{json, Value};
 
 use super::reply;
@@ -51,14 +51,6 @@ async fn register_push_endpoint(
         .map_err(|why| {
             ApiError(OjsError::new(ErrorCode::ValidationError, why).with_path("$.endpoint"))
         })?;
-    if app.store.list_push_endpoints().await?.len() >= MAX_PUSH_ENDPOINTS {
-        return Err(ApiError(OjsError::new(
-            ErrorCode::ValidationError,
-            format!(
-                "at most {MAX_PUSH_ENDPOINTS} push endpoints may be registered; delete one first"
-            ),
-        )));
-    }
     let entry = app.store.put_push_endpoint(&endpoint, time::now()).await?;
     tracing::info!(id = %entry.id, "push endpoint registered");
     Ok(reply(

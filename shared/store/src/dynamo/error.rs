@@ -26,6 +26,13 @@ pub enum StoreError {
     /// An item with this key already exists.
     #[error("duplicate")]
     Duplicate,
+    /// A registry is full (push endpoints): the request is refused until one is deleted.
+    #[error("{0}")]
+    LimitReached(String),
+    /// A registry changed while this write was made from what was read before it (two
+    /// registrations racing for the last place): reading again and retrying can succeed.
+    #[error("concurrent change: {0}")]
+    Concurrent(String),
     /// A live job holds the uniqueness key.
     #[error("unique key held by job {existing}")]
     UniqueConflict {

@@ -23,9 +23,13 @@ use crate::Store;
 
 /// Partition of every registration (the API's listing).
 const PUSH_PK: &str = "PUSH";
-/// Most registrations the API takes (checked by listing first, so two racing
-/// registrations may pass it by one): the listing is one Query of one partition.
+/// Most registrations the store takes: the listing is one Query of one partition.
 pub const MAX_PUSH_ENDPOINTS: usize = 100;
+/// The item counting the registrations (outside the listing's partition). Every write of
+/// the registry sets it to the count its listing found, plus or minus one, conditioned on
+/// it still holding that count: two registrations racing for the last place cannot both
+/// pass [`MAX_PUSH_ENDPOINTS`]; the loser is told to retry.
+const COUNT_PK: &str = "PUSH#COUNT";
 /// How much longer than its delivery timeout a pushed job's lease (and its endpoint slot)
 /// lasts: if the dispatcher dies mid-delivery, the lease ends and the sweep retries it.
 const LEASE_MARGIN_MS: u64 = 10_000;
@@ -193,14 +197,21 @@ impl crate::stream::Change {
 }
 
 impl Store {
-    /// Stores a new registration under a fresh id: its listing item and one item per
-    /// queue, in one transaction (1 + queues writes). The API refuses registrations past
-    /// [`MAX_PUSH_ENDPOINTS`] before calling this.
+    /// Stores a new registration under a fresh id: its listing item, one item per queue
+    /// and the registry's count, in one transaction (2 + queues writes, after one Query of
+    /// the listing). [`StoreError::LimitReached`] past [`MAX_PUSH_ENDPOINTS`];
+    /// [`StoreError::Concurrent`] when another registration or deletion went first.
     pub async fn put_push_endpoint(
         &self,
         endpoint: &PushEndpoint,
         now: Timestamp,
     ) -> Result<PushEntry, StoreError> {
+        let listed = self.list_push_endpoints().await?.len();
+        if listed >= MAX_PUSH_ENDPOINTS {
+            return Err(StoreError::LimitReached(format!(
+                "at most {MAX_PUSH_ENDPOINTS} push endpoints may be registered; delete one first"
+            )));
+        }
         let entry = PushEntry {
             id: format!("pe_{}", uuid::Uuid::now_v7()),
             endpoint: endpoint.clone(),
@@ -217,8 +228,36 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             items.push(TransactWriteItem::builder().put(put).build());
         }
-        self.transact(items).await.map_err(StoreError::from_sdk)?;
+        items.push(self.count_update(listed, listed + 1)?);
+        self.write_registry(items).await?;
         Ok(entry)
+    }
+
+    /// The registry count's move from `listed` (what the listing just found) to `to`.
+    fn count_update(&self, listed: usize, to: usize) -> Result<TransactWriteItem, StoreError> {
+        let update = Update::builder()
+            .table_name(self.table())
+            .key("pk", s(COUNT_PK))
+            .key("sk", s(COUNT_PK))
+            .update_expression("SET n = :to")
+            // A registry older than its count item counts from its listing.
+            .condition_expression("attribute_not_exists(n) OR n = :listed")
+            .expression_attribute_values(":to", item::n(to as i64))
+            .expression_attribute_values(":listed", item::n(listed as i64))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Writes a registry transaction; a refused condition means another write of the
+    /// registry went first.
+    async fn write_registry(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
+        match self.transact(items).await {
+            Err(e) if crate::error::cancellation_codes(&e).is_some() => {
+                Err(StoreError::Concurrent("the push endpoint registry".into()))
+            }
+            out => out.map(|_| ()).map_err(StoreError::from_sdk),
+        }
     }
 
     /// The registration `id`, if any (one strongly consistent GetItem).
@@ -291,9 +330,11 @@ impl Store {
     /// Removes registration `id` and its queue items in one transaction; NotFound when
     /// there is none. Deliveries in flight finish; no new one starts.
     pub async fn delete_push_endpoint(&self, id: &str) -> Result<PushEntry, StoreError> {
-        let entry = self
-            .get_push_endpoint(id)
-            .await?
+        let listing = self.list_push_endpoints().await?;
+        let entry = listing
+            .iter()
+            .find(|e| e.id == id)
+            .cloned()
             .ok_or(StoreError::NotFound)?;
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
@@ -305,7 +346,8 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             items.push(TransactWriteItem::builder().delete(delete).build());
         }
-        self.transact(items).await.map_err(StoreError::from_sdk)?;
+        items.push(self.count_update(listing.len(), listing.len() - 1)?);
+        self.write_registry(items).await?;
         Ok(entry)
     }
 

@@ -16,11 +16,25 @@ pub struct Failure {
     pub retryable: bool,
     /// The object as the worker sent it (code, details, backtrace...), kept verbatim.
     pub reported: Map<String, Value>,
+    /// The least delay before a next attempt the failing side asked for (a push
+    /// endpoint's `Retry-After`), honoured up to [`Failure::MAX_RETRY_AFTER`].
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Failure {
     /// Longest message kept.
     const MAX_MESSAGE: usize = 4096;
+    /// Longest `Retry-After` honoured: an endpoint cannot park a job for longer.
+    pub const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// The delay before the next attempt: the retry policy's `policy_delay`, or longer
+    /// when the failing side asked for more (at most [`Failure::MAX_RETRY_AFTER`]).
+    pub fn retry_delay(&self, policy_delay: std::time::Duration) -> std::time::Duration {
+        match self.retry_after {
+            Some(asked) => policy_delay.max(asked.min(Self::MAX_RETRY_AFTER)),
+            None => policy_delay,
+        }
+    }
     /// Most backtrace frames kept.
     const MAX_FRAMES: usize = 50;
 
@@ -73,6 +87,7 @@ impl Failure {
             message,
             retryable,
             reported,
+            retry_after: None,
         })
     }
 
@@ -98,6 +113,20 @@ impl Failure {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
+
+    #[test]
+    fn a_retry_after_lengthens_the_policy_delay_never_shortens_it() {
+        let mut f = Failure::from_json(None).unwrap_or_else(|e| panic!("{e}"));
+        let secs = Duration::from_secs;
+        assert_eq!(f.retry_delay(secs(5)), secs(5));
+        f.retry_after = Some(secs(30));
+        assert_eq!(f.retry_delay(secs(5)), secs(30));
+        assert_eq!(f.retry_delay(secs(60)), secs(60));
+        f.retry_after = Some(secs(86_400));
+        assert_eq!(f.retry_delay(secs(5)), Failure::MAX_RETRY_AFTER);
+        assert_eq!(f.retry_delay(secs(7_200)), secs(7_200));
+    }
 
     #[test]
     fn binding_shape_gets_a_type_from_code() {

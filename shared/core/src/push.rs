@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::failure::Failure;
+use crate::time::Timestamp;
 use crate::{ErrorCode, JobType, OjsError, QueueName};
 
 /// Longest endpoint URL or ARN.
@@ -398,14 +399,46 @@ pub fn delivery_error(error_type: &str, message: impl Into<String>, retryable: b
         message,
         retryable,
         reported,
+        retry_after: None,
     }
+}
+
+/// An HTTP `Retry-After` value (delta-seconds, or an HTTP date, RFC 9110 §10.2.3) as a
+/// delay from `now`; `None` when it does not read. A date already past is no delay.
+pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<std::time::Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or_default(),
+    )
 }
 
 /// Reads an endpoint's answer: `status` and the body it sent. 2xx with `completed` is an
 /// ACK; 2xx with `failed` a NACK honouring `retryable` (the error may be an object, as
 /// §2.3 shows, or a string, as the SDKs' direct handlers send); 4xx is not retryable
 /// except 408 and 429; 5xx is; anything else is an invalid response (retryable, §7.1).
-pub fn read_answer(status: u16, body: &[u8]) -> PushAnswer {
+/// A 429 or 503 with `retry_after` (its `Retry-After`) delays the next attempt that long.
+pub fn read_answer(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    body: &[u8],
+) -> PushAnswer {
+    let asked = |mut failure: Failure| {
+        if matches!(status, 429 | 503) {
+            if let Some(after) = retry_after {
+                failure
+                    .reported
+                    .insert("retry_after_ms".into(), json!(after.as_millis() as u64));
+                failure.retry_after = Some(after);
+            }
+        }
+        PushAnswer::Failed(failure)
+    };
     let excerpt = || {
         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         if text.is_empty() {
@@ -417,7 +450,7 @@ pub fn read_answer(status: u16, body: &[u8]) -> PushAnswer {
     match status {
         200..=299 => {}
         408 | 429 => {
-            return PushAnswer::Failed(delivery_error(
+            return asked(delivery_error(
                 &format!("push_http_{status}"),
                 format!("the endpoint answered HTTP {status}{}", excerpt()),
                 true,
@@ -439,7 +472,7 @@ pub fn read_answer(status: u16, body: &[u8]) -> PushAnswer {
             ));
         }
         _ => {
-            return PushAnswer::Failed(delivery_error(
+            return asked(delivery_error(
                 &format!("push_http_{status}"),
                 format!("the endpoint answered HTTP {status}{}", excerpt()),
                 true,
@@ -586,9 +619,9 @@ mod tests {
 
     #[test]
     fn answers_map_per_section_2_3() {
-        let ok = read_answer(200, br#"{"status":"completed","result":{"n":1}}"#);
+        let ok = read_answer(200, None, br#"{"status":"completed","result":{"n":1}}"#);
         assert_eq!(ok, PushAnswer::Completed(Some(json!({"n": 1}))));
-        let failed = |status, body: &[u8]| match read_answer(status, body) {
+        let failed = |status, body: &[u8]| match read_answer(status, None, body) {
             PushAnswer::Failed(f) => f,
             other => panic!("{other:?}"),
         };
@@ -609,5 +642,46 @@ mod tests {
         assert!(failed(503, b"").retryable);
         assert!(failed(200, b"not json").retryable);
         assert!(failed(200, br#"{"status":"weird"}"#).retryable);
+    }
+
+    #[test]
+    fn retry_after_delays_the_next_attempt_of_a_429_or_503_only() {
+        let after = Some(std::time::Duration::from_secs(7));
+        let asked = |status| match read_answer(status, after, b"") {
+            PushAnswer::Failed(f) => f,
+            other => panic!("{other:?}"),
+        };
+        for status in [429, 503] {
+            let f = asked(status);
+            assert_eq!(f.retry_after, after);
+            assert_eq!(f.reported["retry_after_ms"], 7000);
+        }
+        for status in [408, 500, 502] {
+            let f = asked(status);
+            assert_eq!(f.retry_after, None, "{status}");
+            assert!(f.reported.get("retry_after_ms").is_none());
+        }
+        assert_eq!(
+            read_answer(200, after, br#"{"status":"completed"}"#),
+            PushAnswer::Completed(None)
+        );
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = crate::time::parse("2026-11-24T12:00:00Z", "$").unwrap_or_else(|e| panic!("{e}"));
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(parse_retry_after("120", now), Some(secs(120)));
+        assert_eq!(parse_retry_after(" 5 ", now), Some(secs(5)));
+        assert_eq!(
+            parse_retry_after("Tue, 24 Nov 2026 12:00:30 GMT", now),
+            Some(secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Tue, 24 Nov 2026 11:00:00 GMT", now),
+            Some(secs(0))
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-3", now), None);
     }
 }

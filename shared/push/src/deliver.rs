@@ -98,6 +98,11 @@ async fn post(
         Err(e) => return transport_failure(&e, endpoint.endpoint.timeout_ms),
     };
     let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| ojs_core::push::parse_retry_after(v, ojs_core::time::now()));
     // The answer is read within the same timeout, and only up to its size limit.
     let mut response = response;
     let mut answer: Vec<u8> = Vec::new();
@@ -117,7 +122,7 @@ async fn post(
             Err(e) => return transport_failure(&e, endpoint.endpoint.timeout_ms),
         }
     }
-    read_answer(status, &answer)
+    read_answer(status, retry_after, &answer)
 }
 
 /// A failure of the transport (§7.1): timeouts and connection errors are retryable.

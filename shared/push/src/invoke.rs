@@ -68,7 +68,8 @@ pub(crate) async fn invoke(
         ));
     }
     let status = u16::try_from(out.status_code()).unwrap_or(500);
-    read_answer(status, payload)
+    // A direct invoke answers with the function's payload, never a Retry-After.
+    read_answer(status, None, payload)
 }
 
 /// A failed Invoke call (§7.1): a missing function or a refused permission will not

@@ -703,6 +703,61 @@ async fn the_endpoint_cap_holds_under_racing_registrations() -> anyhow::Result<(
 }
 
 #[tokio::test]
+async fn a_429s_retry_after_delays_the_next_attempt() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_push().await?;
+    // The first delivery is answered 429 with Retry-After: 2, the next one completes.
+    let hits: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = hits.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let router = Router::new().route(
+            "/",
+            post(move || async move {
+                let first = seen
+                    .lock()
+                    .map(|mut h| {
+                        h.push(Instant::now());
+                        h.len() == 1
+                    })
+                    .unwrap_or(false);
+                if first {
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "2")],
+                        "slow down".to_owned(),
+                    )
+                } else {
+                    (
+                        StatusCode::OK,
+                        [("retry-after", "0")],
+                        r#"{"status":"completed"}"#.to_owned(),
+                    )
+                }
+            }),
+        );
+        let _ = axum::serve(listener, router).await;
+    });
+    register(&app, registration(&url, &["busy.job"], "busy")).await?;
+    let r = app
+        .push(json!({"type": "busy.job", "queue": "busy", "args": [],
+            "retry": {"max_attempts": 3, "initial_interval": "PT0.1S", "jitter": false}}))
+        .await?;
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let job = wait_terminal(&app, &id, Duration::from_secs(15)).await?;
+    assert_eq!(job["state"], "completed", "{job}");
+    let times = hits.lock().map(|h| h.clone()).unwrap_or_default();
+    assert_eq!(times.len(), 2, "{times:?}");
+    // The job's own backoff (0.1 s) gave way to the endpoint's 2 s.
+    let gap = times[1] - times[0];
+    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}");
+    let error = &job["errors"][0];
+    assert_eq!(error["retry_after_ms"], 2000, "{job}");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s
     let hits = Arc::new(Mutex::new(0usize));

@@ -835,6 +835,7 @@ impl Store {
             message: "dropped: its rate limit was reached (on_limit: drop)".into(),
             retryable: false,
             reported: serde_json::Map::new(),
+            retry_after: None,
         };
         let error = failure.to_job_error(job.status.attempt, &now);
         let write = JobWrite::new(

@@ -332,7 +332,7 @@ impl Store {
                 failure.retryable,
                 &mut rand::rng(),
             ) {
-                FailDecision::Retry(delay) => FailureOutcome::Retry(delay),
+                FailDecision::Retry(delay) => FailureOutcome::Retry(failure.retry_delay(delay)),
                 FailDecision::GiveUp(exhaustion) => FailureOutcome::GiveUp(exhaustion),
             }
         };

@@ -191,6 +191,7 @@ impl Store {
                     ),
                     retryable: true,
                     reported: serde_json::Map::new(),
+                    retry_after: None,
                 };
                 let outcome =
                     match job
@@ -209,6 +210,7 @@ impl Store {
                     message: "the worker's lease expired before ACK or FAIL".into(),
                     retryable: true,
                     reported: serde_json::Map::new(),
+                    retry_after: None,
                 };
                 let outcome = if st.attempt >= job.spec.retry.max_attempts {
                     FailureOutcome::GiveUp(job.spec.retry.on_exhaustion)

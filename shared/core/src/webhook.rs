@@ -62,6 +62,31 @@ pub struct Subscription {
     pub filter: Option<WebhookFilter>,
     /// Free key-value pairs for people.
     pub metadata: Option<Map<String, Value>>,
+    /// This subscription's attempt timeout in milliseconds (§7.3's 5 to 60 s), instead
+    /// of the deployment's (`OJS_WEBHOOK_TIMEOUT_MS`).
+    pub timeout_ms: Option<u64>,
+}
+
+/// The range of a subscription's `timeout_ms` (§7.3: 5 to 60 seconds).
+pub const TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 5_000..=60_000;
+
+fn parse_timeout(v: &Value) -> Result<Option<u64>, OjsError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    v.as_u64()
+        .filter(|ms| TIMEOUT_MS_RANGE.contains(ms))
+        .map(Some)
+        .ok_or_else(|| {
+            invalid(
+                "$.timeout_ms",
+                format!(
+                    "timeout_ms must be an integer of milliseconds from {} to {}",
+                    TIMEOUT_MS_RANGE.start(),
+                    TIMEOUT_MS_RANGE.end()
+                ),
+            )
+        })
 }
 
 fn invalid(path: &str, message: impl Into<String>) -> OjsError {
@@ -205,7 +230,15 @@ fn parse_active(v: &Value) -> Result<bool, OjsError> {
 }
 
 /// Fields a body may carry (`enabled` is taken as an alias of `active`).
-const FIELDS: [&str; 6] = ["url", "events", "active", "enabled", "filter", "metadata"];
+const FIELDS: [&str; 7] = [
+    "url",
+    "events",
+    "active",
+    "enabled",
+    "filter",
+    "metadata",
+    "timeout_ms",
+];
 
 fn object(body: &Value) -> Result<&Map<String, Value>, OjsError> {
     let o = body
@@ -244,6 +277,7 @@ impl Subscription {
             active,
             filter: parse_filter(o.get("filter").unwrap_or(&Value::Null))?,
             metadata: parse_metadata(o.get("metadata").unwrap_or(&Value::Null))?,
+            timeout_ms: parse_timeout(o.get("timeout_ms").unwrap_or(&Value::Null))?,
         })
     }
 
@@ -269,6 +303,9 @@ impl Subscription {
         }
         if let Some(v) = o.get("metadata") {
             next.metadata = parse_metadata(v)?;
+        }
+        if let Some(v) = o.get("timeout_ms") {
+            next.timeout_ms = parse_timeout(v)?;
         }
         Ok(next)
     }
@@ -301,6 +338,9 @@ impl Subscription {
         if let Some(m) = &self.metadata {
             o.insert("metadata".into(), Value::Object(m.clone()));
         }
+        if let Some(ms) = self.timeout_ms {
+            o.insert("timeout_ms".into(), json!(ms));
+        }
         Value::Object(o)
     }
 
@@ -322,7 +362,14 @@ impl Subscription {
             active: o.get("active").and_then(Value::as_bool).unwrap_or(true),
             filter: parse_filter(o.get("filter").unwrap_or(&Value::Null))?,
             metadata: parse_metadata(o.get("metadata").unwrap_or(&Value::Null))?,
+            timeout_ms: parse_timeout(o.get("timeout_ms").unwrap_or(&Value::Null))?,
         })
+    }
+
+    /// The timeout of one attempt: this subscription's own, or `default`.
+    pub fn attempt_timeout(&self, default: std::time::Duration) -> std::time::Duration {
+        self.timeout_ms
+            .map_or(default, std::time::Duration::from_millis)
     }
 }
 
@@ -426,6 +473,50 @@ mod tests {
         assert_eq!(off.url, s.url);
         let back = Subscription::from_doc(&s.to_doc()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_subscription_may_set_its_own_timeout_within_five_to_sixty_seconds() {
+        let body = |t: Value| json!({"url": "https://a.com", "events": ["*"], "timeout_ms": t});
+        let default = std::time::Duration::from_secs(30);
+        let s =
+            Subscription::from_json(&body(json!(5000)), false).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            s.attempt_timeout(default),
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(s.to_doc()["timeout_ms"], 5000);
+        let back = Subscription::from_doc(&s.to_doc()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(back, s);
+        assert!(Subscription::from_json(&body(json!(60_000)), false).is_ok());
+        for bad in [
+            json!(4999),
+            json!(60_001),
+            json!("5000"),
+            json!(-1),
+            json!(5000.5),
+        ] {
+            let e = Subscription::from_json(&body(bad.clone()), false);
+            let e = e.err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(
+                e.details["validation_errors"][0]["path"], "$.timeout_ms",
+                "{bad}"
+            );
+        }
+        let plain =
+            Subscription::from_json(&json!({"url": "https://a.com", "events": ["*"]}), false)
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(plain.attempt_timeout(default), default);
+        assert!(plain.to_doc().get("timeout_ms").is_none());
+        let set = plain
+            .patched(&json!({"timeout_ms": 10_000}), false)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(set.timeout_ms, Some(10_000));
+        let cleared = set
+            .patched(&json!({"timeout_ms": null}), false)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(cleared.timeout_ms, None);
+        assert!(set.patched(&json!({"timeout_ms": 1}), false).is_err());
     }
 
     #[test]

@@ -220,7 +220,8 @@ impl WebhookDispatcher {
     /// One attempt, logged; a retryable failure with attempts left is recorded as a
     /// pending retry.
     async fn attempt(&self, sub: &WebhookEntry, d: &Delivery<'_>, attempt: u32) -> Outcome {
-        let sent = self.send(sub, d, self.inner.config.timeout).await;
+        let timeout = sub.subscription.attempt_timeout(self.inner.config.timeout);
+        let sent = self.send(sub, d, timeout).await;
         let mut outcome = Outcome::of(sent.status);
         let store = &self.inner.store;
         let now = time::now();
@@ -454,7 +455,11 @@ impl WebhookDispatcher {
             body: &body,
         };
         let sent = self
-            .send(sub, &d, TEST_TIMEOUT.min(self.inner.config.timeout))
+            .send(
+                sub,
+                &d,
+                TEST_TIMEOUT.min(sub.subscription.attempt_timeout(self.inner.config.timeout)),
+            )
             .await;
         let outcome = match Outcome::of(sent.status) {
             Outcome::Delivered => "delivered",

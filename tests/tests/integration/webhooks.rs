@@ -812,3 +812,50 @@ async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> any
     assert!(retried.write_units <= 3.0, "{retried:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_subscriptions_own_timeout_cuts_a_slow_receiver_short() -> anyhow::Result<()> {
+    // The deployment waits 30 s; the subscription only 5 s, and its receiver takes 7 s.
+    let mut cfg = config(&[60_000]);
+    cfg.timeout = Duration::from_secs(30);
+    let app = TestApp::spawn_with_webhooks(cfg).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/slow", listener.local_addr()?);
+    tokio::spawn(async move {
+        let router = Router::new().route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(7)).await;
+                StatusCode::OK
+            }),
+        );
+        let _ = axum::serve(listener, router).await;
+    });
+    let r = app
+        .call(
+            Method::POST,
+            SUBS,
+            Some(json!({"url": url, "events": ["job.enqueued"], "timeout_ms": 5000})),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.body["timeout_ms"], 5000, "{:?}", r.body);
+    let sub = r.body["id"].as_str().unwrap_or_default().to_owned();
+    app.push(json!({"type": "slow.hook", "args": [], "options": {"queue": "slowhook"}}))
+        .await?;
+    let until = Instant::now() + Duration::from_secs(20);
+    let logged = loop {
+        let d = deliveries(&app, &sub).await?;
+        if !d.is_empty() || Instant::now() > until {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let attempt = &logged[0];
+    assert_eq!(attempt["error"], "timeout", "{attempt}");
+    let ms = attempt["duration_ms"].as_u64().unwrap_or_default();
+    assert!((4_900..6_900).contains(&ms), "{attempt}");
+    app.teardown().await;
+    Ok(())
+}

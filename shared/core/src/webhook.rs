@@ -67,6 +67,43 @@ pub struct Subscription {
     pub timeout_ms: Option<u64>,
 }
 
+/// How long a rotated-out secret keeps signing deliveries when the rotation names no
+/// grace period (§8.3's recommended 24 hours).
+pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
+/// The longest grace period a rotation may ask for (a week).
+pub const MAX_ROTATION_GRACE_SECS: i64 = 7 * 86_400;
+
+/// The grace period of a secret rotation (§8.3), in seconds: `grace_period_seconds` of
+/// its body (0 retires the old secret at once, for one that leaked), or the default.
+pub fn rotation_grace(body: Option<&Value>) -> Result<i64, OjsError> {
+    let Some(body) = body else {
+        return Ok(DEFAULT_ROTATION_GRACE_SECS);
+    };
+    let o = body
+        .as_object()
+        .ok_or_else(|| invalid("$", "the body must be a JSON object"))?;
+    if let Some(k) = o.keys().find(|k| k.as_str() != "grace_period_seconds") {
+        return Err(invalid(
+            &format!("$.{k}"),
+            format!("unknown field {k:?} (grace_period_seconds)"),
+        ));
+    }
+    match o.get("grace_period_seconds") {
+        None | Some(Value::Null) => Ok(DEFAULT_ROTATION_GRACE_SECS),
+        Some(v) => v
+            .as_i64()
+            .filter(|s| (0..=MAX_ROTATION_GRACE_SECS).contains(s))
+            .ok_or_else(|| {
+                invalid(
+                    "$.grace_period_seconds",
+                    format!(
+                        "grace_period_seconds must be an integer from 0 to {MAX_ROTATION_GRACE_SECS}"
+                    ),
+                )
+            }),
+    }
+}
+
 /// The range of a subscription's `timeout_ms` (§7.3: 5 to 60 seconds).
 pub const TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 5_000..=60_000;
 
@@ -517,6 +554,39 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(cleared.timeout_ms, None);
         assert!(set.patched(&json!({"timeout_ms": 1}), false).is_err());
+    }
+
+    #[test]
+    fn a_rotation_names_its_grace_period_or_gets_a_day() {
+        assert_eq!(rotation_grace(None), Ok(DEFAULT_ROTATION_GRACE_SECS));
+        assert_eq!(
+            rotation_grace(Some(&json!({}))),
+            Ok(DEFAULT_ROTATION_GRACE_SECS)
+        );
+        let grace = |v: Value| rotation_grace(Some(&json!({"grace_period_seconds": v})));
+        assert_eq!(grace(Value::Null), Ok(DEFAULT_ROTATION_GRACE_SECS));
+        assert_eq!(grace(json!(0)), Ok(0));
+        assert_eq!(grace(json!(3600)), Ok(3600));
+        assert_eq!(
+            grace(json!(MAX_ROTATION_GRACE_SECS)),
+            Ok(MAX_ROTATION_GRACE_SECS)
+        );
+        for bad in [
+            json!(-1),
+            json!(MAX_ROTATION_GRACE_SECS + 1),
+            json!("60"),
+            json!(1.5),
+        ] {
+            let e = grace(bad.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(
+                e.details["validation_errors"][0]["path"],
+                "$.grace_period_seconds"
+            );
+        }
+        assert!(rotation_grace(Some(&json!([]))).is_err());
+        assert!(rotation_grace(Some(&json!({"grace": 5}))).is_err());
     }
 
     #[test]

@@ -20,6 +20,10 @@ const ACCEPTED: &[&str] = &["application/openjobspec+json", "application/json"];
 /// A JSON request body of at most 1 MiB (one envelope).
 pub struct JsonBody(pub Value);
 
+/// A JSON request body that may be left out (an empty body is `None`); one that is sent
+/// is read as [`JsonBody`] reads it.
+pub struct OptionalJsonBody(pub Option<Value>);
+
 /// A JSON request body of at most [`MAX_BATCH_BYTES`] (a batch of envelopes).
 pub struct BatchBody(pub Value);
 
@@ -107,6 +111,23 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
     async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
         read_json(req, MAX_ENVELOPE_BYTES).await.map(Self)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let declared = declared_length(&parts.headers);
+        let bytes = read_limited(body, declared, MAX_ENVELOPE_BYTES).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(None));
+        }
+        let req = Request::from_parts(parts, Body::from(bytes));
+        read_json(req, MAX_ENVELOPE_BYTES)
+            .await
+            .map(|v| Self(Some(v)))
     }
 }
 

@@ -27,7 +27,7 @@ use ojs_core::{time, Job, QueueName};
 use ojs_store::{AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, Store, StoreError};
 use tokio::sync::Semaphore;
 
-pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher, ROTATION_GRACE_SECS};
+pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher};
 
 /// Runs `round` every `interval` in the background; a round that overruns delays the
 /// next rather than stacking them.

@@ -41,8 +41,6 @@ const REDRIVE_BUDGET: Duration = Duration::from_secs(15);
 const TEST_TIMEOUT: Duration = Duration::from_secs(8);
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
-/// How long the secret a rotation replaces keeps signing deliveries (§8.3).
-pub const ROTATION_GRACE_SECS: i64 = 86_400;
 
 /// Settings of webhook delivery, read once per cold start.
 #[derive(Debug, Clone)]

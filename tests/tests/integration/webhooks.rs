@@ -859,3 +859,55 @@ async fn a_subscriptions_own_timeout_cuts_a_slow_receiver_short() -> anyhow::Res
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_rotation_with_no_grace_retires_the_old_secret_at_once() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_webhooks(config(&[60_000])).await?;
+    let receiver = Receiver::default();
+    let url = receiver.start().await?;
+    let id = subscribe(
+        &app,
+        &receiver,
+        json!({"url": url, "events": ["job.enqueued"]}),
+    )
+    .await?;
+    let path = format!("{SUBS}/{id}/rotate-secret");
+    let rotate = |body: Option<Value>| app.call(Method::POST, &path, body);
+    for bad in [
+        json!({"grace_period_seconds": -1}),
+        json!({"grace_period_seconds": "1"}),
+        json!({"grace": 1}),
+    ] {
+        let r = rotate(Some(bad.clone())).await?;
+        assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
+    }
+    // The default keeps the old secret signing for a day: two signatures.
+    let kept = rotate(None).await?;
+    assert_eq!(kept.status, 200, "{:?}", kept.body);
+    let at = |r: &ojs_tests::Reply, k: &str| {
+        r.body[k]
+            .as_str()
+            .and_then(|t| ojs_core::time::parse(t, "$").ok())
+            .map(|t| (t - ojs_core::time::now()).num_seconds())
+    };
+    assert!(at(&kept, "previous_secret_expires_at").is_some_and(|s| (86_300..=86_400).contains(&s)));
+    // A leaked secret is retired at once: one signature, the new secret's.
+    let retired = rotate(Some(json!({"grace_period_seconds": 0}))).await?;
+    assert_eq!(retired.status, 200, "{:?}", retired.body);
+    assert!(at(&retired, "previous_secret_expires_at").is_some_and(|s| s <= 0));
+    if let Ok(mut s) = receiver.secret.lock() {
+        *s = retired.body["secret"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+    }
+    app.push(json!({"type": "rot.job", "args": [], "options": {"queue": "rot"}}))
+        .await?;
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1);
+    assert!(got[0].signed, "signed with the new secret");
+    let signatures = header(&got[0], "x-ojs-signature");
+    assert_eq!(signatures.split(',').count(), 1, "{signatures}");
+    app.teardown().await;
+    Ok(())
+}

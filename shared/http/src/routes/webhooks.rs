@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use ojs_core::webhook::{new_secret, Subscription, MAX_SUBSCRIPTIONS};
+use ojs_core::webhook::{new_secret, rotation_grace, Subscription, MAX_SUBSCRIPTIONS};
 use ojs_core::{time, ErrorCode, OjsError};
 use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG_PAGE};
 use serde::Deserialize;
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::queues::Page;
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, OptionalJsonBody};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -200,17 +200,20 @@ async fn delete_subscription(
 }
 
 /// §8.3: a new secret, answered once; the old one keeps signing deliveries (a second
-/// signature in `X-OJS-Signature`) for [`ojs_push::ROTATION_GRACE_SECS`].
+/// signature in `X-OJS-Signature`) for the grace period the body names
+/// (`grace_period_seconds`, 0 to retire a leaked secret at once), a day by default.
 async fn rotate_secret(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     if !is_valid_id(&id) {
         return Err(unknown(&id));
     }
+    let grace = rotation_grace(body.as_ref())?;
     let now = time::now();
     let secret = new_secret();
-    let grace_until = now.timestamp() + ojs_push::ROTATION_GRACE_SECS;
+    let grace_until = now.timestamp() + grace;
     let entry = app
         .store
         .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
@@ -222,9 +225,7 @@ async fn rotate_secret(
         o.insert("secret".into(), json!(secret));
         o.insert(
             "previous_secret_expires_at".into(),
-            json!(time::format(
-                &(now + chrono::TimeDelta::seconds(ojs_push::ROTATION_GRACE_SECS))
-            )),
+            json!(time::format(&(now + chrono::TimeDelta::seconds(grace)))),
         );
     }
     Ok(reply(StatusCode::OK, view))

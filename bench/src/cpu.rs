@@ -76,7 +76,8 @@ impl CpuReport {
 /// The method as printed with the results.
 pub const METHOD: &str =
     "Release ojs-local server as a separate process (RUST_LOG=info, events on, API keys required \
-as deployed (one key, verified once a minute), no timer); \
+as deployed (one key, verified once a minute), no timer, and OJS_LOCAL_STREAM=off: no in-process \
+stream consumer, push catch-up or webhook redrive, so the process does what an API function does); \
 N sequential requests per kind in 5 chunks; CPU = delta of the server's /proc/<pid>/task/*/schedstat \
 run time per request, median chunk (utime+stime of /proc/<pid>/stat over the phase as a check), minus idle CPU. Waiting for DynamoDB is not \
 CPU time, so round trips are excluded; HTTP parsing and AWS SDK work (signing, JSON, hyper) are \
@@ -134,6 +135,9 @@ impl Server {
             .env("OJS_PORT", port.to_string())
             .env("OJS_TABLE", table)
             .env("OJS_EVENTS", "on")
+            // An API function's work only: on AWS the stream and scheduler functions run
+            // the consumer, the push catch-up and the webhook redrive.
+            .env("OJS_LOCAL_STREAM", "off")
             .env("RUST_LOG", "info")
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("AWS_ENDPOINT_URL_DYNAMODB", crate::env::dynamodb_endpoint())

@@ -303,14 +303,9 @@ impl Dispatcher {
                 return 0;
             }
         };
-        let mut queues: Vec<&QueueName> = endpoints
-            .iter()
-            .filter(|e| e.disabled.is_none())
-            .flat_map(|e| &e.endpoint.queues)
-            .collect();
-        queues.sort();
-        queues.dedup();
-        let runs = queues.into_iter().map(|q| self.catch_up(q));
+        let runs = ojs_store::served_queues(&endpoints)
+            .into_iter()
+            .map(|q| self.catch_up(q));
         futures::future::join_all(runs).await.into_iter().sum()
     }
 

@@ -40,7 +40,9 @@ pub use error::StoreError;
 pub use events::EventQuery;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
-pub use push::{PushClaim, PushEntry, ReadyJob, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER};
+pub use push::{
+    served_queues, PushClaim, PushEntry, ReadyJob, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
+};
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;

@@ -300,6 +300,20 @@ async fn register(app: &TestApp, body: Value) -> anyhow::Result<String> {
 }
 
 /// Polls INFO until `id` reaches a terminal state (or the deadline).
+/// Pauses or resumes `queue`.
+async fn set_paused(app: &TestApp, queue: &str, paused: bool) -> anyhow::Result<()> {
+    let verb = if paused { "pause" } else { "resume" };
+    let r = app
+        .call(
+            Method::POST,
+            &format!("/ojs/v1/queues/{queue}/{verb}"),
+            None,
+        )
+        .await?;
+    anyhow::ensure!(r.status == 200, "{verb}: {:?}", r.body);
+    Ok(())
+}
+
 pub async fn wait_terminal(app: &TestApp, id: &str, within: Duration) -> anyhow::Result<Value> {
     let until = Instant::now() + within;
     loop {
@@ -542,10 +556,7 @@ async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
     let fake = Fake::default();
     let url = fake_endpoint(fake.clone(), 0).await?;
     register(&app, registration(&url, &["paused.job"], "pausable")).await?;
-    let paused = app
-        .call(Method::POST, "/ojs/v1/queues/pausable/pause", None)
-        .await?;
-    assert_eq!(paused.status, 200, "{:?}", paused.body);
+    set_paused(&app, "pausable", true).await?;
     let r = app
         .push(json!({"type": "paused.job", "queue": "pausable", "args": []}))
         .await?;
@@ -554,10 +565,7 @@ async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
     assert_eq!(app.info(&id).await?.body["job"]["state"], "available");
     assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
     // Resuming writes no job: the periodic catch-up delivers it.
-    let resumed = app
-        .call(Method::POST, "/ojs/v1/queues/pausable/resume", None)
-        .await?;
-    assert_eq!(resumed.status, 200, "{:?}", resumed.body);
+    set_paused(&app, "pausable", false).await?;
     let job = wait_terminal(&app, &id, Duration::from_secs(10)).await?;
     assert_eq!(job["state"], "completed", "{job}");
     app.teardown().await;
@@ -572,10 +580,7 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     let fake = Fake::default();
     let url = fake_endpoint(fake.clone(), 0).await?;
     register(&app, registration(&url, &["nudge.job"], "nudged")).await?;
-    let paused = app
-        .call(Method::POST, "/ojs/v1/queues/nudged/pause", None)
-        .await?;
-    assert_eq!(paused.status, 200, "{:?}", paused.body);
+    set_paused(&app, "nudged", true).await?;
     let mut ids = Vec::new();
     for i in 0..3 {
         let r = app
@@ -592,10 +597,7 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
         .unwrap_or_default()
         .to_owned();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let resumed = app
-        .call(Method::POST, "/ojs/v1/queues/nudged/resume", None)
-        .await?;
-    assert_eq!(resumed.status, 200, "{:?}", resumed.body);
+    set_paused(&app, "nudged", false).await?;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     for id in &ids {
         assert_eq!(app.info(id).await?.body["job"]["state"], "available");

@@ -196,6 +196,18 @@ impl crate::stream::Change {
     }
 }
 
+/// The queues `endpoints` deliver from (the enabled ones), each once.
+pub fn served_queues(endpoints: &[PushEntry]) -> Vec<&QueueName> {
+    let mut queues: Vec<&QueueName> = endpoints
+        .iter()
+        .filter(|e| e.disabled.is_none())
+        .flat_map(|e| &e.endpoint.queues)
+        .collect();
+    queues.sort();
+    queues.dedup();
+    queues
+}
+
 impl Store {
     /// Stores a new registration under a fresh id: its listing item, one item per queue
     /// and the registry's count, in one transaction (2 + queues writes, after one Query of
@@ -440,15 +452,8 @@ impl Store {
         waited_since: Timestamp,
     ) -> Result<usize, StoreError> {
         let endpoints = self.list_push_endpoints().await?;
-        let mut queues: Vec<&QueueName> = endpoints
-            .iter()
-            .filter(|e| e.disabled.is_none())
-            .flat_map(|e| &e.endpoint.queues)
-            .collect();
-        queues.sort();
-        queues.dedup();
         let mut nudged = 0;
-        for queue in queues {
+        for queue in served_queues(&endpoints) {
             let pushed = |r: &ReadyJob| {
                 endpoints
                     .iter()

@@ -10,11 +10,13 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput};
 
-const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push] [--no-build] [--prices PATH]
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push] [--workers 1,8,32] [--no-build] [--prices PATH]
 
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
   --only LIST  run only these sections (cost needs capacity; cpu figures refine cost)
+  --workers    the throughput section's concurrencies (default 1,8,32); one at a time on a
+               fresh DynamoDB Local keeps its slowdown over a long run out of the figures
   --no-build   do not run `cargo build --release` for the function and server binaries
   --prices     prices file (default: bench/prices.toml)";
 
@@ -22,6 +24,7 @@ struct Args {
     quick: bool,
     json: Option<PathBuf>,
     sections: Vec<String>,
+    workers: Vec<usize>,
     build: bool,
     prices: PathBuf,
 }
@@ -33,6 +36,7 @@ fn parse_args() -> anyhow::Result<Args> {
         sections: ["capacity", "cost", "throughput", "cold", "cpu", "push"]
             .map(String::from)
             .to_vec(),
+        workers: vec![1, 8, 32],
         build: true,
         prices: cost::default_prices_path(),
     };
@@ -48,6 +52,18 @@ fn parse_args() -> anyhow::Result<Args> {
                     .split(',')
                     .map(|s| s.trim().to_owned())
                     .collect()
+            }
+            "--workers" => {
+                args.workers = it
+                    .next()
+                    .context("--workers needs a list")?
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .context("--workers takes counts such as 1,8,32")?;
+                if args.workers.is_empty() || args.workers.contains(&0) {
+                    bail!("--workers takes counts of at least 1");
+                }
             }
             "--no-build" => args.build = false,
             "--prices" => args.prices = it.next().context("--prices needs a path")?.into(),
@@ -113,8 +129,11 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let throughput = if on("throughput") {
-        let t = step("throughput at 1, 8, 32 workers, with raw ceilings");
-        let r = throughput::run(&[1, 8, 32], jobs, capacity::TARGET_SIZE).await?;
+        let t = step(&format!(
+            "throughput at {:?} workers, with raw ceilings",
+            args.workers
+        ));
+        let r = throughput::run(&args.workers, jobs, capacity::TARGET_SIZE).await?;
         done(t);
         Some(r)
     } else {

@@ -33,7 +33,7 @@ const CLAIM_ROUNDS: usize = 4;
 /// candidate was taken.
 const PAGE_SPARE: usize = 8;
 /// Entries a FETCH reads beyond its count on a contended queue, to spread over.
-const CONTENDED_PAGE_SPARE: usize = 32;
+const CONTENDED_PAGE_SPARE: usize = 96;
 /// How long a queue counts as contended after this instance lost a claim on it.
 const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 

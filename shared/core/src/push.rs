@@ -638,7 +638,9 @@ mod tests {
         assert!(!failed(401, b"").retryable);
         assert!(failed(401, b"").message.contains("signing secret"));
         assert!(!failed(404, b"").retryable);
-        assert!(failed(404, b"").message.contains("no such function or path"));
+        assert!(failed(404, b"")
+            .message
+            .contains("no such function or path"));
         assert!(failed(429, b"").retryable);
         assert!(failed(503, b"").retryable);
         assert!(failed(200, b"not json").retryable);

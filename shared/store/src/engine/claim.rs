@@ -1063,6 +1063,19 @@ mod tests {
     }
 
     #[test]
+    fn a_candidates_priority_is_its_sort_keys_first_part() {
+        let id =
+            JobId::parse("01a20f62-cb55-7106-98fc-771d12482429").unwrap_or_else(|e| panic!("{e}"));
+        let sk = crate::keys::ready_sk(7, &time::now(), &id);
+        let c = Candidate::for_push(id, sk.clone(), None, None);
+        assert_eq!(priority_of(&c), sk.split('#').next().unwrap_or("?"));
+        assert_eq!(priority_of(&c).len(), 3, "{sk}");
+        let other =
+            Candidate::for_push(id, crate::keys::ready_sk(8, &time::now(), &id), None, None);
+        assert_ne!(priority_of(&c), priority_of(&other));
+    }
+
+    #[test]
     fn a_queue_counts_as_contended_for_a_while_after_a_lost_claim() {
         let contention = Contention::default();
         let q = QueueName::parse("q").unwrap_or_else(|_| QueueName::default_queue());

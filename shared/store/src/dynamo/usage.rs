@@ -187,4 +187,25 @@ impl crate::Store {
             out => self.tally(kind, out),
         }
     }
+
+    /// [`Store::tally`] for a conditional write whose failed condition is an answer, not
+    /// an error: `None`.
+    pub(crate) fn tally_conditional<T, E, R>(
+        &self,
+        kind: Kind,
+        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
+    ) -> Result<Option<T>, crate::StoreError>
+    where
+        T: Consumed,
+        E: ServiceError,
+        R: std::fmt::Debug,
+    {
+        match out {
+            Err(e) if crate::error::is_condition_failure(&e) => {
+                self.usage.record(kind, None);
+                Ok(None)
+            }
+            out => self.tally(kind, out).map(Some),
+        }
+    }
 }

@@ -191,19 +191,8 @@ impl Store {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(o) => {
-                self.usage.record(Kind::Write, o.consumed_capacity());
-                Ok(Some(true))
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if crate::error::is_condition_failure(&e) {
-                    return Ok(None);
-                }
-                Err(StoreError::from_sdk(e))
-            }
-        }
+        // A racing taker moved the version: `None`, read again.
+        Ok(self.tally_conditional(Kind::Write, out)?.map(|_| true))
     }
 
     /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every

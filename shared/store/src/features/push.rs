@@ -497,20 +497,9 @@ impl Store {
             .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(o) => {
-                self.usage
-                    .record(crate::usage::Kind::Write, o.consumed_capacity());
-                Ok(true)
-            }
-            Err(e) => {
-                self.usage.record(crate::usage::Kind::Write, None);
-                if crate::error::is_condition_failure(&e) {
-                    return Ok(false);
-                }
-                Err(StoreError::from_sdk(e))
-            }
-        }
+        Ok(self
+            .tally_conditional(crate::usage::Kind::Write, out)?
+            .is_some())
     }
 
     /// Up to `limit` jobs of `queue` still available that were made available before

@@ -23,6 +23,11 @@ local_aws_up bench
 # index lag, short pages and throttling) stays out unless asked for.
 export OJS_STRICT_DDB="${OJS_STRICT_DDB:-off}"
 
+# DynamoDB Local slows as a run's stream records pile up (docs/performance.md), so each
+# throughput level starts on a fresh one when this run owns it; ojs-bench records which.
+OJS_BENCH_FRESH_DYNAMODB="$(local_aws_fresh_ddb_command)"
+export OJS_BENCH_FRESH_DYNAMODB
+
 # The function packages are discovered by ojs-bench itself (functions/*/Cargo.toml);
 # build them here too so the build shows up front, before anything is timed.
 packages=(-p ojs-bench -p ojs-local)

@@ -5,6 +5,9 @@
 # is used as is; otherwise DynamoDB Local and moto are installed and started (or reused if
 # already running) and their environment exported. local_aws_down stops whatever
 # local_aws_up started, and nothing else; it is safe to call more than once.
+# local_aws_fresh_ddb_command prints a command that restarts DynamoDB Local empty, or
+# nothing when this session did not start it (an endpoint from the environment, or an
+# instance someone else runs, is never restarted).
 
 local_aws_started_file=""
 
@@ -18,6 +21,12 @@ local_aws_up() {
     local_aws_started_file="$(mktemp)"
     OJS_LOCAL_AWS_STARTED_FILE="$local_aws_started_file" scripts/local-aws.sh start
     eval "$(scripts/local-aws.sh env)"
+}
+
+local_aws_fresh_ddb_command() {
+    if [ -n "$local_aws_started_file" ] && grep -qx ddb "$local_aws_started_file"; then
+        echo "scripts/local-aws.sh stop ddb >/dev/null && scripts/local-aws.sh start ddb >/dev/null"
+    fi
 }
 
 local_aws_down() {

@@ -43,10 +43,9 @@ echo "dashboard: browser and build ready ($((SECONDS - t_dash)) s)"
 # table with a stream took 15 ms on a fresh instance and 60 ms after a few hundred test
 # tables. When this run started DynamoDB Local, each large suite gets a fresh one.
 fresh_dynamodb() {
-    if [ -n "$local_aws_started_file" ] && grep -qx ddb "$local_aws_started_file"; then
-        scripts/local-aws.sh stop ddb >/dev/null
-        scripts/local-aws.sh start ddb >/dev/null
-    fi
+    local restart
+    restart="$(local_aws_fresh_ddb_command)"
+    if [ -n "$restart" ]; then bash -c "$restart"; fi
 }
 
 log="$(mktemp)"

@@ -15,8 +15,9 @@ const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,c
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
   --only LIST  run only these sections (cost needs capacity; cpu figures refine cost)
-  --workers    the throughput section's concurrencies (default 1,8,32); one at a time on a
-               fresh DynamoDB Local keeps its slowdown over a long run out of the figures
+  --workers    the throughput section's concurrencies (default 1,8,32); each starts on a
+               fresh DynamoDB Local when OJS_BENCH_FRESH_DYNAMODB names a command that
+               restarts it (make bench sets it when it started DynamoDB Local itself)
   --no-build   do not run `cargo build --release` for the function and server binaries
   --prices     prices file (default: bench/prices.toml)";
 

@@ -550,6 +550,12 @@ fn render_throughput(o: &mut String, tp: &ThroughputReport) {
             r.ceiling.first_error.as_deref().unwrap_or("?")
         );
     }
+    let fresh = tp.runs.iter().filter(|r| r.fresh_dynamodb).count();
+    let _ = writeln!(
+        o,
+        "{fresh} of {} levels started on a fresh DynamoDB Local (OJS_BENCH_FRESH_DYNAMODB)",
+        tp.runs.len()
+    );
     let _ = writeln!(
         o,
         "(lost = claims lost to another consumer; calls/s = product DynamoDB calls per second; raw/s = the same calls replayed raw; ceiling/s = raw/s / calls per job)"

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use ojs_tests::TestApp;
 use serde::Serialize;
 use serde_json::json;
@@ -52,6 +52,8 @@ pub struct Run {
     pub jobs: usize,
     /// Args size of each job.
     pub args_bytes: usize,
+    /// Whether the run started on a fresh DynamoDB Local (see [`fresh_dynamodb`]).
+    pub fresh_dynamodb: bool,
     /// Phase 1 wall time.
     pub push_seconds: f64,
     /// Phase 2 wall time.
@@ -111,12 +113,37 @@ pub async fn run(
 ) -> anyhow::Result<ThroughputReport> {
     let mut runs = Vec::new();
     for &w in workers {
-        runs.push(run_one(w, jobs, args_bytes).await?);
+        let fresh = fresh_dynamodb()?;
+        let mut run = run_one(w, jobs, args_bytes).await?;
+        run.fresh_dynamodb = fresh;
+        runs.push(run);
     }
     Ok(ThroughputReport {
         method: METHOD.into(),
         runs,
     })
+}
+
+/// Runs `OJS_BENCH_FRESH_DYNAMODB`, a shell command that restarts DynamoDB Local empty,
+/// if set; true if it ran. DynamoDB Local's writes slow down as stream records pile up
+/// over a run, so without it a later level is measured on a slower emulator.
+fn fresh_dynamodb() -> anyhow::Result<bool> {
+    restart_with(std::env::var("OJS_BENCH_FRESH_DYNAMODB").ok().as_deref())
+}
+
+fn restart_with(command: Option<&str>) -> anyhow::Result<bool> {
+    let Some(command) = command.filter(|c| !c.trim().is_empty()) else {
+        return Ok(false);
+    };
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(command)
+        .status()
+        .with_context(|| format!("running OJS_BENCH_FRESH_DYNAMODB ({command})"))?;
+    if !status.success() {
+        bail!("OJS_BENCH_FRESH_DYNAMODB ({command}) failed: {status}");
+    }
+    Ok(true)
 }
 
 async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Result<Run> {
@@ -259,6 +286,7 @@ async fn phases(
         workers,
         jobs,
         args_bytes,
+        fresh_dynamodb: false,
         push_seconds,
         consume_seconds,
         push_jobs_per_s: jobs as f64 / push_seconds.max(1e-9),
@@ -284,4 +312,18 @@ async fn phases(
         ratio: 0.0,
     };
     Ok((run, ddb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::restart_with;
+
+    #[test]
+    fn a_restart_runs_only_when_named_and_its_failure_stops_the_bench() -> anyhow::Result<()> {
+        assert!(!restart_with(None)?);
+        assert!(!restart_with(Some("  "))?);
+        assert!(restart_with(Some("true"))?);
+        assert!(restart_with(Some("exit 3")).is_err());
+        Ok(())
+    }
 }

@@ -54,6 +54,10 @@ pub enum Fault {
     /// (another transaction held an item), not forwarded. For transactions only: not in
     /// [`Fault::ALL`].
     TransactionConflict,
+    /// Held until [`FaultProxy::release`] (or the hang time), then forwarded and answered
+    /// as is: lets a test act between a request's sending and its arrival. Not in
+    /// [`Fault::ALL`].
+    Hold,
 }
 
 impl Fault {
@@ -82,6 +86,7 @@ impl Fault {
             Fault::HangAfter => "timeout_after_write",
             Fault::Pass => "none",
             Fault::TransactionConflict => "transaction_conflict",
+            Fault::Hold => "held",
         }
     }
 
@@ -89,7 +94,11 @@ impl Fault {
     pub fn forwards(self) -> bool {
         matches!(
             self,
-            Fault::ServerErrorAfter | Fault::DropAfter | Fault::HangAfter | Fault::Pass
+            Fault::ServerErrorAfter
+                | Fault::DropAfter
+                | Fault::HangAfter
+                | Fault::Pass
+                | Fault::Hold
         )
     }
 }
@@ -143,6 +152,8 @@ struct Shared {
     client: reqwest::Client,
     plan: Mutex<Plan>,
     tally: Mutex<Tally>,
+    /// Permits for held requests ([`Fault::Hold`]).
+    released: tokio::sync::Semaphore,
 }
 
 /// Counts of what the proxy saw and did.
@@ -215,6 +226,7 @@ impl FaultProxy {
                 rng: StdRng::seed_from_u64(seed),
             }),
             tally: Mutex::new(Tally::default()),
+            released: tokio::sync::Semaphore::new(0),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = tokio::spawn(async move {
@@ -261,6 +273,11 @@ impl FaultProxy {
     /// How long a hang lasts (default 3.5 s: longer than the store's 3 s attempt timeout).
     pub fn set_hang(&self, hang: Duration) {
         lock(&self.shared.plan).hang = hang;
+    }
+
+    /// Lets `requests` held requests ([`Fault::Hold`]) go on, now or when they come.
+    pub fn release(&self, requests: usize) {
+        self.shared.released.add_permits(requests);
     }
 
     /// What the proxy saw and injected so far.
@@ -371,6 +388,11 @@ async fn handle(
             close().await;
         }
         Some(Fault::Drop) => close().await,
+        Some(Fault::Hold) => {
+            if let Ok(Ok(permit)) = tokio::time::timeout(hang, shared.released.acquire()).await {
+                permit.forget();
+            }
+        }
         _ => {}
     }
     let answer = match forward(&shared, req).await {

@@ -288,3 +288,76 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
     app.teardown().await;
     Ok(())
 }
+
+/// A FETCH that other workers beat to its candidates leaves the queue after three lost
+/// claims and goes on to its next queue, instead of losing one claim (one failed write)
+/// per job left on its page: with fewer jobs waiting than workers racing, every loser
+/// walked the whole page before.
+#[tokio::test]
+async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> anyhow::Result<()> {
+    use ojs_tests::fault_proxy::{raw_dynamodb_endpoint, store_through, Fault, FaultProxy, Filter};
+    let rival = fresh_store().await?;
+    let app = TestApp::spawn_on_store(rival.clone()).await?;
+    let mut contended = BTreeSet::new();
+    for i in 0..10 {
+        let r = app
+            .push(json!({"type": "s.lost", "args": [i], "options": {"queue": "lost-a"}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+        contended.insert(id_of(&r));
+    }
+    let r = app
+        .push(json!({"type": "s.lost", "args": [], "options": {"queue": "lost-b"}}))
+        .await?;
+    let other_queue_job = id_of(&r);
+    ojs_tests::after_index_lag().await;
+
+    // The slow worker's store talks to DynamoDB Local straight through the proxy (no
+    // strict layer, whose throttling could make the SDK send a claim twice).
+    let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
+    let slow = store_through(&proxy.url, rival.table()).await;
+    let request = |queues: &[&str], worker: &str| -> anyhow::Result<ojs_store::FetchRequest> {
+        Ok(ojs_store::FetchRequest {
+            queues: queues
+                .iter()
+                .map(|q| ojs_core::QueueName::parse(q))
+                .collect::<Result<_, _>>()?,
+            count: 1,
+            worker_id: Some(worker.into()),
+            visibility_timeout_ms: None,
+        })
+    };
+    // The slow worker reads its page of lost-a, then its first claim is held while the
+    // rival claims every job of lost-a.
+    proxy.script(Filter::op("UpdateItem"), &[Fault::Hold]);
+    let slow_req = request(&["lost-a", "lost-b"], "slow")?;
+    let slow_fetch =
+        tokio::spawn(async move { slow.fetch(&slow_req, ojs_core::time::now()).await });
+    let held_by = Instant::now() + Duration::from_secs(20);
+    while proxy.scripted_left() > 0 {
+        anyhow::ensure!(Instant::now() < held_by, "the slow FETCH never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut taken = BTreeSet::new();
+    let rival_req = request(&["lost-a"], "rival")?;
+    while taken.len() < contended.len() {
+        anyhow::ensure!(Instant::now() < held_by, "the rival took only {taken:?}");
+        let out = rival.fetch(&rival_req, ojs_core::time::now()).await?;
+        taken.extend(out.jobs.iter().map(|j| j.id.to_string()));
+    }
+    assert_eq!(taken, contended);
+    proxy.release(1);
+
+    let out = slow_fetch.await??;
+    let got: Vec<String> = out.jobs.iter().map(|j| j.id.to_string()).collect();
+    assert_eq!(got, [other_queue_job]);
+    // Three lost claims on lost-a, then the one that won on lost-b.
+    let report = proxy.report();
+    assert_eq!(
+        report.by_operation.get("UpdateItem").copied(),
+        Some(4),
+        "{report:?}"
+    );
+    app.teardown().await;
+    Ok(())
+}

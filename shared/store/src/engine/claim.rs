@@ -36,6 +36,11 @@ const PAGE_SPARE: usize = 8;
 const CONTENDED_PAGE_SPARE: usize = 96;
 /// How long a queue counts as contended after this instance lost a claim on it.
 const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
+/// Claims a FETCH may lose to other workers on one queue before it moves on. Each lost
+/// claim is a failed conditional write (one write unit) that another worker won: when
+/// fewer jobs wait than workers race for them, a FETCH that walked its whole page would
+/// lose once per job left, while answering with less costs nothing and strands nothing.
+const LOSSES_PER_QUEUE: usize = 3;
 
 /// A FETCH.
 #[derive(Debug, Clone)]
@@ -58,6 +63,8 @@ struct Fetching {
     saw_ready: bool,
     /// Claim attempts made so far.
     attempts: usize,
+    /// Claims lost to other workers on the queue being claimed from.
+    losses_on_queue: usize,
     /// When the FETCH's time budget ends ([`StoreConfig::fetch_budget`]).
     ///
     /// [`StoreConfig::fetch_budget`]: crate::StoreConfig::fetch_budget
@@ -177,6 +184,11 @@ enum Claim {
     Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
+    /// Its `expires_at` had passed: expired on the spot, no competitor.
+    Expired,
+    /// Its own rate limit refused it (it waits, or was rescheduled or dropped as its
+    /// `on_limit` says): no competitor, and the candidates behind it may still start.
+    Refused,
 }
 
 /// Limits found full during one FETCH, and when each frees (epoch µs): later candidates
@@ -228,6 +240,7 @@ impl Store {
             full_limits: FullLimits::default(),
             saw_ready: false,
             attempts: 0,
+            losses_on_queue: 0,
             ends: Instant::now() + self.config.fetch_budget,
         };
         let settings = self.queue_settings(&req.queues).await?;
@@ -301,6 +314,7 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
         run: &mut Fetching,
     ) -> Result<(), StoreError> {
+        run.losses_on_queue = 0;
         let shards = self.queue_shards();
         let first = if shards > 1 {
             rand::random_range(0..shards)
@@ -312,18 +326,18 @@ impl Store {
                 break;
             }
             let shard = (first + k) % shards;
-            let limited = self
+            let queue_done = self
                 .claim_from_shard(queue, shard, req, now, queue_limit, run)
                 .await?;
-            if limited {
+            if queue_done {
                 break;
             }
         }
         Ok(())
     }
 
-    /// Claims from one shard of a queue. True when the queue's own rate limit refused a
-    /// start, which ends the queue for this FETCH.
+    /// Claims from one shard of a queue. True when the queue is done for this FETCH: its
+    /// own rate limit refused a start, or other workers won [`LOSSES_PER_QUEUE`] claims.
     async fn claim_from_shard(
         &self,
         queue: &QueueName,
@@ -387,12 +401,16 @@ impl Store {
                 run.saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => run.claimed.push(*job),
-                    Claim::Stale => lost_any = true,
+                    Claim::Stale | Claim::Expired | Claim::Refused => lost_any = true,
                     Claim::Lost => {
                         lost_any = true;
+                        self.contention.lost_on(queue);
+                        run.losses_on_queue += 1;
+                        if run.losses_on_queue >= LOSSES_PER_QUEUE {
+                            return Ok(true);
+                        }
                         // Other workers are taking this page head first: try another of
                         // the same priority next instead of following them down the list.
-                        self.contention.lost_on(queue);
                         spread(&mut candidates, next, priority_of, rand::random_range);
                     }
                     Claim::QueueLimited => return Ok(true),
@@ -423,7 +441,9 @@ impl Store {
             .await?
         {
             Claim::Won(job) => Ok(Some(*job)),
-            Claim::Lost | Claim::Stale | Claim::QueueLimited => Ok(None),
+            Claim::Lost | Claim::Stale | Claim::QueueLimited | Claim::Expired | Claim::Refused => {
+                Ok(None)
+            }
         }
     }
 
@@ -600,7 +620,7 @@ impl Store {
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
                 if let Some(old) = expired {
                     self.expire_job(&item::job_from_item(&old)?, now).await?;
-                    return Ok(Claim::Lost);
+                    return Ok(Claim::Expired);
                 }
                 Ok(if stale { Claim::Stale } else { Claim::Lost })
             }
@@ -769,7 +789,7 @@ impl Store {
             return Ok(Claim::QueueLimited);
         }
         if decision == Refusal::Wait {
-            return Ok(Claim::Lost);
+            return Ok(Claim::Refused);
         }
         // Read again: the job may have moved since its ready entry was read.
         if let Some(job) = self.get_job(&c.id).await? {
@@ -784,7 +804,7 @@ impl Store {
                 }
             }
         }
-        Ok(Claim::Lost)
+        Ok(Claim::Refused)
     }
 
     /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is

@@ -77,16 +77,32 @@ pub fn events_of(old: Option<&Job>, new: &Job) -> Vec<(EventKind, Source)> {
     }
 }
 
-/// When the write that made `job` happen took place, as its own timestamps say, for an
-/// event of `kind`; `fallback` when the job does not record it.
-pub fn event_time(kind: EventKind, job: &Job, fallback: Timestamp) -> Timestamp {
+/// When the write that made `job` (from `old`) happen took place, as its own timestamps
+/// say, for an event of `kind`; `fallback` when the job does not record it (a rate
+/// limit's reschedule). Recorded times make an event's time, and so its id, the same
+/// however often and wherever its change is rendered.
+pub fn event_time(kind: EventKind, old: Option<&Job>, job: &Job, fallback: Timestamp) -> Timestamp {
     let s = &job.status;
     let recorded = match kind {
         EventKind::Enqueued => s.enqueued_at,
-        EventKind::Scheduled => None,
+        EventKind::Scheduled => old.is_none().then_some(s.created_at),
         EventKind::Started => s.started_at,
         EventKind::Completed => s.completed_at,
-        EventKind::Failed | EventKind::Retrying => None,
+        // A failed attempt records when it failed by where it sent the job.
+        EventKind::Failed | EventKind::Retrying => match s.state {
+            JobState::Retryable => {
+                s.next_attempt_at
+                    .zip(s.retry_delay_ms)
+                    .and_then(|(next, ms)| {
+                        next.checked_sub_signed(chrono::Duration::try_milliseconds(
+                            i64::try_from(ms).ok()?,
+                        )?)
+                    })
+            }
+            JobState::Discarded => s.discarded_at,
+            JobState::Available => s.enqueued_at,
+            _ => None,
+        },
         EventKind::Discarded => s.discarded_at.or(s.completed_at),
         EventKind::Cancelled => s.cancelled_at,
     };
@@ -98,7 +114,7 @@ pub fn render_events(old: Option<&Job>, new: &Job, now: Timestamp) -> Vec<Event>
     events_of(old, new)
         .into_iter()
         .map(|(kind, source)| {
-            Event::for_job(kind, new, &event_time(kind, new, now), source.as_uri())
+            Event::for_job(kind, new, &event_time(kind, old, new, now), source.as_uri())
         })
         .collect()
 }
@@ -228,6 +244,48 @@ mod tests {
         assert_eq!(events[0].body["time"], time::format(&done));
         assert_eq!(events[0].body["data"]["duration_ms"], 1500);
         assert_eq!(events[0].body["source"], Source::Workers.as_uri());
-        assert_eq!(event_time(E::Failed, &new, later), later);
+        assert_eq!(event_time(E::Failed, Some(&old), &new, later), later);
+    }
+
+    #[test]
+    fn a_failed_attempt_takes_the_time_it_failed_wherever_it_went() {
+        let failed_at = time::now();
+        let later = time::after(failed_at, std::time::Duration::from_secs(5));
+        let (old, mut retrying) = moved(S::Active, S::Retryable);
+        retrying.status.retry_delay_ms = Some(2_000);
+        retrying.status.next_attempt_at = Some(time::after(
+            failed_at,
+            std::time::Duration::from_millis(2_000),
+        ));
+        let (_, mut discarded) = moved(S::Active, S::Discarded);
+        discarded.status.discarded_at = Some(failed_at);
+        let (_, mut requeued) = moved(S::Active, S::Available);
+        requeued.status.enqueued_at = Some(failed_at);
+        for job in [&retrying, &discarded, &requeued] {
+            for kind in [E::Failed, E::Retrying] {
+                assert_eq!(
+                    event_time(kind, Some(&old), job, later),
+                    failed_at,
+                    "{kind:?}"
+                );
+            }
+        }
+        // A job pushed for later was scheduled when it was created; a reschedule by a
+        // rate limit records no time.
+        let created = job(S::Scheduled);
+        assert_eq!(
+            event_time(E::Scheduled, None, &created, later),
+            created.status.created_at
+        );
+        assert_eq!(event_time(E::Scheduled, Some(&old), &created, later), later);
+        // The same change rendered twice gives the same events, ids included.
+        let (old, mut new) = moved(S::Active, S::Retryable);
+        new.status.errors.push(json!({"message": "boom"}));
+        new.status.retry_delay_ms = Some(1_000);
+        new.status.next_attempt_at = Some(later);
+        let first = render_events(Some(&old), &new, time::now());
+        let again = render_events(Some(&old), &new, later);
+        assert_eq!(first.len(), 2);
+        assert_eq!(first, again);
     }
 }

@@ -1,6 +1,7 @@
 //! Lifecycle events (ojs-events.md): the CloudEvents-style envelope for job transitions.
 
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 
 use crate::job::Job;
 use crate::time::{self, Timestamp};
@@ -45,7 +46,8 @@ impl EventKind {
 /// A rendered event, with the fields the store indexes on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// `evt_<uuidv7>`; sorts by time.
+    /// `evt_<uuidv7>`: the event's time, then bits of its job, write and kind
+    /// ([`event_id`]); every rendering of one transition gives the same id.
     pub id: String,
     /// The event type.
     pub kind: EventKind,
@@ -110,7 +112,7 @@ impl Event {
                 put("reason", Value::Null);
             }
         }
-        let id = format!("evt_{}", uuid::Uuid::now_v7());
+        let id = event_id(job, kind, at);
         let body = json!({
             "specversion": "1.0",
             "id": id,
@@ -128,6 +130,26 @@ impl Event {
             body,
         }
     }
+}
+
+/// The id of the `kind` event of `job`'s write (its `version`) at `at`: a UUIDv7 whose
+/// time is `at` and whose other bits hash the job's id, the version and the kind. A
+/// stream batch delivered twice, the stored copy and the webhook delivery all carry one
+/// id, so a consumer can tell duplicates apart (ojs-events.md §2, at-least-once).
+pub fn event_id(job: &Job, kind: EventKind, at: &Timestamp) -> String {
+    let digest = Sha256::new()
+        .chain_update(job.id.to_string().as_bytes())
+        .chain_update([0])
+        .chain_update(job.status.version.to_be_bytes())
+        .chain_update(kind.as_str().as_bytes())
+        .finalize();
+    let mut bits = [0u8; 10];
+    bits.copy_from_slice(&digest[..10]);
+    let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    format!(
+        "evt_{}",
+        uuid::Builder::from_unix_timestamp_millis(ms, &bits).into_uuid()
+    )
 }
 
 #[cfg(test)]
@@ -149,5 +171,36 @@ mod tests {
         assert!(e.body["data"]["duration_ms"].is_i64());
         assert_eq!(e.body["data"]["attempt"], 1);
         assert!(e.id.starts_with("evt_"));
+    }
+
+    #[test]
+    fn an_events_id_is_its_time_job_write_and_kind() {
+        let new = NewJob::from_json(json!({"type": "t", "args": []}));
+        let job = Job::enqueue(new.unwrap_or_else(|e| panic!("{e}")), time::now());
+        let at = time::now();
+        let id = event_id(&job, EventKind::Enqueued, &at);
+        assert_eq!(id, event_id(&job, EventKind::Enqueued, &at));
+        let uuid =
+            uuid::Uuid::parse_str(id.trim_start_matches("evt_")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(uuid.get_version_num(), 7);
+        let (secs, nanos) = uuid
+            .get_timestamp()
+            .map(|t| t.to_unix())
+            .unwrap_or_default();
+        assert_eq!(
+            secs as i64 * 1000 + i64::from(nanos / 1_000_000),
+            at.timestamp_millis()
+        );
+        assert_ne!(id, event_id(&job, EventKind::Started, &at));
+        let mut next_write = job.clone();
+        next_write.status.version += 1;
+        assert_ne!(id, event_id(&next_write, EventKind::Enqueued, &at));
+        let later = at + chrono::Duration::milliseconds(1);
+        assert!(event_id(&job, EventKind::Enqueued, &later) > id);
+        let other = Job::enqueue(
+            NewJob::from_json(json!({"type": "t", "args": []})).unwrap_or_else(|e| panic!("{e}")),
+            at,
+        );
+        assert_ne!(id, event_id(&other, EventKind::Enqueued, &at));
     }
 }

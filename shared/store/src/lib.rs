@@ -37,7 +37,7 @@ pub use counts::QueueStats;
 pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
-pub use events::EventQuery;
+pub use events::{EventPage, EventQuery};
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use push::{

@@ -1112,6 +1112,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
                 aws_sdk_dynamodb::types::AttributeValue::S("iam-stream".into()),
             ),
         ])),
+        at: None,
     };
     let changes = [
         ojs_store::Change::between(None, Some(&created)),

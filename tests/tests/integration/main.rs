@@ -16,6 +16,7 @@ mod cloudq;
 mod compat;
 mod counters;
 mod dashboard;
+mod events;
 mod faults;
 mod fencing;
 mod fuzz_http;

@@ -471,6 +471,23 @@ async fn a_job_lifecycle_delivers_signed_subscribed_events_only() -> anyhow::Res
         assert!(g.body["id"].as_str().is_some_and(|i| i.starts_with("evt_")));
     }
     assert_ne!(delivery_ids[0], delivery_ids[1]);
+    // A delivered event is the stored one: same id, so a receiver can match the events
+    // API's copy or drop a duplicate.
+    let stored = app
+        .call(
+            Method::GET,
+            "/ojs/v1/events?queues=wh&types=job.started,job.completed",
+            None,
+        )
+        .await?;
+    let mut stored_ids: Vec<&str> = stored.body["events"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["id"].as_str()).collect())
+        .unwrap_or_default();
+    let mut delivered_ids: Vec<&str> = got.iter().filter_map(|g| g.body["id"].as_str()).collect();
+    stored_ids.sort_unstable();
+    delivered_ids.sort_unstable();
+    assert_eq!(delivered_ids, stored_ids, "{:?}", stored.body);
     let completed = got
         .iter()
         .find(|g| g.body["type"] == "job.completed")

@@ -138,7 +138,7 @@ async fn events_since(
         after: Some(event_cursor_at(since)),
         limit: 10_000,
     };
-    Ok(app.store.list_events(&q).await?.0)
+    Ok(app.store.list_events(&q).await?.events)
 }
 
 /// Jobs finished and failed in the last minute, from the lifecycle events.

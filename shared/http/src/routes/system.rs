@@ -144,10 +144,9 @@ async fn list_events(
         after: p.after.clone().filter(|a| !a.is_empty()),
         limit,
     };
-    let (events, has_more) = app.store.list_events(&query).await?;
-    let cursor = events.last().and_then(|e| e.get("id")).cloned();
+    let page = app.store.list_events(&query).await?;
     Ok(reply(
         StatusCode::OK,
-        json!({ "events": events, "cursor": cursor, "has_more": has_more }),
+        json!({ "events": page.events, "cursor": page.cursor, "has_more": page.has_more }),
     ))
 }

@@ -1,8 +1,13 @@
 //! Lifecycle events, stored by the change stream consumer: each batch of records writes
-//! one page item per queue in `EVT#<queue>` (sort key: its first event's id, a UUIDv7)
-//! holding its events deflated, kept for the configured retention by TTL. A job's three
-//! lifecycle events cost a fraction of a write unit, and the queue's partition takes one
-//! write per batch, not one per event.
+//! one page item per queue in `EVT#<queue>` holding its events deflated, kept for the
+//! configured retention by TTL. A job's three lifecycle events cost a fraction of a write
+//! unit, and the queue's partition takes one write per batch, not one per event.
+//!
+//! A page's sort key is `evt_` and a UUIDv7 taken when it is stored, so pages sort in the
+//! order they were stored. Events are listed in that order, and a cursor is a position
+//! in it (`<page key>.<index>`): an event's own id carries the time of its transition
+//! ([`ojs_core::event::event_id`]), and a stream batch that comes late stores events
+//! whose ids are older than some already listed, which a cursor by id would skip.
 
 use std::collections::BTreeMap;
 
@@ -26,10 +31,73 @@ pub struct EventQuery {
     pub types: Vec<String>,
     /// Only events of these queues (every known queue when empty).
     pub queues: Vec<String>,
-    /// Only events after this event id.
+    /// Only events stored after this one: a cursor an earlier answer gave
+    /// ([`EventPage::cursor`]) or an event's id. An id not found among the events stored
+    /// around its time is compared as an id (events of a later time).
     pub after: Option<String>,
     /// Most events returned.
     pub limit: usize,
+}
+
+/// The answer to an [`EventQuery`].
+#[derive(Debug, Clone, Default)]
+pub struct EventPage {
+    /// The events, in the order they were stored.
+    pub events: Vec<Value>,
+    /// Where the last of them sits, for the next query's `after`.
+    pub cursor: Option<String>,
+    /// Whether more events matched than were returned.
+    pub has_more: bool,
+}
+
+/// Where an event sits in storage: its page's sort key and its index in the page.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Position {
+    page: String,
+    index: usize,
+}
+
+impl Position {
+    /// `<page key>.<index>`.
+    fn cursor(&self) -> String {
+        format!("{}.{}", self.page, self.index)
+    }
+
+    /// A cursor made by [`Position::cursor`]; `None` for anything else (an event id).
+    fn parse(cursor: &str) -> Option<Self> {
+        let (page, index) = cursor.rsplit_once('.')?;
+        uuid::Uuid::parse_str(page.strip_prefix("evt_")?).ok()?;
+        Some(Self {
+            page: page.to_owned(),
+            index: index.parse().ok()?,
+        })
+    }
+}
+
+/// What a query's `after` selects.
+#[derive(Debug, Clone, PartialEq)]
+enum After {
+    /// Events stored after this position.
+    Position(Position),
+    /// Events whose id sorts after this one (an id not found, or a time made into one).
+    Id(String),
+}
+
+impl After {
+    /// The first page key that can hold a selected event.
+    fn first_page(&self) -> Option<String> {
+        match self {
+            After::Position(p) => Some(p.page.clone()),
+            After::Id(id) => pages_from(id),
+        }
+    }
+
+    fn selects(&self, at: &Position, id: &str) -> bool {
+        match self {
+            After::Position(p) => at > p,
+            After::Id(after) => id > after.as_str(),
+        }
+    }
 }
 
 /// Most page items read per queue for one query, so a sparse filter cannot run unbounded.
@@ -40,11 +108,12 @@ const MAX_PAGES: usize = 20;
 /// whatever the jobs' results.
 const PAGE_BYTES: usize = 300 * 1024;
 
-/// How far before an `after` cursor a page may start and still hold later events: a
-/// page's ids are taken within one batch's rendering, milliseconds apart.
+/// How far before an event's time its page may have been stored: none was stored before
+/// its transition, so this only allows for clocks that disagree.
 const PAGE_SPAN_MS: i64 = 10_000;
 
-/// The page sort key at or below which no page holds an event after `after`.
+/// The page sort key below which no page holds the event `after`, nor one of a later
+/// time.
 fn pages_from(after: &str) -> Option<String> {
     let uuid = uuid::Uuid::parse_str(after.strip_prefix("evt_")?).ok()?;
     let (secs, nanos) = uuid.get_timestamp()?.to_unix();
@@ -84,13 +153,13 @@ impl Store {
         let puts = per_queue.into_iter().flat_map(|(queue, events)| {
             pages(&events)
                 .into_iter()
-                .map(|(first_id, text)| {
+                .map(|text| {
                     let packed = miniz_oxide::deflate::compress_to_vec(&text, 6);
                     self.client
                         .put_item()
                         .table_name(self.table())
                         .item("pk", s(keys::events_pk(queue)))
-                        .item("sk", s(first_id))
+                        .item("sk", s(format!("evt_{}", uuid::Uuid::now_v7())))
                         .item("events", AttributeValue::B(Blob::new(packed)))
                         .item("ttl", n(ttl))
                         .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -104,8 +173,9 @@ impl Store {
         stored.into_iter().collect()
     }
 
-    /// Events matching `q`, oldest first, with a cursor for the next page.
-    pub async fn list_events(&self, q: &EventQuery) -> Result<(Vec<Value>, bool), StoreError> {
+    /// Events matching `q`, in the order they were stored, with a cursor for the next
+    /// page.
+    pub async fn list_events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
         self.catch_up().await;
         let queues = if q.queues.is_empty() {
             self.list_queues()
@@ -116,10 +186,20 @@ impl Store {
         } else {
             q.queues.clone()
         };
-        let mut found: Vec<(String, Value)> = Vec::new();
+        let after = match q.after.as_deref() {
+            None => None,
+            Some(cursor) => Some(match Position::parse(cursor) {
+                Some(at) => After::Position(at),
+                None => match self.locate_event(cursor, &queues).await? {
+                    Some(at) => After::Position(at),
+                    None => After::Id(cursor.to_owned()),
+                },
+            }),
+        };
+        let mut found: Vec<(Position, Value)> = Vec::new();
         let mut has_more = false;
         for queue in &queues {
-            let (events, more) = self.queue_events(queue, q).await?;
+            let (events, more) = self.queue_events(queue, after.as_ref(), q).await?;
             has_more |= more;
             found.extend(events);
         }
@@ -128,73 +208,139 @@ impl Store {
             found.truncate(q.limit);
             has_more = true;
         }
-        Ok((found.into_iter().map(|(_, v)| v).collect(), has_more))
+        Ok(EventPage {
+            cursor: found.last().map(|(at, _)| at.cursor()),
+            events: found.into_iter().map(|(_, v)| v).collect(),
+            has_more,
+        })
+    }
+
+    /// Where the event `id` was stored, if it is among the events of `queues` stored
+    /// since shortly before its time. Costs the reads of the pages before it.
+    async fn locate_event(
+        &self,
+        id: &str,
+        queues: &[String],
+    ) -> Result<Option<Position>, StoreError> {
+        // Only a real event id (a UUIDv7) can be found; a time made into an id (the
+        // admin's "since", version 0) is compared as one without a search.
+        let is_event = id
+            .strip_prefix("evt_")
+            .and_then(|u| uuid::Uuid::parse_str(u).ok())
+            .is_some_and(|u| u.get_version_num() == 7);
+        let Some(from) = pages_from(id).filter(|_| is_event) else {
+            return Ok(None);
+        };
+        for queue in queues {
+            let mut start = None;
+            for _ in 0..MAX_PAGES {
+                let out = self.events_query(queue, Some(&from), start.take()).await?;
+                for item in out.items() {
+                    let page = page_key(item);
+                    if let Some(index) = page_events(item).iter().position(|(e, _)| e == id) {
+                        return Ok(Some(Position { page, index }));
+                    }
+                }
+                start = out.last_evaluated_key().cloned();
+                if start.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// One page of page items of `queue`, from the key `from` on.
+    async fn events_query(
+        &self,
+        queue: &str,
+        from: Option<&String>,
+        start: Option<std::collections::HashMap<String, AttributeValue>>,
+    ) -> Result<aws_sdk_dynamodb::operation::query::QueryOutput, StoreError> {
+        let req = self
+            .client
+            .query()
+            .table_name(self.table())
+            .expression_attribute_values(":pk", s(keys::events_pk(queue)))
+            .set_exclusive_start_key(start)
+            .limit(4)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let req = match from {
+            Some(from) => req
+                .key_condition_expression("pk = :pk AND sk >= :from")
+                .expression_attribute_values(":from", s(from.clone())),
+            None => req.key_condition_expression("pk = :pk"),
+        };
+        self.tally(Kind::Read, req.send().await)
     }
 
     async fn queue_events(
         &self,
         queue: &str,
+        after: Option<&After>,
         q: &EventQuery,
-    ) -> Result<(Vec<(String, Value)>, bool), StoreError> {
+    ) -> Result<(Vec<(Position, Value)>, bool), StoreError> {
         let mut found = Vec::new();
         let mut start = None;
-        let from = q.after.as_deref().and_then(pages_from);
+        let from = after.and_then(After::first_page);
         for _ in 0..MAX_PAGES {
-            let mut req = self
-                .client
-                .query()
-                .table_name(self.table())
-                .expression_attribute_values(":pk", s(keys::events_pk(queue)))
-                .set_exclusive_start_key(start.take())
-                .limit(4)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
-            req = match &from {
-                Some(from) => req
-                    .key_condition_expression("pk = :pk AND sk >= :from")
-                    .expression_attribute_values(":from", s(from.clone())),
-                None => req.key_condition_expression("pk = :pk"),
-            };
-            let out = self.tally(Kind::Read, req.send().await)?;
+            let out = self
+                .events_query(queue, from.as_ref(), start.take())
+                .await?;
             for item in out.items() {
-                found.extend(page_events(item).into_iter().filter(|(id, doc)| {
-                    q.after.as_ref().is_none_or(|a| id > a)
-                        && (q.types.is_empty()
-                            || doc["type"]
-                                .as_str()
-                                .is_some_and(|t| q.types.iter().any(|w| w == t)))
-                }));
+                let page = page_key(item);
+                for (index, (id, doc)) in page_events(item).into_iter().enumerate() {
+                    let at = Position {
+                        page: page.clone(),
+                        index,
+                    };
+                    let typed = q.types.is_empty()
+                        || doc["type"]
+                            .as_str()
+                            .is_some_and(|t| q.types.iter().any(|w| w == t));
+                    if typed && after.is_none_or(|a| a.selects(&at, &id)) {
+                        found.push((at, doc));
+                    }
+                }
             }
             start = out.last_evaluated_key().cloned();
             if start.is_none() || found.len() > q.limit {
                 break;
             }
         }
-        found.sort_by(|a, b| a.0.cmp(&b.0));
         let more = start.is_some() || found.len() > q.limit;
         found.truncate(q.limit);
         Ok((found, more))
     }
 }
 
-/// The pages of one queue's `events`: each its first event's id and a JSON array of at
-/// most [`PAGE_BYTES`]. An event too large for a page alone (a job's result near the item
-/// limit) is stored without its result, marked `result_omitted`; one still too large is
-/// left out with a warning, so no job can wedge the stream.
-fn pages(events: &[&Event]) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
-    let mut current: Option<(String, Vec<u8>)> = None;
+/// A page item's sort key.
+fn page_key(item: &crate::item::Item) -> String {
+    item.get("sk")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The pages of one queue's `events`: each a JSON array of at most [`PAGE_BYTES`]. An
+/// event too large for a page alone (a job's result near the item limit) is stored
+/// without its result, marked `result_omitted`; one still too large is left out with a
+/// warning, so no job can wedge the stream.
+fn pages(events: &[&Event]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut current: Option<Vec<u8>> = None;
     for e in events {
         let Some(doc) = page_sized(e) else {
             tracing::warn!(event = %e.id, "an event too large to store was left out");
             continue;
         };
-        if let Some((_, text)) = &current {
+        if let Some(text) = &current {
             if text.len() + 1 + doc.len() + 1 > PAGE_BYTES {
                 out.extend(current.take());
             }
         }
         match &mut current {
-            Some((_, text)) => {
+            Some(text) => {
                 text.push(b',');
                 text.extend_from_slice(&doc);
             }
@@ -202,12 +348,12 @@ fn pages(events: &[&Event]) -> Vec<(String, Vec<u8>)> {
                 let mut text = Vec::with_capacity(doc.len() + 2);
                 text.push(b'[');
                 text.extend_from_slice(&doc);
-                current = Some((e.id.clone(), text));
+                current = Some(text);
             }
         }
     }
     out.extend(current);
-    for (_, text) in &mut out {
+    for text in &mut out {
         text.push(b']');
     }
     out
@@ -272,10 +418,9 @@ mod tests {
         let written = pages(&refs);
         assert!(written.len() >= 3, "{} pages", written.len());
         let mut seen = Vec::new();
-        for (first, text) in &written {
+        for text in &written {
             assert!(text.len() <= PAGE_BYTES, "{}", text.len());
             let docs = read(text);
-            assert_eq!(docs[0]["id"].as_str(), Some(first.as_str()));
             seen.extend(
                 docs.iter()
                     .map(|d| d["id"].as_str().unwrap_or_default().to_owned()),
@@ -284,7 +429,7 @@ mod tests {
         let want: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
         assert_eq!(seen, want);
         // A page is as full as the budget allows: the next event would not have fitted.
-        let first_len = written[0].1.len();
+        let first_len = written[0].len();
         assert!(first_len + 20_100 > PAGE_BYTES, "{first_len}");
     }
 
@@ -293,12 +438,12 @@ mod tests {
         let big = event(1, PAGE_BYTES);
         let small = event(2, 10);
         let written = pages(&[&small, &big, &small]);
-        let docs: Vec<Value> = written.iter().flat_map(|(_, t)| read(t)).collect();
+        let docs: Vec<Value> = written.iter().flat_map(|t| read(t)).collect();
         assert_eq!(docs.len(), 3);
         assert_eq!(docs[1]["data"]["result_omitted"], true);
         assert!(docs[1]["data"].get("result").is_none());
         assert_eq!(docs[0]["data"]["result"], "x".repeat(10));
-        assert!(written.iter().all(|(_, t)| t.len() <= PAGE_BYTES));
+        assert!(written.iter().all(|t| t.len() <= PAGE_BYTES));
         assert!(pages(&[]).is_empty());
     }
 
@@ -325,5 +470,45 @@ mod tests {
         assert!(at(20_000) < from);
         assert_eq!(pages_from("evt_not-a-uuid"), None);
         assert_eq!(pages_from("nope"), None);
+    }
+
+    #[test]
+    fn a_cursor_is_a_position_and_reads_back_as_one() {
+        let page = format!("evt_{}", uuid::Uuid::now_v7());
+        let at = Position {
+            page: page.clone(),
+            index: 12,
+        };
+        assert_eq!(at.cursor(), format!("{page}.12"));
+        assert_eq!(Position::parse(&at.cursor()), Some(at));
+        // An event id, a time made into an id and junk are not positions.
+        assert_eq!(Position::parse(&page), None);
+        assert_eq!(Position::parse("evt_nope.3"), None);
+        assert_eq!(Position::parse(&format!("{page}.x")), None);
+        assert_eq!(
+            Position::parse(&format!("job_{}.3", uuid::Uuid::now_v7())),
+            None
+        );
+    }
+
+    #[test]
+    fn after_a_position_comes_what_was_stored_later_whatever_its_id() {
+        let early = format!("evt_{}", uuid::Uuid::now_v7());
+        let late = format!("evt_{}", uuid::Uuid::now_v7());
+        let at = |page: &str, index| Position {
+            page: page.to_owned(),
+            index,
+        };
+        let after = After::Position(at(&early, 1));
+        assert!(!after.selects(&at(&early, 0), "evt_9"));
+        assert!(!after.selects(&at(&early, 1), "evt_9"));
+        assert!(after.selects(&at(&early, 2), "evt_0"));
+        assert!(after.selects(&at(&late, 0), "evt_0"));
+        assert_eq!(after.first_page(), Some(early.clone()));
+        // An id not found is compared as an id, from pages stored shortly before it.
+        let by_id = After::Id(late.clone());
+        assert!(by_id.selects(&at(&early, 0), &format!("{late}z")));
+        assert!(!by_id.selects(&at(&late, 5), &early));
+        assert_eq!(by_id.first_page(), pages_from(&late));
     }
 }

@@ -108,9 +108,10 @@ impl Store {
                 after: None,
                 limit: cap,
             };
-            let (events, _) = self.list_events(&q).await?;
+            let page = self.list_events(&q).await?;
             let mut seen = HashSet::new();
-            return Ok(events
+            return Ok(page
+                .events
                 .iter()
                 .filter_map(|e| JobId::parse(e["data"]["job_id"].as_str()?).ok())
                 .filter(|id| seen.insert(*id))

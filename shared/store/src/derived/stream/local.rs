@@ -175,6 +175,13 @@ impl LocalStream {
                 .map(|r| Change {
                     old: r.old_image().map(item_of),
                     new: r.new_image().map(item_of),
+                    at: r.approximate_creation_date_time().and_then(|t| {
+                        ojs_core::time::from_micros(
+                            t.secs()
+                                .saturating_mul(1_000_000)
+                                .saturating_add(i64::from(t.subsec_nanos() / 1_000)),
+                        )
+                    }),
                 })
                 .collect();
             if !changes.is_empty() {

@@ -8,7 +8,8 @@
 //! On AWS the stream function hands each batch to [`Store::apply_changes`]; locally
 //! ([`local`]) an in-process poller reads DynamoDB Local's Streams API and does the same.
 //! Delivery is at least once: a batch applied twice counts its moves twice (the sweep's
-//! counter healing repairs it) and stores its events twice under new ids.
+//! counter healing repairs it) and stores its events twice, under the same ids (an
+//! event's id is its job's write and kind, [`ojs_core::event::event_id`]).
 
 mod json;
 pub mod local;
@@ -30,6 +31,10 @@ pub struct Change {
     pub old: Option<Item>,
     /// The item after the write.
     pub new: Option<Item>,
+    /// When the stream recorded the write (`ApproximateCreationDateTime`, to the second):
+    /// the time of an event whose job does not record one, so that every rendering of
+    /// the record gives the same event.
+    pub at: Option<ojs_core::time::Timestamp>,
 }
 
 impl Change {
@@ -42,9 +47,14 @@ impl Change {
         let image = |name: &str| -> Result<Option<Item>, String> {
             body.get(name).map(json::item_from_json).transpose()
         };
+        let at = body
+            .get("ApproximateCreationDateTime")
+            .and_then(Value::as_f64)
+            .and_then(|secs| ojs_core::time::from_micros((secs * 1e6) as i64));
         Ok(Self {
             old: image("OldImage")?,
             new: image("NewImage")?,
+            at,
         })
     }
 
@@ -54,20 +64,21 @@ impl Change {
         Self {
             old: old.map(image),
             new: new.map(image),
+            at: None,
         }
     }
 
-    /// The lifecycle events this change of a job implies (what [`Store::apply_changes`]
-    /// stores), rendered at `now`: webhook deliveries send them. None for another item,
-    /// a deletion, or a record that cannot be read. Rendered apart from the stored ones,
-    /// so their ids differ.
+    /// The lifecycle events this change of a job implies, as [`Store::apply_changes`]
+    /// stores them (same ids): webhook deliveries send them. `now` stands for the time
+    /// of the write when neither the job nor the record tells it. None for another item,
+    /// a deletion, or a record that cannot be read.
     pub fn events(&self, now: ojs_core::time::Timestamp) -> Vec<Event> {
         if !self.is_job() {
             return Vec::new();
         }
         let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
         match (read(&self.old), read(&self.new)) {
-            (Ok(old), Ok(Some(new))) => render_events(old.as_ref(), &new, now),
+            (Ok(old), Ok(Some(new))) => render_events(old.as_ref(), &new, self.at.unwrap_or(now)),
             _ => Vec::new(),
         }
     }
@@ -128,7 +139,7 @@ impl Store {
                 (_, Some(new)) => {
                     moves.add(new, old.as_ref().map(|o| o.status.state));
                     if self.config.events {
-                        events.extend(render_events(old.as_ref(), new, now));
+                        events.extend(render_events(old.as_ref(), new, change.at.unwrap_or(now)));
                     }
                 }
                 (Some(gone), None) => moves.remove(gone),

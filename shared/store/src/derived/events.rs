@@ -469,6 +469,17 @@ mod tests {
         assert!(at(5_000) >= from);
         assert!(at(20_000) < from);
         assert_eq!(pages_from("evt_not-a-uuid"), None);
+        // To the second, ten seconds before the event's millisecond.
+        let ms: u64 = 1_700_000_000_789;
+        let id = format!(
+            "evt_{}",
+            uuid::Builder::from_unix_timestamp_millis(ms, &[7; 10]).into_uuid()
+        );
+        let hex = format!("{:012x}", (ms - 10_000) / 1000 * 1000);
+        assert_eq!(
+            pages_from(&id),
+            Some(format!("evt_{}-{}", &hex[..8], &hex[8..]))
+        );
         assert_eq!(pages_from("nope"), None);
     }
 
@@ -509,6 +520,7 @@ mod tests {
         let by_id = After::Id(late.clone());
         assert!(by_id.selects(&at(&early, 0), &format!("{late}z")));
         assert!(!by_id.selects(&at(&late, 5), &early));
+        assert!(!by_id.selects(&at(&late, 5), &late));
         assert_eq!(by_id.first_page(), pages_from(&late));
     }
 }

@@ -16,6 +16,7 @@ mod breaker;
 mod deliver;
 pub mod guard;
 mod invoke;
+pub mod metrics;
 mod webhook;
 
 use std::collections::HashMap;

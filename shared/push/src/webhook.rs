@@ -180,6 +180,15 @@ impl WebhookDispatcher {
                 return 0;
             }
         };
+        if let Some(namespace) = self.inner.store.metrics_namespace() {
+            let active = subs.iter().filter(|s| s.subscription.active).count();
+            let doc = crate::metrics::subscriptions_document(
+                namespace,
+                active,
+                time::now().timestamp_millis(),
+            );
+            println!("{doc}");
+        }
         let mut runs = Vec::new();
         for event in &events {
             let kind = event.kind.as_str();
@@ -258,6 +267,18 @@ impl WebhookDispatcher {
             subscription = %sub.id, delivery_id = %d.id, event_type = d.event_type, attempt,
             status = sent.status, ms = sent.duration_ms, outcome = label, "webhook attempt"
         );
+        if let Some(namespace) = store.metrics_namespace() {
+            let measured = crate::metrics::Attempt {
+                event_type: d.event_type,
+                subscription_id: &sub.id,
+                attempt,
+                outcome,
+                duration_ms: sent.duration_ms,
+            };
+            let doc =
+                crate::metrics::attempt_document(namespace, &measured, now.timestamp_millis());
+            println!("{doc}");
+        }
         let logged = DeliveryAttempt {
             delivery_id: d.id.clone(),
             subscription_id: sub.id.clone(),

@@ -313,6 +313,11 @@ impl Store {
         &self.config.table
     }
 
+    /// The CloudWatch namespace metrics are printed under (`OJS_METRICS=emf`), if any.
+    pub fn metrics_namespace(&self) -> Option<&str> {
+        self.config.metrics_namespace.as_deref()
+    }
+
     /// DynamoDB calls and capacity consumed by this store so far.
     pub fn usage(&self) -> UsageSnapshot {
         self.usage.snapshot()

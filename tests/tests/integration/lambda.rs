@@ -185,13 +185,38 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
         records.len() >= 3,
         "created, claimed, completed: {records:?}"
     );
-    let mut stream = start("stream", store.table(), &[("OJS_METRICS", "emf")]).await?;
+    // A webhook subscription to completions whose receiver answers 410: a dead delivery,
+    // which the stream function's first attempt finds and measures.
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let gone_url = format!("http://{}/hook", gone.local_addr()?);
+    let receiver = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(|| async { axum::http::StatusCode::GONE }),
+        );
+        axum::serve(gone, app).await
+    });
+    let subscription = ojs_core::webhook::Subscription::from_json(
+        &json!({"url": gone_url, "events": ["job.completed"]}),
+        true,
+    )
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let hook = store
+        .put_webhook(&subscription, "s".repeat(32), ojs_core::time::now())
+        .await?;
+    let mut stream = start(
+        "stream",
+        store.table(),
+        &[("OJS_METRICS", "emf"), ("OJS_PUSH_ALLOW_PRIVATE", "on")],
+    )
+    .await?;
     let Outcome::Response(res) =
         invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
     else {
         bail!("the stream batch failed as a whole");
     };
     assert_eq!(res, json!({"batchItemFailures": []}));
+    receiver.abort();
     // Query strings reach the handlers.
     let (status, _, body) = http_reply(
         invoke(
@@ -222,6 +247,19 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
         emf.iter()
             .any(|d| d["JobsCompleted"] == 1 && d["Queue"] == "lambda-q"),
         "no EMF completion metric in: {stdout}"
+    );
+    // And the webhook metrics (ojs-webhooks.md §11.2) of its one, dead, delivery.
+    let dead = emf
+        .iter()
+        .find(|d| d["ojs.webhook.delivery.count"] == 1)
+        .ok_or_else(|| anyhow::anyhow!("no webhook delivery metric in: {stdout}"))?;
+    assert_eq!(dead["Status"], "dead", "{dead}");
+    assert_eq!(dead["EventType"], "job.completed");
+    assert_eq!(dead["SubscriptionId"], hook.id.as_str());
+    assert_eq!(dead["ojs.webhook.dead_delivery.count"], 1);
+    assert!(
+        emf.iter().any(|d| d["ojs.webhook.subscription.count"] == 1),
+        "no subscription gauge in: {stdout}"
     );
     jobs.stop().await;
     system.stop().await;

@@ -390,6 +390,52 @@ async fn rate_limits_hold_across_concurrent_fetchers() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A page full of jobs waiting on their rate limit is read past: a job with no limit
+/// behind them starts at the next FETCH, not when the limited ones have drained (here a
+/// minute each).
+#[tokio::test]
+async fn a_job_without_a_limit_is_not_held_behind_a_page_of_waiting_ones() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    for i in 0..12 {
+        let r = app
+            .push(json!({"type": "slow.job", "args": [i], "options": {"queue": "rl-page", "priority": 5,
+                "rate_limit": {"key": "one-a-minute", "rate": {"limit": 1, "period": "PT1M"}}}}))
+            .await?;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let free = app
+        .push(
+            json!({"type": "free.job", "args": [], "options": {"queue": "rl-page", "priority": 0}}),
+        )
+        .await?;
+    let free_id = free.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ojs_tests::after_index_lag().await;
+    let first = app
+        .fetch(json!({"queues": ["rl-page"], "count": 1, "worker_id": "w"}))
+        .await?;
+    assert_eq!(
+        first.body["jobs"][0]["type"], "slow.job",
+        "{:?}",
+        first.body
+    );
+    // Eleven limited jobs wait, more than a FETCH of one reads when nobody competes.
+    let second = app
+        .fetch(json!({"queues": ["rl-page"], "count": 1, "worker_id": "w"}))
+        .await?;
+    assert_eq!(second.status, 200, "{:?}", second.body);
+    assert_eq!(
+        second.body["jobs"][0]["id"],
+        free_id.as_str(),
+        "{:?}",
+        second.body
+    );
+    app.teardown().await;
+    Ok(())
+}
+
 /// One start per second means one in any second, not one per clock second: a FETCH just
 /// after the clock's second turns gets nothing when one just before it started a job
 /// (the conformance suite's L4-RL-001 fetched twice in a row and, with fixed windows,

@@ -295,7 +295,7 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
 /// walked the whole page before.
 #[tokio::test]
 async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> anyhow::Result<()> {
-    use ojs_tests::fault_proxy::{raw_dynamodb_endpoint, store_through, Fault, FaultProxy, Filter};
+    use ojs_tests::fault_proxy::{raw_dynamodb_endpoint, Fault, FaultProxy, Filter};
     let rival = fresh_store().await?;
     let app = TestApp::spawn_on_store(rival.clone()).await?;
     let mut contended = BTreeSet::new();
@@ -313,9 +313,25 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     ojs_tests::after_index_lag().await;
 
     // The slow worker's store talks to DynamoDB Local straight through the proxy (no
-    // strict layer, whose throttling could make the SDK send a claim twice).
+    // strict layer, whose throttling could make the SDK send a claim twice), with one
+    // attempt per call and time to spare (a slow machine must not turn the held claim
+    // into a timeout and a retry), and a FETCH budget to match.
     let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
-    let slow = store_through(&proxy.url, rival.table()).await;
+    proxy.set_hang(Duration::from_secs(20));
+    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let patient = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    let slow = ojs_store::Store::new(
+        aws_sdk_dynamodb::Client::from_conf(patient),
+        ojs_store::StoreConfig::for_table(rival.table()),
+    )
+    .with_fetch_budget(Duration::from_secs(60));
     let request = |queues: &[&str], worker: &str| -> anyhow::Result<ojs_store::FetchRequest> {
         Ok(ojs_store::FetchRequest {
             queues: queues
@@ -333,7 +349,7 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     let slow_req = request(&["lost-a", "lost-b"], "slow")?;
     let slow_fetch =
         tokio::spawn(async move { slow.fetch(&slow_req, ojs_core::time::now()).await });
-    let held_by = Instant::now() + Duration::from_secs(20);
+    let held_by = Instant::now() + Duration::from_secs(15);
     while proxy.scripted_left() > 0 {
         anyhow::ensure!(Instant::now() < held_by, "the slow FETCH never claimed");
         tokio::time::sleep(Duration::from_millis(5)).await;

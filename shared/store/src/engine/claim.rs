@@ -401,7 +401,15 @@ impl Store {
                 run.saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
                     Claim::Won(job) => run.claimed.push(*job),
-                    Claim::Stale | Claim::Expired | Claim::Refused => lost_any = true,
+                    Claim::Stale | Claim::Expired => lost_any = true,
+                    // Not a competitor, so not counted as one; but a page of waiting jobs
+                    // is read past (wider, from a random one of its priority) by the next
+                    // round, or a job with no limit behind them would wait with them.
+                    Claim::Refused => {
+                        lost_any = true;
+                        self.contention.lost_on(queue);
+                        spread(&mut candidates, next, priority_of, rand::random_range);
+                    }
                     Claim::Lost => {
                         lost_any = true;
                         self.contention.lost_on(queue);

@@ -75,6 +75,19 @@ pub async fn after_index_lag() {
     }
 }
 
+/// Serves `router` on a free loopback port (a fake push endpoint or webhook receiver):
+/// its base URL, `http://127.0.0.1:<port>`, and the server task.
+pub async fn serve_on_loopback(
+    router: axum::Router,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok((url, server))
+}
+
 /// A store over a new, uniquely named table, through the process's AWS-strict DynamoDB
 /// layer ([`strict_proxy`]) unless `OJS_STRICT_DDB=off`.
 pub async fn fresh_store() -> anyhow::Result<Store> {

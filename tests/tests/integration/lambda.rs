@@ -187,15 +187,12 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     );
     // A webhook subscription to completions whose receiver answers 410: a dead delivery,
     // which the stream function's first attempt finds and measures.
-    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let gone_url = format!("http://{}/hook", gone.local_addr()?);
-    let receiver = tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(|| async { axum::http::StatusCode::GONE }),
-        );
-        axum::serve(gone, app).await
-    });
+    let (gone, receiver) = ojs_tests::serve_on_loopback(axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async { axum::http::StatusCode::GONE }),
+    ))
+    .await?;
+    let gone_url = format!("{gone}/hook");
     let subscription = ojs_core::webhook::Subscription::from_json(
         &json!({"url": gone_url, "events": ["job.completed"]}),
         true,

@@ -280,12 +280,8 @@ async fn fake_endpoint(fake: Fake, index: usize) -> anyhow::Result<String> {
     let router = Router::new()
         .route("/", post(handle))
         .with_state((fake, index));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok(url)
+    let (url, _) = ojs_tests::serve_on_loopback(router).await?;
+    Ok(format!("{url}/"))
 }
 
 async fn register(app: &TestApp, body: Value) -> anyhow::Result<String> {
@@ -710,36 +706,33 @@ async fn a_429s_retry_after_delays_the_next_attempt() -> anyhow::Result<()> {
     // The first delivery is answered 429 with Retry-After: 2, the next one completes.
     let hits: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let seen = hits.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/", listener.local_addr()?);
-    tokio::spawn(async move {
-        let router = Router::new().route(
-            "/",
-            post(move || async move {
-                let first = seen
-                    .lock()
-                    .map(|mut h| {
-                        h.push(Instant::now());
-                        h.len() == 1
-                    })
-                    .unwrap_or(false);
-                if first {
-                    (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        [("retry-after", "2")],
-                        "slow down".to_owned(),
-                    )
-                } else {
-                    (
-                        StatusCode::OK,
-                        [("retry-after", "0")],
-                        r#"{"status":"completed"}"#.to_owned(),
-                    )
-                }
-            }),
-        );
-        let _ = axum::serve(listener, router).await;
-    });
+    let router = Router::new().route(
+        "/",
+        post(move || async move {
+            let first = seen
+                .lock()
+                .map(|mut h| {
+                    h.push(Instant::now());
+                    h.len() == 1
+                })
+                .unwrap_or(false);
+            if first {
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", "2")],
+                    "slow down".to_owned(),
+                )
+            } else {
+                (
+                    StatusCode::OK,
+                    [("retry-after", "0")],
+                    r#"{"status":"completed"}"#.to_owned(),
+                )
+            }
+        }),
+    );
+    let (url, _) = ojs_tests::serve_on_loopback(router).await?;
+    let url = format!("{url}/");
     register(&app, registration(&url, &["busy.job"], "busy")).await?;
     let r = app
         .push(json!({"type": "busy.job", "queue": "busy", "args": [],
@@ -764,20 +757,17 @@ async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::R
     let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s
     let hits = Arc::new(Mutex::new(0usize));
     let counter = hits.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/", listener.local_addr()?);
-    tokio::spawn(async move {
-        let router = Router::new().route(
-            "/",
-            post(move || async move {
-                if let Ok(mut n) = counter.lock() {
-                    *n += 1;
-                }
-                (StatusCode::SERVICE_UNAVAILABLE, "down")
-            }),
-        );
-        let _ = axum::serve(listener, router).await;
-    });
+    let router = Router::new().route(
+        "/",
+        post(move || async move {
+            if let Ok(mut n) = counter.lock() {
+                *n += 1;
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, "down")
+        }),
+    );
+    let (url, _) = ojs_tests::serve_on_loopback(router).await?;
+    let url = format!("{url}/");
     register(&app, registration(&url, &["down.job"], "down")).await?;
     let hits_now = || hits.lock().map(|n| *n).unwrap_or(0);
     let push = || {

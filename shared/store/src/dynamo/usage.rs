@@ -179,13 +179,8 @@ impl crate::Store {
         E: ServiceError,
         R: std::fmt::Debug,
     {
-        match out {
-            Err(e) if crate::error::is_condition_failure(&e) => {
-                self.usage.record(kind, None);
-                Err(crate::StoreError::NotFound)
-            }
-            out => self.tally(kind, out),
-        }
+        self.tally_conditional(kind, out)?
+            .ok_or(crate::StoreError::NotFound)
     }
 
     /// [`Store::tally`] for a conditional write whose failed condition is an answer, not

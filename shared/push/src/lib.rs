@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use ojs_core::push::PushAnswer;
 use ojs_core::{time, Job, QueueName};
-use ojs_store::{AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, Store, StoreError};
+use ojs_store::{
+    AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, SlotHold, Store, StoreError,
+};
 use tokio::sync::Semaphore;
 
 pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher};
@@ -230,12 +232,12 @@ impl Dispatcher {
                 .store
                 .claim_for_push(&ready, endpoint, time::now())
                 .await;
-            if !matches!(claimed, Ok(PushClaim::Claimed(_))) {
+            if !matches!(claimed, Ok(PushClaim::Claimed { .. })) {
                 self.inner.breakers.unused(&endpoint.id);
             }
             match claimed {
-                Ok(PushClaim::Claimed(job)) => {
-                    self.deliver_and_settle(endpoint, *job).await;
+                Ok(PushClaim::Claimed { job, slot }) => {
+                    self.deliver_and_settle(endpoint, *job, slot).await;
                     return true;
                 }
                 Ok(PushClaim::Full) => continue,
@@ -337,7 +339,7 @@ impl Dispatcher {
     }
 
     /// One delivery of a claimed job, then its settlement and the slot's release.
-    async fn deliver_and_settle(&self, endpoint: &PushEntry, job: Job) {
+    async fn deliver_and_settle(&self, endpoint: &PushEntry, job: Job, slot: SlotHold) {
         let started = Instant::now();
         let (delivery_id, answer) = deliver::deliver(
             &self.inner.http,
@@ -388,7 +390,7 @@ impl Dispatcher {
                 tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
             }
         }
-        store.release_push_slot(endpoint, &job.id.to_string()).await;
+        store.release_push_slot(endpoint, &slot).await;
         let delivery_error = match &answer {
             PushAnswer::Failed(f) => {
                 if disables(&f.error_type) {

@@ -41,7 +41,7 @@ pub use events::{EventPage, EventQuery};
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use push::{
-    served_queues, PushClaim, PushEntry, ReadyJob, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
+    served_queues, PushClaim, PushEntry, ReadyJob, SlotHold, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
 };
 pub use queues::{QueueInfo, QueueSettings};
 pub use schemas::{SchemaEntry, SchemaPut};

@@ -836,3 +836,49 @@ async fn an_answer_for_an_attempt_that_ended_is_ignored() -> anyhow::Result<()> 
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Result<()> {
+    // Two dispatches of one job (the stream's and a catch-up's) both take a slot; the one
+    // whose claim loses gives back its own, never the delivery's in flight.
+    let app = TestApp::spawn().await?;
+    let mut body = registration("http://127.0.0.1:9/", &["twice.job"], "twice");
+    body["config"]["max_concurrency"] = json!(2);
+    let endpoint = ojs_core::push::PushEndpoint::from_json(&body, true)?;
+    app.store
+        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .await?;
+    let queue = ojs_core::QueueName::parse("twice")?;
+    let entry = app.store.push_endpoints_of(&queue).await?.remove(0);
+    for i in 0..3 {
+        app.push(json!({"type": "twice.job", "queue": "twice", "args": [i]}))
+            .await?;
+    }
+    // The ready index is eventually consistent (the strict layer lags it).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let ready = loop {
+        let ready = app
+            .store
+            .ready_jobs(&queue, 10, ojs_core::time::now())
+            .await?;
+        if ready.len() == 3 || Instant::now() > deadline {
+            break ready;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ready.len(), 3);
+    let now = ojs_core::time::now;
+    let first = app.store.claim_for_push(&ready[0], &entry, now()).await?;
+    assert!(matches!(first, ojs_store::PushClaim::Claimed { .. }));
+    let again = app.store.claim_for_push(&ready[0], &entry, now()).await?;
+    assert!(matches!(again, ojs_store::PushClaim::NotNow));
+    let second = app.store.claim_for_push(&ready[1], &entry, now()).await?;
+    assert!(matches!(second, ojs_store::PushClaim::Claimed { .. }));
+    let third = app.store.claim_for_push(&ready[2], &entry, now()).await?;
+    assert!(
+        matches!(third, ojs_store::PushClaim::Full),
+        "a third delivery in flight while max_concurrency is 2"
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -155,13 +155,20 @@ impl PushEntry {
 #[derive(Debug, Clone)]
 pub enum PushClaim {
     /// The job, active under the endpoint's worker id, with one of its slots.
-    Claimed(Box<Job>),
+    Claimed { job: Box<Job>, slot: SlotHold },
     /// Every slot of the endpoint is held: another endpoint may take the job.
     Full,
     /// The job is not to be delivered now (no longer available, its queue paused, a rate
     /// limit refusing it): no other endpoint needs to try.
     NotNow,
 }
+
+/// One in-flight slot of an endpoint, held for one delivery: give it back with
+/// [`Store::release_push_slot`]. Each take has its own holder entry, so a second dispatch
+/// of the same job (the stream's and a catch-up's), whose claim loses, gives back only the
+/// slot it took itself.
+#[derive(Debug, Clone)]
+pub struct SlotHold(String);
 
 /// A job the change stream saw become available, as much as its claim needs.
 #[derive(Debug, Clone)]
@@ -390,7 +397,7 @@ impl Store {
                 None => None,
             };
         let lease_ms = endpoint.endpoint.timeout_ms + LEASE_MARGIN_MS;
-        let holder = ready.job.id.to_string();
+        let holder = format!("{}.{}", ready.job.id, uuid::Uuid::new_v4().simple());
         let slot = endpoint.slot_policy();
         let lease_until_us = time::after_ms(now, lease_ms).timestamp_micros();
         if !self
@@ -421,7 +428,10 @@ impl Store {
             )
             .await;
         match claimed {
-            Ok(Some(job)) => Ok(PushClaim::Claimed(Box::new(job))),
+            Ok(Some(job)) => Ok(PushClaim::Claimed {
+                job: Box::new(job),
+                slot: SlotHold(holder),
+            }),
             other => {
                 self.release_holder(&slot.key, &holder, Some(lease_until_us))
                     .await;
@@ -430,10 +440,10 @@ impl Store {
         }
     }
 
-    /// Gives back the in-flight slot `job_id` held at `endpoint` (one or two UpdateItems;
-    /// best effort: a slot not given back ends with the delivery's lease).
-    pub async fn release_push_slot(&self, endpoint: &PushEntry, job_id: &str) {
-        self.release_holder(&endpoint.slot_policy().key, job_id, None)
+    /// Gives back a delivery's in-flight slot at `endpoint` (one or two UpdateItems; best
+    /// effort: a slot not given back ends with the delivery's lease).
+    pub async fn release_push_slot(&self, endpoint: &PushEntry, slot: &SlotHold) {
+        self.release_holder(&endpoint.slot_policy().key, &slot.0, None)
             .await;
     }
 

@@ -39,7 +39,8 @@ fn ids(events: &[Value]) -> Vec<String> {
 
 /// A stream batch that comes late (a retried or slow one) stores events whose transitions
 /// happened before events already listed: a reader that goes on from its cursor, or from
-/// the last event's id, still gets them. Applied again, a batch's events keep their ids.
+/// the last event's id, still gets them. Applied again, a batch's events keep their ids,
+/// and one answer lists each once.
 #[tokio::test]
 async fn an_event_stored_late_still_follows_a_cursor_taken_before_it() -> anyhow::Result<()> {
     let store = fresh_store().await?;
@@ -78,9 +79,10 @@ async fn an_event_stored_late_still_follows_a_cursor_taken_before_it() -> anyhow
         .apply_changes(&[Change::between(None, Some(&first))])
         .await?;
     let (again, _) = listed(&store, queue, Some(&next)).await?;
-    assert_eq!(ids(&again), [first_id]);
+    assert_eq!(ids(&again), std::slice::from_ref(&first_id));
+    // One answer lists it once, where it was first stored.
     let (all, _) = listed(&store, queue, None).await?;
-    assert_eq!(all.len(), 3);
+    assert_eq!(ids(&all), [second_id.clone(), first_id.clone()]);
     // A time made into an id (the admin's "since": its first 48 bits, the rest zero)
     // selects the events of later transitions, wherever they were stored.
     let since = u64::try_from((now - chrono::Duration::seconds(1)).timestamp_millis())?;

@@ -204,6 +204,15 @@ impl Store {
             found.extend(events);
         }
         found.sort_by(|a, b| a.0.cmp(&b.0));
+        // A retried stream batch stores its events again under the same ids: one answer
+        // lists each once, at its first position (a copy stored after a cursor a client
+        // already holds still comes back, as any at-least-once consumer expects).
+        let mut seen = std::collections::HashSet::new();
+        found.retain(|(_, doc)| {
+            doc["id"]
+                .as_str()
+                .is_none_or(|id| seen.insert(id.to_owned()))
+        });
         if found.len() > q.limit {
             found.truncate(q.limit);
             has_more = true;

@@ -569,9 +569,46 @@ async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn a_resumed_queue_delivers_its_waiting_jobs_without_the_scheduler() -> anyhow::Result<()> {
+    // As on AWS: deliveries start from the change stream only. The resume nudges the jobs
+    // that became available while the queue was paused.
+    let app = TestApp::spawn_with_push_from_stream_only().await?;
+    let fake = Fake::default();
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(&app, registration(&url, &["resumed.job"], "resumed")).await?;
+    set_paused(&app, "resumed", true).await?;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": "resumed.job", "queue": "resumed", "args": [i]}))
+            .await?;
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let polled = app
+        .push(json!({"type": "polled.job", "queue": "resumed", "args": []}))
+        .await?;
+    let polled = polled.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    set_paused(&app, "resumed", false).await?;
+    for id in &ids {
+        let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
+        assert_eq!(job["state"], "completed", "{job}");
+    }
+    assert_eq!(fake.seen.lock().map(|s| s.len()).unwrap_or(0), 3);
+    assert_eq!(app.info(&polled).await?.body["job"]["state"], "available");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Result<()> {
     // On AWS no process catches up periodically: a job that became available while its
-    // queue was paused waits after the resume until the scheduler nudges it.
+    // queue was paused, whose resume did not nudge it (the request died after its write),
+    // waits until the scheduler nudges it.
     let app = TestApp::spawn_with_push_from_stream_only().await?;
     let fake = Fake::default();
     let url = fake_endpoint(fake.clone(), 0).await?;
@@ -593,7 +630,7 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
         .unwrap_or_default()
         .to_owned();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    set_paused(&app, "nudged", false).await?;
+    app.store.set_paused("nudged", false).await?;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     for id in &ids {
         assert_eq!(app.info(id).await?.body["job"]["state"], "available");

@@ -102,6 +102,16 @@ pub(crate) async fn set_paused(
     let queue = QueueName::parse(&name)?;
     let q = app.store.set_paused(queue.as_str(), paused).await?;
     tracing::info!(queue = %q.name, paused, "queue state changed");
+    if !paused {
+        // Best effort: what this misses, the scheduler's nudge delivers later.
+        if let Err(e) = app
+            .store
+            .nudge_resumed_queue(&queue, ojs_core::time::now())
+            .await
+        {
+            tracing::warn!(queue = %queue, error = %e, "resumed queue's pushed jobs not nudged");
+        }
+    }
     let status = if q.paused { "paused" } else { "active" };
     let object =
         json!({"name": q.name, "paused": q.paused, "status": status, "created_at": q.created_at});

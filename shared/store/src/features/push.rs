@@ -464,30 +464,61 @@ impl Store {
         let endpoints = self.list_push_endpoints().await?;
         let mut nudged = 0;
         for queue in served_queues(&endpoints) {
-            let pushed = |r: &ReadyJob| {
-                endpoints
-                    .iter()
-                    .any(|e| e.disabled.is_none() && e.endpoint.takes(queue, &r.job.spec.job_type))
-            };
-            let waiting = match self.ready_jobs(queue, NUDGE_PER_QUEUE, waited_since).await {
-                Ok(jobs) => jobs,
+            nudged += self.nudge_queue(queue, &endpoints, now, waited_since).await;
+        }
+        Ok(nudged)
+    }
+
+    /// The nudge of [`Store::nudge_waiting_pushes`] for one queue just resumed, for the
+    /// jobs that became available while it was paused: on AWS no delivery ends on a paused
+    /// queue, so without it they would wait for the scheduler's minute run. One Query of
+    /// the queue's registrations (all a queue without endpoints costs), then as there.
+    pub async fn nudge_resumed_queue(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let endpoints = self.push_endpoints_of(queue).await?;
+        if !endpoints.iter().any(|e| e.disabled.is_none()) {
+            return Ok(0);
+        }
+        Ok(self.nudge_queue(queue, &endpoints, now, now).await)
+    }
+
+    /// Up to [`NUDGE_PER_QUEUE`] jobs of `queue` that a type of `endpoints` takes and that
+    /// waited since before `waited_since`, each marked with one conditional UpdateItem.
+    /// Failures are logged; returns how many were marked.
+    async fn nudge_queue(
+        &self,
+        queue: &QueueName,
+        endpoints: &[PushEntry],
+        now: Timestamp,
+        waited_since: Timestamp,
+    ) -> usize {
+        let pushed = |r: &ReadyJob| {
+            endpoints
+                .iter()
+                .any(|e| e.disabled.is_none() && e.endpoint.takes(queue, &r.job.spec.job_type))
+        };
+        let waiting = match self.ready_jobs(queue, NUDGE_PER_QUEUE, waited_since).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(queue = %queue, error = %e, "waiting pushed jobs unreadable");
+                return 0;
+            }
+        };
+        let mut nudged = 0;
+        for r in waiting.iter().filter(|r| pushed(r)) {
+            match self.nudge(r, now).await {
+                Ok(true) => nudged += 1,
+                Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(queue = %queue, error = %e, "waiting pushed jobs unreadable");
-                    continue;
-                }
-            };
-            for r in waiting.iter().filter(|r| pushed(r)) {
-                match self.nudge(r, now).await {
-                    Ok(true) => nudged += 1,
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(queue = %queue, job_id = %r.job.id, error = %e, "pushed job not nudged");
-                        break;
-                    }
+                    tracing::warn!(queue = %queue, job_id = %r.job.id, error = %e, "pushed job not nudged");
+                    break;
                 }
             }
         }
-        Ok(nudged)
+        nudged
     }
 
     /// Marks `ready` as nudged, if it is still available at the same index entry.

@@ -617,12 +617,31 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             .await?,
         &[200],
     )?;
+    // A job that became available while the queue was paused, of a type a push endpoint
+    // takes: the resume nudges it (the ready index, the job, its mark).
+    let endpoint = ojs_core::push::PushEndpoint::from_json(
+        &json!({
+            "endpoint": "http://127.0.0.1:9/",
+            "job_types": ["iam.job"],
+            "queues": ["wq"],
+            "config": {"max_concurrency": 1, "timeout_ms": 1000, "signing_secret": "s".repeat(32)},
+        }),
+        true,
+    )?;
+    let registered = setup
+        .store
+        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .await?;
+    setup.push(push("wq", json!({}))).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     expect(
         "resume",
         s.call(Method::POST, "/ojs/v1/queues/wq/resume", None)
             .await?,
         &[200],
     )?;
+    // The scheduler's nudge below is to find only its own job.
+    setup.store.delete_push_endpoint(&registered.id).await?;
     expect(
         "rate",
         s.call(

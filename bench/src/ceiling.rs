@@ -270,6 +270,9 @@ pub async fn replay(calls: &[CallRecord], workers: usize) -> anyhow::Result<Ceil
         .ensure_table()
         .await
         .context("creating the ceiling table")?;
+    if !crate::env::stream_on() {
+        crate::env::stream_off_for(&client, &table).await?;
+    }
     let result = replay_on(&client, &table, calls, workers).await;
     let _ = store.delete_table().await;
     result

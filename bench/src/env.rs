@@ -31,6 +31,31 @@ pub async fn metered_store(
     Ok(store)
 }
 
+/// False when `OJS_BENCH_STREAM=off`: the throughput section then runs on tables whose
+/// change stream is off, with no stream consumer, to measure the request path without
+/// the cost DynamoDB Local's stream adds to every write (4 to 5 times the work per call
+/// measured on it; `scripts/ddb-local-stream-cost.py`). Deployed, the stream is always on.
+pub fn stream_on() -> bool {
+    !std::env::var("OJS_BENCH_STREAM").is_ok_and(|v| v.eq_ignore_ascii_case("off"))
+}
+
+/// Turns `table`'s change stream off.
+pub async fn stream_off_for(client: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    client
+        .update_table()
+        .table_name(table)
+        .stream_specification(
+            aws_sdk_dynamodb::types::StreamSpecification::builder()
+                .stream_enabled(false)
+                .build()?,
+        )
+        .send()
+        .await
+        .with_context(|| format!("turning off the stream of {table}"))?;
+    Ok(())
+}
+
 /// The DynamoDB endpoint in use.
 pub fn dynamodb_endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB")

@@ -550,6 +550,12 @@ fn render_throughput(o: &mut String, tp: &ThroughputReport) {
             r.ceiling.first_error.as_deref().unwrap_or("?")
         );
     }
+    if tp.runs.iter().any(|r| !r.stream) {
+        let _ = writeln!(
+            o,
+            "STREAM OFF (OJS_BENCH_STREAM=off): tables without their change stream and no stream consumer; the request path alone, not a deployment (no events, no stats)"
+        );
+    }
     let fresh = tp.runs.iter().filter(|r| r.fresh_dynamodb).count();
     let _ = writeln!(
         o,

@@ -54,6 +54,8 @@ pub struct Run {
     pub args_bytes: usize,
     /// Whether the run started on a fresh DynamoDB Local (see [`fresh_dynamodb`]).
     pub fresh_dynamodb: bool,
+    /// Whether the tables had their change stream (always, but with `OJS_BENCH_STREAM=off`).
+    pub stream: bool,
     /// Phase 1 wall time.
     pub push_seconds: f64,
     /// Phase 2 wall time.
@@ -125,8 +127,10 @@ pub async fn run(
 }
 
 /// Runs `OJS_BENCH_FRESH_DYNAMODB`, a shell command that restarts DynamoDB Local empty,
-/// if set; true if it ran. DynamoDB Local's writes slow down as stream records pile up
-/// over a run, so without it a later level is measured on a slower emulator.
+/// if set; true if it ran. On DynamoDB Local a write to a table with a stream costs more
+/// the more records older streams hold, deleted tables' included (about 20 times slower
+/// after 25,000 of them; `scripts/ddb-local-stream-cost.py`), so without it a later level,
+/// or a replay after a run, is measured on a slower emulator.
 fn fresh_dynamodb() -> anyhow::Result<bool> {
     restart_with(std::env::var("OJS_BENCH_FRESH_DYNAMODB").ok().as_deref())
 }
@@ -149,12 +153,22 @@ fn restart_with(command: Option<&str>) -> anyhow::Result<bool> {
 async fn run_one(workers: usize, jobs: usize, args_bytes: usize) -> anyhow::Result<Run> {
     let meter = Meter::default();
     let store = crate::env::metered_store("throughput", &meter).await?;
-    let app = Arc::new(TestApp::spawn_on_store(store).await?);
+    let app = Arc::new(if crate::env::stream_on() {
+        TestApp::spawn_on_store(store).await?
+    } else {
+        let sdk = crate::env::sdk().await;
+        crate::env::stream_off_for(&ojs_store::client_for(&sdk), store.table()).await?;
+        TestApp::spawn_on_store_without_stream(store).await?
+    });
     let result = phases(&app, &meter, workers, jobs, args_bytes).await;
     if let Ok(app) = Arc::try_unwrap(app) {
         app.teardown().await;
     }
     let (mut run, calls) = result?;
+    // The replay's table on an emulator that holds the run's stream records would be
+    // slowed by them (a new stream's writes pay for the records of older ones), and the
+    // ratio would flatter the product: it gets a fresh DynamoDB Local too.
+    fresh_dynamodb()?;
     let ceiling = ceiling::replay(&calls, workers).await?;
     run.ceiling_jobs_per_s = ceiling.calls_per_s / run.calls_per_job.max(1e-9);
     run.ratio = run.lifecycle_jobs_per_s / run.ceiling_jobs_per_s.max(1e-9);
@@ -287,6 +301,7 @@ async fn phases(
         jobs,
         args_bytes,
         fresh_dynamodb: false,
+        stream: crate::env::stream_on(),
         push_seconds,
         consume_seconds,
         push_jobs_per_s: jobs as f64 / push_seconds.max(1e-9),

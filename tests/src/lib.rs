@@ -224,6 +224,17 @@ impl TestApp {
         Self::spawn_on(store).await
     }
 
+    /// Like [`TestApp::spawn_on_store`] with no change stream consumer, over a table whose
+    /// stream is off: the request path alone (the bench's measure of DynamoDB Local
+    /// without the cost its stream adds to every write; events and stats stay empty).
+    pub async fn spawn_on_store_without_stream(store: Store) -> anyhow::Result<Self> {
+        let config = HttpConfig {
+            fetch_recheck: strict_proxy::fetch_recheck(),
+            ..HttpConfig::default()
+        };
+        Self::serve_over(store, config).await
+    }
+
     /// Serves every endpoint group over a fresh table with HTTP settings `config`
     /// (e.g. API keys required, CORS origins).
     pub async fn spawn_with_config(config: HttpConfig) -> anyhow::Result<Self> {
@@ -244,12 +255,15 @@ impl TestApp {
     }
 
     async fn serve(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
+        Self::serve_over(with_change_stream(store).await?, config).await
+    }
+
+    async fn serve_over(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
         // Server logs (e.g. the cause behind a 503) show with `RUST_LOG=warn cargo test`.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let store = with_change_stream(store).await?;
         let router = app(AppState::new(store.clone(), config), &Group::ALL);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base_url = format!("http://{}", listener.local_addr()?);

@@ -258,14 +258,15 @@ impl WebhookDispatcher {
                 None => outcome = Outcome::Dead,
             }
         }
-        let label = match outcome {
-            Outcome::Delivered => "delivered",
-            Outcome::Retry => "retrying",
-            Outcome::Dead => "dead",
+        let (label, event) = match outcome {
+            Outcome::Delivered => ("delivered", "webhook.delivered"),
+            Outcome::Retry => ("retrying", "webhook.failed"),
+            Outcome::Dead => ("dead", "webhook.dead"),
         };
+        // `event` names the ojs-webhooks.md §11.1 event this attempt is.
         tracing::info!(
-            subscription = %sub.id, delivery_id = %d.id, event_type = d.event_type, attempt,
-            status = sent.status, ms = sent.duration_ms, outcome = label, "webhook attempt"
+            event, subscription = %sub.id, delivery_id = %d.id, event_type = d.event_type,
+            attempt, status = sent.status, ms = sent.duration_ms, outcome = label, "webhook attempt"
         );
         if let Some(namespace) = store.metrics_namespace() {
             let measured = crate::metrics::Attempt {

@@ -204,7 +204,11 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     let mut stream = start(
         "stream",
         store.table(),
-        &[("OJS_METRICS", "emf"), ("OJS_PUSH_ALLOW_PRIVATE", "on")],
+        &[
+            ("OJS_METRICS", "emf"),
+            ("OJS_PUSH_ALLOW_PRIVATE", "on"),
+            ("RUST_LOG", "info"),
+        ],
     )
     .await?;
     let Outcome::Response(res) =
@@ -257,6 +261,24 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     assert!(
         emf.iter().any(|d| d["ojs.webhook.subscription.count"] == 1),
         "no subscription gauge in: {stdout}"
+    );
+    // The §11.1 event of that attempt, as a log record.
+    let logged: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "webhook attempt")
+        .collect();
+    assert_eq!(logged.len(), 1, "{stdout}");
+    assert_eq!(
+        logged[0]["fields"]["event"], "webhook.dead",
+        "{}",
+        logged[0]
+    );
+    assert_eq!(
+        logged[0]["fields"]["subscription"],
+        hook.id.as_str(),
+        "{}",
+        logged[0]
     );
     jobs.stop().await;
     system.stop().await;

@@ -112,7 +112,7 @@ async fn create_subscription(
         .store
         .put_webhook(&subscription, new_secret(), time::now())
         .await?;
-    tracing::info!(id = %entry.id, "webhook subscription created");
+    tracing::info!(event = "webhook.subscription.created", id = %entry.id, "webhook subscription created");
     // §6.1: the secret is answered here, and only here (and by a rotation).
     let mut view = entry.view();
     if let Some(o) = view.as_object_mut() {
@@ -195,7 +195,7 @@ async fn delete_subscription(
         .delete_webhook(&id)
         .await
         .map_err(not_found_as(&id))?;
-    tracing::info!(id = %id, "webhook subscription deleted");
+    tracing::info!(event = "webhook.subscription.deleted", id = %id, "webhook subscription deleted");
     Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
 }
 

@@ -568,31 +568,41 @@ async fn a_paused_queue_is_pushed_once_resumed() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Registers `fake` for `<queue>.job` on `queue`, pauses the queue and pushes three jobs
+/// of that type and one of a type no endpoint takes (left to polling workers); waits a
+/// second and checks that nothing was delivered. Returns the pushed ids and the other one.
+async fn waiting_on_a_paused_queue(
+    app: &TestApp,
+    fake: &Fake,
+    queue: &str,
+) -> anyhow::Result<(Vec<String>, String)> {
+    let job_type = format!("{queue}.job");
+    let url = fake_endpoint(fake.clone(), 0).await?;
+    register(app, registration(&url, &[job_type.as_str()], queue)).await?;
+    set_paused(app, queue, true).await?;
+    let id = |r: &ojs_tests::Reply| r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": job_type, "queue": queue, "args": [i]}))
+            .await?;
+        ids.push(id(&r));
+    }
+    let polled = app
+        .push(json!({"type": "polled.job", "queue": queue, "args": []}))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    Ok((ids, id(&polled)))
+}
+
 #[tokio::test]
 async fn a_resumed_queue_delivers_its_waiting_jobs_without_the_scheduler() -> anyhow::Result<()> {
     // As on AWS: deliveries start from the change stream only. The resume nudges the jobs
     // that became available while the queue was paused.
     let app = TestApp::spawn_with_push_from_stream_only().await?;
     let fake = Fake::default();
-    let url = fake_endpoint(fake.clone(), 0).await?;
-    register(&app, registration(&url, &["resumed.job"], "resumed")).await?;
-    set_paused(&app, "resumed", true).await?;
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        let r = app
-            .push(json!({"type": "resumed.job", "queue": "resumed", "args": [i]}))
-            .await?;
-        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
-    }
-    let polled = app
-        .push(json!({"type": "polled.job", "queue": "resumed", "args": []}))
-        .await?;
-    let polled = polled.body["job"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    let (ids, polled) = waiting_on_a_paused_queue(&app, &fake, "resumed").await?;
     set_paused(&app, "resumed", false).await?;
     for id in &ids {
         let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
@@ -611,25 +621,7 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     // waits until the scheduler nudges it.
     let app = TestApp::spawn_with_push_from_stream_only().await?;
     let fake = Fake::default();
-    let url = fake_endpoint(fake.clone(), 0).await?;
-    register(&app, registration(&url, &["nudge.job"], "nudged")).await?;
-    set_paused(&app, "nudged", true).await?;
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        let r = app
-            .push(json!({"type": "nudge.job", "queue": "nudged", "args": [i]}))
-            .await?;
-        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
-    }
-    // A job of a type no endpoint takes is left to polling workers.
-    let polled = app
-        .push(json!({"type": "polled.job", "queue": "nudged", "args": []}))
-        .await?;
-    let polled = polled.body["job"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (ids, polled) = waiting_on_a_paused_queue(&app, &fake, "nudged").await?;
     app.store.set_paused("nudged", false).await?;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     for id in &ids {

@@ -559,7 +559,7 @@ fn render_throughput(o: &mut String, tp: &ThroughputReport) {
     let fresh = tp.runs.iter().filter(|r| r.fresh_dynamodb).count();
     let _ = writeln!(
         o,
-        "{fresh} of {} levels started on a fresh DynamoDB Local (OJS_BENCH_FRESH_DYNAMODB)",
+        "{fresh} of {} levels (and their replays) started on a fresh DynamoDB Local (OJS_BENCH_FRESH_DYNAMODB), warmed up by an unmeasured pass without a stream",
         tp.runs.len()
     );
     let _ = writeln!(

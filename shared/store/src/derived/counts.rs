@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::Select;
 use futures::future::join_all;
 use ojs_core::{Job, JobState, QueueName};
 
@@ -167,13 +168,8 @@ impl Store {
                 // quiet by it not changing (see [`Store::heal_counters`]).
                 let mut adds = vec!["moves :one".to_owned()];
                 let mut req = self
-                    .client
-                    .update_item()
-                    .table_name(self.table())
-                    .key("pk", s(keys::QUEUES_PK))
-                    .key("sk", s(keys::queue_counts_sk(&queue, shard)))
-                    .expression_attribute_values(":one", n(1))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                    .update_counters(&keys::queue_counts_sk(&queue, shard))
+                    .expression_attribute_values(":one", n(1));
                 for (i, (name, delta)) in deltas.into_iter().enumerate() {
                     adds.push(format!("#f{i} :d{i}"));
                     req = req
@@ -203,13 +199,7 @@ impl Store {
         for shard in 0..self.queue_shards() {
             let mut counted = QueueStats::default();
             self.count_shard(queue, shard, &mut counted).await?;
-            let req = self
-                .client
-                .update_item()
-                .table_name(self.table())
-                .key("pk", s(keys::QUEUES_PK))
-                .key("sk", s(keys::queue_counts_sk(queue.as_str(), shard)))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let req = self.update_counters(&keys::queue_counts_sk(queue.as_str(), shard));
             let mut sets = Vec::new();
             let req = set_indexed(req, &mut sets, counted.indexed().into_iter().enumerate());
             let out = req
@@ -279,14 +269,6 @@ impl Store {
                 .and_then(|v| v.parse::<i64>().ok())
         };
         let moves = num("moves");
-        let update = || {
-            self.client
-                .update_item()
-                .table_name(self.table())
-                .key("pk", s(keys::QUEUES_PK))
-                .key("sk", s(sk))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-        };
         let at = n(moves.unwrap_or(0));
         // With no `moves` yet the item only ever had terminal counts added.
         let unchanged = match moves {
@@ -294,7 +276,8 @@ impl Store {
             None => "attribute_not_exists(moves)",
         };
         if num("seen_moves") != Some(moves.unwrap_or(0)) {
-            let out = update()
+            let out = self
+                .update_counters(sk)
                 .update_expression("SET seen_moves = :m")
                 .expression_attribute_values(":m", at)
                 .send()
@@ -324,7 +307,8 @@ impl Store {
             .iter()
             .map(|(i, value)| format!("{} {} -> {value}", field(INDEXED[*i]), held[*i]))
             .collect();
-        let req = update()
+        let req = self
+            .update_counters(sk)
             .condition_expression(unchanged)
             .expression_attribute_values(":m", at);
         let mut sets = vec!["checked_moves = :m".to_owned()];
@@ -333,24 +317,23 @@ impl Store {
             .update_expression(format!("SET {}", sets.join(", ")))
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
+        match self.tally_conditional(Kind::Write, out)? {
+            Some(_) => {
                 if !drifted.is_empty() {
                     tracing::warn!(queue = %queue, shard, drift = %drifted.join(", "), "job counters repaired from the indexes");
                 }
                 Ok(!drifted.is_empty())
             }
             // A move landed during the count: the next quiet sweep counts again.
-            Err(e) if crate::error::is_condition_failure(&e) => {
-                self.usage.record(Kind::Write, None);
-                Ok(false)
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                Err(StoreError::from_sdk(e))
-            }
+            None => Ok(false),
         }
+    }
+
+    /// An UpdateItem of the counter item `sk`.
+    fn update_counters(&self, sk: &str) -> UpdateItemFluentBuilder {
+        self.update_item()
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(sk))
     }
 
     /// The counts of `queue` as its counter items hold them, and its pause flag (one
@@ -426,40 +409,21 @@ impl Store {
         shard: u16,
         stats: &mut QueueStats,
     ) -> Result<(), StoreError> {
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(crate::schema::READY_INDEX.name)
-                .key_condition_expression("gsi1pk = :pk")
-                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
-                .select(Select::Count)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let ready = self
+            .query_index(&crate::schema::READY_INDEX)
+            .key_condition_expression("gsi1pk = :pk")
+            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
+            .select(Select::Count);
+        let mut pages = self.pages(ready);
+        while let Some(out) = pages.next().await? {
             stats.available += u64::try_from(out.count()).unwrap_or(0);
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
         }
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(crate::schema::DUE_INDEX.name)
-                .key_condition_expression("gsi2pk = :pk")
-                .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let due = self
+            .query_index(&crate::schema::DUE_INDEX)
+            .key_condition_expression("gsi2pk = :pk")
+            .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)));
+        let mut pages = self.pages(due);
+        while let Some(out) = pages.next().await? {
             for i in out.items() {
                 match i
                     .get("state")
@@ -473,10 +437,6 @@ impl Store {
                     // counted from the ready index already.
                     _ => {}
                 }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
             }
         }
         Ok(())

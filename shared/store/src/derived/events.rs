@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::join_all;
 use ojs_core::event::Event;
 use ojs_core::time;
@@ -155,14 +156,11 @@ impl Store {
                 .into_iter()
                 .map(|text| {
                     let packed = miniz_oxide::deflate::compress_to_vec(&text, 6);
-                    self.client
-                        .put_item()
-                        .table_name(self.table())
+                    self.put_item()
                         .item("pk", s(keys::events_pk(queue)))
                         .item("sk", s(format!("evt_{}", uuid::Uuid::now_v7())))
                         .item("events", AttributeValue::B(Blob::new(packed)))
                         .item("ttl", n(ttl))
-                        .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 })
                 .collect::<Vec<_>>()
         });
@@ -241,46 +239,34 @@ impl Store {
             return Ok(None);
         };
         for queue in queues {
-            let mut start = None;
+            let mut pages = self.pages(self.events_query(queue, Some(&from)));
             for _ in 0..MAX_PAGES {
-                let out = self.events_query(queue, Some(&from), start.take()).await?;
+                let Some(out) = pages.next().await? else {
+                    break;
+                };
                 for item in out.items() {
                     let page = page_key(item);
                     if let Some(index) = page_events(item).iter().position(|(e, _)| e == id) {
                         return Ok(Some(Position { page, index }));
                     }
                 }
-                start = out.last_evaluated_key().cloned();
-                if start.is_none() {
-                    break;
-                }
             }
         }
         Ok(None)
     }
 
-    /// One page of page items of `queue`, from the key `from` on.
-    async fn events_query(
-        &self,
-        queue: &str,
-        from: Option<&String>,
-        start: Option<std::collections::HashMap<String, AttributeValue>>,
-    ) -> Result<aws_sdk_dynamodb::operation::query::QueryOutput, StoreError> {
+    /// The page items of `queue`, from the key `from` on, four to a page.
+    fn events_query(&self, queue: &str, from: Option<&String>) -> QueryFluentBuilder {
         let req = self
-            .client
-            .query()
-            .table_name(self.table())
+            .query_table()
             .expression_attribute_values(":pk", s(keys::events_pk(queue)))
-            .set_exclusive_start_key(start)
-            .limit(4)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        let req = match from {
+            .limit(4);
+        match from {
             Some(from) => req
                 .key_condition_expression("pk = :pk AND sk >= :from")
                 .expression_attribute_values(":from", s(from.clone())),
             None => req.key_condition_expression("pk = :pk"),
-        };
-        self.tally(Kind::Read, req.send().await)
+        }
     }
 
     async fn queue_events(
@@ -290,12 +276,14 @@ impl Store {
         q: &EventQuery,
     ) -> Result<(Vec<(Position, Value)>, bool), StoreError> {
         let mut found = Vec::new();
-        let mut start = None;
         let from = after.and_then(After::first_page);
+        let mut pages = self.pages(self.events_query(queue, from.as_ref()));
+        // Whether the last page read has more after it.
+        let mut unread = false;
         for _ in 0..MAX_PAGES {
-            let out = self
-                .events_query(queue, from.as_ref(), start.take())
-                .await?;
+            let Some(out) = pages.next().await? else {
+                break;
+            };
             for item in out.items() {
                 let page = page_key(item);
                 for (index, (id, doc)) in page_events(item).into_iter().enumerate() {
@@ -312,12 +300,12 @@ impl Store {
                     }
                 }
             }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() || found.len() > q.limit {
+            unread = out.last_evaluated_key().is_some();
+            if !unread || found.len() > q.limit {
                 break;
             }
         }
-        let more = start.is_some() || found.len() > q.limit;
+        let more = unread || found.len() > q.limit;
         found.truncate(q.limit);
         Ok((found, more))
     }

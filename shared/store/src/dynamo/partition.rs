@@ -2,8 +2,6 @@
 //! Query of one partition key. These partitions hold one small item
 //! per registration, so reading them whole is bounded by the number of registrations.
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
-
 use crate::error::StoreError;
 use crate::item::{s, Item};
 use crate::usage::Kind;
@@ -28,33 +26,17 @@ impl Store {
         prefix: Option<&str>,
         consistent: bool,
     ) -> Result<Vec<Item>, StoreError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let mut req = self
-                .client
-                .query()
-                .table_name(self.table())
-                .expression_attribute_values(":pk", s(pk));
-            req = match prefix {
-                Some(p) => req
-                    .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                    .expression_attribute_values(":prefix", s(p)),
-                None => req.key_condition_expression("pk = :pk"),
-            };
-            let out = req
-                .consistent_read(consistent)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
-            items.extend(out.items().iter().cloned());
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(items);
-            }
-        }
+        let query = self
+            .query_table()
+            .expression_attribute_values(":pk", s(pk))
+            .consistent_read(consistent);
+        let query = match prefix {
+            Some(p) => query
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":prefix", s(p)),
+            None => query.key_condition_expression("pk = :pk"),
+        };
+        self.pages(query).items().await
     }
 }
 
@@ -72,33 +54,19 @@ impl Store {
         >,
     > {
         let out = self
-            .client
-            .transact_write_items()
+            .transact_write()
             .set_transact_items(Some(items))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                Err(e)
-            }
-        }
+        self.metered(Kind::Write, out).map(|_| ())
     }
 
     /// One item by key, strongly consistent (read-your-writes after PUSH, ACK, PUT...).
     pub(crate) async fn read_item(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self
-            .client
             .get_item()
-            .table_name(self.table())
             .set_key(Some(key))
             .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         Ok(self.tally(Kind::Read, out)?.item)
@@ -107,26 +75,16 @@ impl Store {
     /// Writes `item` whole, unconditionally (log lines, pending retries, snapshots: items
     /// only their writer owns).
     pub(crate) async fn put_plain(&self, item: Item) -> Result<(), StoreError> {
-        let out = self
-            .client
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
+        let out = self.put_item().set_item(Some(item)).send().await;
         self.tally(Kind::Write, out).map(|_| ())
     }
 
     /// Deletes an item and returns what it held (`None` when there was nothing).
     pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self
-            .client
             .delete_item()
-            .table_name(self.table())
             .set_key(Some(key))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         Ok(self

@@ -155,16 +155,7 @@ impl crate::Store {
         E: ServiceError,
         R: std::fmt::Debug,
     {
-        match out {
-            Ok(o) => {
-                self.usage.record(kind, o.consumed());
-                Ok(o)
-            }
-            Err(e) => {
-                self.usage.record(kind, None);
-                Err(crate::StoreError::from_sdk(e))
-            }
-        }
+        self.metered(kind, out).map_err(crate::StoreError::from_sdk)
     }
 
     /// [`Store::tally`] for a write conditional on the item existing: its failed
@@ -195,12 +186,10 @@ impl crate::Store {
         E: ServiceError,
         R: std::fmt::Debug,
     {
-        match out {
-            Err(e) if crate::error::is_condition_failure(&e) => {
-                self.usage.record(kind, None);
-                Ok(None)
-            }
-            out => self.tally(kind, out).map(Some),
+        match self.metered(kind, out) {
+            Ok(o) => Ok(Some(o)),
+            Err(e) if crate::error::is_condition_failure(&e) => Ok(None),
+            Err(e) => Err(crate::StoreError::from_sdk(e)),
         }
     }
 }

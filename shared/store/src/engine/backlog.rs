@@ -20,7 +20,6 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::QueueName;
 use serde_json::{json, Value};
@@ -63,15 +62,11 @@ impl Store {
             let mut oldest: Option<Timestamp> = None;
             for shard in 0..self.queue_shards() {
                 let page = self
-                    .client
-                    .query()
-                    .table_name(self.table())
-                    .index_name(READY_INDEX.name)
+                    .query_index(&READY_INDEX)
                     .key_condition_expression("gsi1pk = :pk")
                     .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
                     .projection_expression("gsi1sk")
                     .limit(1)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await;
                 let page = self.tally(Kind::Read, page)?;
@@ -102,12 +97,7 @@ impl Store {
         let Some(namespace) = self.config.metrics_namespace.clone() else {
             return Ok(Vec::new());
         };
-        let queues: Vec<QueueName> = self
-            .list_queues()
-            .await?
-            .into_iter()
-            .filter_map(|q| QueueName::parse(&q.name).ok())
-            .collect();
+        let queues = self.queue_names().await?;
         let ages = self.ready_head_ages(&queues, now).await?;
         let ts = now.timestamp_millis();
         let mut docs = age_documents(&namespace, &ages, ts);

@@ -371,11 +371,7 @@ impl Store {
                 == Some("JOB");
             let mut key = key.clone();
             let ours = key.remove(OURS);
-            let mut del = self
-                .client
-                .delete_item()
-                .table_name(self.table())
-                .set_key(Some(key));
+            let mut del = self.delete_item().set_key(Some(key));
             del = match (is_job, ours) {
                 (true, Some(created)) => del
                     .condition_expression(
@@ -389,7 +385,7 @@ impl Store {
                 // Every key carries its proof; without one nothing is deleted.
                 (_, None) => continue,
             };
-            match del.send().await {
+            match self.metered(crate::usage::Kind::Write, del.send().await) {
                 Ok(_) => {}
                 // A lock that names another job is not this batch's any more.
                 Err(e)

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
@@ -463,24 +463,15 @@ impl Store {
     ) -> Result<Vec<Candidate>, StoreError> {
         // A page may come back short of `limit` (DynamoDB's 1 MB page): read on.
         let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(READY_INDEX.name)
-                .key_condition_expression("gsi1pk = :pk")
-                .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
-                .set_exclusive_start_key(start.take())
-                .limit(limit - i32::try_from(items.len()).unwrap_or(limit))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let query = self
+            .query_index(&READY_INDEX)
+            .key_condition_expression("gsi1pk = :pk")
+            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)));
+        let mut pages = self.pages(query);
+        let read = |items: &Vec<Item>| i32::try_from(items.len()).unwrap_or(limit);
+        while let Some(out) = pages.next_limited(Some(limit - read(&items))).await? {
             items.extend(out.items().iter().cloned());
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() || i32::try_from(items.len()).unwrap_or(limit) >= limit {
+            if read(&items) >= limit {
                 break;
             }
         }
@@ -703,10 +694,7 @@ impl Store {
         if !full.is_empty() {
             return self.refused(c, policies, first_is_queue, &full, now).await;
         }
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let mut tx = self.transact_write();
         for (w, read) in windows.iter().zip(&reads) {
             let start = self.record_start(w, read)?;
             tx = tx.transact_items(TransactWriteItem::builder().update(start).build());
@@ -725,9 +713,8 @@ impl Store {
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
-        match tx.send().await {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
+        match self.metered(Kind::Write, tx.send().await) {
+            Ok(_) => {
                 // Transactions return no item: read the claimed job back.
                 Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
                     Some(job) => Claim::Won(Box::new(job)),
@@ -735,7 +722,6 @@ impl Store {
                 })
             }
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
                     e.as_service_error()
                 else {
@@ -912,15 +898,11 @@ impl Store {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         let out = self
-            .client
-            .query()
-            .table_name(self.table())
-            .index_name(DUE_INDEX.name)
+            .query_index(&DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
             .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
             .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
             .limit(DUE_BATCH)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Read, out)?;
@@ -962,14 +944,8 @@ impl Store {
     /// operator decides what to do with it.
     pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
         tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(item::job_key(id)));
         let out = crate::transition::set_aside(why.to_owned())
-            .apply(out)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .apply(self.update_item().set_key(Some(item::job_key(id))))
             .send()
             .await;
         if let Err(e) = self.tally_existing(Kind::Write, out) {

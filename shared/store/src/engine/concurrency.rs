@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::Timestamp;
 use ojs_core::Job;
@@ -180,15 +180,12 @@ impl Store {
             return Ok(Some(false));
         };
         let out = self
-            .client
             .update_item()
-            .table_name(self.table())
             .set_key(Some(update.key().clone()))
             .update_expression(update.update_expression())
             .set_condition_expression(update.condition_expression().map(str::to_owned))
             .set_expression_attribute_names(update.expression_attribute_names().cloned())
             .set_expression_attribute_values(update.expression_attribute_values().cloned())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         // A racing taker moved the version: `None`, read again.
@@ -221,9 +218,7 @@ impl Store {
         ] {
             let mut condition = format!("attribute_exists(holders.#job) AND {size}");
             let mut req = self
-                .client
                 .update_item()
-                .table_name(self.table())
                 .set_key(Some(holders_key(key)))
                 .update_expression(expression)
                 .expression_attribute_names("#job", holder)
@@ -232,22 +227,14 @@ impl Store {
                 condition.push_str(" AND holders.#job = :lease");
                 req = req.expression_attribute_values(":lease", n(lease));
             }
-            let out = req
-                .condition_expression(condition)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            match out {
-                Ok(o) => {
-                    self.usage.record(Kind::Write, o.consumed_capacity());
-                    return;
-                }
+            let out = req.condition_expression(condition).send().await;
+            match self.tally_conditional(Kind::Write, out) {
+                Ok(Some(_)) => return,
+                // Its condition failed: the next expression, if any.
+                Ok(None) => {}
                 Err(e) => {
-                    self.usage.record(Kind::Write, None);
-                    if !crate::error::is_condition_failure(&e) {
-                        tracing::warn!(%key, %holder, error = %StoreError::from_sdk(e), "concurrency slot not released; it frees at lease end");
-                        return;
-                    }
+                    tracing::warn!(%key, %holder, error = %e, "concurrency slot not released; it frees at lease end");
+                    return;
                 }
             }
         }
@@ -267,30 +254,17 @@ impl Store {
             return Ok(());
         };
         let out = self
-            .client
             .update_item()
-            .table_name(self.table())
             .set_key(Some(holders_key(&policy.key)))
             .update_expression("SET holders.#job = :lease")
             .condition_expression("attribute_exists(holders.#job)")
             .expression_attribute_names("#job", job.id.to_string())
             .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(o) => {
-                self.usage.record(Kind::Write, o.consumed_capacity());
-                Ok(())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if crate::error::is_condition_failure(&e) {
-                    tracing::warn!(job_id = %job.id, "concurrency slot already ended; the lease is extended alone");
-                    return Ok(());
-                }
-                Err(StoreError::from_sdk(e))
-            }
+        if self.tally_conditional(Kind::Write, out)?.is_none() {
+            tracing::warn!(job_id = %job.id, "concurrency slot already ended; the lease is extended alone");
         }
+        Ok(())
     }
 }

@@ -1,10 +1,12 @@
 //! PUSH, INFO, CANCEL, ACK and FAIL: one conditional write each (FAIL reads first, to
 //! apply the job's retry policy, and writes under the version it read).
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use ojs_core::failure::Failure;
 use ojs_core::retry::FailDecision;
 use ojs_core::time::Timestamp;
@@ -118,23 +120,18 @@ impl Store {
             return Ok(outcome);
         }
         let out = self
-            .client
             .put_item()
-            .table_name(self.table())
             .set_item(Some(item::job_to_item(job, self.queue_shards())))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
+        match self.metered(Kind::Write, out) {
+            Ok(_) => {
                 self.after_push(job).await;
                 Ok(PushOutcome::Created)
             }
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 if !is_condition_failure(&e) {
                     return Err(StoreError::from_sdk(e));
                 }
@@ -341,46 +338,24 @@ impl Store {
     }
 
     /// An UpdateItem on a job, returning the new item, or the old one on a failed condition.
-    pub(crate) fn update(
-        &self,
-        id: &JobId,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        self.client
-            .update_item()
-            .table_name(self.table())
+    pub(crate) fn update(&self, id: &JobId) -> UpdateItemFluentBuilder {
+        self.update_item()
             .set_key(Some(item::job_key(id)))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
     /// Maps an UpdateItem outcome to the updated job, or to NotFound/Conflict.
-    pub(crate) fn finish_update(
-        &self,
-        out: Result<
-            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
-            aws_sdk_dynamodb::error::SdkError<
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-                aws_sdk_dynamodb::config::http::HttpResponse,
-            >,
-        >,
-    ) -> Result<Job, StoreError> {
-        match out {
+    pub(crate) fn finish_update(&self, out: UpdateResult) -> Result<Job, StoreError> {
+        match self.metered(Kind::Write, out) {
             Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
                 let item = out
                     .attributes()
                     .ok_or_else(|| StoreError::Corrupt("update returned no item".into()))?;
                 item::job_from_item(item)
             }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(conflict_from_old(old_item(&e)))
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
+            Err(e) if is_condition_failure(&e) => Err(conflict_from_old(old_item(&e))),
+            Err(e) => Err(StoreError::from_sdk(e)),
         }
     }
 
@@ -389,13 +364,7 @@ impl Store {
     /// but whose answer was lost. That item is the result, not a conflict.
     pub(crate) fn finish_own_update(
         &self,
-        out: Result<
-            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
-            aws_sdk_dynamodb::error::SdkError<
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-                aws_sdk_dynamodb::config::http::HttpResponse,
-            >,
-        >,
+        out: UpdateResult,
         ours: impl Fn(&Item) -> bool,
     ) -> Result<Job, StoreError> {
         if let Err(e) = &out {
@@ -420,17 +389,16 @@ pub(crate) fn write_id() -> AttributeValue {
     s(uuid::Uuid::new_v4().simple().to_string())
 }
 
+/// What an UpdateItem on a job answered.
+type UpdateResult = Result<UpdateItemOutput, UpdateError>;
+
+/// An UpdateItem's error, as the SDK gives it.
+type UpdateError = SdkError<UpdateItemError, HttpResponse>;
+
 /// The old item a failed UpdateItem condition returned.
-pub(crate) fn old_item(
-    e: &aws_sdk_dynamodb::error::SdkError<
-        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-        aws_sdk_dynamodb::config::http::HttpResponse,
-    >,
-) -> Option<&Item> {
+pub(crate) fn old_item(e: &UpdateError) -> Option<&Item> {
     match e.as_service_error() {
-        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-            c.item()
-        }
+        Some(UpdateItemError::ConditionalCheckFailedException(c)) => c.item(),
         _ => None,
     }
 }

@@ -342,30 +342,14 @@ impl Store {
         from: &Timestamp,
         to: &Timestamp,
     ) -> Result<Vec<(String, Timestamp)>, StoreError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(crate::schema::DUE_INDEX.name)
-                .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", s(pk))
-                .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
-                .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
-                .set_exclusive_start_key(start.take())
-                .limit(1000)
-                .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(crate::usage::Kind::Read, out)?;
-            items.extend(out.items().iter().cloned());
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+        let query = self
+            .query_index(&crate::schema::DUE_INDEX)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
+            .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
+            .limit(1000);
+        let items = self.pages(query).items().await?;
         Ok(items
             .iter()
             .filter(|i| {

@@ -13,7 +13,6 @@
 
 use std::time::Instant;
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use ojs_core::time::Timestamp;
 use ojs_core::QueueName;
 
@@ -83,13 +82,7 @@ impl Store {
                 None
             }
         };
-        let queues: Vec<QueueName> = self
-            .list_queues()
-            .await?
-            .into_iter()
-            .filter_map(|q| QueueName::parse(&q.name).ok())
-            .collect();
-        let queues = rotate(queues, cursor.as_deref());
+        let queues = rotate(self.queue_names().await?, cursor.as_deref());
         if let Err(e) = self.hand_over_to_timer(&queues, now).await {
             report.failures += failed("timer hand-over", e);
         }
@@ -150,6 +143,16 @@ impl Store {
         }
     }
 
+    /// The names of the known queues ([`Store::list_queues`]) that parse, in its order.
+    pub(crate) async fn queue_names(&self) -> Result<Vec<QueueName>, StoreError> {
+        Ok(self
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter_map(|q| QueueName::parse(&q.name).ok())
+            .collect())
+    }
+
     /// Promotes, reclaims and times out one queue's due jobs, batch after batch.
     async fn sweep_queue(&self, queue: &QueueName, now: Timestamp) -> Result<usize, StoreError> {
         let mut moved = 0;
@@ -165,12 +168,7 @@ impl Store {
 
     /// Remembers the queue the next sweep starts at (or forgets it with `None`).
     async fn set_sweep_cursor(&self, queue: Option<&QueueName>) -> Result<(), StoreError> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(cursor_key()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let req = self.update_item().set_key(Some(cursor_key()));
         let req = match queue {
             Some(q) => req
                 .update_expression("SET next_queue = :q")

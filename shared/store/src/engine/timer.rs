@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::JobId;
@@ -104,12 +105,7 @@ impl Timer {
                 .set_entries(Some(chunk.to_vec()))
                 .send()
                 .await
-                .map_err(|e| {
-                    StoreError::Backend(format!(
-                        "timer queue: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ))
-                })?;
+                .map_err(sqs_failure("timer queue"))?;
             if !out.failed().is_empty() {
                 return Err(StoreError::Backend(format!(
                     "timer queue refused {} messages",
@@ -290,16 +286,20 @@ impl Store {
             .queue_name(name)
             .send()
             .await
-            .map_err(|e| {
-                StoreError::Backend(format!(
-                    "creating timer queue: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(&e)
-                ))
-            })?;
+            .map_err(sqs_failure("creating timer queue"))?;
         let url = out
             .queue_url()
             .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
             .to_owned();
         Ok(self.with_timer(Timer::new(client, url)))
     }
+}
+
+/// Maps a failed SQS call to a backend error, `what` naming the call.
+fn sqs_failure<E, R>(what: &'static str) -> impl FnOnce(SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    move |e| StoreError::Backend(format!("{what}: {}", DisplayErrorContext(&e)))
 }

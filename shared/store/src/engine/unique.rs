@@ -5,9 +5,7 @@
 //! never blocks a later identical one).
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
 use ojs_core::{Job, JobId, JobState};
@@ -89,8 +87,7 @@ impl Store {
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             let out = self
-                .client
-                .transact_write_items()
+                .transact_write()
                 .transact_items(
                     TransactWriteItem::builder()
                         .put(
@@ -101,21 +98,13 @@ impl Store {
                         .build(),
                 )
                 .transact_items(TransactWriteItem::builder().put(put_job).build())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await;
-            let err = match out {
-                Ok(out) => {
-                    self.usage.record(Kind::Write, out.consumed_capacity());
-                    return Ok(match stored {
-                        Some(j) => PushOutcome::CreatedAs(Box::new(j)),
-                        None => PushOutcome::Created,
-                    });
-                }
-                Err(e) => {
-                    self.usage.record(Kind::Write, None);
-                    e
-                }
+            let Err(err) = self.metered(Kind::Write, out) else {
+                return Ok(match stored {
+                    Some(j) => PushOutcome::CreatedAs(Box::new(j)),
+                    None => PushOutcome::Created,
+                });
             };
             let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
                 err.as_service_error()

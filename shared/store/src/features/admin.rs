@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::event::EventKind;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
@@ -119,47 +119,32 @@ impl Store {
         }
         let mut ids = Vec::new();
         for shard in 0..self.queue_shards() {
-            let (index, pk_name, pk) = match state {
-                JobState::Available => (
-                    crate::schema::READY_INDEX.name,
-                    "gsi1pk",
-                    keys::ready_pk(queue, shard),
-                ),
-                JobState::Scheduled | JobState::Retryable | JobState::Active => (
-                    crate::schema::DUE_INDEX.name,
-                    "gsi2pk",
-                    keys::due_pk(queue, shard),
-                ),
+            let (index, pk) = match state {
+                JobState::Available => (&crate::schema::READY_INDEX, keys::ready_pk(queue, shard)),
+                JobState::Scheduled | JobState::Retryable | JobState::Active => {
+                    (&crate::schema::DUE_INDEX, keys::due_pk(queue, shard))
+                }
                 _ => return Ok(Vec::new()),
             };
-            let mut start = None;
+            let mut query = self
+                .query_index(index)
+                .key_condition_expression(format!("{} = :pk", index.keys.partition))
+                .expression_attribute_values(":pk", s(pk));
+            if state != JobState::Available {
+                query = query
+                    .filter_expression("#state = :state")
+                    .expression_attribute_names("#state", "state")
+                    .expression_attribute_values(":state", s(state.as_str()));
+            }
+            let mut pages = self.pages(query);
             while ids.len() < cap {
-                let mut req = self
-                    .client
-                    .query()
-                    .table_name(self.table())
-                    .index_name(index)
-                    .key_condition_expression(format!("{pk_name} = :pk"))
-                    .expression_attribute_values(":pk", s(pk.clone()))
-                    .set_exclusive_start_key(start.take())
-                    .limit(
-                        i32::try_from(cap - ids.len())
-                            .unwrap_or(1000)
-                            .clamp(1, 1000),
-                    )
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
-                if state != JobState::Available {
-                    req = req
-                        .filter_expression("#state = :state")
-                        .expression_attribute_names("#state", "state")
-                        .expression_attribute_values(":state", s(state.as_str()));
-                }
-                let out = self.tally(Kind::Read, req.send().await)?;
-                ids.extend(out.items().iter().filter_map(id_of_pk));
-                start = out.last_evaluated_key().cloned();
-                if start.is_none() {
+                let limit = i32::try_from(cap - ids.len())
+                    .unwrap_or(1000)
+                    .clamp(1, 1000);
+                let Some(out) = pages.next_limited(Some(limit)).await? else {
                     break;
-                }
+                };
+                ids.extend(out.items().iter().filter_map(id_of_pk));
             }
         }
         ids.truncate(cap);
@@ -241,30 +226,16 @@ impl Store {
             });
         }
         let out = self
-            .client
             .delete_item()
-            .table_name(self.table())
             .set_key(Some(item::job_key(id)))
             .condition_expression("#state = :state AND attribute_not_exists(dead_sk)")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":state", s(state.as_str()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::Conflict { current: None })
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
-        }
+        self.tally_conditional(Kind::Write, out)?
+            .map(|_| ())
+            .ok_or(StoreError::Conflict { current: None })
     }
 
     /// Counts of the dead letter queue: one keys-only Query of the `DEAD` partition.
@@ -272,20 +243,13 @@ impl Store {
         let mut stats = DeadLetterStats::default();
         let mut oldest: Option<i64> = None;
         let mut newest: Option<i64> = None;
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(keys::DEAD_PK))
-                .projection_expression("sk")
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let query = self
+            .query_table()
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(keys::DEAD_PK))
+            .projection_expression("sk");
+        let mut pages = self.pages(query);
+        while let Some(out) = pages.next().await? {
             for sk in out.items().iter().filter_map(|i| i.get("sk")?.as_s().ok()) {
                 let mut parts = sk.splitn(3, '#');
                 let (Some(queue), Some(micros)) = (parts.next(), parts.next()) else {
@@ -297,10 +261,6 @@ impl Store {
                     oldest = Some(oldest.map_or(m, |o| o.min(m)));
                     newest = Some(newest.map_or(m, |o| o.max(m)));
                 }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
             }
         }
         let format = |m: i64| {
@@ -400,11 +360,8 @@ impl Store {
         stale_before: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
-            .client
             .delete_item()
-            .table_name(self.table())
-            .key("pk", s(keys::WORKERS_PK))
-            .key("sk", s(keys::worker_sk(id)))
+            .set_key(Some(crate::workers::worker_key(id)))
             .condition_expression(
                 "attribute_exists(pk) AND (attribute_not_exists(last_seen) OR last_seen < :stale)",
             )
@@ -412,16 +369,11 @@ impl Store {
             .return_values_on_condition_check_failure(
                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
             )
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
+        match self.metered(Kind::Write, out) {
+            Ok(_) => Ok(()),
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 if is_condition_failure(&e) {
                     let exists = e
                         .as_service_error()

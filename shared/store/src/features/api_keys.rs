@@ -4,10 +4,10 @@
 //! revoked one by one by flagging their item, which every instance sees within its cache
 //! lifetime.
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::time::{self, Timestamp};
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
 use crate::Store;
@@ -92,35 +92,22 @@ impl Store {
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
         let out = self
-            .client
             .put_item()
-            .table_name(self.table())
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(ApiKeyRecord {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    hash: hash.to_owned(),
-                    created_at: time::format(&now),
-                    revoked_at: None,
-                    scopes: scopes.map(<[String]>::to_vec),
-                })
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Err(StoreError::Duplicate)
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
+        if self.tally_conditional(Kind::Write, out)?.is_none() {
+            return Err(StoreError::Duplicate);
         }
+        Ok(ApiKeyRecord {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            hash: hash.to_owned(),
+            created_at: time::format(&now),
+            revoked_at: None,
+            scopes: scopes.map(<[String]>::to_vec),
+        })
     }
 
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
@@ -146,14 +133,11 @@ impl Store {
     /// revoking twice keeps the first revocation time).
     pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
         let out = self
-            .client
             .update_item()
-            .table_name(self.table())
             .set_key(Some(api_key_key(id)))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         self.tally_existing(Kind::Write, out)?;

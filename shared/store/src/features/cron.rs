@@ -5,9 +5,8 @@
 //! creates the job: two sweeps racing on the same fire time produce exactly one job.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::types::{
-    Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::types::{ReturnValue, TransactWriteItem, Update};
 use ojs_core::cron_job::{self, CronJob, Occurrence};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
@@ -104,9 +103,7 @@ impl Store {
         ];
         let mut remove = vec![];
         let mut req = self
-            .client
             .update_item()
-            .table_name(self.table())
             .set_key(Some(cron_key(&cron.name)))
             .expression_attribute_names("#name", "name")
             .expression_attribute_values(":doc", s(Value::Object(cron.to_json()).to_string()))
@@ -138,7 +135,6 @@ impl Store {
         let out = req
             .update_expression(expression)
             .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Write, out)?;
@@ -197,22 +193,8 @@ impl Store {
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .index_name(DUE_INDEX.name)
-                .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-                .expression_attribute_values(":pk", s(keys::CRON_DUE_PK))
-                .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
-                .set_exclusive_start_key(start.take())
-                .limit(100)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let mut pages = self.pages(self.due_query(keys::CRON_DUE_PK, &now).limit(100));
+        while let Some(out) = pages.next().await? {
             for i in out.items() {
                 let Some(name) = i
                     .get("sk")
@@ -228,11 +210,17 @@ impl Store {
                     Err(e) => tracing::warn!(cron = name, error = %e, "cron occurrence not fired"),
                 }
             }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(fired);
-            }
         }
+        Ok(fired)
+    }
+
+    /// A Query of the entries of the due partition `pk` (in the due index) due at `now`
+    /// or before.
+    pub(crate) fn due_query(&self, pk: &str, now: &Timestamp) -> QueryFluentBuilder {
+        self.query_index(&DUE_INDEX)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":upper", s(keys::due_upper_bound(now)))
     }
 
     /// Fires the named registration's occurrence if it is due (the timer's entry point).
@@ -322,20 +310,10 @@ impl Store {
             .update_expression(expr)
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let mut tx = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(update).build())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
             self.register_queue(job.spec.queue.as_str()).await?;
-            let put = Put::builder()
-                .table_name(self.table())
-                .set_item(Some(item::job_to_item(job, self.queue_shards())))
-                .condition_expression("attribute_not_exists(pk)")
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-            tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+            items.push(self.put_new(item::job_to_item(job, self.queue_shards()))?);
             if let Some(prev) = waits_for {
                 // Link it behind the previous job, which must still be unfinished: if it
                 // finished meanwhile, the transaction fails and the next sweep fires
@@ -356,23 +334,17 @@ impl Store {
                     .expression_attribute_values(":s4", s(JobState::Retryable.as_str()))
                     .build()
                     .map_err(|e| StoreError::Backend(e.to_string()))?;
-                tx = tx.transact_items(TransactWriteItem::builder().update(link).build());
+                items.push(TransactWriteItem::builder().update(link).build());
             }
         }
-        match tx.send().await {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
+        if let Err(e) = self.transact(items).await {
+            let cancelled =
+                e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
+            if cancelled {
+                // Another sweep fired (or the registration changed) first.
+                return Ok(false);
             }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                let cancelled =
-                    e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
-                if cancelled {
-                    // Another sweep fired (or the registration changed) first.
-                    return Ok(false);
-                }
-                return Err(StoreError::from_sdk(e));
-            }
+            return Err(StoreError::from_sdk(e));
         }
         if let Some(next) = next {
             let target = crate::timer::TimerTarget::Cron {

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-    Select, TransactWriteItem, Update,
+    AttributeValue, Delete, Put, ReturnValuesOnConditionCheckFailure, Select, TransactWriteItem,
+    Update,
 };
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
@@ -22,7 +22,6 @@ use crate::error::StoreError;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
 use crate::transition::JobWrite;
-use crate::usage::Kind;
 use crate::Store;
 
 /// One page of the dead letter queue.
@@ -51,23 +50,16 @@ impl Store {
         }
         let wanted = offset.saturating_add(limit);
         let mut keys: Vec<Item> = Vec::new();
-        let mut start = None;
+        let mut pages = self.pages(self.dead_query(queue));
         while keys.len() < wanted {
-            let out = self
-                .dead_query(queue)
-                .set_exclusive_start_key(start.take())
-                .limit(i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000))
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+            let limit = i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000);
+            let Some(out) = pages.next_limited(Some(limit)).await? else {
+                break;
+            };
             keys.extend(out.items().iter().filter_map(|i| {
                 let id = JobId::parse(i.get("job_id")?.as_s().ok()?).ok()?;
                 Some(item::job_key(&id))
             }));
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
         }
         let page: Vec<Item> = keys.into_iter().skip(offset).take(limit).collect();
         let mut jobs = self.batch_get_jobs(page).await?;
@@ -82,12 +74,9 @@ impl Store {
         queue: Option<&QueueName>,
     ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         let req = self
-            .client
-            .query()
-            .table_name(self.table())
+            .query_table()
             .consistent_read(true)
-            .expression_attribute_values(":pk", s(keys::DEAD_PK))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .expression_attribute_values(":pk", s(keys::DEAD_PK));
         match queue {
             Some(q) => req
                 .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
@@ -177,21 +166,11 @@ impl Store {
 
     async fn count_dead(&self, queue: Option<&QueueName>) -> Result<usize, StoreError> {
         let mut total = 0usize;
-        let mut start = None;
-        loop {
-            let out = self
-                .dead_query(queue)
-                .select(Select::Count)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await;
-            let out = self.tally(Kind::Read, out)?;
+        let mut pages = self.pages(self.dead_query(queue).select(Select::Count));
+        while let Some(out) = pages.next().await? {
             total += usize::try_from(out.count()).unwrap_or(0);
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(total);
-            }
         }
+        Ok(total)
     }
 
     /// Reads jobs by key in order (BatchGetItem, strongly consistent).

@@ -10,7 +10,7 @@
 //! The signing secret is stored in the items (DynamoDB encrypts them at rest) and never
 //! leaves the store through [`PushEntry::view`].
 
-use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{Delete, TransactWriteItem, Update};
 use ojs_core::push::PushEndpoint;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::{self, Timestamp};
@@ -239,13 +239,7 @@ impl Store {
         };
         let mut items = Vec::new();
         for pk in entry_pks(&endpoint.queues) {
-            let put = Put::builder()
-                .table_name(self.table())
-                .set_item(Some(entry.to_item(pk)))
-                .condition_expression("attribute_not_exists(pk)")
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-            items.push(TransactWriteItem::builder().put(put).build());
+            items.push(self.put_new(entry.to_item(pk))?);
         }
         items.push(self.count_update(listed, listed + 1)?);
         self.write_registry(items).await?;
@@ -524,9 +518,7 @@ impl Store {
     /// Marks `ready` as nudged, if it is still available at the same index entry.
     async fn nudge(&self, ready: &ReadyJob, now: Timestamp) -> Result<bool, StoreError> {
         let out = self
-            .client
             .update_item()
-            .table_name(self.table())
             .set_key(Some(item::job_key(&ready.job.id)))
             .update_expression("SET #nudged = :now")
             .condition_expression("#state = :available AND gsi1sk = :sk")
@@ -535,7 +527,6 @@ impl Store {
             .expression_attribute_values(":now", item::n(now.timestamp_micros()))
             .expression_attribute_values(":available", s(JobState::Available.as_str()))
             .expression_attribute_values(":sk", s(ready.ready_sk.clone()))
-            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
             .send()
             .await;
         Ok(self

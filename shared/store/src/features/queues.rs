@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{s, ts};
 use crate::keys;
 use crate::usage::Kind;
@@ -37,25 +37,16 @@ impl Store {
             return Ok(());
         }
         let out = self
-            .client
             .put_item()
-            .table_name(self.table())
             .item("pk", s(keys::QUEUES_PK))
             .item("sk", s(keys::queue_sk(queue)))
             .item("name", s(queue))
             .item("created_at", ts(&time::now()))
             .condition_expression("attribute_not_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match out {
-            Ok(out) => self.usage.record(Kind::Write, out.consumed_capacity()),
-            Err(e) if is_condition_failure(&e) => self.usage.record(Kind::Write, None),
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                return Err(StoreError::from_sdk(e));
-            }
-        }
+        // Registered already (by another instance): as good.
+        self.tally_conditional(Kind::Write, out)?;
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
@@ -108,18 +99,10 @@ impl Store {
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<QueueInfo, StoreError> {
         let now = time::now();
         let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(keys::QUEUES_PK))
-            .key("sk", s(keys::queue_sk(queue)))
+            .queue_update(queue, &now)
             .update_expression("SET #name = :name, created_at = if_not_exists(created_at, :now), paused = :paused, paused_at = :now")
-            .expression_attribute_names("#name", "name")
-            .expression_attribute_values(":name", s(queue))
-            .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":paused", aws_sdk_dynamodb::types::AttributeValue::Bool(paused))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Write, out)?;
@@ -207,6 +190,17 @@ impl Store {
         Ok(())
     }
 
+    /// An UpdateItem of `queue`'s registry item, with the values that create it when it
+    /// is new (`#name = :name, created_at = if_not_exists(created_at, :now)`).
+    fn queue_update(&self, queue: &str, now: &Timestamp) -> UpdateItemFluentBuilder {
+        self.update_item()
+            .key("pk", s(keys::QUEUES_PK))
+            .key("sk", s(keys::queue_sk(queue)))
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":name", s(queue))
+            .expression_attribute_values(":now", ts(now))
+    }
+
     /// Forgets what this instance read of a queue's settings, after changing them.
     fn forget_queue_settings(&self, queue: &str) {
         if let Ok(mut cache) = self.settings_cache.lock() {
@@ -269,17 +263,8 @@ impl Store {
         policy: Option<&RateLimitPolicy>,
     ) -> Result<(), StoreError> {
         let now = time::now();
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(keys::QUEUES_PK))
-            .key("sk", s(keys::queue_sk(queue)))
-            .expression_attribute_names("#name", "name")
-            .expression_attribute_values(":name", s(queue))
-            .expression_attribute_values(":now", ts(&now))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        req = match policy {
+        let req = self.queue_update(queue, &now);
+        let req = match policy {
             Some(p) => req
                 .update_expression(
                     "SET #name = :name, created_at = if_not_exists(created_at, :now), rl = :rl",

@@ -3,12 +3,11 @@
 //! PUSH right after a registration (or a deletion) sees it. A URI is registered once:
 //! registering a different document under a taken URI is a conflict.
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use ojs_core::schema_registry::SchemaDoc;
 use ojs_core::time::{self, Timestamp};
 use serde_json::Value;
 
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::StoreError;
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
 use crate::Store;
@@ -87,35 +86,23 @@ impl Store {
             item.insert("uri".into(), s(doc.uri.clone()));
             item.insert("created_at".into(), ts(&now));
             let out = self
-                .client
                 .put_item()
-                .table_name(self.table())
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(pk)")
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await;
-            match out {
-                Ok(out) => {
-                    self.usage.record(Kind::Write, out.consumed_capacity());
-                    return Ok(SchemaPut::Created(SchemaEntry {
-                        doc: doc.clone(),
-                        created_at: time::format(&now),
-                    }));
+            if self.tally_conditional(Kind::Write, out)?.is_some() {
+                return Ok(SchemaPut::Created(SchemaEntry {
+                    doc: doc.clone(),
+                    created_at: time::format(&now),
+                }));
+            }
+            match self.get_schema(&doc.uri).await? {
+                Some(existing) if existing.doc == *doc => {
+                    return Ok(SchemaPut::Unchanged(existing))
                 }
-                Err(e) => {
-                    self.usage.record(Kind::Write, None);
-                    if !is_condition_failure(&e) {
-                        return Err(StoreError::from_sdk(e));
-                    }
-                    match self.get_schema(&doc.uri).await? {
-                        Some(existing) if existing.doc == *doc => {
-                            return Ok(SchemaPut::Unchanged(existing))
-                        }
-                        Some(existing) => return Ok(SchemaPut::Taken(existing)),
-                        None => continue,
-                    }
-                }
+                Some(existing) => return Ok(SchemaPut::Taken(existing)),
+                None => continue,
             }
         }
         Err(StoreError::Conflict { current: None })

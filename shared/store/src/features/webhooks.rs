@@ -14,7 +14,8 @@
 //! - Log: one item per attempt in `WHLOG#<subscription id>` (sort key: the delivery id, a
 //!   UUIDv7, then the attempt), expired by TTL after [`LOG_RETENTION_SECS`].
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::ReturnValue;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
 use serde_json::{json, Value};
@@ -41,6 +42,13 @@ const PENDING_TTL_SECS: i64 = 3 * 86_400;
 
 fn sub_sk(id: &str) -> String {
     format!("S#{id}")
+}
+
+fn sub_key(id: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(SUBS_PK)),
+        ("sk".to_owned(), s(sub_sk(id))),
+    ])
 }
 
 fn log_pk(subscription_id: &str) -> String {
@@ -156,6 +164,13 @@ impl PendingDelivery {
         format!("{:020}#{}", self.due_us.max(0), self.delivery_id)
     }
 
+    fn key(&self) -> Item {
+        Item::from([
+            ("pk".to_owned(), s(DUE_PK)),
+            ("sk".to_owned(), s(self.sk())),
+        ])
+    }
+
     fn from_item(item: &Item) -> Option<Self> {
         Some(Self {
             delivery_id: get(item, "delivery_id")?.clone(),
@@ -250,12 +265,9 @@ impl Store {
             updated_at: at,
         };
         let out = self
-            .client
             .put_item()
-            .table_name(self.table())
             .set_item(Some(entry.to_item()))
             .condition_expression("attribute_not_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         self.tally(Kind::Write, out)?;
@@ -264,11 +276,7 @@ impl Store {
 
     /// Subscription `id`, if any (one strongly consistent GetItem).
     pub async fn get_webhook(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
-        let key = Item::from([
-            ("pk".to_owned(), s(SUBS_PK)),
-            ("sk".to_owned(), s(sub_sk(id))),
-        ]);
-        self.read_item(key)
+        self.read_item(sub_key(id))
             .await?
             .as_ref()
             .map(WebhookEntry::from_item)
@@ -304,25 +312,16 @@ impl Store {
             ),
             None => ("attribute_exists(pk)", None),
         };
-        let out = self
-            .client
+        let req = self
             .update_item()
-            .table_name(self.table())
-            .key("pk", s(SUBS_PK))
-            .key("sk", s(sub_sk(id)))
             .update_expression("SET doc = :doc, updated_at = :at")
             .condition_expression(condition)
             .set_expression_attribute_values(
                 prev.map(|p| std::collections::HashMap::from([(":prev".to_owned(), p)])),
             )
             .expression_attribute_values(":doc", s(subscription.to_doc().to_string()))
-            .expression_attribute_values(":at", s(time::format(&now)))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = self.tally_existing(Kind::Write, out)?;
-        WebhookEntry::from_item(out.attributes().unwrap_or(&Item::new()))
+            .expression_attribute_values(":at", s(time::format(&now)));
+        self.update_subscription(id, req).await
     }
 
     /// Gives subscription `id` the secret `secret`; the one it replaces keeps signing
@@ -334,21 +333,28 @@ impl Store {
         grace_until: i64,
         now: Timestamp,
     ) -> Result<WebhookEntry, StoreError> {
-        let out = self
-            .client
+        let req = self
             .update_item()
-            .table_name(self.table())
-            .key("pk", s(SUBS_PK))
-            .key("sk", s(sub_sk(id)))
             .update_expression(
                 "SET prev_secret = secret, prev_until = :until, secret = :new, updated_at = :at",
             )
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":until", n(grace_until))
             .expression_attribute_values(":new", s(secret))
-            .expression_attribute_values(":at", s(time::format(&now)))
+            .expression_attribute_values(":at", s(time::format(&now)));
+        self.update_subscription(id, req).await
+    }
+
+    /// Sends `req` (an UpdateItem conditional on the subscription existing) on
+    /// subscription `id`'s item, and returns the subscription as written.
+    async fn update_subscription(
+        &self,
+        id: &str,
+        req: UpdateItemFluentBuilder,
+    ) -> Result<WebhookEntry, StoreError> {
+        let out = req
+            .set_key(Some(sub_key(id)))
             .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally_existing(Kind::Write, out)?;
@@ -359,13 +365,9 @@ impl Store {
     /// dropped by the redrive, which finds no subscription for them (§6.5).
     pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
         let out = self
-            .client
             .delete_item()
-            .table_name(self.table())
-            .key("pk", s(SUBS_PK))
-            .key("sk", s(sub_sk(id)))
+            .set_key(Some(sub_key(id)))
             .condition_expression("attribute_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         self.tally_existing(Kind::Write, out).map(|_| ())
@@ -419,14 +421,11 @@ impl Store {
     ) -> Result<(Vec<Value>, Option<String>), StoreError> {
         let limit = limit.clamp(1, MAX_LOG_PAGE);
         let mut req = self
-            .client
-            .query()
-            .table_name(self.table())
+            .query_table()
             .expression_attribute_values(":pk", s(log_pk(subscription_id)))
             .scan_index_forward(false)
             .limit(i32::try_from(limit).unwrap_or(100))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .consistent_read(true);
         req = match before {
             Some(b) => req
                 .key_condition_expression("pk = :pk AND sk < :before")
@@ -510,15 +509,12 @@ impl Store {
     ) -> Result<Vec<PendingDelivery>, StoreError> {
         let now_us = now.timestamp_micros();
         let out = self
-            .client
-            .query()
-            .table_name(self.table())
+            .query_table()
             .key_condition_expression("pk = :pk AND sk < :upto")
             .expression_attribute_values(":pk", s(DUE_PK))
             // Every key due at or before now sorts below `<now + 1>#`.
             .expression_attribute_values(":upto", s(format!("{:020}#", now_us + 1)))
             .limit(i32::try_from(limit).unwrap_or(25))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Read, out)?;
@@ -529,24 +525,19 @@ impl Store {
                 continue;
             };
             let claim = self
-                .client
                 .update_item()
-                .table_name(self.table())
-                .key("pk", s(DUE_PK))
-                .key("sk", s(p.sk()))
+                .set_key(Some(p.key()))
                 .update_expression("SET claimed_until = :until")
                 .condition_expression(
                     "attribute_exists(pk) AND (attribute_not_exists(claimed_until) OR claimed_until < :now)",
                 )
                 .expression_attribute_values(":until", n(now_us + RETRY_LEASE_US))
                 .expression_attribute_values(":now", n(now_us))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await;
-            match self.tally_existing(Kind::Write, claim) {
-                Ok(_) => claimed.push(p),
-                Err(StoreError::NotFound) => {}
-                Err(e) => return Err(e),
+            // Taken by another redrive whose lease runs, or finished: skipped.
+            if self.tally_conditional(Kind::Write, claim)?.is_some() {
+                claimed.push(p);
             }
         }
         Ok(claimed)
@@ -554,15 +545,7 @@ impl Store {
 
     /// Removes a pending retry once its attempt ended (one DeleteItem).
     pub async fn finish_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
-        let out = self
-            .client
-            .delete_item()
-            .table_name(self.table())
-            .key("pk", s(DUE_PK))
-            .key("sk", s(p.sk()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
+        let out = self.delete_item().set_key(Some(p.key())).send().await;
         self.tally(Kind::Write, out).map(|_| ())
     }
 }

@@ -1,7 +1,8 @@
 //! Worker liveness and directives (`WORKERS` partition, one item per worker, expiring by
 //! TTL), and lease extension for heartbeats.
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::ReturnValue;
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::time::{self, Timestamp};
@@ -99,6 +100,14 @@ pub struct Beat {
     pub cancelled: Vec<JobId>,
 }
 
+/// The key of worker `id`'s item.
+pub(crate) fn worker_key(id: &str) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(keys::WORKERS_PK)),
+        ("sk".to_owned(), s(keys::worker_sk(id))),
+    ])
+}
+
 fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
     let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     Some(WorkerInfo {
@@ -129,11 +138,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Beat, StoreError> {
         let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(keys::WORKERS_PK))
-            .key("sk", s(keys::worker_sk(worker_id)))
+            .worker_update(worker_id)
             .update_expression(
                 "SET worker_id = :id, last_seen = :now, active_jobs = :active, #ttl = :ttl",
             )
@@ -142,8 +147,6 @@ impl Store {
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":active", n(reported_active))
             .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         let out = self.tally(Kind::Write, out)?;
@@ -233,22 +236,23 @@ impl Store {
         directive: Directive,
     ) -> Result<WorkerInfo, StoreError> {
         let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .key("pk", s(keys::WORKERS_PK))
-            .key("sk", s(keys::worker_sk(worker_id)))
+            .worker_update(worker_id)
             .update_expression("SET directive = :d")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":d", s(directive.as_str()))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         self.tally_existing(Kind::Write, out)?
             .attributes()
             .and_then(worker_from_item)
             .ok_or_else(|| StoreError::Corrupt("worker item".into()))
+    }
+
+    /// An UpdateItem of worker `id`'s item, answering with the item as written.
+    fn worker_update(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.update_item()
+            .set_key(Some(worker_key(id)))
+            .return_values(ReturnValue::AllNew)
     }
 
     /// Workers seen within the last hour.

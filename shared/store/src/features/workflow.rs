@@ -12,9 +12,8 @@
 //! durable, and the sweep checks every running workflow (a due entry in
 //! `DUE#~workflows#<n>`) and repeats the follow-ups it finds missing.
 
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{self, Progress, Settlement, WorkflowKind, WorkflowSpec, WorkflowState};
 use ojs_core::{Job, JobId, JobState, NewJob, Transition};
@@ -26,7 +25,6 @@ use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
 use crate::jobs::old_item;
 use crate::keys;
-use crate::schema::DUE_INDEX;
 use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
@@ -206,16 +204,7 @@ impl Store {
             "job_ids".into(),
             AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
         );
-        let mut items = vec![TransactWriteItem::builder()
-            .put(
-                Put::builder()
-                    .table_name(self.table())
-                    .set_item(Some(wf.clone()))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?,
-            )
-            .build()];
+        let mut items = vec![self.put_new(wf.clone())?];
         for (i, (job, step)) in jobs.iter().zip(&spec.steps).enumerate() {
             self.register_queue(job.spec.queue.as_str()).await?;
             let mut it = item::job_to_item(job, self.queue_shards());
@@ -224,18 +213,7 @@ impl Store {
             if !step.depends_on.is_empty() {
                 it.insert("deps_left".into(), n(step.depends_on.len()));
             }
-            items.push(
-                TransactWriteItem::builder()
-                    .put(
-                        Put::builder()
-                            .table_name(self.table())
-                            .set_item(Some(it))
-                            .condition_expression("attribute_not_exists(pk)")
-                            .build()
-                            .map_err(|e| StoreError::Backend(e.to_string()))?,
-                    )
-                    .build(),
-            );
+            items.push(self.put_new(it)?);
         }
         self.transact(items).await.map_err(StoreError::from_sdk)?;
         Ok(view(&wf, &jobs))
@@ -273,10 +251,7 @@ impl Store {
     /// Cancels a running workflow and every step that has not finished.
     pub async fn cancel_workflow(&self, id: &str, now: Timestamp) -> Result<Value, StoreError> {
         let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(id)))
+            .wf_update(id)
             .update_expression("SET #state = :cancelled, completed_at = :now")
             .condition_expression("#state = :running")
             .expression_attribute_names("#state", "state")
@@ -284,16 +259,11 @@ impl Store {
             .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
             .expression_attribute_values(":now", ts(&now))
             .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        let item = match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                out.attributes().cloned().unwrap_or_default()
-            }
+        let item = match self.metered(Kind::Write, out) {
+            Ok(out) => out.attributes().cloned().unwrap_or_default(),
             Err(e) => {
-                self.usage.record(Kind::Write, None);
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
@@ -457,55 +427,44 @@ impl Store {
         member: &str,
         counter: &str,
     ) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(wf_id)))
+        let req = self
+            .wf_update(wf_id)
             .update_expression("ADD #set :members, #c :one")
             .condition_expression("attribute_exists(pk) AND NOT contains(#set, :member)")
             .expression_attribute_names("#set", set)
             .expression_attribute_names("#c", counter)
             .expression_attribute_values(":members", AttributeValue::Ss(vec![member.to_owned()]))
             .expression_attribute_values(":member", s(member))
-            .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match self.workflow_update(out)? {
+            .expression_attribute_values(":one", n(1));
+        match self.workflow_update(req).await? {
             Some(item) => Ok(Some(item)),
             // Recorded already (or gone): the item as it stands.
             None => self.read_item(wf_key(wf_id)).await,
         }
     }
 
-    /// The workflow item after a conditional `UpdateItem` with ALL_NEW, or `None` when its
-    /// condition failed.
-    fn workflow_update(
+    /// An UpdateItem of workflow `wf_id`'s item.
+    fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
+        self.update_item().set_key(Some(wf_key(wf_id)))
+    }
+
+    /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item
+    /// after it, or `None` when its condition failed.
+    async fn workflow_update(
         &self,
-        out: Result<
-            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
-            aws_sdk_dynamodb::error::SdkError<
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-                aws_sdk_dynamodb::config::http::HttpResponse,
-            >,
-        >,
+        req: UpdateItemFluentBuilder,
     ) -> Result<Option<Item>, StoreError> {
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(out.attributes().cloned())
-            }
-            Err(e) => {
-                self.usage.record(Kind::Write, None);
-                if is_condition_failure(&e) {
-                    Ok(None)
-                } else {
-                    Err(StoreError::from_sdk(e))
-                }
-            }
-        }
+        let out = req.return_values(ReturnValue::AllNew).send().await;
+        Ok(self
+            .tally_conditional(Kind::Write, out)?
+            .and_then(|out| out.attributes().cloned()))
+    }
+
+    /// Sends the conditional UpdateItem `req` of a workflow item whose failed condition
+    /// leaves nothing to do.
+    async fn update_unless_done(&self, req: UpdateItemFluentBuilder) -> Result<(), StoreError> {
+        self.tally_conditional(Kind::Write, req.send().await)
+            .map(|_| ())
     }
 
     /// `ADD counter :by` on the workflow, returning the new item (None if it is gone).
@@ -515,20 +474,13 @@ impl Store {
         counter: &str,
         by: usize,
     ) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(wf_id)))
+        let req = self
+            .wf_update(wf_id)
             .update_expression("ADD #c :by")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_names("#c", counter)
-            .expression_attribute_values(":by", n(by))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.workflow_update(out)
+            .expression_attribute_values(":by", n(by));
+        self.workflow_update(req).await
     }
 
     /// Step `parent` of a pending step is done: its result is passed on and one
@@ -725,11 +677,7 @@ impl Store {
                 .expression_attribute_values(":total", n(jobs.len()))
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
-            let mut tx = self
-                .client
-                .transact_write_items()
-                .transact_items(TransactWriteItem::builder().update(guard).build())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let mut items = vec![TransactWriteItem::builder().update(guard).build()];
             for job in &jobs {
                 self.register_queue(job.spec.queue.as_str()).await?;
                 let mut it = item::job_to_item(job, self.queue_shards());
@@ -737,21 +685,11 @@ impl Store {
                 if let Some(name) = &job.status.workflow_callback {
                     it.insert("wf_cb".into(), s(name.as_str()));
                 }
-                let put = Put::builder()
-                    .table_name(self.table())
-                    .set_item(Some(it))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                tx = tx.transact_items(TransactWriteItem::builder().put(put).build());
+                items.push(self.put_new(it)?);
             }
-            match tx.send().await {
-                Ok(out) => {
-                    self.usage.record(Kind::Write, out.consumed_capacity());
-                    return Ok(());
-                }
+            match self.transact(items).await {
+                Ok(()) => return Ok(()),
                 Err(e) => {
-                    self.usage.record(Kind::Write, None);
                     // Only a failed guard means "fired already"; a conflict with another
                     // write of the workflow item, or throttling, is tried again.
                     match crate::error::cancellation_codes(&e) {
@@ -781,28 +719,15 @@ impl Store {
         state: WorkflowState,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(wf_id)))
+        let req = self
+            .wf_update(wf_id)
             .update_expression("SET #state = :state, completed_at = :now REMOVE gsi2pk, gsi2sk")
             .condition_expression("#state = :running")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":state", s(state.as_str()))
             .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
-            .expression_attribute_values(":now", ts(&now))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) if is_condition_failure(&e) => Ok(()),
-            Err(e) => Err(StoreError::from_sdk(e)),
-        }
+            .expression_attribute_values(":now", ts(&now));
+        self.update_unless_done(req).await
     }
 
     /// The sweep's repair of workflows whose follow-ups a dying request left undone: every
@@ -817,25 +742,17 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let mut checked = 0;
         for shard in 0..u64::from(keys::WORKFLOW_DUE_SHARDS) {
-            let mut start = None;
+            let query = self
+                .due_query(&keys::workflow_due_shard_pk(shard), &now)
+                .limit(50);
+            let mut pages = self.pages(query);
             loop {
                 if Instant::now() >= budget {
                     return Ok(checked);
                 }
-                let out = self
-                    .client
-                    .query()
-                    .table_name(self.table())
-                    .index_name(DUE_INDEX.name)
-                    .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-                    .expression_attribute_values(":pk", s(keys::workflow_due_shard_pk(shard)))
-                    .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
-                    .set_exclusive_start_key(start.take())
-                    .limit(50)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await;
-                let out = self.tally(Kind::Read, out)?;
+                let Some(out) = pages.next().await? else {
+                    break;
+                };
                 for i in out.items() {
                     let Some(id) = i
                         .get("pk")
@@ -848,10 +765,6 @@ impl Store {
                     if let Err(e) = self.check_workflow(id, now).await {
                         tracing::warn!(workflow_id = id, error = %e, "workflow check failed; retried next sweep");
                     }
-                }
-                start = out.last_evaluated_key().cloned();
-                if start.is_none() {
-                    break;
                 }
             }
         }
@@ -924,14 +837,10 @@ impl Store {
         settled: bool,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(wf_key(wf_id)))
-            .condition_expression("attribute_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        req = if settled {
+        let req = self
+            .wf_update(wf_id)
+            .condition_expression("attribute_exists(pk)");
+        let req = if settled {
             req.update_expression("REMOVE gsi2pk, gsi2sk")
         } else {
             let checks = u32::try_from(num(item, "checks")).unwrap_or(0);
@@ -942,15 +851,18 @@ impl Store {
                 .expression_attribute_values(":sk", s(keys::workflow_due_sk(&at, wf_id)))
                 .expression_attribute_values(":one", n(1))
         };
-        let out = req.send().await;
-        match out {
-            Ok(out) => {
-                self.usage.record(Kind::Write, out.consumed_capacity());
-                Ok(())
-            }
-            Err(e) if is_condition_failure(&e) => Ok(()),
-            Err(e) => Err(StoreError::from_sdk(e)),
-        }
+        self.update_unless_done(req).await
+    }
+
+    /// The transaction item writing `item`, on condition that no item has its key yet.
+    pub(crate) fn put_new(&self, item: Item) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 }
 

@@ -1,0 +1,148 @@
+//! Requests on the table, set up the one way the store sends them: every one names the
+//! table and asks for its consumed capacity, and every answer is tallied
+//! ([`Store::tally`], [`Store::metered`]) so that `Store::usage` counts each call.
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
+use aws_sdk_dynamodb::operation::get_item::builders::GetItemFluentBuilder;
+use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::operation::query::QueryOutput;
+use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+
+use crate::error::StoreError;
+use crate::item::Item;
+use crate::schema::IndexDef;
+use crate::usage::{Consumed, Kind};
+use crate::Store;
+
+impl Store {
+    /// A GetItem on the table.
+    pub(crate) fn get_item(&self) -> GetItemFluentBuilder {
+        self.client
+            .get_item()
+            .table_name(self.table())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// A PutItem on the table.
+    pub(crate) fn put_item(&self) -> PutItemFluentBuilder {
+        self.client
+            .put_item()
+            .table_name(self.table())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// An UpdateItem on the table.
+    pub(crate) fn update_item(&self) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(self.table())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// A DeleteItem on the table.
+    pub(crate) fn delete_item(&self) -> DeleteItemFluentBuilder {
+        self.client
+            .delete_item()
+            .table_name(self.table())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// A TransactWriteItems (its actions name the table themselves).
+    pub(crate) fn transact_write(&self) -> TransactWriteItemsFluentBuilder {
+        self.client
+            .transact_write_items()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// A Query of the table itself.
+    pub(crate) fn query_table(&self) -> QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(self.table())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// A Query of one of the table's indexes.
+    pub(crate) fn query_index(&self, index: &IndexDef) -> QueryFluentBuilder {
+        self.query_table().index_name(index.name)
+    }
+
+    /// Records a call's capacity and hands its answer back as the SDK gave it, for a
+    /// caller that reads the error itself (a failed condition's old item, a cancelled
+    /// transaction's reasons). Other callers map the error with [`Store::tally`].
+    pub(crate) fn metered<T, E, R>(
+        &self,
+        kind: Kind,
+        out: Result<T, SdkError<E, R>>,
+    ) -> Result<T, SdkError<E, R>>
+    where
+        T: Consumed,
+    {
+        match &out {
+            Ok(o) => self.usage.record(kind, o.consumed()),
+            Err(_) => self.usage.record(kind, None),
+        }
+        out
+    }
+
+    /// The pages of `query`, read on through `LastEvaluatedKey` as the caller asks for
+    /// them (DynamoDB cuts a page at 1 MB, or at the query's `Limit`).
+    pub(crate) fn pages(&self, query: QueryFluentBuilder) -> Pages<'_> {
+        Pages {
+            store: self,
+            query,
+            start: None,
+            done: false,
+        }
+    }
+}
+
+/// The pages of one Query: [`Store::pages`].
+pub(crate) struct Pages<'a> {
+    store: &'a Store,
+    query: QueryFluentBuilder,
+    start: Option<Item>,
+    done: bool,
+}
+
+impl Pages<'_> {
+    /// The next page; `None` once the last one was read.
+    pub(crate) async fn next(&mut self) -> Result<Option<QueryOutput>, StoreError> {
+        self.next_limited(None).await
+    }
+
+    /// The next page, asking for at most `limit` items when given (a caller that wants
+    /// only what it still misses).
+    pub(crate) async fn next_limited(
+        &mut self,
+        limit: Option<i32>,
+    ) -> Result<Option<QueryOutput>, StoreError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut query = self
+            .query
+            .clone()
+            .set_exclusive_start_key(self.start.take());
+        if let Some(limit) = limit {
+            query = query.limit(limit);
+        }
+        let out = self.store.tally(Kind::Read, query.send().await)?;
+        self.start = out.last_evaluated_key().cloned();
+        self.done = self.start.is_none();
+        Ok(Some(out))
+    }
+
+    /// The items of every page that is left.
+    pub(crate) async fn items(mut self) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        while let Some(page) = self.next().await? {
+            items.extend(page.items().iter().cloned());
+        }
+        Ok(items)
+    }
+}

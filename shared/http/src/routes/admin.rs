@@ -1,7 +1,9 @@
 //! The admin API (ojs-admin-api.md) under `/ojs/v1/admin/`: queues, statistics, system
 //! operations and the dashboard's other reads here; jobs and the dead letter queue in
 //! `admin_jobs`. (`GET /ojs/v1/admin/workers` and the worker directives are served by
-//! the workers group, the queue rate limit and recount by the queues group.)
+//! the workers group, the queue rate limit and recount by the queues group; pausing and
+//! resuming a queue, and deleting a dead letter, by the handlers of the queues and dead
+//! letter groups.)
 
 use std::collections::BTreeMap;
 
@@ -11,13 +13,12 @@ use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 use ojs_core::{time, ErrorCode, OjsError, QueueName};
-use ojs_store::{EventQuery, QueueStats, StoreError};
+use ojs_store::{EventQuery, QueueInfo, QueueStats, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::admin_jobs as jobs;
-use super::reply;
-use crate::dialect::Dialect;
+use super::{queues, reply};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::AppState;
@@ -28,8 +29,14 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/stats/history", get(get_history))
         .route("/ojs/v1/admin/queues", get(list_queues))
         .route("/ojs/v1/admin/queues/{name}", get(get_queue))
-        .route("/ojs/v1/admin/queues/{name}/pause", post(pause_queue))
-        .route("/ojs/v1/admin/queues/{name}/resume", post(resume_queue))
+        .route(
+            "/ojs/v1/admin/queues/{name}/pause",
+            post(queues::pause_queue),
+        )
+        .route(
+            "/ojs/v1/admin/queues/{name}/resume",
+            post(queues::resume_queue),
+        )
         .route("/ojs/v1/admin/queues/{name}/config", put(configure_queue))
         .route(
             "/ojs/v1/admin/queues/{name}/jobs",
@@ -62,7 +69,7 @@ pub(crate) fn router() -> Router<AppState> {
         )
         .route(
             "/ojs/v1/admin/dead-letter/{id}",
-            delete(jobs::delete_dead_letter),
+            delete(super::dead_letter::delete_dead_letter),
         )
         .route(
             "/ojs/v1/admin/system/maintenance",
@@ -103,11 +110,17 @@ fn add(total: &mut QueueStats, st: &QueueStats) {
 }
 
 /// Every queue with its counts (one counter read per queue).
-async fn queues_with_stats(
+async fn queues_with_stats(app: &AppState) -> Result<Vec<(QueueInfo, QueueStats)>, ApiError> {
+    with_stats(app, app.store.list_queues().await?).await
+}
+
+/// Each of `queues` with its counts (one counter read per queue).
+async fn with_stats(
     app: &AppState,
-) -> Result<Vec<(ojs_store::QueueInfo, QueueStats)>, ApiError> {
+    queues: impl IntoIterator<Item = QueueInfo>,
+) -> Result<Vec<(QueueInfo, QueueStats)>, ApiError> {
     let mut out = Vec::new();
-    for q in app.store.list_queues().await? {
+    for q in queues {
         let Ok(name) = QueueName::parse(&q.name) else {
             continue;
         };
@@ -276,7 +289,7 @@ async fn get_history(
     ))
 }
 
-fn queue_view(q: &ojs_store::QueueInfo, st: &QueueStats) -> Value {
+fn queue_view(q: &QueueInfo, st: &QueueStats) -> Value {
     json!({
         "name": q.name,
         "state": if st.paused { "paused" } else { "active" },
@@ -294,18 +307,16 @@ async fn list_queues(
     let paging = p.parse()?;
     let queues = app.store.list_queues().await?;
     let total = queues.len();
-    let mut items = Vec::new();
-    for q in queues.iter().skip(paging.offset()).take(paging.per_page) {
-        let Ok(name) = QueueName::parse(&q.name) else {
-            continue;
-        };
-        let st = app.store.queue_stats(&name).await?;
-        items.push(queue_view(q, &st));
-    }
-    Ok(reply(
-        StatusCode::OK,
-        json!({"items": items, "pagination": paging.pagination(total)}),
-    ))
+    let page = queues
+        .into_iter()
+        .skip(paging.offset())
+        .take(paging.per_page);
+    let items: Vec<Value> = with_stats(&app, page)
+        .await?
+        .iter()
+        .map(|(q, st)| queue_view(q, st))
+        .collect();
+    Ok(reply(StatusCode::OK, paging.listing(items, total)))
 }
 
 /// `GET /ojs/v1/admin/queues/{name}` (§6.2).
@@ -328,22 +339,6 @@ async fn get_queue(
         "rate_limit": settings.rate_limit.map(|r| r.to_json()),
     });
     Ok(reply(StatusCode::OK, body))
-}
-
-async fn pause_queue(
-    State(app): State<AppState>,
-    dialect: Dialect,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    super::queues::set_paused(app, dialect, name, true).await
-}
-
-async fn resume_queue(
-    State(app): State<AppState>,
-    dialect: Dialect,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    super::queues::set_paused(app, dialect, name, false).await
 }
 
 /// `PUT /ojs/v1/admin/queues/{name}/config` (§6.6): the queue-wide rate limit
@@ -412,15 +407,13 @@ async fn deregister_worker(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if id.is_empty() || id.len() > 256 {
-        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
-    }
+    super::workers::check_worker_id(&id)?;
     let stale_before = time::now() - chrono::Duration::seconds(STALE_AFTER_SECS);
     app.store
         .deregister_worker(&id, stale_before)
         .await
         .map_err(|e| match e {
-            StoreError::NotFound => ApiError(OjsError::not_found(format!("worker {id} not found"))),
+            StoreError::NotFound => super::workers::no_such_worker(&id),
             StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
                 "worker {id} sent a heartbeat within the last {STALE_AFTER_SECS} s; quiet it \
                  instead, or wait until it is stale"
@@ -549,10 +542,7 @@ async fn list_tenants(
     Query(p): Query<super::admin_query::RawPaging>,
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"items": [], "pagination": paging.pagination(0)}),
-    ))
+    Ok(reply(StatusCode::OK, paging.listing(Vec::new(), 0)))
 }
 
 async fn get_tenant(Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -5,13 +5,14 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use ojs_core::{time, ErrorCode, Job, JobId, JobState, OjsError, QueueName};
+use ojs_core::time::{self, Timestamp};
+use ojs_core::{ErrorCode, Job, JobId, JobState, OjsError, QueueName};
 use ojs_store::{StoreError, MAX_LISTED};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin_query::{detail, older, summary, Filter, RawFilter, RawPaging};
-use super::reply;
+use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
+use super::{no_such_job, reply};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::AppState;
@@ -36,6 +37,12 @@ pub(crate) struct ListParams {
     filter: RawFilter,
     #[serde(flatten)]
     paging: RawPaging,
+}
+
+impl ListParams {
+    fn parse(&self) -> Result<(Filter, Paging), OjsError> {
+        Ok((self.filter.parse("$")?, self.paging.parse()?))
+    }
 }
 
 /// Ids of the jobs in `states` of the filter's queue (or every queue), without repeats.
@@ -87,20 +94,11 @@ pub(crate) async fn list_jobs(
     State(app): State<AppState>,
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let filter = p.filter.parse("$")?;
-    let paging = p.paging.parse()?;
+    let (filter, paging) = p.parse()?;
     let states = states_of(&filter, &LISTED_STATES);
     let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
         let mut jobs = find_jobs(&app, &filter, &states).await?;
-        paging.sort(&mut jobs);
-        let total = jobs.len();
-        let page: Vec<Value> = jobs
-            .iter()
-            .skip(paging.offset())
-            .take(paging.per_page)
-            .map(summary)
-            .collect();
-        (page, total)
+        paging.page_of(&mut jobs, summary)
     } else {
         let mut ids = find_ids(&app, &filter, &states).await?;
         paging.sort_ids(&mut ids);
@@ -115,17 +113,23 @@ pub(crate) async fn list_jobs(
         jobs.retain(|j| filter.matches(j) && states.contains(&j.status.state));
         (jobs.iter().map(summary).collect(), total)
     };
-    Ok(reply(
-        StatusCode::OK,
-        json!({"items": items, "pagination": paging.pagination(total)}),
-    ))
+    Ok(reply(StatusCode::OK, paging.listing(items, total)))
 }
 
 fn job_not_found(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
     move |e| match e {
-        StoreError::NotFound => ApiError(OjsError::not_found(format!("job {id} not found"))),
+        StoreError::NotFound => ApiError(no_such_job(id)),
         other => other.into(),
     }
+}
+
+/// The stored job a path names (a 404 when there is none).
+async fn stored_job(app: &AppState, id: &str) -> Result<Job, ApiError> {
+    let id = JobId::parse(id)?;
+    app.store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| ApiError(no_such_job(&id)))
 }
 
 /// `GET /ojs/v1/admin/jobs/{id}`.
@@ -133,12 +137,7 @@ pub(crate) async fn get_job(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .get_job(&id)
-        .await?
-        .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
+    let job = stored_job(&app, &id).await?;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 
@@ -149,11 +148,7 @@ pub(crate) async fn patch_job(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    app.store
-        .get_job(&id)
-        .await?
-        .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
+    stored_job(&app, &id).await?;
     Err(OjsError::new(
         ErrorCode::Unsupported,
         "changing the priority of an enqueued job is not supported; cancel it and push it again",
@@ -212,6 +207,12 @@ fn confirmed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
         ))
         .into()
     })
+}
+
+/// A bulk body's filter; the body is refused without `confirm: true`.
+fn bulk_filter(body: Value) -> Result<Filter, ApiError> {
+    let body: BulkBody = confirmed(body)?;
+    body.filter.parse("$.filter").map_err(ApiError)
 }
 
 /// What a bulk action did (§8.1).
@@ -291,8 +292,7 @@ pub(crate) async fn bulk_jobs(
             .into())
         }
     };
-    let body: BulkBody = confirmed(body)?;
-    let filter = body.filter.parse("$.filter")?;
+    let filter = bulk_filter(body)?;
     if let Some(s) = filter.state.filter(|s| !allowed.contains(s)) {
         return Err(OjsError::invalid_request(format!(
             "bulk {action} applies to jobs that are {}; not to {s} jobs",
@@ -323,19 +323,10 @@ pub(crate) async fn list_dead_letter(
     State(app): State<AppState>,
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let filter = p.filter.parse("$")?;
-    let paging = p.paging.parse()?;
+    let (filter, paging) = p.parse()?;
     let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
         let mut jobs = dead_jobs(&app, &filter).await?;
-        paging.sort(&mut jobs);
-        let total = jobs.len();
-        let page = jobs
-            .iter()
-            .skip(paging.offset())
-            .take(paging.per_page)
-            .map(dead_view)
-            .collect::<Vec<_>>();
-        (page, total)
+        paging.page_of(&mut jobs, dead_view)
     } else {
         let page = app
             .store
@@ -346,10 +337,7 @@ pub(crate) async fn list_dead_letter(
         let listed = paging.offset() + jobs.len();
         (jobs.iter().map(dead_view).collect(), page.total.max(listed))
     };
-    Ok(reply(
-        StatusCode::OK,
-        json!({"items": items, "pagination": paging.pagination(total)}),
-    ))
+    Ok(reply(StatusCode::OK, paging.listing(items, total)))
 }
 
 /// A dead letter entry: the job summary with its last error and discard time.
@@ -393,38 +381,8 @@ pub(crate) async fn retry_dead_letter(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .retry_dead_letter(&id, time::now())
-        .await
-        .map_err(not_dead(&id))?;
+    let job = super::dead_letter::retry(&app, &id).await?;
     Ok(reply(StatusCode::OK, detail(&job)))
-}
-
-fn not_dead(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
-        StoreError::NotFound | StoreError::Conflict { .. } => ApiError(OjsError::not_found(
-            format!("job {id} is not in the dead letter queue"),
-        )),
-        other => other.into(),
-    }
-}
-
-/// `DELETE /ojs/v1/admin/dead-letter/{id}`.
-pub(crate) async fn delete_dead_letter(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    app.store
-        .delete_dead_letter(&id)
-        .await
-        .map_err(not_dead(&id))?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"deleted": true, "job_id": id.to_string()}),
-    ))
 }
 
 /// `POST /ojs/v1/admin/dead-letter/retry`: retries every dead-lettered job the filter
@@ -433,8 +391,7 @@ pub(crate) async fn bulk_retry_dead_letter(
     State(app): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let body: BulkBody = confirmed(body)?;
-    let filter = body.filter.parse("$.filter")?;
+    let filter = bulk_filter(body)?;
     let jobs = dead_jobs(&app, &filter).await?;
     let report = apply(&app, "retry", &jobs).await;
     Ok(reply(StatusCode::OK, report.body("retry")))
@@ -446,6 +403,16 @@ struct PurgeBody {
     older_than: Option<String>,
 }
 
+impl PurgeBody {
+    /// The time only jobs finished before are purged, when `older_than` gives one.
+    fn before(&self) -> Result<Option<Timestamp>, OjsError> {
+        self.older_than
+            .as_deref()
+            .map(|raw| time::parse(raw, "$.older_than"))
+            .transpose()
+    }
+}
+
 /// `DELETE /ojs/v1/admin/dead-letter` (§11.3): deletes dead-lettered jobs discarded
 /// before `older_than` (all when absent).
 pub(crate) async fn purge_dead_letter(
@@ -453,11 +420,7 @@ pub(crate) async fn purge_dead_letter(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let body: PurgeBody = confirmed(body)?;
-    let before = body
-        .older_than
-        .as_deref()
-        .map(|raw| time::parse(raw, "$.older_than"))
-        .transpose()?;
+    let before = body.before()?;
     let jobs = dead_jobs(&app, &Filter::default()).await?;
     let mut purged = 0usize;
     for job in jobs {
@@ -481,8 +444,8 @@ pub(crate) async fn purge_queue(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
-    let body: PurgeBody = confirmed(body)?;
-    let names = body.states.unwrap_or_default();
+    let mut body: PurgeBody = confirmed(body)?;
+    let names = body.states.take().unwrap_or_default();
     if names.is_empty() {
         return Err(
             OjsError::invalid_request("states must list the states to purge")
@@ -503,11 +466,7 @@ pub(crate) async fn purge_queue(
             }
         }
     }
-    let before = body
-        .older_than
-        .as_deref()
-        .map(|raw| time::parse(raw, "$.older_than"))
-        .transpose()?;
+    let before = body.before()?;
     let filter = Filter {
         queue: Some(queue),
         ..Default::default()

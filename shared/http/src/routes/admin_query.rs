@@ -237,6 +237,28 @@ impl Paging {
     pub(crate) fn pagination(&self, total: usize) -> Value {
         json!({"total": total, "page": self.page, "per_page": self.per_page})
     }
+
+    /// A listing's body: the page's `items`, and the `pagination` of `total` items.
+    pub(crate) fn listing(&self, items: Vec<Value>, total: usize) -> Value {
+        json!({"items": items, "pagination": self.pagination(total)})
+    }
+
+    /// The page of `jobs` (all a listing found), sorted, each as `view` shows it; and how
+    /// many jobs there are.
+    pub(crate) fn page_of(
+        &self,
+        jobs: &mut [Job],
+        view: impl FnMut(&Job) -> Value,
+    ) -> (Vec<Value>, usize) {
+        self.sort(jobs);
+        let page = jobs
+            .iter()
+            .skip(self.offset())
+            .take(self.per_page)
+            .map(view)
+            .collect();
+        (page, jobs.len())
+    }
 }
 
 /// The list view of a job (§7.1): the summary fields, and the time fields it has.

@@ -10,7 +10,7 @@ use ojs_core::{time, OjsError};
 use ojs_store::StoreError;
 use serde_json::{json, Map, Value};
 
-use super::queues::Page;
+use super::queues::{page_of, Page};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
@@ -51,22 +51,12 @@ async fn list_crons(
     State(app): State<AppState>,
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
-    let (limit, offset) = page.parse()?;
+    let page = page.parse()?;
     let all = app.store.list_crons().await?;
-    let total = all.len();
-    let crons: Vec<Value> = all
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|e| e.to_json())
-        .collect();
+    let (crons, pagination) = page_of(&all, page, |e| e.to_json());
     Ok(reply(
         StatusCode::OK,
-        json!({
-            "crons": crons,
-            "cron_jobs": crons,
-            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
-        }),
+        json!({"crons": crons, "cron_jobs": crons, "pagination": pagination}),
     ))
 }
 

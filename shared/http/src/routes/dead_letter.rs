@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::Router;
-use ojs_core::{time, JobId, OjsError, QueueName};
+use ojs_core::{time, Job, JobId, OjsError, QueueName};
 use ojs_store::StoreError;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -71,20 +71,28 @@ async fn list_dead_letter(
     ))
 }
 
+/// Retries the dead-lettered job a path names (a 404 when it is not in the dead letter
+/// queue), for this group's endpoint and the admin API's, which answer it each in its own
+/// shape.
+pub(crate) async fn retry(app: &AppState, id: &str) -> Result<Job, ApiError> {
+    let id = JobId::parse(id)?;
+    app.store
+        .retry_dead_letter(&id, time::now())
+        .await
+        .map_err(not_in_dead_letter(&id))
+}
+
 async fn retry_dead_letter(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .retry_dead_letter(&id, time::now())
-        .await
-        .map_err(not_in_dead_letter(&id))?;
+    let job = retry(&app, &id).await?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
-async fn delete_dead_letter(
+/// `DELETE /ojs/v1/dead-letter/{id}`, and the admin API's
+/// `DELETE /ojs/v1/admin/dead-letter/{id}`.
+pub(crate) async fn delete_dead_letter(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {

@@ -54,7 +54,7 @@ async fn get_job(
         .store
         .get_job_settled(&id, time::now())
         .await?
-        .ok_or_else(|| OjsError::not_found(format!("job {id} not found")))?;
+        .ok_or_else(|| super::no_such_job(&id))?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 

@@ -29,6 +29,18 @@ pub(crate) fn job_and_bare_job(job: &ojs_core::Job) -> Value {
     Value::Object(body)
 }
 
+/// The 404 for a job id that names no stored job.
+pub(crate) fn no_such_job(id: &ojs_core::JobId) -> ojs_core::OjsError {
+    ojs_core::OjsError::not_found(format!("job {id} not found"))
+}
+
+/// Whether `id` is `prefix` and a UUID, the form of the ids this server hands out for
+/// push endpoints, webhook subscriptions and deliveries: anything else is not looked up.
+pub(crate) fn is_prefixed_uuid(id: &str, prefix: &str) -> bool {
+    id.strip_prefix(prefix)
+        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+}
+
 /// A JSON response with a status, tagged with the job it is about (for the request log).
 pub(crate) fn reply(status: StatusCode, body: Value) -> Response {
     let subject = crate::layer::LogSubject::of(&body);

@@ -34,10 +34,13 @@ fn unknown(id: &str) -> ApiError {
     ApiError(OjsError::not_found(format!("no push endpoint with id {id:?}")).with_detail("id", id))
 }
 
-/// Ids are `pe_` and a UUID: anything else is not looked up.
-fn is_valid_id(id: &str) -> bool {
-    id.strip_prefix("pe_")
-        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+/// Ids are `pe_` and a UUID: anything else is unknown without being looked up.
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if super::is_prefixed_uuid(id, "pe_") {
+        Ok(())
+    } else {
+        Err(unknown(id))
+    }
 }
 
 async fn register_push_endpoint(
@@ -74,9 +77,7 @@ async fn get_push_endpoint(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !is_valid_id(&id) {
-        return Err(unknown(&id));
-    }
+    check_id(&id)?;
     let entry = app
         .store
         .get_push_endpoint(&id)
@@ -89,9 +90,7 @@ async fn delete_push_endpoint(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !is_valid_id(&id) {
-        return Err(unknown(&id));
-    }
+    check_id(&id)?;
     let entry = app
         .store
         .delete_push_endpoint(&id)

@@ -7,7 +7,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::{ErrorCode, OjsError, QueueName};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::reply;
 use crate::dialect::Dialect;
@@ -93,7 +93,7 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
 /// Pause and resume answer with the queue's new state: `queue` is the binding's name
 /// (§11.3, §11.4) or the OpenAPI document's object (see [`Dialect`]), and `status` is at
 /// the top level either way (the Python SDK reads it there).
-pub(crate) async fn set_paused(
+async fn set_paused(
     app: AppState,
     dialect: Dialect,
     name: String,
@@ -129,7 +129,7 @@ pub(crate) async fn set_paused(
     Ok(reply(StatusCode::OK, body))
 }
 
-async fn pause_queue(
+pub(crate) async fn pause_queue(
     State(app): State<AppState>,
     dialect: Dialect,
     Path(name): Path<String>,
@@ -137,7 +137,7 @@ async fn pause_queue(
     set_paused(app, dialect, name, true).await
 }
 
-async fn resume_queue(
+pub(crate) async fn resume_queue(
     State(app): State<AppState>,
     dialect: Dialect,
     Path(name): Path<String>,
@@ -184,33 +184,37 @@ impl Page {
     }
 }
 
+/// One page of a listing read whole: the items from `offset` on (at most `limit`), each as
+/// `view` shows it, and the listing's `pagination` object.
+pub(crate) fn page_of<T>(
+    all: &[T],
+    (limit, offset): (usize, usize),
+    view: impl FnMut(&T) -> Value,
+) -> (Vec<Value>, Value) {
+    let total = all.len();
+    let items = all.iter().skip(offset).take(limit).map(view).collect();
+    let pagination = json!({"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total});
+    (items, pagination)
+}
+
 async fn list_queues(
     State(app): State<AppState>,
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
-    let (limit, offset) = page.parse()?;
+    let page = page.parse()?;
     let queues = app.store.list_queues().await?;
-    let total = queues.len();
-    let items: Vec<_> = queues
-        .into_iter()
-        .skip(offset)
-        .take(limit)
-        .map(|q| {
-            json!({
-                "name": q.name,
-                "state": if q.paused { "paused" } else { "active" },
-                "status": if q.paused { "paused" } else { "active" },
-                "paused": q.paused,
-                "created_at": q.created_at,
-            })
+    let (items, pagination) = page_of(&queues, page, |q| {
+        json!({
+            "name": q.name,
+            "state": if q.paused { "paused" } else { "active" },
+            "status": if q.paused { "paused" } else { "active" },
+            "paused": q.paused,
+            "created_at": q.created_at,
         })
-        .collect();
+    });
     Ok(reply(
         StatusCode::OK,
-        json!({
-            "queues": items,
-            "pagination": { "total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total },
-        }),
+        json!({"queues": items, "pagination": pagination}),
     ))
 }
 

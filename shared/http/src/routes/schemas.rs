@@ -10,9 +10,9 @@ use axum::Router;
 use ojs_core::schema_registry::{self, SchemaDoc};
 use ojs_core::{time, ErrorCode, NewJob, OjsError};
 use ojs_store::{SchemaPut, StoreError};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::queues::Page;
+use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
@@ -32,6 +32,16 @@ fn unknown(uri: &str) -> ApiError {
         OjsError::not_found(format!("no schema registered with URI {uri:?}"))
             .with_detail("uri", uri),
     )
+}
+
+/// A URI that is not one a schema can be registered under is unknown without being looked
+/// up.
+fn check_uri(uri: &str) -> Result<(), ApiError> {
+    if schema_registry::is_valid_uri(uri) {
+        Ok(())
+    } else {
+        Err(unknown(uri))
+    }
 }
 
 async fn register_schema(
@@ -70,21 +80,12 @@ async fn list_schemas(
     State(app): State<AppState>,
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
-    let (limit, offset) = page.parse()?;
+    let page = page.parse()?;
     let all = app.store.list_schemas().await?;
-    let total = all.len();
-    let schemas: Vec<Value> = all
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|e| e.summary())
-        .collect();
+    let (schemas, pagination) = page_of(&all, page, |e| e.summary());
     Ok(reply(
         StatusCode::OK,
-        json!({
-            "schemas": schemas,
-            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
-        }),
+        json!({"schemas": schemas, "pagination": pagination}),
     ))
 }
 
@@ -92,9 +93,7 @@ async fn get_schema(
     State(app): State<AppState>,
     Path(uri): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !schema_registry::is_valid_uri(&uri) {
-        return Err(unknown(&uri));
-    }
+    check_uri(&uri)?;
     let entry = app
         .store
         .get_schema(&uri)
@@ -107,9 +106,7 @@ async fn delete_schema(
     State(app): State<AppState>,
     Path(uri): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !schema_registry::is_valid_uri(&uri) {
-        return Err(unknown(&uri));
-    }
+    check_uri(&uri)?;
     let entry = app.store.delete_schema(&uri).await.map_err(|e| match e {
         StoreError::NotFound => unknown(&uri),
         other => other.into(),

@@ -15,7 +15,7 @@ use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::queues::Page;
+use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, OptionalJsonBody};
@@ -60,10 +60,13 @@ fn unknown(id: &str) -> ApiError {
     )
 }
 
-/// Ids are `sub_` and a UUID: anything else is not looked up.
-fn is_valid_id(id: &str) -> bool {
-    id.strip_prefix("sub_")
-        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+/// Ids are `sub_` and a UUID: anything else is unknown without being looked up.
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if super::is_prefixed_uuid(id, "sub_") {
+        Ok(())
+    } else {
+        Err(unknown(id))
+    }
 }
 
 fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
@@ -74,9 +77,7 @@ fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
 }
 
 async fn existing(app: &AppState, id: &str) -> Result<WebhookEntry, ApiError> {
-    if !is_valid_id(id) {
-        return Err(unknown(id));
-    }
+    check_id(id)?;
     app.store.get_webhook(id).await?.ok_or_else(|| unknown(id))
 }
 
@@ -125,21 +126,12 @@ async fn list_subscriptions(
     State(app): State<AppState>,
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
-    let (limit, offset) = page.parse()?;
+    let page = page.parse()?;
     let all = app.store.list_webhooks(true).await?;
-    let total = all.len();
-    let subs: Vec<Value> = all
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(WebhookEntry::view)
-        .collect();
+    let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
     Ok(reply(
         StatusCode::OK,
-        json!({
-            "subscriptions": subs,
-            "pagination": {"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total},
-        }),
+        json!({"subscriptions": subs, "pagination": pagination}),
     ))
 }
 
@@ -188,9 +180,7 @@ async fn delete_subscription(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !is_valid_id(&id) {
-        return Err(unknown(&id));
-    }
+    check_id(&id)?;
     app.store
         .delete_webhook(&id)
         .await
@@ -207,9 +197,7 @@ async fn rotate_secret(
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    if !is_valid_id(&id) {
-        return Err(unknown(&id));
-    }
+    check_id(&id)?;
     let grace = rotation_grace(body.as_ref())?;
     let now = time::now();
     let secret = new_secret();
@@ -362,10 +350,7 @@ async fn find_delivery(
     id: &str,
     lookup: &DeliveryLookup,
 ) -> Result<Found, ApiError> {
-    let well_formed = id
-        .strip_prefix("del_")
-        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
-    if !well_formed {
+    if !super::is_prefixed_uuid(id, "del_") {
         return Err(unknown_delivery(id));
     }
     let subs = match &lookup.subscription_id {

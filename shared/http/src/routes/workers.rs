@@ -61,6 +61,20 @@ fn worker_id(body: &Map<String, Value>) -> Result<Option<String>, OjsError> {
     }
 }
 
+/// A worker id that no heartbeat accepts (empty, or longer than [`worker_id`] allows)
+/// names no worker: the 404 is answered without a lookup.
+pub(crate) fn check_worker_id(id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > 256 {
+        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
+    }
+    Ok(())
+}
+
+/// The 404 for a worker id that names no registered worker.
+pub(crate) fn no_such_worker(id: &str) -> ApiError {
+    ApiError(OjsError::not_found(format!("worker {id} not found")))
+}
+
 /// The optional `attempt` a worker echoes from FETCH to fence its ACK, FAIL or heartbeat
 /// on the attempt it holds.
 fn attempt(body: &Map<String, Value>, path: &str) -> Result<Option<u32>, OjsError> {
@@ -399,18 +413,13 @@ async fn set_directive(
             .into())
         }
     };
-    if id.is_empty() || id.len() > 256 {
-        // Longer than any worker_id a heartbeat accepts, so no such worker.
-        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
-    }
+    check_worker_id(&id)?;
     let w = app
         .store
         .set_directive(&id, directive)
         .await
         .map_err(|e| match e {
-            ojs_store::StoreError::NotFound => {
-                ApiError(OjsError::not_found(format!("worker {id} not found")))
-            }
+            ojs_store::StoreError::NotFound => no_such_worker(&id),
             other => other.into(),
         })?;
     Ok(reply(

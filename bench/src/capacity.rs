@@ -158,6 +158,62 @@ pub struct Lifecycle {
     pub batched: PerJob,
     /// Scheduled PUSH + timer promotion + FETCH (1 job) + ACK.
     pub scheduled: PerJob,
+    /// Item writes per job to each partition key that many jobs share (every key but a
+    /// job's own `JOB#<id>`), under steady traffic: on AWS one partition takes about
+    /// 1,000 writes a second, so these bound a queue's throughput.
+    pub shared_key_writes: std::collections::BTreeMap<String, f64>,
+}
+
+impl Lifecycle {
+    /// The busiest shared partition key of [`Lifecycle::shared_key_writes`].
+    pub fn busiest_shared_key(&self) -> Option<(&str, f64)> {
+        self.shared_key_writes
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
+/// Item writes per job to each partition key shared by many jobs, from the calls of the
+/// last sample of each of `ops` (each divided by the jobs one request of it serves).
+pub fn shared_key_writes(ops: &[&OpCost]) -> std::collections::BTreeMap<String, f64> {
+    let mut per_key = std::collections::BTreeMap::new();
+    for op in ops {
+        let jobs = op.jobs_per_request.max(1) as f64;
+        for call in op.breakdown.iter().filter(|c| c.ok && c.write_units > 0.0) {
+            for (partition, items) in written_partitions(&call.target) {
+                if !partition.starts_with("JOB#") {
+                    *per_key.entry(partition).or_insert(0.0) += items as f64 / jobs;
+                }
+            }
+        }
+    }
+    per_key
+}
+
+/// The partition keys a write call's target names, with the items written to each:
+/// `Put EVT#…/evt_…` is one item to `EVT#…`; `Tx[2×Put JOB#…/JOB, Update QUEUES/x]`
+/// two to `JOB#…` and one to `QUEUES`.
+fn written_partitions(target: &str) -> Vec<(String, usize)> {
+    let inner = ["Tx[", "Batch["]
+        .iter()
+        .find_map(|p| target.strip_prefix(p))
+        .map_or(target, |rest| rest.strip_suffix(']').unwrap_or(rest));
+    inner
+        .split(", ")
+        .filter_map(|part| {
+            let (n, action) = match part.split_once('×') {
+                Some((n, action)) => (n.parse().ok()?, action),
+                None => (1, part),
+            };
+            let (verb, key) = action.split_once(' ')?;
+            if !matches!(verb, "Put" | "Update" | "Delete") {
+                return None;
+            }
+            let partition = key.split_once('/').map_or(key, |(pk, _)| pk);
+            Some((partition.to_owned(), n))
+        })
+        .collect()
 }
 
 /// Section 1 result.
@@ -672,6 +728,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             single: single_path + PerJob::of(&stream1, 0.0),
             single_steady: single_path + PerJob::of(&stream100, 0.0),
             batched: batched_path + PerJob::of(&stream100, 0.0),
+            shared_key_writes: shared_key_writes(&[&push, &fetch1, &ack, &stream100]),
             scheduled: PerJob::of(&sched, 1.0)
                 + PerJob::of(&promote, 0.0)
                 + PerJob::of(&fetch1, 1.0)
@@ -713,5 +770,75 @@ mod tests {
                 assert!((1.5..4.5).contains(&ratio), "ratio {ratio:.2} at {size}");
             }
         }
+    }
+
+    fn call(target: &str, ok: bool) -> CallSummary {
+        CallSummary {
+            op: "UpdateItem".into(),
+            target: target.into(),
+            read_units: 0.0,
+            write_units: 1.0,
+            table_units: 1.0,
+            index_units: Default::default(),
+            ok,
+        }
+    }
+
+    fn op(jobs_per_request: usize, calls: Vec<CallSummary>) -> OpCost {
+        OpCost {
+            op: "x".into(),
+            args_bytes: 0,
+            jobs_per_request,
+            samples: 1,
+            calls: calls.len() as f64,
+            read_units: 0.0,
+            write_units: 0.0,
+            write_units_aws: 0.0,
+            sqs_requests: 0.0,
+            stable: true,
+            breakdown: calls,
+        }
+    }
+
+    #[test]
+    fn shared_key_writes_count_items_per_job_and_leave_out_each_jobs_own_key() {
+        let push = op(1, vec![call("Put JOB#…/JOB", true)]);
+        let stream = op(
+            100,
+            vec![
+                call("Update QUEUES/~COUNTS#…", true),
+                call("Put EVT#…/evt_…", true),
+                call(
+                    "Tx[2×Put EVT#…/evt_…, Update QUEUES/~COUNTS#…, 3×Delete JOB#…/JOB]",
+                    true,
+                ),
+                // A failed condition writes nothing.
+                call("Update QUEUES/~COUNTS#…", false),
+            ],
+        );
+        let got = shared_key_writes(&[&push, &stream]);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!((got["QUEUES"] - 0.02).abs() < 1e-9, "{got:?}");
+        assert!((got["EVT#…"] - 0.03).abs() < 1e-9, "{got:?}");
+        let life = Lifecycle {
+            args_bytes: 0,
+            request_path_calls: 0.0,
+            single: PerJob::default(),
+            single_steady: PerJob::default(),
+            batched: PerJob::default(),
+            scheduled: PerJob::default(),
+            shared_key_writes: got,
+        };
+        assert_eq!(life.busiest_shared_key(), Some(("EVT#…", 0.03)));
+    }
+
+    #[test]
+    fn reads_and_odd_targets_name_no_written_partition() {
+        assert_eq!(written_partitions("Query ready READY#…"), vec![]);
+        assert_eq!(written_partitions("BatchGet[3]"), vec![]);
+        assert_eq!(
+            written_partitions("Batch[Put A#…/x, 4×Delete B/y]"),
+            vec![("A#…".to_owned(), 1), ("B".to_owned(), 4)]
+        );
     }
 }

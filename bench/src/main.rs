@@ -160,7 +160,13 @@ async fn main() -> anyhow::Result<()> {
         Some(c) if on("cost") => cost::scenarios(&prices, c, cpu.as_ref()),
         _ => Vec::new(),
     };
-    let targets = report::targets(capacity.as_ref(), &costs, &cold, cpu.as_ref());
+    let targets = report::targets(
+        capacity.as_ref(),
+        &costs,
+        &cold,
+        cpu.as_ref(),
+        throughput.as_ref(),
+    );
     let report = report::Report {
         generated_at: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
         mode: if args.quick { "quick" } else { "full" }.into(),

@@ -10,7 +10,7 @@ use crate::cost::{Prices, ScenarioCost};
 use crate::cpu::CpuReport;
 use crate::throughput::ThroughputReport;
 
-/// A target of issue #9 and how the measurement compares.
+/// A target (of issue #9 or #17) and how the measurement compares.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     /// What is measured.
@@ -104,6 +104,7 @@ pub fn targets(
     cost: &[ScenarioCost],
     cold: &[ColdStart],
     cpu: Option<&CpuReport>,
+    throughput: Option<&ThroughputReport>,
 ) -> Vec<Target> {
     let mut t = Vec::new();
     let life = cap.and_then(|c| c.lifecycle(TARGET_SIZE));
@@ -214,6 +215,81 @@ pub fn targets(
         }),
         pass: worst_own.map(|o| o.own_us.unwrap_or(0.0) < 200.0),
     });
+    t.extend(change_stream_targets(life, cost, cpu, throughput));
+    t
+}
+
+/// Issue #17's figures before the change stream and the transition engine (commit
+/// 68c502c): CPU per request in µs, and lifecycles per second at 32 workers on one queue.
+pub const CPU_BEFORE_US: [(&str, f64); 3] = [
+    (ops::PUSH, 1_073.0),
+    (ops::FETCH_1, 1_530.0),
+    (ops::ACK, 1_086.0),
+];
+/// Lifecycles per second at 32 workers, issue #17's figure.
+pub const THROUGHPUT_32_BEFORE: f64 = 108.6;
+
+/// The targets issue #17 adds to those above (its per-lifecycle units are among them).
+fn change_stream_targets(
+    life: Option<&Lifecycle>,
+    cost: &[ScenarioCost],
+    cpu: Option<&CpuReport>,
+    throughput: Option<&ThroughputReport>,
+) -> Vec<Target> {
+    let mut t = Vec::new();
+    let busiest = life.map(|l| l.busiest_shared_key());
+    t.push(Target {
+        name: "item writes per job to the busiest partition key shared by many jobs (steady)"
+            .into(),
+        limit: "<= 0.1".into(),
+        measured: match busiest {
+            None => "not measured".into(),
+            Some(None) => "0 (no shared key written)".into(),
+            Some(Some((key, v))) => format!("{v:.2} ({key})"),
+        },
+        pass: busiest.map(|b| b.map_or(0.0, |(_, v)| v) <= 0.1 + 1e-9),
+    });
+    for (scenario, limit) in [("single", 9.5), ("batched", 7.5)] {
+        let c = cost
+            .iter()
+            .find(|c| c.scenario == scenario && c.args_bytes == TARGET_SIZE);
+        t.push(Target {
+            name: format!("cost per million jobs, HTTP API, {scenario}, 1 KiB (issue #17)"),
+            limit: format!("<= ${limit:.2}"),
+            measured: c.map_or("not measured".into(), |c| {
+                format!("${:.2}", c.usd_per_million_jobs)
+            }),
+            pass: c.map(|c| c.usd_per_million_jobs <= limit + 1e-9),
+        });
+    }
+    for (op, before) in CPU_BEFORE_US {
+        let o = cpu.and_then(|c| c.ops.iter().find(|o| o.op == op));
+        t.push(Target {
+            name: format!("CPU per request, {op}, against before ({before:.0} µs)"),
+            limit: "<= 60 %".into(),
+            measured: o.map_or("not measured".into(), |o| {
+                format!("{:.0} µs ({:.0} %)", o.cpu_us, 100.0 * o.cpu_us / before)
+            }),
+            pass: o.map(|o| o.cpu_us <= 0.6 * before),
+        });
+    }
+    let at32 = throughput.and_then(|r| r.runs.iter().find(|r| r.workers == 32));
+    t.push(Target {
+        name: "lost claims per job, 32 workers on one queue".into(),
+        limit: "<= 1".into(),
+        measured: at32.map_or("not measured".into(), |r| {
+            format!("{:.2}", r.lost_claims as f64 / r.jobs.max(1) as f64)
+        }),
+        pass: at32.map(|r| r.lost_claims <= r.jobs),
+    });
+    t.push(Target {
+        name: "lifecycles per second, 32 workers on one queue (issue's figure)".into(),
+        limit: format!(">= {THROUGHPUT_32_BEFORE}"),
+        measured: at32.map_or("not measured".into(), |r| {
+            format!("{:.1}", r.lifecycle_jobs_per_s)
+        }),
+        pass: at32.map(|r| r.lifecycle_jobs_per_s >= THROUGHPUT_32_BEFORE),
+    });
     t
 }
 
@@ -285,7 +361,7 @@ pub fn render(r: &Report) -> String {
     if let Some(push) = &r.push {
         render_push(&mut o, push);
     }
-    let _ = writeln!(o, "\n== Targets (issue #9) ==");
+    let _ = writeln!(o, "\n== Targets (issues #9 and #17) ==");
     let _ = writeln!(
         o,
         "{:<72} {:>9}  {:<22} result",
@@ -646,4 +722,62 @@ fn render_cpu(o: &mut String, cpu: &CpuReport) {
         "(CPU per DynamoDB call in the bench process: {:.0} µs through the AWS SDK, {:.0} µs as a plain reqwest JSON POST; idle server CPU: {:.0} µs/s, subtracted)",
         cpu.sdk_us_per_call, cpu.http_floor_us_per_call, cpu.idle_us_per_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuCost;
+
+    fn cpu(push: f64, fetch: f64, ack: f64) -> CpuReport {
+        let op = |op: &str, cpu_us: f64| CpuCost {
+            op: op.into(),
+            requests: 1,
+            jobs_per_request: 1,
+            cpu_us,
+            cpu_us_min: cpu_us,
+            chunks: 1,
+            cpu_us_stat: 0.0,
+            dynamodb_calls: None,
+            own_us: None,
+            wall_us: 0.0,
+        };
+        CpuReport {
+            method: String::new(),
+            args_bytes: 1024,
+            ops: vec![
+                op(ops::PUSH, push),
+                op(ops::FETCH_1, fetch),
+                op(ops::ACK, ack),
+            ],
+            sdk_us_per_call: 0.0,
+            http_floor_us_per_call: 0.0,
+            idle_us_per_s: 0.0,
+        }
+    }
+
+    fn verdicts(r: &CpuReport) -> Vec<Option<bool>> {
+        change_stream_targets(None, &[], Some(r), None)
+            .into_iter()
+            .filter(|t| t.name.starts_with("CPU per request"))
+            .map(|t| t.pass)
+            .collect()
+    }
+
+    #[test]
+    fn cpu_targets_are_sixty_percent_of_each_requests_figure_before() {
+        // 60 % of 1,073 / 1,530 / 1,086 µs is 643.8 / 918 / 651.6.
+        let at_limit = cpu(643.8, 918.0, 651.6);
+        assert_eq!(verdicts(&at_limit), [Some(true); 3]);
+        let over = cpu(644.0, 918.5, 652.0);
+        assert_eq!(verdicts(&over), [Some(false); 3]);
+    }
+
+    #[test]
+    fn unmeasured_targets_say_so_instead_of_passing() {
+        for t in change_stream_targets(None, &[], None, None) {
+            assert_eq!(t.pass, None, "{}", t.name);
+            assert_eq!(t.measured, "not measured", "{}", t.name);
+        }
+    }
 }

@@ -67,6 +67,9 @@ const DEFAULT_FETCH_BUDGET_MS: u64 = 5_000;
 /// Default of [`StoreConfig::queue_settings_ttl`], in milliseconds.
 const DEFAULT_QUEUE_SETTINGS_TTL_MS: u64 = 1_000;
 
+/// Default of [`StoreConfig::quiet_due_memory`], in milliseconds.
+const DEFAULT_QUIET_DUE_MS: u64 = 100;
+
 /// Store settings, read once per cold start.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -92,6 +95,12 @@ pub struct StoreConfig {
     /// them on every FETCH). A change made through this instance applies at once; one
     /// made through another instance within this time.
     pub queue_settings_ttl: Duration,
+    /// How long one instance's FETCH trusts its last due query of a queue shard that
+    /// found nothing due, and skips the next (0 queries on every FETCH). What comes due
+    /// meanwhile (a scheduled time, a retry's backoff, an expired lease) waits at most
+    /// this long more for a FETCH of this instance; the timer promotes scheduled jobs and
+    /// retries at the second regardless.
+    pub quiet_due_memory: Duration,
     /// How long one sweep may run before it leaves the remaining queues to the next
     /// (the scheduler function's timeout is 60 s).
     pub sweep_budget: Duration,
@@ -112,7 +121,7 @@ impl StoreConfig {
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
     /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000),
-    /// `OJS_PAUSED_QUEUE_PUSH`
+    /// `OJS_QUIET_DUE_MS` (default 100), `OJS_PAUSED_QUEUE_PUSH`
     /// (`accept`, the default, or `reject`), `OJS_SWEEP_BUDGET_MS` (default 40000) and
     /// `OJS_FETCH_BUDGET_MS` (default 5000).
     pub fn from_env() -> Self {
@@ -139,6 +148,11 @@ impl StoreConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             ),
+            quiet_due_memory: Duration::from_millis(
+                var("OJS_QUIET_DUE_MS")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(DEFAULT_QUIET_DUE_MS),
+            ),
             reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
             sweep_budget: Duration::from_millis(
                 var("OJS_SWEEP_BUDGET_MS")
@@ -163,6 +177,7 @@ impl StoreConfig {
             metrics_namespace: None,
             queue_shards: 1,
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
+            quiet_due_memory: Duration::from_millis(DEFAULT_QUIET_DUE_MS),
             reject_paused_pushes: false,
             sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
             fetch_budget: Duration::from_millis(DEFAULT_FETCH_BUDGET_MS),
@@ -185,6 +200,8 @@ pub struct Store {
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
     /// Queues on which this instance lately lost claims (FETCH spreads over them).
     contention: Arc<claim::Contention>,
+    /// Queue shards whose due query this instance lately found empty (FETCH skips it).
+    quiet_due: Arc<claim::QuietDue>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
@@ -202,6 +219,7 @@ impl Store {
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
             contention: Arc::default(),
+            quiet_due: Arc::default(),
             stream: None,
             observers: Vec::new(),
         }

@@ -1317,3 +1317,81 @@ async fn a_fetch_that_sees_only_stale_entries_looks_again() -> anyhow::Result<()
     app.teardown().await;
     Ok(())
 }
+
+/// A FETCH a moment after one of the same instance found nothing due skips the due query
+/// (one DynamoDB call less); past `quiet_due_memory`, or with it at 0, it queries again.
+#[tokio::test]
+async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> anyhow::Result<()> {
+    use ojs_store::{FetchRequest, Store, StoreConfig};
+    use std::time::Duration;
+    let app = TestApp::spawn().await?;
+    for i in 0..6 {
+        let r = app
+            .push(json!({"type": "t.quiet", "args": [i], "options": {"queue": "quietq"}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    }
+    ojs_tests::after_index_lag().await;
+    // Straight to DynamoDB Local: the strict layer's short pages would add calls. The
+    // settings are remembered for the whole test, so only the due query comes and goes.
+    let sdk = aws_config::from_env()
+        .endpoint_url(ojs_tests::fault_proxy::raw_dynamodb_endpoint())
+        .load()
+        .await;
+    let memory = Duration::from_secs(3);
+    let store_with = |quiet_due_memory| {
+        Store::new(
+            ojs_store::client_for(&sdk),
+            StoreConfig {
+                quiet_due_memory,
+                queue_settings_ttl: Duration::from_secs(600),
+                ..StoreConfig::for_table(app.store.table())
+            },
+        )
+    };
+    let req = FetchRequest {
+        queues: vec![ojs_core::QueueName::parse("quietq")?],
+        count: 1,
+        worker_id: Some("w".into()),
+        visibility_timeout_ms: None,
+    };
+    // Calls of one FETCH of one job.
+    let fetch = |store: Store| {
+        let req = req.clone();
+        async move {
+            let before = store.usage().calls;
+            let out = store.fetch(&req, ojs_core::time::now()).await?;
+            anyhow::ensure!(out.jobs.len() == 1, "fetched {:?}", out.jobs);
+            Ok(store.usage().calls - before)
+        }
+    };
+
+    let quiet = store_with(memory);
+    let first = fetch(quiet.clone()).await?;
+    let second = fetch(quiet.clone()).await?;
+    assert_eq!(
+        first,
+        second + 2,
+        "the settings read and the due query are not repeated: {first} then {second} calls"
+    );
+
+    let always = store_with(Duration::ZERO);
+    let first = fetch(always.clone()).await?;
+    let second = fetch(always.clone()).await?;
+    assert_eq!(
+        first,
+        second + 1,
+        "with no memory only the settings read is saved: {first} then {second} calls"
+    );
+
+    tokio::time::sleep(memory + Duration::from_millis(200)).await;
+    let later = fetch(quiet.clone()).await?;
+    let again = fetch(quiet).await?;
+    assert_eq!(
+        later,
+        again + 1,
+        "past the memory the due query is made once more: {later} then {again} calls"
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -1,5 +1,6 @@
-//! FETCH: promote the queue's due jobs, then claim ready candidates in index order, each
-//! with one conditional write, moving on when another worker won a candidate.
+//! FETCH: promote the queue's due jobs (unless this instance found none due a moment
+//! ago), then claim ready candidates in index order, each with one conditional write,
+//! moving on when another worker won a candidate.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -84,32 +85,55 @@ impl Fetching {
     }
 }
 
-/// Queues on which this instance lately lost a claim to another worker. A FETCH of such a
-/// queue spreads over the first priority's candidates instead of writing to the head that
-/// every racing worker writes to (32 workers lost about 6 claims per job that way).
-#[derive(Default)]
-pub(crate) struct Contention(Mutex<HashMap<QueueName, Instant>>);
+/// Keys this instance noted lately, each with when: a bounded memory of one process.
+pub(crate) struct Recent<K>(Mutex<HashMap<K, Instant>>);
 
-impl Contention {
-    /// Most queues remembered (the map is cleared past it).
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + std::hash::Hash + Clone> Recent<K> {
+    /// Most keys remembered (the map is cleared past it).
     const MAX_QUEUES: usize = 1_000;
 
-    fn lost_on(&self, queue: &QueueName) {
+    fn note(&self, key: &K) {
         if let Ok(mut map) = self.0.lock() {
-            if map.len() >= Self::MAX_QUEUES && !map.contains_key(queue) {
+            if map.len() >= Self::MAX_QUEUES && !map.contains_key(key) {
                 map.clear();
             }
-            map.insert(queue.clone(), Instant::now());
+            map.insert(key.clone(), Instant::now());
         }
     }
 
-    fn recent(&self, queue: &QueueName) -> bool {
-        self.0.lock().is_ok_and(|map| {
-            map.get(queue)
-                .is_some_and(|at| at.elapsed() < CONTENTION_MEMORY)
-        })
+    fn within(&self, key: &K, memory: Duration) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|map| map.get(key).is_some_and(|at| at.elapsed() < memory))
     }
 }
+
+/// Queues on which this instance lately lost a claim to another worker. A FETCH of such a
+/// queue spreads over the first priority's candidates instead of writing to the head that
+/// every racing worker writes to (32 workers lost about 6 claims per job that way).
+pub(crate) type Contention = Recent<QueueName>;
+
+impl Contention {
+    fn lost_on(&self, queue: &QueueName) {
+        self.note(queue);
+    }
+
+    fn recent(&self, queue: &QueueName) -> bool {
+        self.within(queue, CONTENTION_MEMORY)
+    }
+}
+
+/// Shards of a queue whose due entries this instance lately found none of: a FETCH
+/// within [`crate::StoreConfig::quiet_due_memory`] of that skips the due query (one
+/// DynamoDB call, about a quarter of a FETCH's CPU) and claims from the ready index at
+/// once.
+pub(crate) type QuietDue = Recent<(QueueName, u16)>;
 
 /// Moves to `from` a candidate picked (by `pick`, from the range it is given) among the
 /// ones from `from` on that share `candidates[from]`'s priority. Racing workers so spread
@@ -347,7 +371,12 @@ impl Store {
         queue_limit: Option<&RateLimitPolicy>,
         run: &mut Fetching,
     ) -> Result<bool, StoreError> {
-        self.promote_due_shard(queue, shard, now).await?;
+        if !self
+            .quiet_due
+            .within(&(queue.clone(), shard), self.config.quiet_due_memory)
+        {
+            self.promote_due_shard(queue, shard, now).await?;
+        }
         for _ in 0..CLAIM_ROUNDS {
             if run.done(req.count) {
                 break;
@@ -906,6 +935,9 @@ impl Store {
             .send()
             .await;
         let out = self.tally(Kind::Read, out)?;
+        if out.items().is_empty() {
+            self.quiet_due.note(&(queue.clone(), shard));
+        }
         let due: Vec<(JobId, String, JobState)> = out
             .items()
             .iter()

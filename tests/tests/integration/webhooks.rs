@@ -505,8 +505,14 @@ async fn a_job_lifecycle_delivers_signed_subscribed_events_only() -> anyhow::Res
         other.got()
     );
 
-    // The log: one delivered attempt each, with its status and duration.
-    let log = deliveries(&app, &sub).await?;
+    // The log: one delivered attempt each, with its status and duration. An attempt is
+    // logged after its answer, so the receiver may have both before the log does.
+    let logged_by = Instant::now() + Duration::from_secs(10);
+    let mut log = deliveries(&app, &sub).await?;
+    while log.len() < 2 && Instant::now() < logged_by {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = deliveries(&app, &sub).await?;
+    }
     assert_eq!(log.len(), 2, "{log:?}");
     for d in &log {
         assert_eq!(d["attempt"], 1);

@@ -180,7 +180,7 @@ pub fn shared_key_writes(ops: &[&OpCost]) -> std::collections::BTreeMap<String, 
     let mut per_key = std::collections::BTreeMap::new();
     for op in ops {
         let jobs = op.jobs_per_request.max(1) as f64;
-        for call in op.breakdown.iter().filter(|c| c.ok && c.write_units > 0.0) {
+        for call in op.breakdown.iter().filter(|c| c.ok) {
             for (partition, items) in written_partitions(&call.target) {
                 if !partition.starts_with("JOB#") {
                     *per_key.entry(partition).or_insert(0.0) += items as f64 / jobs;

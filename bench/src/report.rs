@@ -773,6 +773,128 @@ mod tests {
         assert_eq!(verdicts(&over), [Some(false); 3]);
     }
 
+    fn verdict(targets: &[Target], starts: &str) -> Option<bool> {
+        targets
+            .iter()
+            .find(|t| t.name.starts_with(starts))
+            .and_then(|t| t.pass)
+    }
+
+    fn lifecycle(busiest: f64) -> Lifecycle {
+        let zero = crate::capacity::PerJob::default();
+        Lifecycle {
+            args_bytes: TARGET_SIZE,
+            request_path_calls: 0.0,
+            single: zero,
+            single_steady: zero,
+            batched: zero,
+            scheduled: zero,
+            shared_key_writes: [("QUEUES".to_owned(), 0.01), ("EVT#…".to_owned(), busiest)]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn cost(scenario: &str, args_bytes: usize, usd: f64) -> ScenarioCost {
+        ScenarioCost {
+            scenario: scenario.into(),
+            description: String::new(),
+            args_bytes,
+            lines: Vec::new(),
+            usd_per_million_jobs: usd,
+        }
+    }
+
+    fn run(workers: usize, lost_claims: usize, per_s: f64) -> crate::throughput::Run {
+        let latency = crate::throughput::Latency {
+            n: 0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            mean_ms: 0.0,
+        };
+        crate::throughput::Run {
+            workers,
+            jobs: 1_000,
+            args_bytes: TARGET_SIZE,
+            fresh_dynamodb: true,
+            stream: true,
+            push_seconds: 0.0,
+            consume_seconds: 0.0,
+            push_jobs_per_s: 0.0,
+            consume_jobs_per_s: 0.0,
+            lifecycle_jobs_per_s: per_s,
+            push: latency.clone(),
+            fetch: latency.clone(),
+            ack: latency,
+            empty_fetches: 0,
+            lost_claims,
+            dynamodb_calls: 0,
+            calls_per_job: 0.0,
+            product_calls_per_s: 0.0,
+            ceiling: crate::ceiling::Ceiling {
+                calls: 0,
+                workers,
+                seconds: 0.0,
+                calls_per_s: 0.0,
+                errors: 0,
+                first_error: None,
+            },
+            ceiling_jobs_per_s: 0.0,
+            ratio: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_busiest_shared_key_passes_at_a_tenth_of_a_write_per_job() {
+        let at = change_stream_targets(Some(&lifecycle(0.1)), &[], None, None);
+        assert_eq!(verdict(&at, "item writes per job"), Some(true));
+        let over = change_stream_targets(Some(&lifecycle(0.11)), &[], None, None);
+        assert_eq!(verdict(&over, "item writes per job"), Some(false));
+        assert!(
+            over.iter().any(|t| t.measured == "0.11 (EVT#…)"),
+            "{over:?}"
+        );
+    }
+
+    #[test]
+    fn cost_targets_judge_the_1_kib_scenario_at_its_own_limit() {
+        let line = |costs: &[ScenarioCost], scenario: &str| {
+            verdict(
+                &change_stream_targets(None, costs, None, None),
+                &format!("cost per million jobs, HTTP API, {scenario}"),
+            )
+        };
+        let met = [cost("single", 1024, 9.5), cost("batched", 1024, 7.5)];
+        assert_eq!(line(&met, "single"), Some(true));
+        assert_eq!(line(&met, "batched"), Some(true));
+        let over = [cost("single", 1024, 9.51), cost("batched", 1024, 7.51)];
+        assert_eq!(line(&over, "single"), Some(false));
+        assert_eq!(line(&over, "batched"), Some(false));
+        // Another size or scenario is not the target's.
+        let elsewhere = [cost("single", 100, 1.0), cost("steady", 1024, 1.0)];
+        assert_eq!(line(&elsewhere, "single"), None);
+    }
+
+    #[test]
+    fn throughput_targets_read_the_32_worker_run() {
+        let report = |runs| ThroughputReport {
+            method: String::new(),
+            runs,
+        };
+        let judge = |r: &ThroughputReport| {
+            let t = change_stream_targets(None, &[], None, Some(r));
+            (
+                verdict(&t, "lost claims per job"),
+                verdict(&t, "lifecycles per second"),
+            )
+        };
+        let at_limits = report(vec![run(1, 5_000, 1.0), run(32, 1_000, 108.6)]);
+        assert_eq!(judge(&at_limits), (Some(true), Some(true)));
+        let below = report(vec![run(32, 1_001, 108.5), run(8, 0, 500.0)]);
+        assert_eq!(judge(&below), (Some(false), Some(false)));
+        assert_eq!(judge(&report(vec![run(8, 0, 500.0)])), (None, None));
+    }
+
     #[test]
     fn unmeasured_targets_say_so_instead_of_passing() {
         for t in change_stream_targets(None, &[], None, None) {

@@ -40,6 +40,20 @@ pub struct Ceiling {
     pub first_error: Option<String>,
 }
 
+impl Ceiling {
+    /// A replay not made (yet) for `workers` callers.
+    pub fn not_replayed(workers: usize) -> Self {
+        Self {
+            calls: 0,
+            workers,
+            seconds: 0.0,
+            calls_per_s: 0.0,
+            errors: 0,
+            first_error: None,
+        }
+    }
+}
+
 /// One raw call to issue.
 #[derive(Debug, Clone)]
 enum Raw {

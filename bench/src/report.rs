@@ -831,14 +831,7 @@ mod tests {
             dynamodb_calls: 0,
             calls_per_job: 0.0,
             product_calls_per_s: 0.0,
-            ceiling: crate::ceiling::Ceiling {
-                calls: 0,
-                workers,
-                seconds: 0.0,
-                calls_per_s: 0.0,
-                errors: 0,
-                first_error: None,
-            },
+            ceiling: crate::ceiling::Ceiling::not_replayed(workers),
             ceiling_jobs_per_s: 0.0,
             ratio: 0.0,
         }

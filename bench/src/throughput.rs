@@ -341,14 +341,7 @@ async fn phases(
         dynamodb_calls: ddb.len(),
         calls_per_job: ddb.len() as f64 / jobs.max(1) as f64,
         product_calls_per_s: ddb.len() as f64 / total.max(1e-9),
-        ceiling: Ceiling {
-            calls: 0,
-            workers,
-            seconds: 0.0,
-            calls_per_s: 0.0,
-            errors: 0,
-            first_error: None,
-        },
+        ceiling: Ceiling::not_replayed(workers),
         ceiling_jobs_per_s: 0.0,
         ratio: 0.0,
     };

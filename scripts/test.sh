@@ -72,8 +72,13 @@ else
     part_b=(dashboard:: faults:: fencing:: fuzz_http:: hostile:: iam:: lambda:: proto:: workflows::)
     skips=()
     for m in "${part_a[@]}" "${part_b[@]}"; do skips+=(--skip "$m"); done
+    # The 32-worker race runs alone: beside other tests its FETCHes have queued behind
+    # DynamoDB Local's one writer past the store's 8 s budget.
+    race=api::every_job_is_delivered_exactly_once_to_32_racing_fetchers
     fresh_dynamodb
-    run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}"
+    run_tests -p ojs-tests --test integration --no-fail-fast -- --exact "$race"
+    fresh_dynamodb
+    run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}" --skip "$race"
     fresh_dynamodb
     run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_b[@]}"
     fresh_dynamodb

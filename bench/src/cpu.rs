@@ -10,7 +10,7 @@
 //! function spends too. To separate the SDK's share, the bench also measures its own
 //! CPU per raw SDK call (same client settings) and subtracts calls x that.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,37 @@ pub struct CpuReport {
     pub http_floor_us_per_call: f64,
     /// CPU of the idle server per second, µs (subtracted).
     pub idle_us_per_s: f64,
+    /// The same requests served by another build (`--cpu-baseline`), measured in the
+    /// same run, its chunks interleaved with this build's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineCpu>,
+}
+
+/// CPU per request of another build, measured beside this one.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineCpu {
+    /// What the build is, e.g. a commit.
+    pub label: String,
+    /// Per kind of request, as for this build (`dynamodb_calls` and `own_us` unset: the
+    /// capacity section measured this build's calls, not that one's).
+    pub ops: Vec<CpuCost>,
+}
+
+impl BaselineCpu {
+    /// The figure for `op`.
+    pub fn get(&self, op: &str) -> Option<&CpuCost> {
+        self.ops.iter().find(|c| c.op == op)
+    }
+}
+
+/// Another build to measure beside this one: a release directory holding its
+/// `ojs-local` and `ojs-keys`.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    /// The release directory.
+    pub dir: PathBuf,
+    /// What the build is, for the report.
+    pub label: String,
 }
 
 impl CpuReport {
@@ -78,7 +109,8 @@ pub const METHOD: &str =
     "Release ojs-local server as a separate process (RUST_LOG=info, events on, API keys required \
 as deployed (one key, verified once a minute), no timer, and OJS_LOCAL_STREAM=off: no in-process \
 stream consumer, push catch-up or webhook redrive, so the process does what an API function does); \
-N sequential requests per kind in 5 chunks; CPU = delta of the server's /proc/<pid>/task/*/schedstat \
+N sequential requests per kind in 10 chunks (with --cpu-baseline, the other build's server \
+runs beside this one on its own table and the two take turns chunk by chunk); CPU = delta of the server's /proc/<pid>/task/*/schedstat \
 run time per request, median chunk (utime+stime of /proc/<pid>/stat over the phase as a check), minus idle CPU. Waiting for DynamoDB is not \
 CPU time, so round trips are excluded; HTTP parsing and AWS SDK work (signing, JSON, hyper) are \
 included (a Lambda pays for them too). own = cpu - DynamoDB calls x SDK CPU per raw call (measured \
@@ -123,50 +155,60 @@ struct Server {
     auth: String,
 }
 
+/// The environment both binaries of a build (`ojs-local`, `ojs-keys`) run with.
+fn server_command(binary: &Path, table: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(binary);
+    cmd.env_clear()
+        .env("OJS_TABLE", table)
+        .env("OJS_EVENTS", "on")
+        // An API function's work only: on AWS the stream and scheduler functions run
+        // the consumer, the push catch-up and the webhook redrive.
+        .env("OJS_LOCAL_STREAM", "off")
+        .env("RUST_LOG", "info")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL_DYNAMODB", crate::env::dynamodb_endpoint())
+        .stdin(Stdio::null());
+    for key in [
+        "AWS_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    ] {
+        if let Ok(v) = std::env::var(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd
+}
+
 impl Server {
-    async fn start(table: &str, key: &str) -> anyhow::Result<Self> {
-        let binary: PathBuf = crate::cold_start::release_dir().join("ojs-local");
+    /// Starts the build in `dir` on `table` (its `ojs-local` creates the table in its own
+    /// schema), then issues an API key with the same build's `ojs-keys`, so any commit's
+    /// build can be measured the same way.
+    async fn start(dir: &Path, table: &str) -> anyhow::Result<Self> {
+        let binary = dir.join("ojs-local");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let mut cmd = std::process::Command::new(&binary);
-        cmd.env_clear()
+        let child = server_command(&binary, table)
             .env("OJS_HOST", "127.0.0.1")
             .env("OJS_PORT", port.to_string())
-            .env("OJS_TABLE", table)
-            .env("OJS_EVENTS", "on")
-            // An API function's work only: on AWS the stream and scheduler functions run
-            // the consumer, the push catch-up and the webhook redrive.
-            .env("OJS_LOCAL_STREAM", "off")
-            .env("RUST_LOG", "info")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("AWS_ENDPOINT_URL_DYNAMODB", crate::env::dynamodb_endpoint())
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for key in [
-            "AWS_REGION",
-            "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN",
-        ] {
-            if let Ok(v) = std::env::var(key) {
-                cmd.env(key, v);
-            }
-        }
-        let child = cmd.spawn().with_context(|| {
-            format!(
-                "starting {} (cargo build --release -p ojs-local)",
-                binary.display()
-            )
-        })?;
-        let server = Self {
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "starting {} (cargo build --release -p ojs-local)",
+                    binary.display()
+                )
+            })?;
+        let mut server = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()?,
-            auth: format!("Bearer {key}"),
+            auth: String::new(),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -176,13 +218,28 @@ impl Server {
                 .send()
                 .await;
             if matches!(up, Ok(ref r) if r.status().is_success()) {
-                return Ok(server);
+                break;
             }
             if Instant::now() > deadline {
-                bail!("ojs-local did not answer within 30 s");
+                bail!("{} did not answer within 30 s", binary.display());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let keys = dir.join("ojs-keys");
+        let out = server_command(&keys, table)
+            .args(["create", "ojs-bench"])
+            .output()
+            .with_context(|| format!("running {}", keys.display()))?;
+        let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !out.status.success() || key.is_empty() {
+            bail!(
+                "{} create failed: {}",
+                keys.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        server.auth = format!("Bearer {key}");
+        Ok(server)
     }
 
     async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
@@ -225,71 +282,201 @@ fn ids(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Measures CPU per request with `n` requests of each single-job kind.
+/// Measures CPU per request with `n` requests of each single-job kind, of this build and,
+/// if given, of `baseline` beside it.
 pub async fn run(
     n: usize,
     args_bytes: usize,
     capacity: Option<&CapacityReport>,
+    baseline: Option<&Baseline>,
 ) -> anyhow::Result<CpuReport> {
-    let table = crate::env::table_name("cpu");
     let sdk = crate::env::sdk().await;
-    let store = ojs_store::Store::new(
-        ojs_store::client_for(&sdk),
-        ojs_store::StoreConfig::for_table(&table),
-    );
-    store
-        .ensure_table()
-        .await
-        .context("creating the CPU table")?;
+    let client = ojs_store::client_for(&sdk);
+    let mut builds = vec![(crate::cold_start::release_dir(), "this build".to_owned())];
+    builds.extend(baseline.map(|b| (b.dir.clone(), b.label.clone())));
+    let tables: Vec<String> = builds
+        .iter()
+        .enumerate()
+        .map(|(i, _)| crate::env::table_name(&format!("cpu{i}")))
+        .collect();
     let result = async {
-        let key = ojs_http::auth::issue_key(&store, "ojs-bench").await?.key;
-        let server = Server::start(&table, &key).await?;
-        measure(&server, n.max(10), args_bytes, capacity).await
+        let mut subjects = Vec::new();
+        for ((dir, _), table) in builds.iter().zip(&tables) {
+            subjects.push(Subject::new(Server::start(dir, table).await?, args_bytes));
+        }
+        measure(&mut subjects, n.max(10), args_bytes, capacity).await
     }
     .await;
-    let _ = store.delete_table().await;
-    result
+    for table in &tables {
+        let store = ojs_store::Store::new(client.clone(), ojs_store::StoreConfig::for_table(table));
+        let _ = store.delete_table().await;
+    }
+    let (mut report, mut others) = result?;
+    report.baseline = others.pop().zip(baseline).map(|(ops, b)| BaselineCpu {
+        label: b.label.clone(),
+        ops,
+    });
+    Ok(report)
 }
 
+/// The kinds of request measured, in order (each kind's jobs come from the one before).
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Push,
+    Fetch,
+    Ack,
+    BatchPush,
+    Fetch10,
+}
+
+const QUEUE: &str = "cpu";
+const BATCH_QUEUE: &str = "cpu-batch";
+
+/// One build under measurement: its server and the jobs its FETCHes handed out.
+struct Subject {
+    server: Server,
+    job: Value,
+    batch: Value,
+    fetched: Vec<String>,
+}
+
+impl Subject {
+    fn new(server: Server, args_bytes: usize) -> Self {
+        let job =
+            json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": QUEUE}});
+        let batch_job = json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": BATCH_QUEUE}});
+        let batch: Vec<Value> = (0..100).map(|_| batch_job.clone()).collect();
+        Self {
+            server,
+            job,
+            batch: json!({ "jobs": batch }),
+            fetched: Vec::new(),
+        }
+    }
+
+    /// Queue items, connections and the allocator warmed up.
+    async fn warm_up(&mut self) -> anyhow::Result<()> {
+        let s = &self.server;
+        let batch_job = self.batch["jobs"][0].clone();
+        for (job, times) in [(&self.job, 20), (&batch_job, 1)] {
+            let queue = job["options"]["queue"].clone();
+            for _ in 0..times {
+                s.post("/ojs/v1/jobs", job).await?;
+                let f = s
+                    .post("/ojs/v1/workers/fetch", &json!({ "queues": [queue] }))
+                    .await?;
+                for id in ids(&f) {
+                    s.post("/ojs/v1/workers/ack", &json!({"job_id": id}))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One request of `step`.
+    async fn one(&mut self, step: Step) -> anyhow::Result<()> {
+        let s = &self.server;
+        match step {
+            Step::Push => {
+                s.post("/ojs/v1/jobs", &self.job).await?;
+            }
+            Step::Fetch => {
+                let f = s
+                    .post(
+                        "/ojs/v1/workers/fetch",
+                        &json!({"queues": [QUEUE], "worker_id": "cpu"}),
+                    )
+                    .await?;
+                let got = ids(&f);
+                if got.len() != 1 {
+                    bail!("a FETCH of one job from a full queue returned {f}");
+                }
+                self.fetched.extend(got);
+            }
+            Step::Ack => {
+                let id = self.fetched.pop().context("an ACK with no job fetched")?;
+                s.post(
+                    "/ojs/v1/workers/ack",
+                    &json!({"job_id": id, "worker_id": "cpu", "result": {"ok": true}}),
+                )
+                .await?;
+            }
+            Step::BatchPush => {
+                s.post("/ojs/v1/jobs/batch", &self.batch).await?;
+            }
+            Step::Fetch10 => {
+                s.post(
+                    "/ojs/v1/workers/fetch",
+                    &json!({"queues": [BATCH_QUEUE], "count": 10, "worker_id": "cpu"}),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `total` requests of `step` on every subject in [`CHUNKS`] chunks, taking turns
+/// chunk by chunk (the order reversed every other chunk), so whatever else the machine
+/// does while one build runs falls on the other's neighbouring chunks too.
+async fn interleaved(
+    subjects: &mut [Subject],
+    step: Step,
+    total: usize,
+) -> anyhow::Result<Vec<Vec<Chunk>>> {
+    let size = total.div_ceil(CHUNKS).max(1);
+    let mut chunks: Vec<Vec<Chunk>> = subjects.iter().map(|_| Vec::new()).collect();
+    for c in 0..CHUNKS {
+        let requests = size.min(total.saturating_sub(c * size));
+        if requests == 0 {
+            break;
+        }
+        let mut order: Vec<usize> = (0..subjects.len()).collect();
+        if c % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let pid = subjects[i].server.pid();
+            let start = cpu_of(pid)?;
+            let at = Instant::now();
+            for _ in 0..requests {
+                subjects[i].one(step).await?;
+            }
+            let end = cpu_of(pid)?;
+            chunks[i].push(Chunk {
+                ns: end.0.saturating_sub(start.0) as f64,
+                ticks: end.1.saturating_sub(start.1) as f64,
+                secs: at.elapsed().as_secs_f64(),
+                requests,
+            });
+        }
+    }
+    Ok(chunks)
+}
+
+/// This build's report and each other subject's figures, in order.
 async fn measure(
-    s: &Server,
+    subjects: &mut [Subject],
     n: usize,
     args_bytes: usize,
     capacity: Option<&CapacityReport>,
-) -> anyhow::Result<CpuReport> {
+) -> anyhow::Result<(CpuReport, Vec<Vec<CpuCost>>)> {
     use crate::capacity::ops;
-    let queue = "cpu";
-    let batch_queue = "cpu-batch";
-    let job =
-        json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": queue}});
-    let batch_job = json!({"type": "bench.job", "args": args_of(args_bytes), "options": {"queue": batch_queue}});
-    // Warm-up: queue items, connections, allocator.
-    for _ in 0..20 {
-        s.post("/ojs/v1/jobs", &job).await?;
-        let f = s
-            .post("/ojs/v1/workers/fetch", &json!({"queues": [queue]}))
-            .await?;
-        for id in ids(&f) {
-            s.post("/ojs/v1/workers/ack", &json!({"job_id": id}))
-                .await?;
-        }
-    }
-    s.post("/ojs/v1/jobs", &batch_job).await?;
-    let f = s
-        .post("/ojs/v1/workers/fetch", &json!({"queues": [batch_queue]}))
-        .await?;
-    for id in ids(&f) {
-        s.post("/ojs/v1/workers/ack", &json!({"job_id": id}))
-            .await?;
+    for s in subjects.iter_mut() {
+        s.warm_up().await?;
     }
     let ticks = clock_ticks();
-    let pid = s.pid();
-    // Idle CPU of the server (background tasks), to subtract.
-    let (i0, _) = cpu_of(pid)?;
-    let idle_start = Instant::now();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (i1, _) = cpu_of(pid)?;
-    let idle_ns_per_s = (i1 - i0) as f64 / idle_start.elapsed().as_secs_f64();
+    // Idle CPU of each server (background tasks), to subtract.
+    let mut idle_ns_per_s = Vec::new();
+    for s in subjects.iter() {
+        let pid = s.server.pid();
+        let (i0, _) = cpu_of(pid)?;
+        let idle_start = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (i1, _) = cpu_of(pid)?;
+        idle_ns_per_s.push((i1 - i0) as f64 / idle_start.elapsed().as_secs_f64());
+    }
 
     let sdk_us = sdk_cpu_per_call(n).await?;
     let http_us = http_cpu_per_call(n).await?;
@@ -298,8 +485,7 @@ async fn measure(
             .and_then(|c| c.get(op, args_bytes))
             .map(|o| o.calls)
     };
-
-    let record = |op: &str, jobs: usize, phase: Vec<Chunk>| {
+    let record = |op: &str, jobs: usize, phase: &[Chunk], idle_ns_per_s: f64, own: bool| {
         let requests: usize = phase.iter().map(|c| c.requests).sum::<usize>().max(1);
         let secs: f64 = phase.iter().map(|c| c.secs).sum();
         let per_request: Vec<f64> = phase
@@ -309,7 +495,7 @@ async fn measure(
             .collect();
         let ticks_total: f64 = phase.iter().map(|c| c.ticks).sum();
         let cpu_us = stats::median(&per_request).unwrap_or(f64::NAN);
-        let calls = calls_of(op);
+        let calls = calls_of(op).filter(|_| own);
         CpuCost {
             op: op.to_owned(),
             requests,
@@ -323,77 +509,36 @@ async fn measure(
             wall_us: secs * 1e6 / requests as f64,
         }
     };
-    let mut out = Vec::new();
-
-    // PUSH x n
-    let mut p = Phase::start(pid, n)?;
-    for _ in 0..n {
-        p.before()?;
-        s.post("/ojs/v1/jobs", &job).await?;
-        p.after();
-    }
-    out.push(record(ops::PUSH, 1, p.finish()?));
-    // FETCH (1 job) x n
-    let mut fetched = Vec::with_capacity(n);
-    let mut p = Phase::start(pid, n)?;
-    for _ in 0..n {
-        p.before()?;
-        let f = s
-            .post(
-                "/ojs/v1/workers/fetch",
-                &json!({"queues": [queue], "worker_id": "cpu"}),
-            )
-            .await?;
-        p.after();
-        fetched.extend(ids(&f));
-    }
-    out.push(record(ops::FETCH_1, 1, p.finish()?));
-    if fetched.len() != n {
-        bail!("FETCH returned {} jobs for {n} requests", fetched.len());
-    }
-    // ACK x n
-    let mut p = Phase::start(pid, n)?;
-    for id in &fetched {
-        p.before()?;
-        s.post(
-            "/ojs/v1/workers/ack",
-            &json!({"job_id": id, "worker_id": "cpu", "result": {"ok": true}}),
-        )
-        .await?;
-        p.after();
-    }
-    out.push(record(ops::ACK, 1, p.finish()?));
     // Batch PUSH of 100 x n/100 (at least 5), FETCH of 10 for those jobs.
     let batches = (n / 100).max(5);
-    let batch: Vec<Value> = (0..100).map(|_| batch_job.clone()).collect();
-    let mut p = Phase::start(pid, batches)?;
-    for _ in 0..batches {
-        p.before()?;
-        s.post("/ojs/v1/jobs/batch", &json!({ "jobs": batch }))
-            .await?;
-        p.after();
+    let steps = [
+        (Step::Push, ops::PUSH, 1, n),
+        (Step::Fetch, ops::FETCH_1, 1, n),
+        (Step::Ack, ops::ACK, 1, n),
+        (Step::BatchPush, ops::BATCH_PUSH, 100, batches),
+        (Step::Fetch10, ops::FETCH_10, 10, batches * 10),
+    ];
+    let mut out: Vec<Vec<CpuCost>> = subjects.iter().map(|_| Vec::new()).collect();
+    for (step, op, jobs, total) in steps {
+        let chunks = interleaved(subjects, step, total).await?;
+        for (i, phase) in chunks.iter().enumerate() {
+            out[i].push(record(op, jobs, phase, idle_ns_per_s[i], i == 0));
+        }
     }
-    out.push(record(ops::BATCH_PUSH, 100, p.finish()?));
-    let fetches = batches * 10;
-    let mut p = Phase::start(pid, fetches)?;
-    for _ in 0..fetches {
-        p.before()?;
-        s.post(
-            "/ojs/v1/workers/fetch",
-            &json!({"queues": [batch_queue], "count": 10, "worker_id": "cpu"}),
-        )
-        .await?;
-        p.after();
-    }
-    out.push(record(ops::FETCH_10, 10, p.finish()?));
-    Ok(CpuReport {
-        method: METHOD.into(),
-        args_bytes,
-        ops: out,
-        sdk_us_per_call: sdk_us,
-        http_floor_us_per_call: http_us,
-        idle_us_per_s: idle_ns_per_s / 1000.0,
-    })
+    let mut out = out.into_iter();
+    let ops = out.next().unwrap_or_default();
+    Ok((
+        CpuReport {
+            method: METHOD.into(),
+            args_bytes,
+            ops,
+            sdk_us_per_call: sdk_us,
+            http_floor_us_per_call: http_us,
+            idle_us_per_s: idle_ns_per_s.first().copied().unwrap_or(0.0) / 1000.0,
+            baseline: None,
+        },
+        out.collect(),
+    ))
 }
 
 /// CPU of the bench process per raw DynamoDB call (a PutItem, an UpdateItem and a Query
@@ -534,8 +679,8 @@ where
     stats::median(&per_call).context("no samples")
 }
 
-/// Chunks a phase is split into.
-const CHUNKS: usize = 5;
+/// Chunks a phase is split into (per build, when builds take turns).
+const CHUNKS: usize = 10;
 
 /// The server's CPU over a run of requests.
 struct Chunk {
@@ -543,60 +688,4 @@ struct Chunk {
     ticks: f64,
     secs: f64,
     requests: usize,
-}
-
-/// Measures a phase of `total` requests in [`CHUNKS`] chunks.
-struct Phase {
-    pid: u32,
-    size: usize,
-    done: Vec<Chunk>,
-    start: (u64, u64),
-    at: Instant,
-    count: usize,
-}
-
-impl Phase {
-    fn start(pid: u32, total: usize) -> anyhow::Result<Self> {
-        Ok(Self {
-            pid,
-            size: total.div_ceil(CHUNKS).max(1),
-            done: Vec::new(),
-            start: cpu_of(pid)?,
-            at: Instant::now(),
-            count: 0,
-        })
-    }
-
-    /// Before each request: closes the chunk when it is full.
-    fn before(&mut self) -> anyhow::Result<()> {
-        if self.count >= self.size {
-            self.close()?;
-        }
-        Ok(())
-    }
-
-    fn after(&mut self) {
-        self.count += 1;
-    }
-
-    fn close(&mut self) -> anyhow::Result<()> {
-        let now = cpu_of(self.pid)?;
-        self.done.push(Chunk {
-            ns: now.0.saturating_sub(self.start.0) as f64,
-            ticks: now.1.saturating_sub(self.start.1) as f64,
-            secs: self.at.elapsed().as_secs_f64(),
-            requests: self.count,
-        });
-        self.start = now;
-        self.at = Instant::now();
-        self.count = 0;
-        Ok(())
-    }
-
-    fn finish(mut self) -> anyhow::Result<Vec<Chunk>> {
-        if self.count > 0 {
-            self.close()?;
-        }
-        Ok(self.done)
-    }
 }

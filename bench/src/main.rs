@@ -1,4 +1,5 @@
-//! `ojs-bench [--quick] [--json PATH] [--only SECTIONS] [--no-build] [--prices PATH]`
+//! `ojs-bench [--quick] [--json PATH] [--only SECTIONS] [--no-build] [--prices PATH] [--cpu-baseline DIR [--cpu-baseline-label LABEL]]
+//! [--cpu-baseline DIR [--cpu-baseline-label LABEL]]`
 //!
 //! Measures, against the local stack (DynamoDB Local, moto SQS): DynamoDB capacity per
 //! request, cost per million jobs, throughput and latency, Lambda cold starts and CPU per
@@ -19,7 +20,13 @@ const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,c
                fresh DynamoDB Local when OJS_BENCH_FRESH_DYNAMODB names a command that
                restarts it (make bench sets it when it started DynamoDB Local itself)
   --no-build   do not run `cargo build --release` for the function and server binaries
-  --prices     prices file (default: bench/prices.toml)";
+  --prices     prices file (default: bench/prices.toml)
+  --cpu-baseline DIR
+               also measure the CPU of another build (DIR holds its release ojs-local and
+               ojs-keys, e.g. an older commit's target/release), taking turns with this
+               one; issue #17's CPU targets are then judged against it
+  --cpu-baseline-label LABEL
+               what that build is, for the report (default: DIR)";
 
 struct Args {
     quick: bool,
@@ -28,6 +35,7 @@ struct Args {
     workers: Vec<usize>,
     build: bool,
     prices: PathBuf,
+    cpu_baseline: Option<cpu::Baseline>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -40,7 +48,9 @@ fn parse_args() -> anyhow::Result<Args> {
         workers: vec![1, 8, 32],
         build: true,
         prices: cost::default_prices_path(),
+        cpu_baseline: None,
     };
+    let mut baseline_label = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -68,12 +78,32 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--no-build" => args.build = false,
             "--prices" => args.prices = it.next().context("--prices needs a path")?.into(),
+            "--cpu-baseline" => {
+                let dir = PathBuf::from(it.next().context("--cpu-baseline needs a directory")?);
+                for bin in ["ojs-local", "ojs-keys"] {
+                    if !dir.join(bin).is_file() {
+                        bail!("--cpu-baseline: {} has no {bin}", dir.display());
+                    }
+                }
+                args.cpu_baseline = Some(cpu::Baseline {
+                    label: dir.display().to_string(),
+                    dir,
+                });
+            }
+            "--cpu-baseline-label" => {
+                baseline_label = Some(it.next().context("--cpu-baseline-label needs a label")?)
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
+    }
+    match (&mut args.cpu_baseline, baseline_label) {
+        (Some(b), Some(label)) => b.label = label,
+        (None, Some(_)) => bail!("--cpu-baseline-label needs --cpu-baseline"),
+        _ => {}
     }
     Ok(args)
 }
@@ -123,7 +153,13 @@ async fn main() -> anyhow::Result<()> {
     };
     let cpu = if on("cpu") {
         let t = step("CPU per request (ojs-local process)");
-        let c = cpu::run(cpu_n, capacity::TARGET_SIZE, capacity.as_ref()).await?;
+        let c = cpu::run(
+            cpu_n,
+            capacity::TARGET_SIZE,
+            capacity.as_ref(),
+            args.cpu_baseline.as_ref(),
+        )
+        .await?;
         done(t);
         Some(c)
     } else {

@@ -229,6 +229,39 @@ pub const CPU_BEFORE_US: [(&str, f64); 3] = [
 /// Lifecycles per second at 32 workers, issue #17's figure.
 pub const THROUGHPUT_32_BEFORE: f64 = 108.6;
 
+/// Issue #17's CPU targets: each request at most 60 % of its CPU before. With a baseline
+/// measured in the same run (`--cpu-baseline`), "before" is that build's figure on this
+/// machine; otherwise it is the issue's own figure, measured on another processor.
+fn cpu_targets(cpu: Option<&CpuReport>) -> Vec<Target> {
+    let baseline = cpu.and_then(|c| c.baseline.as_ref());
+    CPU_BEFORE_US
+        .into_iter()
+        .map(|(op, issue_us)| {
+            let now = cpu.and_then(|c| c.get(op)).map(|o| o.cpu_us);
+            let (before, against) = match baseline {
+                Some(b) => (
+                    b.get(op).map(|o| o.cpu_us),
+                    format!("{}, same run", b.label),
+                ),
+                None => (Some(issue_us), format!("issue's {issue_us:.0} µs")),
+            };
+            let both = now.zip(before);
+            Target {
+                name: format!("CPU per request, {op}, against before ({against})"),
+                limit: "<= 60 %".into(),
+                measured: match (now, before) {
+                    (Some(n), Some(b)) => {
+                        format!("{n:.0} µs vs {b:.0} µs ({:.0} %)", 100.0 * n / b)
+                    }
+                    (Some(n), None) => format!("{n:.0} µs (before: not measured)"),
+                    _ => "not measured".into(),
+                },
+                pass: both.map(|(n, b)| n <= 0.6 * b),
+            }
+        })
+        .collect()
+}
+
 /// The targets issue #17 adds to those above (its per-lifecycle units are among them).
 fn change_stream_targets(
     life: Option<&Lifecycle>,
@@ -262,17 +295,7 @@ fn change_stream_targets(
             pass: c.map(|c| c.usd_per_million_jobs <= limit + 1e-9),
         });
     }
-    for (op, before) in CPU_BEFORE_US {
-        let o = cpu.and_then(|c| c.ops.iter().find(|o| o.op == op));
-        t.push(Target {
-            name: format!("CPU per request, {op}, against before ({before:.0} µs)"),
-            limit: "<= 60 %".into(),
-            measured: o.map_or("not measured".into(), |o| {
-                format!("{:.0} µs ({:.0} %)", o.cpu_us, 100.0 * o.cpu_us / before)
-            }),
-            pass: o.map(|o| o.cpu_us <= 0.6 * before),
-        });
-    }
+    t.extend(cpu_targets(cpu));
     let at32 = throughput.and_then(|r| r.runs.iter().find(|r| r.workers == 32));
     t.push(Target {
         name: "lost claims per job, 32 workers on one queue".into(),
@@ -722,6 +745,28 @@ fn render_cpu(o: &mut String, cpu: &CpuReport) {
         "(CPU per DynamoDB call in the bench process: {:.0} µs through the AWS SDK, {:.0} µs as a plain reqwest JSON POST; idle server CPU: {:.0} µs/s, subtracted)",
         cpu.sdk_us_per_call, cpu.http_floor_us_per_call, cpu.idle_us_per_s
     );
+    if let Some(b) = &cpu.baseline {
+        let _ = writeln!(
+            o,
+            "Beside it, {} (same run, the two servers taking turns chunk by chunk):",
+            b.label
+        );
+        let _ = writeln!(
+            o,
+            "{:<24} {:>10} {:>8} {:>10} {:>12}",
+            "request", "CPU µs", "min µs", "wall µs", "this build"
+        );
+        for c in &b.ops {
+            let share = cpu.get(&c.op).map_or("-".into(), |now| {
+                format!("{:.0} %", 100.0 * now.cpu_us / c.cpu_us)
+            });
+            let _ = writeln!(
+                o,
+                "{:<24} {:>10.0} {:>8.0} {:>10.0} {:>12}",
+                c.op, c.cpu_us, c.cpu_us_min, c.wall_us, share
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -753,6 +798,7 @@ mod tests {
             sdk_us_per_call: 0.0,
             http_floor_us_per_call: 0.0,
             idle_us_per_s: 0.0,
+            baseline: None,
         }
     }
 
@@ -771,6 +817,46 @@ mod tests {
         assert_eq!(verdicts(&at_limit), [Some(true); 3]);
         let over = cpu(644.0, 918.5, 652.0);
         assert_eq!(verdicts(&over), [Some(false); 3]);
+    }
+
+    fn with_baseline(now: CpuReport, before: &CpuReport) -> CpuReport {
+        CpuReport {
+            baseline: Some(crate::cpu::BaselineCpu {
+                label: "68c502c".into(),
+                ops: before.ops.clone(),
+            }),
+            ..now
+        }
+    }
+
+    #[test]
+    fn a_baseline_measured_in_the_same_run_replaces_the_issues_figures() {
+        // 60 % of a baseline of 1,000 / 2,000 / 500 µs is 600 / 1,200 / 300.
+        let before = cpu(1_000.0, 2_000.0, 500.0);
+        let r = with_baseline(cpu(600.0, 1_200.0, 300.0), &before);
+        assert_eq!(verdicts(&r), [Some(true); 3]);
+        let r = with_baseline(cpu(600.5, 1_201.0, 300.5), &before);
+        assert_eq!(verdicts(&r), [Some(false); 3]);
+        // Below the issue's figures but above 60 % of the baseline's: judged by the baseline.
+        let r = with_baseline(cpu(601.0, 900.0, 301.0), &before);
+        assert_eq!(verdicts(&r), [Some(false), Some(true), Some(false)]);
+        let names: Vec<String> = change_stream_targets(None, &[], Some(&r), None)
+            .into_iter()
+            .filter(|t| t.name.starts_with("CPU per request"))
+            .map(|t| format!("{} {}", t.name, t.measured))
+            .collect();
+        assert!(
+            names[0].contains("68c502c, same run") && names[0].contains("601 µs vs 1000 µs (60 %)"),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_the_baseline_did_not_measure_is_not_judged() {
+        let mut before = cpu(1_000.0, 2_000.0, 500.0);
+        before.ops.retain(|o| o.op != ops::ACK);
+        let r = with_baseline(cpu(100.0, 100.0, 100.0), &before);
+        assert_eq!(verdicts(&r), [Some(true), Some(true), None]);
     }
 
     fn verdict(targets: &[Target], starts: &str) -> Option<bool> {

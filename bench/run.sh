@@ -6,7 +6,8 @@
 # with scripts/local-aws.sh, and whatever this run started is stopped again at the end.
 # Builds the release binaries it measures (every Lambda function, ojs-local, ojs-bench).
 # Arguments go to ojs-bench, e.g. `bench/run.sh --quick`; without --json the results go to
-# bench/results.json (bench/results-quick.json with --quick).
+# bench/results.json (bench/results-quick.json with --quick). OJS_BENCH_BASELINE=<commit>
+# adds that commit's build to the CPU section (see below).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,4 +49,19 @@ case " $* " in
     *) args+=(--json bench/results.json) ;;
 esac
 target_dir="${CARGO_TARGET_DIR:-target}"
+
+# OJS_BENCH_BASELINE=<commit> (issue #17's "before" is 68c502c): the CPU section also
+# measures that commit's ojs-local beside this build, taking turns, so "N % of before"
+# compares two builds on one machine in one run. Built once into target/baseline-<commit>.
+if [ -n "${OJS_BENCH_BASELINE:-}" ]; then
+    sha="$(git rev-parse --short "${OJS_BENCH_BASELINE}^{commit}")"
+    base_target="$(realpath -m "$target_dir")/baseline-$sha"
+    if [ ! -x "$base_target/release/ojs-local" ] || [ ! -x "$base_target/release/ojs-keys" ]; then
+        tree="$(mktemp -d)"
+        git worktree add --detach "$tree" "$sha"
+        (cd "$tree" && CARGO_TARGET_DIR="$base_target" cargo build --release -p ojs-local)
+        git worktree remove --force "$tree"
+    fi
+    args+=(--cpu-baseline "$base_target/release" --cpu-baseline-label "$sha")
+fi
 "$target_dir/release/ojs-bench" --no-build "${args[@]}"

@@ -330,6 +330,8 @@ enum Step {
 }
 
 const QUEUE: &str = "cpu";
+/// The lease of the jobs the FETCH phases claim: an hour.
+const LEASE_MS: u64 = 3_600_000;
 const BATCH_QUEUE: &str = "cpu-batch";
 
 /// One build under measurement: its server and the jobs its FETCHes handed out.
@@ -337,7 +339,7 @@ struct Subject {
     server: Server,
     job: Value,
     batch: Value,
-    fetched: Vec<String>,
+    fetched: std::collections::VecDeque<String>,
 }
 
 impl Subject {
@@ -350,7 +352,7 @@ impl Subject {
             server,
             job,
             batch: json!({ "jobs": batch }),
-            fetched: Vec::new(),
+            fetched: std::collections::VecDeque::new(),
         }
     }
 
@@ -385,7 +387,9 @@ impl Subject {
                 let f = s
                     .post(
                         "/ojs/v1/workers/fetch",
-                        &json!({"queues": [QUEUE], "worker_id": "cpu"}),
+                        // Jobs wait for their ACK phase, the other build's turns
+                        // included: a lease longer than the run keeps them claimed.
+                        &json!({"queues": [QUEUE], "worker_id": "cpu", "visibility_timeout_ms": LEASE_MS}),
                     )
                     .await?;
                 let got = ids(&f);
@@ -395,7 +399,10 @@ impl Subject {
                 self.fetched.extend(got);
             }
             Step::Ack => {
-                let id = self.fetched.pop().context("an ACK with no job fetched")?;
+                let id = self
+                    .fetched
+                    .pop_front()
+                    .context("an ACK with no job fetched")?;
                 s.post(
                     "/ojs/v1/workers/ack",
                     &json!({"job_id": id, "worker_id": "cpu", "result": {"ok": true}}),
@@ -408,7 +415,7 @@ impl Subject {
             Step::Fetch10 => {
                 s.post(
                     "/ojs/v1/workers/fetch",
-                    &json!({"queues": [BATCH_QUEUE], "count": 10, "worker_id": "cpu"}),
+                    &json!({"queues": [BATCH_QUEUE], "count": 10, "worker_id": "cpu", "visibility_timeout_ms": LEASE_MS}),
                 )
                 .await?;
             }

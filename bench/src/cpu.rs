@@ -68,6 +68,8 @@ pub struct CpuReport {
     /// same run, its chunks interleaved with this build's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineCpu>,
+    /// Whether the section started on a fresh DynamoDB Local (`OJS_BENCH_FRESH_DYNAMODB`).
+    pub fresh_dynamodb: bool,
 }
 
 /// CPU per request of another build, measured beside this one.
@@ -290,6 +292,10 @@ pub async fn run(
     capacity: Option<&CapacityReport>,
     baseline: Option<&Baseline>,
 ) -> anyhow::Result<CpuReport> {
+    // On the DynamoDB Local the capacity section left behind, this build's writes (to a
+    // table with a stream) slowed, and its server's CPU per request rose with the wait
+    // (PUSH 811 -> 988 µs, same build and minute): each build starts on a fresh one.
+    let fresh_dynamodb = crate::throughput::fresh_dynamodb(1, args_bytes).await?;
     let sdk = crate::env::sdk().await;
     let client = ojs_store::client_for(&sdk);
     let mut builds = vec![(crate::cold_start::release_dir(), "this build".to_owned())];
@@ -312,6 +318,7 @@ pub async fn run(
         let _ = store.delete_table().await;
     }
     let (mut report, mut others) = result?;
+    report.fresh_dynamodb = fresh_dynamodb;
     report.baseline = others.pop().zip(baseline).map(|(ops, b)| BaselineCpu {
         label: b.label.clone(),
         ops,
@@ -543,6 +550,7 @@ async fn measure(
             http_floor_us_per_call: http_us,
             idle_us_per_s: idle_ns_per_s.first().copied().unwrap_or(0.0) / 1000.0,
             baseline: None,
+            fresh_dynamodb: false,
         },
         out.collect(),
     ))

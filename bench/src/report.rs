@@ -734,6 +734,12 @@ fn render_cpu(o: &mut String, cpu: &CpuReport) {
         size(cpu.args_bytes)
     );
     let _ = writeln!(o, "Method: {}", cpu.method);
+    if cpu.fresh_dynamodb {
+        let _ = writeln!(
+            o,
+            "Started on a fresh, warmed DynamoDB Local (OJS_BENCH_FRESH_DYNAMODB)."
+        );
+    }
     let _ = writeln!(
         o,
         "{:<24} {:>8} {:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}",
@@ -813,6 +819,7 @@ mod tests {
             http_floor_us_per_call: 0.0,
             idle_us_per_s: 0.0,
             baseline: None,
+            fresh_dynamodb: false,
         }
     }
 

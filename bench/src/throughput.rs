@@ -132,7 +132,7 @@ pub async fn run(
 /// deleted tables' included (about 20 times slower after 25,000 of them;
 /// `scripts/ddb-local-stream-cost.py`), so without it a later level, or a replay after a
 /// run, is measured on a slower emulator.
-async fn fresh_dynamodb(workers: usize, args_bytes: usize) -> anyhow::Result<bool> {
+pub(crate) async fn fresh_dynamodb(workers: usize, args_bytes: usize) -> anyhow::Result<bool> {
     let restarted = restart_with(std::env::var("OJS_BENCH_FRESH_DYNAMODB").ok().as_deref())?;
     if restarted {
         warm_up(workers, args_bytes).await?;

@@ -294,7 +294,8 @@ pub async fn run(
 ) -> anyhow::Result<CpuReport> {
     // On the DynamoDB Local the capacity section left behind, this build's writes (to a
     // table with a stream) slowed, and its server's CPU per request rose with the wait
-    // (PUSH 811 -> 988 µs, same build and minute): each build starts on a fresh one.
+    // (PUSH 988 µs there, 811 µs on a fresh one minutes later): the section starts on a
+    // fresh one.
     let fresh_dynamodb = crate::throughput::fresh_dynamodb(1, args_bytes).await?;
     let sdk = crate::env::sdk().await;
     let client = ojs_store::client_for(&sdk);

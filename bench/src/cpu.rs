@@ -149,7 +149,7 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-struct Server {
+pub(crate) struct Server {
     child: std::process::Child,
     base: String,
     client: reqwest::Client,
@@ -163,9 +163,6 @@ fn server_command(binary: &Path, table: &str) -> std::process::Command {
     cmd.env_clear()
         .env("OJS_TABLE", table)
         .env("OJS_EVENTS", "on")
-        // An API function's work only: on AWS the stream and scheduler functions run
-        // the consumer, the push catch-up and the webhook redrive.
-        .env("OJS_LOCAL_STREAM", "off")
         .env("RUST_LOG", "info")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("AWS_ENDPOINT_URL_DYNAMODB", crate::env::dynamodb_endpoint())
@@ -187,12 +184,15 @@ impl Server {
     /// Starts the build in `dir` on `table` (its `ojs-local` creates the table in its own
     /// schema), then issues an API key with the same build's `ojs-keys`, so any commit's
     /// build can be measured the same way.
-    async fn start(dir: &Path, table: &str) -> anyhow::Result<Self> {
+    /// Without `local_stream`, only an API function's work: on AWS the stream and
+    /// scheduler functions run the consumer, the push catch-up and the webhook redrive.
+    pub(crate) async fn start(dir: &Path, table: &str, local_stream: bool) -> anyhow::Result<Self> {
         let binary = dir.join("ojs-local");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let child = server_command(&binary, table)
+            .env("OJS_LOCAL_STREAM", if local_stream { "on" } else { "off" })
             .env("OJS_HOST", "127.0.0.1")
             .env("OJS_PORT", port.to_string())
             .stdout(Stdio::null())
@@ -244,7 +244,7 @@ impl Server {
         Ok(server)
     }
 
-    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let res = self
             .client
             .post(format!("{}{path}", self.base))
@@ -273,7 +273,7 @@ impl Drop for Server {
     }
 }
 
-fn ids(v: &Value) -> Vec<String> {
+pub(crate) fn ids(v: &Value) -> Vec<String> {
     v["jobs"]
         .as_array()
         .map(|a| {
@@ -309,7 +309,10 @@ pub async fn run(
     let result = async {
         let mut subjects = Vec::new();
         for ((dir, _), table) in builds.iter().zip(&tables) {
-            subjects.push(Subject::new(Server::start(dir, table).await?, args_bytes));
+            subjects.push(Subject::new(
+                Server::start(dir, table, false).await?,
+                args_bytes,
+            ));
         }
         measure(&mut subjects, n.max(10), args_bytes, capacity).await
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput};
+use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput, versus};
 
 const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push] [--workers 1,8,32] [--no-build] [--prices PATH]
 
@@ -24,7 +24,8 @@ const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,c
   --cpu-baseline DIR
                also measure the CPU of another build (DIR holds its release ojs-local and
                ojs-keys, e.g. an older commit's target/release), taking turns with this
-               one; issue #17's CPU targets are then judged against it
+               one, and its throughput at 32 workers beside this one's (both as servers);
+               issue #17's CPU and throughput targets are then judged against it
   --cpu-baseline-label LABEL
                what that build is, for the report (default: DIR)";
 
@@ -170,8 +171,17 @@ async fn main() -> anyhow::Result<()> {
             "throughput at {:?} workers, with raw ceilings",
             args.workers
         ));
-        let r = throughput::run(&args.workers, jobs, capacity::TARGET_SIZE).await?;
+        let mut r = throughput::run(&args.workers, jobs, capacity::TARGET_SIZE).await?;
         done(t);
+        if let Some(b) = &args.cpu_baseline {
+            let t = step(&format!(
+                "throughput at 32 workers, this build and {}",
+                b.label
+            ));
+            let rounds = if args.quick { 1 } else { 2 };
+            r.versus = Some(versus::run(b, 32, jobs, capacity::TARGET_SIZE, rounds).await?);
+            done(t);
+        }
         Some(r)
     } else {
         None

@@ -97,6 +97,9 @@ pub struct ThroughputReport {
     pub method: String,
     /// One run per concurrency.
     pub runs: Vec<Run>,
+    /// This build against another, measured in the same run (`--cpu-baseline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versus: Option<crate::versus::Versus>,
 }
 
 /// The method as printed with the results.
@@ -123,6 +126,7 @@ pub async fn run(
     Ok(ThroughputReport {
         method: METHOD.into(),
         runs,
+        versus: None,
     })
 }
 

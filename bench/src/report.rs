@@ -914,6 +914,11 @@ mod tests {
         before.ops.retain(|o| o.op != ops::ACK);
         let r = with_baseline(cpu(100.0, 100.0, 100.0), &before);
         assert_eq!(verdicts(&r), [Some(true), Some(true), None]);
+        let ack = change_stream_targets(None, &[], Some(&r), None)
+            .into_iter()
+            .find(|t| t.name.starts_with("CPU per request, ACK"))
+            .map(|t| t.measured);
+        assert_eq!(ack.as_deref(), Some("100 µs (before: not measured)"));
     }
 
     fn verdict(targets: &[Target], starts: &str) -> Option<bool> {

@@ -172,6 +172,26 @@ async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> 
     }
 }
 
+/// The id of the API key a request came with (None when auth is off): what registrations
+/// record as `created_by`.
+pub struct Caller(pub Option<String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Caller(
+            parts
+                .extensions
+                .get::<crate::auth::Principal>()
+                .map(|p| p.key_id.clone()),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,14 @@
 //!                                          -> {"id", "name", "created_at", "scopes", "key"}
 //! {"action": "list"}                       -> {"keys": [{"id", "name", "created_at", "revoked_at", "scopes"}]}
 //! {"action": "revoke", "id": "<key id>"}   -> {"revoked": "<key id>"}
+//! {"action": "revoke", "id": "<key id>", "disable_registrations": true}
+//!                                          -> {"revoked", "disabled": {"push_endpoints", ...}}
+//! {"action": "registrations", "id": "<key id>"}
+//!                                          -> {"key_id", "push_endpoints", "webhook_subscriptions", "cron_jobs", "schemas"}
 //! ```
+//!
+//! What a key registered stays in force when the key is revoked unless the revoke asks
+//! for `disable_registrations` ([`crate::registrations`]).
 //!
 //! A created key's secret appears only in the answer to `create`; the table keeps its
 //! Argon2id hash. `scopes` (a list, or one comma-separated string) is optional: a key
@@ -106,12 +113,29 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
         }
         Some("revoke") => {
             let id = text(command, "id")?;
+            let disable = match &command["disable_registrations"] {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                _ => {
+                    return Err(KeyAdminError::BadCommand(
+                        "'disable_registrations' must be true or false".into(),
+                    ))
+                }
+            };
             store.revoke_api_key(id, ojs_core::time::now()).await?;
             tracing::info!(key_id = %id, "API key revoked");
-            Ok(json!({ "revoked": id }))
+            if !disable {
+                return Ok(json!({ "revoked": id }));
+            }
+            let disabled = crate::registrations::disable_by_key(store, id).await?;
+            Ok(json!({ "revoked": id, "disabled": disabled }))
+        }
+        Some("registrations") => {
+            let id = text(command, "id")?;
+            Ok(crate::registrations::list_by_key(store, id).await?)
         }
         other => Err(KeyAdminError::BadCommand(format!(
-            "'action' must be create, list or revoke (got {})",
+            "'action' must be create, list, revoke or registrations (got {})",
             other.map_or_else(|| command["action"].to_string(), str::to_owned)
         ))),
     }
@@ -137,6 +161,8 @@ mod tests {
             json!({"action": "create", "name": "a", "scopes": [7]}),
             json!({"action": "create", "name": "a", "scopes": ""}),
             json!({"action": "revoke"}),
+            json!({"action": "revoke", "id": "x", "disable_registrations": "yes"}),
+            json!({"action": "registrations"}),
             json!({"action": 1}),
         ] {
             let got = administer_keys(&store, &bad).await;

@@ -94,10 +94,38 @@ async fn run_catching_panics(next: Next, req: Request<Body>) -> Response {
 
 /// Paths served without an API key: discovery and liveness, which reveal no job data.
 fn is_public(method: &Method, path: &str) -> bool {
-    method == Method::GET && matches!(path, "/ojs/manifest" | "/ojs/v1/health")
+    crate::scopes::route(method, path).is_some_and(|r| r.need == crate::scopes::Need::Public)
 }
 
-async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next) -> Response {
+/// Inside the router: a route that [`crate::scopes::ROUTES`] does not list answers 500,
+/// whatever the auth mode, so no route is ever served on a guess of its scope (and every
+/// test that calls a route missing from the table fails).
+pub(crate) fn guard_routes(router: Router<AppState>) -> Router<AppState> {
+    router.route_layer(middleware::from_fn(route_guard))
+}
+
+async fn route_guard(req: Request<Body>, next: Next) -> Response {
+    let pattern = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    match pattern {
+        Some(p) if crate::scopes::row(req.method(), &p).is_none() => {
+            tracing::error!(method = %req.method(), route = %p, "route missing from the scope table");
+            ApiError(OjsError::new(
+                ErrorCode::Internal,
+                format!(
+                    "no scope is defined for {} {p} (shared/http/src/scopes.rs)",
+                    req.method()
+                ),
+            ))
+            .into_response()
+        }
+        _ => next.run(req).await,
+    }
+}
+
+async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: Next) -> Response {
     let request_id = request_id(&req);
     let started = std::time::Instant::now();
     let method = req.method().clone();
@@ -128,6 +156,10 @@ async fn ojs_layer(State(state): State<AppState>, req: Request<Body>, next: Next
         .as_ref()
         .ok()
         .and_then(|p| p.as_ref().map(|p| p.key_id.clone()));
+    if let Ok(Some(p)) = &principal {
+        // Handlers that register something record the key that did (crate::extract::Caller).
+        req.extensions_mut().insert(p.clone());
+    }
     let mut ddb = ojs_store::UsageSnapshot::default();
     let kind = Envelopes::of(&method, &path);
     let negotiated = match principal {
@@ -331,5 +363,39 @@ mod panic_tests {
         assert_eq!(body["error"]["retryable"], false);
         let ok = router.oneshot(req("/ok")).await.map_err(|e| e.to_string());
         assert_eq!(ok.map(|r| r.status()), Ok(StatusCode::OK));
+    }
+
+    /// A route the scope table does not list is never served, whatever the auth mode;
+    /// listed routes are, and unknown paths stay the router's 404.
+    #[tokio::test]
+    async fn a_route_missing_from_the_scope_table_answers_500() {
+        let state = AppState::new(
+            crate::test_support::unreachable_store(),
+            crate::HttpConfig::default(),
+        );
+        let router = Router::new()
+            .route("/ojs/v1/unlisted/{id}", get(|| async { "served" }))
+            .route("/ojs/v1/queues", get(|| async { "listed" }));
+        let router = wrap(guard_routes(router).with_state(state.clone()), state);
+        let status = |path: &'static str| {
+            let router = router.clone();
+            async move {
+                let req = Request::builder()
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap_or_default();
+                router
+                    .oneshot(req)
+                    .await
+                    .map(|r| r.status())
+                    .map_err(|e| e.to_string())
+            }
+        };
+        assert_eq!(
+            status("/ojs/v1/unlisted/7").await,
+            Ok(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+        assert_eq!(status("/ojs/v1/queues").await, Ok(StatusCode::OK));
+        assert_eq!(status("/ojs/v1/nowhere").await, Ok(StatusCode::NOT_FOUND));
     }
 }

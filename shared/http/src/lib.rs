@@ -12,6 +12,7 @@ mod extract;
 pub mod key_admin;
 mod layer;
 mod negotiate;
+pub mod registrations;
 mod routes;
 pub mod scopes;
 #[cfg(test)]
@@ -209,7 +210,7 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
             Group::Webhooks => routes::webhooks::router(),
         });
     }
-    layer::wrap(router.with_state(state.clone()), state)
+    layer::wrap(layer::guard_routes(router).with_state(state.clone()), state)
 }
 
 /// Logging of a Lambda function: JSON lines for CloudWatch (the runtime adds the time),

@@ -721,7 +721,7 @@ async fn scopes_decide_who_may_call_what() -> anyhow::Result<()> {
     let (s, body) = call(&reader, Method::POST, "/ojs/v1/admin/queues/sq/pause", None).await?;
     assert_eq!(
         (s, body["error"]["details"]["required_scope"].as_str()),
-        (403, Some("ojs:admin:write")),
+        (403, Some("ojs:config:write")),
         "{body}"
     );
     let (s, _) = call(

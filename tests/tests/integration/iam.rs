@@ -630,7 +630,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     )?;
     let registered = setup
         .store
-        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     setup.push(push("wq", json!({}))).await?;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -674,7 +674,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     });
     let endpoint = ojs_core::push::PushEndpoint::from_json(&push_registration, true)?;
     let entry = store
-        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     store.list_push_endpoints().await?;
     store.get_push_endpoint(&entry.id).await?;
@@ -686,7 +686,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         true,
     )?;
     let hook = store
-        .put_webhook(&sub, "whsec_iam".into(), ojs_core::time::now())
+        .put_webhook(&sub, "whsec_iam".into(), None, ojs_core::time::now())
         .await?;
     store.list_webhooks(true).await?;
     store.get_webhook(&hook.id).await?;
@@ -1038,6 +1038,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
                 true,
             )?,
             "whsec_iam".into(),
+            None,
             ojs_core::time::now(),
         )
         .await?;
@@ -1070,6 +1071,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
                     "queues": ["iam-nudge"], "config": {"signing_secret": "whsec_iam_0123456789"}}),
                 true,
             )?,
+            None,
             ojs_core::time::now(),
         )
         .await?;
@@ -1168,6 +1170,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         .store
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
+            None,
             ojs_core::time::now(),
         )
         .await?;
@@ -1211,7 +1214,10 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
 
     // ---- authorizer: a valid key (a GetItem of its record) and a wrong one.
     let auth = ojs_http::Authenticator::new(AuthMode::ApiKey, store.clone());
-    let event = |k: &str| json!({"headers": {"authorization": format!("Bearer {k}")}});
+    let event = |k: &str| {
+        json!({"headers": {"authorization": format!("Bearer {k}")}, "rawPath": "/ojs/v1/jobs",
+            "requestContext": {"http": {"method": "POST", "path": "/ojs/v1/jobs"}}})
+    };
     let verdict = ojs_http::authorizer::authorize_request(&auth, &event(&key))
         .await
         .map_err(|e| anyhow::anyhow!(e.message))?;
@@ -1227,15 +1233,70 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     anyhow::ensure!(verdict["isAuthorized"] == false, "authorizer: {verdict}");
     used.insert("AuthorizerFunction", recorder.take());
 
-    // ---- keys: create, list, revoke.
+    // ---- keys: create, list, what a key registered, revoke (and disable what it
+    // registered: a push endpoint, a webhook subscription and a cron job of its own).
     let created = ojs_http::key_admin::administer_keys(
         &store,
         &json!({"action": "create", "name": "iam-admin"}),
     )
     .await?;
-    ojs_http::key_admin::administer_keys(&store, &json!({"action": "list"})).await?;
-    ojs_http::key_admin::administer_keys(&store, &json!({"action": "revoke", "id": created["id"]}))
+    let by = created["id"].as_str().map(str::to_owned);
+    store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(
+                &json!({"endpoint": "https://example.com/keys", "job_types": ["iam.keys"],
+                    "queues": ["iam-keys"], "config": {"signing_secret": "whsec_iam_0123456789"}}),
+                true,
+            )?,
+            by.as_deref(),
+            ojs_core::time::now(),
+        )
         .await?;
+    store
+        .put_webhook(
+            &ojs_core::webhook::Subscription::from_json(
+                &json!({"url": "http://127.0.0.1:9/keys", "events": ["job.*"]}),
+                true,
+            )?,
+            "whsec_iam_keys".into(),
+            by.as_deref(),
+            ojs_core::time::now(),
+        )
+        .await?;
+    store
+        .put_cron(
+            &ojs_core::cron_job::CronJob::from_json(json!({
+                "name": "iam-keys", "expression": "0 0 1 1 *",
+                "job_template": {"type": "iam.keys", "args": []}}))?,
+            by.as_deref(),
+            ojs_core::time::now(),
+        )
+        .await?;
+    // The registrations above are the setup, not the keys function's calls.
+    let _ = recorder.take();
+    ojs_http::key_admin::administer_keys(&store, &json!({"action": "list"})).await?;
+    ojs_http::key_admin::administer_keys(
+        &store,
+        &json!({"action": "registrations", "id": created["id"]}),
+    )
+    .await?;
+    let revoked = ojs_http::key_admin::administer_keys(
+        &store,
+        &json!({"action": "revoke", "id": created["id"], "disable_registrations": true}),
+    )
+    .await?;
+    anyhow::ensure!(
+        revoked["disabled"]["push_endpoints"]
+            .as_array()
+            .map(Vec::len)
+            == Some(1)
+            && revoked["disabled"]["webhook_subscriptions"]
+                .as_array()
+                .map(Vec::len)
+                == Some(1)
+            && revoked["disabled"]["cron_jobs"] == json!(["iam-keys"]),
+        "keys: {revoked}"
+    );
     used.insert("KeysFunction", recorder.take());
 
     let policies = template_policies()?;
@@ -1252,14 +1313,20 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         let fn_rules = rules.get(*function).map(Vec::as_slice).unwrap_or_default();
         for a in actions {
             if let Some((action, family)) = a.split_once("@pk:") {
-                for r in fn_rules.iter().filter(|r| r.covers(action)) {
-                    let named = r.names(family);
-                    if r.deny == named {
-                        missing.push(format!(
-                            "{function} uses {action} on partition {family}, which its policy {} ({r:?})",
-                            if r.deny { "denies" } else { "does not allow" }
-                        ));
-                    }
+                // As IAM decides: any Deny naming the partition refuses; among the Allows
+                // limited to partitions, one naming it is enough.
+                let covering: Vec<&PartitionRule> =
+                    fn_rules.iter().filter(|r| r.covers(action)).collect();
+                for r in covering.iter().filter(|r| r.deny && r.names(family)) {
+                    missing.push(format!(
+                        "{function} uses {action} on partition {family}, which its policy denies ({r:?})"
+                    ));
+                }
+                let allows: Vec<&&PartitionRule> = covering.iter().filter(|r| !r.deny).collect();
+                if !allows.is_empty() && !allows.iter().any(|r| r.names(family)) {
+                    missing.push(format!(
+                        "{function} uses {action} on partition {family}, which its policy does not allow ({allows:?})"
+                    ));
                 }
             } else if !granted.contains(a) {
                 missing.push(format!("{function} uses {a}"));

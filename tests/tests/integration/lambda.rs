@@ -199,7 +199,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let hook = store
-        .put_webhook(&subscription, "s".repeat(32), ojs_core::time::now())
+        .put_webhook(&subscription, "s".repeat(32), None, ojs_core::time::now())
         .await?;
     let mut stream = start(
         "stream",
@@ -353,6 +353,7 @@ async fn the_stream_function_pushes_the_jobs_a_batch_made_available() -> anyhow:
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            None,
             ojs_core::time::now(),
         )
         .await?;

@@ -28,6 +28,7 @@ mod push;
 mod reliability;
 mod scheduling;
 mod schemas;
+mod scopes;
 mod sharding;
 mod smoke;
 mod table_definition;

@@ -666,7 +666,7 @@ async fn the_endpoint_cap_holds_under_racing_registrations() -> anyhow::Result<(
     for i in 0..cap - 2 {
         let endpoint = ojs_core::push::PushEndpoint::from_json(&body(i), true)?;
         app.store
-            .put_push_endpoint(&endpoint, ojs_core::time::now())
+            .put_push_endpoint(&endpoint, None, ojs_core::time::now())
             .await?;
     }
     // Eight registrations race for the last two places.
@@ -875,7 +875,7 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     body["config"]["max_concurrency"] = json!(2);
     let endpoint = ojs_core::push::PushEndpoint::from_json(&body, true)?;
     app.store
-        .put_push_endpoint(&endpoint, ojs_core::time::now())
+        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     let queue = ojs_core::QueueName::parse("twice")?;
     let entry = app.store.push_endpoints_of(&queue).await?.remove(0);

@@ -795,7 +795,7 @@ async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> any
     )?;
     let entry = app
         .store
-        .put_webhook(&sub, "whsec_cost".into(), ojs_core::time::now())
+        .put_webhook(&sub, "whsec_cost".into(), None, ojs_core::time::now())
         .await?;
     if let Ok(mut s) = receiver.secret.lock() {
         *s = entry.secret.clone();

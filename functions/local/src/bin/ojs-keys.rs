@@ -5,13 +5,20 @@
 //!                          issue a key; prints it once (only its hash is stored); without
 //!                          --scopes a data key (ojs:data:read, ojs:data:write)
 //! ojs-keys list            ids, names, creation and revocation times
-//! ojs-keys revoke <id>     revoke one key (effective within a minute everywhere)
+//! ojs-keys revoke <id> [--disable-registrations]
+//!                          revoke one key (effective within a minute everywhere); with the
+//!                          flag, also disable the push endpoints, webhook subscriptions
+//!                          and cron jobs it registered (they stay in force by default)
+//! ojs-keys registrations <id>
+//!                          what the key registered (push endpoints, webhooks, cron, schemas)
 //! ```
 
 use anyhow::{bail, Context};
 use ojs_http::auth::issue_scoped_key;
+use ojs_http::key_admin::administer_keys;
 use ojs_http::scopes::Scopes;
 use ojs_store::Store;
+use serde_json::json;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -53,14 +60,29 @@ async fn main() -> anyhow::Result<()> {
                 );
             }
         }
-        ["revoke", id] => {
-            store
-                .revoke_api_key(id, ojs_core::time::now())
+        ["revoke", id, rest @ ..] => {
+            let disable = match rest {
+                [] => false,
+                ["--disable-registrations"] => true,
+                _ => bail!("usage: ojs-keys revoke <id> [--disable-registrations]"),
+            };
+            let command = json!({"action": "revoke", "id": id, "disable_registrations": disable});
+            let answer = administer_keys(&store, &command)
                 .await
                 .with_context(|| format!("revoking key {id}"))?;
             eprintln!("revoked key {id}");
+            if disable {
+                println!("{}", serde_json::to_string_pretty(&answer["disabled"])?);
+            }
         }
-        _ => bail!("usage: ojs-keys create <name> [--scopes a,b,...] | list | revoke <id>"),
+        ["registrations", id] => {
+            let command = json!({"action": "registrations", "id": id});
+            let answer = administer_keys(&store, &command).await?;
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+        }
+        _ => bail!(
+            "usage: ojs-keys create <name> [--scopes a,b,...] | list | revoke <id> [--disable-registrations] | registrations <id>"
+        ),
     }
     Ok(())
 }

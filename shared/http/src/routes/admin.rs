@@ -83,6 +83,10 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/tenants/{id}/jobs", get(get_tenant))
         .route("/ojs/v1/admin/pools", get(list_pools))
         .route("/ojs/v1/admin/scheduling/stats", get(scheduling_stats))
+        .route(
+            "/ojs/v1/admin/keys/{id}/registrations",
+            get(key_registrations),
+        )
 }
 
 fn counts(st: &QueueStats) -> Value {
@@ -534,6 +538,23 @@ async fn get_schema(
         .max_by(|a, b| a.created_at.cmp(&b.created_at))
         .ok_or_else(|| OjsError::not_found(format!("no schema for {job_type}")))?;
     Ok(reply(StatusCode::OK, schema_view(&found)))
+}
+
+/// `GET /ojs/v1/admin/keys/{id}/registrations`: the push endpoints, webhook
+/// subscriptions, cron jobs and schemas registered with API key `id` (README, "API keys
+/// and scopes"). A key id is 12 hex digits; anything else names no key.
+async fn key_registrations(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if id.len() != 12 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(OjsError::invalid_request(format!(
+            "{id:.64} is not an API key id (12 lower-case hex digits)"
+        ))
+        .into());
+    }
+    let listing = crate::registrations::list_by_key(&app.store, &id).await?;
+    Ok(reply(StatusCode::OK, listing))
 }
 
 /// `GET /ojs/v1/admin/tenants`: this server has no tenants (one deployment is one

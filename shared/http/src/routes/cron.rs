@@ -14,7 +14,7 @@ use super::queues::{page_of, Page};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{Caller, JsonBody};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -26,10 +26,14 @@ pub(crate) fn router() -> Router<AppState> {
 async fn register_cron(
     State(app): State<AppState>,
     dialect: Dialect,
+    Caller(by): Caller,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let cron = CronJob::from_json(body)?;
-    let (entry, created) = app.store.put_cron(&cron, time::now()).await?;
+    let (entry, created) = app
+        .store
+        .put_cron(&cron, by.as_deref(), time::now())
+        .await?;
     tracing::info!(cron = %cron.name, created, "cron registered");
     let status = if created {
         StatusCode::CREATED

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{Caller, JsonBody};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -45,6 +45,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 async fn register_push_endpoint(
     State(app): State<AppState>,
+    Caller(by): Caller,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
@@ -54,7 +55,10 @@ async fn register_push_endpoint(
         .map_err(|why| {
             ApiError(OjsError::new(ErrorCode::ValidationError, why).with_path("$.endpoint"))
         })?;
-    let entry = app.store.put_push_endpoint(&endpoint, time::now()).await?;
+    let entry = app
+        .store
+        .put_push_endpoint(&endpoint, by.as_deref(), time::now())
+        .await?;
     tracing::info!(id = %entry.id, "push endpoint registered");
     Ok(reply(
         StatusCode::CREATED,

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{Caller, JsonBody};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -46,6 +46,7 @@ fn check_uri(uri: &str) -> Result<(), ApiError> {
 
 async fn register_schema(
     State(app): State<AppState>,
+    Caller(by): Caller,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let doc = SchemaDoc::from_json(body)?;
@@ -58,7 +59,7 @@ async fn register_schema(
         )
         .with_detail("uri", uri)
     };
-    match app.store.put_schema(&doc, time::now()).await {
+    match app.store.put_schema(&doc, by.as_deref(), time::now()).await {
         Ok(SchemaPut::Created(entry)) => {
             tracing::info!(uri = %doc.uri, "schema registered");
             Ok(reply(

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, OptionalJsonBody};
+use crate::extract::{Caller, JsonBody, OptionalJsonBody};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -96,6 +96,7 @@ async fn check_address(url: &str, allow_private: bool) -> Result<(), ApiError> {
 
 async fn create_subscription(
     State(app): State<AppState>,
+    Caller(by): Caller,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
@@ -111,7 +112,7 @@ async fn create_subscription(
     }
     let entry = app
         .store
-        .put_webhook(&subscription, new_secret(), time::now())
+        .put_webhook(&subscription, new_secret(), by.as_deref(), time::now())
         .await?;
     tracing::info!(event = "webhook.subscription.created", id = %entry.id, "webhook subscription created");
     // §6.1: the secret is answered here, and only here (and by a rotation).

@@ -26,6 +26,10 @@ pub struct CronEntry {
     pub cron: CronJob,
     /// When it was registered.
     pub created_at: String,
+    /// The id of the API key of its latest registration (None: keys were off, or before
+    /// keys were recorded). A registration replaces the whole entry, so the key that
+    /// wrote it last is the one whose job template runs.
+    pub created_by: Option<String>,
     /// Next occurrence (None when it never fires again).
     pub next_run_at: Option<Timestamp>,
     /// Last occurrence that fired or was skipped.
@@ -40,13 +44,17 @@ pub struct CronEntry {
 impl CronEntry {
     /// The JSON view.
     pub fn to_json(&self) -> Value {
-        cron_job::view(
+        let mut view = cron_job::view(
             &self.cron,
             &self.created_at,
             self.next_run_at.as_ref(),
             self.last_run_at.as_deref(),
             self.run_count,
-        )
+        );
+        if let Some(o) = view.as_object_mut() {
+            o.insert("created_by".into(), Value::from(self.created_by.clone()));
+        }
+        view
     }
 }
 
@@ -71,6 +79,7 @@ fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
     Ok(CronEntry {
         cron,
         created_at: get("created_at").unwrap_or_default(),
+        created_by: get("created_by"),
         next_run_at: num("next_run_us").and_then(time::from_micros),
         last_run_at: get("last_run_at"),
         run_count: num("run_count")
@@ -88,6 +97,7 @@ impl Store {
     pub async fn put_cron(
         &self,
         cron: &CronJob,
+        created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<(CronEntry, bool), StoreError> {
         let next = cron.schedule.next_after(now);
@@ -102,6 +112,10 @@ impl Store {
             "version = if_not_exists(version, :zero) + :one",
         ];
         let mut remove = vec![];
+        match created_by {
+            Some(_) => set.push("created_by = :by"),
+            None => remove.push("created_by"),
+        }
         let mut req = self
             .update_item()
             .set_key(Some(cron_key(&cron.name)))
@@ -111,6 +125,9 @@ impl Store {
             .expression_attribute_values(":now", ts(&now))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1));
+        if let Some(by) = created_by {
+            req = req.expression_attribute_values(":by", s(by.to_owned()));
+        }
         match &next {
             Some(next) => {
                 set.push("next_run_us = :next");

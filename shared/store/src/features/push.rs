@@ -66,6 +66,9 @@ pub struct PushEntry {
     pub endpoint: PushEndpoint,
     /// When it was registered.
     pub created_at: String,
+    /// The id of the API key that registered it (None: keys were off, or before keys
+    /// were recorded).
+    pub created_by: Option<String>,
     /// Why and when deliveries to it stopped (ojs-serverless.md §7.2: the endpoint
     /// answered 404, 401 or 403, which retrying cannot fix): `(at, reason)`.
     pub disabled: Option<(String, String)>,
@@ -76,6 +79,7 @@ impl PushEntry {
     pub fn view(&self) -> Value {
         let mut view = self.endpoint.view(&self.id, &self.created_at);
         if let Some(o) = view.as_object_mut() {
+            o.insert("created_by".into(), json!(self.created_by));
             match &self.disabled {
                 None => {
                     o.insert("status".into(), json!("active"));
@@ -119,13 +123,17 @@ impl PushEntry {
                 "signing_secret": e.signing_secret,
             },
         });
-        Item::from([
+        let mut item = Item::from([
             ("pk".to_owned(), s(pk)),
             ("sk".to_owned(), s(entry_sk(&self.id))),
             ("id".to_owned(), s(self.id.clone())),
             ("doc".to_owned(), s(doc.to_string())),
             ("created_at".to_owned(), s(self.created_at.clone())),
-        ])
+        ]);
+        if let Some(by) = &self.created_by {
+            item.insert("created_by".to_owned(), s(by.clone()));
+        }
+        item
     }
 
     fn from_item(item: &Item) -> Result<Self, StoreError> {
@@ -141,6 +149,7 @@ impl PushEntry {
             id: get("id").cloned().unwrap_or_default(),
             endpoint,
             created_at: get("created_at").cloned().unwrap_or_default(),
+            created_by: get("created_by").cloned(),
             disabled: get("disabled_at").map(|at| {
                 (
                     at.clone(),
@@ -223,6 +232,7 @@ impl Store {
     pub async fn put_push_endpoint(
         &self,
         endpoint: &PushEndpoint,
+        created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<PushEntry, StoreError> {
         let listed = self.list_push_endpoints().await?.len();
@@ -235,6 +245,7 @@ impl Store {
             id: format!("pe_{}", uuid::Uuid::now_v7()),
             endpoint: endpoint.clone(),
             created_at: time::format(&now),
+            created_by: created_by.map(str::to_owned),
             disabled: None,
         };
         let mut items = Vec::new();

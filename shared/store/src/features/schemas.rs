@@ -34,17 +34,27 @@ pub struct SchemaEntry {
     pub doc: SchemaDoc,
     /// When it was registered.
     pub created_at: String,
+    /// The id of the API key that registered it (None: keys were off, or before keys
+    /// were recorded).
+    pub created_by: Option<String>,
 }
 
 impl SchemaEntry {
     /// The listing/registration view (no document).
     pub fn summary(&self) -> Value {
-        self.doc.summary(&self.created_at)
+        self.with_creator(self.doc.summary(&self.created_at))
     }
 
     /// The full view, with the document.
     pub fn view(&self) -> Value {
-        self.doc.view(&self.created_at)
+        self.with_creator(self.doc.view(&self.created_at))
+    }
+
+    fn with_creator(&self, mut view: Value) -> Value {
+        if let Some(o) = view.as_object_mut() {
+            o.insert("created_by".into(), Value::from(self.created_by.clone()));
+        }
+        view
     }
 }
 
@@ -68,6 +78,7 @@ fn entry_from_item(item: &Item) -> Result<SchemaEntry, StoreError> {
     Ok(SchemaEntry {
         doc,
         created_at: get("created_at").cloned().unwrap_or_default(),
+        created_by: get("created_by").cloned(),
     })
 }
 
@@ -77,6 +88,7 @@ impl Store {
     pub async fn put_schema(
         &self,
         doc: &SchemaDoc,
+        created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<SchemaPut, StoreError> {
         // A registration deleted between the failed put and the read is retried once.
@@ -85,6 +97,9 @@ impl Store {
             item.insert("doc".into(), s(doc.to_json().to_string()));
             item.insert("uri".into(), s(doc.uri.clone()));
             item.insert("created_at".into(), ts(&now));
+            if let Some(by) = created_by {
+                item.insert("created_by".into(), s(by.to_owned()));
+            }
             let out = self
                 .put_item()
                 .set_item(Some(item))
@@ -95,6 +110,7 @@ impl Store {
                 return Ok(SchemaPut::Created(SchemaEntry {
                     doc: doc.clone(),
                     created_at: time::format(&now),
+                    created_by: created_by.map(str::to_owned),
                 }));
             }
             match self.get_schema(&doc.uri).await? {

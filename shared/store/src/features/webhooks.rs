@@ -79,6 +79,9 @@ pub struct WebhookEntry {
     pub previous_secret: Option<(String, i64)>,
     /// When it was created.
     pub created_at: String,
+    /// The id of the API key that created it (None: keys were off, or before keys were
+    /// recorded).
+    pub created_by: Option<String>,
     /// When it was last changed.
     pub updated_at: String,
 }
@@ -90,6 +93,7 @@ impl WebhookEntry {
         if let Some(o) = v.as_object_mut() {
             o.insert("id".into(), json!(self.id));
             o.insert("created_at".into(), json!(self.created_at));
+            o.insert("created_by".into(), json!(self.created_by));
             o.insert("updated_at".into(), json!(self.updated_at));
         }
         v
@@ -121,6 +125,9 @@ impl WebhookEntry {
             item.insert("prev_secret".into(), s(old.clone()));
             item.insert("prev_until".into(), n(until));
         }
+        if let Some(by) = &self.created_by {
+            item.insert("created_by".into(), s(by.clone()));
+        }
         item
     }
 
@@ -137,6 +144,7 @@ impl WebhookEntry {
             previous_secret: get(item, "prev_secret")
                 .map(|p| (p.clone(), get_n(item, "prev_until").unwrap_or(0))),
             created_at: get(item, "created_at").cloned().unwrap_or_default(),
+            created_by: get(item, "created_by").cloned(),
             updated_at: get(item, "updated_at").cloned().unwrap_or_default(),
         })
     }
@@ -253,6 +261,7 @@ impl Store {
         &self,
         subscription: &Subscription,
         secret: String,
+        created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<WebhookEntry, StoreError> {
         let at = time::format(&now);
@@ -262,6 +271,7 @@ impl Store {
             secret,
             previous_secret: None,
             created_at: at.clone(),
+            created_by: created_by.map(str::to_owned),
             updated_at: at,
         };
         let out = self

@@ -1,0 +1,112 @@
+//! What an API key set up: the push endpoints, webhook subscriptions, cron jobs and schemas
+//! registered with it (each records its key as `created_by`), listed for an operator
+//! (`GET /ojs/v1/admin/keys/{id}/registrations`, the `registrations` key command) and
+//! optionally disabled when the key is revoked (`revoke` with `disable_registrations`).
+//!
+//! Revoking a key does not touch its registrations by default: a push endpoint a deploy
+//! key registered keeps receiving its queue's jobs after that key is rotated out. Disabling
+//! stops what routes data somewhere or makes jobs: push endpoints are disabled (their
+//! queues' jobs stay available to polling workers), subscriptions made inactive, cron jobs
+//! disabled; each can be turned on again by registering it anew. Schemas only validate
+//! jobs and are listed but left as they are.
+//!
+//! Each registry is one Query of a small bounded partition (never a Scan); this is an
+//! operator's call, not a request path.
+
+use ojs_core::time;
+use ojs_store::{Store, StoreError};
+use serde_json::{json, Value};
+
+/// Every registration whose `created_by` is `key_id`, by kind.
+pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreError> {
+    let by = Some(key_id);
+    let push: Vec<Value> = store
+        .list_push_endpoints()
+        .await?
+        .iter()
+        .filter(|e| e.created_by.as_deref() == by)
+        .map(|e| e.view())
+        .collect();
+    let webhooks: Vec<Value> = store
+        .list_webhooks(true)
+        .await?
+        .iter()
+        .filter(|w| w.created_by.as_deref() == by)
+        .map(|w| w.view())
+        .collect();
+    let crons: Vec<Value> = store
+        .list_crons()
+        .await?
+        .iter()
+        .filter(|c| c.created_by.as_deref() == by)
+        .map(|c| c.to_json())
+        .collect();
+    let schemas: Vec<Value> = store
+        .list_schemas()
+        .await?
+        .iter()
+        .filter(|s| s.created_by.as_deref() == by)
+        .map(|s| s.summary())
+        .collect();
+    Ok(json!({
+        "key_id": key_id,
+        "push_endpoints": push,
+        "webhook_subscriptions": webhooks,
+        "cron_jobs": crons,
+        "schemas": schemas,
+    }))
+}
+
+/// Disables what `key_id` registered (see the module docs) and answers the ids and names
+/// it disabled. Registrations already disabled are left as they are; one changed or
+/// deleted meanwhile is skipped (the operator can list again).
+pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreError> {
+    let now = time::now();
+    let by = Some(key_id);
+    let reason = format!("API key {key_id}, which registered it, was revoked");
+    let mut push = Vec::new();
+    for entry in store.list_push_endpoints().await? {
+        if entry.created_by.as_deref() == by && entry.disabled.is_none() {
+            store.disable_push_endpoint(&entry, &reason, now).await?;
+            push.push(entry.id);
+        }
+    }
+    let mut webhooks = Vec::new();
+    for entry in store.list_webhooks(true).await? {
+        if entry.created_by.as_deref() != by || !entry.subscription.active {
+            continue;
+        }
+        let mut inactive = entry.subscription.clone();
+        inactive.active = false;
+        match store
+            .update_webhook(&entry.id, &inactive, Some(&entry.updated_at), now)
+            .await
+        {
+            Ok(_) => webhooks.push(entry.id),
+            Err(StoreError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut crons = Vec::new();
+    for entry in store.list_crons().await? {
+        if entry.created_by.as_deref() != by || !entry.cron.enabled {
+            continue;
+        }
+        let mut disabled = entry.cron.clone();
+        disabled.enabled = false;
+        store.put_cron(&disabled, by, now).await?;
+        crons.push(entry.cron.name);
+    }
+    tracing::info!(
+        key_id,
+        push = push.len(),
+        webhooks = webhooks.len(),
+        crons = crons.len(),
+        "registrations of a revoked key disabled"
+    );
+    Ok(json!({
+        "push_endpoints": push,
+        "webhook_subscriptions": webhooks,
+        "cron_jobs": crons,
+    }))
+}

@@ -1,0 +1,474 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+#[test]
+fn each_request_needs_what_its_route_does() {
+    let cases = [
+        (Method::GET, "/ojs/manifest", Need::Public),
+        (Method::GET, "/ojs/v1/admin/queues", Need::AdminRead),
+        (Method::HEAD, "/ojs/v1/admin/jobs", Need::AdminRead),
+        (
+            Method::POST,
+            "/ojs/v1/admin/queues/q/pause",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::PUT,
+            "/ojs/v1/admin/queues/q/config",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::PUT,
+            "/ojs/v1/admin/queues/q/rate-limit",
+            Need::ConfigWrite,
+        ),
+        (Method::DELETE, "/ojs/v1/admin/workers/w", Need::AdminWrite),
+        (
+            Method::POST,
+            "/ojs/v1/admin/workers/w/quiet",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/dead-letter/x",
+            Need::AdminWrite,
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/retry",
+            Need::AdminWrite,
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/delete",
+            Need::AdminPurge,
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/queues/q/jobs",
+            Need::AdminPurge,
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/dead-letter",
+            Need::AdminPurge,
+        ),
+        (Method::GET, "/ojs/v1/jobs/x", Need::DataRead),
+        (Method::POST, "/ojs/v1/jobs", Need::Enqueue),
+        (Method::POST, "/ojs/v1/jobs/batch", Need::Enqueue),
+        (Method::DELETE, "/ojs/v1/jobs/x", Need::Enqueue),
+        (Method::POST, "/ojs/v1/workers/fetch", Need::Process),
+        (Method::POST, "/ojs/v1/workers/heartbeat", Need::Process),
+        (Method::GET, "/cloudq/q", Need::Process),
+        (Method::POST, "/cloudq/q", Need::Enqueue),
+        (Method::POST, "/ojs/v1/push/endpoints", Need::ConfigWrite),
+        (Method::GET, "/ojs/v1/push/endpoints", Need::ConfigRead),
+        (
+            Method::DELETE,
+            "/ojs/v1/push/endpoints/p",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/webhooks/subscriptions",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::PATCH,
+            "/ojs/v1/webhooks/subscriptions/s",
+            Need::ConfigWrite,
+        ),
+        (
+            Method::GET,
+            "/ojs/v1/webhooks/subscriptions/s/deliveries",
+            Need::ConfigRead,
+        ),
+        (Method::POST, "/ojs/v1/cron", Need::ConfigWrite),
+        (Method::GET, "/ojs/v1/cron", Need::DataRead),
+        (Method::DELETE, "/ojs/v1/cron/c", Need::ConfigWrite),
+        (Method::POST, "/ojs/v1/schemas", Need::ConfigWrite),
+        (Method::GET, "/ojs/v1/schemas/urn%3Aa/b", Need::DataRead),
+        (Method::DELETE, "/ojs/v1/schemas/urn%3Aa", Need::ConfigWrite),
+        (Method::POST, "/ojs/v1/queues/q/pause", Need::ConfigWrite),
+        (Method::POST, "/ojs/v1/queues/q/resume", Need::ConfigWrite),
+    ];
+    for (method, path, want) in cases {
+        assert_eq!(
+            route(&method, path).map(|r| r.need),
+            Some(want),
+            "{method} {path}"
+        );
+    }
+}
+
+#[test]
+fn paths_and_methods_the_api_does_not_serve_have_no_route() {
+    for (method, path) in [
+        (Method::GET, "/ojs/v1/administrator"),
+        (Method::POST, "/ojs/v1/jobs/x"),
+        (Method::GET, "/ojs/v1/jobs/"),
+        (Method::GET, "/ojs/v1/schemas/"),
+        (Method::PUT, "/ojs/v1/jobs"),
+        (Method::GET, "/ojs/v1/jobs/x/y"),
+        (Method::GET, "/"),
+    ] {
+        assert_eq!(route(&method, path), None, "{method} {path}");
+    }
+}
+
+#[test]
+fn a_data_key_enqueues_and_works_but_configures_nothing() {
+    let data = Scopes::DATA;
+    for (method, path) in [
+        (Method::POST, "/ojs/v1/jobs"),
+        (Method::POST, "/ojs/v1/workers/fetch"),
+        (Method::POST, "/ojs/v1/workers/ack"),
+        (Method::GET, "/ojs/v1/jobs/x"),
+    ] {
+        assert!(check(data, &method, path).is_ok(), "{method} {path}");
+    }
+    for (method, path) in [
+        (Method::POST, "/ojs/v1/push/endpoints"),
+        (Method::GET, "/ojs/v1/push/endpoints"),
+        (Method::POST, "/ojs/v1/webhooks/subscriptions"),
+        (Method::POST, "/ojs/v1/cron"),
+        (Method::DELETE, "/ojs/v1/cron/x"),
+        (Method::POST, "/ojs/v1/schemas"),
+        (Method::POST, "/ojs/v1/queues/q/pause"),
+        (Method::POST, "/ojs/v1/queues/q/resume"),
+        (Method::POST, "/ojs/v1/admin/workers/w/terminate"),
+    ] {
+        let err = check(data, &method, path).err();
+        assert_eq!(
+            err.as_ref().map(|e| e.code),
+            Some(ErrorCode::Forbidden),
+            "{method} {path}"
+        );
+    }
+}
+
+#[test]
+fn producer_and_worker_keys_hold_only_their_side() {
+    let producer = Scopes::of(&[Scope::DataEnqueue, Scope::DataRead]);
+    let worker = Scopes::of(&[Scope::DataProcess]);
+    assert!(check(producer, &Method::POST, "/ojs/v1/jobs").is_ok());
+    assert!(check(producer, &Method::GET, "/ojs/v1/jobs/x").is_ok());
+    assert!(check(producer, &Method::POST, "/ojs/v1/workers/fetch").is_err());
+    assert!(check(worker, &Method::POST, "/ojs/v1/workers/fetch").is_ok());
+    assert!(check(worker, &Method::POST, "/ojs/v1/workers/nack").is_ok());
+    assert!(check(worker, &Method::POST, "/ojs/v1/jobs").is_err());
+    assert!(check(worker, &Method::GET, "/ojs/v1/jobs/x").is_err());
+    assert!(check(worker, &Method::POST, "/ojs/v1/push/endpoints").is_err());
+}
+
+#[test]
+fn configuration_is_granted_by_the_config_scope_or_admin_write_alone() {
+    let config = Scopes::of(&[Scope::ConfigWrite]);
+    let admin = Scopes::of(&[Scope::AdminWrite]);
+    let reader = Scopes::of(&[Scope::AdminRead]);
+    for keys in [config, admin] {
+        assert!(check(keys, &Method::POST, "/ojs/v1/push/endpoints").is_ok());
+        assert!(check(keys, &Method::POST, "/ojs/v1/cron").is_ok());
+        assert!(check(keys, &Method::PUT, "/ojs/v1/admin/queues/q/config").is_ok());
+        assert!(check(keys, &Method::POST, "/ojs/v1/jobs").is_err());
+    }
+    assert!(check(config, &Method::GET, "/ojs/v1/webhooks/subscriptions").is_ok());
+    assert!(check(config, &Method::POST, "/ojs/v1/admin/jobs/x/retry").is_err());
+    assert!(check(config, &Method::GET, "/ojs/v1/admin/stats").is_err());
+    assert!(check(reader, &Method::GET, "/ojs/v1/push/endpoints").is_ok());
+    assert!(check(reader, &Method::POST, "/ojs/v1/push/endpoints").is_err());
+    assert!(check(admin, &Method::DELETE, "/ojs/v1/admin/queues/q/jobs").is_err());
+}
+
+#[test]
+fn every_need_is_granted_by_its_named_scope_and_only_by_its_grantors() {
+    let needs = [
+        Need::DataRead,
+        Need::Enqueue,
+        Need::Process,
+        Need::ConfigRead,
+        Need::ConfigWrite,
+        Need::AdminRead,
+        Need::AdminWrite,
+        Need::AdminPurge,
+    ];
+    let want: BTreeMap<&str, Vec<&str>> = [
+        ("DataRead", vec!["ojs:data:read"]),
+        ("Enqueue", vec!["ojs:data:write", "ojs:data:enqueue"]),
+        ("Process", vec!["ojs:data:write", "ojs:data:process"]),
+        ("ConfigRead", vec!["ojs:admin:read", "ojs:config:write"]),
+        ("ConfigWrite", vec!["ojs:admin:write", "ojs:config:write"]),
+        ("AdminRead", vec!["ojs:admin:read"]),
+        ("AdminWrite", vec!["ojs:admin:write"]),
+        ("AdminPurge", vec!["ojs:admin:purge"]),
+    ]
+    .into_iter()
+    .collect();
+    for need in needs {
+        let named = need.scope().map(Scope::as_str);
+        let granted = need.granted_by();
+        assert!(
+            named.is_some_and(|n| granted.contains(&n)),
+            "{need:?}: {named:?}"
+        );
+        assert_eq!(granted, want[format!("{need:?}").as_str()], "{need:?}");
+        for scope in Scope::ALL {
+            assert_eq!(Scopes::of(&[scope]).allow(need), scope.grants(need));
+        }
+    }
+    assert!(Scopes::default().allow(Need::Public));
+    assert!(!Scopes::default().allow(Need::DataRead));
+}
+
+#[test]
+fn stored_keys_without_scopes_are_data_keys() {
+    assert_eq!(Scopes::of_stored(None), Scopes::DATA);
+    assert!(Scopes::DATA.has(Scope::DataRead) && Scopes::DATA.has(Scope::DataWrite));
+    assert!(!Scopes::DATA.has(Scope::AdminRead) && !Scopes::DATA.has(Scope::ConfigWrite));
+    let admin = vec!["ojs:admin:read".to_owned(), "nonsense".to_owned()];
+    let s = Scopes::of_stored(Some(&admin));
+    assert!(s.has(Scope::AdminRead));
+    assert!(!s.has(Scope::DataRead));
+    assert_eq!(s.names(), ["ojs:admin:read"]);
+    assert_eq!(Scopes::of_stored(Some(&[])), Scopes::default());
+}
+
+#[test]
+fn lists_parse_and_unknown_names_are_refused() {
+    let s =
+        Scopes::parse_list("ojs:admin:read, ojs:data:read ojs:config:write").unwrap_or_default();
+    assert_eq!(
+        s.names(),
+        ["ojs:admin:read", "ojs:data:read", "ojs:config:write"]
+    );
+    assert!(Scopes::parse_list("ojs:admin:all").is_err());
+    let twice = Scopes::parse_list("ojs:admin:read,ojs:admin:read").unwrap_or_default();
+    assert!(twice.has(Scope::AdminRead));
+    assert_eq!(Scopes::parse_list(""), Ok(Scopes::default()));
+    for scope in Scope::ALL {
+        assert_eq!(Scope::parse(scope.as_str()), Some(scope));
+        assert_eq!(Scopes::of(&[scope]).names(), [scope.as_str()]);
+    }
+}
+
+#[test]
+fn a_missing_scope_is_a_403_naming_it_and_its_grantors() {
+    let err = check(Scopes::DATA, &Method::POST, "/ojs/v1/push/endpoints").err();
+    let err = err.map(|e| {
+        (
+            e.code,
+            e.details["required_scope"].clone(),
+            e.details["granted_by"].clone(),
+        )
+    });
+    assert_eq!(
+        err,
+        Some((
+            ErrorCode::Forbidden,
+            "ojs:config:write".into(),
+            serde_json::json!(["ojs:admin:write", "ojs:config:write"])
+        ))
+    );
+    // A path the API does not serve is the router's to answer (404/405).
+    assert!(check(Scopes::default(), &Method::GET, "/nowhere").is_ok());
+}
+
+/// (method, pattern) of every `.route(...)` in the routers' source.
+fn router_routes() -> BTreeSet<(String, String)> {
+    let call = regex::Regex::new(r#"\.route\(\s*"([^"]+)""#).unwrap_or_else(|e| panic!("{e}"));
+    let method = regex::Regex::new(r"(?:^|[^A-Za-z0-9_])(get|post|put|patch|delete)\(")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = format!("{ROOT}/shared/http/src/routes");
+    let mut out = BTreeSet::new();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    for entry in entries.flatten() {
+        let src = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for m in call.captures_iter(&src) {
+            let (Some(whole), Some(path)) = (m.get(0), m.get(1)) else {
+                continue;
+            };
+            // The call's arguments: up to the parenthesis that closes `.route(`.
+            let rest = &src[whole.start() + ".route".len()..];
+            let mut depth = 0;
+            let mut end = rest.len();
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let args = &rest[..end];
+            let before = out.len();
+            for m in method.captures_iter(args) {
+                if let Some(verb) = m.get(1) {
+                    out.insert((verb.as_str().to_uppercase(), path.as_str().to_owned()));
+                }
+            }
+            assert!(out.len() > before, "no method found in {args}");
+        }
+    }
+    assert!(out.len() > 50, "the source scan found only {out:?}");
+    out
+}
+
+#[test]
+fn every_route_of_the_router_is_in_the_table_and_nothing_else() {
+    let routes = router_routes();
+    let table: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|r| (r.method.to_owned(), r.path.to_owned()))
+        .collect();
+    let missing: Vec<_> = routes.difference(&table).collect();
+    assert!(missing.is_empty(), "routes without a scope: {missing:?}");
+    // Rows the router does not serve as written must at least reach one of its routes
+    // (`bulk/delete` is a case of `bulk/{action}` that needs more).
+    for row in ROUTES {
+        if routes.contains(&(row.method.to_owned(), row.path.to_owned())) {
+            continue;
+        }
+        assert!(
+            routes
+                .iter()
+                .any(|(m, p)| m == row.method && specificity(p, row.path).is_some()),
+            "{} {} is in the table but no route serves it",
+            row.method,
+            row.path
+        );
+    }
+    assert_eq!(
+        ROUTES.len(),
+        ROUTES
+            .iter()
+            .map(|r| (r.method, r.path))
+            .collect::<BTreeSet<_>>()
+            .len(),
+        "a route listed twice"
+    );
+}
+
+/// (method, path) of every route of the HTTP API in the SAM template.
+fn gateway_routes() -> Vec<(String, String)> {
+    let raw = std::fs::read_to_string(format!("{ROOT}/infra/template.yaml"))
+        .unwrap_or_else(|e| panic!("template: {e}"));
+    // CloudFormation's tags are not YAML that serde reads: drop them.
+    let tags = regex::Regex::new(r"!(Ref|GetAtt|Sub|Join|If|Equals|Not|Select|Split)\b")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let doc: serde_yaml::Value = serde_yaml::from_str(&tags.replace_all(&raw, ""))
+        .unwrap_or_else(|e| panic!("template: {e}"));
+    let mut out = Vec::new();
+    for (_, res) in doc["Resources"].as_mapping().into_iter().flatten() {
+        for (_, event) in res["Properties"]["Events"]
+            .as_mapping()
+            .into_iter()
+            .flatten()
+        {
+            if event["Type"].as_str() != Some("HttpApi") {
+                continue;
+            }
+            let p = &event["Properties"];
+            if let (Some(m), Some(path)) = (p["Method"].as_str(), p["Path"].as_str()) {
+                out.push((m.to_uppercase(), path.to_owned()));
+            }
+        }
+    }
+    assert!(out.len() > 50, "found only {out:?}");
+    out
+}
+
+/// The gateway route API Gateway picks for a request (the most specific path whose
+/// method is the request's or ANY; `{x+}` takes the rest).
+fn gateway_route<'a>(
+    routes: &'a [(String, String)],
+    method: &str,
+    path: &str,
+) -> Option<&'a (String, String)> {
+    routes
+        .iter()
+        .filter(|(m, _)| m == method || m == "ANY")
+        .filter_map(|route| {
+            // `{x+}` takes the rest of the path, as the router's `{*x}`.
+            let pattern = route
+                .1
+                .split('/')
+                .map(|seg| match seg.strip_suffix("+}") {
+                    Some(name) => format!("{{*{}}}", name.trim_start_matches('{')),
+                    None => seg.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            specificity(&pattern, path).map(|rank| (rank, route.0 != "ANY", route))
+        })
+        .max_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)))
+        .map(|(_, _, route)| route)
+}
+
+/// A path the pattern matches, for the gateway lookup.
+fn example_path(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|seg| {
+            if seg.starts_with("{*") {
+                "urn%3Aexample/v1".to_owned()
+            } else if seg.starts_with('{') {
+                "x1".to_owned()
+            } else {
+                seg.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[test]
+fn every_gateway_route_needs_one_scope_and_names_its_method() {
+    // The gateway caches an authorizer's verdict by the key and the route key, so every
+    // request one gateway route takes must need the same: an ANY route (GET and POST
+    // sharing a verdict) or a `{proxy+}` over routes of different needs would let a
+    // verdict stand for a request the key may not make.
+    let gateway = gateway_routes();
+    let any: Vec<_> = gateway.iter().filter(|(m, _)| m == "ANY").collect();
+    assert!(any.is_empty(), "ANY routes: {any:?}");
+    let mut needs: BTreeMap<&(String, String), BTreeSet<String>> = BTreeMap::new();
+    for row in ROUTES {
+        let path = example_path(row.path);
+        let Some(via) = gateway_route(&gateway, row.method, &path) else {
+            panic!("no gateway route takes {} {}", row.method, row.path);
+        };
+        needs
+            .entry(via)
+            .or_default()
+            .insert(format!("{:?}", row.need));
+        let public = via.1 == "/ojs/manifest" || via.1 == "/ojs/v1/health";
+        assert_eq!(
+            public,
+            row.need == Need::Public,
+            "{} {}",
+            row.method,
+            row.path
+        );
+    }
+    for (via, set) in &needs {
+        assert_eq!(
+            set.len(),
+            1,
+            "gateway route {via:?} takes routes needing {set:?}"
+        );
+    }
+    // And no gateway route leads nowhere.
+    for route in &gateway {
+        assert!(
+            needs.contains_key(route),
+            "gateway route {route:?} serves no route"
+        );
+    }
+}

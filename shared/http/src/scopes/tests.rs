@@ -472,3 +472,35 @@ fn every_gateway_route_needs_one_scope_and_names_its_method() {
         );
     }
 }
+
+#[test]
+fn the_readme_lists_every_route_with_the_scopes_that_grant_it() {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md"))
+        .unwrap_or_else(|e| panic!("README: {e}"));
+    let row = regex::Regex::new(r"(?m)^\| (GET|POST|PUT|PATCH|DELETE) \| `([^`]+)` \| (.+) \|$")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listed: Vec<(String, String, String)> = row
+        .captures_iter(&readme)
+        .map(|c| (c[1].to_owned(), c[2].to_owned(), c[3].to_owned()))
+        .collect();
+    let want: Vec<(String, String, String)> = ROUTES
+        .iter()
+        .map(|r| {
+            let grants = if r.need == Need::Public {
+                "none (no key)".to_owned()
+            } else {
+                // The narrowest scope first, then the others that grant it.
+                let named = r.need.scope().map(Scope::as_str).unwrap_or_default();
+                let mut names = vec![named];
+                names.extend(r.need.granted_by().into_iter().filter(|n| *n != named));
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            (r.method.to_owned(), r.path.to_owned(), grants)
+        })
+        .collect();
+    assert_eq!(listed, want, "README.md, \"API keys and scopes\"");
+}

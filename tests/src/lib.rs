@@ -314,7 +314,13 @@ impl TestApp {
     /// (cron occurrences fire; overdue jobs move without any request). Tests that count
     /// DynamoDB calls use [`TestApp::spawn`] so the sweep does not disturb the counts.
     pub async fn spawn_with_sweeper() -> anyhow::Result<Self> {
-        let mut app = Self::spawn().await?;
+        Self::spawn_with_sweeper_and(HttpConfig::default()).await
+    }
+
+    /// Like [`TestApp::spawn_with_sweeper`], with HTTP settings `config` (e.g. API keys
+    /// required).
+    pub async fn spawn_with_sweeper_and(config: HttpConfig) -> anyhow::Result<Self> {
+        let mut app = Self::spawn_with_config(config).await?;
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));

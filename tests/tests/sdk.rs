@@ -23,13 +23,19 @@ macro_rules! report {
 }
 
 async fn run_suite(lang: &str) -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_sweeper().await?;
+    run_suite_on(lang, app, &[]).await
+}
+
+/// Runs `lang`'s suite against `app`, with `env` added to the suite's environment.
+async fn run_suite_on(lang: &str, app: TestApp, env: &[(&str, String)]) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = root.join(format!("tests/sdk/{lang}/run.sh"));
-    let app = TestApp::spawn_with_sweeper().await?;
     let started = std::time::Instant::now();
     let out = tokio::process::Command::new("bash")
         .arg(&script)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("OJS_URL", &app.base_url)
         // Jobs pushed a moment ago show in the ready index only after the strict layer's
         // lag (as on AWS): a suite that must see them all at once waits this long first.
@@ -63,6 +69,40 @@ async fn run_suite(lang: &str) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk() -> anyhow::Result<()> {
     run_suite("python").await
+}
+
+/// The Python suite with API keys required and the keys README ("API keys and scopes")
+/// tells users to give: its producer side (the client: enqueue, read, and the cron jobs
+/// it registers) holds `ojs:data:enqueue,ojs:data:read,ojs:config:write`, its workers
+/// only `ojs:data:process`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_with_least_privilege_keys() -> anyhow::Result<()> {
+    use ojs_http::scopes::{Scope, Scopes};
+    let app = TestApp::spawn_with_sweeper_and(ojs_http::HttpConfig {
+        auth: ojs_http::AuthMode::ApiKey,
+        ..ojs_http::HttpConfig::default()
+    })
+    .await?;
+    let key = |name: &'static str, scopes: &'static [Scope]| {
+        let store = app.store.clone();
+        async move {
+            ojs_http::auth::issue_scoped_key(&store, name, Some(Scopes::of(scopes)))
+                .await
+                .map(|k| k.key)
+        }
+    };
+    let producer = key(
+        "sdk-producer",
+        &[Scope::DataEnqueue, Scope::DataRead, Scope::ConfigWrite],
+    )
+    .await?;
+    let worker = key("sdk-worker", &[Scope::DataProcess]).await?;
+    run_suite_on(
+        "python",
+        app,
+        &[("OJS_API_KEY", producer), ("OJS_WORKER_API_KEY", worker)],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

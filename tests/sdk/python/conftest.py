@@ -29,6 +29,14 @@ OJS_URL = os.environ.get("OJS_URL", "http://127.0.0.1:18081").rstrip("/")
 SUITE_BUDGET = float(os.environ.get("OJS_SUITE_BUDGET", "200"))
 # Timeout of each SDK HTTP request (the SDK's default is 30 s).
 HTTP_TIMEOUT = 5.0
+# With API keys required (tests/tests/sdk.rs, python_sdk_with_least_privilege_keys), the
+# client's key and the workers' key, sent as the SDK's README shows (headers=...).
+_KEY = os.environ.get("OJS_API_KEY")
+_WORKER_KEY = os.environ.get("OJS_WORKER_API_KEY") or _KEY
+AUTH_HEADERS: dict[str, str] = {"Authorization": f"Bearer {_KEY}"} if _KEY else {}
+WORKER_AUTH_HEADERS: dict[str, str] = (
+    {"Authorization": f"Bearer {_WORKER_KEY}"} if _WORKER_KEY else {}
+)
 
 _SESSION_START = time.monotonic()
 
@@ -154,6 +162,7 @@ async def running_worker(
         heartbeat_interval=heartbeat_interval,
         visibility_timeout_ms=visibility_timeout_ms,
         timeout=HTTP_TIMEOUT,
+        headers=WORKER_AUTH_HEADERS or None,
     )
     for job_type, fn in handlers.items():
         worker.register(job_type)(fn)
@@ -179,7 +188,7 @@ async def running_worker(
 
 @pytest.fixture
 async def client() -> AsyncIterator[ojs.Client]:
-    async with ojs.Client(OJS_URL, timeout=HTTP_TIMEOUT) as c:
+    async with ojs.Client(OJS_URL, timeout=HTTP_TIMEOUT, headers=AUTH_HEADERS or None) as c:
         yield c
 
 
@@ -188,7 +197,7 @@ async def transport() -> AsyncIterator[Any]:
     """The SDK's lower-level HTTP transport (fetch/ack/nack/heartbeat by hand)."""
     from ojs.transport.http import HTTPTransport
 
-    t = HTTPTransport(OJS_URL, timeout=HTTP_TIMEOUT)
+    t = HTTPTransport(OJS_URL, timeout=HTTP_TIMEOUT, headers=WORKER_AUTH_HEADERS or None)
     try:
         yield t
     finally:

@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 
 import ojs
-from conftest import HTTP_TIMEOUT, OJS_URL, iso_in, unique_queue, wait_until
+from conftest import AUTH_HEADERS, HTTP_TIMEOUT, OJS_URL, iso_in, unique_queue, wait_until
 
 def uuid7() -> str:
     """A fresh, well-formed UUIDv7 (RFC 9562) that names no job."""
@@ -39,7 +39,9 @@ async def test_client_with_own_user_agent() -> None:
     # Users pass their own headers (README: headers={"Authorization": ...}); one naming
     # the calling service in User-Agent must not change how the SDK reads answers.
     async with ojs.Client(
-        OJS_URL, timeout=HTTP_TIMEOUT, headers={"User-Agent": "billing-service/2.3"}
+        OJS_URL,
+        timeout=HTTP_TIMEOUT,
+        headers={"User-Agent": "billing-service/2.3", **AUTH_HEADERS},
     ) as custom:
         health = await custom.health()
         assert "_raw" not in health, f"SDK did not parse the health body: {health!r}"

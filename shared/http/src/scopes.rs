@@ -22,10 +22,10 @@
 //! configures anything (README, "API keys and scopes").
 //!
 //! The same table serves the local check ([`check`], in the response layer, before the
-//! body is read), the AWS authorizer (`crate::authorizer`), the router's guard (a route
+//! body is read), the AWS authorizer (`crate::authorizer`), the router's guard (a path
 //! the table does not list answers 500, whatever the auth mode, so every test that calls
-//! a new route finds it), and the tests that hold it against the router's source and the
-//! gateway's routes in `infra/template.yaml`.
+//! a new route finds it), and the tests that hold it against the router's source (every
+//! method of every route), the gateway's routes in `infra/template.yaml` and the README.
 
 use axum::http::Method;
 use ojs_core::{ErrorCode, OjsError};
@@ -246,7 +246,7 @@ const fn r(method: &'static str, path: &'static str, need: Need) -> RouteScope {
 }
 
 /// Every route the server serves and what it needs; README, "API keys and scopes",
-/// prints the same table. A route missing here answers 500 (see the module docs).
+/// prints the same table. A path missing here answers 500 (see the module docs).
 pub const ROUTES: &[RouteScope] = &[
     // Discovery and liveness.
     r("GET", "/ojs/manifest", Need::Public),
@@ -455,13 +455,6 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
         .filter_map(|r| specificity(r.path, path).map(|rank| (rank, r)))
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|(_, r)| r)
-}
-
-/// The row of a router pattern (the router's matched path), exactly as written.
-pub fn row(method: &Method, pattern: &str) -> Option<&'static RouteScope> {
-    ROUTES
-        .iter()
-        .find(|r| same_method(r, method) && r.path == pattern)
 }
 
 /// The 403 of a key that lacks what `need` asks.

@@ -72,11 +72,15 @@ else
     part_b=(dashboard:: faults:: fencing:: fuzz_http:: hostile:: iam:: lambda:: proto:: workflows::)
     skips=()
     for m in "${part_a[@]}" "${part_b[@]}"; do skips+=(--skip "$m"); done
-    # The 32-worker race runs alone: beside other tests its FETCHes have queued behind
+    # The 32-worker races run alone: beside other tests their FETCHes have queued behind
     # DynamoDB Local's one writer past the store's 8 s budget.
     race=api::every_job_is_delivered_exactly_once_to_32_racing_fetchers
-    fresh_dynamodb
-    run_tests -p ojs-tests --test integration --no-fail-fast -- --exact "$race"
+    shard_race=sharding::sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers
+    skips+=(--skip "$shard_race")
+    for alone in "$race" "$shard_race"; do
+        fresh_dynamodb
+        run_tests -p ojs-tests --test integration --no-fail-fast -- --exact "$alone"
+    done
     fresh_dynamodb
     run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}" --skip "$race"
     fresh_dynamodb

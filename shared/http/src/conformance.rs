@@ -36,3 +36,22 @@ pub const CONFORMANCE_EXCEPTIONS: &[ConformanceException] = &[
 pub fn is_exception(test_id: &str) -> bool {
     CONFORMANCE_EXCEPTIONS.iter().any(|e| e.test_id == test_id)
 }
+
+/// An extension case this server does not pass yet, because what it tests is not built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConformanceGap {
+    /// The case's path below the release's `suites/` folder (test ids repeat).
+    pub case: &'static str,
+    /// What the server lacks, as the case file shows it.
+    pub missing: &'static str,
+}
+
+/// Extension cases of the release (v0.4.0) that fail because the server does not do what
+/// they test yet (issue #34 and the tenancy issue). The harness fails when one of them
+/// passes, so the list only shrinks as the extensions are built.
+pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[];
+
+/// Whether the case at `key` (its path below `suites/`) is listed as not implemented.
+pub fn is_not_implemented(key: &str) -> bool {
+    NOT_IMPLEMENTED.iter().any(|g| g.case == key)
+}

@@ -16,8 +16,11 @@ pub struct Case {
     pub path: PathBuf,
     /// `test_id`, e.g. `L0-ENV-001`.
     pub test_id: String,
-    /// Conformance level 0-4.
+    /// Conformance level 0-4 as declared, or [`EXT`] for `"ext"` (extension cases).
     pub level: u8,
+    /// The folder below the suites' root it was found in (`level-0-core`,
+    /// `ext-progress`...): the suite it belongs to.
+    pub suite: String,
     /// Kebab-case name.
     pub name: String,
     /// Category within the level (`envelope`, `retry`, ...).
@@ -57,6 +60,9 @@ pub struct Step {
     pub assertions: Option<Value>,
 }
 
+/// The level of a case that declares `"level": "ext"` (an extension suite's).
+pub const EXT: u8 = u8::MAX;
+
 /// Recursively loads every `*.json` case below `root`, sorted by path.
 pub fn load_cases(root: &Path) -> anyhow::Result<Vec<Case>> {
     let mut files = Vec::new();
@@ -66,7 +72,45 @@ pub fn load_cases(root: &Path) -> anyhow::Result<Vec<Case>> {
         collect_json(root, &mut files)?;
     }
     files.sort();
-    files.iter().map(|p| Case::from_file(p)).collect()
+    files
+        .iter()
+        .map(|p| {
+            let mut case = Case::from_file(p)?;
+            case.suite = p
+                .strip_prefix(root)
+                .ok()
+                .and_then(|rel| rel.components().next())
+                .filter(|_| root.is_dir())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Ok(case)
+        })
+        .collect()
+}
+
+impl Case {
+    /// The path below the suites' root, `<suite>/.../<file>.json`: what identifies a case
+    /// (test ids repeat) and what the exception lists name.
+    pub fn key(&self) -> String {
+        let parts: Vec<String> = self
+            .path
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        match parts.iter().position(|p| *p == self.suite) {
+            Some(i) if !self.suite.is_empty() => parts[i..].join("/"),
+            _ => self.path.display().to_string(),
+        }
+    }
+
+    /// The declared level as written (`0`...`4`, `ext`).
+    pub fn level_name(&self) -> String {
+        if self.level == EXT {
+            "ext".to_owned()
+        } else {
+            self.level.to_string()
+        }
+    }
 }
 
 fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
@@ -104,11 +148,14 @@ impl Case {
         let Some(test_id) = text("test_id") else {
             bail!("missing string field `test_id`");
         };
-        let level = obj
-            .get("level")
-            .and_then(Value::as_u64)
-            .and_then(|l| u8::try_from(l).ok())
-            .context("missing or invalid integer field `level`")?;
+        let level = match obj.get("level") {
+            Some(Value::String(s)) if s == "ext" => EXT,
+            other => other
+                .and_then(Value::as_u64)
+                .and_then(|l| u8::try_from(l).ok())
+                .filter(|l| *l != EXT)
+                .context("missing or invalid field `level` (an integer or \"ext\")")?,
+        };
         let Some(steps) = obj.get("steps").and_then(Value::as_array) else {
             bail!("missing array field `steps`");
         };
@@ -117,6 +164,7 @@ impl Case {
             path: path.to_path_buf(),
             test_id,
             level,
+            suite: String::new(),
             name: text("name").or(stem).unwrap_or_default(),
             category: text("category").unwrap_or_default(),
             description: text("description").unwrap_or_default(),

@@ -32,5 +32,5 @@ mod template;
 #[cfg(test)]
 mod tests;
 
-pub use case::{load_cases, Case, Step};
+pub use case::{load_cases, Case, Step, EXT};
 pub use runner::{run_case, CaseReport};

@@ -40,6 +40,16 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 .iter()
                 .map(|e| json!({"test_id": e.test_id, "reason": e.reason}))
                 .collect::<Vec<_>>(),
+            // What the claim means for the whole release (its extension cases declare
+            // levels too): README, "What is implemented".
+            "conformance_scope": "ojs-conformance v0.4.0: every case of levels 0-4 passes but \
+                the conformance_exceptions; every extension case passes but those listed in \
+                conformance_not_implemented (extensions not built yet) and the \
+                conformance_exceptions",
+            "conformance_not_implemented": crate::conformance::NOT_IMPLEMENTED
+                .iter()
+                .map(|g| g.case)
+                .collect::<Vec<_>>(),
             "protocols": ["http"],
             "formats": [
                 "application/openjobspec+json",

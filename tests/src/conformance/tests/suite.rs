@@ -42,12 +42,24 @@ fn real_suite_loads_and_evaluates_without_panics() {
         Ok(c) => c,
         Err(e) => panic!("loading {}: {e:#}", dir.display()),
     };
-    assert_eq!(cases.len(), 133);
+    // The release's 267 cases: the 133 of levels 0-4 and the 134 of the extension suites.
+    assert_eq!(cases.len(), 267);
+    let core = cases
+        .iter()
+        .filter(|c| c.suite.starts_with("level-"))
+        .count();
+    assert_eq!(core, 133);
+    assert!(cases.iter().all(|c| !c.suite.is_empty()));
+    assert!(cases
+        .iter()
+        .any(|c| c.key() == "ext-progress/progress-report.json"));
     assert!(
         cases.windows(2).all(|w| w[0].path < w[1].path),
         "sorted by path"
     );
-    assert!(cases.iter().all(|c| c.level <= 4 && !c.steps.is_empty()));
+    assert!(cases
+        .iter()
+        .all(|c| (c.level <= 4 || c.level == crate::conformance::EXT) && !c.steps.is_empty()));
     let mut ctx = StepContext::default();
     ctx.record(
         "step-1",

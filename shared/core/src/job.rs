@@ -133,6 +133,9 @@ pub struct JobStatus {
     pub error: Option<Value>,
     /// Every error, oldest first.
     pub errors: Vec<Value>,
+    /// What a worker last reported of its progress (ojs-progress.md), with the attempt
+    /// that reported it.
+    pub progress: Option<crate::progress::Progress>,
     /// Incremented by every write; guards compare-and-set.
     pub version: u64,
 }
@@ -482,6 +485,7 @@ impl Job {
                 result: None,
                 error: None,
                 errors: Vec::new(),
+                progress: None,
                 version: 1,
             },
             spec: new.spec,
@@ -556,7 +560,20 @@ impl Job {
         if !s.errors.is_empty() {
             out.insert("errors".into(), Value::Array(s.errors.clone()));
         }
+        if s.progress.as_ref().is_some_and(|p| p.attempt == s.attempt) {
+            out.insert("progress".into(), self.progress_view());
+        }
         Value::Object(out)
+    }
+
+    /// The job's progress as `GET /ojs/v1/jobs/{id}/progress` answers it.
+    pub fn progress_view(&self) -> Value {
+        crate::progress::view(
+            &self.id,
+            self.status.state,
+            self.status.attempt,
+            self.status.progress.as_ref(),
+        )
     }
 }
 

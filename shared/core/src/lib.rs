@@ -16,6 +16,7 @@ pub mod event;
 pub mod failure;
 pub mod ids;
 pub mod job;
+pub mod progress;
 pub mod push;
 pub mod rate_limit;
 pub mod retry;

@@ -238,18 +238,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "GET /health (at the root, with X-Request-ID) is not served (404)",
     },
     ConformanceGap {
-        case: "ext-progress/progress-clamp-range.json",
-        missing: "progress (ojs-progress.md): PUT/GET /ojs/v1/jobs/{id}/progress are not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-progress/progress-report.json",
-        missing: "progress (ojs-progress.md): PUT/GET /ojs/v1/jobs/{id}/progress are not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-progress/progress-retrieve.json",
-        missing: "progress (ojs-progress.md): PUT/GET /ojs/v1/jobs/{id}/progress are not served (404)",
-    },
-    ConformanceGap {
         case: "ext-rate-limiting/rate-limit-inspect.json",
         missing: "GET /ojs/v1/rate-limits/{key} (inspect) is not served (404)",
     },

@@ -16,6 +16,9 @@ import pytest
 
 import ojs
 from conftest import (
+    AUTH_HEADERS,
+    HTTP_TIMEOUT,
+    OJS_URL,
     iso_in,
     running_worker,
     unique_queue,
@@ -293,3 +296,27 @@ async def test_many_jobs_exactly_once(client: ojs.Client) -> None:
     assert not not_done, f"jobs not completed: {not_done}"
     by_arg = {j.args[0]: j.result for j in infos.values()}
     assert all(by_arg[i] == {"i": i} for i in range(total))
+
+
+async def test_progress_reported_through_the_sdk(client: ojs.Client, transport) -> None:
+    # ojs.report_progress posts POST /workers/progress {job_id, percentage, message,
+    # data}; the transport's get_progress reads GET /jobs/{id}/progress.
+    from ojs.transport.http import HTTPTransport
+
+    queue = unique_queue("progress")
+    job = await client.enqueue("py.progress", ["x"], queue=queue)
+    got = await transport.fetch([queue], count=1, worker_id="py-progress")
+    assert [j.id for j in got] == [job.id]
+    await ojs.report_progress(transport, job.id, 40, "two of five", {"done": 2})
+    await ojs.report_progress(transport, job.id, 20)  # lower: the attempt keeps 40 %
+    reader = HTTPTransport(OJS_URL, timeout=HTTP_TIMEOUT, headers=AUTH_HEADERS or None)
+    try:
+        progress = await reader.get_progress(job.id)
+        assert progress["progress"] == 0.4, progress
+        assert progress["message"] == "two of five", progress
+        assert progress["data"] == {"done": 2}, progress
+        await transport.ack(job.id, result={"ok": True})
+        done = await reader.get_progress(job.id)
+        assert (done["state"], done["progress"]) == ("completed", 1.0), done
+    finally:
+        await reader.close()

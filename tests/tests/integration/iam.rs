@@ -585,6 +585,23 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         &[200],
     )?;
     if let Some(j) = f["jobs"][0]["id"].as_str() {
+        // A progress report: the lease extension's write with the progress in it.
+        expect(
+            "progress",
+            s.call(
+                Method::PUT,
+                &format!("/ojs/v1/jobs/{j}/progress"),
+                Some(json!({"progress": 0.5})),
+            )
+            .await?,
+            &[200],
+        )?;
+        expect(
+            "read progress",
+            s.call(Method::GET, &format!("/ojs/v1/jobs/{j}/progress"), None)
+                .await?,
+            &[200],
+        )?;
         expect(
             "ack step",
             s.call(

@@ -57,7 +57,7 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "application/openjobspec+proto; delimited=true",
             ],
             "backend": "dynamodb",
-            "extensions": ["events"],
+            "extensions": ["events", "progress"],
             "authentication": {
                 "required": auth_required,
                 "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },

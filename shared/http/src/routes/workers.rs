@@ -4,9 +4,10 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use ojs_core::failure::Failure;
+use ojs_core::progress::ProgressReport;
 use ojs_core::validate::{MAX_FETCH_QUEUES, MAX_VISIBILITY_MS};
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
 use ojs_store::{AckRequest, Directive, Fence, FetchRequest};
@@ -26,6 +27,11 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/workers/ack", post(ack_job))
         .route("/ojs/v1/workers/nack", post(fail_job))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
+        .route("/ojs/v1/workers/progress", post(report_progress))
+        .route(
+            "/ojs/v1/jobs/{id}/progress",
+            put(put_progress).get(get_progress),
+        )
         .route("/ojs/v1/admin/workers", get(list_workers))
         .route(
             "/ojs/v1/admin/workers/{id}/{directive}",
@@ -426,6 +432,62 @@ async fn set_directive(
         StatusCode::OK,
         json!({"worker": {"id": w.id, "directive": w.directive.as_str(), "last_seen": w.last_seen}}),
     ))
+}
+
+/// Records `report` on job `id` and answers its progress after it (ojs-progress.md §7.1's
+/// shape). A report for a job not active, or not held by the reporting worker, is ignored
+/// (§6.1): the answer is then the progress as it stands.
+async fn record_progress(
+    app: &AppState,
+    id: &JobId,
+    report: &ProgressReport,
+) -> Result<Response, ApiError> {
+    let job = match app.store.report_progress(id, report, time::now()).await {
+        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(id).into()),
+        other => other?,
+    };
+    Ok(reply(StatusCode::OK, job.progress_view()))
+}
+
+/// `PUT /ojs/v1/jobs/{id}/progress` (ojs-progress.md §6.1): `progress` 0.0-1.0
+/// (clamped), `message`, `data`; `worker_id`/`attempt` fence it like ACK when given.
+async fn put_progress(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let report = ProgressReport::from_spec_body(&body)?;
+    record_progress(&app, &id, &report).await
+}
+
+/// `POST /ojs/v1/workers/progress`, as the Python and JavaScript SDKs report:
+/// `job_id`, `percentage` 0-100 (clamped), `message`, `data`.
+async fn report_progress(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let (id, report) = ProgressReport::from_sdk_body(&body)?;
+    record_progress(&app, &id, &report).await
+}
+
+/// `GET /ojs/v1/jobs/{id}/progress` (§7.1): nulls when none was reported; 404 for no job.
+async fn get_progress(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| super::no_such_job(&id))?;
+    let mut res = reply(StatusCode::OK, job.progress_view());
+    res.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    Ok(res)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! - `state`, `queue`, `attempt`, `version`, timestamps (S, RFC 3339), `lease_until` and
 //!   `expires_us` (N, epoch microseconds), `worker_id`;
 //! - `result`, `error` (S, JSON) and `errors` (L of S, JSON), so a transition can set or
-//!   append them without rewriting the spec;
+//!   append them without rewriting the spec; `progress` (S, JSON), a worker's last report;
 //! - `gsi1pk`/`gsi1sk` only while `available`, `gsi2pk`/`gsi2sk` only while the job waits
 //!   for a time (scheduled, retryable, active lease);
 //! - `ttl` (N, epoch seconds) once terminal;
@@ -326,6 +326,9 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         result: get_json(item, "result")?,
         error: get_json(item, "error")?.map(unmarked),
         errors,
+        progress: get_json(item, "progress")?
+            .as_ref()
+            .and_then(ojs_core::progress::Progress::from_stored),
         version: get_n(item, "version").ok_or_else(|| corrupt("version"))?,
     };
     Ok(Job { id, spec, status })

@@ -5,8 +5,9 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValue;
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
+use ojs_core::progress::ProgressReport;
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{JobId, JobState, Transition};
+use ojs_core::{Job, JobId, JobState, Transition};
 
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
@@ -18,6 +19,9 @@ use crate::Store;
 
 /// How long a worker is remembered after its last heartbeat.
 const WORKER_TTL_SECS: i64 = 3_600;
+/// Reads of a job one progress report makes at most while other extensions of its lease
+/// keep going first.
+const PROGRESS_TRIES: usize = 3;
 
 /// A worker directive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,14 +173,14 @@ impl Store {
         };
         for ((id, _), r) in jobs.iter().zip(results) {
             match r? {
-                Extension::Extended(requested) => {
+                Extension::Extended { requested, .. } => {
                     beat.extended.push(*id);
                     if let Some(d) = requested {
                         beat.directive = beat.directive.max(d);
                     }
                 }
                 Extension::Cancelled => beat.cancelled.push(*id),
-                Extension::NotHeld => {}
+                Extension::NotHeld | Extension::Raced => {}
             }
         }
         Ok(beat)
@@ -192,11 +196,31 @@ impl Store {
         let Some(job) = self.get_job(id).await? else {
             return Ok(Extension::NotHeld);
         };
+        match self
+            .extend_held(&job, fence, visibility_timeout_ms, None, now)
+            .await?
+        {
+            Extension::Raced => Ok(Extension::NotHeld),
+            other => Ok(other),
+        }
+    }
+
+    /// Extends the lease of `job` as read, if `fence` still holds it, recording `progress`
+    /// in the same conditional write when given.
+    async fn extend_held(
+        &self,
+        job: &Job,
+        fence: Fence<'_>,
+        visibility_timeout_ms: Option<u64>,
+        progress: Option<&ProgressReport>,
+        now: Timestamp,
+    ) -> Result<Extension, StoreError> {
+        let id = &job.id;
         if job.status.state == JobState::Cancelled {
             return Ok(Extension::Cancelled);
         }
         let held = job.status.state == JobState::Active
-            && fence.admits(&job)
+            && fence.admits(job)
             && job.status.lease_until.is_some_and(|l| l > now);
         if !held {
             return Ok(Extension::NotHeld);
@@ -206,9 +230,9 @@ impl Store {
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
         let lease = time::after_ms(now, ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
-        self.extend_slot(&job, &lease).await?;
+        self.extend_slot(job, &lease).await?;
         // The fence is in the condition too, not only in the read above.
-        let write = JobWrite::new(
+        let mut write = JobWrite::new(
             Transition::Extend,
             Place::Due {
                 pk: self.due_pk(&job.spec.queue, id),
@@ -218,15 +242,58 @@ impl Store {
         .version(job.status.version)
         .set("lease_until = :lease")
         .value(":lease", n(lease.timestamp_micros()));
+        if let Some(report) = progress {
+            let after = report.applied_to(job.status.progress.as_ref(), job.status.attempt, now);
+            write = write
+                .set("progress = :progress")
+                .value(":progress", s(after.to_stored().to_string()));
+        }
         let out = fence.guard(write).apply(self.update(id))?.send().await;
         match self.finish_update(out) {
-            Ok(_) => Ok(Extension::Extended(Directive::requested_by(&job))),
+            Ok(written) => Ok(Extension::Extended {
+                requested: Directive::requested_by(job),
+                job: Box::new(written),
+            }),
             Err(StoreError::Conflict {
                 current: Some(JobState::Cancelled),
             }) => Ok(Extension::Cancelled),
+            // Still active: another extension (a heartbeat, a progress report) went first.
+            Err(StoreError::Conflict {
+                current: Some(JobState::Active),
+            }) => Ok(Extension::Raced),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(Extension::NotHeld),
             Err(e) => Err(e),
         }
+    }
+
+    /// Records a worker's progress report on job `id` (ojs-progress.md) in the conditional
+    /// write that extends its lease (§6.3: a report is a heartbeat): one UpdateItem (and
+    /// the concurrency slot's, for a limited job) after the read. A report for a job that
+    /// is not active, or not held by the reporting worker (`worker_id`) or attempt, is
+    /// ignored (§6.1) and the job answered as it is; NotFound when there is no job `id`.
+    pub async fn report_progress(
+        &self,
+        id: &JobId,
+        report: &ProgressReport,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let fence = Fence {
+            worker_id: report.worker_id.as_deref(),
+            attempt: report.attempt,
+        };
+        // A report racing another extension of the same job reads it again (bounded).
+        for _ in 0..PROGRESS_TRIES {
+            let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
+            match self
+                .extend_held(&job, fence, None, Some(report), now)
+                .await?
+            {
+                Extension::Extended { job, .. } => return Ok(*job),
+                Extension::Raced => continue,
+                Extension::Cancelled | Extension::NotHeld => return Ok(job),
+            }
+        }
+        Err(StoreError::Concurrent(format!("job {id}: its lease")))
     }
 
     /// Sets the directive a worker's next heartbeat returns; NotFound for an unknown worker.
@@ -276,8 +343,13 @@ impl Store {
 }
 
 enum Extension {
-    /// With the directive the job itself requests, if any.
-    Extended(Option<Directive>),
+    /// With the directive the job itself requests, if any, and the job as written.
+    Extended {
+        requested: Option<Directive>,
+        job: Box<Job>,
+    },
+    /// Still active, but changed since it was read (another extension went first).
+    Raced,
     Cancelled,
     NotHeld,
 }

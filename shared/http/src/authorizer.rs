@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method};
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::{json, Value};
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Principal};
 
 /// The `Authorization` header of an authorizer event (payload 2.0: header names are
 /// lower case; a repeated header arrives as one comma-joined value, which the key check
@@ -49,15 +49,33 @@ fn request_of(event: &Value) -> (Method, String) {
         .or_else(|| http["path"].as_str())
         .or(route_key.map(|k| k.1))
         .unwrap_or("/");
+    // `$default` never prefixes a path, so only a named stage is taken off.
     let path = match event["requestContext"]["stage"].as_str() {
-        Some(stage) if stage != "$default" => raw
+        Some(stage) => raw
             .strip_prefix('/')
             .and_then(|r| r.strip_prefix(stage))
             .filter(|r| r.starts_with('/'))
             .unwrap_or(raw),
-        _ => raw,
+        None => raw,
     };
     (method, path.to_owned())
+}
+
+/// The answer for a verified key: allowed when the route of `event`'s request needs what
+/// its scopes grant. A route the table does not know is refused: the gateway only calls
+/// the authorizer for its own routes, so that is a template the code lags behind.
+fn verdict(p: &Principal, event: &Value) -> Value {
+    let (method, path) = request_of(event);
+    let allowed =
+        crate::scopes::route(&method, &path).is_some_and(|route| p.scopes.allow(route.need));
+    if !allowed {
+        tracing::warn!(event = "auth.forbidden", key_id = %p.key_id, %method, %path, "API key lacks the scope");
+        return json!({"isAuthorized": false});
+    }
+    json!({"isAuthorized": true, "context": {
+        "key_id": p.key_id,
+        "scopes": p.scopes.names().join(" "),
+    }})
 }
 
 /// The authorizer's answer to `event`: `{"isAuthorized": true, "context": {"key_id",
@@ -67,21 +85,7 @@ fn request_of(event: &Value) -> (Method, String) {
 /// error, which the gateway answers with 500 and does not cache.
 pub async fn authorize_request(auth: &Authenticator, event: &Value) -> Result<Value, OjsError> {
     match auth.check(&headers_of(event)).await {
-        Ok(Some(p)) => {
-            let (method, path) = request_of(event);
-            // A route the table does not know is refused: the gateway only calls the
-            // authorizer for its own routes, so this is a template the code lags behind.
-            let allowed = crate::scopes::route(&method, &path)
-                .is_some_and(|route| p.scopes.allow(route.need));
-            if !allowed {
-                tracing::warn!(event = "auth.forbidden", key_id = %p.key_id, %method, %path, "API key lacks the scope");
-                return Ok(json!({"isAuthorized": false}));
-            }
-            Ok(json!({"isAuthorized": true, "context": {
-                "key_id": p.key_id,
-                "scopes": p.scopes.names().join(" "),
-            }}))
-        }
+        Ok(Some(p)) => Ok(verdict(&p, event)),
         Ok(None) => Ok(json!({"isAuthorized": true, "context": {}})),
         Err(e) if e.code == ErrorCode::Unauthenticated => Ok(json!({"isAuthorized": false})),
         Err(e) => Err(e),
@@ -178,6 +182,32 @@ mod tests {
             (Method::POST, "/ojs/v1/queues/{name}/pause".to_owned())
         );
         assert_eq!(request_of(&json!({})), (Method::GET, "/".to_owned()));
+    }
+
+    #[test]
+    fn a_verified_key_is_let_through_only_the_routes_its_scopes_grant() {
+        use crate::scopes::{Scope, Scopes};
+        let worker = Principal {
+            key_id: "0123456789ab".into(),
+            scopes: Scopes::of(&[Scope::DataProcess]),
+        };
+        let on = |method: &str, path: &str| json!({"rawPath": path, "requestContext": {"http": {"method": method}, "stage": "$default"}});
+        let yes = verdict(&worker, &on("POST", "/ojs/v1/workers/ack"));
+        assert_eq!(
+            yes,
+            json!({"isAuthorized": true, "context": {"key_id": "0123456789ab", "scopes": "ojs:data:process"}})
+        );
+        for (method, path) in [
+            ("POST", "/ojs/v1/push/endpoints"),
+            ("POST", "/ojs/v1/jobs"),
+            ("GET", "/ojs/v1/unknown"),
+        ] {
+            assert_eq!(
+                verdict(&worker, &on(method, path)),
+                json!({"isAuthorized": false}),
+                "{method} {path}"
+            );
+        }
     }
 
     #[test]

@@ -166,7 +166,7 @@ pub struct Scopes(u16);
 
 impl Scopes {
     /// The scopes of a key stored without any: data read and write.
-    pub const DATA: Scopes = Scopes(1 << 3 | 1 << 4);
+    pub const DATA: Scopes = Scopes(0b1_1000);
 
     /// The set of `scopes`.
     pub fn of(scopes: &[Scope]) -> Scopes {
@@ -427,7 +427,7 @@ fn specificity(pattern: &str, path: &str) -> Option<Vec<u8>> {
                     rank
                 });
             }
-            (Some(w), Some(h)) if w.starts_with('{') && w.ends_with('}') => {
+            (Some(w), Some(h)) if w.starts_with('{') => {
                 if h.is_empty() {
                     return None;
                 }

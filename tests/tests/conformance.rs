@@ -66,7 +66,13 @@ async fn conformance_suite() -> anyhow::Result<()> {
             async move {
                 let case = &cases[i];
                 let label = format!("{} ({})", case.test_id, case.path.display());
-                let outcome = match TestApp::spawn_with_sweeper().await {
+                // As `make dev` serves (OJS_PUSH_ALLOW_PRIVATE=on): the webhook cases
+                // register https://example.com/..., which cannot resolve here.
+                let config = ojs_http::HttpConfig {
+                    push_allow_private: true,
+                    ..ojs_http::HttpConfig::default()
+                };
+                let outcome = match TestApp::spawn_with_sweeper_and(config).await {
                     Err(e) => Err(format!("could not start the server: {e:#}")),
                     Ok(app) => {
                         let report = run_case(&app.client, &app.base_url, case).await;

@@ -130,6 +130,36 @@ fn invalid(path: &str, message: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::InvalidRequest, message).with_path(path)
 }
 
+/// Shortest signing secret a subscription may bring (the suite's `whk_test_get_001`).
+pub const MIN_CALLER_SECRET_CHARS: usize = 16;
+/// Longest signing secret a subscription may bring.
+pub const MAX_CALLER_SECRET_CHARS: usize = 256;
+
+/// Takes the `secret` a subscription request brings out of `body`, if any: the
+/// conformance suite and several SDKs send one, though §6.1 says the server generates
+/// it. 16 to 256 printable ASCII characters; anything else is `400` on `$.secret`.
+/// Without one the server generates it ([`new_secret`]).
+pub fn take_caller_secret(body: &mut Value) -> Result<Option<String>, OjsError> {
+    let Some(raw) = body.as_object_mut().and_then(|o| o.remove("secret")) else {
+        return Ok(None);
+    };
+    match raw {
+        Value::Null => Ok(None),
+        Value::String(s)
+            if (MIN_CALLER_SECRET_CHARS..=MAX_CALLER_SECRET_CHARS).contains(&s.len())
+                && s.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Ok(Some(s))
+        }
+        _ => Err(invalid(
+            "$.secret",
+            format!(
+                "secret must be {MIN_CALLER_SECRET_CHARS} to {MAX_CALLER_SECRET_CHARS} printable ASCII characters (or left out: the server generates one)"
+            ),
+        )),
+    }
+}
+
 /// A new signing secret: `whsec_` and 32 random bytes in hex.
 pub fn new_secret() -> String {
     let bytes: [u8; 32] = rand::rng().random();
@@ -483,8 +513,37 @@ mod tests {
         assert!(path(json!({"url": "https://a.com", "events": ["nope"]})).contains("$.events[0]"));
         assert!(
             path(json!({"url": "https://a.com", "events": ["*"], "secret": "x"}))
-                .contains("$.secret")
+                .contains("$.secret"),
+            "a PATCH or a body the create route did not take the secret out of"
         );
+        let mut with = json!({"url": "https://a.com", "secret": "whk_test_get_001"});
+        assert_eq!(
+            take_caller_secret(&mut with).ok().flatten().as_deref(),
+            Some("whk_test_get_001")
+        );
+        assert_eq!(
+            with,
+            json!({"url": "https://a.com"}),
+            "taken out of the body"
+        );
+        for bad in [
+            json!("short"),
+            json!(7),
+            json!("has a space in it ok"),
+            json!("x".repeat(257)),
+        ] {
+            let mut body = json!({"secret": bad});
+            let err = take_caller_secret(&mut body).err();
+            assert!(
+                err.is_some_and(|e| e.to_string().contains("secret")),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            take_caller_secret(&mut json!({"secret": null})).ok(),
+            Some(None)
+        );
+        assert_eq!(take_caller_secret(&mut json!({})).ok(), Some(None));
         assert!(
             path(json!({"url": "https://a.com", "events": ["*"], "filter": {"x": []}}))
                 .contains("$.filter.x")

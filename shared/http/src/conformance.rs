@@ -286,26 +286,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
     },
     ConformanceGap {
-        case: "ext-webhooks/webhooks-create-subscription.json",
-        missing: "a subscription that carries its own `secret` is refused with 400 (the server generates secrets); the suite expects it accepted and the subscription under `subscription`",
-    },
-    ConformanceGap {
-        case: "ext-webhooks/webhooks-delete-subscription.json",
-        missing: "a subscription that carries its own `secret` is refused with 400 (the server generates secrets); the suite expects it accepted and the subscription under `subscription`",
-    },
-    ConformanceGap {
-        case: "ext-webhooks/webhooks-get-subscription.json",
-        missing: "a subscription that carries its own `secret` is refused with 400 (the server generates secrets); the suite expects it accepted and the subscription under `subscription`",
-    },
-    ConformanceGap {
-        case: "ext-webhooks/webhooks-list-subscriptions.json",
-        missing: "a subscription that carries its own `secret` is refused with 400 (the server generates secrets); the suite expects it accepted and the subscription under `subscription`",
-    },
-    ConformanceGap {
-        case: "ext-webhooks/webhooks-update-subscription.json",
-        missing: "a subscription that carries its own `secret` is refused with 400 (the server generates secrets); the suite expects it accepted and the subscription under `subscription`",
-    },
-    ConformanceGap {
         case: "wasi/L1-WASI-001-fetch.json",
         missing: "WASI workers are a draft outside ../spec: its routes are not served (405)",
     },

@@ -214,13 +214,25 @@ async fn subscription_crud_validation_and_secrecy() -> anyhow::Result<()> {
     assert_eq!(created.body["filter"]["queues"], json!(["payments"]));
     assert_eq!(created.body["metadata"]["owner"], "team-a");
 
+    assert_eq!(
+        created.body["subscription"]["id"],
+        json!(id),
+        "also under subscription"
+    );
     let got = app.call(Method::GET, &format!("{SUBS}/{id}"), None).await?;
     assert_eq!(got.status, 200);
     assert!(got.body.get("secret").is_none(), "{:?}", got.body);
     assert_eq!(got.body["url"], "https://example.com/hooks");
+    // The fields at the top level and under `subscription` (the suite and SDKs read it).
+    let view = got.body["subscription"].clone();
+    let mut bare = got.body.clone();
+    if let Some(o) = bare.as_object_mut() {
+        o.remove("subscription");
+    }
+    assert_eq!(bare, view);
     let listed = app.call(Method::GET, SUBS, None).await?;
     assert_eq!(listed.status, 200);
-    assert_eq!(listed.body["subscriptions"], json!([got.body.clone()]));
+    assert_eq!(listed.body["subscriptions"], json!([view]));
     assert_eq!(listed.body["pagination"]["total"], 1);
 
     // PATCH is partial.
@@ -270,6 +282,12 @@ async fn subscription_crud_validation_and_secrecy() -> anyhow::Result<()> {
             Method::POST,
             SUBS.to_owned(),
             json!({"url": "https://example.com/x", "events": ["*"], "secret": "mine"}),
+            "$.secret",
+        ),
+        (
+            Method::PATCH,
+            format!("{SUBS}/{id}"),
+            json!({"secret": "whk_a_secret_of_mine"}),
             "$.secret",
         ),
         (
@@ -371,6 +389,24 @@ async fn subscription_crud_validation_and_secrecy() -> anyhow::Result<()> {
     assert_eq!(gone.status, 404);
     let listed = app.call(Method::GET, SUBS, None).await?;
     assert_eq!(listed.body["subscriptions"], json!([]));
+
+    // A subscription may bring its own secret (the suite and several SDKs send one); it
+    // is answered once, like a generated one, and signs its deliveries.
+    let own = app
+        .call(
+            Method::POST,
+            SUBS,
+            Some(json!({"url": "https://example.com/own", "events": ["*"], "secret": "whk_brought_by_the_caller"})),
+        )
+        .await?;
+    assert_eq!(own.status, 201, "{:?}", own.body);
+    assert_eq!(own.body["secret"], "whk_brought_by_the_caller");
+    let own_id = own.body["id"].as_str().unwrap_or_default();
+    let stored = app.store.get_webhook(own_id).await?;
+    assert_eq!(
+        stored.map(|w| w.secret),
+        Some("whk_brought_by_the_caller".to_owned())
+    );
     Ok(())
 }
 

@@ -97,9 +97,10 @@ async fn check_address(url: &str, allow_private: bool) -> Result<(), ApiError> {
 async fn create_subscription(
     State(app): State<AppState>,
     Caller(by): Caller,
-    JsonBody(body): JsonBody,
+    JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
+    let secret = ojs_core::webhook::take_caller_secret(&mut body)?;
     let subscription = Subscription::from_json(&body, allow_private)?;
     check_address(&subscription.url, allow_private).await?;
     if app.store.list_webhooks(true).await?.len() >= MAX_SUBSCRIPTIONS {
@@ -112,7 +113,12 @@ async fn create_subscription(
     }
     let entry = app
         .store
-        .put_webhook(&subscription, new_secret(), by.as_deref(), time::now())
+        .put_webhook(
+            &subscription,
+            secret.unwrap_or_else(new_secret),
+            by.as_deref(),
+            time::now(),
+        )
         .await?;
     tracing::info!(event = "webhook.subscription.created", id = %entry.id, "webhook subscription created");
     // §6.1: the secret is answered here, and only here (and by a rotation).
@@ -120,7 +126,15 @@ async fn create_subscription(
     if let Some(o) = view.as_object_mut() {
         o.insert("secret".into(), json!(entry.secret));
     }
-    Ok(reply(StatusCode::CREATED, view))
+    Ok(reply(StatusCode::CREATED, with_subscription(view)))
+}
+
+/// A one-subscription answer: its fields at the top level (§6.3) and under
+/// `subscription`, where the conformance suite and SDKs read them.
+fn with_subscription(view: Value) -> Value {
+    let mut body = view.as_object().cloned().unwrap_or_default();
+    body.insert("subscription".into(), view);
+    Value::Object(body)
 }
 
 async fn list_subscriptions(
@@ -141,7 +155,7 @@ async fn get_subscription(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let entry = existing(&app, &id).await?;
-    Ok(reply(StatusCode::OK, entry.view()))
+    Ok(reply(StatusCode::OK, with_subscription(entry.view())))
 }
 
 async fn update_subscription(
@@ -174,7 +188,7 @@ async fn update_subscription(
         Err(e) => return Err(e.into()),
     };
     tracing::info!(id = %id, "webhook subscription updated");
-    Ok(reply(StatusCode::OK, updated.view()))
+    Ok(reply(StatusCode::OK, with_subscription(updated.view())))
 }
 
 async fn delete_subscription(

@@ -122,11 +122,27 @@ fn is_lambda_arn(raw: &str) -> bool {
             && q.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '$')
     };
+    // A partition (`aws`, `aws-cn`, `aws-us-gov`, ...) and a region (`us-east-1`) of
+    // lowercase letters, digits and hyphens: the ARN is only a name in the Invoke call's
+    // path (the call goes to the client's own regional endpoint), but nothing else is an
+    // ARN of a function the stack's policy could list.
+    let partition_ok = |p: &str| {
+        p == "aws"
+            || p.strip_prefix("aws-").is_some_and(|rest| {
+                !rest.is_empty() && rest.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+            })
+    };
+    let region_ok = |r: &str| {
+        !r.is_empty()
+            && r.len() <= 32
+            && r.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
     matches!(parts.len(), 7 | 8)
         && parts[0] == "arn"
-        && parts[1].starts_with("aws")
+        && partition_ok(parts[1])
         && parts[2] == "lambda"
-        && !parts[3].is_empty()
+        && region_ok(parts[3])
         && parts[4].len() == 12
         && parts[4].chars().all(|c| c.is_ascii_digit())
         && parts[5] == "function"
@@ -752,6 +768,40 @@ mod tests {
             "https://[2606:4700:4700::1111]/",
         ] {
             assert!(PushTarget::parse(ok, false).is_ok(), "{ok}");
+        }
+    }
+
+    /// A Lambda target is only a function ARN: no other partition spelling, region
+    /// spelling, account or resource. Which functions may be invoked is the stack's IAM
+    /// policy (`PushFunctionArns`), not this check.
+    #[test]
+    fn lambda_targets_are_function_arns_only() {
+        for ok in [
+            "arn:aws:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws-cn:lambda:cn-north-1:123456789012:function:worker",
+            "arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:worker:$LATEST",
+        ] {
+            assert!(
+                matches!(PushTarget::parse(ok, false), Ok(PushTarget::Lambda(_))),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "arn:awsx:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws-:lambda:us-east-1:123456789012:function:worker",
+            "arn:AWS:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws:lambda:US-EAST-1:123456789012:function:worker",
+            "arn:aws:lambda:us-east-1/..:123456789012:function:worker",
+            "arn:aws:lambda:169.254.169.254:123456789012:function:worker",
+            "arn:aws:lambda::123456789012:function:worker",
+            "arn:aws:lambda:us-east-1:12345678901a:function:worker",
+            "arn:aws:lambda:us-east-1:123456789012:layer:worker",
+            "arn:aws:lambda:us-east-1:123456789012:function:worker/x",
+            "arn:aws:lambda:us-east-1:123456789012:function:worker:live:x",
+            "arn:aws:lambda:us-east-1:123456789012:function:",
+            "arn:aws:iam::123456789012:role/x",
+        ] {
+            assert!(PushTarget::parse(bad, false).is_err(), "{bad}");
         }
     }
 

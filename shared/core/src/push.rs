@@ -3,7 +3,7 @@
 //! and which addresses an outbound call may reach. Pure rules; the store keeps the
 //! registrations and `shared/push` makes the calls.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -122,11 +122,27 @@ fn is_lambda_arn(raw: &str) -> bool {
             && q.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '$')
     };
+    // A partition (`aws`, `aws-cn`, `aws-us-gov`, ...) and a region (`us-east-1`) of
+    // lowercase letters, digits and hyphens: the ARN is only a name in the Invoke call's
+    // path (the call goes to the client's own regional endpoint), but nothing else is an
+    // ARN of a function the stack's policy could list.
+    let partition_ok = |p: &str| {
+        p == "aws"
+            || p.strip_prefix("aws-").is_some_and(|rest| {
+                !rest.is_empty() && rest.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+            })
+    };
+    let region_ok = |r: &str| {
+        !r.is_empty()
+            && r.len() <= 32
+            && r.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
     matches!(parts.len(), 7 | 8)
         && parts[0] == "arn"
-        && parts[1].starts_with("aws")
+        && partition_ok(parts[1])
         && parts[2] == "lambda"
-        && !parts[3].is_empty()
+        && region_ok(parts[3])
         && parts[4].len() == 12
         && parts[4].chars().all(|c| c.is_ascii_digit())
         && parts[5] == "function"
@@ -134,41 +150,60 @@ fn is_lambda_arn(raw: &str) -> bool {
         && parts.get(7).is_none_or(|q| qualifier_ok(q))
 }
 
-/// Whether an outbound call may reach `ip` when private targets are not allowed: not
-/// loopback, private (RFC 1918, unique local), link-local (which holds the instance
-/// metadata service, 169.254.169.254 and fd00:ec2::254), shared (100.64/10),
-/// unspecified, multicast, broadcast or documentation space.
+/// Whether an outbound call may reach `ip` when private targets are not allowed.
+///
+/// IPv4: not "this network" (0/8, 0.0.0.0 among them), loopback, private (RFC 1918),
+/// shared (100.64/10, carrier-grade NAT), link-local (169.254/16, which holds the
+/// instance metadata service 169.254.169.254), the IETF protocol block (192.0.0/24), the
+/// deprecated 6to4 relay anycast (192.88.99/24), benchmarking (198.18/15), documentation
+/// (192.0.2/24, 198.51.100/24, 203.0.113/24), multicast, reserved (240/4) or broadcast.
+///
+/// IPv6: only global unicast (2000::/3), which leaves out the unspecified and loopback
+/// addresses, IPv4-compatible (::/96) and IPv4-translated (::ffff:0:0:0/96) ones,
+/// local-use NAT64 (64:ff9b:1::/48), discard (100::/64), unique local (fc00::/7, with
+/// fd00:ec2::254, the metadata service), link-local (fe80::/10), site-local (fec0::/10)
+/// and multicast (ff00::/8); and within it not the IETF protocol block (2001::/23: Teredo
+/// 2001::/32, benchmarking 2001:2::/48, ORCHID), 6to4 (2002::/16: the packet goes to
+/// the IPv4 address inside it, whatever that is) or documentation (2001:db8::/32,
+/// 3fff::/20). An address that names an IPv4 address, IPv4-mapped (::ffff:0:0/96) or
+/// through the NAT64 well-known prefix (64:ff9b::/96, DNS64 in IPv6-only subnets), is
+/// judged as that IPv4 address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (64..128).contains(&o[1]))
-                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
-                || o[0] >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local, fd00:ec2::254 among them
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0 && s[4] == 0 && s[5] == 0))
-            // IPv4-compatible
-        }
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => is_public_v6(v6),
     }
+}
+
+fn is_public_v4(v4: Ipv4Addr) -> bool {
+    let o = v4.octets();
+    !(o[0] == 0
+        || v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_documentation()
+        || v4.is_multicast()
+        || o[0] >= 240 // reserved, 255.255.255.255 among them
+        || (o[0] == 100 && (o[1] & 0xc0) == 64)
+        || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+        || (o[0] == 192 && o[1] == 88 && o[2] == 99)
+        || (o[0] == 198 && (o[1] & 0xfe) == 18))
+}
+
+fn is_public_v6(v6: Ipv6Addr) -> bool {
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return is_public_v4(v4);
+    }
+    let s = v6.segments();
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        let [.., a, b, c, d] = v6.octets();
+        return is_public_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    (s[0] & 0xe000) == 0x2000
+        && !(s[0] == 0x2001 && s[1] < 0x0200)
+        && !(s[0] == 0x2001 && s[1] == 0x0db8)
+        && s[0] != 0x2002
+        && !(s[0] == 0x3fff && s[1] < 0x1000)
 }
 
 /// A validated registration (§2.1).
@@ -587,6 +622,187 @@ mod tests {
         // HTTP to a public host.
         assert!(PushEndpoint::from_json(&body("http://127.0.0.1:9000/"), true).is_ok());
         assert!(PushEndpoint::from_json(&body("http://example.com/"), true).is_err());
+    }
+
+    /// Every way a URL can spell a forbidden address: numeric IPv4 forms (the URL
+    /// parser, WHATWG's, reads them as the address they name), IPv6 forms that carry an
+    /// IPv4 address, the IPv6 ranges outside global unicast, and userinfo tricks.
+    #[test]
+    fn every_spelling_of_a_forbidden_address_is_refused() {
+        for bad in [
+            // IPv4: decimal, hex, octal, short and trailing-dot forms.
+            "https://2130706433/",
+            "http://2130706433/",
+            "https://0x7f000001/",
+            "https://0x7f.0.0.1/",
+            "https://0x7f.1/",
+            "https://0177.0.0.1/",
+            "https://017700000001/",
+            "https://127.1/",
+            "https://10.1/",
+            "https://127.0.0.1./",
+            "https://0.0.0.0/",
+            "https://0/",
+            "https://169.254.169.254/latest/meta-data/",
+            "https://2852039166/",
+            "https://100.64.0.1/",
+            "https://192.0.0.8/",
+            "https://192.88.99.1/",
+            "https://198.18.0.1/",
+            "https://198.19.255.255/",
+            "https://192.0.2.1/",
+            "https://198.51.100.1/",
+            "https://203.0.113.1/",
+            "https://224.0.0.1/",
+            "https://240.0.0.1/",
+            "https://255.255.255.255/",
+            // Percent-encoded and full-width or ideographic spellings of an IP literal.
+            "https://%31%32%37.0.0.1/",
+            "https://%31%36%39.254.169.254/",
+            "https://\u{ff11}\u{ff12}\u{ff17}\u{ff0e}\u{ff10}\u{ff0e}\u{ff10}\u{ff0e}\u{ff11}/",
+            "https://127\u{3002}0\u{3002}0\u{3002}1/",
+            // IPv6: unspecified, loopback, IPv4-mapped (both spellings), IPv4-compatible,
+            // IPv4-translated, NAT64 (well-known and local-use), 6to4, Teredo.
+            "https://[::]/",
+            "https://[::1]/",
+            "https://[::ffff:127.0.0.1]/",
+            "https://[::ffff:7f00:1]/",
+            "https://[::ffff:a9fe:a9fe]/",
+            "https://[::ffff:10.0.0.1]/",
+            "https://[::127.0.0.1]/",
+            "https://[::a9fe:a9fe]/",
+            "https://[::ffff:0:7f00:1]/",
+            "https://[64:ff9b::a9fe:a9fe]/",
+            "https://[64:ff9b::169.254.169.254]/",
+            "https://[64:ff9b::7f00:1]/",
+            "https://[64:ff9b:1::808:808]/",
+            "https://[2002:7f00:1::]/",
+            "https://[2002:a9fe:a9fe::1]/",
+            "https://[2002:808:808::1]/",
+            "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+            "https://[2001::1]/",
+            // IPv6: unique local (the metadata service's fd00:ec2::254 among them),
+            // link-local, site-local, multicast, discard, benchmarking, documentation.
+            "https://[fc00::1]/",
+            "https://[fd00:ec2::254]/",
+            "https://[fe80::1]/",
+            "https://[febf::1]/",
+            "https://[fec0::1]/",
+            "https://[ff02::1]/",
+            "https://[100::1]/",
+            "https://[2001:2::1]/",
+            "https://[2001:db8::1]/",
+            "https://[3fff::1]/",
+            // Zone ids are not URL syntax (refused as unparseable).
+            "https://[fe80::1%25eth0]/",
+            "https://[fe80::1%eth0]/",
+            // Userinfo: the host is what follows the @, and credentials are refused anyway.
+            "https://public.example@127.0.0.1/",
+            "https://public.example:443@169.254.169.254/",
+            "https://127.0.0.1#@public.example/",
+            "https://127.0.0.1\\@public.example/",
+            "https://user@public.example/",
+        ] {
+            assert!(PushTarget::parse(bad, false).is_err(), "{bad} was accepted");
+            assert!(
+                parse_webhook_url(bad).is_err(),
+                "{bad} was accepted as a webhook URL"
+            );
+        }
+    }
+
+    fn parse_webhook_url(raw: &str) -> Result<String, OjsError> {
+        crate::webhook::parse_url(raw, false)
+    }
+
+    /// A host name is left to resolution (checked at registration and by the guarded
+    /// resolver at every connection): these forms parse to the name `localhost`, which
+    /// the resolver's filter refuses (shared/push's guard tests).
+    #[test]
+    fn names_are_normalised_before_resolution() {
+        for (raw, host) in [
+            ("https://localhost./", "localhost."),
+            ("https://LOCALHOST/", "localhost"),
+            ("https://%6c%6f%63%61%6c%68%6f%73%74/", "localhost"),
+            (
+                "https://\u{24db}\u{24de}\u{24d2}\u{24d0}\u{24db}\u{24d7}\u{24de}\u{24e2}\u{24e3}/",
+                "localhost",
+            ),
+        ] {
+            assert!(PushTarget::parse(raw, false).is_ok(), "{raw}");
+            let parsed = url::Url::parse(raw).map_err(|e| e.to_string());
+            assert_eq!(
+                parsed.map(|u| u.host_str().map(str::to_owned)),
+                Ok(Some(host.to_owned())),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn public_addresses_stay_reachable() {
+        for ok in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.32.0.1",
+            "192.0.1.1",
+            "198.17.255.255",
+            "198.20.0.1",
+            "223.255.255.255",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2606:4700:4700::1111",
+            "2001:200::1",
+            "2600:1f18::1",
+            "3fff:1000::1",
+        ] {
+            let ip: IpAddr = ok.parse().unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert!(is_public(ip), "{ok} was refused");
+        }
+        for ok in [
+            "https://8.8.8.8/",
+            "https://134744072/",
+            "https://[64:ff9b::8.8.8.8]/",
+            "https://[2606:4700:4700::1111]/",
+        ] {
+            assert!(PushTarget::parse(ok, false).is_ok(), "{ok}");
+        }
+    }
+
+    /// A Lambda target is only a function ARN: no other partition spelling, region
+    /// spelling, account or resource. Which functions may be invoked is the stack's IAM
+    /// policy (`PushFunctionArns`), not this check.
+    #[test]
+    fn lambda_targets_are_function_arns_only() {
+        for ok in [
+            "arn:aws:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws-cn:lambda:cn-north-1:123456789012:function:worker",
+            "arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:worker:$LATEST",
+        ] {
+            assert!(
+                matches!(PushTarget::parse(ok, false), Ok(PushTarget::Lambda(_))),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "arn:awsx:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws-:lambda:us-east-1:123456789012:function:worker",
+            "arn:AWS:lambda:us-east-1:123456789012:function:worker",
+            "arn:aws:lambda:US-EAST-1:123456789012:function:worker",
+            "arn:aws:lambda:us-east-1/..:123456789012:function:worker",
+            "arn:aws:lambda:169.254.169.254:123456789012:function:worker",
+            "arn:aws:lambda::123456789012:function:worker",
+            "arn:aws:lambda:us-east-1:12345678901a:function:worker",
+            "arn:aws:lambda:us-east-1:123456789012:layer:worker",
+            "arn:aws:lambda:us-east-1:123456789012:function:worker/x",
+            "arn:aws:lambda:us-east-1:123456789012:function:worker:live:x",
+            "arn:aws:lambda:us-east-1:123456789012:function:",
+            "arn:aws:iam::123456789012:role/x",
+        ] {
+            assert!(PushTarget::parse(bad, false).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -120,6 +120,21 @@ pub fn allow_private_from_env() -> bool {
     )
 }
 
+/// The HTTP client of push deliveries: no redirect followed (an endpoint answers for
+/// itself), no proxy (a proxy would resolve names itself), and every host name resolved
+/// through the address guard, which keeps only allowed addresses. An IP literal never
+/// reaches the resolver: a delivery checks its URL first ([`deliver`]).
+fn http_client(allow_private: bool) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(5))
+        .dns_resolver(guard::resolver(allow_private))
+        .user_agent("ojs-serverless-push/1")
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// The push dispatcher. Cheap to clone; build one per cold start.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -146,14 +161,7 @@ impl Dispatcher {
         lambda: aws_sdk_lambda::Client,
         config: PushConfig,
     ) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(5))
-            .dns_resolver(guard::resolver(config.allow_private))
-            .user_agent("ojs-serverless-push/1")
-            .build()
-            .map_err(|e| e.to_string())?;
+        let http = http_client(config.allow_private)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 store,
@@ -438,5 +446,87 @@ fn disables(error_type: &str) -> bool {
 impl ojs_store::ChangeObserver for Dispatcher {
     fn observe(&self, changes: &[Change]) {
         self.spawn_changes(changes);
+    }
+}
+
+/// A loopback HTTP server for the clients' tests: it answers every request by `answer`
+/// (given the request's path: status and `Location`), counts the requests, and never
+/// leaves 127.0.0.1.
+#[cfg(test)]
+pub(crate) mod loopback {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    pub(crate) struct Server {
+        pub(crate) base: String,
+        hits: Arc<AtomicUsize>,
+    }
+
+    impl Server {
+        pub(crate) fn start(answer: fn(&str, &str) -> (u16, String)) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+            let base = format!(
+                "http://{}",
+                listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+            );
+            let hits = Arc::new(AtomicUsize::new(0));
+            let (counted, me) = (hits.clone(), base.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(mut stream) = stream else { return };
+                    let mut request = Vec::new();
+                    let mut buf = [0_u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let text = String::from_utf8_lossy(&request);
+                    let path = text.split(' ').nth(1).unwrap_or("/").to_owned();
+                    let (status, location) = answer(&me, &path);
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    );
+                    let _ = stream.write_all(reply.as_bytes());
+                }
+            });
+            Self { base, hits }
+        }
+
+        /// How many requests it has answered.
+        pub(crate) fn hits(&self) -> usize {
+            self.hits.load(Ordering::SeqCst)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A push delivery follows no redirect: the endpoint's 302 is its answer.
+    #[tokio::test]
+    async fn push_deliveries_follow_no_redirect() {
+        let server = loopback::Server::start(|base, _| (302, format!("{base}/elsewhere")));
+        let client = http_client(true).unwrap_or_else(|e| panic!("{e}"));
+        let answer = client.get(format!("{}/", server.base)).send().await;
+        assert_eq!(answer.map(|r| r.status().as_u16()).ok(), Some(302));
+        assert_eq!(server.hits(), 1);
+    }
+
+    /// A name resolving to loopback gets no connection when private targets are not
+    /// allowed: the client's resolver is the guarded one (nothing is sent anywhere).
+    #[tokio::test]
+    async fn push_client_resolves_through_the_guard() {
+        let client = http_client(false).unwrap_or_else(|e| panic!("{e}"));
+        let refused = client.get("http://localhost:9/").send().await;
+        let why = refused
+            .map(|_| String::new())
+            .unwrap_or_else(|e| deliver::error_chain(&e));
+        assert!(why.contains("resolves to no allowed address"), "{why}");
     }
 }

@@ -117,6 +117,49 @@ struct Delivery<'a> {
     body: &'a str,
 }
 
+/// Most redirects one attempt follows (§7.1).
+const MAX_REDIRECTS: usize = 3;
+
+/// Why a redirect to `next` is not followed, after `followed` redirects already were
+/// (`None`: it is followed). It is followed only to a URL a subscription could name: an
+/// IP literal never reaches the guarded resolver, so it is judged here (a host name is
+/// judged by the resolver at the redirect's connection).
+fn redirect_refusal(followed: usize, next: &url::Url, allow_private: bool) -> Option<String> {
+    if followed >= MAX_REDIRECTS {
+        return Some(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    PushTarget::parse(next.as_str(), allow_private)
+        .err()
+        .map(|e| {
+            format!(
+                "redirect refused: {}",
+                e.message.replace("endpoint", "location")
+            )
+        })
+}
+
+/// The HTTP client of webhook deliveries: at most [`MAX_REDIRECTS`] redirects, each
+/// judged by [`redirect_refusal`]; no proxy (a proxy would resolve names itself); every
+/// host name resolved through the address guard, which keeps only allowed addresses.
+fn http_client(allow_private: bool) -> Result<reqwest::Client, String> {
+    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+        // `previous` holds the URLs requested so far, the first one among them.
+        let followed = attempt.previous().len().saturating_sub(1);
+        match redirect_refusal(followed, attempt.url(), allow_private) {
+            Some(why) => attempt.error(why),
+            None => attempt.follow(),
+        }
+    });
+    reqwest::Client::builder()
+        .redirect(redirects)
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(5))
+        .dns_resolver(crate::guard::resolver(allow_private))
+        .user_agent("OJS-Webhook/1.0 (ojs-serverless)")
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// The webhook dispatcher. Cheap to clone; build one per cold start.
 #[derive(Clone)]
 pub struct WebhookDispatcher {
@@ -133,26 +176,7 @@ struct Inner {
 impl WebhookDispatcher {
     /// A dispatcher writing its log and retries through `store`.
     pub fn new(store: Store, config: WebhookConfig) -> Result<Self, String> {
-        let allow_private = config.allow_private;
-        // A redirect is followed only to a URL a subscription could name: an IP literal
-        // never reaches the guarded resolver, so it is judged here.
-        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > 3 {
-                attempt.error("more than 3 redirects")
-            } else if PushTarget::parse(attempt.url().as_str(), allow_private).is_err() {
-                attempt.error("redirect to a forbidden address")
-            } else {
-                attempt.follow()
-            }
-        });
-        let http = reqwest::Client::builder()
-            .redirect(redirects)
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(5))
-            .dns_resolver(crate::guard::resolver(allow_private))
-            .user_agent("OJS-Webhook/1.0 (ojs-serverless)")
-            .build()
-            .map_err(|e| e.to_string())?;
+        let http = http_client(config.allow_private)?;
         Ok(Self {
             inner: std::sync::Arc::new(Inner {
                 store,
@@ -517,5 +541,97 @@ fn transport_error(e: &reqwest::Error) -> String {
 impl ojs_store::ChangeObserver for WebhookDispatcher {
     fn observe(&self, changes: &[Change]) {
         self.spawn_changes(changes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loopback;
+
+    fn url(raw: &str) -> url::Url {
+        url::Url::parse(raw).unwrap_or_else(|e| panic!("{raw}: {e}"))
+    }
+
+    /// A redirect is judged like a subscription URL: every spelling of a forbidden
+    /// address is refused (the URL reqwest hands the policy is already parsed, numeric
+    /// forms normalised), plain HTTP too, and a fourth redirect.
+    #[test]
+    fn redirects_to_forbidden_addresses_are_not_followed() {
+        for bad in [
+            "https://127.0.0.1/",
+            "https://2130706433/",
+            "https://0x7f.1/",
+            "https://0177.0.0.1/",
+            "https://10.1/",
+            "https://0.0.0.0/",
+            "https://169.254.169.254/latest/meta-data/",
+            "https://100.100.100.200/",
+            "https://[::1]/",
+            "https://[::]/",
+            "https://[::ffff:127.0.0.1]/",
+            "https://[::ffff:a9fe:a9fe]/",
+            "https://[64:ff9b::a9fe:a9fe]/",
+            "https://[2002:7f00:1::]/",
+            "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+            "https://[fd00:ec2::254]/",
+            "https://[fe80::1]/",
+            "https://public.example@127.0.0.1/",
+            "https://user:pw@public.example/",
+            "http://public.example/",
+            "http://127.0.0.1/",
+            "ftp://public.example/",
+        ] {
+            assert!(
+                redirect_refusal(0, &url(bad), false).is_some(),
+                "{bad} followed"
+            );
+        }
+        let public = url("https://hooks.example.com/next");
+        assert_eq!(redirect_refusal(0, &public, false), None);
+        assert_eq!(redirect_refusal(2, &public, false), None);
+        assert!(redirect_refusal(3, &public, false).is_some_and(|w| w.contains("more than 3")));
+        // Private targets allowed (development): loopback over plain HTTP, but never
+        // plain HTTP to a name or a public address.
+        assert_eq!(
+            redirect_refusal(0, &url("http://127.0.0.1:8080/"), true),
+            None
+        );
+        assert!(redirect_refusal(0, &url("http://localhost:8080/"), true).is_some());
+        assert!(redirect_refusal(0, &url("http://8.8.8.8/"), true).is_some());
+    }
+
+    /// The client applies the policy: a chain of redirects stops after the third, and a
+    /// redirect the policy refuses is not requested (loopback only, private targets
+    /// allowed).
+    #[tokio::test]
+    async fn the_client_follows_at_most_3_redirects_and_only_allowed_ones() {
+        let client = http_client(true).unwrap_or_else(|e| panic!("{e}"));
+        let endless = loopback::Server::start(|base, _| (302, format!("{base}/again")));
+        let sent = client.get(format!("{}/", endless.base)).send().await;
+        let why = sent
+            .map(|_| String::new())
+            .unwrap_or_else(|e| crate::deliver::error_chain(&e));
+        assert!(why.contains("more than 3 redirects"), "{why}");
+        // The first request and 3 redirects.
+        assert_eq!(endless.hits(), 4);
+
+        let outward = loopback::Server::start(|_, _| (307, "http://public.example/".into()));
+        let sent = outward.base.clone() + "/";
+        let sent = client.get(sent).send().await;
+        let why = sent
+            .map(|_| String::new())
+            .unwrap_or_else(|e| crate::deliver::error_chain(&e));
+        assert!(why.contains("redirect refused"), "{why}");
+        assert_eq!(outward.hits(), 1);
+
+        let short = loopback::Server::start(|base, path| match path {
+            "/" => (302, format!("{base}/two")),
+            "/two" => (301, "/three".into()),
+            _ => (204, String::new()),
+        });
+        let sent = client.get(format!("{}/", short.base)).send().await;
+        assert_eq!(sent.map(|r| r.status().as_u16()).ok(), Some(204));
+        assert_eq!(short.hits(), 3);
     }
 }

@@ -196,7 +196,7 @@ def check_cors(cfn, sam_path):
        f"(none when empty), methods {sorted(methods)}")
 
 
-PUBLIC_ROUTES = {("GET", "/ojs/manifest"), ("GET", "/ojs/v1/health")}
+PUBLIC_ROUTES = {("GET", "/ojs/manifest"), ("GET", "/ojs/v1/health"), ("GET", "/health"), ("GET", "/ready")}
 
 
 def check_auth(cfn):

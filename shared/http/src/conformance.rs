@@ -226,18 +226,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
     },
     ConformanceGap {
-        case: "ext-observability/observability-metrics-endpoint.json",
-        missing: "GET /metrics (Prometheus text) is not served (406)",
-    },
-    ConformanceGap {
-        case: "ext-observability/observability-ready-endpoint.json",
-        missing: "GET /ready is not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-observability/observability-request-id-header.json",
-        missing: "GET /health (at the root, with X-Request-ID) is not served (404)",
-    },
-    ConformanceGap {
         case: "ext-rate-limiting/rate-limit-inspect.json",
         missing: "GET /ojs/v1/rate-limits/{key} (inspect) is not served (404)",
     },

@@ -167,6 +167,10 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
     let kind = Envelopes::of(&method, &path);
     let negotiated = match principal {
         Err(err) => Err(err),
+        // `/metrics` answers Prometheus text whatever a scraper accepts.
+        Ok(_) if negotiate::produces_text(&method, &path) => negotiate::decode_request(req, kind)
+            .await
+            .map(|req| (req, Format::Json)),
         Ok(_) => match negotiate::response_format(req.headers(), kind) {
             Err(err) => Err(err),
             Ok(format) => negotiate::decode_request(req, kind)

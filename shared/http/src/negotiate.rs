@@ -57,6 +57,12 @@ impl Envelopes {
     }
 }
 
+/// Whether the route answers text of its own (`GET /metrics`: Prometheus text), which
+/// no Accept header can change.
+pub(crate) fn produces_text(method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD) && path == "/metrics"
+}
+
 /// The format of the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {

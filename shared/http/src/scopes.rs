@@ -251,6 +251,9 @@ pub const ROUTES: &[RouteScope] = &[
     // Discovery and liveness.
     r("GET", "/ojs/manifest", Need::Public),
     r("GET", "/ojs/v1/health", Need::Public),
+    r("GET", "/health", Need::Public),
+    r("GET", "/ready", Need::Public),
+    r("GET", "/metrics", Need::AdminRead),
     r("GET", "/ojs/v1/events", Need::DataRead),
     // Producers.
     r("POST", "/ojs/v1/jobs", Need::Enqueue),

@@ -772,6 +772,12 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         s.call(Method::GET, "/ojs/v1/events", None).await?,
         &[200],
     )?;
+    expect("ready", s.call(Method::GET, "/ready", None).await?, &[200])?;
+    expect(
+        "metrics",
+        s.call(Method::GET, "/metrics", None).await?,
+        &[200],
+    )?;
     used.insert("SystemFunction", recorder.take());
     drop(s);
 

@@ -58,6 +58,20 @@ pub struct Step {
     pub parallel_with: Vec<String>,
     /// The `assertions` object, evaluated by the runner.
     pub assertions: Option<Value>,
+    /// The `expect` object some extension cases write instead of `assertions`
+    /// (`status`, `status_in`, `body` and dotted `body.<path>` keys), evaluated like
+    /// `assertions` after conversion (see [`super::expect`]).
+    pub expect: Option<Value>,
+    /// `capture` / `captures`: `(name, JSONPath)` pairs saved from the response body
+    /// after the step, for `${name}` / `{{name}}` in later steps.
+    pub captures: Vec<(String, String)>,
+    /// `repeat`: how many times the request is sent (1 when absent); each response
+    /// is checked, the last one is recorded and captured from.
+    pub repeat: u64,
+    /// Constructs of the step the engine does not evaluate (`request`, `store`, a
+    /// malformed `repeat` or `capture`): the step fails with these instead of running
+    /// without checking what its author meant.
+    pub unsupported: Vec<String>,
 }
 
 /// The level of a case that declares `"level": "ext"` (an extension suite's).
@@ -234,6 +248,52 @@ impl Step {
                 .collect(),
             _ => Vec::new(),
         };
+        let mut unsupported = Vec::new();
+        let mut captures = Vec::new();
+        for key in ["capture", "captures"] {
+            match obj.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(map)) => {
+                    for (name, path) in map {
+                        match path.as_str() {
+                            Some(p) => captures.push((name.clone(), p.to_string())),
+                            None => unsupported.push(format!(
+                                "unsupported construct \"{key}\": `{name}` must map to a JSONPath string, got {path}"
+                            )),
+                        }
+                    }
+                }
+                Some(other) => unsupported.push(format!(
+                    "unsupported construct \"{key}\": expected an object of name -> JSONPath, got {other}"
+                )),
+            }
+        }
+        let repeat = match obj.get("repeat") {
+            None | Some(Value::Null) => 1,
+            Some(v) => match v.as_u64().filter(|n| *n >= 1) {
+                Some(n) => n,
+                None => {
+                    unsupported.push(format!(
+                        "unsupported construct \"repeat\": expected a positive integer, got {v}"
+                    ));
+                    1
+                }
+            },
+        };
+        // The SDK-style steps of ext-federation / ext-ml-resources: `action` is an SDK
+        // operation (`push`, `fetch`, `ack`, `get`) with a `request` object instead of
+        // an HTTP method, path and body, `store` saves a response field by a bare name
+        // and `$ref.<name>` reads it back. The engine does not translate SDK
+        // operations to HTTP requests, so such steps fail rather than send a request
+        // nobody meant (e.g. `PUSH /`) and check nothing.
+        for key in ["request", "store"] {
+            if obj.get(key).is_some() {
+                unsupported.push(format!(
+                    "unsupported construct \"{key}\" (SDK-style step, action {:?}): the engine sends HTTP steps only (action, path, body)",
+                    text("action").unwrap_or_default()
+                ));
+            }
+        }
         Step {
             id: text("id").unwrap_or_else(|| format!("step#{}", index + 1)),
             action: text("action").unwrap_or_default(),
@@ -245,6 +305,10 @@ impl Step {
             duration_ms: millis(obj.get("duration_ms")),
             parallel_with,
             assertions: obj.get("assertions").filter(|v| !v.is_null()).cloned(),
+            expect: obj.get("expect").filter(|v| !v.is_null()).cloned(),
+            captures,
+            repeat,
+            unsupported,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! against a running OJS HTTP server and evaluates their assertions as the DSL
 //! reference (`test-case-reference.md`) describes, following the upstream Go runner
 //! where the reference is silent. Each submodule documents the choices it makes.
+//! The extension suites' `expect`, `capture` and `${name}` forms are evaluated too
+//! (see the `runner` module); SDK-style steps (`request`, `store`) fail as unsupported.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -21,6 +23,7 @@
 mod assertions;
 mod case;
 mod cross;
+mod expect;
 mod gofmt;
 mod jsonpath;
 mod matcher;

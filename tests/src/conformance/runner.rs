@@ -8,10 +8,22 @@
 //! assertions are evaluated afterwards in file order. `delay_ms` sleeps before a step;
 //! `WAIT` sleeps `duration_ms` (or `delay_ms` if that is 0); `ASSERT` evaluates
 //! cross-step assertions without a request.
+//!
+//! Extension-case constructs: `expect` is checked like `assertions` (both when a step
+//! has both); `capture` / `captures` save JSONPath values of the response body after
+//! the step (a path that resolves nothing fails it) for `${name}` / `{{name}}` in later
+//! steps' paths, headers, bodies, `assertions` and `expect`; a reference to a name no
+//! earlier step captured fails the step before its request is sent. `repeat: N` sends
+//! the request N times and checks every response (captures come from the last).
+//! `request` / `store` (SDK-style steps) are not translated into HTTP requests: such a
+//! step fails as an unsupported construct without sending anything.
 
 use super::assertions::{evaluate, Response};
 use super::case::{Case, Step};
-use super::template::{resolve_str, resolve_tree, StepContext};
+use super::template::{
+    resolve_captures_str, resolve_captures_tree, resolve_str, resolve_tree, StepContext,
+};
+use super::{expect, jsonpath};
 use futures::future::join_all;
 use serde_json::Map;
 use std::time::{Duration, Instant};
@@ -84,7 +96,11 @@ async fn run_steps(
                 *d = true;
             }
         }
-        let members: Vec<&Step> = group.iter().filter_map(|&i| steps.get(i)).collect();
+        let members: Vec<Step> = group
+            .iter()
+            .filter_map(|&i| steps.get(i))
+            .map(|s| prepare(s, ctx))
+            .collect();
         let outcomes = {
             let shared: &StepContext = ctx;
             join_all(members.iter().map(|s| execute(client, base_url, s, shared))).await
@@ -122,9 +138,42 @@ fn parallel_group(steps: &[Step], start: usize, done: &[bool]) -> Vec<usize> {
     group
 }
 
+/// The step with its `${name}` / `{{name}}` capture references substituted (path,
+/// headers, body, `assertions`, `expect`); references to names never captured, and
+/// unsupported constructs, are added to `unsupported` so the step fails with them.
+fn prepare(step: &Step, ctx: &StepContext) -> Step {
+    let mut step = step.clone();
+    let mut missing = Vec::new();
+    step.path = step
+        .path
+        .as_deref()
+        .map(|p| resolve_captures_str(p, ctx, &mut missing));
+    for (_, value) in &mut step.headers {
+        *value = resolve_captures_str(value, ctx, &mut missing);
+    }
+    step.raw_body = step
+        .raw_body
+        .as_deref()
+        .map(|b| resolve_captures_str(b, ctx, &mut missing));
+    for field in [&mut step.body, &mut step.assertions, &mut step.expect] {
+        if let Some(v) = field.as_ref() {
+            *field = Some(resolve_captures_tree(v, ctx, &mut missing));
+        }
+    }
+    for reference in missing {
+        step.unsupported.push(format!(
+            "{reference} refers to a value no earlier step captured"
+        ));
+    }
+    step
+}
+
 enum Outcome {
-    Http(Result<Box<Response>, String>),
+    /// One result per request sent (`repeat` of them, fewer if one failed to send).
+    Http(Vec<Result<Box<Response>, String>>),
     NoRequest,
+    /// Not run: unsupported constructs or unresolved capture references.
+    NotRun(Vec<String>),
 }
 
 async fn sleep_ms(ms: u64) {
@@ -139,6 +188,9 @@ async fn execute(
     step: &Step,
     ctx: &StepContext,
 ) -> Outcome {
+    if !step.unsupported.is_empty() {
+        return Outcome::NotRun(step.unsupported.clone());
+    }
     let action = step.action.trim().to_ascii_uppercase();
     if action == "WAIT" {
         let ms = if step.duration_ms > 0 {
@@ -153,11 +205,18 @@ async fn execute(
     if action == "ASSERT" {
         return Outcome::NoRequest;
     }
-    Outcome::Http(
-        send(client, base_url, step, &action, ctx)
+    let mut results = Vec::new();
+    for _ in 0..step.repeat.max(1) {
+        let result = send(client, base_url, step, &action, ctx)
             .await
-            .map(Box::new),
-    )
+            .map(Box::new);
+        let failed = result.is_err();
+        results.push(result);
+        if failed {
+            break;
+        }
+    }
+    Outcome::Http(results)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -225,31 +284,97 @@ async fn send(
     })
 }
 
-/// Evaluates a step's assertions, then records its result for later templates.
+/// Evaluates a step's `assertions` and `expect` against `resp` (`None`: `ASSERT`).
+fn check(step: &Step, resp: Option<&Response>, ctx: &StepContext) -> Vec<String> {
+    let mut failures = match &step.assertions {
+        Some(a) => evaluate(a, resp, ctx),
+        None => Vec::new(),
+    };
+    if let Some(e) = &step.expect {
+        match expect::to_assertions(e) {
+            Ok(a) => failures.extend(
+                evaluate(&a, resp, ctx)
+                    .into_iter()
+                    .map(|f| format!("expect {f}")),
+            ),
+            Err(why) => failures.push(why),
+        }
+    }
+    failures
+}
+
+/// Saves the step's captures from `resp`; a capture whose path resolves nothing (or
+/// `null`) is a failure.
+fn capture(step: &Step, resp: &Response, ctx: &mut StepContext) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (name, path) in &step.captures {
+        let json_path = expect::body_path(path);
+        match jsonpath::resolve(&json_path, resp.parsed.as_ref()) {
+            Some(v) if !v.is_null() => ctx.capture(name, v),
+            other => failures.push(format!(
+                "capture {name:?}: {path} resolved {} in the response body",
+                if other.is_some() {
+                    "to null"
+                } else {
+                    "nothing"
+                }
+            )),
+        }
+    }
+    failures
+}
+
+/// Evaluates a step's checks, then records its result (and captures) for later steps.
 fn finish(step: &Step, outcome: Outcome, ctx: &mut StepContext) -> Vec<String> {
     match outcome {
-        Outcome::Http(Err(e)) => {
+        Outcome::NotRun(why) => {
             ctx.record(&step.id, None, Map::new(), None);
-            vec![format!("HTTP request failed: {e}")]
+            why
         }
-        Outcome::Http(Ok(resp)) => {
-            let failures = match &step.assertions {
-                Some(a) => evaluate(a, Some(&resp), ctx),
-                None => Vec::new(),
-            };
-            ctx.record(
-                &step.id,
-                Some(resp.status),
-                resp.headers_json(),
-                resp.parsed,
-            );
+        Outcome::Http(results) => {
+            let total = results.len();
+            let mut failures = Vec::new();
+            let mut last = None;
+            for (i, result) in results.into_iter().enumerate() {
+                let prefix = if step.repeat > 1 {
+                    format!("repeat {}/{}: ", i + 1, step.repeat)
+                } else {
+                    String::new()
+                };
+                match result {
+                    Err(e) => {
+                        failures.push(format!("{prefix}HTTP request failed: {e}"));
+                        last = None;
+                    }
+                    Ok(resp) => {
+                        failures.extend(
+                            check(step, Some(&resp), ctx)
+                                .into_iter()
+                                .map(|f| format!("{prefix}{f}")),
+                        );
+                        last = Some(resp);
+                    }
+                }
+            }
+            if total == 0 {
+                failures.push("no request was sent".to_string());
+            }
+            match last {
+                Some(resp) => {
+                    failures.extend(capture(step, &resp, ctx));
+                    ctx.record(
+                        &step.id,
+                        Some(resp.status),
+                        resp.headers_json(),
+                        resp.parsed,
+                    );
+                }
+                None => ctx.record(&step.id, None, Map::new(), None),
+            }
             failures
         }
         Outcome::NoRequest if step.action.trim().eq_ignore_ascii_case("ASSERT") => {
-            match &step.assertions {
-                Some(a) => evaluate(a, None, ctx),
-                None => Vec::new(),
-            }
+            check(step, None, ctx)
         }
         // WAIT: assertions are not evaluated (reference).
         Outcome::NoRequest => Vec::new(),

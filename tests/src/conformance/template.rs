@@ -21,6 +21,8 @@ pub struct StepContext {
     bodies: HashMap<String, Value>,
     /// `{"<id>": {"response": {"status", "headers", "body"}}}` for cross-step paths.
     steps: Map<String, Value>,
+    /// Values saved by `capture` / `captures`, by name.
+    captures: HashMap<String, Value>,
 }
 
 impl StepContext {
@@ -43,6 +45,16 @@ impl StepContext {
         });
         self.steps
             .insert(id.to_string(), serde_json::json!({ "response": response }));
+    }
+
+    /// Saves `value` under the capture `name`.
+    pub fn capture(&mut self, name: &str, value: Value) {
+        self.captures.insert(name.to_string(), value);
+    }
+
+    /// The value captured as `name`, if any.
+    pub fn captured(&self, name: &str) -> Option<&Value> {
+        self.captures.get(name)
     }
 
     /// Parsed body of step `id`, if it returned JSON.
@@ -138,6 +150,65 @@ pub fn resolve_value(v: &Value, ctx: &StepContext) -> Value {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| (resolve_str(k, ctx), resolve_value(v, ctx)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `${name}` or `{{name}}` (a bare name: no dot, so never a `{{steps...}}` template).
+fn capture_re() -> Option<&'static Regex> {
+    static C: OnceLock<Option<Regex>> = OnceLock::new();
+    C.get_or_init(|| Regex::new(r"\$\{([^{}]*)\}|\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}").ok())
+        .as_ref()
+}
+
+/// Replaces every `${name}` / `{{name}}` in `input` by the captured value (inserted
+/// like a template value); names never captured are left as written and added to
+/// `missing` (the caller fails the step with them).
+pub fn resolve_captures_str(input: &str, ctx: &StepContext, missing: &mut Vec<String>) -> String {
+    let Some(re) = capture_re() else {
+        return input.to_string();
+    };
+    re.replace_all(input, |caps: &Captures<'_>| {
+        let name = caps
+            .get(1)
+            .or_else(|| caps.get(2))
+            .map(|m| m.as_str().trim())
+            .unwrap_or_default();
+        match ctx.captured(name) {
+            Some(v) => to_template_string(v),
+            None => {
+                let written = caps[0].to_string();
+                if !missing.contains(&written) {
+                    missing.push(written.clone());
+                }
+                written
+            }
+        }
+    })
+    .into_owned()
+}
+
+/// [`resolve_captures_str`] over every string and key of a JSON tree. A string that is
+/// exactly one reference stays a string (the value's text), as with templates.
+pub fn resolve_captures_tree(v: &Value, ctx: &StepContext, missing: &mut Vec<String>) -> Value {
+    match v {
+        Value::String(s) => Value::String(resolve_captures_str(s, ctx, missing)),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| resolve_captures_tree(i, ctx, missing))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    (
+                        resolve_captures_str(k, ctx, missing),
+                        resolve_captures_tree(v, ctx, missing),
+                    )
+                })
                 .collect(),
         ),
         other => other.clone(),

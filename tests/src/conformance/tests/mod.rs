@@ -2,5 +2,6 @@
 //! cross-step assertions) and a dry pass over the real suite.
 
 mod assertions;
+mod expect;
 mod matchers;
 mod suite;

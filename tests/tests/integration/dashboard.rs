@@ -1,7 +1,8 @@
 //! The official OJS dashboard (../shared/clients/ojs-admin-ui, built unmodified by
 //! `scripts/dashboard.sh build`) in headless Chromium against a seeded server: the
 //! overview's counts, a queue's job list, a job's envelope and errors, then retrying a
-//! dead letter job and pausing a queue from the pages, checked on the server afterwards.
+//! dead letter job and pausing a queue from the pages, checked on the server afterwards;
+//! with API keys required and the dashboard holding the operator's scopes.
 //! The browser part is tests/browser/dashboard.mjs; screenshots go to
 //! artifacts/dashboard/ (gitignored; CI keeps them).
 //!
@@ -14,6 +15,9 @@ use std::process::Stdio;
 
 use anyhow::{bail, Context};
 use ojs_core::{JobId, JobState, QueueName};
+use ojs_http::auth::{issue_key, issue_scoped_key};
+use ojs_http::scopes::{Scope, Scopes};
+use ojs_http::{AuthMode, HttpConfig};
 use ojs_tests::{after_index_lag, TestApp};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -55,7 +59,34 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
 
     // Seed: queue `web` with 2 available, 1 completed and 1 dead-lettered job; queue
     // `other` with 1 available job (not on `web`'s page).
-    let app = TestApp::spawn().await?;
+    // With API keys required, as deployed: the seed is pushed and worked with a data key
+    // (an application's), the dashboard runs with the operator's key the README gives it
+    // (README, "API keys and scopes": read everything, pause and retry).
+    let mut app = TestApp::spawn_with_config(HttpConfig {
+        auth: AuthMode::ApiKey,
+        ..HttpConfig::default()
+    })
+    .await?;
+    let data = issue_key(&app.store, "seed").await?.key;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {data}"))?,
+    );
+    app.client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?;
+    let operator = issue_scoped_key(
+        &app.store,
+        "dashboard",
+        Some(Scopes::of(&[
+            Scope::AdminRead,
+            Scope::AdminWrite,
+            Scope::DataRead,
+        ])),
+    )
+    .await?
+    .key;
     for i in 0..2 {
         push(
             &app,
@@ -93,6 +124,7 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
         .arg(root.join("scripts/dashboard-server.mjs"))
         .env("OJS_DASHBOARD_DIST", &dist)
         .env("OJS_URL", &app.base_url)
+        .env("OJS_ADMIN_KEY", &operator)
         .env("OJS_DASHBOARD_PORT", "0")
         .stdout(Stdio::piped())
         .kill_on_drop(true)

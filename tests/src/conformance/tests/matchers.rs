@@ -265,3 +265,24 @@ fn plain_objects_match_field_by_field() {
         json!({"deep": {"x": "y"}}),
     );
 }
+
+#[test]
+fn bare_operators_are_read_as_their_authors_intend() {
+    // `{"$type": ...}` without `$exists`, `$eq` and comparisons outside `$size`
+    // (extension cases; the release's runner compares them literally).
+    pass(json!({"$type": "array"}), json!([]));
+    pass(json!({"$type": "number"}), json!(3));
+    fail(json!({"$type": "array"}), json!({"items": []}));
+    fail(json!({"$type": "number"}), json!("3"));
+    missing(json!({"$type": "string"}), false);
+    pass(json!({"$eq": "req-1"}), json!("req-1"));
+    fail(json!({"$eq": "req-1"}), json!("req-2"));
+    pass(json!({"$gte": 1}), json!(1));
+    fail(json!({"$gte": 1}), json!(0));
+    pass(json!({"$gt": 1, "$lte": 3}), json!(3));
+    fail(json!({"$gt": 1, "$lte": 3}), json!(4));
+    fail(json!({"$lt": 1}), json!("0"));
+    missing(json!({"$gte": 1}), false);
+    // An object with any other key is still matched field by field.
+    pass(json!({"$type": "x", "a": 1}), json!({"$type": "x", "a": 1}));
+}

@@ -15,7 +15,8 @@
 #      item failures, does not bisect, retries forever, has no on-failure destination
 #      (or a role that cannot send to it), filters out job records or batches for longer
 #      than a second, stream reads granted on "*", no alarm or dashboard line on the
-#      stream's lag;
+#      stream's lag; the SQS timer capped by reserved concurrency instead of its
+#      event source's MaximumConcurrency (or without it), or its loop detection on;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
@@ -70,6 +71,14 @@ plant authorizer-on-another-header "              Headers:
                 - X-Api-Key
 "
 plant uncached-authorizer "ReauthorizeEvery: 300" "ReauthorizeEvery: 0"
+plant timer-loop-detection "      RecursiveLoop: Allow" "      RecursiveLoop: Terminate"
+plant timer-reserved-concurrency "      RecursiveLoop: Allow
+" "      RecursiveLoop: Allow
+      ReservedConcurrentExecutions: 5
+"
+plant timer-without-maximum-concurrency "            ScalingConfig:
+              MaximumConcurrency: !Ref TimerMaxConcurrency
+" ""
 plant authorizer-cache-from-parameter "ReauthorizeEvery: 300" "ReauthorizeEvery: !Ref LogRetentionDays"
 plant function-without-errors-alarm "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref JobsFunction}]" "MetricName: Errors

@@ -24,7 +24,8 @@ Each check prints what it verified; the first failure exits 1 with the reason.
   dashboard  one dashboard showing every function, the API, the table, every failure
              queue, the per-queue job metrics and the lag of every stream consumer
   iam        the APIKEYS partition: only the keys function writes it, the authorizer
-             only reads it, every other function is denied it
+             only reads it, every other function is denied it; beside it the keys
+             function may only list and update (disable) what a key registered
   stream     the table's stream records what the code reads (ojs_store::schema::
              STREAM_VIEW, NEW_AND_OLD_IMAGES); exactly one event source mapping consumes
              it, reporting batch item failures (the handler's partial batch response),
@@ -34,6 +35,9 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              (no stream action on "*") and may send to the destination; an IteratorAge
              alarm watches it; its event filter, if any, lets every job item's record
              through (the keys of shared/store/src/dynamo/keys.rs JOB_PREFIX and JOB_SK)
+  sqs        every SQS event source is capped by its mapping's MaximumConcurrency, not by
+             reserved concurrency; a function sending to the queue that invokes it has
+             RecursiveLoop: Allow (Lambda's loop detection)
 """
 
 import json
@@ -426,9 +430,17 @@ STREAM_READS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetS
 # Registries only their owners may write (shared/store: cron.rs is written by the cron
 # routes, the sweep and the timer; schemas.rs by the schema routes).
 REGISTRY_WRITERS = {
-    "CRON": {"CronFunction", "SchedulerFunction", "TimerFunction"},
+    # KeysFunction disables the cron jobs of a revoked key when asked
+    # (shared/http/src/registrations.rs).
+    "CRON": {"CronFunction", "SchedulerFunction", "TimerFunction", "KeysFunction"},
     "SCHEMAS": {"SchemasFunction"},
 }
+
+# What KeysFunction may do beside its APIKEYS records: list what a key registered and
+# disable it on revocation (Query and UpdateItem; never a Put or a Delete, and schemas
+# are only read).
+KEY_REGISTRATIONS = {"PUSH", "PUSHQ#*", "WEBHOOKS", "CRON", "SCHEMAS"}
+KEY_REGISTRATION_ACTIONS = {"dynamodb:Query", "dynamodb:UpdateItem"}
 
 
 def statements(role):
@@ -455,6 +467,15 @@ def check_iam(cfn):
         allows = [st for st in dynamo if st["Effect"] == "Allow"]
         if fn in ("KeysFunction", "AuthorizerFunction"):
             for st in allows:
+                registrations = (
+                    fn == "KeysFunction"
+                    and st.get("Sid") == "KeyRegistrations"
+                    and set(leading_keys(st, "ForAllValues:StringLike")) <= KEY_REGISTRATIONS
+                    and leading_keys(st, "ForAllValues:StringLike")
+                    and set(actions_of(st)) <= KEY_REGISTRATION_ACTIONS
+                )
+                if registrations:
+                    continue
                 if leading_keys(st, "ForAllValues:StringEquals") != ["APIKEYS"]:
                     fail("iam", f"{fn}: statement {st.get('Sid')} is not limited to the APIKEYS partition")
             if fn == "AuthorizerFunction" and any(
@@ -645,6 +666,45 @@ def check_stream(cfn, root):
     ok("stream", f"{want}; " + "; ".join(checked))
 
 
+def check_sqs_sources(cfn):
+    """Every SQS event source: scaled by its mapping's MaximumConcurrency (>= 2), never by
+    reserved concurrency on its function (Lambda would throttle the poller, and messages
+    would come back late and end in the dead-letter queue); a function that sends to the
+    queue that invokes it runs with RecursiveLoop: Allow (loop detection stops such a
+    chain after about 16 hops)."""
+    functions = resources(cfn, "AWS::Lambda::Function")
+    checked = []
+    for name, mapping in resources(cfn, "AWS::Lambda::EventSourceMapping").items():
+        arn = mapping["Properties"].get("EventSourceArn")
+        queue = arn.get("Fn::GetAtt", [None, None]) if isinstance(arn, dict) else [None, None]
+        queues = resources(cfn, "AWS::SQS::Queue")
+        if queue[0] not in queues:
+            continue
+        fn = mapped_function(mapping)
+        props = functions.get(fn, {}).get("Properties", {})
+        if "ReservedConcurrentExecutions" in props:
+            fail("sqs", f"{fn} is invoked by SQS ({queue[0]}) and has reserved concurrency: "
+                 "cap it with the mapping's ScalingConfig.MaximumConcurrency instead")
+        scaling = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
+        if scaling is None:
+            fail("sqs", f"{name} ({queue[0]} -> {fn}) has no ScalingConfig.MaximumConcurrency")
+        role = role_of(cfn, fn)
+        sends_back = role is not None and any(
+            st["Effect"] == "Allow"
+            and any(str(a).startswith("sqs:SendMessage") for a in actions_of(st))
+            and any(isinstance(r, dict) and r.get("Fn::GetAtt", [None])[0] == queue[0]
+                    for r in resources_of(st))
+            for st in statements(role)
+        )
+        if sends_back and props.get("RecursiveLoop") != "Allow":
+            fail("sqs", f"{fn} sends to {queue[0]}, which invokes it: without RecursiveLoop: "
+                 "Allow, Lambda's loop detection stops the chain after about 16 hops")
+        checked.append(f"{queue[0]} -> {fn}" + (" (sends back: RecursiveLoop Allow)" if sends_back else ""))
+    if not checked:
+        fail("sqs", "no SQS event source found (the timer queue's)")
+    ok("sqs", "MaximumConcurrency, no reserved concurrency: " + "; ".join(checked))
+
+
 def main():
     sam_path, translated, root = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(translated, encoding="utf-8") as f:
@@ -656,6 +716,7 @@ def main():
     check_dashboard(cfn)
     check_iam(cfn)
     check_stream(cfn, root)
+    check_sqs_sources(cfn)
     if FAILED:
         for line in FAILED:
             print(f"Error: {line}", file=sys.stderr)

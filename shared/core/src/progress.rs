@@ -273,6 +273,49 @@ mod tests {
     }
 
     #[test]
+    fn the_sdk_shape_falls_back_to_progress_and_optional_fields_have_limits() {
+        let sdk = |body: Value| ProgressReport::from_sdk_body(&body).map(|(_, r)| r);
+        let id = "019539a4-b68c-7def-8000-1a2b3c4d5e6f";
+        let r = sdk(json!({"job_id": id, "percentage": null, "progress": 0.5}));
+        assert_eq!(r.map(|r| r.value).ok(), Some(Some(0.5)));
+        let r = sdk(json!({"job_id": id, "progress": 0.3}));
+        assert_eq!(r.map(|r| r.value).ok(), Some(Some(0.3)));
+        let r = sdk(json!({"job_id": id, "percentage": 30, "progress": 0.9}));
+        assert_eq!(r.map(|r| r.value).ok(), Some(Some(0.3)), "percentage first");
+        let r = sdk(json!({"job_id": id, "percentage": null, "progress": null, "message": "m"}));
+        assert_eq!(r.map(|r| r.value).ok(), Some(None));
+        // Limits: message characters, data bytes, worker id length.
+        let at = "é".repeat(MAX_PROGRESS_MESSAGE_CHARS);
+        assert!(ProgressReport::from_spec_body(&json!({"message": at})).is_ok());
+        let over = "é".repeat(MAX_PROGRESS_MESSAGE_CHARS + 1);
+        assert!(ProgressReport::from_spec_body(&json!({"message": over})).is_err());
+        let fits = "x".repeat(MAX_PROGRESS_DATA_BYTES - 20);
+        assert!(ProgressReport::from_spec_body(&json!({"data": {"d": fits}})).is_ok());
+        // The spec's recommended 4 KB, twice over, fits.
+        let eight_kib = "x".repeat(8 * 1024);
+        assert!(ProgressReport::from_spec_body(&json!({"data": {"d": eight_kib}})).is_ok());
+        let worker =
+            |w: Value| ProgressReport::from_spec_body(&json!({"progress": 0.1, "worker_id": w}));
+        assert_eq!(
+            worker(json!("w-1"))
+                .ok()
+                .and_then(|r| r.worker_id)
+                .as_deref(),
+            Some("w-1")
+        );
+        assert!(worker(json!("w".repeat(256))).is_ok());
+        assert!(worker(json!("w".repeat(257))).is_err());
+        assert!(worker(json!("")).is_err());
+        assert!(worker(json!(5)).is_err());
+        assert_eq!(
+            ProgressReport::from_spec_body(&json!({"progress": 0.1, "attempt": 2}))
+                .ok()
+                .and_then(|r| r.attempt),
+            Some(2)
+        );
+    }
+
+    #[test]
     fn within_an_attempt_progress_never_goes_down_and_a_new_attempt_starts_afresh() {
         let t0 = time::now();
         let first = report(json!({"progress": 0.6, "message": "a", "data": {"k": 1}}))

@@ -123,11 +123,15 @@ func TestPushWithOptions(t *testing.T) {
 func TestPushUnique(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := ctxFor(t, 45*time.Second)
 	q := uniqueName("unique")
 	user := "u-" + randHex(4)
-	policy := ojs.WithUnique(ojs.UniquePolicy{Key: []string{"user"}, Period: 3 * time.Second, OnConflict: "reject"})
+	// The duplicate must be tried within the period: 10 s leaves a loaded machine room
+	// (with 3 s, a first PUSH slowed by other suites once let the period run out first).
+	const period = 10 * time.Second
+	policy := ojs.WithUnique(ojs.UniquePolicy{Key: []string{"user"}, Period: period, OnConflict: "reject"})
 
+	started := time.Now()
 	first, err := c.Enqueue(ctx, "email.welcome", ojs.Args{"user": user, "n": 1}, ojs.WithQueue(q), policy)
 	if err != nil {
 		t.Fatalf("first Enqueue with unique policy: %v", err)
@@ -136,6 +140,9 @@ func TestPushUnique(t *testing.T) {
 
 	// Same "user", other "n": a duplicate under key [user].
 	_, err = c.Enqueue(ctx, "email.welcome", ojs.Args{"user": user, "n": 2}, ojs.WithQueue(q), policy)
+	if time.Since(started) >= period {
+		t.Fatalf("the duplicate was sent %s after the first PUSH began, past the %s period: nothing to judge", time.Since(started), period)
+	}
 	requireOJSError(t, "same unique key", err, 409, ojs.ErrDuplicate)
 
 	// Another user: not a duplicate.
@@ -143,8 +150,8 @@ func TestPushUnique(t *testing.T) {
 		t.Errorf("other unique key: %v", err)
 	}
 
-	// After the period (3 s from the first job's creation) the key is free again.
-	time.Sleep(time.Until(created.Add(3500 * time.Millisecond)))
+	// After the period (from the first job's creation) the key is free again.
+	time.Sleep(time.Until(created.Add(period + 500*time.Millisecond)))
 	again, err := c.Enqueue(ctx, "email.welcome", ojs.Args{"user": user, "n": 3}, ojs.WithQueue(q), policy)
 	if err != nil {
 		t.Errorf("same key after period_ms elapsed: %v", err)

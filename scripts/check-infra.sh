@@ -15,13 +15,15 @@
 #      item failures, does not bisect, retries forever, has no on-failure destination
 #      (or a role that cannot send to it), filters out job records or batches for longer
 #      than a second, stream reads granted on "*", no alarm or dashboard line on the
-#      stream's lag;
+#      stream's lag; a function not built by infra/lambda's Makefile, or packaging a bin
+#      its LogicalId does not name;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
 #      set against a local moto (scripts/guided-deploy-test.sh; no AWS account needed),
 #      and the same run on the template without its authorizer fails;
-#   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64.
+#   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64 (one cargo
+#      build of every bin, then each function packaged with its bootstrap).
 # Usage: scripts/check-infra.sh [--no-build]
 set -euo pipefail
 
@@ -108,6 +110,9 @@ plant stream-filter-drops-jobs '[{"prefix": "JOB#"}]' '[{"prefix": "JOBS#"}]'
 plant stream-slow-batching "MaximumBatchingWindowInSeconds: 1" "MaximumBatchingWindowInSeconds: 30"
 plant stream-read-on-every-stream "Resource: !GetAtt JobsTable.StreamArn" 'Resource: "*"'
 plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
+# The build (the "build" check): one cargo build of every bin, each function its own bin.
+plant function-built-alone "BuildMethod: makefile" "BuildMethod: rust-cargolambda"
+plant function-binary-not-its-name "Binary: dead-letter" "Binary: deadletter"
 plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
 
 echo "==> samconfig.toml: one Architecture for build and deploy"

@@ -29,7 +29,16 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Durations, printed as "== infra <part>: N s" and listed again at the end.
+timings=() t_part=$SECONDS
+done_part() {
+    timings+=("$1: $((SECONDS - t_part)) s")
+    echo "== infra $1: $((SECONDS - t_part)) s"
+    t_part=$SECONDS
+}
+
 scripts/validate-template.sh infra/template.yaml
+done_part "validation (with the SAM venv's install on a first run)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -114,6 +123,7 @@ plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
 plant function-built-alone "BuildMethod: makefile" "BuildMethod: rust-cargolambda"
 plant function-binary-not-its-name "Binary: dead-letter" "Binary: deadletter"
 plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
+done_part "planted errors ($(grep -c '^plant ' "$0") runs of the validation)"
 
 echo "==> samconfig.toml: one Architecture for build and deploy"
 python3 scripts/check-samconfig.py samconfig.toml
@@ -133,6 +143,7 @@ fi
 echo "==> planted error 'samconfig-diverging-architecture' rejected, as it must be:"
 sed "s/^/    /" "$work/samconfig.log" | head -n 2
 
+done_part "samconfig check"
 scripts/guided-deploy-test.sh
 # Planted: the API without its authorizer (the template before #20) must fail the test.
 python3 - infra/template.yaml "$work/no-authorizer.yaml" <<'PY'
@@ -150,8 +161,12 @@ if scripts/guided-deploy-test.sh "$work/no-authorizer.yaml" >"$work/guided-no-au
 fi
 echo "==> planted error 'guided-deploy-without-authorizer' rejected, as it must be:"
 grep -m2 "^guided-deploy-test:" "$work/guided-no-authorizer.log" | sed "s/^/    /"
+done_part "guided deploy test, and its planted error (moto)"
 
 if [[ ${1:-} != --no-build ]]; then
     scripts/sam-build.sh --fast
+    done_part "sam build --fast (with cargo-lambda's install on a first run)"
 fi
+echo "== infra timings"
+printf '    %s\n' "${timings[@]}"
 echo "check-infra: ok"

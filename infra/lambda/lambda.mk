@@ -32,15 +32,20 @@ BINS := $(shell sed -n 's/^ *Binary: *\([A-Za-z0-9_-]*\) *$$/\1/p' '$(ROOT)/infr
 # architecture: a build for the other one never leaves a stale bootstrap here).
 LAMBDA_DIR = $${CARGO_TARGET_DIR:-target}/lambda/$(ARCH)
 
+# One build of every bin (what scripts/sam-build.sh runs alone first, to time it).
+BUILD_BINS = cd '$(ROOT)' && cargo lambda build --release --target $(TRIPLE) \
+    --lambda-dir "$(LAMBDA_DIR)" $(addprefix --bin ,$(BINS))
+
 .PHONY: lambda-bins
 lambda-bins:
-	cd '$(ROOT)' && cargo lambda build --release --target $(TRIPLE) \
-	    --lambda-dir "$(LAMBDA_DIR)" $(addprefix --bin ,$(BINS))
+	$(BUILD_BINS)
 
-build-%: lambda-bins
+build-%:
 	@bin=$$(echo '$*' | sed -e 's/Function$$//' -e 's/\([a-z0-9]\)\([A-Z]\)/\1-\2/g' | tr 'A-Z' 'a-z'); \
 	case ' $(BINS) ' in *" $$bin "*) ;; \
 	    *) echo "lambda.mk: $* would package bin '$$bin', which no 'Binary:' of infra/template.yaml names" >&2; exit 1;; \
 	esac; \
-	test -n '$(ARTIFACTS_DIR)' || { echo "lambda.mk: ARTIFACTS_DIR is not set (sam build sets it)" >&2; exit 1; }; \
+	test -n '$(ARTIFACTS_DIR)' || { echo "lambda.mk: ARTIFACTS_DIR is not set (sam build sets it)" >&2; exit 1; }
+	$(BUILD_BINS)
+	@bin=$$(echo '$*' | sed -e 's/Function$$//' -e 's/\([a-z0-9]\)\([A-Z]\)/\1-\2/g' | tr 'A-Z' 'a-z'); \
 	cd '$(ROOT)' && cp "$(LAMBDA_DIR)/$$bin/bootstrap" '$(ARTIFACTS_DIR)/bootstrap'

@@ -42,6 +42,10 @@ done_part "validation (with the SAM venv's install on a first run)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Each planted error is one run of the validation (about 13 s of CPU, mostly SAM CLI's and
+# cfn-lint's start-up), run as a background job, as many at a time as there are cores;
+# plants_done waits for them and reports in order.
+plant_jobs=$(nproc 2>/dev/null || echo 2) planted=()
 plant() { # name, python replacement expression
     local name=$1 from=$2 to=$3
     python3 - "$from" "$to" infra/template.yaml "$work/$name.yaml" <<'PY'
@@ -51,14 +55,24 @@ if sys.argv[1] not in src:
     sys.exit(f"plant: {sys.argv[1]!r} not found in the template")
 open(sys.argv[4], "w", encoding="utf-8").write(src.replace(sys.argv[1], sys.argv[2], 1))
 PY
-    if scripts/validate-template.sh "$work/$name.yaml" >"$work/$name.log" 2>&1; then
-        echo "check-infra: the planted error '$name' passed validation" >&2
-        exit 1
-    fi
-    echo "==> planted error '$name' rejected, as it must be:"
-    # The reason: cfn-lint's rule, a check's "Error:" line, or samtranslator's message.
-    { grep -E "^[EW][0-9]|^Error: [a-z]+: |^    [A-Z].*(invalid|Invalid)" "$work/$name.log" ||
-        grep -E "Error|error" "$work/$name.log" || true; } | head -n 2 | cut -c1-150 | sed "s/^/    /"
+    while (($(jobs -rp | wc -l) >= plant_jobs)); do wait -n || true; done
+    { if scripts/validate-template.sh "$work/$name.yaml" >"$work/$name.log" 2>&1; then
+        echo 0; else echo 1; fi >"$work/$name.rc"; } &
+    planted+=("$name")
+}
+plants_done() {
+    wait
+    local name
+    for name in "${planted[@]}"; do
+        if [[ $(cat "$work/$name.rc") == 0 ]]; then
+            echo "check-infra: the planted error '$name' passed validation" >&2
+            exit 1
+        fi
+        echo "==> planted error '$name' rejected, as it must be:"
+        # The reason: cfn-lint's rule, a check's "Error:" line, or samtranslator's message.
+        { grep -E "^[EW][0-9]|^Error: [a-z]+: |^    [A-Z].*(invalid|Invalid)" "$work/$name.log" ||
+            grep -E "Error|error" "$work/$name.log" || true; } | head -n 2 | cut -c1-150 | sed "s/^/    /"
+    done
 }
 plant unknown-architecture "      - !Ref Architecture" "      - arm65"
 plant unknown-runtime "Runtime: provided.al2023" "Runtime: provided.al2099"
@@ -120,10 +134,11 @@ plant stream-slow-batching "MaximumBatchingWindowInSeconds: 1" "MaximumBatchingW
 plant stream-read-on-every-stream "Resource: !GetAtt JobsTable.StreamArn" 'Resource: "*"'
 plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
 # The build (the "build" check): one cargo build of every bin, each function its own bin.
-plant function-built-alone "BuildMethod: makefile" "BuildMethod: rust-cargolambda"
+plant function-built-alone "      BuildMethod: makefile" "      BuildMethod: rust-cargolambda"
 plant function-binary-not-its-name "Binary: dead-letter" "Binary: deadletter"
 plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
-done_part "planted errors ($(grep -c '^plant ' "$0") runs of the validation)"
+plants_done
+done_part "planted errors (${#planted[@]} runs of the validation, $plant_jobs at a time)"
 
 echo "==> samconfig.toml: one Architecture for build and deploy"
 python3 scripts/check-samconfig.py samconfig.toml

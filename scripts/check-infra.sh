@@ -16,22 +16,37 @@
 #      (or a role that cannot send to it), filters out job records or batches for longer
 #      than a second, stream reads granted on "*", no alarm or dashboard line on the
 #      stream's lag; the SQS timer capped by reserved concurrency instead of its
-#      event source's MaximumConcurrency (or without it), or its loop detection on;
+#      event source's MaximumConcurrency (or without it), or its loop detection on; a function not built by
+#      infra/lambda's Makefile, or packaging a bin its LogicalId does not name;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
 #      set against a local moto (scripts/guided-deploy-test.sh; no AWS account needed),
 #      and the same run on the template without its authorizer fails;
-#   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64.
+#   5. scripts/sam-build.sh --fast: `sam build` of every function for x86_64 (one cargo
+#      build of every bin, then each function packaged with its bootstrap).
 # Usage: scripts/check-infra.sh [--no-build]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Durations, printed as "== infra <part>: N s" and listed again at the end.
+timings=() t_part=$SECONDS
+done_part() {
+    timings+=("$1: $((SECONDS - t_part)) s")
+    echo "== infra $1: $((SECONDS - t_part)) s"
+    t_part=$SECONDS
+}
+
 scripts/validate-template.sh infra/template.yaml
+done_part "validation (with the SAM venv's install on a first run)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Each planted error is one run of the validation (about 13 s of CPU, mostly SAM CLI's and
+# cfn-lint's start-up), run as a background job, as many at a time as there are cores;
+# plants_done waits for them and reports in order.
+plant_jobs=$(nproc 2>/dev/null || echo 2) planted=()
 plant() { # name, python replacement expression
     local name=$1 from=$2 to=$3
     python3 - "$from" "$to" infra/template.yaml "$work/$name.yaml" <<'PY'
@@ -41,14 +56,24 @@ if sys.argv[1] not in src:
     sys.exit(f"plant: {sys.argv[1]!r} not found in the template")
 open(sys.argv[4], "w", encoding="utf-8").write(src.replace(sys.argv[1], sys.argv[2], 1))
 PY
-    if scripts/validate-template.sh "$work/$name.yaml" >"$work/$name.log" 2>&1; then
-        echo "check-infra: the planted error '$name' passed validation" >&2
-        exit 1
-    fi
-    echo "==> planted error '$name' rejected, as it must be:"
-    # The reason: cfn-lint's rule, a check's "Error:" line, or samtranslator's message.
-    { grep -E "^[EW][0-9]|^Error: [a-z]+: |^    [A-Z].*(invalid|Invalid)" "$work/$name.log" ||
-        grep -E "Error|error" "$work/$name.log" || true; } | head -n 2 | cut -c1-150 | sed "s/^/    /"
+    while (($(jobs -rp | wc -l) >= plant_jobs)); do wait -n || true; done
+    { if scripts/validate-template.sh "$work/$name.yaml" >"$work/$name.log" 2>&1; then
+        echo 0; else echo 1; fi >"$work/$name.rc"; } &
+    planted+=("$name")
+}
+plants_done() {
+    wait
+    local name
+    for name in "${planted[@]}"; do
+        if [[ $(cat "$work/$name.rc") == 0 ]]; then
+            echo "check-infra: the planted error '$name' passed validation" >&2
+            exit 1
+        fi
+        echo "==> planted error '$name' rejected, as it must be:"
+        # The reason: cfn-lint's rule, a check's "Error:" line, or samtranslator's message.
+        { grep -E "^[EW][0-9]|^Error: [a-z]+: |^    [A-Z].*(invalid|Invalid)" "$work/$name.log" ||
+            grep -E "Error|error" "$work/$name.log" || true; } | head -n 2 | cut -c1-150 | sed "s/^/    /"
+    done
 }
 plant unknown-architecture "      - !Ref Architecture" "      - arm65"
 plant unknown-runtime "Runtime: provided.al2023" "Runtime: provided.al2099"
@@ -117,7 +142,12 @@ plant stream-filter-drops-jobs '[{"prefix": "JOB#"}]' '[{"prefix": "JOBS#"}]'
 plant stream-slow-batching "MaximumBatchingWindowInSeconds: 1" "MaximumBatchingWindowInSeconds: 30"
 plant stream-read-on-every-stream "Resource: !GetAtt JobsTable.StreamArn" 'Resource: "*"'
 plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
+# The build (the "build" check): one cargo build of every bin, each function its own bin.
+plant function-built-alone "      BuildMethod: makefile" "      BuildMethod: rust-cargolambda"
+plant function-binary-not-its-name "Binary: dead-letter" "Binary: deadletter"
 plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
+plants_done
+done_part "planted errors (${#planted[@]} runs of the validation, $plant_jobs at a time)"
 
 echo "==> samconfig.toml: one Architecture for build and deploy"
 python3 scripts/check-samconfig.py samconfig.toml
@@ -137,6 +167,7 @@ fi
 echo "==> planted error 'samconfig-diverging-architecture' rejected, as it must be:"
 sed "s/^/    /" "$work/samconfig.log" | head -n 2
 
+done_part "samconfig check"
 scripts/guided-deploy-test.sh
 # Planted: the API without its authorizer (the template before #20) must fail the test.
 python3 - infra/template.yaml "$work/no-authorizer.yaml" <<'PY'
@@ -154,8 +185,12 @@ if scripts/guided-deploy-test.sh "$work/no-authorizer.yaml" >"$work/guided-no-au
 fi
 echo "==> planted error 'guided-deploy-without-authorizer' rejected, as it must be:"
 grep -m2 "^guided-deploy-test:" "$work/guided-no-authorizer.log" | sed "s/^/    /"
+done_part "guided deploy test, and its planted error (moto)"
 
 if [[ ${1:-} != --no-build ]]; then
     scripts/sam-build.sh --fast
+    done_part "sam build --fast (with cargo-lambda's install on a first run)"
 fi
+echo "== infra timings"
+printf '    %s\n' "${timings[@]}"
 echo "check-infra: ok"

@@ -38,6 +38,11 @@ Each check prints what it verified; the first failure exits 1 with the reason.
   sqs        every SQS event source is capped by its mapping's MaximumConcurrency, not by
              reserved concurrency; a function sending to the queue that invokes it has
              RecursiveLoop: Allow (Lambda's loop detection)
+  build      every function is built by infra/lambda/<Architecture>/Makefile (BuildMethod
+             makefile, ContextPath !Sub lambda/${Architecture}, CodeUri lambda, a Makefile
+             for each allowed Architecture), and its Binary is the bin its LogicalId names
+             there (DeadLetterFunction: dead-letter), a bin of functions/*/Cargo.toml,
+             built by one function only
 """
 
 import json
@@ -703,6 +708,67 @@ def check_sqs_sources(cfn):
     if not checked:
         fail("sqs", "no SQS event source found (the timer queue's)")
     ok("sqs", "MaximumConcurrency, no reserved concurrency: " + "; ".join(checked))
+def bin_of(logical_id):
+    """The bin infra/lambda/lambda.mk packages for a function: JobsFunction -> jobs,
+    DeadLetterFunction -> dead-letter."""
+    stem = re.sub(r"Function$", "", logical_id)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", stem).lower()
+
+
+def cargo_bins(root):
+    """Every [[bin]] name of functions/*/Cargo.toml (the package name without one)."""
+    bins = set()
+    for manifest in sorted(Path(root, "functions").glob("*/Cargo.toml")):
+        section, package, own = "", None, []
+        for line in manifest.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif m := re.match(r'^name\s*=\s*"([^"]+)"', line):
+                if section == "[[bin]]":
+                    own.append(m.group(1))
+                elif section == "[package]":
+                    package = m.group(1)
+        bins.update(own or ([package] if (manifest.parent / "src/main.rs").is_file() else []))
+    return bins
+
+
+def check_build(sam_path, root):
+    from samtranslator.yaml_helper import yaml_parse
+
+    with open(sam_path, encoding="utf-8") as f:
+        sam = yaml_parse(f.read())
+    arches = sam.get("Parameters", {}).get("Architecture", {}).get("AllowedValues", [])
+    for arch in arches:
+        if not Path(root, "infra/lambda", arch, "Makefile").is_file():
+            fail("build", f"Architecture {arch} is allowed, but infra/lambda/{arch}/Makefile is missing")
+    known, used = cargo_bins(root), {}
+    for name, res in sam.get("Resources", {}).items():
+        if res.get("Type") != "AWS::Serverless::Function":
+            continue
+        meta = res.get("Metadata") or {}
+        binary = (meta.get("BuildProperties") or {}).get("Binary")
+        if meta.get("BuildMethod") != "makefile":
+            fail("build", f"{name}: BuildMethod {meta.get('BuildMethod')!r}, not makefile "
+                 "(one cargo build for every function, infra/lambda/lambda.mk)")
+        if meta.get("ContextPath") != {"Fn::Sub": "lambda/${Architecture}"}:
+            fail("build", f"{name}: ContextPath {meta.get('ContextPath')!r}, not "
+                 "!Sub lambda/${Architecture} (the Makefile of the stack's architecture)")
+        if (res.get("Properties") or {}).get("CodeUri") != "lambda":
+            fail("build", f"{name}: CodeUri {(res.get('Properties') or {}).get('CodeUri')!r}, "
+                 "not lambda (SAM copies CodeUri per function; the Makefile finds the repository)")
+        if binary != bin_of(name):
+            fail("build", f"{name}: Binary {binary!r}, but infra/lambda/lambda.mk packages "
+                 f"{bin_of(name)!r} for it (the LogicalId names the bin)")
+        elif binary not in known:
+            fail("build", f"{name}: no functions/*/Cargo.toml defines the bin {binary!r}")
+        if binary in used:
+            fail("build", f"{name}: the bin {binary!r} is already built by {used[binary]}")
+        used[binary] = name
+    if not used:
+        fail("build", "the template declares no function")
+    ok("build", f"{len(used)} functions, one `cargo lambda build` of their bins "
+       f"(infra/lambda/{{{','.join(arches)}}}/Makefile)")
 
 
 def main():
@@ -717,6 +783,7 @@ def main():
     check_iam(cfn)
     check_stream(cfn, root)
     check_sqs_sources(cfn)
+    check_build(sam_path, root)
     if FAILED:
         for line in FAILED:
             print(f"Error: {line}", file=sys.stderr)

@@ -47,6 +47,10 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/.aws-sam/build"
 cp "$template" "$work/.aws-sam/build/template.yaml"
+# Each function's CodeUri (relative to the template), as empty directories to package.
+sed -n 's/^ *CodeUri: *\([^ ]*\) *$/\1/p' "$template" | sort -u | while read -r dir; do
+    mkdir -p "$work/.aws-sam/build/$dir"
+done
 cp samconfig.toml "$work/samconfig.toml"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -25,10 +25,20 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-local_aws_up test
+# Durations, printed as "== test <what>: N s" and listed again at the end.
+timings=()
+timed() { # label, then the command
+    local label=$1 t=$SECONDS
+    shift
+    "$@"
+    timings+=("$label: $((SECONDS - t)) s")
+    echo "== test $label: $((SECONDS - t)) s"
+}
+
+timed "setup: local AWS" local_aws_up test
 
 # The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies.
-bash scripts/sdk-clients.sh setup
+timed "setup: SDK clients" bash scripts/sdk-clients.sh setup
 
 # The dashboard browser test (tests/tests/integration/dashboard.rs) needs Chromium,
 # playwright-core and the dashboard's build; with them in place it must run, not skip.
@@ -37,15 +47,22 @@ bash scripts/dashboard.sh browser
 bash scripts/dashboard.sh build
 export OJS_REQUIRE_BROWSER_TEST=1
 echo "dashboard: browser and build ready ($((SECONDS - t_dash)) s)"
+timings+=("setup: dashboard: $((SECONDS - t_dash)) s")
+
+# Dependencies compile once for every cargo test below only if the workspace and
+# ojs-tests alone resolve them with the same features (tests/Cargo.toml).
+python3 scripts/feature-split.py || true
 
 # DynamoDB Local keeps the records of every table's stream (deleted tables' too, as AWS
 # does for 24 h), and its writes slow down as they pile up: measured here, a write to a
 # table with a stream took 15 ms on a fresh instance and 60 ms after a few hundred test
 # tables. When this run started DynamoDB Local, each large suite gets a fresh one.
+restarts=0
 fresh_dynamodb() {
-    local restart
+    local restart t=$SECONDS
     restart="$(local_aws_fresh_ddb_command)"
     if [ -n "$restart" ]; then bash -c "$restart"; fi
+    restarts=$((restarts + SECONDS - t))
 }
 
 log="$(mktemp)"
@@ -58,11 +75,18 @@ run_tests() {
     set -e
     if [ "$code" -ne 0 ]; then rc=$code; fi
 }
+# suite LABEL cargo-test-arguments...: one cargo test run (its build included), timed.
+suite() {
+    local label=$1
+    shift
+    echo "== suite: $label" >>"$log"
+    timed "$label" run_tests "$@"
+}
 if [ $# -gt 0 ]; then
-    run_tests --workspace --all-targets --no-fail-fast "$@"
+    suite "cargo test $*" --workspace --all-targets --no-fail-fast "$@"
 else
-    run_tests --workspace --all-targets --no-fail-fast --exclude ojs-tests
-    run_tests -p ojs-tests --lib --bins --test stress --no-fail-fast
+    suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
+    suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast
     # The integration suite in three parts, each on a fresh DynamoDB Local: every write
     # to a table with a stream costs DynamoDB Local a stream lookup (its one SQLite thread
     # spent most of its time there, sampled) that grows as a run's tables pile up, and
@@ -79,18 +103,19 @@ else
     skips+=(--skip "$shard_race")
     for alone in "$race" "$shard_race"; do
         fresh_dynamodb
-        run_tests -p ojs-tests --test integration --no-fail-fast -- --exact "$alone"
+        suite "integration alone: ${alone%%::*}" -p ojs-tests --test integration --no-fail-fast -- --exact "$alone"
     done
     fresh_dynamodb
-    run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}" --skip "$race"
+    suite "integration part a" -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}" --skip "$race"
     fresh_dynamodb
-    run_tests -p ojs-tests --test integration --no-fail-fast -- "${part_b[@]}"
+    suite "integration part b" -p ojs-tests --test integration --no-fail-fast -- "${part_b[@]}"
     fresh_dynamodb
-    run_tests -p ojs-tests --test integration --no-fail-fast -- "${skips[@]}"
-    for suite in conformance sdk push_sdk; do
+    suite "integration rest" -p ojs-tests --test integration --no-fail-fast -- "${skips[@]}"
+    for name in conformance sdk push_sdk; do
         fresh_dynamodb
-        run_tests -p ojs-tests --test "$suite" --no-fail-fast
+        suite "$name" -p ojs-tests --test "$name" --no-fail-fast
     done
+    timings+=("fresh DynamoDB Local restarts (all): $restarts s")
 fi
 
 # Add up cargo's per-binary "test result: ok. 5 passed; 0 failed; 1 ignored; ..." lines.
@@ -107,6 +132,28 @@ read -r passed failed ignored binaries < <(awk '
 
 elapsed=$((SECONDS - t0))
 cleanup  # stop what we started before the closing line, so the summary stays last
+
+# Where the time went: each step above, then the test binaries that ran longest (cargo's
+# "finished in" of each, compile time excluded) and every test libtest reported running
+# past 60 s (stable cargo test times no single test; --report-time is nightly-only).
+echo "== test timings"
+printf '    %s\n' "${timings[@]}"
+echo "    slowest test binaries (run time, as cargo test reports it):"
+awk '
+    /^== suite: / { suite = substr($0, 11) }
+    /^ *Running / {
+        src = $0; sub(/^ *Running /, "", src); sub(/ \(.*$/, "", src)
+        exe = $NF; gsub(/^\(.*\/|-[0-9a-f]+\)$/, "", exe)
+        bin = exe " (" src "; " suite ")"
+    }
+    /^test result:/ && match($0, /finished in [0-9.]+s/) {
+        printf "%8.1f s  %s\n", substr($0, RSTART + 12, RLENGTH - 13), bin
+    }' "$log" | sort -rn | head -n 8 | sed 's/^/    /'
+slow=$(grep -oE "^test .* has been running for over [0-9]+ seconds" "$log" | sort -u || true)
+if [ -n "$slow" ]; then
+    echo "    tests running past 60 s:"
+    printf '%s\n' "$slow" | sed -E 's/^test (.*) has been running for over ([0-9]+) seconds/        \1/'
+fi
 
 if [ "$rc" -ne 0 ] && [ "$binaries" -eq 0 ]; then
     echo "test: FAILED before any test ran (cargo test exit code $rc, ${elapsed}s)"

@@ -261,8 +261,8 @@ fn every_function_builds_an_existing_binary() -> Result<()> {
         let metadata = field(resource, "Metadata").with_context(|| name.to_owned())?;
         assert_eq!(
             text(metadata, "BuildMethod")?,
-            "rust-cargolambda",
-            "BuildMethod of {name}"
+            "makefile",
+            "BuildMethod of {name} (infra/lambda/lambda.mk builds every bin in one cargo run)"
         );
         let binary = text(field(metadata, "BuildProperties")?, "Binary")
             .with_context(|| format!("{name}: Metadata.BuildProperties"))?;

@@ -21,7 +21,7 @@
 #      HttpApi events than its resource-based policy has room for; PushFunctionArns
 #      without its AllowedPattern or one taking spaces; ApiReservedConcurrency without
 #      a MaxValue or with one the account cannot reserve 11 times; an index's read
-#      throttling not alarmed; a parameter missing from the README's prompt table, an
+#      throttling not alarmed; parameters in another order than the README's prompt table, an
 #      alarm count docs/cost.md does not give;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
@@ -153,12 +153,23 @@ plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFuncti
 
 # Documentation held to the template (F12): the README's guided-deploy prompt table lists
 # every parameter in the order sam deploy --guided asks, docs/cost.md counts the alarms.
-plant readme-missing-parameter "Parameters:
-" "Parameters:
-  PlantedParameter:
-    Type: String
-    Default: planted
-"
+# Two parameters swapped: sam deploy --guided asks them in another order than the README.
+swapped=$(python3 - <<'PY'
+import re
+src = open("infra/template.yaml", encoding="utf-8").read()
+block = lambda name: re.search(rf"^  {name}:\n(?:    .*\n)*", src, re.M).group(0)
+a, b = block("TerminalJobRetentionDays"), block("PushFunctionArns")
+assert a + b in src
+print(b + a, end="")
+PY
+)
+plant readme-prompt-order "$(python3 - <<'PY'
+import re
+src = open("infra/template.yaml", encoding="utf-8").read()
+block = lambda name: re.search(rf"^  {name}:\n(?:    .*\n)*", src, re.M).group(0)
+print(block("TerminalJobRetentionDays") + block("PushFunctionArns"), end="")
+PY
+)" "$swapped"
 extra_alarm=$(python3 - <<'PY'
 import re
 src = open("infra/template.yaml", encoding="utf-8").read()

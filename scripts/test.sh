@@ -17,7 +17,9 @@ cd "$ROOT"
 # shellcheck source=scripts/local-aws-session.sh
 source scripts/local-aws-session.sh
 log=""
+sdk_setup_pid=""
 cleanup() {
+    if [ -n "$sdk_setup_pid" ]; then kill "$sdk_setup_pid" 2>/dev/null || true; fi
     local_aws_down
     if [ -n "$log" ]; then rm -f "$log"; log=""; fi
 }
@@ -37,8 +39,24 @@ timed() { # label, then the command
 
 timed "setup: local AWS" local_aws_up test
 
-# The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies.
-timed "setup: SDK clients" bash scripts/sdk-clients.sh setup
+# The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies:
+# mostly a cargo build of the Rust SDK's suite (about a minute on 2 cores), which runs
+# beside the tests below at the lowest CPU priority, until the SDK suites need it.
+sdk_setup_log=.local/sdk-setup.log
+mkdir -p .local
+nice -n 19 bash scripts/sdk-clients.sh setup >"$sdk_setup_log" 2>&1 &
+sdk_setup_pid=$!
+sdk_setup_ready() {
+    if [ -z "$sdk_setup_pid" ]; then return 0; fi
+    local code=0
+    wait "$sdk_setup_pid" || code=$?
+    sdk_setup_pid=""
+    cat "$sdk_setup_log"
+    if [ "$code" -ne 0 ]; then
+        echo "test: setting up the SDK suites failed (exit $code)" >&2
+        exit "$code"
+    fi
+}
 
 # The dashboard browser test (tests/tests/integration/dashboard.rs) needs Chromium,
 # playwright-core and the dashboard's build; with them in place it must run, not skip.
@@ -83,9 +101,13 @@ suite() {
     timed "$label" run_tests "$@"
 }
 if [ $# -gt 0 ]; then
+    timed "setup: SDK clients (the wait for it)" sdk_setup_ready
     suite "cargo test $*" --workspace --all-targets --no-fail-fast "$@"
 else
     suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
+    # That build made every function's bin: the Lambda-level tests run those instead of
+    # building them again (tests/tests/integration/lambda.rs).
+    export OJS_FUNCTION_BINARIES="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
     suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast
     # The integration suite in three parts, each on a fresh DynamoDB Local: every write
     # to a table with a stream costs DynamoDB Local a stream lookup (its one SQLite thread
@@ -112,6 +134,7 @@ else
     fresh_dynamodb
     suite "integration rest" -p ojs-tests --test integration --no-fail-fast -- "${skips[@]}"
     for name in conformance sdk push_sdk; do
+        if [ "$name" = sdk ]; then timed "setup: SDK clients (the wait for it)" sdk_setup_ready; fi
         fresh_dynamodb
         suite "$name" -p ojs-tests --test "$name" --no-fail-fast
     done
@@ -131,7 +154,7 @@ read -r passed failed ignored binaries < <(awk '
     END { printf "%d %d %d %d\n", p, f, s, n }' "$log")
 
 elapsed=$((SECONDS - t0))
-cleanup  # stop what we started before the closing line, so the summary stays last
+local_aws_down  # stop what we started before the closing lines (the log stays for them)
 
 # Where the time went: each step above, then the test binaries that ran longest (cargo's
 # "finished in" of each, compile time excluded) and every test libtest reported running

@@ -44,10 +44,16 @@ const AWS_ENV: [&str; 8] = [
 ];
 
 /// Builds the function binaries (debug, sharing the test build's dependencies) and
-/// returns the directory holding them.
+/// returns the directory holding them; or, when `OJS_FUNCTION_BINARIES` names one, that
+/// directory as it is: scripts/test.sh sets it after its `cargo test --workspace
+/// --all-targets` built every bin, since a `cargo build -p ...` of a few packages resolves
+/// features apart from that build and recompiles most dependencies beside running tests.
 async fn binaries() -> anyhow::Result<&'static PathBuf> {
     BUILT
         .get_or_try_init(|| async {
+            if let Some(dir) = std::env::var_os("OJS_FUNCTION_BINARIES") {
+                return Ok(PathBuf::from(dir));
+            }
             let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
             let root = manifest.parent().context("workspace root")?.to_path_buf();
             let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -784,13 +784,17 @@ async fn a_429s_retry_after_delays_the_next_attempt() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_push().await?; // breaker cooldown: 1 s
-    let hits = Arc::new(Mutex::new(0usize));
+    let cooldown = Duration::from_secs(1);
+    // When each delivery reached the endpoint: the circuit opens after the fifth failure's
+    // answer, so the probe may come no sooner than a cooldown after the fifth arrived (on
+    // a slow machine, only later).
+    let hits = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let counter = hits.clone();
     let router = Router::new().route(
         "/",
         post(move || async move {
             if let Ok(mut n) = counter.lock() {
-                *n += 1;
+                n.push(Instant::now());
             }
             (StatusCode::SERVICE_UNAVAILABLE, "down")
         }),
@@ -798,10 +802,22 @@ async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::R
     let (url, _) = ojs_tests::serve_on_loopback(router).await?;
     let url = format!("{url}/");
     register(&app, registration(&url, &["down.job"], "down")).await?;
-    let hits_now = || hits.lock().map(|n| *n).unwrap_or(0);
+    let hits_now = || hits.lock().map(|n| n.clone()).unwrap_or_default();
     let push = || {
         app.push(json!({"type": "down.job", "queue": "down", "args": [],
             "retry": {"max_attempts": 5, "initial_interval": "PT30S"}}))
+    };
+    let wait_retryable = |id: String| {
+        let app = &app;
+        async move {
+            // 20 s: far inside the 30 s backoff that keeps the others from a second delivery.
+            let until = Instant::now() + Duration::from_secs(20);
+            while app.info(&id).await?.body["job"]["state"] != "retryable" && Instant::now() < until
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            anyhow::Ok(())
+        }
     };
     // Five delivery errors in a row, one job at a time (each retried only in 30 s).
     for n in 1..=5 {
@@ -809,24 +825,24 @@ async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::R
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let until = Instant::now() + Duration::from_secs(10);
-        while app.info(&id).await?.body["job"]["state"] != "retryable" && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(hits_now(), n);
+        wait_retryable(id).await?;
+        assert_eq!(hits_now().len(), n);
     }
-    // Open: the next job is not delivered; it stays available to polling workers.
+    // Open: the next job is not delivered before the cooldown; after it, one delivery
+    // tests the endpoint, it fails, and the circuit opens again (the five others wait
+    // for their 30 s backoff).
     let sixth = push().await?.body["job"]["id"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(hits_now(), 5);
-    assert_eq!(app.info(&sixth).await?.body["job"]["state"], "available");
-    // After the cooldown one delivery tests the endpoint; it fails, and the circuit opens
-    // again (the five others wait for their 30 s backoff).
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(hits_now(), 6);
+    wait_retryable(sixth.clone()).await?;
+    let seen = hits_now();
+    assert_eq!(seen.len(), 6, "the open circuit's one probe");
+    let waited = seen[5] - seen[4];
+    assert!(
+        waited >= cooldown,
+        "the probe came {waited:?} after the fifth failure, within the {cooldown:?} cooldown"
+    );
     let job = app.info(&sixth).await?.body["job"].clone();
     assert_eq!(job["state"], "retryable", "{job}");
     assert!(job["errors"].to_string().contains("push_http_503"), "{job}");

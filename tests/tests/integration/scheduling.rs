@@ -197,7 +197,9 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     // 14.5 minutes before the first job: every job (pushed within 30 s) is in the window.
     let at = due - chrono::Duration::seconds(14 * 60 + 30);
 
+    let started = std::time::Instant::now();
     let full = app.store.sweep(at).await?;
+    let full_took = started.elapsed();
     assert_eq!(full.timer_partitions_left, 0, "{full:?}");
     assert_eq!(
         delayed_timers(&app).await?,
@@ -213,9 +215,12 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     println!(
         "a sweep of {QUEUES} queues x {SHARDS} shards under a {budget:?} budget took {took:?}: {report:?}"
     );
+    // The bound scales with this machine's speed: the full sweep's 3 841 queries run ~120
+    // rounds of 32; the hurried one stops reading at half its budget and sending at its
+    // end, so it takes its budget and the one or two rounds then in flight.
     assert!(
-        took < budget + Duration::from_millis(2000),
-        "the sweep kept its {budget:?} budget (took {took:?})"
+        took < full_took / 2,
+        "the sweep kept its {budget:?} budget: it took {took:?}, the unbudgeted one {full_took:?}"
     );
     assert!(
         report.timer_partitions_left > 0,

@@ -104,10 +104,13 @@ if [ $# -gt 0 ]; then
     timed "setup: SDK clients (the wait for it)" sdk_setup_ready
     suite "cargo test $*" --workspace --all-targets --no-fail-fast "$@"
 else
-    suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
-    # That build made every function's bin: the Lambda-level tests run those instead of
-    # building them again (tests/tests/integration/lambda.rs).
+    # Every function's bin, for the Lambda-level tests (tests/tests/integration/lambda.rs),
+    # which run these instead of building their own: `cargo build --all-targets` resolves
+    # features as the `cargo test` below does, so it compiles what that one then reuses
+    # and adds only the bins' links.
+    timed "build: function bins" cargo build --workspace --all-targets --exclude ojs-tests
     export OJS_FUNCTION_BINARIES="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+    suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
     suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast
     # The integration suite in three parts, each on a fresh DynamoDB Local: every write
     # to a table with a stream costs DynamoDB Local a stream lookup (its one SQLite thread

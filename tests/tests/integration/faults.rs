@@ -265,6 +265,34 @@ async fn a_write_that_landed_but_lost_its_answer_is_reported_as_the_success_it_w
     Ok(())
 }
 
+/// A key record whose PutItem landed but lost its answer: the SDK's retry finds the
+/// record and must recognise it as its own (same hash), not refuse the key as a duplicate
+/// id; a record of another secret under the same id stays a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_record_that_landed_but_lost_its_answer_is_the_success_it_was() -> anyhow::Result<()>
+{
+    let rig = rig(5).await?;
+    let store = &rig.app.store;
+    let now = ojs_core::time::now();
+    for (round, fault) in [Fault::ServerErrorAfter, Fault::DropAfter]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("k{round}{}", new_id().replace('-', ""));
+        rig.proxy.script(Filter::op("PutItem"), &[fault]);
+        let stored = store.put_api_key(&id, "worker", "hash-a", now).await;
+        assert!(stored.is_ok(), "{fault:?}: {stored:?}");
+        assert_eq!(rig.proxy.scripted_left(), 0, "{fault:?} was injected");
+        let other = store.put_api_key(&id, "worker", "hash-b", now).await;
+        assert!(
+            matches!(other, Err(ojs_store::StoreError::Duplicate)),
+            "another secret under a taken id: {other:?}"
+        );
+    }
+    rig.teardown().await;
+    Ok(())
+}
+
 /// When every attempt's answer is lost, the API cannot know the write landed: it answers
 /// 503. A client that retries then learns it from the 409 (`duplicate` for a PUSH with
 /// its own id, `conflict` with `current_state: completed` for an ACK).

@@ -4,10 +4,11 @@
 //! revoked one by one by flagging their item, which every instance sees within its cache
 //! lifetime.
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use ojs_core::time::{self, Timestamp};
 
-use crate::error::StoreError;
+use crate::error::{is_condition_failure, StoreError};
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
 use crate::Store;
@@ -95,10 +96,22 @@ impl Store {
             .put_item()
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        if self.tally_conditional(Kind::Write, out)?.is_none() {
-            return Err(StoreError::Duplicate);
+        if let Err(e) = self.metered(Kind::Write, out) {
+            if !is_condition_failure(&e) {
+                return Err(StoreError::from_sdk(e));
+            }
+            // The SDK retries a write whose answer was lost: the record it then finds may
+            // be this very one, recognised by its hash (of a secret only this call holds).
+            let existing = match e.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
+                _ => None,
+            };
+            if existing.and_then(|i| i.get("hash")) != Some(&s(hash)) {
+                return Err(StoreError::Duplicate);
+            }
         }
         Ok(ApiKeyRecord {
             id: id.to_owned(),

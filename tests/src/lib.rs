@@ -75,6 +75,30 @@ pub async fn after_index_lag() {
     }
 }
 
+/// Asks `probe` every 50 ms until `done` holds for its answer or `within` has passed, and
+/// returns the last answer, for the test's assertions to read: a wait on something a
+/// background task or a clock makes happen, which ends as soon as it happened (a slow
+/// machine makes it longer, never red). `within` is the time after which the thing
+/// asserted would be wrong, not a guess at how fast the machine is.
+pub async fn poll_until<T, F, Fut>(
+    within: Duration,
+    mut probe: F,
+    done: impl Fn(&T) -> bool,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let until = std::time::Instant::now() + within;
+    loop {
+        let answer = probe().await?;
+        if done(&answer) || std::time::Instant::now() >= until {
+            return Ok(answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Serves `router` on a free loopback port (a fake push endpoint or webhook receiver):
 /// its base URL, `http://127.0.0.1:<port>`, and the server task.
 pub async fn serve_on_loopback(

@@ -225,7 +225,9 @@ fn deliver(l: &mut Ledger, worker: usize, job: &Value, sent: Instant) {
     rec.holder = Some(Hold {
         worker,
         attempt,
-        since: Instant::now(),
+        // The lease began between the FETCH's sending and its answer: from the sending,
+        // a lease judged live still is, however long the answer took.
+        since: sent,
         releasing: false,
     });
     rec.deliveries.push((attempt, worker));

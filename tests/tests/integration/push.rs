@@ -853,8 +853,10 @@ async fn a_failing_endpoint_opens_its_circuit_then_is_probed_once() -> anyhow::R
 #[tokio::test]
 async fn an_answer_for_an_attempt_that_ended_is_ignored() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_push().await?;
+    // The endpoint answers 3 s after the request (inside the registration's 5 s timeout):
+    // time enough for the CANCEL to land first on a loaded machine.
     let fake = Fake {
-        delay: Duration::from_millis(1500),
+        delay: Duration::from_millis(3000),
         ..Fake::default()
     };
     let url = fake_endpoint(fake.clone(), 0).await?;
@@ -874,7 +876,17 @@ async fn an_answer_for_an_attempt_that_ended_is_ignored() -> anyhow::Result<()> 
     // that has ended, and the store's fence refuses it.
     let cancelled = app.cancel(&id).await?;
     assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Once the endpoint has answered (its delay after the request, and nothing in flight),
+    // the dispatcher's ACK of the answer is one call away.
+    let reached = fake.seen.lock().ok().and_then(|s| s.first().map(|s| s.at));
+    let answered = reached.unwrap_or_else(Instant::now) + fake.delay;
+    let until = answered + Duration::from_secs(10);
+    while (Instant::now() < answered || fake.in_flight.lock().map(|f| f.0 > 0).unwrap_or(false))
+        && Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let job = app.info(&id).await?.body["job"].clone();
     assert_eq!(job["state"], "cancelled", "{job}");
     assert!(job["result"].is_null(), "{job}");

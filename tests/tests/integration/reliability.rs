@@ -2,7 +2,7 @@
 //! heartbeats, the dead letter queue and the scheduler sweep.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::DateTime;
 use ojs_tests::TestApp;
@@ -172,15 +172,22 @@ async fn an_attempt_past_its_timeout_fails_with_a_timeout_error() -> anyhow::Res
 async fn heartbeats_extend_the_lease_and_report_directives_and_cancellations() -> anyhow::Result<()>
 {
     let app = TestApp::spawn().await?;
-    let id = id_of(&app.push(json!({"type": "long.job", "args": [], "options": {"queue": "long", "visibility_timeout_ms": 1200}})).await?);
+    let lease = Duration::from_millis(2000);
+    let id = id_of(&app.push(json!({"type": "long.job", "args": [], "options": {"queue": "long", "visibility_timeout_ms": lease.as_millis() as u64}})).await?);
     let other = id_of(
         &app.push(json!({"type": "long.job", "args": [], "options": {"queue": "long"}}))
             .await?,
     );
+    // Sent before the FETCH: the lease began after it.
+    let fetched_at = Instant::now();
     app.fetch(json!({"queues": ["long"], "worker_id": "w1", "count": 2}))
         .await?;
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // A beat every 300 ms until the job has outlived its lease by half: each beat lands
+    // within the lease the one before extended unless the machine stalls for 1.7 s (the
+    // gap is in the message).
+    let mut last = fetched_at;
+    while fetched_at.elapsed() < lease * 3 / 2 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let beat = app
             .call(
                 Method::POST,
@@ -188,14 +195,21 @@ async fn heartbeats_extend_the_lease_and_report_directives_and_cancellations() -
                 Some(json!({"worker_id": "w1", "active_jobs": [id]})),
             )
             .await?;
+        let gap = last.elapsed();
+        last = Instant::now();
         assert_eq!(beat.status, 200);
         assert_eq!(beat.body["state"], "running");
-        assert_eq!(beat.body["jobs_extended"], json!([id]));
+        assert_eq!(
+            beat.body["jobs_extended"],
+            json!([id]),
+            "a beat {gap:?} after the last extension, on a {lease:?} lease"
+        );
     }
     assert_eq!(
         app.info(&id).await?.body["job"]["state"],
         "active",
-        "1.5 s on a 1.2 s lease, kept by heartbeats"
+        "{:?} on a {lease:?} lease, kept by heartbeats",
+        fetched_at.elapsed()
     );
     let q = app
         .call(Method::POST, "/ojs/v1/admin/workers/w1/quiet", None)

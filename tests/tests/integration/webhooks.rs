@@ -46,6 +46,8 @@ struct Got {
     body: Value,
     /// Whether `X-OJS-Signature` holds `sha256=HMAC(secret, timestamp "." body)`.
     signed: bool,
+    /// When it arrived.
+    at: Instant,
 }
 
 /// A webhook receiver on loopback: answers the statuses queued (then 200) and records
@@ -83,6 +85,7 @@ impl Receiver {
                     headers: headers.clone(),
                     body: serde_json::from_slice(&body).unwrap_or(Value::Null),
                     signed,
+                    at: Instant::now(),
                 });
             }
             let always = r.always.lock().ok().and_then(|a| *a);
@@ -635,9 +638,29 @@ async fn failed_deliveries_are_retried_through_the_table_and_logged() -> anyhow:
     .await?;
 
     run_job(&app, "retries").await?;
+    // No retry is due later than 300 ms after its failure: what has not come in 10 s will
+    // not come.
     let got = flaky.wait_for(2, Duration::from_secs(10)).await;
     down.wait_for(2, Duration::from_secs(10)).await;
-    // Whatever more would come (a third attempt, a retry of a 404) arrives within this.
+    gone.wait_for(1, Duration::from_secs(10)).await;
+    // An attempt is logged after its answer: wait for each log to show the attempts
+    // received (its last one settled), then for anything more that would come.
+    let logged = |sub: &str, n: usize, last: &'static str| {
+        let (app, sub) = (&app, sub.to_owned());
+        ojs_tests::poll_until(
+            Duration::from_secs(10),
+            move || {
+                let sub = sub.clone();
+                async move { deliveries(app, &sub).await }
+            },
+            move |log: &Vec<Value>| log.len() >= n && log[0]["status"] == last,
+        )
+    };
+    logged(&flaky_sub, 2, "delivered").await?;
+    logged(&down_sub, 2, "dead").await?;
+    logged(&gone_sub, 1, "dead").await?;
+    // Whatever more would come (a third attempt, a retry of a 404) is due by now and made
+    // within two 200 ms redrives; a slow machine can only make this check miss one.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // 500 then 200: two attempts of one delivery (the same id), both signed.
@@ -762,8 +785,10 @@ async fn failed_deliveries_are_retried_through_the_table_and_logged() -> anyhow:
 
 #[tokio::test]
 async fn retries_of_a_deleted_or_deactivated_subscription_are_cancelled() -> anyhow::Result<()> {
-    // The retry is due 1.5 s after the failure: the subscription is gone by then.
-    let app = TestApp::spawn_with_webhooks(config(&[1500])).await?;
+    // The retry is due 5 s after the failure: the subscription is gone by then (two calls
+    // away, however loaded the machine).
+    let delay = Duration::from_secs(5);
+    let app = TestApp::spawn_with_webhooks(config(&[delay.as_millis() as u64])).await?;
     let failing = Receiver::default();
     if let Ok(mut a) = failing.always.lock() {
         *a = Some(500);
@@ -787,8 +812,13 @@ async fn retries_of_a_deleted_or_deactivated_subscription_are_cancelled() -> any
     )
     .await?;
     run_job(&app, "cancel").await?;
-    failing.wait_for(1, Duration::from_secs(10)).await;
-    paused.wait_for(1, Duration::from_secs(10)).await;
+    let failed = failing.wait_for(1, Duration::from_secs(10)).await;
+    let paused_failed = paused.wait_for(1, Duration::from_secs(10)).await;
+    let (Some(first), Some(second)) = (failed.first(), paused_failed.first()) else {
+        anyhow::bail!("no first attempt: {failed:?} {paused_failed:?}");
+    };
+    // Each retry is due `delay` after its first attempt's failure.
+    let due = first.at.max(second.at) + delay;
     let r = app
         .call(Method::DELETE, &format!("{SUBS}/{deleted}"), None)
         .await?;
@@ -802,7 +832,13 @@ async fn retries_of_a_deleted_or_deactivated_subscription_are_cancelled() -> any
         .await?;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["active"], false);
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    anyhow::ensure!(
+        Instant::now() < due,
+        "the DELETE and PATCH took longer than the {delay:?} retry delay: nothing proved"
+    );
+    // Past the retries' time (a moment after these arrivals) and a few 200 ms redrives:
+    // they would have been made.
+    tokio::time::sleep_until((due + Duration::from_secs(1)).into()).await;
     assert_eq!(failing.got().len(), 1, "{:?}", failing.got());
     assert_eq!(paused.got().len(), 1, "{:?}", paused.got());
     // And a job run now reaches neither.
@@ -902,7 +938,8 @@ async fn a_subscriptions_own_timeout_cuts_a_slow_receiver_short() -> anyhow::Res
     let sub = r.body["id"].as_str().unwrap_or_default().to_owned();
     app.push(json!({"type": "slow.hook", "args": [], "options": {"queue": "slowhook"}}))
         .await?;
-    let until = Instant::now() + Duration::from_secs(20);
+    // Logged after the 5 s cut; under the deployment's 30 s it would come only later.
+    let until = Instant::now() + Duration::from_secs(25);
     let logged = loop {
         let d = deliveries(&app, &sub).await?;
         if !d.is_empty() || Instant::now() > until {
@@ -913,8 +950,10 @@ async fn a_subscriptions_own_timeout_cuts_a_slow_receiver_short() -> anyhow::Res
     assert_eq!(logged.len(), 1, "{logged:?}");
     let attempt = &logged[0];
     assert_eq!(attempt["error"], "timeout", "{attempt}");
+    // Cut at the subscription's 5 s, not the deployment's 30 s (the receiver would answer
+    // 200 at 7 s, so a timeout is one of the two): the bound is 30 s, not the machine.
     let ms = attempt["duration_ms"].as_u64().unwrap_or_default();
-    assert!((4_900..6_900).contains(&ms), "{attempt}");
+    assert!((4_900..30_000).contains(&ms), "{attempt}");
     app.teardown().await;
     Ok(())
 }

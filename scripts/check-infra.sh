@@ -16,8 +16,14 @@
 #      (or a role that cannot send to it), filters out job records or batches for longer
 #      than a second, stream reads granted on "*", no alarm or dashboard line on the
 #      stream's lag; the SQS timer capped by reserved concurrency instead of its
-#      event source's MaximumConcurrency (or without it), or its loop detection on; a function not built by
-#      infra/lambda's Makefile, or packaging a bin its LogicalId does not name;
+#      event source's MaximumConcurrency (or without it, or allowing less than 2), or its
+#      loop detection on; an ANY route behind the authorizer; a function with more
+#      HttpApi events than its resource-based policy has room for; PushFunctionArns
+#      without its AllowedPattern or one taking spaces; ApiReservedConcurrency without
+#      a MaxValue or with one the account cannot reserve 11 times; an index's read
+#      throttling not alarmed; parameters in another order than the README's prompt table, an
+#      alarm count docs/cost.md does not give; a function not built by infra/lambda's
+#      Makefile, or packaging a bin its LogicalId does not name;
 #   3. samconfig.toml: build and deploy read one Architecture (scripts/check-samconfig.py),
 #      and a planted divergence fails;
 #   4. `sam deploy --guided` with every prompt answered by its default gets to the change
@@ -108,12 +114,38 @@ plant timer-reserved-concurrency "      RecursiveLoop: Allow
 plant timer-without-maximum-concurrency "            ScalingConfig:
               MaximumConcurrency: !Ref TimerMaxConcurrency
 " ""
+plant timer-maximum-concurrency-below-two "    MinValue: 2
+    MaxValue: 1000" "    MinValue: 1
+    MaxValue: 1000"
+# Routes: an ANY route behind the authorizer (F3), and a function whose resource-based
+# policy (one invoke permission per HttpApi event) nears Lambda's 20 KB (F10).
+plant any-route-behind-authorizer "            Method: GET
+            Path: /ojs/v1/push/endpoints
+" "            Method: ANY
+            Path: /ojs/v1/push/endpoints
+"
+extra_routes=$(for i in 1 2 3 4; do
+    printf '        AdminPlanted%s:\n          Type: HttpApi\n          Properties:\n            ApiId: !Ref OjsApi\n            Method: GET\n            Path: /ojs/v1/admin/planted%s\n' "$i" "$i"
+done)
+plant admin-routes-past-policy-limit "        AdminKeyRegistrations:
+" "$extra_routes
+        AdminKeyRegistrations:
+"
+# Parameters CloudFormation would take and the deploy then fail on (F7, F8).
+plant push-function-arns-any-value '    AllowedPattern: "^(arn:aws[a-z-]*:lambda:' '    AllowedPattern: ".*|^(arn:aws[a-z-]*:lambda:'
+plant push-function-arns-with-spaces ':function:[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9_$-]{1,128})?(,arn:' ':function:[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9_$-]{1,128})?(, ?arn:'
+plant api-reserved-concurrency-unbounded "    MaxValue: 80
+" ""
+plant api-reserved-concurrency-too-high "    MaxValue: 80
+" "    MaxValue: 100
+"
 plant authorizer-cache-from-parameter "ReauthorizeEvery: 300" "ReauthorizeEvery: !Ref LogRetentionDays"
 plant function-without-errors-alarm "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref JobsFunction}]" "MetricName: Errors
       Dimensions: [{Name: FunctionName, Value: !Ref WorkersFunction}]"
 plant dead-letter-queue-without-alarm "Value: !GetAtt TimerDeadLetterQueue.QueueName}]" "Value: !GetAtt TimerQueue.QueueName}]"
 plant index-throttling-not-alarmed "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: ready}"
+plant index-read-throttling-not-alarmed "MetricName: ReadThrottleEvents, Dimensions: [{Name: TableName, Value: !Ref JobsTable}, {Name: GlobalSecondaryIndexName, Value: ready}]" "MetricName: WriteThrottleEvents, Dimensions: [{Name: TableName, Value: !Ref JobsTable}, {Name: GlobalSecondaryIndexName, Value: ready}]"
 plant alarm-on-missing-index "{Name: GlobalSecondaryIndexName, Value: due}" "{Name: GlobalSecondaryIndexName, Value: gone}"
 plant dashboard-on-missing-index '"GlobalSecondaryIndexName","due"' '"GlobalSecondaryIndexName","gone"'
 plant alarm-notifies-no-one "      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], []]" "      AlarmActions: []"
@@ -150,6 +182,38 @@ plant stream-lag-not-alarmed "MetricName: IteratorAge" "MetricName: Invocations"
 plant function-built-alone "      BuildMethod: makefile" "      BuildMethod: rust-cargolambda"
 plant function-binary-not-its-name "Binary: dead-letter" "Binary: deadletter"
 plant dashboard-missing-stream-lag '"IteratorAge","FunctionName","${StreamFunction}"' '"IteratorAge","FunctionName","${TimerFunction}"'
+# Documentation held to the template (F12): the README's guided-deploy prompt table lists
+# every parameter in the order sam deploy --guided asks, docs/cost.md counts the alarms.
+# Two parameters swapped: sam deploy --guided asks them in another order than the README.
+swapped=$(python3 - <<'PY'
+import re
+src = open("infra/template.yaml", encoding="utf-8").read()
+block = lambda name: re.search(rf"^  {name}:\n(?:    .*\n)*", src, re.M).group(0)
+a, b = block("TerminalJobRetentionDays"), block("PushFunctionArns")
+assert a + b in src
+print(b + a, end="")
+PY
+)
+plant readme-prompt-order "$(python3 - <<'PY'
+import re
+src = open("infra/template.yaml", encoding="utf-8").read()
+block = lambda name: re.search(rf"^  {name}:\n(?:    .*\n)*", src, re.M).group(0)
+print(block("TerminalJobRetentionDays") + block("PushFunctionArns"), end="")
+PY
+)" "$swapped"
+extra_alarm=$(python3 - <<'PY'
+import re
+src = open("infra/template.yaml", encoding="utf-8").read()
+m = re.search(r"^  TimerDeadLetterQueueDepthAlarm:\n(?:    .*\n|\n)*?(?=^  \S)", src, re.M)
+print(m.group(0).replace("TimerDeadLetterQueueDepthAlarm:", "PlantedCopyOfAnAlarm:", 1).rstrip("\n"))
+PY
+)
+plant cost-model-alarm-count "  TimerDeadLetterQueueDepthAlarm:
+" "$extra_alarm
+
+  TimerDeadLetterQueueDepthAlarm:
+"
+
 plants_done
 done_part "planted errors (${#planted[@]} runs of the validation, $plant_jobs at a time)"
 

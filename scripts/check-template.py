@@ -35,6 +35,17 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              (no stream action on "*") and may send to the destination; an IteratorAge
              alarm watches it; its event filter, if any, lets every job item's record
              through (the keys of shared/store/src/dynamo/keys.rs JOB_PREFIX and JOB_SK)
+  routes     no ANY route (x-amazon-apigateway-any-method): behind the authorizer it
+             would answer CORS preflights with 401 and be judged by the route key
+             "ANY /..." (a read with a read-only key refused); each function's
+             resource-based policy (one statement per HttpApi event) stays within
+             MAX_ROUTES_PER_FUNCTION statements and, with the longest names
+             CloudFormation may give, within POLICY_BUDGET of Lambda's 20 KB
+  params     PushFunctionArns takes only comma-separated Lambda ARNs (no spaces, no
+             empty entry); ApiReservedConcurrency's MaxValue times the functions that
+             reserve it leaves Lambda's 100 unreserved of the default 1 000
+  docs       the README's guided-deploy prompt table lists every parameter in template
+             order; docs/cost.md's alarm and metric counts are the template's
   sqs        every SQS event source is capped by its mapping's MaximumConcurrency, not by
              reserved concurrency; a function sending to the queue that invokes it has
              RecursiveLoop: Allow (Lambda's loop detection)
@@ -342,18 +353,21 @@ def check_alarms(cfn, root):
                 fail("alarms", f"no {metric} alarm on {table}")
         indexes = {g["IndexName"] for g in t["Properties"].get("GlobalSecondaryIndexes", [])}
         index_count += len(indexes)
-        covered = {
-            d.get("Value")
-            for _, alarm in alarms.items()
-            for ns, m, dims in metric_of(alarm)
-            if m == "WriteThrottleEvents"
-            for d in dims
-            if d.get("Name") == "GlobalSecondaryIndexName"
-        }
-        if indexes - covered:
-            fail("alarms", f"index write throttling not alarmed for {sorted(indexes - covered)}")
-        if covered - indexes:
-            fail("alarms", f"alarm on indexes the table does not have: {sorted(covered - indexes)}")
+        # Writes (every job write updates an index) and reads (FETCH, the sweep and the
+        # admin API query them): an index's throttling is not the table's metric.
+        for metric, what in [("WriteThrottleEvents", "write"), ("ReadThrottleEvents", "read")]:
+            covered = {
+                d.get("Value")
+                for _, alarm in alarms.items()
+                for ns, m, dims in metric_of(alarm)
+                if m == metric
+                for d in dims
+                if d.get("Name") == "GlobalSecondaryIndexName"
+            }
+            if indexes - covered:
+                fail("alarms", f"index {what} throttling not alarmed for {sorted(indexes - covered)}")
+            if covered - indexes:
+                fail("alarms", f"alarm on indexes the table does not have: {sorted(covered - indexes)}")
     failure_queues = find_failure_queues(cfn)
     if not failure_queues:
         fail("alarms", "found no dead-letter or failure queue (the patterns no longer match)")
@@ -369,7 +383,7 @@ def check_alarms(cfn, root):
         if f'"{metric}"' not in sources:
             fail("alarms", f"alarm reads {metric}, which no Rust source emits")
     ok("alarms", f"{len(alarms)} alarms: {len(set(functions) - exempt)} functions x errors and "
-       f"throttles, API 5xx/latency, table+{index_count} index throttling, "
+       f"throttles, API 5xx/latency, table+{index_count} index read and write throttling, "
        f"failure queues {sorted(failure_queues)}, custom {sorted(m for m, _ in custom)}")
 
 
@@ -671,6 +685,161 @@ def check_stream(cfn, root):
     ok("stream", f"{want}; " + "; ".join(checked))
 
 
+ANY_METHOD = "x-amazon-apigateway-any-method"
+
+# Lambda keeps one resource-based policy per function, at most 20 KB (20 480 bytes; the
+# Lambda quotas page); SAM adds one lambda:InvokeFunction statement to it per HttpApi
+# event. A statement is about 500 bytes with the longest names CloudFormation may give
+# (estimate_statement), so 36 routes are about 18 KB: the limit here, ~10% short of the
+# quota. A function needing more routes: split it, or route it by {proxy+} and decide the
+# scope on the raw path.
+LAMBDA_POLICY_LIMIT = 20_480
+POLICY_BUDGET = 18_432  # 90% of LAMBDA_POLICY_LIMIT
+MAX_ROUTES_PER_FUNCTION = 36
+
+
+def estimate_statement(permission):
+    """The bytes of the policy statement a Lambda::Permission adds, with the longest names
+    CloudFormation may give: a 100-character statement id (the permission's physical id,
+    <stack>-<LogicalId>-<suffix>), a 64-character function name, the aws-us-gov
+    partition, a 14-character region, a 10-character API id."""
+    src = permission["Properties"].get("SourceArn")
+    if isinstance(src, dict) and "Fn::Sub" in src:
+        sub = src["Fn::Sub"]
+        text = sub[0] if isinstance(sub, list) else sub
+        for var, value in [("${AWS::Partition}", "aws-us-gov"), ("${AWS::Region}", "ap-southeast-2"),
+                           ("${AWS::AccountId}", "123456789012"), ("${__ApiId__}", "a" * 10),
+                           ("${__Stage__}", "*")]:
+            text = text.replace(var, value)
+        src = text
+    statement = {
+        "Sid": "s" * 100, "Effect": "Allow",
+        "Principal": {"Service": str(permission["Properties"].get("Principal"))},
+        "Action": "lambda:InvokeFunction",
+        "Resource": "arn:aws-us-gov:lambda:ap-southeast-2:123456789012:function:" + "f" * 64,
+        "Condition": {"ArnLike": {"AWS:SourceArn": str(src)}},
+    }
+    return len(json.dumps(statement, separators=(",", ":"))) + 1
+
+
+def check_routes(cfn):
+    _, body = api_body(cfn)
+    if body is None:
+        return
+    for path, ops in body.get("paths", {}).items():
+        if ANY_METHOD in ops:
+            names = [n for req in ops[ANY_METHOD].get("security", []) for n in req]
+            if names and names != ["NONE"]:
+                fail("routes", f"ANY {path} is behind the authorizer {names}: browsers' CORS "
+                     "preflights (OPTIONS, no Authorization) get 401, and the authorizer "
+                     "judges the route key 'ANY ...' as a write; declare each method")
+            else:
+                fail("routes", f"ANY {path}: declare each method (an ANY route also "
+                     "takes OPTIONS and every method the function does not serve)")
+    counts = {}
+    sizes = {}
+    for p in resources(cfn, "AWS::Lambda::Permission").values():
+        fn = refs(p["Properties"].get("FunctionName"))
+        for f in fn:
+            counts[f] = counts.get(f, 0) + 1
+            sizes[f] = sizes.get(f, 60) + estimate_statement(p)  # 60: the policy envelope
+    for f in sorted(counts):
+        if counts[f] > MAX_ROUTES_PER_FUNCTION:
+            fail("routes", f"{f} has {counts[f]} invoke permissions (one per HttpApi event), "
+                 f"more than {MAX_ROUTES_PER_FUNCTION}: its resource-based policy nears "
+                 f"Lambda's {LAMBDA_POLICY_LIMIT} bytes and the deploy would fail past it")
+        if sizes[f] > POLICY_BUDGET:
+            fail("routes", f"{f}'s resource-based policy may reach {sizes[f]} bytes, over "
+                 f"{POLICY_BUDGET} (Lambda refuses past {LAMBDA_POLICY_LIMIT})")
+    busiest = max(counts, key=counts.get) if counts else None
+    ok("routes", f"no ANY route; busiest function {busiest}: {counts.get(busiest)} of "
+       f"{MAX_ROUTES_PER_FUNCTION} invoke permissions, policy at most {sizes.get(busiest)} "
+       f"of {POLICY_BUDGET} bytes")
+
+
+# Lambda refuses reservations that leave fewer than this many of the account's
+# concurrency unreserved; the default account limit.
+UNRESERVED_MINIMUM = 100
+DEFAULT_ACCOUNT_CONCURRENCY = 1000
+
+PUSH_ARNS_ACCEPTED = [
+    "",
+    "arn:aws:lambda:us-east-1:123456789012:function:worker",
+    "arn:aws:lambda:eu-west-1:123456789012:function:a-b_c:live,"
+    "arn:aws-cn:lambda:cn-north-1:123456789012:function:other:$LATEST",
+]
+PUSH_ARNS_REFUSED = [
+    "arn:aws:lambda:us-east-1:123456789012:function:a, arn:aws:lambda:us-east-1:123456789012:function:b",
+    "arn:aws:lambda:us-east-1:123456789012:function:a,",
+    ",arn:aws:lambda:us-east-1:123456789012:function:a",
+    "worker",
+    "*",
+    "arn:aws:lambda:us-east-1:123456789012:*",
+]
+
+
+def check_params(cfn):
+    """Parameters whose bad values CloudFormation would only refuse half-way (a rolled back
+    deploy): PushFunctionArns (each entry a Resource of an IAM policy) and
+    ApiReservedConcurrency (each HTTP function reserves it)."""
+    params = cfn.get("Parameters", {})
+    arns = params.get("PushFunctionArns")
+    pattern = (arns or {}).get("AllowedPattern")
+    if not pattern:
+        fail("params", "PushFunctionArns has no AllowedPattern: 'a, b' or a trailing comma "
+             "makes the stream function's policy malformed and the deploy roll back")
+    else:
+        bad = [v for v in PUSH_ARNS_ACCEPTED if not re.fullmatch(pattern, v)]
+        bad += [v for v in PUSH_ARNS_REFUSED if re.fullmatch(pattern, v)]
+        for v in bad:
+            fail("params", f"PushFunctionArns AllowedPattern gets {v!r} wrong")
+    reserved = [
+        fn for fn, f in resources(cfn, "AWS::Lambda::Function").items()
+        if "ApiReservedConcurrency" in refs(f["Properties"].get("ReservedConcurrentExecutions"))
+    ]
+    most = (params.get("ApiReservedConcurrency") or {}).get("MaxValue")
+    room = DEFAULT_ACCOUNT_CONCURRENCY - UNRESERVED_MINIMUM
+    if not isinstance(most, int):
+        fail("params", "ApiReservedConcurrency has no MaxValue")
+    elif reserved and most * len(reserved) > room:
+        fail("params", f"ApiReservedConcurrency MaxValue {most} x {len(reserved)} functions "
+             f"= {most * len(reserved)} > {room}: Lambda keeps {UNRESERVED_MINIMUM} of the "
+             f"default {DEFAULT_ACCOUNT_CONCURRENCY} unreserved and would refuse the deploy")
+    ok("params", f"PushFunctionArns pattern right on {len(PUSH_ARNS_ACCEPTED) + len(PUSH_ARNS_REFUSED)} "
+       f"examples; ApiReservedConcurrency at most {most} x {len(reserved)} functions <= {room}")
+
+
+def check_docs(cfn, sam_path, root):
+    """What the documentation says of the template, held to it: the README's table of
+    `sam deploy --guided` prompts lists every parameter in template order (the order the
+    prompts come in), and docs/cost.md counts the alarms and the metrics they read (each
+    metric of an alarm is billed)."""
+    readme = Path(root, "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| Parameter (\w+) \|", readme, re.M)
+    # In the order of the SAM template (the translation reorders them).
+    sam = Path(sam_path).read_text(encoding="utf-8")
+    section = re.search(r"^Parameters:\n(.*?)^\S", sam, re.M | re.S)
+    params = re.findall(r"^  (\w+):", section[1], re.M) if section else []
+    if sorted(params) != sorted(cfn.get("Parameters", {})):
+        fail("docs", f"could not read the parameters of {sam_path} in order ({params})")
+    if listed != params:
+        fail("docs", f"README's prompt table lists parameters {listed}, the template asks "
+             f"{params} (missing {[p for p in params if p not in listed]}, extra "
+             f"{[p for p in listed if p not in params]})")
+    alarms = resources(cfn, "AWS::CloudWatch::Alarm")
+    metrics = sum(len(metric_of(a)) for a in alarms.values())
+    cost = Path(root, "docs/cost.md").read_text(encoding="utf-8")
+    m = re.search(r"(\d+) alarms reading (\d+) metrics[^|]*\| (\d+) \| (\d+\.\d\d) ", cost)
+    if not m:
+        fail("docs", "docs/cost.md has no line 'N alarms reading M metrics | M | USD'")
+    elif (int(m[1]), int(m[2]), int(m[3])) != (len(alarms), metrics, metrics) or \
+            m[4] != f"{metrics * 0.10:.2f}":
+        fail("docs", f"docs/cost.md counts {m[1]} alarms reading {m[2]} metrics (${m[4]}); "
+             f"the template has {len(alarms)} reading {metrics} (${metrics * 0.10:.2f})")
+    ok("docs", f"README prompt table lists the {len(params)} parameters in order; "
+       f"docs/cost.md: {len(alarms)} alarms reading {metrics} metrics")
+
+
 def check_sqs_sources(cfn):
     """Every SQS event source: scaled by its mapping's MaximumConcurrency (>= 2), never by
     reserved concurrency on its function (Lambda would throttle the poller, and messages
@@ -693,6 +862,13 @@ def check_sqs_sources(cfn):
         scaling = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
         if scaling is None:
             fail("sqs", f"{name} ({queue[0]} -> {fn}) has no ScalingConfig.MaximumConcurrency")
+        else:
+            # SQS's minimum is 2; a parameter must not allow less.
+            param = cfn.get("Parameters", {}).get(scaling.get("Ref")) if isinstance(scaling, dict) else None
+            least = (param or {}).get("MinValue") if isinstance(scaling, dict) else scaling
+            if not isinstance(least, int) or least < 2:
+                fail("sqs", f"{name}: MaximumConcurrency {scaling!r} may be {least!r}; it must "
+                     "be at least 2 (a parameter with MinValue 2 or more)")
         role = role_of(cfn, fn)
         sends_back = role is not None and any(
             st["Effect"] == "Allow"
@@ -784,6 +960,9 @@ def main():
     check_stream(cfn, root)
     check_sqs_sources(cfn)
     check_build(sam_path, root)
+    check_routes(cfn)
+    check_params(cfn)
+    check_docs(cfn, sam_path, root)
     if FAILED:
         for line in FAILED:
             print(f"Error: {line}", file=sys.stderr)

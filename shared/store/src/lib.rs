@@ -254,6 +254,15 @@ impl Store {
         self
     }
 
+    /// The same store with each sweep bounded by `budget`; see
+    /// [`StoreConfig::sweep_budget`].
+    pub fn with_sweep_budget(mut self, budget: Duration) -> Self {
+        let mut config = (*self.config).clone();
+        config.sweep_budget = budget;
+        self.config = Arc::new(config);
+        self
+    }
+
     /// The same store with each FETCH's claim attempts bounded by `budget`; see
     /// [`StoreConfig::fetch_budget`].
     pub fn with_fetch_budget(mut self, budget: Duration) -> Self {

@@ -3,10 +3,11 @@
 //! timer function (SQS event source; a loop in `make dev`) promotes it at that second.
 //! Work further out is handed over by the scheduler sweep once it comes within range.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use futures::stream::{self, StreamExt};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::JobId;
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,13 @@ use crate::Store;
 
 /// SQS's longest message delay.
 pub const MAX_DELAY: Duration = Duration::from_secs(900);
+
+/// Due-index queries the sweep's hand-over has in flight at once: 100 queues of 64
+/// shards (6 400 queries) take seconds, not the minutes one after another would.
+pub(crate) const HAND_OVER_CONCURRENCY: usize = 32;
+
+/// `SendMessageBatch` calls one [`Timer::schedule`] has in flight at once.
+const SEND_CONCURRENCY: usize = 8;
 
 /// What a timer message wakes up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,23 +105,34 @@ impl Timer {
                     .ok()
             })
             .collect();
-        for chunk in entries.chunks(10) {
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(chunk.to_vec()))
-                .send()
-                .await
-                .map_err(sqs_failure("timer queue"))?;
-            if !out.failed().is_empty() {
-                return Err(StoreError::Backend(format!(
-                    "timer queue refused {} messages",
-                    out.failed().len()
-                )));
+        // Batches of 10 (SQS's most), SEND_CONCURRENCY at a time.
+        let chunks: Vec<Vec<SendMessageBatchRequestEntry>> =
+            entries.chunks(10).map(<[_]>::to_vec).collect();
+        let mut sends = stream::iter(chunks)
+            .map(|chunk| async move {
+                let out = self
+                    .client
+                    .send_message_batch()
+                    .queue_url(&self.queue_url)
+                    .set_entries(Some(chunk))
+                    .send()
+                    .await
+                    .map_err(sqs_failure("timer queue"))?;
+                match out.failed().len() {
+                    0 => Ok(()),
+                    n => Err(StoreError::Backend(format!(
+                        "timer queue refused {n} messages"
+                    ))),
+                }
+            })
+            .buffer_unordered(SEND_CONCURRENCY);
+        let mut result = Ok(());
+        while let Some(sent) = sends.next().await {
+            if let Err(e) = sent {
+                result = Err(e);
             }
         }
-        Ok(())
+        result
     }
 }
 
@@ -173,43 +192,77 @@ impl Store {
 
     /// The sweep's hand-over: jobs and cron occurrences that come within the timer's
     /// range in the next minute get their message now.
+    ///
+    /// One due-index Query per queue x shard (and one of the cron partition, first),
+    /// [`HAND_OVER_CONCURRENCY`] at a time, started in the order of `queues` (the sweep
+    /// rotates them from its cursor). Queries stop at `read_by`; what was found is sent
+    /// in concurrent batches that stop at `send_by`. Partitions left unread are not lost
+    /// work: the sweep (or a FETCH) promotes their jobs when due, without the timer's
+    /// second accuracy. Returns how many partitions were left unread, or the last error
+    /// of a partition that could not be read (one partition never holds up the others).
     pub(crate) async fn hand_over_to_timer(
         &self,
         queues: &[ojs_core::QueueName],
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+        read_by: Instant,
+        send_by: Instant,
+    ) -> Result<usize, StoreError> {
         if self.timer.is_none() {
-            return Ok(());
+            return Ok(0);
         }
         let from = now
             + chrono::Duration::from_std(MAX_DELAY - Duration::from_secs(60)).unwrap_or_default();
         let to = now + chrono::Duration::from_std(MAX_DELAY).unwrap_or_default();
+        let shards = self.queue_shards();
+        let partitions: Vec<(bool, String)> =
+            std::iter::once((true, crate::keys::CRON_DUE_PK.to_owned()))
+                .chain(queues.iter().flat_map(|queue| {
+                    (0..shards).map(move |shard| (false, crate::keys::due_pk(queue, shard)))
+                }))
+                .collect();
+        let total = partitions.len();
+        let (from, to) = (&from, &to);
+        let mut reads = stream::iter(partitions)
+            .map(|(cron, pk)| async move { (cron, self.due_between(&pk, from, to).await) })
+            .buffer_unordered(HAND_OVER_CONCURRENCY);
         let mut targets = Vec::new();
         let mut failure = None;
-        // One partition that cannot be read never holds up the others.
-        for queue in queues {
-            for shard in 0..self.queue_shards() {
-                match self
-                    .due_between(&crate::keys::due_pk(queue, shard), &from, &to)
-                    .await
-                {
-                    Ok(due) => targets.extend(
-                        due.into_iter()
-                            .map(|(id, at)| (TimerTarget::Job { job_id: id }, at)),
-                    ),
-                    Err(e) => failure = Some(e),
-                }
+        let mut read = 0;
+        // Past `read_by` the queries in flight are dropped (reads: nothing half done).
+        while let Ok(Some((cron, due))) =
+            tokio::time::timeout_at(read_by.into(), reads.next()).await
+        {
+            read += 1;
+            match due {
+                Ok(due) if cron => targets.extend(
+                    due.into_iter()
+                        .map(|(name, at)| (TimerTarget::Cron { name }, at)),
+                ),
+                Ok(due) => targets.extend(
+                    due.into_iter()
+                        .map(|(id, at)| (TimerTarget::Job { job_id: id }, at)),
+                ),
+                Err(e) => failure = Some(e),
             }
         }
-        match self.due_between(crate::keys::CRON_DUE_PK, &from, &to).await {
-            Ok(due) => targets.extend(
-                due.into_iter()
-                    .map(|(name, at)| (TimerTarget::Cron { name }, at)),
-            ),
-            Err(e) => failure = Some(e),
+        drop(reads);
+        let left = total - read;
+        if left > 0 {
+            tracing::warn!(
+                partitions = total,
+                left,
+                "timer hand-over out of time; the sweep promotes the rest when due"
+            );
         }
-        self.arm_timer_at(targets, now).await;
-        failure.map_or(Ok(()), Err)
+        if tokio::time::timeout_at(send_by.into(), self.arm_timer_at(targets, now))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "timer hand-over sends out of time; the sweep promotes the rest when due"
+            );
+        }
+        failure.map_or(Ok(left), Err)
     }
 }
 

@@ -471,9 +471,44 @@ def leading_keys(st, operator):
     return st.get("Condition", {}).get(operator, {}).get("dynamodb:LeadingKeys", [])
 
 
+# The payload bucket's objects (large job requests, ojs_store::payloads): which function may
+# do what, on jobs/* of PayloadBucket only.
+PAYLOAD_ACTIONS = {
+    "JobsFunction": {"s3:PutObject", "s3:PutObjectTagging", "s3:GetObject", "s3:DeleteObject"},
+    "WorkersFunction": {"s3:GetObject"},
+    "CloudqFunction": {"s3:GetObject"},
+    "DeadLetterFunction": {"s3:GetObject"},
+    "AdminFunction": {"s3:GetObject"},
+    "StreamFunction": {"s3:GetObject", "s3:DeleteObject"},
+}
+PAYLOAD_RESOURCE = {"Fn::Sub": "${PayloadBucket.Arn}/jobs/*"}
+
+
+def check_payload_iam(fn, role):
+    s3 = [st for st in statements(role)
+          if any(str(a).startswith("s3:") for a in actions_of(st))]
+    granted = set()
+    for st in s3:
+        if st["Effect"] != "Allow":
+            continue
+        if st.get("Resource") != PAYLOAD_RESOURCE:
+            fail("iam", f"{fn}: S3 statement {st.get('Sid')} is not limited to {PAYLOAD_RESOURCE}")
+        granted |= set(actions_of(st))
+    allowed = PAYLOAD_ACTIONS.get(fn, set())
+    if granted - allowed:
+        fail("iam", f"{fn}: S3 actions {sorted(granted - allowed)} beyond {sorted(allowed)}")
+    if allowed - granted:
+        fail("iam", f"{fn}: lacks S3 actions {sorted(allowed - granted)} it needs")
+
+
 def check_iam(cfn):
     functions = resources(cfn, "AWS::Lambda::Function")
     roles = resources(cfn, "AWS::IAM::Role")
+    for fn, f in functions.items():
+        role_ref = f["Properties"].get("Role", {})
+        role = roles.get(role_ref.get("Fn::GetAtt", [None])[0]) if isinstance(role_ref, dict) else None
+        if role is not None:
+            check_payload_iam(fn, role)
     for fn, f in functions.items():
         role_ref = f["Properties"].get("Role", {})
         role = roles.get(role_ref.get("Fn::GetAtt", [None])[0]) if isinstance(role_ref, dict) else None
@@ -527,7 +562,8 @@ def check_iam(cfn):
                 fail("iam", f"{fn}: nothing denies it writes to the {partition} partition")
     ok("iam", "only KeysFunction writes APIKEYS, the authorizer only reads it, every other "
        "function is denied it; CRON and SCHEMAS are written only by their owners "
-       f"{REGISTRY_WRITERS}")
+       f"{REGISTRY_WRITERS}; S3 payload objects only on jobs/* of PayloadBucket, "
+       f"for {sorted(PAYLOAD_ACTIONS)}")
 
 
 # "Events and stats lag about a second" (docs): the longest batching window that keeps it.

@@ -11,6 +11,8 @@ cd "$ROOT"
 
 export OJS_PORT="${OJS_PORT:-8080}"
 export OJS_TABLE="${OJS_TABLE:-ojs-local}"
+# Requests over 256 KiB keep their args and meta here (moto serves S3; ojs-local makes it).
+export OJS_PAYLOAD_BUCKET="${OJS_PAYLOAD_BUCKET:-ojs-local-payloads}"
 export OJS_HOST="${OJS_HOST:-127.0.0.1}"
 # Local development serves without API keys unless asked (OJS_AUTH=api-key make dev;
 # create a key with `cargo run -p ojs-local --bin ojs-keys -- create <name>`).

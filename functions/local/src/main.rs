@@ -39,6 +39,16 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    // The bucket of large job requests (OJS_PAYLOAD_BUCKET), made here as the table is.
+    if let Some(payloads) = store.payloads() {
+        if let Err(e) = payloads.ensure_bucket().await {
+            eprintln!(
+                "ojs-local: cannot create or read bucket {}: {e}",
+                payloads.bucket()
+            );
+            std::process::exit(1);
+        }
+    }
     // The stream function's work (events, counters, metrics), in process: read from the
     // stream's start on a table just created, else from now on (the sweep repairs the
     // counters of changes made while nothing read the stream). Off when a deployed

@@ -15,8 +15,9 @@ mod features;
 // Every module keeps its crate-root name (`crate::claim`, `crate::item`, ...); where it
 // lives says its layer: `dynamo` <- `engine` <- `derived`, `features`.
 use derived::{counts, events, metrics, stream};
+pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
-use dynamo::{batch_read, error, item, keys, usage};
+use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
     backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition, unique,
 };
@@ -206,6 +207,9 @@ pub struct Store {
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
     observers: Vec<Arc<dyn ChangeObserver>>,
+    /// The bucket of requests too large for their item, when configured
+    /// (`OJS_PAYLOAD_BUCKET`); without it such a request is refused as today.
+    payloads: Option<Payloads>,
 }
 
 impl Store {
@@ -222,14 +226,22 @@ impl Store {
             quiet_due: Arc::default(),
             stream: None,
             observers: Vec::new(),
+            payloads: None,
         }
     }
 
     /// A store configured from the standard AWS environment (`AWS_ENDPOINT_URL*`,
-    /// region, credentials) and [`StoreConfig::from_env`].
+    /// region, credentials), [`StoreConfig::from_env`] and `OJS_PAYLOAD_BUCKET` (the S3
+    /// bucket of large requests; none by default).
     pub async fn from_env() -> Self {
         let sdk = aws_config::load_from_env().await;
-        let store = Self::new(client_for(&sdk), StoreConfig::from_env());
+        let mut store = Self::new(client_for(&sdk), StoreConfig::from_env());
+        if let Some(bucket) = std::env::var("OJS_PAYLOAD_BUCKET")
+            .ok()
+            .filter(|b| !b.is_empty())
+        {
+            store = store.with_payloads(Payloads::new(Payloads::client_from_env(&sdk), bucket));
+        }
         match std::env::var("OJS_TIMER_QUEUE_URL")
             .ok()
             .filter(|u| !u.is_empty())
@@ -237,6 +249,17 @@ impl Store {
             Some(url) => store.with_timer(Timer::new(aws_sdk_sqs::Client::new(&sdk), url)),
             None => store,
         }
+    }
+
+    /// Keeps requests too large for their item in this bucket.
+    pub fn with_payloads(mut self, payloads: Payloads) -> Self {
+        self.payloads = Some(payloads);
+        self
+    }
+
+    /// The bucket of large requests, when configured.
+    pub fn payloads(&self) -> Option<&Payloads> {
+        self.payloads.as_ref()
     }
 
     /// Arms second-accurate timers through this SQS queue.

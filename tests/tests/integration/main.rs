@@ -24,6 +24,7 @@ mod hostile;
 mod iam;
 mod lambda;
 mod observability;
+mod payloads;
 mod progress;
 mod proto;
 mod push;

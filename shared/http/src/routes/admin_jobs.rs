@@ -137,7 +137,7 @@ pub(crate) async fn get_job(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = stored_job(&app, &id).await?;
+    let job = app.store.full_job(stored_job(&app, &id).await?).await?;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 

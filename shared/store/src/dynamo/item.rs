@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::keys;
+use crate::payloads::{self, PayloadRef};
 
 /// A DynamoDB item.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -117,8 +118,10 @@ pub(crate) fn job_key(id: &JobId) -> Item {
     ])
 }
 
-/// Largest stored request (the `spec` attribute), leaving the rest of DynamoDB's 400 KB
-/// item to the status, the result and the error history.
+/// Largest request kept in its item (the `spec` attribute, as JSON), leaving the rest of
+/// DynamoDB's 400 KB item to the status, the result and the error history. A larger one
+/// keeps its `args` and `meta` in the payload bucket ([`crate::payloads`]), so every job
+/// that fits today is stored exactly as before, without an S3 call.
 pub(crate) const MAX_SPEC_BYTES: usize = 256 * 1024;
 
 /// Requests at least this long (as JSON) are stored deflated when that saves space.
@@ -129,7 +132,11 @@ const DEFLATE_FROM_BYTES: usize = 384;
 /// 2-4x, which keeps a job with 1 KiB of args under the 1 KB write unit. Readers accept
 /// both, so items written before stay readable.
 pub(crate) fn spec_attribute(spec: &JobSpec) -> (&'static str, AttributeValue) {
-    let text = Value::Object(spec.to_json()).to_string();
+    let mut json = spec.to_json();
+    // A request read with a payload reference carries it as a mark; the item's own
+    // attributes are its record.
+    json.remove(payloads::MARK);
+    let text = Value::Object(json).to_string();
     if text.len() >= DEFLATE_FROM_BYTES {
         let packed = miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 6);
         if packed.len() < text.len() {
@@ -165,6 +172,28 @@ fn spec_of(item: &Item) -> Result<Option<Value>, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("{SPEC_DEFLATED}: {e}")))
 }
 
+/// Whether a job's request fits its item ([`MAX_SPEC_BYTES`]).
+pub(crate) fn fits_item(job: &Job) -> bool {
+    ojs_core::validate::json_size(&Value::Object(job.spec.to_json())) <= MAX_SPEC_BYTES
+}
+
+/// Refuses a job whose request would be too large for the payload bucket, or whose
+/// request without `args` and `meta` would still crowd its item.
+pub(crate) fn check_offloaded_size(job: &Job, body: &[u8]) -> Result<(), StoreError> {
+    let rest = payloads::skeleton_of(&job.spec);
+    let rest = ojs_core::validate::json_size(&Value::Object(rest.to_json()));
+    let size = body.len() + rest;
+    if size > payloads::MAX_OFFLOADED_BYTES || rest > MAX_SPEC_BYTES {
+        return Err(StoreError::TooLarge(format!(
+            "job {} is {size} bytes stored ({rest} outside args and meta); the limits are {} \
+             and {MAX_SPEC_BYTES}",
+            job.id,
+            payloads::MAX_OFFLOADED_BYTES
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses a job whose request alone would crowd its item (fields such as `tags` or
 /// `unique` have no limit of their own below the 1 MiB body).
 pub(crate) fn check_spec_size(job: &Job) -> Result<(), StoreError> {
@@ -180,10 +209,33 @@ pub(crate) fn check_spec_size(job: &Job) -> Result<(), StoreError> {
 
 /// The full item of a freshly enqueued job.
 pub(crate) fn job_to_item(job: &Job, shards: u16) -> Item {
+    let (attr, spec) = spec_attribute(&job.spec);
+    item_with_spec(job, shards, attr, spec)
+}
+
+/// The full item of a freshly enqueued job whose `args` and `meta` are kept at `r`.
+pub(crate) fn offloaded_job_to_item(job: &Job, shards: u16, r: &PayloadRef) -> Item {
+    let (attr, spec) = spec_attribute(&payloads::skeleton_of(&job.spec));
+    let mut item = item_with_spec(job, shards, attr, spec);
+    item.insert(payloads::REF_ATTR.into(), s(&r.key));
+    item.insert(payloads::SHA_ATTR.into(), s(&r.sha256));
+    item.insert(payloads::BYTES_ATTR.into(), n(r.bytes));
+    item
+}
+
+/// The payload reference a job item keeps, if any.
+pub(crate) fn payload_ref_of(item: &Item) -> Option<PayloadRef> {
+    Some(PayloadRef {
+        key: get_s(item, payloads::REF_ATTR)?.to_owned(),
+        sha256: get_s(item, payloads::SHA_ATTR)?.to_owned(),
+        bytes: get_n(item, payloads::BYTES_ATTR)?,
+    })
+}
+
+fn item_with_spec(job: &Job, shards: u16, attr: &str, spec: AttributeValue) -> Item {
     let st = &job.status;
     let shard = keys::shard_of(&job.id, shards);
     let mut item = job_key(&job.id);
-    let (attr, spec) = spec_attribute(&job.spec);
     item.insert(attr.into(), spec);
     item.insert("state".into(), s(st.state.as_str()));
     item.insert("queue".into(), s(job.spec.queue.as_str()));
@@ -276,7 +328,13 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         .and_then(|raw| JobId::parse(raw).ok())
         .ok_or_else(|| corrupt("pk"))?;
     let spec_json = spec_of(item)?.ok_or_else(|| corrupt("spec"))?;
-    let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
+    let mut spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
+    // Args and meta kept in the payload bucket: the request is marked with where, and
+    // `Store::full_job` brings them (a half reference is corrupt, never an empty job).
+    if item.contains_key(payloads::REF_ATTR) {
+        let r = payload_ref_of(item).ok_or_else(|| corrupt("payload reference"))?;
+        spec.extensions.insert(payloads::MARK.into(), r.to_mark());
+    }
     let errors = match item.get("errors").and_then(|v| v.as_l().ok()) {
         Some(list) => list
             .iter()
@@ -372,6 +430,32 @@ mod tests {
             "{packed:?} of {text_len}"
         );
         assert_eq!(job_from_item(&item).ok(), Some(large));
+    }
+
+    #[test]
+    fn an_offloaded_job_keeps_its_reference_and_is_read_marked() {
+        let mut job = job_with_args(json!([]));
+        job.spec.args = vec![Value::String("x".repeat(MAX_SPEC_BYTES))];
+        assert!(!fits_item(&job));
+        let r = PayloadRef {
+            key: "jobs/t/id/u".into(),
+            sha256: "00".into(),
+            bytes: 7,
+        };
+        let item = offloaded_job_to_item(&job, 1, &r);
+        assert_eq!(payload_ref_of(&item), Some(r.clone()));
+        assert!(size_bound(&item) < 4096, "the args stayed in the item");
+        let read = job_from_item(&item).unwrap_or_else(|e| panic!("{e}"));
+        assert!(read.spec.args.is_empty());
+        assert_eq!(PayloadRef::from_spec(&read.spec).ok().flatten(), Some(r));
+        // Rewriting the request (a rate-limit reschedule) never stores the mark.
+        let (_, stored) = spec_attribute(&read.spec);
+        assert!(!format!("{stored:?}").contains(payloads::MARK));
+        // A reference without its digest is corrupt, not an empty job.
+        let mut half = item.clone();
+        half.remove(payloads::SHA_ATTR);
+        assert!(matches!(job_from_item(&half), Err(StoreError::Corrupt(_))));
+        assert!(fits_item(&job_with_args(json!([1]))));
     }
 
     #[test]

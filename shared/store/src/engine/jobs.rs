@@ -101,7 +101,8 @@ pub struct FailOutcome {
 impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
-        item::check_spec_size(job)?;
+        // Sizes are checked before anything is written (a refused job registers nothing).
+        let body = self.offload_body(job)?;
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
         self.register_queue(job.spec.queue.as_str()).await?;
         let policy = match &job.spec.unique {
@@ -119,14 +120,33 @@ impl Store {
             }
             return Ok(outcome);
         }
+        let payload = match body {
+            Some(body) => Some(self.offload(job, body).await?),
+            None => None,
+        };
+        let job_item = match &payload {
+            Some(r) => item::offloaded_job_to_item(job, self.queue_shards(), r),
+            None => item::job_to_item(job, self.queue_shards()),
+        };
         let out = self
             .put_item()
-            .set_item(Some(item::job_to_item(job, self.queue_shards())))
+            .set_item(Some(job_item))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match self.metered(Kind::Write, out) {
+        let out = self.metered(Kind::Write, out);
+        // The write took when it succeeded, or when a lost answer's retry finds this job.
+        let written = match &out {
+            Ok(_) => true,
+            Err(e) => {
+                is_condition_failure(e)
+                    && put_conflict_item(e).and_then(|i| i.get("created_at"))
+                        == Some(&ts(&job.status.created_at))
+            }
+        };
+        self.settle_offload(payload.as_ref(), written).await;
+        match out {
             Ok(_) => {
                 self.after_push(job).await;
                 Ok(PushOutcome::Created)
@@ -137,16 +157,21 @@ impl Store {
                 }
                 // The SDK retries a write whose answer was lost: the item it then finds
                 // may be this very job, recognised by its creation instant (immutable).
-                let existing = match e.as_service_error() {
-                    Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
-                    _ => None,
-                };
-                if existing.and_then(|i| i.get("created_at")) == Some(&ts(&job.status.created_at)) {
+                if written {
                     self.after_push(job).await;
                     return Ok(PushOutcome::Created);
                 }
                 Err(StoreError::Duplicate)
             }
+        }
+    }
+
+    /// Reads a job with a strongly consistent read, its request whole
+    /// ([`Store::full_job`]): what GET answers.
+    pub async fn get_full_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
+        match self.get_job(id).await? {
+            Some(job) => self.full_job(job).await.map(Some),
+            None => Ok(None),
         }
     }
 
@@ -410,5 +435,13 @@ pub(crate) fn conflict_from_old(old: Option<&Item>) -> StoreError {
         Some(item) => StoreError::Conflict {
             current: item::state_of(item),
         },
+    }
+}
+
+/// The item a failed conditional PutItem found.
+fn put_conflict_item(e: &SdkError<PutItemError, HttpResponse>) -> Option<&Item> {
+    match e.as_service_error() {
+        Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
+        _ => None,
     }
 }

@@ -316,7 +316,8 @@ impl Store {
     }
 
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job
-    /// still active after its lease or deadline, or waiting after its time.
+    /// still active after its lease or deadline, or waiting after its time; the job's
+    /// request whole ([`Store::full_job`]).
     pub async fn get_job_settled(
         &self,
         id: &ojs_core::JobId,
@@ -325,12 +326,16 @@ impl Store {
         let Some(job) = self.get_job(id).await? else {
             return Ok(None);
         };
-        match self.settle(&job, now).await? {
-            Some(settled) => Ok(Some(settled)),
+        let job = match self.settle(&job, now).await? {
+            Some(settled) => settled,
             // Lost a race with another writer: read what it wrote.
-            None if is_overdue(&job, now) => self.get_job(id).await,
-            None => Ok(Some(job)),
-        }
+            None if is_overdue(&job, now) => match self.get_job(id).await? {
+                Some(job) => job,
+                None => return Ok(None),
+            },
+            None => job,
+        };
+        self.full_job(job).await.map(Some)
     }
 }
 

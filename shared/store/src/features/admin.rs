@@ -164,7 +164,9 @@ impl Store {
             let job = item::job_from_item(&it)?;
             found.insert(job.id, job);
         }
-        Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+        let jobs = ids.iter().filter_map(|id| found.remove(id)).collect();
+        // Listings show the request: S3 GETs for the page's jobs that keep it there.
+        self.full_jobs(jobs).await
     }
 
     /// Puts a discarded or cancelled job back in its queue (attempt 0, errors cleared), as

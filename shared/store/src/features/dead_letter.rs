@@ -188,10 +188,12 @@ impl Store {
             let job = item::job_from_item(&it)?;
             found.insert(crate::keys::job_pk(&job.id), job);
         }
-        Ok(order
+        let jobs = order
             .into_iter()
             .filter_map(|pk| found.remove(&pk))
-            .collect())
+            .collect();
+        // The listing shows the request: S3 GETs for the jobs that keep it there.
+        self.full_jobs(jobs).await
     }
 
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.

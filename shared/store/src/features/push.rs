@@ -432,6 +432,11 @@ impl Store {
                 queue_settings.rate_limit.as_ref(),
             )
             .await;
+        // The endpoint is sent the whole request (its args may be in the payload bucket).
+        let claimed = match claimed {
+            Ok(Some(job)) => self.full_job(job).await.map(Some),
+            other => other,
+        };
         match claimed {
             Ok(Some(job)) => Ok(PushClaim::Claimed {
                 job: Box::new(job),

@@ -124,8 +124,14 @@ impl Store {
         let mut applied = Applied::default();
         let mut moves = self.moves();
         let mut events: Vec<Event> = Vec::new();
+        let mut payloads: Vec<String> = Vec::new();
         for change in changes.iter().filter(|c| c.is_job()) {
             applied.jobs += 1;
+            // A deleted job item (TTL, purge, dead letter or admin delete) takes its
+            // payload object with it: the one place that sees every deletion.
+            if let (Some(old), None) = (&change.old, &change.new) {
+                payloads.extend(item::payload_ref_of(old).map(|r| r.key));
+            }
             let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
             let (old, new) = match (read(&change.old), read(&change.new)) {
                 (Ok(old), Ok(new)) => (old, new),
@@ -148,7 +154,11 @@ impl Store {
         }
         self.print_metrics(&events);
         applied.events = events.len();
-        let (counted, stored) = futures::join!(self.count(moves), self.store_events(&events));
+        let (counted, stored, ()) = futures::join!(
+            self.count(moves),
+            self.store_events(&events),
+            self.delete_payloads(payloads)
+        );
         counted?;
         stored?;
         for observer in &self.observers {

@@ -1,0 +1,519 @@
+//! Job requests too large for their item, kept in S3 (a claim check, issue #32).
+//!
+//! A job whose request is over [`crate::item::MAX_SPEC_BYTES`] as JSON keeps its `args`
+//! and `meta` in an object of the payload bucket, `jobs/<table>/<job id>`; its item keeps
+//! the rest of the request (every field a transition reads: queue, priority, retry, rate
+//! limit, ...) with empty `args` and `meta`, and `spec_ref` (the object's key),
+//! `spec_sha256` (hex) and `spec_bytes` (N). Reads verify the digest and the length: a
+//! mismatch is [`StoreError::Corrupt`], never served.
+//!
+//! Orphans: the object is put tagged `ojs-pending=1` before the job's conditional write;
+//! the tag is set to `ojs-pending=0` once that write succeeded, and the object deleted (best effort) when
+//! it failed. A process dying in between leaves a tagged object, which the bucket's
+//! lifecycle rule expires after a day (infra/template.yaml). A job item's deletion (TTL,
+//! purge, dead letter delete) reaches the change stream with its old image, and the
+//! stream consumer deletes the object it names ([`Store::apply_changes`]).
+//!
+//! [`Store::apply_changes`]: crate::Store::apply_changes
+
+use aws_sdk_s3::primitives::ByteStream;
+use ojs_core::job::JobSpec;
+use ojs_core::JobId;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::StoreError;
+
+/// The tag an object carries until its job's item is written.
+pub(crate) const PENDING_TAG: &str = "ojs-pending=1";
+
+/// The key prefix every object of the store is under (the IAM policies name it).
+pub(crate) const KEY_PREFIX: &str = "jobs/";
+
+/// Largest stored request: the envelope limit (1 MiB, ojs_core::validate) with room for
+/// what the store adds; one job must also fit a Lambda answer (6 MB).
+pub(crate) const MAX_OFFLOADED_BYTES: usize = 4 * 1024 * 1024;
+
+/// Where a job's args and meta are kept, as its item records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PayloadRef {
+    /// The object's key.
+    pub(crate) key: String,
+    /// SHA-256 of the object's bytes, lower-case hex.
+    pub(crate) sha256: String,
+    /// The object's length.
+    pub(crate) bytes: u64,
+}
+
+/// The job attribute naming the object.
+pub(crate) const REF_ATTR: &str = "spec_ref";
+/// The job attribute holding the object's SHA-256.
+pub(crate) const SHA_ATTR: &str = "spec_sha256";
+/// The job attribute holding the object's length.
+pub(crate) const BYTES_ATTR: &str = "spec_bytes";
+
+/// The key a job's reference is kept under in its request's `extensions` between reading
+/// the item and resolving the reference ([`crate::Store::full_job`]); never stored (the
+/// item's own attributes are the record) and never shown once resolved.
+pub(crate) const MARK: &str = "~spec_ref";
+
+impl PayloadRef {
+    /// The mark put in an unresolved request's `extensions`.
+    pub(crate) fn to_mark(&self) -> Value {
+        serde_json::json!({"key": self.key, "sha256": self.sha256, "bytes": self.bytes})
+    }
+
+    /// The reference a request's mark holds, if any.
+    pub(crate) fn from_spec(spec: &JobSpec) -> Result<Option<Self>, StoreError> {
+        let Some(mark) = spec.extensions.get(MARK) else {
+            return Ok(None);
+        };
+        let field = |k: &str| mark.get(k);
+        match (
+            field("key").and_then(Value::as_str),
+            field("sha256").and_then(Value::as_str),
+            field("bytes").and_then(Value::as_u64),
+        ) {
+            (Some(key), Some(sha256), Some(bytes)) => Ok(Some(Self {
+                key: key.to_owned(),
+                sha256: sha256.to_owned(),
+                bytes,
+            })),
+            _ => Err(StoreError::Corrupt(
+                "an unreadable payload reference".into(),
+            )),
+        }
+    }
+}
+
+/// SHA-256 of `bytes` as lower-case hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The object body of a request: its `args` and `meta` as JSON.
+pub(crate) fn body_of(spec: &JobSpec) -> Vec<u8> {
+    serde_json::json!({"args": spec.args, "meta": spec.meta})
+        .to_string()
+        .into_bytes()
+}
+
+/// The request as its item keeps it: without `args` and `meta`.
+pub(crate) fn skeleton_of(spec: &JobSpec) -> JobSpec {
+    let mut skeleton = spec.clone();
+    skeleton.args = Vec::new();
+    skeleton.meta = Map::new();
+    skeleton
+}
+
+/// The full request: `skeleton` (the item's, with the mark) with the object's `args` and
+/// `meta`, once the object is checked against `r`.
+pub(crate) fn merge(
+    mut skeleton: JobSpec,
+    r: &PayloadRef,
+    body: &[u8],
+) -> Result<JobSpec, StoreError> {
+    let corrupt = |why: &str| StoreError::Corrupt(format!("payload {}: {why}", r.key));
+    if body.len() as u64 != r.bytes {
+        return Err(corrupt("its length differs from the job's record"));
+    }
+    if sha256_hex(body) != r.sha256 {
+        return Err(corrupt("its SHA-256 differs from the job's record"));
+    }
+    let Ok(Value::Object(mut parts)) = serde_json::from_slice::<Value>(body) else {
+        return Err(corrupt("not a JSON object"));
+    };
+    match (parts.remove("args"), parts.remove("meta")) {
+        (Some(Value::Array(args)), Some(Value::Object(meta))) => {
+            skeleton.args = args;
+            skeleton.meta = meta;
+        }
+        _ => return Err(corrupt("no args and meta")),
+    }
+    skeleton.extensions.remove(MARK);
+    Ok(skeleton)
+}
+
+/// The payload bucket: put, get and delete of job requests.
+#[derive(Clone, Debug)]
+pub struct Payloads {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl Payloads {
+    /// Payloads kept in `bucket` through `client`.
+    pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        Self {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+
+    /// An S3 client from the standard AWS environment; path-style addressing when an
+    /// endpoint is overridden (a local S3 such as moto has no per-bucket host names).
+    pub fn client_from_env(sdk: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
+        let overridden = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
+            .iter()
+            .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()));
+        let conf = aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(overridden)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+
+    /// The bucket's name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The key of `id`'s object for the table `table`.
+    pub(crate) fn key_of(table: &str, id: &JobId) -> String {
+        format!("{KEY_PREFIX}{table}/{id}")
+    }
+
+    /// Creates the bucket unless it exists (local use and tests).
+    pub async fn ensure_bucket(&self) -> Result<(), StoreError> {
+        if self
+            .client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        match self
+            .client
+            .create_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error().is_some_and(|s| {
+                    s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
+                }) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(backend("create bucket", e)),
+        }
+    }
+
+    /// Puts `body` at `key`, tagged pending.
+    pub(crate) async fn put_pending(
+        &self,
+        key: String,
+        body: Vec<u8>,
+    ) -> Result<PayloadRef, StoreError> {
+        let r = PayloadRef {
+            sha256: sha256_hex(&body),
+            bytes: body.len() as u64,
+            key,
+        };
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&r.key)
+            .content_type("application/json")
+            .tagging(PENDING_TAG)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| backend("put", e))?;
+        Ok(r)
+    }
+
+    /// Marks an object whose job is written as no longer pending (`ojs-pending=0`).
+    pub(crate) async fn confirm(&self, key: &str) -> Result<(), StoreError> {
+        // The tag set replaced by `ojs-pending=0` rather than removed: one IAM action
+        // (s3:PutObjectTagging) serves both the tagged PutObject and this, and moto
+        // refuses an empty tag set.
+        let tag = aws_sdk_s3::types::Tag::builder()
+            .key("ojs-pending")
+            .value("0")
+            .build()
+            .map_err(|e| StoreError::Backend(format!("S3 tagging: {e}")))?;
+        let written = aws_sdk_s3::types::Tagging::builder()
+            .tag_set(tag)
+            .build()
+            .map_err(|e| StoreError::Backend(format!("S3 tagging: {e}")))?;
+        self.client
+            .put_object_tagging()
+            .bucket(&self.bucket)
+            .key(key)
+            .tagging(written)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| backend("untag", e))
+    }
+
+    /// The object of `r`, checked against it, merged into `skeleton`.
+    pub(crate) async fn resolve(
+        &self,
+        skeleton: JobSpec,
+        r: &PayloadRef,
+    ) -> Result<JobSpec, StoreError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&r.key)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
+                    StoreError::Corrupt(format!("payload {} is missing", r.key))
+                } else {
+                    backend("get", e)
+                }
+            })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::Backend(format!("S3 get: {e}")))?
+            .into_bytes();
+        merge(skeleton, r, &body)
+    }
+
+    /// Deletes the object at `key` (deleting a missing one succeeds).
+    pub(crate) async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| backend("delete", e))
+    }
+
+    /// Overwrites the object at `key` (tests: a tampered payload).
+    #[doc(hidden)]
+    pub async fn overwrite(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| backend("put", e))
+    }
+
+    /// Whether an object exists at `key` (tests).
+    #[doc(hidden)]
+    pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
+            Err(e) => Err(backend("head", e)),
+        }
+    }
+
+    /// The tags of the object at `key` as `k=v` (tests).
+    #[doc(hidden)]
+    pub async fn tags(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let out = self
+            .client
+            .get_object_tagging()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| backend("get tags", e))?;
+        Ok(out
+            .tag_set()
+            .iter()
+            .map(|t| format!("{}={}", t.key(), t.value()))
+            .collect())
+    }
+}
+
+impl crate::Store {
+    /// The job with its `args` and `meta` brought back from the payload bucket when its
+    /// item keeps them there (one GET, checked); any other job as it is, without a call.
+    /// Every read that hands a job out (FETCH, GET, listings, push delivery) goes
+    /// through this or [`crate::Store::full_jobs`].
+    pub async fn full_job(&self, mut job: ojs_core::Job) -> Result<ojs_core::Job, StoreError> {
+        let Some(r) = PayloadRef::from_spec(&job.spec)? else {
+            return Ok(job);
+        };
+        let payloads = self.payloads.as_ref().ok_or_else(|| {
+            StoreError::Backend(format!(
+                "job {} keeps its request in S3, and no OJS_PAYLOAD_BUCKET is configured",
+                job.id
+            ))
+        })?;
+        job.spec = payloads.resolve(job.spec, &r).await?;
+        Ok(job)
+    }
+
+    /// [`crate::Store::full_job`] of each job, concurrently (S3 GETs only for those with
+    /// a reference).
+    pub async fn full_jobs(
+        &self,
+        jobs: Vec<ojs_core::Job>,
+    ) -> Result<Vec<ojs_core::Job>, StoreError> {
+        futures::future::try_join_all(jobs.into_iter().map(|j| self.full_job(j))).await
+    }
+
+    /// What of a job's request goes to the payload bucket (its `args` and `meta` as the
+    /// object's body), or none when it fits its item; [`StoreError::TooLarge`] when it
+    /// fits neither (or there is no bucket). Checked before anything is written.
+    pub(crate) fn offload_body(&self, job: &ojs_core::Job) -> Result<Option<Vec<u8>>, StoreError> {
+        if crate::item::fits_item(job) {
+            return Ok(None);
+        }
+        if self.payloads.is_none() || job.spec.unique.is_some() {
+            // Without a bucket (and, not yet offloaded, for a unique job) the limit is
+            // the item's, as before.
+            crate::item::check_spec_size(job)?;
+            return Ok(None);
+        }
+        let body = body_of(&job.spec);
+        crate::item::check_offloaded_size(job, &body)?;
+        Ok(Some(body))
+    }
+
+    /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
+    pub(crate) async fn offload(
+        &self,
+        job: &ojs_core::Job,
+        body: Vec<u8>,
+    ) -> Result<PayloadRef, StoreError> {
+        let payloads = self
+            .payloads
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("no payload bucket configured".into()))?;
+        // A key of its own per write: a PUSH refused as a duplicate id must not touch
+        // the object of the job that holds the id.
+        let key = format!(
+            "{}/{}",
+            Payloads::key_of(self.table(), &job.id),
+            uuid::Uuid::new_v4()
+        );
+        payloads.put_pending(key, body).await
+    }
+
+    /// After the job's write: untags its object when the write took, else deletes it.
+    /// Both best effort: what is left is expired by the lifecycle rule (still tagged) or
+    /// deleted with the job (untagged and referenced).
+    pub(crate) async fn settle_offload(&self, r: Option<&PayloadRef>, written: bool) {
+        let (Some(r), Some(payloads)) = (r, &self.payloads) else {
+            return;
+        };
+        let done = if written {
+            payloads.confirm(&r.key).await
+        } else {
+            payloads.delete(&r.key).await
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = %e, key = %r.key, written, "settling a job payload failed");
+        }
+    }
+
+    /// Deletes the objects of job items the stream saw deleted (best effort, logged).
+    pub(crate) async fn delete_payloads(&self, keys: Vec<String>) {
+        let Some(payloads) = &self.payloads else {
+            if !keys.is_empty() {
+                tracing::warn!(
+                    count = keys.len(),
+                    "deleted jobs keep payloads, and no OJS_PAYLOAD_BUCKET is configured"
+                );
+            }
+            return;
+        };
+        let deletions = keys.iter().map(|k| payloads.delete(k));
+        for (key, done) in keys.iter().zip(futures::future::join_all(deletions).await) {
+            if let Err(e) = done {
+                tracing::warn!(error = %e, %key, "deleting a deleted job's payload failed");
+            }
+        }
+    }
+}
+
+fn backend<E: std::fmt::Debug>(what: &str, e: E) -> StoreError {
+    StoreError::Backend(format!("S3 {what}: {e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ojs_core::NewJob;
+    use serde_json::json;
+
+    fn spec() -> JobSpec {
+        NewJob::from_json(json!({"type": "a.b", "args": [1, "x"], "meta": {"m": true},
+            "options": {"queue": "q", "priority": 3}}))
+        .map(|n| n.spec)
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn marked(spec: &JobSpec, r: &PayloadRef) -> JobSpec {
+        let mut s = skeleton_of(spec);
+        s.extensions.insert(MARK.into(), r.to_mark());
+        s
+    }
+
+    #[test]
+    fn a_request_split_into_skeleton_and_body_comes_back_whole() {
+        let full = spec();
+        let body = body_of(&full);
+        let r = PayloadRef {
+            key: "jobs/t/1".into(),
+            sha256: sha256_hex(&body),
+            bytes: body.len() as u64,
+        };
+        let skeleton = marked(&full, &r);
+        assert!(skeleton.args.is_empty() && skeleton.meta.is_empty());
+        assert_eq!(
+            PayloadRef::from_spec(&skeleton).ok().flatten(),
+            Some(r.clone())
+        );
+        assert_eq!(merge(skeleton, &r, &body).ok(), Some(full));
+    }
+
+    #[test]
+    fn a_tampered_or_cut_body_is_corrupt() {
+        let full = spec();
+        let body = body_of(&full);
+        let r = PayloadRef {
+            key: "jobs/t/1".into(),
+            sha256: sha256_hex(&body),
+            bytes: body.len() as u64,
+        };
+        let mut tampered = body.clone();
+        tampered[10] ^= 1;
+        for bad in [tampered, body[..body.len() - 1].to_vec(), Vec::new()] {
+            assert!(matches!(
+                merge(marked(&full, &r), &r, &bad),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn digest_is_the_standard_sha256() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -103,6 +103,16 @@ impl ErrorCode {
         }
     }
 
+    /// The code of an error in a job nested in a larger body (a cron template, a workflow
+    /// step or callback): `invalid_request`, but a size limit stays `envelope_too_large`,
+    /// as it is for the job pushed alone.
+    pub fn nested(self) -> Self {
+        match self {
+            Self::EnvelopeTooLarge => Self::EnvelopeTooLarge,
+            _ => Self::InvalidRequest,
+        }
+    }
+
     /// Whether a client may retry the same request unchanged.
     pub fn retryable(self) -> bool {
         matches!(
@@ -229,6 +239,17 @@ mod tests {
             assert_eq!(code.as_str(), s);
             assert_eq!(code.http_status(), status, "{s}");
             assert_eq!(code.retryable(), retryable, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_nested_job_keeps_only_the_size_limit_code() {
+        assert_eq!(
+            ErrorCode::EnvelopeTooLarge.nested(),
+            ErrorCode::EnvelopeTooLarge
+        );
+        for code in [ErrorCode::ValidationError, ErrorCode::InvalidPayload] {
+            assert_eq!(code.nested(), ErrorCode::InvalidRequest);
         }
     }
 

@@ -8,7 +8,7 @@ use axum::Router;
 use ojs_core::OjsError;
 use ojs_store::EventQuery;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::reply;
 use crate::conformance::{CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
@@ -83,14 +83,35 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "execution_timeout": true,
                 "pause_resume": true,
             },
-            "limits": {
-                "max_envelope_bytes": ojs_core::validate::MAX_ENVELOPE_BYTES,
-                "max_args_bytes": ojs_core::validate::MAX_ARGS_BYTES,
-                "max_meta_bytes": ojs_core::validate::MAX_META_BYTES,
-                "max_fetch_count": 100,
-            },
+            "limits": limits(),
         }),
     )
+}
+
+/// The manifest's `limits`: the fields of ojs-payload-limits.md §8.1 (here rather than
+/// under `extensions`, which the HTTP binding's §21.2 makes a list of names), and what
+/// else a client may plan on.
+fn limits() -> Value {
+    json!({
+        // The largest job accepted today is the request the store keeps in the job's
+        // DynamoDB item (JSON, before it is deflated), not the 1 MiB body read.
+        "max_envelope_bytes": ojs_store::MAX_STORED_REQUEST_BYTES,
+        "max_envelope_note": format!(
+            "the largest job stored today: its request as JSON (before it is deflated) \
+             must fit {} bytes of its DynamoDB item; bodies up to max_request_body_bytes \
+             are read, and a larger job in one is refused with 413 envelope_too_large",
+            ojs_store::MAX_STORED_REQUEST_BYTES
+        ),
+        "max_request_body_bytes": ojs_core::validate::MAX_ENVELOPE_BYTES,
+        "max_batch_body_bytes": crate::extract::MAX_BATCH_BYTES,
+        "max_meta_bytes": ojs_core::validate::MAX_META_BYTES,
+        "max_queue_name_bytes": ojs_core::QueueName::MAX_LEN,
+        "max_job_type_bytes": ojs_core::JobType::MAX_LEN,
+        "external_references": true,
+        "chunking": false,
+        "per_queue_limits": false,
+        "max_fetch_count": 100,
+    })
 }
 
 async fn get_health(State(app): State<AppState>) -> Response {

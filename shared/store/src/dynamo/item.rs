@@ -118,8 +118,10 @@ pub(crate) fn job_key(id: &JobId) -> Item {
 }
 
 /// Largest stored request (the `spec` attribute), leaving the rest of DynamoDB's 400 KB
-/// item to the status, the result and the error history.
-pub(crate) const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// item to the status, the result and the error history. Measured on the request as JSON
+/// before it is deflated, it is the largest job the store accepts today, below the 1 MiB
+/// envelope the HTTP layer reads (the manifest's `limits.max_envelope_bytes`).
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 
 /// Requests at least this long (as JSON) are stored deflated when that saves space.
 const DEFLATE_FROM_BYTES: usize = 384;

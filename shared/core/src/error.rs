@@ -33,6 +33,9 @@ pub enum ErrorCode {
     EnvelopeTooLarge,
     /// The request's media type is not supported.
     UnsupportedMediaType,
+    /// The request body's `Content-Encoding` is not one this server decodes
+    /// (ojs-payload-limits.md §9.3, `UnsupportedCompression`: 415).
+    UnsupportedCompression,
     /// The response media type requested by `Accept` cannot be produced.
     NotAcceptable,
     /// The HTTP method is not allowed on this path.
@@ -64,6 +67,7 @@ impl ErrorCode {
             Self::Unsupported => "unsupported",
             Self::EnvelopeTooLarge => "envelope_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UnsupportedCompression => "unsupported_compression",
             Self::NotAcceptable => "not_acceptable",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unauthenticated => "unauthenticated",
@@ -83,7 +87,7 @@ impl ErrorCode {
             Self::NotAcceptable => 406,
             Self::Duplicate | Self::Conflict => 409,
             Self::EnvelopeTooLarge => 413,
-            Self::UnsupportedMediaType => 415,
+            Self::UnsupportedMediaType | Self::UnsupportedCompression => 415,
             Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
             Self::RateLimited => 429,
             Self::BackendError | Self::Internal => 500,
@@ -142,6 +146,9 @@ impl ErrorCode {
                 "Keep envelopes under 1 MiB; pass references instead of blobs."
             }
             Self::UnsupportedMediaType => "Use Content-Type: application/openjobspec+json.",
+            Self::UnsupportedCompression => {
+                "Send the body uncompressed, or as GET /ojs/manifest lists in limits.supported_compression."
+            }
             Self::NotAcceptable => "Accept application/openjobspec+json or application/json.",
             Self::MethodNotAllowed => "See the OJS HTTP binding for the methods of this path.",
             Self::Unauthenticated => {
@@ -232,6 +239,12 @@ mod tests {
                 ErrorCode::EnvelopeTooLarge,
                 "envelope_too_large",
                 413,
+                false,
+            ),
+            (
+                ErrorCode::UnsupportedCompression,
+                "unsupported_compression",
+                415,
                 false,
             ),
         ];

@@ -532,7 +532,8 @@ fn cases() -> Vec<Case> {
     );
     version.headers.push(("ojs-version", "2.0".to_owned()));
     v.push(version);
-    // Sizes since ojs-payload-limits: `args` bounded only by the stored request.
+    // Sizes since ojs-payload-limits: `args` bounded only by the stored request, and
+    // compressed bodies bounded once inflated.
     let arg = |len: usize| {
         Body::Json(
             json!({"type": "poison.job", "args": ["x".repeat(len)], "options": {"queue": Q}}),
@@ -553,6 +554,47 @@ fn cases() -> Vec<Case> {
         arg(300_000),
         413,
         "envelope_too_large",
+    ));
+    let coded = |name, coding: &str, body: Vec<u8>, status, code| {
+        let mut case = c(
+            name,
+            Method::POST,
+            "/ojs/v1/jobs",
+            Body::Raw(body),
+            status,
+            code,
+        );
+        case.headers.push(("content-encoding", coding.to_owned()));
+        case
+    };
+    // Fifty gzip members of a MB of zeros each.
+    let bomb = {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let _ = enc.write_all(&vec![0u8; 1_000_000]);
+        enc.finish().unwrap_or_default().repeat(50)
+    };
+    v.push(coded(
+        "gzip bomb: 50 MB of zeros in 50 KB",
+        "gzip",
+        bomb,
+        413,
+        "envelope_too_large",
+    ));
+    // A zstd frame header asking for a 1 GiB window, and nothing else.
+    v.push(coded(
+        "zstd frame asking for a 1 GiB window",
+        "zstd",
+        vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xa0],
+        413,
+        "envelope_too_large",
+    ));
+    v.push(coded(
+        "Content-Encoding br",
+        "br",
+        b"{}".to_vec(),
+        415,
+        "unsupported_compression",
     ));
     v
 }

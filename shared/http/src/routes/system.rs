@@ -107,6 +107,7 @@ fn limits() -> Value {
         "max_meta_bytes": ojs_core::validate::MAX_META_BYTES,
         "max_queue_name_bytes": ojs_core::QueueName::MAX_LEN,
         "max_job_type_bytes": ojs_core::JobType::MAX_LEN,
+        "supported_compression": crate::decompress::SUPPORTED_COMPRESSION,
         "external_references": true,
         "chunking": false,
         "per_queue_limits": false,

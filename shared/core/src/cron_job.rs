@@ -187,7 +187,7 @@ impl CronJob {
         // Validate the template as every occurrence will be pushed, with the meta keys each
         // one adds (at their longest), so a registration accepted now can always fire.
         cron.job_for(&time::max()).map_err(|e| {
-            OjsError::invalid_request(format!("job_template: {}", e.message))
+            OjsError::new(e.code.nested(), format!("job_template: {}", e.message))
                 .with_path("$.job_template")
         })?;
         Ok(cron)
@@ -340,11 +340,15 @@ mod tests {
 
     #[test]
     fn a_template_that_could_not_fire_is_refused_at_registration() {
-        // Meta that fits PUSH's 16 KiB alone but not with cron_name and cron_triggered_at.
+        // Meta that fits PUSH's 64 KiB alone but not with cron_name and cron_triggered_at:
+        // refused as PUSH would refuse the occurrence.
         let pad = "x".repeat(crate::validate::MAX_META_BYTES - 20);
         let too_big = CronJob::from_json(json!({"name": "big", "expression": "@every 2s",
             "job_template": {"type": "a.b", "meta": {"pad": pad}}}));
-        assert!(too_big.is_err());
+        assert_eq!(
+            too_big.err().map(|e| e.code),
+            Some(crate::ErrorCode::EnvelopeTooLarge)
+        );
         let ok = CronJob::from_json(json!({"name": "small", "expression": "@every 2s",
             "job_template": {"type": "a.b", "meta": {"pad": "x"}}}))
         .unwrap_or_else(|e| panic!("{e}"));

@@ -33,6 +33,9 @@ pub enum ErrorCode {
     EnvelopeTooLarge,
     /// The request's media type is not supported.
     UnsupportedMediaType,
+    /// The request body's `Content-Encoding` is not one this server decodes
+    /// (ojs-payload-limits.md §9.3, `UnsupportedCompression`: 415).
+    UnsupportedCompression,
     /// The response media type requested by `Accept` cannot be produced.
     NotAcceptable,
     /// The HTTP method is not allowed on this path.
@@ -64,6 +67,7 @@ impl ErrorCode {
             Self::Unsupported => "unsupported",
             Self::EnvelopeTooLarge => "envelope_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UnsupportedCompression => "unsupported_compression",
             Self::NotAcceptable => "not_acceptable",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unauthenticated => "unauthenticated",
@@ -83,7 +87,7 @@ impl ErrorCode {
             Self::NotAcceptable => 406,
             Self::Duplicate | Self::Conflict => 409,
             Self::EnvelopeTooLarge => 413,
-            Self::UnsupportedMediaType => 415,
+            Self::UnsupportedMediaType | Self::UnsupportedCompression => 415,
             Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
             Self::RateLimited => 429,
             Self::BackendError | Self::Internal => 500,
@@ -100,6 +104,16 @@ impl ErrorCode {
             | Self::SchemaValidation
             | Self::ValidationError => "validation_error",
             other => other.as_str(),
+        }
+    }
+
+    /// The code of an error in a job nested in a larger body (a cron template, a workflow
+    /// step or callback): `invalid_request`, but a size limit stays `envelope_too_large`,
+    /// as it is for the job pushed alone.
+    pub fn nested(self) -> Self {
+        match self {
+            Self::EnvelopeTooLarge => Self::EnvelopeTooLarge,
+            _ => Self::InvalidRequest,
         }
     }
 
@@ -132,6 +146,9 @@ impl ErrorCode {
                 "Keep envelopes under 1 MiB; pass references instead of blobs."
             }
             Self::UnsupportedMediaType => "Use Content-Type: application/openjobspec+json.",
+            Self::UnsupportedCompression => {
+                "Send the body uncompressed, or as GET /ojs/manifest lists in limits.supported_compression."
+            }
             Self::NotAcceptable => "Accept application/openjobspec+json or application/json.",
             Self::MethodNotAllowed => "See the OJS HTTP binding for the methods of this path.",
             Self::Unauthenticated => {
@@ -224,11 +241,28 @@ mod tests {
                 413,
                 false,
             ),
+            (
+                ErrorCode::UnsupportedCompression,
+                "unsupported_compression",
+                415,
+                false,
+            ),
         ];
         for (code, s, status, retryable) in table {
             assert_eq!(code.as_str(), s);
             assert_eq!(code.http_status(), status, "{s}");
             assert_eq!(code.retryable(), retryable, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_nested_job_keeps_only_the_size_limit_code() {
+        assert_eq!(
+            ErrorCode::EnvelopeTooLarge.nested(),
+            ErrorCode::EnvelopeTooLarge
+        );
+        for code in [ErrorCode::ValidationError, ErrorCode::InvalidPayload] {
+            assert_eq!(code.nested(), ErrorCode::InvalidRequest);
         }
     }
 

@@ -626,6 +626,23 @@ mod tests {
         assert_eq!(job.to_json()["attempt"], 0);
     }
 
+    /// ojs-payload-limits.md §4.2-4.3: `meta` up to 65,536 bytes of JSON, refused with
+    /// `envelope_too_large` beyond; `args` bounded only by the envelope.
+    #[test]
+    fn meta_is_limited_to_64_kib_and_args_only_by_the_envelope() {
+        // `{"m":"..."}` is 8 bytes of JSON around the string.
+        let meta = |len: usize| json!({"type": "a", "args": [], "meta": {"m": "x".repeat(len)}});
+        assert!(parse(meta(65_536 - 8)).is_ok());
+        let over = parse(meta(65_536 - 7)).err();
+        assert_eq!(
+            over.as_ref().map(|e| e.code),
+            Some(crate::ErrorCode::EnvelopeTooLarge)
+        );
+        assert!(over.is_some_and(|e| e.message.contains("65536")));
+        let args = json!({"type": "a", "args": ["x".repeat(validate::MAX_ENVELOPE_BYTES)]});
+        assert!(parse(args).is_ok());
+    }
+
     #[test]
     fn future_schedule_means_scheduled() {
         let n = parse(

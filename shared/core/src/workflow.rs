@@ -116,6 +116,11 @@ fn bad(message: impl Into<String>, path: &str) -> OjsError {
     OjsError::invalid_request(message).with_path(path)
 }
 
+/// The error of the job at `path` (a step or a callback), under that path.
+fn nested(e: &OjsError, path: &str) -> OjsError {
+    OjsError::new(e.code.nested(), format!("{path}: {}", e.message)).with_path(path)
+}
+
 /// The names of batch callbacks, as `callbacks` keys and as callback step markers.
 const CALLBACK_NAMES: [&str; 3] = ["on_complete", "on_success", "on_failure"];
 
@@ -175,8 +180,7 @@ fn callback_template(
         );
         meta.insert("callback".into(), "on_complete".into());
     }
-    NewJob::from_json(Value::Object(fired))
-        .map_err(|e| bad(format!("{path}: {}", e.message), path))?;
+    NewJob::from_json(Value::Object(fired)).map_err(|e| nested(&e, path))?;
     Ok(t)
 }
 
@@ -285,8 +289,7 @@ impl WorkflowSpec {
             pending_deps.push(deps);
             obj.entry("args")
                 .or_insert_with(|| Value::Array(Vec::new()));
-            let job = NewJob::from_json(Value::Object(obj))
-                .map_err(|e| bad(format!("{path}: {}", e.message), &path))?;
+            let job = NewJob::from_json(Value::Object(obj)).map_err(|e| nested(&e, &path))?;
             steps.push(Step {
                 id,
                 job,
@@ -737,6 +740,9 @@ mod tests {
         let pad = "x".repeat(crate::validate::MAX_META_BYTES - 20);
         let body = json!({"type": "batch", "jobs": [{"type": "a"}],
             "callbacks": {"on_complete": {"type": "cb", "meta": {"pad": pad}}}});
-        assert!(WorkflowSpec::from_json(body).is_err());
+        assert_eq!(
+            WorkflowSpec::from_json(body).err().map(|e| e.code),
+            Some(crate::ErrorCode::EnvelopeTooLarge)
+        );
     }
 }

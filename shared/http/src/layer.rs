@@ -167,16 +167,7 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
     let kind = Envelopes::of(&method, &path);
     let negotiated = match principal {
         Err(err) => Err(err),
-        // `/metrics` answers Prometheus text whatever a scraper accepts.
-        Ok(_) if negotiate::produces_text(&method, &path) => negotiate::decode_request(req, kind)
-            .await
-            .map(|req| (req, Format::Json)),
-        Ok(_) => match negotiate::response_format(req.headers(), kind) {
-            Err(err) => Err(err),
-            Ok(format) => negotiate::decode_request(req, kind)
-                .await
-                .map(|req| (req, format)),
-        },
+        Ok(_) => negotiate_request(req, &method, &path, kind).await,
     };
     let mut res = match negotiated {
         Err(err) => ApiError(err).into_response(),
@@ -244,6 +235,26 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         "request"
     );
     res
+}
+
+/// The answer's format, then the body as its handler reads it: decompressed
+/// (`Content-Encoding`), then translated from Protobuf. A 406 is decided before the body
+/// is read.
+async fn negotiate_request(
+    req: Request<Body>,
+    method: &Method,
+    path: &str,
+    kind: Envelopes,
+) -> Result<(Request<Body>, Format), OjsError> {
+    // `/metrics` answers Prometheus text whatever a scraper accepts.
+    let format = if negotiate::produces_text(method, path) {
+        Format::Json
+    } else {
+        negotiate::response_format(req.headers(), kind)?
+    };
+    let req = crate::decompress::decode_request(req, kind.body_limit()).await?;
+    let req = negotiate::decode_request(req, kind).await?;
+    Ok((req, format))
 }
 
 /// The client's `X-Request-Id` when it is printable and short, else `req_<uuidv7>`.

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod authorizer;
 pub mod conformance;
 mod cors;
+mod decompress;
 mod dialect;
 mod error;
 mod extract;

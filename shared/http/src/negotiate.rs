@@ -55,6 +55,15 @@ impl Envelopes {
             _ => Self::None,
         }
     }
+
+    /// The largest body the endpoint reads, after any `Content-Encoding` is undone: a
+    /// batch's, or one envelope's.
+    pub(crate) fn body_limit(self) -> usize {
+        match self {
+            Self::Batch => MAX_BATCH_BYTES,
+            _ => MAX_ENVELOPE_BYTES,
+        }
+    }
 }
 
 /// Whether the route answers text of its own (`GET /metrics`: Prometheus text), which
@@ -156,16 +165,13 @@ pub(crate) async fn decode_request(
     if essence != OJS_PROTO {
         return Ok(req);
     }
-    let limit = match kind {
-        Envelopes::Push => MAX_ENVELOPE_BYTES,
-        Envelopes::Batch => MAX_BATCH_BYTES,
-        _ => {
-            return Err(OjsError::new(
-                ErrorCode::UnsupportedMediaType,
-                "Protobuf bodies are accepted by PUSH and batch PUSH only; send JSON here",
-            ))
-        }
-    };
+    if !matches!(kind, Envelopes::Push | Envelopes::Batch) {
+        return Err(OjsError::new(
+            ErrorCode::UnsupportedMediaType,
+            "Protobuf bodies are accepted by PUSH and batch PUSH only; send JSON here",
+        ));
+    }
+    let limit = kind.body_limit();
     let (mut parts, body) = req.into_parts();
     let declared = crate::extract::declared_length(&parts.headers);
     let bytes = crate::extract::read_limited(body, declared, limit).await?;

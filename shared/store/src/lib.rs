@@ -39,6 +39,7 @@ pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::{EventPage, EventQuery};
+pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;
 pub use push::{

@@ -1,6 +1,7 @@
 //! Hostile and broken input, table-driven over every endpoint: malformed JSON, wrong
 //! types, missing fields, bodies over the limits, deep nesting, invalid UTF-8, invalid
-//! ids, wrong media types, unknown paths and methods. Each case gets its status and an
+//! ids, wrong media types, unknown or corrupt content codings and decompression bombs,
+//! unknown paths and methods. Each case gets its status and an
 //! OJS error body (`{"error": {"code", "message", "retryable": false, "request_id"}}`),
 //! and afterwards the table holds exactly what it held before: nothing was written.
 
@@ -16,6 +17,7 @@ struct Case {
     method: Method,
     path: String,
     content_type: Option<&'static str>,
+    content_encoding: Option<&'static str>,
     body: Vec<u8>,
     status: u16,
     code: &'static str,
@@ -32,6 +34,7 @@ fn case(
         method,
         path: path.to_owned(),
         content_type: Some(OJS_JSON),
+        content_encoding: None,
         body: body.into(),
         status,
         code,
@@ -40,6 +43,32 @@ fn case(
 
 fn json_case(method: Method, path: &str, body: Value, status: u16, code: &'static str) -> Case {
     case(method, path, body.to_string(), status, code)
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let _ = enc.write_all(data);
+    enc.finish().unwrap_or_default()
+}
+
+fn zstd(data: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+/// Blanks of twice `limit`, packed with gzip and with zstd (a few KB each): one packed
+/// MiB repeated (gzip members, zstd frames), since packing the whole would be slow in a
+/// debug build.
+fn bombs(limit: usize) -> (Vec<u8>, Vec<u8>) {
+    let mib = vec![b' '; 1024 * 1024];
+    let times = 2 * limit / mib.len();
+    (gzip(&mib).repeat(times), zstd(&mib).repeat(times))
+}
+
+/// A body in `coding`.
+fn encoded(mut c: Case, coding: &'static str) -> Case {
+    c.content_encoding = Some(coding);
+    c
 }
 
 /// About 870 KB of short strings: under the 1 MiB body limit, over a 400 KB item.
@@ -116,6 +145,32 @@ fn cases(held: &str) -> Vec<Case> {
             "x".repeat(limit + 10)
         );
         cases.push(case(method.clone(), &path, huge, 413, "envelope_too_large"));
+        // Compressed: the limit applies to the body inflated, which is never inflated past
+        // it (a few KB that inflate to twice the limit); a coding the server does not
+        // decode is 415, a body that is not what its coding says 400.
+        let (gz, zst) = bombs(limit);
+        cases.push(encoded(
+            case(method.clone(), &path, gz, 413, "envelope_too_large"),
+            "gzip",
+        ));
+        cases.push(encoded(
+            case(method.clone(), &path, zst, 413, "envelope_too_large"),
+            "zstd",
+        ));
+        for coding in ["gzip", "zstd"] {
+            let c = case(method.clone(), &path, "{}", 400, "invalid_payload");
+            cases.push(encoded(c, coding));
+        }
+        for coding in ["br", "deflate", "gzip, zstd"] {
+            let c = case(
+                method.clone(),
+                &path,
+                gzip(b"{}"),
+                415,
+                "unsupported_compression",
+            );
+            cases.push(encoded(c, coding));
+        }
         // The admin rate-limit endpoint (not part of the binding) answers any invalid
         // policy, whatever its shape, with the rate-limit parser's 422 validation_error.
         let (status, code) = if path.ends_with("/rate-limit") {
@@ -136,8 +191,9 @@ fn cases(held: &str) -> Vec<Case> {
     let push = |body: Value, status: u16, code: &'static str| {
         json_case(Method::POST, "/ojs/v1/jobs", body, status, code)
     };
-    let big_args = json!({"type": "a", "args": ["x".repeat(64 * 1024)]});
-    let big_meta = json!({"type": "a", "args": [], "meta": {"m": "x".repeat(16 * 1024)}});
+    // `args` has no limit of its own; a job must fit the request the store keeps.
+    let big_args = json!({"type": "a", "args": ["x".repeat(ojs_store::MAX_STORED_REQUEST_BYTES)]});
+    let big_meta = json!({"type": "a", "args": [], "meta": {"m": "x".repeat(64 * 1024)}});
     for (body, status, code) in [
         (json!([1, 2]), 400, "invalid_request"),
         (json!({"args": []}), 400, "invalid_request"),
@@ -775,6 +831,9 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         if let Some(ct) = c.content_type {
             req = req.header("content-type", ct);
         }
+        if let Some(coding) = c.content_encoding {
+            req = req.header("content-encoding", coding);
+        }
         let res = req.send().await?;
         let status = res.status().as_u16();
         let content_type = res
@@ -788,10 +847,11 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
         let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
         let shown = String::from_utf8_lossy(&c.body);
         let label = format!(
-            "#{n} {} {} [{}] {:.80}",
+            "#{n} {} {} [{} {}] {:.80}",
             c.method,
             c.path.chars().take(80).collect::<String>(),
             c.content_type.unwrap_or("-"),
+            c.content_encoding.unwrap_or("-"),
             shown
         );
         let err = &body["error"];

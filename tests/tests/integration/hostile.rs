@@ -83,8 +83,8 @@ const U64_MAX: &str = "18446744073709551615";
 
 fn cases() -> Vec<Case> {
     let huge = "P100000000D";
-    let big_meta = json!({"m": "x".repeat(16 * 1024)});
-    let near_meta = json!({"m": "x".repeat(16 * 1024 - 16)});
+    let big_meta = json!({"m": "x".repeat(64 * 1024)});
+    let near_meta = json!({"m": "x".repeat(64 * 1024 - 16)});
     let step =
         |id: &str| json!({"id": id, "type": "poison.step", "args": [], "options": {"queue": Q}});
     let template = |meta: Value| json!({"type": "poison.cron", "args": [], "options": {"queue": Q}, "meta": meta});
@@ -237,7 +237,7 @@ fn cases() -> Vec<Case> {
             "invalid_payload",
         ),
         c(
-            "meta over 16 KiB",
+            "meta over 64 KiB",
             Method::POST,
             "/ojs/v1/jobs",
             Body::Json(
@@ -401,11 +401,11 @@ fn cases() -> Vec<Case> {
             "invalid_request",
         ),
         post(
-            "cron template meta near 16 KiB (over with the fire meta)",
+            "cron template meta near 64 KiB (over with the fire meta)",
             "/ojs/v1/cron",
             json!({"name": "h-meta", "expression": "@hourly", "job_template": template(near_meta)}),
-            400,
-            "invalid_request",
+            413,
+            "envelope_too_large",
         ),
         post(
             "cron template timeout_ms 1e16",
@@ -438,11 +438,11 @@ fn cases() -> Vec<Case> {
         ),
         // Workflows.
         post(
-            "workflow callback meta of 16 KiB",
+            "workflow callback meta of 64 KiB",
             "/ojs/v1/workflows",
             json!({"type": "batch", "jobs": [step("a")], "callbacks": {"on_complete": {"type": "poison.cb", "args": [], "options": {"queue": Q}, "meta": big_meta}}}),
-            400,
-            "invalid_request",
+            413,
+            "envelope_too_large",
         ),
         post(
             "workflow step timeout_ms 1e16",
@@ -532,6 +532,70 @@ fn cases() -> Vec<Case> {
     );
     version.headers.push(("ojs-version", "2.0".to_owned()));
     v.push(version);
+    // Sizes since ojs-payload-limits: `args` bounded only by the stored request, and
+    // compressed bodies bounded once inflated.
+    let arg = |len: usize| {
+        Body::Json(
+            json!({"type": "poison.job", "args": ["x".repeat(len)], "options": {"queue": Q}}),
+        )
+    };
+    v.push(c(
+        "one argument of 200,000 characters (handled)",
+        Method::POST,
+        "/ojs/v1/jobs",
+        arg(200_000),
+        201,
+        "",
+    ));
+    v.push(c(
+        "one argument of 300,000 characters (over the stored request)",
+        Method::POST,
+        "/ojs/v1/jobs",
+        arg(300_000),
+        413,
+        "envelope_too_large",
+    ));
+    let coded = |name, coding: &str, body: Vec<u8>, status, code| {
+        let mut case = c(
+            name,
+            Method::POST,
+            "/ojs/v1/jobs",
+            Body::Raw(body),
+            status,
+            code,
+        );
+        case.headers.push(("content-encoding", coding.to_owned()));
+        case
+    };
+    // Fifty gzip members of a MB of zeros each.
+    let bomb = {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let _ = enc.write_all(&vec![0u8; 1_000_000]);
+        enc.finish().unwrap_or_default().repeat(50)
+    };
+    v.push(coded(
+        "gzip bomb: 50 MB of zeros in 50 KB",
+        "gzip",
+        bomb,
+        413,
+        "envelope_too_large",
+    ));
+    // A zstd frame header asking for a 1 GiB window, and nothing else.
+    v.push(coded(
+        "zstd frame asking for a 1 GiB window",
+        "zstd",
+        vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xa0],
+        413,
+        "envelope_too_large",
+    ));
+    v.push(coded(
+        "Content-Encoding br",
+        "br",
+        b"{}".to_vec(),
+        415,
+        "unsupported_compression",
+    ));
     v
 }
 

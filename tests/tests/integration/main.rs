@@ -23,6 +23,7 @@ mod fuzz_http;
 mod hostile;
 mod iam;
 mod lambda;
+mod limits;
 mod observability;
 mod payloads;
 mod progress;

@@ -8,7 +8,7 @@ use axum::Router;
 use ojs_core::OjsError;
 use ojs_store::EventQuery;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::reply;
 use crate::conformance::{CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
@@ -83,14 +83,46 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "execution_timeout": true,
                 "pause_resume": true,
             },
-            "limits": {
-                "max_envelope_bytes": ojs_core::validate::MAX_ENVELOPE_BYTES,
-                "max_args_bytes": ojs_core::validate::MAX_ARGS_BYTES,
-                "max_meta_bytes": ojs_core::validate::MAX_META_BYTES,
-                "max_fetch_count": 100,
-            },
+            "limits": limits(app.store.payloads().is_some()),
         }),
     )
+}
+
+/// The manifest's `limits`: the fields of ojs-payload-limits.md §8.1 (here rather than
+/// under `extensions`, which the HTTP binding's §21.2 makes a list of names), and what
+/// else a client may plan on. `offloading`: the store keeps large requests in the payload
+/// bucket (`OJS_PAYLOAD_BUCKET`), so a job pushed alone may be as large as the body read.
+fn limits(offloading: bool) -> Value {
+    let stored = ojs_store::MAX_STORED_REQUEST_BYTES;
+    let (max_envelope, note) = if offloading {
+        (
+            ojs_core::validate::MAX_ENVELOPE_BYTES,
+            format!(
+                "a job pushed alone may be as large as the body read: its args and meta go                  to the payload bucket past {stored} bytes; a job inside a batch, workflow                  or cron template must fit {stored} bytes as JSON"
+            ),
+        )
+    } else {
+        (
+            stored,
+            format!(
+                "the largest job stored without a payload bucket: its request as JSON                  (before it is deflated) must fit {stored} bytes of its DynamoDB item;                  bodies up to max_request_body_bytes are read, and a larger job in one is                  refused with 413 envelope_too_large"
+            ),
+        )
+    };
+    json!({
+        "max_envelope_bytes": max_envelope,
+        "max_envelope_note": note,
+        "max_request_body_bytes": ojs_core::validate::MAX_ENVELOPE_BYTES,
+        "max_batch_body_bytes": crate::extract::MAX_BATCH_BYTES,
+        "max_meta_bytes": ojs_core::validate::MAX_META_BYTES,
+        "max_queue_name_bytes": ojs_core::QueueName::MAX_LEN,
+        "max_job_type_bytes": ojs_core::JobType::MAX_LEN,
+        "supported_compression": crate::decompress::SUPPORTED_COMPRESSION,
+        "external_references": true,
+        "chunking": false,
+        "per_queue_limits": false,
+        "max_fetch_count": 100,
+    })
 }
 
 async fn get_health(State(app): State<AppState>) -> Response {

@@ -122,7 +122,7 @@ pub(crate) fn job_key(id: &JobId) -> Item {
 /// DynamoDB's 400 KB item to the status, the result and the error history. A larger one
 /// keeps its `args` and `meta` in the payload bucket ([`crate::payloads`]), so every job
 /// that fits today is stored exactly as before, without an S3 call.
-pub(crate) const MAX_SPEC_BYTES: usize = 256 * 1024;
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 
 /// Requests at least this long (as JSON) are stored deflated when that saves space.
 const DEFLATE_FROM_BYTES: usize = 384;

@@ -100,6 +100,12 @@ impl Store {
         created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<(CronEntry, bool), StoreError> {
+        // Every occurrence must fit its item (the template is checked as PUSH checks a job
+        // in core, with the meta each occurrence adds).
+        let occurrence = cron
+            .job_for(&time::max())
+            .map_err(|e| StoreError::Corrupt(e.message))?;
+        item::check_spec_size(&Job::enqueue(occurrence, now))?;
         let next = cron.schedule.next_after(now);
         // An update, not a Put: `version` keeps counting across re-registrations, so a fire
         // that read the old registration cannot commit over the new one (its condition is

@@ -157,6 +157,31 @@ fn view(item: &Item, jobs: &[Job]) -> Value {
     })
 }
 
+/// The job a batch callback fires: its template with `meta.workflow_id` and
+/// `meta.callback` added.
+fn callback_job(
+    wf_id: &str,
+    name: &str,
+    template: &serde_json::Map<String, Value>,
+    now: Timestamp,
+) -> Result<Job, StoreError> {
+    let mut body = template.clone();
+    if let Value::Object(meta) = body.entry("meta").or_insert_with(|| json!({})) {
+        meta.insert("workflow_id".into(), wf_id.into());
+        meta.insert("callback".into(), name.into());
+    }
+    // Validated at creation with room for these two keys; refusing it now would
+    // leave the batch running forever, so a template that no longer fits (limits
+    // tightened since) fires without them.
+    let new = NewJob::from_json(Value::Object(body))
+        .or_else(|_| NewJob::from_json(Value::Object(template.clone())))
+        .map_err(|e| StoreError::Corrupt(e.message))?;
+    let mut job = Job::enqueue(new, now);
+    job.status.workflow_id = Some(wf_id.to_owned());
+    job.status.workflow_callback = Some(name.to_owned());
+    Ok(job)
+}
+
 impl Store {
     /// Creates a workflow and all its step jobs in one transaction. Steps without
     /// dependencies are available at once; the others wait as `pending`.
@@ -180,7 +205,20 @@ impl Store {
                 job.status.enqueued_at = None;
             }
             job.status.workflow_id = Some(id.clone());
+            item::check_spec_size(&job)?;
             jobs.push(job);
+        }
+        // Each callback is checked now as it will fire: refused then, it would leave the
+        // batch running forever.
+        let cb = &spec.callbacks;
+        for (name, template) in [
+            ("on_complete", &cb.on_complete),
+            ("on_success", &cb.on_success),
+            ("on_failure", &cb.on_failure),
+        ] {
+            if let Some(template) = template {
+                item::check_spec_size(&callback_job(&id, name, template, now)?)?;
+            }
         }
         let mut wf = wf_key(&id);
         wf.insert("doc".into(), s(spec.to_stored().to_string()));
@@ -646,21 +684,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut jobs = Vec::new();
         for (name, template) in callbacks.due(all_succeeded) {
-            let mut body = template.clone();
-            if let Value::Object(meta) = body.entry("meta").or_insert_with(|| json!({})) {
-                meta.insert("workflow_id".into(), wf_id.into());
-                meta.insert("callback".into(), name.into());
-            }
-            // Validated at creation with room for these two keys; refusing it now would
-            // leave the batch running forever, so a template that no longer fits (limits
-            // tightened since) fires without them.
-            let new = NewJob::from_json(Value::Object(body))
-                .or_else(|_| NewJob::from_json(Value::Object(template.clone())))
-                .map_err(|e| StoreError::Corrupt(e.message))?;
-            let mut job = Job::enqueue(new, now);
-            job.status.workflow_id = Some(wf_id.to_owned());
-            job.status.workflow_callback = Some(name.to_owned());
-            jobs.push(job);
+            jobs.push(callback_job(wf_id, name, template, now)?);
         }
         let fired: std::collections::HashMap<String, AttributeValue> = jobs
             .iter()

@@ -33,6 +33,9 @@ pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
 /// Per-request timeout (the Go runner's default).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Characters of each step's answer a failed case's report shows.
+const TRACE_WIDTH: usize = 400;
+
 /// Result of one case.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CaseReport {
@@ -69,6 +72,19 @@ pub async fn run_case(client: &reqwest::Client, base_url: &str, case: &Case) -> 
         &mut ignored,
     )
     .await;
+    if !failures.is_empty() {
+        let order: Vec<&str> = case
+            .setup
+            .iter()
+            .chain(&case.steps)
+            .map(|s| s.id.as_str())
+            .collect();
+        failures.extend(
+            ctx.trace(&order, TRACE_WIDTH)
+                .into_iter()
+                .map(|t| format!("  answered {t}")),
+        );
+    }
     CaseReport {
         passed: failures.is_empty(),
         failures,

@@ -26,6 +26,25 @@ pub struct StepContext {
 }
 
 impl StepContext {
+    /// One line per step answered so far, in the order given: `<id>: <status> <body>`,
+    /// the body cut at `width` characters. What a failed case's report shows, so a
+    /// failure seen once in CI can be read without running it again.
+    pub fn trace(&self, order: &[&str], width: usize) -> Vec<String> {
+        order
+            .iter()
+            .filter_map(|id| {
+                let response = self.steps.get(*id)?.get("response")?;
+                let body = response
+                    .get("body")
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                let cut: String = body.chars().take(width).collect();
+                let more = if cut.len() < body.len() { "..." } else { "" };
+                Some(format!("{id}: {} {cut}{more}", response["status"]))
+            })
+            .collect()
+    }
+
     /// Records the outcome of step `id` (`status` is `None` when no response arrived).
     pub fn record(
         &mut self,

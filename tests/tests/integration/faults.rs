@@ -1010,3 +1010,58 @@ async fn a_stream_batch_that_keeps_failing_is_given_up_not_retried_forever() -> 
     rig.teardown().await;
     Ok(())
 }
+
+/// A workflow follow-up throttled past the SDK's own retries is tried again within the
+/// request that finished the step: the ACK of a group's last job leaves the group
+/// finished, not `running` until the sweep's check a minute later.
+#[tokio::test]
+async fn a_throttled_workflow_follow_up_is_retried_within_the_ack() -> anyhow::Result<()> {
+    let rig = rig(seed()).await?;
+    let app = &rig.app;
+    let created = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "group", "name": "throttled",
+                "jobs": [{"type": "g.step", "args": [], "options": {"queue": "wf-throttled"}}]})),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let wf = created.body["workflow"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .fetch(json!({"queues": ["wf-throttled"], "worker_id": "w"}))
+        .await?;
+    let id = fetched.body["jobs"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!id.is_empty(), "{:?}", fetched.body);
+    // The ACK's own write passes; the follow-up's first write (the step recorded on the
+    // workflow) is throttled as often as the SDK tries it.
+    rig.proxy.script(
+        Filter::op("UpdateItem"),
+        &[
+            Fault::Pass,
+            Fault::Throttling,
+            Fault::Throttling,
+            Fault::Throttling,
+        ],
+    );
+    let ack = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    assert_eq!(rig.proxy.scripted_left(), 0, "every throttle was met");
+    let got = app
+        .call(
+            reqwest::Method::GET,
+            &format!("/ojs/v1/workflows/{wf}"),
+            None,
+        )
+        .await?;
+    assert_eq!(got.body["workflow"]["state"], "completed", "{:?}", got.body);
+    rig.teardown().await;
+    Ok(())
+}

@@ -68,6 +68,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the same request may succeed if sent again soon: throttling, or a backend
+    /// failure (network, 5xx, timeout) the SDK's own retries did not outlast.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, Self::Throttled(_) | Self::Backend(_))
+    }
+
     /// Classifies an SDK error. Conditional-check failures are handled at each call site,
     /// where it is known what the condition meant.
     pub(crate) fn from_sdk<E, R>(err: SdkError<E, R>) -> Self

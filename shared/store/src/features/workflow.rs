@@ -601,8 +601,22 @@ impl Store {
     /// The transition itself has succeeded, so a failure here is not the caller's: it is
     /// logged, and the sweep completes a workflow's part ([`Store::check_workflows`]).
     pub(crate) async fn after_terminal(&self, job: &Job, outcome: StepOutcome, now: Timestamp) {
-        if let Err(e) = self.advance_workflow(job, outcome, now).await {
-            tracing::warn!(job_id = %job.id, error = %e, "workflow follow-up left to the sweep");
+        // Every write of the follow-up is conditional on not having happened, so a
+        // throttled or failed one is simply tried again: left to the sweep, a workflow
+        // would wait up to CHECK_AFTER for a step's release or its final state.
+        let mut round = 0;
+        loop {
+            match self.advance_workflow(job, outcome, now).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() && round < FOLLOW_UP_RETRIES => {
+                    round += 1;
+                    tokio::time::sleep(crate::batch_read::backoff(round)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(job_id = %job.id, error = %e, "workflow follow-up left to the sweep");
+                    break;
+                }
+            }
         }
         if let Some(next) = job
             .status
@@ -889,6 +903,11 @@ impl Store {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 }
+
+/// Times a workflow follow-up that failed transiently is tried again within the request
+/// that finished its job, beyond the SDK's own retries (backoff from 25-50 ms, doubling:
+/// at most 0.75 s of waiting in all), before it is left to the sweep.
+const FOLLOW_UP_RETRIES: u32 = 4;
 
 /// When a running workflow is first checked by the sweep, after its creation.
 const CHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(60);

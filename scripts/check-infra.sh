@@ -37,19 +37,29 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Durations, printed as "== infra <part>: N s" and listed again at the end.
-timings=() t_part=$SECONDS
+# Durations and CPU seconds (user + sys of the part's processes: the wall time of a part
+# run at nice 19 beside the tests says little), printed as "== infra <part>: N s, C s CPU"
+# and listed again at the end.
+cpu_file=$(mktemp) cpu=0
+cpu_now() { # sets cpu: CPU seconds of every finished child of this shell (bash's `times`,
+    times >"$cpu_file" # which must run in this shell, not in a $(...) subshell)
+    cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } }
+        END { printf "%d", s }' "$cpu_file")
+}
+cpu_now
+timings=() t_part=$SECONDS cpu_part=$cpu
 done_part() {
-    timings+=("$1: $((SECONDS - t_part)) s")
-    echo "== infra $1: $((SECONDS - t_part)) s"
-    t_part=$SECONDS
+    cpu_now
+    timings+=("$1: $((SECONDS - t_part)) s, $((cpu - cpu_part)) s CPU")
+    echo "== infra $1: $((SECONDS - t_part)) s, $((cpu - cpu_part)) s CPU"
+    t_part=$SECONDS cpu_part=$cpu
 }
 
 scripts/validate-template.sh infra/template.yaml
 done_part "validation (with the SAM venv's install on a first run)"
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$cpu_file"' EXIT
 # The planted errors: scripts/plant-errors.py holds the list, with the check that must
 # reject each. The 46 that only check-template.py can see are checked in its process
 # (forked per core: one Python start-up, import and parse of the template instead of one

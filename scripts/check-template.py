@@ -56,6 +56,7 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              built by one function only
 """
 
+import copy
 import json
 import re
 import sys
@@ -157,6 +158,26 @@ def routes(body):
             yield method.upper(), path, op
 
 
+# The parse of the SAM template and its translations, for one text of it at a time: the
+# checks parse it several times and translate it under several parameter values, and
+# scripts/plant-errors.py runs them on 46 texts in one process. Each caller gets a copy.
+_CACHE = {"text": None, "parsed": None, "translations": {}}
+
+
+def _cached(sam_path):
+    text = Path(sam_path).read_text(encoding="utf-8")
+    if _CACHE["text"] != text:
+        from samtranslator.yaml_helper import yaml_parse
+
+        _CACHE.update(text=text, parsed=yaml_parse(text), translations={})
+    return _CACHE
+
+
+def parse(sam_path):
+    """The SAM template at `sam_path`, parsed as samtranslator parses it."""
+    return copy.deepcopy(_cached(sam_path)["parsed"])
+
+
 def translate(sam_path, params):
     """The SAM template at `sam_path` as CloudFormation, translated offline with
     `params` (SAM resolves some parameter references while translating, as
@@ -165,19 +186,29 @@ def translate(sam_path, params):
 
     logging.disable(logging.WARNING)  # samtranslator's own metrics chatter
     from samtranslator.translator.transform import transform
-    from samtranslator.yaml_helper import yaml_parse
 
     class OfflinePolicyLoader:
         def load(self):
             return {}
 
-    with open(sam_path, encoding="utf-8") as f:
-        sam = yaml_parse(f.read())
-    for res in sam.get("Resources", {}).values():
-        props = res.get("Properties") or {}
-        if res.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
-            props["CodeUri"] = "s3://offline-validation/code.zip"
-    return transform(sam, params, OfflinePolicyLoader())
+    cache = _cached(sam_path)
+    key = json.dumps(params, sort_keys=True)
+    if key not in cache["translations"]:
+        sam = copy.deepcopy(cache["parsed"])
+        for res in sam.get("Resources", {}).values():
+            props = res.get("Properties") or {}
+            if res.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
+                props["CodeUri"] = "s3://offline-validation/code.zip"
+        cache["translations"][key] = transform(sam, params, OfflinePolicyLoader())
+    return copy.deepcopy(cache["translations"][key])
+
+
+def translate_with(sam_path, name, value):
+    """translate() with the parameter `name` set to `value`. Where `value` is the
+    parameter's default, that is the translation without parameters (samtranslator fills
+    in every default before translating), which is reused if made already."""
+    default = parse(sam_path).get("Parameters", {}).get(name, {}).get("Default")
+    return translate(sam_path, {} if default == value and isinstance(default, str) else {name: value})
 
 
 def check_cors(cfn, sam_path):
@@ -187,7 +218,7 @@ def check_cors(cfn, sam_path):
     methods = {m for m, _, _ in routes(body)}
     for origins in ["", "https://admin.example.com", "https://a.example.com,http://localhost:5173"]:
         params = dict(defaults(cfn), CorsAllowedOrigins=origins)
-        variant = translate(sam_path, {"CorsAllowedOrigins": origins})
+        variant = translate_with(sam_path, "CorsAllowedOrigins", origins)
         _, body = api_body(variant)
         resolved = evaluate(body, params, variant.get("Conditions", {}))
         cors = resolved.get("x-amazon-apigateway-cors")
@@ -946,10 +977,7 @@ def cargo_bins(root):
 
 
 def check_build(sam_path, root):
-    from samtranslator.yaml_helper import yaml_parse
-
-    with open(sam_path, encoding="utf-8") as f:
-        sam = yaml_parse(f.read())
+    sam = parse(sam_path)
     arches = sam.get("Parameters", {}).get("Architecture", {}).get("AllowedValues", [])
     for arch in arches:
         if not Path(root, "infra/lambda", arch, "Makefile").is_file():
@@ -983,10 +1011,11 @@ def check_build(sam_path, root):
        f"(infra/lambda/{{{','.join(arches)}}}/Makefile)")
 
 
-def main():
-    sam_path, translated, root = sys.argv[1], sys.argv[2], sys.argv[3]
-    with open(translated, encoding="utf-8") as f:
-        cfn = json.load(f)
+def run_checks(cfn, sam_path, root):
+    """Every check on `cfn` (the translation of the SAM template at `sam_path`); returns
+    the failures, "<check>: <reason>" each (scripts/plant-errors.py runs this in process
+    on every planted error)."""
+    FAILED.clear()
     check_schedules(cfn)
     check_cors(cfn, sam_path)
     check_auth(cfn)
@@ -999,8 +1028,16 @@ def main():
     check_routes(cfn)
     check_params(cfn)
     check_docs(cfn, sam_path, root)
-    if FAILED:
-        for line in FAILED:
+    return list(FAILED)
+
+
+def main():
+    sam_path, translated, root = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(translated, encoding="utf-8") as f:
+        cfn = json.load(f)
+    failed = run_checks(cfn, sam_path, root)
+    if failed:
+        for line in failed:
             print(f"Error: {line}", file=sys.stderr)
         sys.exit(1)
 

@@ -22,19 +22,31 @@ cleanup() {
     if [ -n "$sdk_setup_pid" ]; then kill "$sdk_setup_pid" 2>/dev/null || true; fi
     local_aws_down
     if [ -n "$log" ]; then rm -f "$log"; log=""; fi
+    rm -f "${cpu_file:-}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Durations, printed as "== test <what>: N s" and listed again at the end.
+# Durations and CPU seconds (user + sys of what the step ran and waited for; the SDK
+# setup's, built beside the first suites, counts where it is waited for), printed as
+# "== test <what>: N s, C s CPU" and listed again at the end.
+cpu_file=$(mktemp) cpu=0
+cpu_now() { # sets cpu: CPU seconds of every finished child of this shell (bash's `times`,
+    times >"$cpu_file" # which must run in this shell, not in a $(...) subshell)
+    cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } }
+        END { printf "%d", s }' "$cpu_file")
+}
 timings=()
 timed() { # label, then the command
-    local label=$1 t=$SECONDS
+    local label=$1 t=$SECONDS c
     shift
+    cpu_now
+    c=$cpu
     "$@"
-    timings+=("$label: $((SECONDS - t)) s")
-    echo "== test $label: $((SECONDS - t)) s"
+    cpu_now
+    timings+=("$label: $((SECONDS - t)) s, $((cpu - c)) s CPU")
+    echo "== test $label: $((SECONDS - t)) s, $((cpu - c)) s CPU"
 }
 
 timed "setup: local AWS" local_aws_up test

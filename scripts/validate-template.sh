@@ -11,8 +11,9 @@
 # No AWS credentials or endpoint are used.
 #
 # Usage: scripts/validate-template.sh [template] [--checks-only]   (default infra/template.yaml)
-#   --checks-only: steps 2 and 3 without cfn-lint (check-infra.sh's planted errors that
-#   only check-template.py can see: cfn-lint's ~10 s of start-up and rules prove nothing there).
+#   --checks-only: steps 2 and 3 without cfn-lint (for an error only check-template.py can
+#   see: cfn-lint's ~10 s of start-up and rules prove nothing there; scripts/plant-errors.py
+#   runs the same steps in process on check-infra.sh's planted errors).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

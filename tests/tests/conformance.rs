@@ -80,7 +80,8 @@ async fn conformance_suite() -> anyhow::Result<()> {
                         if report.passed {
                             Ok(Vec::new())
                         } else {
-                            Ok(report.failures)
+                            let answers = report.trace.iter().map(|t| format!("  answered {t}"));
+                            Ok(report.failures.into_iter().chain(answers).collect())
                         }
                     }
                 };

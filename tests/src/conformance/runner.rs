@@ -43,6 +43,9 @@ pub struct CaseReport {
     pub passed: bool,
     /// Human-readable failures: `<step id>: <assertion>: expected ... got ...`.
     pub failures: Vec<String>,
+    /// For a failed case, every step's answer (`<step id>: <status> <body, cut>`), so a
+    /// failure seen once in CI can be read without running it again.
+    pub trace: Vec<String>,
 }
 
 /// Runs one case against `base_url` (e.g. `http://127.0.0.1:43121`, no trailing slash).
@@ -72,22 +75,21 @@ pub async fn run_case(client: &reqwest::Client, base_url: &str, case: &Case) -> 
         &mut ignored,
     )
     .await;
-    if !failures.is_empty() {
+    let trace = if failures.is_empty() {
+        Vec::new()
+    } else {
         let order: Vec<&str> = case
             .setup
             .iter()
             .chain(&case.steps)
             .map(|s| s.id.as_str())
             .collect();
-        failures.extend(
-            ctx.trace(&order, TRACE_WIDTH)
-                .into_iter()
-                .map(|t| format!("  answered {t}")),
-        );
-    }
+        ctx.trace(&order, TRACE_WIDTH)
+    };
     CaseReport {
         passed: failures.is_empty(),
         failures,
+        trace,
     }
 }
 

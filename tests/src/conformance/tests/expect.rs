@@ -111,6 +111,9 @@ async fn expect_status_is_checked() {
         "{:?}",
         report.failures
     );
+    // The failed case's report carries each step's answer.
+    assert_eq!(report.trace.len(), 1, "{:?}", report.trace);
+    assert!(report.trace[0].starts_with("s1: 200 {"), "{:?}", report.trace);
 
     let (report, _) = run(json!([
         {"id": "s1", "action": "GET", "path": "/x", "expect": {"status_in": [201, 409]}}
@@ -133,6 +136,7 @@ async fn expect_body_paths_are_checked() {
     }]);
     let (report, _) = run(pass).await;
     assert!(report.passed, "{:?}", report.failures);
+    assert!(report.trace.is_empty(), "a passed case traces nothing");
 
     for (key, value) in [
         ("body.state.step", json!("initial")),

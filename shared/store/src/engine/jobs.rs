@@ -199,7 +199,7 @@ impl Store {
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let job = self.write_cancel(id, now).await?;
         self.apply_effects(&job, Effects::of(None, &job), now).await;
-        Ok(job)
+        Ok(self.shown_job(job).await)
     }
 
     /// Cancels a job without feeding the cancellation back into its workflow (the
@@ -235,7 +235,8 @@ impl Store {
         self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
     }
 
-    /// Completes an active job.
+    /// Completes an active job. The answer shows the job whole ([`Store::shown_job`]), as
+    /// do CANCEL's and FAIL's.
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
         let wid = write_id();
         let mut write = JobWrite::new(
@@ -283,7 +284,7 @@ impl Store {
         };
         self.apply_effects(&job, Effects::of(Some(before), &job), now)
             .await;
-        Ok(job)
+        Ok(self.shown_job(job).await)
     }
 
     /// Records a failed attempt and applies the job's retry policy: `retryable` with a
@@ -330,6 +331,11 @@ impl Store {
                 }) => {
                     return Err(StoreError::NotHolder {
                         attempt: job.status.attempt,
+                    })
+                }
+                Ok(outcome) => {
+                    return Ok(FailOutcome {
+                        job: self.shown_job(outcome.job).await,
                     })
                 }
                 other => return other,

@@ -334,3 +334,121 @@ async fn a_fetch_of_a_job_whose_payload_is_missing_or_damaged_discards_it_with_a
     app.teardown().await;
     Ok(())
 }
+
+/// The objects kept for job `id` of `store`'s table.
+async fn objects_of(payloads: &Payloads, store: &Store, id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(payloads
+        .keys_under(&format!("jobs/{}/{id}/", store.table()))
+        .await?)
+}
+
+#[tokio::test]
+async fn a_batch_offloads_its_large_jobs_as_push_does_all_or_nothing() -> anyhow::Result<()> {
+    let (store, payloads) = with_payloads(fresh_store().await?).await?;
+    let app = TestApp::spawn_on_store(store).await?;
+    let (one, two) = (random_text(), random_text());
+    let batch = json!({"jobs": [
+        {"type": "big.batch", "queue": "batch-big", "args": [one], "meta": {"note": &one[..1000]}},
+        {"type": "small.batch", "queue": "batch-big", "args": [1]},
+        {"type": "big.batch", "queue": "batch-big", "args": [two], "meta": {"note": &two[..1000]}},
+    ]});
+    let r = app
+        .call(reqwest::Method::POST, "/ojs/v1/jobs/batch", Some(batch))
+        .await?;
+    assert_eq!(r.status, 201, "{:.300}", r.body.to_string());
+    let ids: Vec<String> = r.body["jobs"]
+        .as_array()
+        .context("no jobs")?
+        .iter()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ids.len(), 3);
+    // The large ones are kept in S3, written (untagged); the small one is not.
+    for id in [&ids[0], &ids[2]] {
+        let keys = objects_of(&payloads, &app.store, id).await?;
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert_eq!(payloads.tags(&keys[0]).await?, vec!["ojs-pending=0"]);
+    }
+    assert!(objects_of(&payloads, &app.store, &ids[1]).await?.is_empty());
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .fetch(json!({"queues": ["batch-big"], "worker_id": "w1", "count": 3}))
+        .await?;
+    assert_eq!(fetched.status, 200, "{:?}", fetched.body);
+    let jobs = fetched.body["jobs"].as_array().context("no jobs")?;
+    assert_eq!(jobs.len(), 3);
+    for job in jobs {
+        match job["id"].as_str() {
+            Some(id) if id == ids[0] => assert_whole(job, &one, "batch job 0"),
+            Some(id) if id == ids[2] => assert_whole(job, &two, "batch job 2"),
+            _ => assert_eq!(job["args"], json!([1])),
+        }
+    }
+
+    // A batch refused for a duplicate id writes nothing and keeps no object.
+    let taken = uuid::Uuid::now_v7().to_string();
+    let first = app
+        .push(json!({"id": taken, "type": "small.batch", "queue": "batch-dup", "args": [0]}))
+        .await?;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let large_id = uuid::Uuid::now_v7().to_string();
+    let refused = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({"jobs": [
+                {"id": large_id, "type": "big.batch", "queue": "batch-dup", "args": [one]},
+                {"id": taken, "type": "small.batch", "queue": "batch-dup", "args": [1]},
+            ]})),
+        )
+        .await?;
+    assert_eq!(refused.status, 409, "{:.300}", refused.body.to_string());
+    assert_eq!(app.info(&large_id).await?.status, 404);
+    assert!(objects_of(&payloads, &app.store, &large_id)
+        .await?
+        .is_empty());
+
+    // Refused in its second transaction, after the first landed: rolled back whole,
+    // the first transaction's large job and its object are gone.
+    let rolled_id = uuid::Uuid::now_v7().to_string();
+    let mut jobs = vec![
+        json!({"id": rolled_id, "type": "big.batch", "queue": "batch-dup",
+        "args": [one]}),
+    ];
+    jobs.extend(
+        (1..100).map(|i| json!({"type": "small.batch", "queue": "batch-dup", "args": [i]})),
+    );
+    jobs.push(json!({"id": taken, "type": "small.batch", "queue": "batch-dup", "args": [1]}));
+    let refused = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await?;
+    assert_eq!(refused.status, 409, "{:.300}", refused.body.to_string());
+    assert_eq!(refused.body["error"]["details"]["index"], json!(100));
+    assert_eq!(app.info(&rolled_id).await?.status, 404);
+    assert!(objects_of(&payloads, &app.store, &rolled_id)
+        .await?
+        .is_empty());
+
+    // A batch whose payload put fails writes nothing either.
+    let down = with_s3_down(&app.store).await;
+    let small_id = uuid::Uuid::now_v7().to_string();
+    let jobs: Vec<Job> = [
+        json!({"id": small_id, "type": "small.batch", "queue": "batch-down", "args": [1]}),
+        json!({"type": "big.batch", "queue": "batch-down", "args": [two]}),
+    ]
+    .into_iter()
+    .map(|v| {
+        NewJob::from_json(v)
+            .map(|n| Job::enqueue(n, ojs_core::time::now()))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .collect::<anyhow::Result<_>>()?;
+    assert!(down.put_batch(&jobs).await.is_err());
+    assert_eq!(app.info(&small_id).await?.status, 404);
+    app.teardown().await;
+    Ok(())
+}

@@ -276,6 +276,24 @@ impl Payloads {
         self.delete(key).await
     }
 
+    /// The keys of the objects under `prefix`, up to 1,000 (tests).
+    #[doc(hidden)]
+    pub async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .map_err(|e| backend("list", e))?;
+        Ok(out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect())
+    }
+
     /// Whether an object exists at `key` (tests).
     #[doc(hidden)]
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
@@ -385,12 +403,27 @@ impl crate::Store {
         Ok(Some(body))
     }
 
-    /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
-    pub(crate) async fn offload(
+    /// The item of a new job, its args and meta put in the payload bucket first when
+    /// `body` ([`crate::Store::offload_body`]) says so: the one path of single and batch
+    /// PUSH. The object is tagged pending until [`crate::Store::settle_offload`].
+    pub(crate) async fn new_job_item(
         &self,
         job: &ojs_core::Job,
-        body: Vec<u8>,
-    ) -> Result<PayloadRef, StoreError> {
+        body: Option<Vec<u8>>,
+    ) -> Result<(crate::item::Item, Option<PayloadRef>), StoreError> {
+        let shards = self.queue_shards();
+        match body {
+            None => Ok((crate::item::job_to_item(job, shards), None)),
+            Some(body) => {
+                let r = self.offload(job, body).await?;
+                let item = crate::item::offloaded_job_to_item(job, shards, &r);
+                Ok((item, Some(r)))
+            }
+        }
+    }
+
+    /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
+    async fn offload(&self, job: &ojs_core::Job, body: Vec<u8>) -> Result<PayloadRef, StoreError> {
         let payloads = self
             .payloads
             .as_ref()

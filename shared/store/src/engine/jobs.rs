@@ -120,14 +120,7 @@ impl Store {
             }
             return Ok(outcome);
         }
-        let payload = match body {
-            Some(body) => Some(self.offload(job, body).await?),
-            None => None,
-        };
-        let job_item = match &payload {
-            Some(r) => item::offloaded_job_to_item(job, self.queue_shards(), r),
-            None => item::job_to_item(job, self.queue_shards()),
-        };
+        let (job_item, payload) = self.new_job_item(job, body).await?;
         let out = self
             .put_item()
             .set_item(Some(job_item))

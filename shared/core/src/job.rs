@@ -37,7 +37,28 @@ const SYSTEM_MANAGED: &[&str] = &[
     "error",
     "errors",
     "worker_id",
+    PAYLOAD_VIEW_KEY,
 ];
+
+/// The member a job's view carries in place of `args` and `meta` when they are kept
+/// outside the job's record and were not brought back ([`JobStatus::payload`]). The
+/// server's own: PUSH ignores a client's member of that name.
+pub const PAYLOAD_VIEW_KEY: &str = "x-ojs-payload";
+
+/// Where a job's `args` and `meta` are when the job as read does not hold them (the
+/// store keeps large requests in an object store): the job is then incomplete, and its
+/// view says so ([`PAYLOAD_VIEW_KEY`]) instead of showing empty `args`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadRef {
+    /// The store's own name of the object; never shown.
+    pub key: String,
+    /// SHA-256 of the object, lower-case hex.
+    pub sha256: String,
+    /// The object's length in bytes.
+    pub bytes: u64,
+    /// Why the object could not be brought back, once that was tried and failed.
+    pub unreadable: Option<String>,
+}
 
 /// What a producer asked for: everything about a job that never changes after PUSH.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +159,9 @@ pub struct JobStatus {
     pub progress: Option<crate::progress::Progress>,
     /// Incremented by every write; guards compare-and-set.
     pub version: u64,
+    /// Set while the job's `args` and `meta` are elsewhere (see [`PayloadRef`]): `spec`
+    /// then holds empty ones.
+    pub payload: Option<PayloadRef>,
 }
 
 /// A job: its id, what was asked, and where it stands.
@@ -487,6 +511,7 @@ impl Job {
                 errors: Vec::new(),
                 progress: None,
                 version: 1,
+                payload: None,
             },
             spec: new.spec,
         }
@@ -563,6 +588,20 @@ impl Job {
         if s.progress.as_ref().is_some_and(|p| p.attempt == s.attempt) {
             out.insert("progress".into(), self.progress_view());
         }
+        if let Some(p) = &s.payload {
+            // Incomplete, and shown so: no `args` or `meta` a reader could take for the
+            // job's own.
+            out.remove("args");
+            out.remove("meta");
+            let mut note = Map::new();
+            note.insert("resolved".into(), false.into());
+            note.insert("bytes".into(), p.bytes.into());
+            note.insert("sha256".into(), p.sha256.clone().into());
+            if let Some(why) = &p.unreadable {
+                note.insert("error".into(), why.clone().into());
+            }
+            out.insert(PAYLOAD_VIEW_KEY.into(), Value::Object(note));
+        }
         Value::Object(out)
     }
 
@@ -584,6 +623,29 @@ mod tests {
 
     fn parse(v: Value) -> Result<NewJob, OjsError> {
         NewJob::from_json(v)
+    }
+
+    #[test]
+    fn a_job_without_its_payload_is_shown_incomplete_and_a_client_cannot_fake_that() {
+        let n = parse(json!({"type": "a.b", "args": [], "x-ojs-payload": {"resolved": true}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!n.spec.extensions.contains_key(PAYLOAD_VIEW_KEY));
+        let mut job = Job::enqueue(n, time::now());
+        assert!(job.to_json().get(PAYLOAD_VIEW_KEY).is_none());
+        assert_eq!(job.to_json()["args"], json!([]));
+        job.status.payload = Some(PayloadRef {
+            key: "secret/key".into(),
+            sha256: "ab".into(),
+            bytes: 9,
+            unreadable: Some("gone".into()),
+        });
+        let v = job.to_json();
+        assert!(v.get("args").is_none() && v.get("meta").is_none());
+        assert_eq!(
+            v[PAYLOAD_VIEW_KEY],
+            json!({"resolved": false, "bytes": 9, "sha256": "ab", "error": "gone"})
+        );
+        assert!(!v.to_string().contains("secret/key"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub use dynamo::schema;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
     backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition, unique,
+    unread,
 };
 use features::{
     admin, api_keys, cron, dead_letter, push, queues, schemas, webhooks, workers, workflow,
@@ -52,6 +53,7 @@ pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
+pub use unread::PAYLOAD_UNREADABLE;
 pub use usage::{measured, Usage, UsageSnapshot};
 pub use webhooks::{
     DeadDelivery, DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS,

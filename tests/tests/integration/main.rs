@@ -26,6 +26,7 @@ mod lambda;
 mod limits;
 mod observability;
 mod payloads;
+mod payloads_answers;
 mod progress;
 mod proto;
 mod push;

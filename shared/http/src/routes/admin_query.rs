@@ -298,7 +298,11 @@ pub(crate) fn detail(job: &Job) -> Value {
         _ => Map::new(),
     };
     full.entry("errors").or_insert_with(|| json!([]));
-    full.entry("meta").or_insert_with(|| json!({}));
+    if !full.contains_key(ojs_core::job::PAYLOAD_VIEW_KEY) {
+        // An incomplete job (args and meta not brought back) says so, without an empty
+        // `meta` that would look like its own.
+        full.entry("meta").or_insert_with(|| json!({}));
+    }
     full.insert("attempt".into(), job.status.attempt.into());
     let mut metadata = Map::new();
     for k in [

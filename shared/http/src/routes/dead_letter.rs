@@ -53,7 +53,10 @@ async fn list_dead_letter(
         .store
         .list_dead_letter(queue.as_ref(), limit, offset)
         .await?;
-    let jobs: Vec<Value> = page.jobs.iter().map(|j| j.to_json()).collect();
+    // Whole envelopes: the args and meta of those that keep them in the payload bucket
+    // are brought back (one that cannot be read is shown incomplete, and says so).
+    let jobs = app.store.shown_jobs(page.jobs).await;
+    let jobs: Vec<Value> = jobs.iter().map(|j| j.to_json()).collect();
     // The total is counted from the index before the page is read, and the index may lag:
     // a short page ends the list, and a full one never reports fewer than it listed.
     let listed = offset.saturating_add(jobs.len());

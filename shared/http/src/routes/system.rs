@@ -91,14 +91,15 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
 /// The manifest's `limits`: the fields of ojs-payload-limits.md §8.1 (here rather than
 /// under `extensions`, which the HTTP binding's §21.2 makes a list of names), and what
 /// else a client may plan on. `offloading`: the store keeps large requests in the payload
-/// bucket (`OJS_PAYLOAD_BUCKET`), so a job pushed alone may be as large as the body read.
+/// bucket (`OJS_PAYLOAD_BUCKET`), so a job pushed alone or in a batch may be as large as
+/// the body read.
 fn limits(offloading: bool) -> Value {
     let stored = ojs_store::MAX_STORED_REQUEST_BYTES;
     let (max_envelope, note) = if offloading {
         (
             ojs_core::validate::MAX_ENVELOPE_BYTES,
             format!(
-                "a job pushed alone may be as large as the body read: its args and meta go                  to the payload bucket past {stored} bytes; a job inside a batch, workflow                  or cron template must fit {stored} bytes as JSON"
+                "a job pushed alone or in a batch may be as large as the body read: its                  args and meta go to the payload bucket past {stored} bytes; a unique job,                  and a job inside a workflow or cron template, must fit {stored} bytes as                  JSON"
             ),
         )
     } else {

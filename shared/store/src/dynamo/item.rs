@@ -132,11 +132,7 @@ const DEFLATE_FROM_BYTES: usize = 384;
 /// 2-4x, which keeps a job with 1 KiB of args under the 1 KB write unit. Readers accept
 /// both, so items written before stay readable.
 pub(crate) fn spec_attribute(spec: &JobSpec) -> (&'static str, AttributeValue) {
-    let mut json = spec.to_json();
-    // A request read with a payload reference carries it as a mark; the item's own
-    // attributes are its record.
-    json.remove(payloads::MARK);
-    let text = Value::Object(json).to_string();
+    let text = Value::Object(spec.to_json()).to_string();
     if text.len() >= DEFLATE_FROM_BYTES {
         let packed = miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 6);
         if packed.len() < text.len() {
@@ -229,6 +225,7 @@ pub(crate) fn payload_ref_of(item: &Item) -> Option<PayloadRef> {
         key: get_s(item, payloads::REF_ATTR)?.to_owned(),
         sha256: get_s(item, payloads::SHA_ATTR)?.to_owned(),
         bytes: get_n(item, payloads::BYTES_ATTR)?,
+        unreadable: None,
     })
 }
 
@@ -328,13 +325,13 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         .and_then(|raw| JobId::parse(raw).ok())
         .ok_or_else(|| corrupt("pk"))?;
     let spec_json = spec_of(item)?.ok_or_else(|| corrupt("spec"))?;
-    let mut spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
-    // Args and meta kept in the payload bucket: the request is marked with where, and
-    // `Store::full_job` brings them (a half reference is corrupt, never an empty job).
-    if item.contains_key(payloads::REF_ATTR) {
-        let r = payload_ref_of(item).ok_or_else(|| corrupt("payload reference"))?;
-        spec.extensions.insert(payloads::MARK.into(), r.to_mark());
-    }
+    let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
+    // Args and meta kept in the payload bucket: the job says where, and `Store::full_job`
+    // brings them (a half reference is corrupt, never an empty job).
+    let payload = match item.contains_key(payloads::REF_ATTR) {
+        true => Some(payload_ref_of(item).ok_or_else(|| corrupt("payload reference"))?),
+        false => None,
+    };
     let errors = match item.get("errors").and_then(|v| v.as_l().ok()) {
         Some(list) => list
             .iter()
@@ -388,6 +385,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
             .as_ref()
             .and_then(ojs_core::progress::Progress::from_stored),
         version: get_n(item, "version").ok_or_else(|| corrupt("version"))?,
+        payload,
     };
     Ok(Job { id, spec, status })
 }
@@ -441,16 +439,22 @@ mod tests {
             key: "jobs/t/id/u".into(),
             sha256: "00".into(),
             bytes: 7,
+            unreadable: None,
         };
         let item = offloaded_job_to_item(&job, 1, &r);
         assert_eq!(payload_ref_of(&item), Some(r.clone()));
         assert!(size_bound(&item) < 4096, "the args stayed in the item");
         let read = job_from_item(&item).unwrap_or_else(|e| panic!("{e}"));
         assert!(read.spec.args.is_empty());
-        assert_eq!(PayloadRef::from_spec(&read.spec).ok().flatten(), Some(r));
-        // Rewriting the request (a rate-limit reschedule) never stores the mark.
-        let (_, stored) = spec_attribute(&read.spec);
-        assert!(!format!("{stored:?}").contains(payloads::MARK));
+        assert_eq!(read.status.payload, Some(r));
+        // Its view says it is incomplete; no empty args that look like the job's own.
+        let view = read.to_json();
+        assert!(view.get("args").is_none() && view.get("meta").is_none());
+        assert_eq!(view["x-ojs-payload"]["resolved"], json!(false));
+        assert!(
+            !view.to_string().contains("jobs/t/id/u"),
+            "the key is shown"
+        );
         // A reference without its digest is corrupt, not an empty job.
         let mut half = item.clone();
         half.remove(payloads::SHA_ATTR);

@@ -34,16 +34,10 @@ pub(crate) const KEY_PREFIX: &str = "jobs/";
 /// what the store adds; one job must also fit a Lambda answer (6 MB).
 pub(crate) const MAX_OFFLOADED_BYTES: usize = 4 * 1024 * 1024;
 
-/// Where a job's args and meta are kept, as its item records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PayloadRef {
-    /// The object's key.
-    pub(crate) key: String,
-    /// SHA-256 of the object's bytes, lower-case hex.
-    pub(crate) sha256: String,
-    /// The object's length.
-    pub(crate) bytes: u64,
-}
+/// Where a job's args and meta are kept, as its item records it (core's type: a job read
+/// from its item carries it in `status.payload` until [`crate::Store::full_job`] brings
+/// the args and meta back, and its view says it is incomplete meanwhile).
+pub(crate) use ojs_core::job::PayloadRef;
 
 /// The job attribute naming the object.
 pub(crate) const REF_ATTR: &str = "spec_ref";
@@ -51,40 +45,6 @@ pub(crate) const REF_ATTR: &str = "spec_ref";
 pub(crate) const SHA_ATTR: &str = "spec_sha256";
 /// The job attribute holding the object's length.
 pub(crate) const BYTES_ATTR: &str = "spec_bytes";
-
-/// The key a job's reference is kept under in its request's `extensions` between reading
-/// the item and resolving the reference ([`crate::Store::full_job`]); never stored (the
-/// item's own attributes are the record) and never shown once resolved.
-pub(crate) const MARK: &str = "~spec_ref";
-
-impl PayloadRef {
-    /// The mark put in an unresolved request's `extensions`.
-    pub(crate) fn to_mark(&self) -> Value {
-        serde_json::json!({"key": self.key, "sha256": self.sha256, "bytes": self.bytes})
-    }
-
-    /// The reference a request's mark holds, if any.
-    pub(crate) fn from_spec(spec: &JobSpec) -> Result<Option<Self>, StoreError> {
-        let Some(mark) = spec.extensions.get(MARK) else {
-            return Ok(None);
-        };
-        let field = |k: &str| mark.get(k);
-        match (
-            field("key").and_then(Value::as_str),
-            field("sha256").and_then(Value::as_str),
-            field("bytes").and_then(Value::as_u64),
-        ) {
-            (Some(key), Some(sha256), Some(bytes)) => Ok(Some(Self {
-                key: key.to_owned(),
-                sha256: sha256.to_owned(),
-                bytes,
-            })),
-            _ => Err(StoreError::Corrupt(
-                "an unreadable payload reference".into(),
-            )),
-        }
-    }
-}
 
 /// SHA-256 of `bytes` as lower-case hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
@@ -109,8 +69,8 @@ pub(crate) fn skeleton_of(spec: &JobSpec) -> JobSpec {
     skeleton
 }
 
-/// The full request: `skeleton` (the item's, with the mark) with the object's `args` and
-/// `meta`, once the object is checked against `r`.
+/// The full request: `skeleton` (the item's) with the object's `args` and `meta`, once
+/// the object is checked against `r`.
 pub(crate) fn merge(
     mut skeleton: JobSpec,
     r: &PayloadRef,
@@ -133,7 +93,6 @@ pub(crate) fn merge(
         }
         _ => return Err(corrupt("no args and meta")),
     }
-    skeleton.extensions.remove(MARK);
     Ok(skeleton)
 }
 
@@ -216,6 +175,7 @@ impl Payloads {
             sha256: sha256_hex(&body),
             bytes: body.len() as u64,
             key,
+            unreadable: None,
         };
         self.client
             .put_object()
@@ -310,6 +270,30 @@ impl Payloads {
             .map_err(|e| backend("put", e))
     }
 
+    /// Deletes the object at `key` (tests: a lost payload).
+    #[doc(hidden)]
+    pub async fn remove(&self, key: &str) -> Result<(), StoreError> {
+        self.delete(key).await
+    }
+
+    /// The keys of the objects under `prefix`, up to 1,000 (tests).
+    #[doc(hidden)]
+    pub async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .map_err(|e| backend("list", e))?;
+        Ok(out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect())
+    }
+
     /// Whether an object exists at `key` (tests).
     #[doc(hidden)]
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
@@ -349,29 +333,56 @@ impl Payloads {
 impl crate::Store {
     /// The job with its `args` and `meta` brought back from the payload bucket when its
     /// item keeps them there (one GET, checked); any other job as it is, without a call.
-    /// Every read that hands a job out (FETCH, GET, listings, push delivery) goes
-    /// through this or [`crate::Store::full_jobs`].
-    pub async fn full_job(&self, mut job: ojs_core::Job) -> Result<ojs_core::Job, StoreError> {
-        let Some(r) = PayloadRef::from_spec(&job.spec)? else {
-            return Ok(job);
-        };
-        let payloads = self.payloads.as_ref().ok_or_else(|| {
-            StoreError::Backend(format!(
-                "job {} keeps its request in S3, and no OJS_PAYLOAD_BUCKET is configured",
-                job.id
-            ))
-        })?;
-        job.spec = payloads.resolve(job.spec, &r).await?;
-        Ok(job)
+    /// What must be whole or nothing (FETCH, push delivery) goes through this or
+    /// [`crate::Store::try_full_job`]; answers that show a job through
+    /// [`crate::Store::shown_job`].
+    pub async fn full_job(&self, job: ojs_core::Job) -> Result<ojs_core::Job, StoreError> {
+        self.try_full_job(job).await.map_err(|(_, e)| e)
     }
 
-    /// [`crate::Store::full_job`] of each job, concurrently (S3 GETs only for those with
-    /// a reference).
-    pub async fn full_jobs(
+    /// [`crate::Store::full_job`], giving the job back as read when its payload cannot
+    /// be brought back: [`StoreError::Corrupt`] for an object missing, cut or tampered
+    /// with, [`StoreError::Backend`] for S3 failing (or no bucket configured).
+    pub async fn try_full_job(
         &self,
-        jobs: Vec<ojs_core::Job>,
-    ) -> Result<Vec<ojs_core::Job>, StoreError> {
-        futures::future::try_join_all(jobs.into_iter().map(|j| self.full_job(j))).await
+        mut job: ojs_core::Job,
+    ) -> Result<ojs_core::Job, (ojs_core::Job, StoreError)> {
+        let Some(r) = job.status.payload.clone() else {
+            return Ok(job);
+        };
+        let Some(payloads) = self.payloads.as_ref() else {
+            let e = StoreError::Backend(format!(
+                "job {} keeps its request in S3, and no OJS_PAYLOAD_BUCKET is configured",
+                job.id
+            ));
+            return Err((job, e));
+        };
+        match payloads.resolve(job.spec.clone(), &r).await {
+            Ok(spec) => {
+                job.spec = spec;
+                job.status.payload = None;
+                Ok(job)
+            }
+            Err(e) => Err((job, e)),
+        }
+    }
+
+    /// The job as an answer shows it: whole, or, when its payload cannot be brought back
+    /// now, as read with the reason in `status.payload` (its view then says it is
+    /// incomplete, `x-ojs-payload`, instead of showing empty `args`). For the answers of
+    /// a transition that already took (ACK, FAIL, CANCEL, retry) and for listings, which
+    /// one unreadable payload must not turn into an error.
+    pub async fn shown_job(&self, job: ojs_core::Job) -> ojs_core::Job {
+        match self.try_full_job(job).await {
+            Ok(job) => job,
+            Err((job, e)) => marked_unreadable(job, &e),
+        }
+    }
+
+    /// [`crate::Store::shown_job`] of each job, concurrently (S3 GETs only for those with
+    /// a reference).
+    pub async fn shown_jobs(&self, jobs: Vec<ojs_core::Job>) -> Vec<ojs_core::Job> {
+        futures::future::join_all(jobs.into_iter().map(|j| self.shown_job(j))).await
     }
 
     /// What of a job's request goes to the payload bucket (its `args` and `meta` as the
@@ -392,12 +403,27 @@ impl crate::Store {
         Ok(Some(body))
     }
 
-    /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
-    pub(crate) async fn offload(
+    /// The item of a new job, its args and meta put in the payload bucket first when
+    /// `body` ([`crate::Store::offload_body`]) says so: the one path of single and batch
+    /// PUSH. The object is tagged pending until [`crate::Store::settle_offload`].
+    pub(crate) async fn new_job_item(
         &self,
         job: &ojs_core::Job,
-        body: Vec<u8>,
-    ) -> Result<PayloadRef, StoreError> {
+        body: Option<Vec<u8>>,
+    ) -> Result<(crate::item::Item, Option<PayloadRef>), StoreError> {
+        let shards = self.queue_shards();
+        match body {
+            None => Ok((crate::item::job_to_item(job, shards), None)),
+            Some(body) => {
+                let r = self.offload(job, body).await?;
+                let item = crate::item::offloaded_job_to_item(job, shards, &r);
+                Ok((item, Some(r)))
+            }
+        }
+    }
+
+    /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
+    async fn offload(&self, job: &ojs_core::Job, body: Vec<u8>) -> Result<PayloadRef, StoreError> {
         let payloads = self
             .payloads
             .as_ref()
@@ -449,6 +475,26 @@ impl crate::Store {
     }
 }
 
+/// `job` (whose payload could not be brought back for `e`) with the reason recorded, as
+/// its view shows it: without the bucket's key or the cause's details (logged here).
+pub(crate) fn marked_unreadable(mut job: ojs_core::Job, e: &StoreError) -> ojs_core::Job {
+    tracing::warn!(job_id = %job.id, error = %e, "a job's payload could not be read");
+    if let Some(p) = &mut job.status.payload {
+        p.unreadable = Some(unreadable_reason(e).to_owned());
+    }
+    job
+}
+
+/// What a user is told of a payload that could not be read.
+pub(crate) fn unreadable_reason(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Corrupt(_) => {
+            "the job's args and meta, kept in the payload store, are missing or damaged"
+        }
+        _ => "the payload store could not be read; the job's args and meta are not shown",
+    }
+}
+
 fn backend<E: std::fmt::Debug>(what: &str, e: E) -> StoreError {
     StoreError::Backend(format!("S3 {what}: {e:?}"))
 }
@@ -466,12 +512,6 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn marked(spec: &JobSpec, r: &PayloadRef) -> JobSpec {
-        let mut s = skeleton_of(spec);
-        s.extensions.insert(MARK.into(), r.to_mark());
-        s
-    }
-
     #[test]
     fn a_request_split_into_skeleton_and_body_comes_back_whole() {
         let full = spec();
@@ -480,13 +520,10 @@ mod tests {
             key: "jobs/t/1".into(),
             sha256: sha256_hex(&body),
             bytes: body.len() as u64,
+            unreadable: None,
         };
-        let skeleton = marked(&full, &r);
+        let skeleton = skeleton_of(&full);
         assert!(skeleton.args.is_empty() && skeleton.meta.is_empty());
-        assert_eq!(
-            PayloadRef::from_spec(&skeleton).ok().flatten(),
-            Some(r.clone())
-        );
         assert_eq!(merge(skeleton, &r, &body).ok(), Some(full));
     }
 
@@ -498,12 +535,13 @@ mod tests {
             key: "jobs/t/1".into(),
             sha256: sha256_hex(&body),
             bytes: body.len() as u64,
+            unreadable: None,
         };
         let mut tampered = body.clone();
         tampered[10] ^= 1;
         for bad in [tampered, body[..body.len() - 1].to_vec(), Vec::new()] {
             assert!(matches!(
-                merge(marked(&full, &r), &r, &bad),
+                merge(skeleton_of(&full), &r, &bad),
                 Err(StoreError::Corrupt(_))
             ));
         }

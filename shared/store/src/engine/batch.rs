@@ -12,6 +12,7 @@ use ojs_core::{Job, JobState};
 
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
+use crate::payloads::PayloadRef;
 use crate::Store;
 
 /// Items one DynamoDB transaction may hold.
@@ -160,11 +161,16 @@ enum ChunkOutcome {
 }
 
 impl Store {
-    /// Stores every job or none.
+    /// Stores every job or none. A job too large for its item keeps its args and meta in
+    /// the payload bucket, as a job pushed alone does ([`Store::new_job_item`]): the
+    /// objects are put first, then the transactions; the objects are untagged when the
+    /// batch landed and deleted when it did not.
     pub async fn put_batch(&self, jobs: &[Job]) -> Result<(), BatchError> {
-        for job in jobs {
-            item::check_spec_size(job)?;
-        }
+        // Sizes are checked before anything is written (a refused batch writes nothing).
+        let bodies = jobs
+            .iter()
+            .map(|j| self.offload_body(j))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.spec.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
@@ -172,29 +178,44 @@ impl Store {
         for q in queues {
             self.register_queue(q).await?;
         }
+        let (job_items, payloads) = self.new_job_items(jobs, bodies).await?;
         let mut planned = Vec::with_capacity(jobs.len());
-        for (index, job) in jobs.iter().enumerate() {
-            planned.push(self.plan(index, job)?);
+        for ((index, job), job_item) in jobs.iter().enumerate().zip(job_items) {
+            planned.push(self.plan(index, job, job_item)?);
         }
-        refuse_repeated_items(&planned, jobs)?;
+        if let Err(e) = refuse_repeated_items(&planned, jobs) {
+            self.settle_offloads(&payloads, |_| false).await;
+            return Err(e);
+        }
         let mut written: Vec<Item> = Vec::new();
+        // The jobs whose items were (or may have been) written.
+        let mut landed = vec![false; jobs.len()];
         for mut chunk in chunked(planned) {
             let failure = match self.write_chunk(&mut chunk).await {
                 ChunkOutcome::Written => {
                     written.extend(chunk.iter().flat_map(Planned::rollback_keys));
+                    chunk.iter().for_each(|p| landed[p.index] = true);
                     continue;
                 }
                 ChunkOutcome::Unknown(e) => {
                     // It may have landed: what it wrote is rolled back with the rest.
                     written.extend(chunk.iter().flat_map(Planned::rollback_keys));
+                    chunk.iter().for_each(|p| landed[p.index] = true);
                     BatchError::Store(e)
                 }
                 ChunkOutcome::Failed(e) => BatchError::Store(e),
                 ChunkOutcome::Conflict(index, source) => BatchError::Conflict { index, source },
             };
-            self.roll_back(&written).await?;
+            let rolled_back = self.roll_back(&written).await;
+            // Rolled back whole: no item names an object, which all go. Else an item
+            // left (a job fetched meanwhile) may name its object, which is kept: a job
+            // item that was deleted takes its object with it (the change stream).
+            let kept = |i: usize| rolled_back.is_err() && landed[i];
+            self.settle_offloads(&payloads, kept).await;
+            rolled_back?;
             return Err(failure);
         }
+        self.settle_offloads(&payloads, |_| true).await;
         let timers: Vec<_> = jobs
             .iter()
             .filter(|j| j.status.state == JobState::Scheduled)
@@ -213,8 +234,7 @@ impl Store {
 
     /// One job's items: the job, and its unique lock (a live lock is not taken over inside
     /// a batch: a batch with a live duplicate is refused whole).
-    fn plan(&self, index: usize, job: &Job) -> Result<Planned, StoreError> {
-        let job_item = item::job_to_item(job, self.queue_shards());
+    fn plan(&self, index: usize, job: &Job, job_item: Item) -> Result<Planned, StoreError> {
         let lock = match &job.spec.unique {
             Some(u) => {
                 let policy =
@@ -238,6 +258,53 @@ impl Store {
             bytes,
             created_us: job.status.created_at.timestamp_micros(),
         })
+    }
+
+    /// The items of new jobs ([`Store::new_job_item`], payload puts concurrently), with
+    /// each one's payload reference; when a put fails, the objects put are deleted again.
+    async fn new_job_items(
+        &self,
+        jobs: &[Job],
+        bodies: Vec<Option<Vec<u8>>>,
+    ) -> Result<(Vec<Item>, Vec<Option<PayloadRef>>), StoreError> {
+        let made = futures::future::join_all(
+            jobs.iter()
+                .zip(bodies)
+                .map(|(job, body)| self.new_job_item(job, body)),
+        )
+        .await;
+        let mut items = Vec::with_capacity(made.len());
+        let mut payloads = Vec::with_capacity(made.len());
+        let mut failure = None;
+        for m in made {
+            match m {
+                Ok((item, payload)) => {
+                    items.push(item);
+                    payloads.push(payload);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            self.settle_offloads(&payloads, |_| false).await;
+            return Err(e);
+        }
+        Ok((items, payloads))
+    }
+
+    /// [`Store::settle_offload`] of each job's payload: `written(index)` says whether
+    /// its item is (or may be) stored.
+    async fn settle_offloads(
+        &self,
+        payloads: &[Option<PayloadRef>],
+        written: impl Fn(usize) -> bool,
+    ) {
+        let settling = payloads
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some())
+            .map(|(i, r)| self.settle_offload(r.as_ref(), written(i)));
+        futures::future::join_all(settling).await;
     }
 
     fn chunk_items(&self, chunk: &[Planned]) -> Result<Vec<TransactWriteItem>, StoreError> {

@@ -321,9 +321,9 @@ impl Store {
             },
             None => None,
         };
-        // Claimed jobs whose request is in the payload bucket come back whole; one that
-        // cannot be read fails the FETCH, and its lease ends as a crashed worker's would.
-        let claimed = self.full_jobs(claimed).await?;
+        // Claimed jobs whose request is in the payload bucket come back whole; one whose
+        // payload cannot be read is not delivered, and not left leased either.
+        let claimed = self.deliverable(claimed, now).await;
         Ok(FetchOutcome {
             jobs: claimed,
             limit,

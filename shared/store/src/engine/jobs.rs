@@ -120,14 +120,7 @@ impl Store {
             }
             return Ok(outcome);
         }
-        let payload = match body {
-            Some(body) => Some(self.offload(job, body).await?),
-            None => None,
-        };
-        let job_item = match &payload {
-            Some(r) => item::offloaded_job_to_item(job, self.queue_shards(), r),
-            None => item::job_to_item(job, self.queue_shards()),
-        };
+        let (job_item, payload) = self.new_job_item(job, body).await?;
         let out = self
             .put_item()
             .set_item(Some(job_item))
@@ -199,7 +192,7 @@ impl Store {
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let job = self.write_cancel(id, now).await?;
         self.apply_effects(&job, Effects::of(None, &job), now).await;
-        Ok(job)
+        Ok(self.shown_job(job).await)
     }
 
     /// Cancels a job without feeding the cancellation back into its workflow (the
@@ -235,7 +228,8 @@ impl Store {
         self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
     }
 
-    /// Completes an active job.
+    /// Completes an active job. The answer shows the job whole ([`Store::shown_job`]), as
+    /// do CANCEL's and FAIL's.
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
         let wid = write_id();
         let mut write = JobWrite::new(
@@ -283,7 +277,7 @@ impl Store {
         };
         self.apply_effects(&job, Effects::of(Some(before), &job), now)
             .await;
-        Ok(job)
+        Ok(self.shown_job(job).await)
     }
 
     /// Records a failed attempt and applies the job's retry policy: `retryable` with a
@@ -330,6 +324,11 @@ impl Store {
                 }) => {
                     return Err(StoreError::NotHolder {
                         attempt: job.status.attempt,
+                    })
+                }
+                Ok(outcome) => {
+                    return Ok(FailOutcome {
+                        job: self.shown_job(outcome.job).await,
                     })
                 }
                 other => return other,

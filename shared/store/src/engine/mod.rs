@@ -16,4 +16,5 @@ pub(crate) mod sweep;
 pub(crate) mod timer;
 pub(crate) mod transition;
 pub(crate) mod unique;
+pub(crate) mod unread;
 pub(crate) mod windows;

@@ -317,7 +317,9 @@ impl Store {
 
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job
     /// still active after its lease or deadline, or waiting after its time; the job's
-    /// request whole ([`Store::full_job`]).
+    /// request whole ([`Store::full_job`]). A payload that is missing or damaged does not
+    /// hide the job: it is shown incomplete and says so ([`Store::shown_job`]); a payload
+    /// store failing is an error (the request may be tried again).
     pub async fn get_job_settled(
         &self,
         id: &ojs_core::JobId,
@@ -335,7 +337,13 @@ impl Store {
             },
             None => job,
         };
-        self.full_job(job).await.map(Some)
+        match self.try_full_job(job).await {
+            Ok(job) => Ok(Some(job)),
+            Err((job, e @ StoreError::Corrupt(_))) => {
+                Ok(Some(crate::payloads::marked_unreadable(job, &e)))
+            }
+            Err((_, e)) => Err(e),
+        }
     }
 }
 

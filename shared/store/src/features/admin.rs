@@ -152,7 +152,8 @@ impl Store {
     }
 
     /// The jobs of `ids` that exist, in the order given (strongly consistent reads, 100
-    /// keys a call).
+    /// keys a call), as read: one keeping its args and meta in the payload bucket is
+    /// incomplete until [`Store::shown_jobs`] brings them back.
     pub async fn get_jobs(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
         let how = crate::batch_read::BatchRead {
             consistent: true,
@@ -165,8 +166,10 @@ impl Store {
             found.insert(job.id, job);
         }
         let jobs = ids.iter().filter_map(|id| found.remove(id)).collect();
-        // Listings show the request: S3 GETs for the page's jobs that keep it there.
-        self.full_jobs(jobs).await
+        // As read: a job whose args and meta are in the payload bucket is incomplete and
+        // its view says so; a caller that shows them brings them back
+        // (`Store::shown_jobs`). The admin listings show summaries, without args.
+        Ok(jobs)
     }
 
     /// Puts a discarded or cancelled job back in its queue (attempt 0, errors cleared), as
@@ -206,7 +209,8 @@ impl Store {
             .apply(self.update(id))?
             .send()
             .await;
-        self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
+        let job = self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
+        Ok(self.shown_job(job).await)
     }
 
     /// Permanently deletes a finished (completed, cancelled or discarded) job; a

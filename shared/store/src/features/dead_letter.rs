@@ -27,7 +27,8 @@ use crate::Store;
 /// One page of the dead letter queue.
 #[derive(Debug, Clone)]
 pub struct DeadLetterPage {
-    /// The jobs, oldest discard first.
+    /// The jobs, oldest discard first, as read: one keeping its args and meta in the
+    /// payload bucket is incomplete until [`Store::shown_jobs`] brings them back.
     pub jobs: Vec<Job>,
     /// How many dead-lettered jobs match the filter.
     pub total: usize,
@@ -192,8 +193,10 @@ impl Store {
             .into_iter()
             .filter_map(|pk| found.remove(&pk))
             .collect();
-        // The listing shows the request: S3 GETs for the jobs that keep it there.
-        self.full_jobs(jobs).await
+        // As read: a job whose args and meta are in the payload bucket is incomplete and
+        // its view says so; the OJS listing, which shows them, brings them back
+        // (`Store::shown_jobs`), the admin one shows summaries.
+        Ok(jobs)
     }
 
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
@@ -223,7 +226,8 @@ impl Store {
             .value(":now", ts(&now))
             .apply(self.update(id))?;
         let entry = self.dead_entry_delete(&sk)?;
-        self.update_job_with(id, req, entry, &wid).await
+        let job = self.update_job_with(id, req, entry, &wid).await?;
+        Ok(self.shown_job(job).await)
     }
 
     /// Permanently deletes a dead-lettered job, and its entry with it.

@@ -433,8 +433,19 @@ impl Store {
             )
             .await;
         // The endpoint is sent the whole request (its args may be in the payload bucket).
+        // A damaged payload fails the job for good, as FETCH does; a failing payload
+        // store leaves it leased, and the sweep reclaims it when the delivery's lease
+        // ends (giving it back at once would make the change stream offer it again at
+        // once, in a loop as long as S3 fails).
         let claimed = match claimed {
-            Ok(Some(job)) => self.full_job(job).await.map(Some),
+            Ok(Some(job)) => match self.try_full_job(job).await {
+                Ok(job) => Ok(Some(job)),
+                Err((job, e @ StoreError::Corrupt(_))) => {
+                    self.settle_unread(job, e, now).await;
+                    Ok(None)
+                }
+                Err((_, e)) => Err(e),
+            },
             other => other,
         };
         match claimed {

@@ -1,0 +1,107 @@
+//! Claimed jobs whose payload cannot be read (issue #32). FETCH never delivers an
+//! incomplete job, and never leaves one leased silently either:
+//!
+//! - the payload store failing (an S3 error or timeout, no bucket configured) will
+//!   likely pass: the job is given back, `available` at once at the end of its
+//!   priority's FIFO, its attempt not counted (no worker saw it);
+//! - an object missing, cut or not matching its digest will not heal: the job fails for
+//!   good, `discarded` (into the dead letter queue when its policy says so) with the
+//!   error `payload_unreadable`, which GET, the listings and the events show.
+//!
+//! The other claimed jobs of the FETCH are delivered either way.
+
+use futures::future::join_all;
+use ojs_core::failure::Failure;
+use ojs_core::time::Timestamp;
+use ojs_core::{Job, JobState, Transition};
+
+use crate::effects::{Before, Effects};
+use crate::error::StoreError;
+use crate::item::{n, ts};
+use crate::settle::FailureOutcome;
+use crate::transition::JobWrite;
+use crate::Store;
+
+/// The error type a job whose payload is missing or damaged fails with.
+pub const PAYLOAD_UNREADABLE: &str = "payload_unreadable";
+
+impl Store {
+    /// The claimed jobs whole, in their order, without those whose payload cannot be
+    /// read: each of those is given back or failed (see the module).
+    pub(crate) async fn deliverable(&self, claimed: Vec<Job>, now: Timestamp) -> Vec<Job> {
+        let tried = join_all(claimed.into_iter().map(|j| self.try_full_job(j))).await;
+        let mut whole = Vec::with_capacity(tried.len());
+        let mut unread = Vec::new();
+        for t in tried {
+            match t {
+                Ok(job) => whole.push(job),
+                Err(failed) => unread.push(failed),
+            }
+        }
+        join_all(
+            unread
+                .into_iter()
+                .map(|(job, e)| self.settle_unread(job, e, now)),
+        )
+        .await;
+        whole
+    }
+
+    /// Gives back (a failing payload store) or fails (a damaged payload) a claimed job
+    /// whose payload could not be read for `e`.
+    pub(crate) async fn settle_unread(&self, job: Job, e: StoreError, now: Timestamp) {
+        let corrupt = matches!(e, StoreError::Corrupt(_));
+        let done = if corrupt {
+            self.fail_unreadable(&job, &e, now).await
+        } else {
+            self.give_back(&job, now).await
+        };
+        match done {
+            Ok(after) => tracing::warn!(
+                job_id = %job.id, error = %e, state = after.status.state.as_str(),
+                "a claimed job's payload could not be read; not delivered"
+            ),
+            // Its lease ends as a crashed worker's would, and the sweep reclaims it.
+            Err(w) => tracing::error!(
+                job_id = %job.id, error = %e, write_error = %w,
+                "a claimed job's payload could not be read, and the job stays leased"
+            ),
+        }
+    }
+
+    /// `job` (just claimed) `available` again, with the attempt count it had before.
+    async fn give_back(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
+        let req = JobWrite::new(Transition::Reclaim, self.ready_place(job, &now))
+            .from(JobState::Active)
+            .version(job.status.version)
+            .when("attempt = :attempt")
+            .set("attempt = :before, enqueued_at = :now")
+            .remove("started_at")
+            .value(":attempt", n(job.status.attempt))
+            .value(":before", n(job.status.attempt.saturating_sub(1)))
+            .value(":now", ts(&now))
+            .apply(self.update(&job.id))?;
+        let back = self.finish_update(req.send().await)?;
+        self.apply_effects(&back, Effects::of(Some(Before::of(job)), &back), now)
+            .await;
+        Ok(back)
+    }
+
+    /// `job` (just claimed) discarded for its damaged payload, as its policy discards.
+    async fn fail_unreadable(
+        &self,
+        job: &Job,
+        e: &StoreError,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let failure = Failure {
+            error_type: PAYLOAD_UNREADABLE.into(),
+            message: crate::payloads::unreadable_reason(e).into(),
+            retryable: false,
+            reported: serde_json::Map::new(),
+            retry_after: None,
+        };
+        let outcome = FailureOutcome::GiveUp(job.spec.retry.on_exhaustion);
+        self.record_failure(job, &failure, outcome, now).await
+    }
+}

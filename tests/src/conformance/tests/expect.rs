@@ -113,7 +113,11 @@ async fn expect_status_is_checked() {
     );
     // The failed case's report carries each step's answer.
     assert_eq!(report.trace.len(), 1, "{:?}", report.trace);
-    assert!(report.trace[0].starts_with("s1: 200 {"), "{:?}", report.trace);
+    assert!(
+        report.trace[0].starts_with("s1: 200 {"),
+        "{:?}",
+        report.trace
+    );
 
     let (report, _) = run(json!([
         {"id": "s1", "action": "GET", "path": "/x", "expect": {"status_in": [201, 409]}}

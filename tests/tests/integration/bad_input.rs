@@ -5,6 +5,7 @@
 //! OJS error body (`{"error": {"code", "message", "retryable": false, "request_id"}}`),
 //! and afterwards the table holds exactly what it held before: nothing was written.
 
+use crate::compress::{gzip, zstd};
 use ojs_tests::fault_proxy::table_items;
 use ojs_tests::TestApp;
 use reqwest::Method;
@@ -43,17 +44,6 @@ fn case(
 
 fn json_case(method: Method, path: &str, body: Value, status: u16, code: &'static str) -> Case {
     case(method, path, body.to_string(), status, code)
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let _ = enc.write_all(data);
-    enc.finish().unwrap_or_default()
-}
-
-fn zstd(data: &[u8]) -> Vec<u8> {
-    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
 /// Blanks of twice `limit`, packed with gzip and with zstd (a few KB each): one packed

@@ -52,6 +52,31 @@ impl Rig {
             .map(|j| j.status.state.as_str().to_owned()))
     }
 
+    /// Creates the workflow `body` and claims its first step from `queue` as worker `w`:
+    /// the creation's answer and the claimed job's id.
+    async fn workflow_with_step_claimed(
+        &self,
+        body: Value,
+        queue: &str,
+    ) -> anyhow::Result<(Reply, String)> {
+        let created = self
+            .app
+            .call(reqwest::Method::POST, "/ojs/v1/workflows", Some(body))
+            .await?;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        ojs_tests::after_index_lag().await;
+        let fetched = self
+            .app
+            .fetch(json!({"queues": [queue], "worker_id": "w"}))
+            .await?;
+        let id = fetched.body["jobs"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!id.is_empty(), "{:?}", fetched.body);
+        Ok((created, id))
+    }
+
     fn attempts(&self, op: &str) -> u64 {
         self.proxy
             .report()
@@ -939,24 +964,13 @@ async fn a_callback_transaction_lost_to_a_conflict_is_retried_and_fires_once() -
 {
     let rig = rig(6).await?;
     let app = &rig.app;
-    let created = app
-        .call(
-            reqwest::Method::POST,
-            "/ojs/v1/workflows",
-            Some(json!({"type": "batch", "jobs": [{"type": "cb.step", "args": [], "options": {"queue": "cbq"}}],
-                "callbacks": {"on_complete": {"type": "cb.done", "args": [], "options": {"queue": "cbq-done"}}}})),
+    let (_, id) = rig
+        .workflow_with_step_claimed(
+            json!({"type": "batch", "jobs": [{"type": "cb.step", "args": [], "options": {"queue": "cbq"}}],
+                "callbacks": {"on_complete": {"type": "cb.done", "args": [], "options": {"queue": "cbq-done"}}}}),
+            "cbq",
         )
         .await?;
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    ojs_tests::after_index_lag().await;
-    let fetched = app
-        .fetch(json!({"queues": ["cbq"], "worker_id": "w"}))
-        .await?;
-    let id = fetched.body["jobs"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(!id.is_empty(), "{:?}", fetched.body);
     rig.proxy.script(
         Filter::op("TransactWriteItems"),
         &[Fault::TransactionConflict, Fault::TransactionConflict],
@@ -1018,28 +1032,17 @@ async fn a_stream_batch_that_keeps_failing_is_given_up_not_retried_forever() -> 
 async fn a_throttled_workflow_follow_up_is_retried_within_the_ack() -> anyhow::Result<()> {
     let rig = rig(seed()).await?;
     let app = &rig.app;
-    let created = app
-        .call(
-            reqwest::Method::POST,
-            "/ojs/v1/workflows",
-            Some(json!({"type": "group", "name": "throttled",
-                "jobs": [{"type": "g.step", "args": [], "options": {"queue": "wf-throttled"}}]})),
+    let (created, id) = rig
+        .workflow_with_step_claimed(
+            json!({"type": "group", "name": "throttled",
+                "jobs": [{"type": "g.step", "args": [], "options": {"queue": "wf-throttled"}}]}),
+            "wf-throttled",
         )
         .await?;
-    assert_eq!(created.status, 201, "{:?}", created.body);
     let wf = created.body["workflow"]["id"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    ojs_tests::after_index_lag().await;
-    let fetched = app
-        .fetch(json!({"queues": ["wf-throttled"], "worker_id": "w"}))
-        .await?;
-    let id = fetched.body["jobs"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(!id.is_empty(), "{:?}", fetched.body);
     // The ACK's own write passes; the follow-up's first write (the step recorded on the
     // workflow) is throttled as often as the SDK tries it.
     rig.proxy.script(

@@ -3,24 +3,14 @@
 //! decompressed body, a decompression bomb refused at the limit, `meta` up to 64 KB,
 //! `args` bounded only by the job's stored request, and the manifest saying so.
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::compress::{gzip, zstd};
 use ojs_tests::{Reply, TestApp};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 const OJS_JSON: &str = "application/openjobspec+json";
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let _ = enc.write_all(data);
-    enc.finish().unwrap_or_default()
-}
-
-fn zstd(data: &[u8]) -> Vec<u8> {
-    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
-}
 
 /// Sends `body` as it is, with `Content-Encoding: coding` when one is given.
 async fn send(

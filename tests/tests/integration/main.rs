@@ -14,6 +14,7 @@ mod backlog;
 mod bad_input;
 mod cloudq;
 mod compat;
+mod compress;
 mod counters;
 mod dashboard;
 mod events;

@@ -17,6 +17,7 @@ pub mod push;
 pub mod report;
 pub mod stats;
 pub mod throughput;
+pub mod timer;
 pub mod versus;
 
 /// The fake Lambda Runtime API the cold-start bench runs the functions against (it lives

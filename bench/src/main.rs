@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput, versus};
+use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput, timer, versus};
 
-const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push] [--workers 1,8,32] [--no-build] [--prices PATH]
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push,timer] [--workers 1,8,32] [--no-build] [--prices PATH]
 
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
@@ -43,9 +43,17 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         quick: false,
         json: None,
-        sections: ["capacity", "cost", "throughput", "cold", "cpu", "push"]
-            .map(String::from)
-            .to_vec(),
+        sections: [
+            "capacity",
+            "cost",
+            "throughput",
+            "cold",
+            "cpu",
+            "push",
+            "timer",
+        ]
+        .map(String::from)
+        .to_vec(),
         workers: vec![1, 8, 32],
         build: true,
         prices: cost::default_prices_path(),
@@ -194,6 +202,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let timer = if on("timer") {
+        let t = step("timer promotion lateness");
+        let r = timer::run(if args.quick { 20 } else { 50 }).await?;
+        done(t);
+        Some(r)
+    } else {
+        None
+    };
     let cold = if on("cold") {
         let t = step("cold starts");
         let c = cold_start::run(&functions, cold_runs).await?;
@@ -212,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
         &cold,
         cpu.as_ref(),
         throughput.as_ref(),
+        timer.as_ref(),
     );
     let report = report::Report {
         generated_at: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
@@ -224,6 +241,7 @@ async fn main() -> anyhow::Result<()> {
         cold_start: cold,
         cpu,
         push,
+        timer,
         targets,
     };
     println!("{}", report::render(&report));

@@ -94,6 +94,8 @@ pub struct Report {
     pub cpu: Option<CpuReport>,
     /// Section 6.
     pub push: Option<crate::push::PushReport>,
+    /// Section 7.
+    pub timer: Option<crate::timer::TimerReport>,
     /// Targets.
     pub targets: Vec<Target>,
 }
@@ -105,8 +107,20 @@ pub fn targets(
     cold: &[ColdStart],
     cpu: Option<&CpuReport>,
     throughput: Option<&ThroughputReport>,
+    timer: Option<&crate::timer::TimerReport>,
 ) -> Vec<Target> {
     let mut t = Vec::new();
+    t.push(Target {
+        name: "timer promotion lateness, largest over the delayed jobs (never early)".into(),
+        limit: "< 1000 ms".into(),
+        measured: timer.map_or("not measured".into(), |r| {
+            format!(
+                "{} ms (p50 {} ms, earliest {} ms)",
+                r.max_ms, r.p50_ms, r.min_ms
+            )
+        }),
+        pass: timer.map(|r| r.max_ms < 1000 && r.min_ms >= 0),
+    });
     let life = cap.and_then(|c| c.lifecycle(TARGET_SIZE));
     // A per-lifecycle figure against its ceiling.
     let per_lifecycle = |name: &str, unit: &str, limit: f64, of: fn(&Lifecycle) -> f64| Target {
@@ -356,6 +370,20 @@ fn kib(b: u64) -> String {
 }
 
 /// The report as text tables.
+fn render_timer(o: &mut String, r: &crate::timer::TimerReport) {
+    let _ = writeln!(o, "\n== 7. Timer promotion lateness ==");
+    let _ = writeln!(
+        o,
+        "Method: {} jobs pushed with scheduled_at 3-6 s ahead onto a server whose only mover is the SQS timer consumer (no FETCH, INFO or sweep); lateness = enqueued_at - scheduled_at.",
+        r.jobs
+    );
+    let _ = writeln!(
+        o,
+        "p50 {} ms, p99 {} ms, max {} ms, earliest {} ms",
+        r.p50_ms, r.p99_ms, r.max_ms, r.min_ms
+    );
+}
+
 fn render_push(o: &mut String, p: &crate::push::PushReport) {
     let _ = writeln!(
         o,
@@ -410,6 +438,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(push) = &r.push {
         render_push(&mut o, push);
+    }
+    if let Some(timer) = &r.timer {
+        render_timer(&mut o, timer);
     }
     let _ = writeln!(o, "\n== Targets (issues #9 and #17) ==");
     let _ = writeln!(

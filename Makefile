@@ -7,6 +7,8 @@
 #   make dashboard    builds the OJS dashboard (npm) and serves it on
 #                     http://127.0.0.1:8090/ojs/admin/ against `make dev` (OJS_URL=... and
 #                     OJS_ADMIN_KEY=... for a deployed stack; see README, "Dashboard")
+#   make test-loaded  make test 3 times in a row beside a CPU hog (OJS_LOADED_RUNS=N,
+#                     OJS_LOADED_HOGS=N): tests must not depend on the machine's speed
 #   make fmt | lint | build
 #   make stress       full stress test: 20,000 jobs, 32 workers, 8 producers (OJS_STRESS_JOBS=N)
 #   make fuzz         10 minutes each of envelope, decoder and HTTP fuzzing (OJS_FUZZ_SECONDS=N);
@@ -31,7 +33,7 @@ TEST_ARGS ?=
 # Extra arguments for ojs-bench, e.g. make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
 
-.PHONY: help dev test dashboard bench fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
+.PHONY: help dev test test-loaded dashboard bench fmt lint build infra smoke clean-local local-aws-start local-aws-stop local-aws-status
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -41,6 +43,9 @@ dev:
 
 test:
 	@bash scripts/test.sh $(TEST_ARGS)
+
+test-loaded:
+	@bash scripts/test-loaded.sh
 
 dashboard:
 	@bash scripts/dashboard.sh run

@@ -19,8 +19,8 @@ pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
-    backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition, unique,
-    unread,
+    answer, backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition,
+    unique, unread,
 };
 use features::{
     admin, api_keys, cron, dead_letter, push, queues, schemas, webhooks, workers, workflow,
@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use admin::{DeadLetterStats, Maintenance, MAX_LISTED};
+pub use answer::{answer_bytes, AnswerBound, LAMBDA_RESPONSE_BYTES, LARGEST_JOB_ANSWER};
 pub use api_keys::ApiKeyRecord;
 pub use backlog::OLDEST_READY_JOB_AGE;
 pub use batch::BatchError;
@@ -113,6 +114,9 @@ pub struct StoreConfig {
     /// or a slow table, must not hold a FETCH past API Gateway's 29 s, which would strand
     /// the jobs it claimed until their leases end.
     pub fetch_budget: Duration,
+    /// How many bytes of jobs one FETCH answers at most (Lambda's 6 MB response limit,
+    /// less headroom): past it, fewer jobs than asked for.
+    pub fetch_answer: AnswerBound,
     /// Whether PUSH to a paused queue is refused (`queue_paused`, 422), as the HTTP
     /// binding's §11.3 says, instead of stored and held until the queue resumes, as
     /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
@@ -168,6 +172,7 @@ impl StoreConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(DEFAULT_FETCH_BUDGET_MS),
             ),
+            fetch_answer: AnswerBound::default(),
         }
     }
 
@@ -185,6 +190,7 @@ impl StoreConfig {
             reject_paused_pushes: false,
             sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
             fetch_budget: Duration::from_millis(DEFAULT_FETCH_BUDGET_MS),
+            fetch_answer: AnswerBound::default(),
         }
     }
 }
@@ -298,6 +304,15 @@ impl Store {
         self
     }
 
+    /// The same store with each FETCH's answer bounded by `bound`; see
+    /// [`StoreConfig::fetch_answer`].
+    pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {
+        let mut config = (*self.config).clone();
+        config.fetch_answer = bound;
+        self.config = Arc::new(config);
+        self
+    }
+
     /// The same store consuming its table's change stream in this process
     /// ([`LocalStream`]): `make dev` and tests, where no stream function runs.
     /// `from_start`: apply what the stream already holds (a table just created);
@@ -359,6 +374,11 @@ impl Store {
     /// The timer queue, when configured.
     pub fn timer(&self) -> Option<&Timer> {
         self.timer.as_ref()
+    }
+
+    /// How many bytes of jobs one answer may carry ([`StoreConfig::fetch_answer`]).
+    pub fn answer_bound(&self) -> AnswerBound {
+        self.config.fetch_answer
     }
 
     /// The table name.

@@ -20,6 +20,7 @@ mod dashboard;
 mod events;
 mod faults;
 mod fencing;
+mod fetch_answer;
 mod fuzz_http;
 mod hostile;
 mod iam;

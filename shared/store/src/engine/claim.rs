@@ -15,6 +15,7 @@ use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
+use crate::answer::{answer_bytes, AnswerBound};
 use crate::concurrency::Slot;
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
@@ -60,6 +61,12 @@ pub struct FetchRequest {
 /// another claim attempt.
 struct Fetching {
     claimed: Vec<Job>,
+    /// What the claimed jobs take in the answer ([`crate::answer::answer_bytes`]).
+    answer_bytes: usize,
+    /// The answer's bound ([`StoreConfig::fetch_answer`]).
+    ///
+    /// [`StoreConfig::fetch_answer`]: crate::StoreConfig::fetch_answer
+    bound: AnswerBound,
     full_limits: FullLimits,
     saw_ready: bool,
     /// Claim attempts made so far.
@@ -79,9 +86,17 @@ impl Fetching {
         self.attempts > 0 && Instant::now() >= self.ends
     }
 
-    /// Whether the FETCH stops: its count is met or its time is up.
+    /// Whether the FETCH stops: its count is met, its answer has no room for another
+    /// job, or its time is up.
     fn done(&self, count: usize) -> bool {
-        self.claimed.len() >= count || self.out_of_time()
+        self.claimed.len() >= count
+            || !self.bound.room_for_another(self.answer_bytes)
+            || self.out_of_time()
+    }
+
+    fn won(&mut self, job: Job) {
+        self.answer_bytes = self.answer_bytes.saturating_add(answer_bytes(&job));
+        self.claimed.push(job);
     }
 }
 
@@ -261,6 +276,8 @@ impl Store {
     ) -> Result<FetchOutcome, StoreError> {
         let mut run = Fetching {
             claimed: Vec::new(),
+            answer_bytes: 0,
+            bound: self.config.fetch_answer,
             full_limits: FullLimits::default(),
             saw_ready: false,
             attempts: 0,
@@ -432,7 +449,7 @@ impl Store {
                 // was answered.
                 run.saw_ready |= !matches!(outcome, Claim::Stale);
                 match outcome {
-                    Claim::Won(job) => run.claimed.push(*job),
+                    Claim::Won(job) => run.won(*job),
                     Claim::Stale | Claim::Expired => lost_any = true,
                     // Not a competitor, so not counted as one; but a page of waiting jobs
                     // is read past (wider, from a random one of its priority) by the next
@@ -455,11 +472,11 @@ impl Store {
                     }
                     Claim::QueueLimited => return Ok(true),
                 }
-                if run.claimed.len() >= req.count {
+                if run.done(req.count) {
                     break;
                 }
             }
-            if run.claimed.len() >= req.count || exhausted && !lost_any {
+            if run.done(req.count) || exhausted && !lost_any {
                 break;
             }
         }

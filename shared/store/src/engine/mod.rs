@@ -1,10 +1,12 @@
 //! The engine: every write of a job's state goes through [`transition`] (core's state
 //! machine made into conditional writes), and what follows one through [`effects`].
-//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots and rate `windows`), ACK and
+//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots, rate `windows`
+//! and its `answer` bound), ACK and
 //! FAIL (`jobs`, `settle`), and time (`timer`, `sweep`, `backlog`). It uses the DynamoDB
 //! layer; features call into it, never the other way round (a finished job's workflow
 //! and cron follow-ups are reached through `effects`).
 
+pub(crate) mod answer;
 pub(crate) mod backlog;
 pub(crate) mod batch;
 pub(crate) mod claim;

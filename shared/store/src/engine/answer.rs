@@ -133,7 +133,9 @@ mod tests {
     fn the_default_leaves_room_for_the_largest_job_after_a_few() {
         let d = AnswerBound::default();
         assert!(d.bytes < LAMBDA_RESPONSE_BYTES);
-        assert!(d.reserve >= 2 * MAX_ENVELOPE_BYTES);
+        // The envelope limit (1 MiB) and DynamoDB's documented item limit (400 KB, counted
+        // as 400 KiB), each byte escaped.
+        assert_eq!(d.reserve, 2 * (1_048_576 + 409_600));
         assert!(d.room_for_another(d.bytes - d.reserve));
         assert!(!d.room_for_another(d.bytes - d.reserve + 1));
     }

@@ -81,6 +81,15 @@ pub async fn after_index_lag() {
     }
 }
 
+/// One sweep of `store` at `now`, as the scheduler function makes it
+/// ([`ojs_runtime::Scheduler::sweep`]).
+pub async fn sweep(
+    store: &Store,
+    now: ojs_core::time::Timestamp,
+) -> Result<ojs_store::SweepReport, ojs_store::StoreError> {
+    ojs_runtime::Scheduler::new(store.clone()).sweep(now).await
+}
+
 /// Asks `probe` every 50 ms until `done` holds for its answer or `within` has passed, and
 /// returns the last answer, for the test's assertions to read: a wait on something a
 /// background task or a clock makes happen, which ends as soon as it happened (a slow
@@ -382,7 +391,7 @@ impl TestApp {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let _ = store.sweep(ojs_core::time::now()).await;
+                let _ = sweep(&store, ojs_core::time::now()).await;
             }
         }));
         Ok(app)
@@ -514,7 +523,7 @@ impl TestApp {
             let mut tick = tokio::time::interval(Duration::from_millis(sweep_ms));
             loop {
                 tick.tick().await;
-                let _ = store.sweep(ojs_core::time::now()).await;
+                let _ = sweep(&store, ojs_core::time::now()).await;
                 also().await;
             }
         }));

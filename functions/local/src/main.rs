@@ -1,6 +1,6 @@
 //! Local development server: every endpoint group on one port, against the DynamoDB
 //! endpoint named by the standard AWS environment, with the timer consumer, the
-//! change stream consumer and the scheduler's sweep in process. Creates the table if it
+//! change stream consumer and the scheduler's tick in process. Creates the table if it
 //! is missing.
 
 mod preflight;
@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
     // stream's start on a table just created, else from now on (the sweep repairs the
     // counters of changes made while nothing read the stream). Off when a deployed
     // stream function already consumes this table.
+    let mut webhooks = None;
     if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
         let sdk = aws_config::load_from_env().await;
         let client = ojs_store::streams_client_from_env(&sdk);
@@ -66,16 +67,15 @@ async fn main() -> anyhow::Result<()> {
         .context("building the push dispatcher")?;
         // Jobs no delivery's end picks up (a queue resumed after a pause), every 2 s.
         dispatcher.catch_up_every(std::time::Duration::from_secs(2));
-        // Webhook deliveries from the same batches; due retries every second (the
-        // scheduler function's work on AWS).
-        let webhooks =
+        // Webhook deliveries from the same batches; due retries are the scheduler's.
+        let dispatcher_of_webhooks =
             ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())
                 .map_err(anyhow::Error::msg)
                 .context("building the webhook dispatcher")?;
-        webhooks.redrive_every(std::time::Duration::from_secs(1));
+        webhooks = Some(dispatcher_of_webhooks.clone());
         store = store
             .with_change_observer(std::sync::Arc::new(dispatcher))
-            .with_change_observer(std::sync::Arc::new(webhooks))
+            .with_change_observer(std::sync::Arc::new(dispatcher_of_webhooks))
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;
@@ -94,9 +94,16 @@ async fn main() -> anyhow::Result<()> {
         let consumer = store.clone();
         tokio::spawn(async move { consumer.consume_timer_queue().await });
     }
-    // The scheduler function's sweep (EventBridge, every minute on AWS), every second here.
-    let sweeper = store.clone();
-    tokio::spawn(async move { sweeper.sweep_every(std::time::Duration::from_secs(1)).await });
+    // The scheduler function's tick (EventBridge, every minute on AWS), every second here.
+    let mut scheduler = ojs_runtime::Scheduler::new(store.clone());
+    if let Some(w) = webhooks {
+        scheduler = scheduler.with_webhooks(w);
+    }
+    tokio::spawn(async move {
+        scheduler
+            .tick_every(std::time::Duration::from_secs(1))
+            .await
+    });
     let router = app(
         AppState::new(store.clone(), HttpConfig::from_env()),
         &Group::ALL,

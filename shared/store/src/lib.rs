@@ -376,6 +376,11 @@ impl Store {
         self.timer.as_ref()
     }
 
+    /// How long one sweep may run ([`StoreConfig::sweep_budget`]).
+    pub fn sweep_budget(&self) -> Duration {
+        self.config.sweep_budget
+    }
+
     /// How many bytes of jobs one answer may carry ([`StoreConfig::fetch_answer`]).
     pub fn answer_bound(&self) -> AnswerBound {
         self.config.fetch_answer

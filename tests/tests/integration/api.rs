@@ -107,7 +107,7 @@ async fn every_job_is_delivered_exactly_once_to_32_racing_fetchers() -> anyhow::
             undelivered.into_iter().cloned().collect();
         while !left.is_empty() && tokio::time::Instant::now() < deadline {
             // This app runs no scheduler: the sweep ends the leases.
-            let _ = app.store.sweep(ojs_core::time::now()).await;
+            let _ = ojs_tests::sweep(&app.store, ojs_core::time::now()).await;
             let r = app
                 .fetch(json!({"queues": ["race"], "count": 10, "worker_id": "late"}))
                 .await?;

@@ -158,7 +158,7 @@ async fn counters_follow_every_kind_of_transition() -> anyhow::Result<()> {
     // due, expiring jobs that never ran are discarded.
     let later = ojs_core::time::now() + chrono::Duration::hours(1);
     ojs_tests::after_index_lag().await;
-    app.store.sweep(later).await?;
+    ojs_tests::sweep(&app.store, later).await?;
     let s = counted(&app.store, q, "after the sweep").await?;
     assert_eq!(
         (s.active, s.retryable, s.scheduled, total(&s)),
@@ -374,10 +374,10 @@ async fn the_sweep_repairs_the_counters_of_a_quiet_shard() -> anyhow::Result<()>
     // First sight of the shard: busy as far as the sweep knows, left alone.
     let now = ojs_core::time::now();
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.sweep(now).await?.healed, 0);
+    assert_eq!(ojs_tests::sweep(&app.store, now).await?.healed, 0);
     assert_eq!(app.store.queue_stats(&q).await?.available, 6);
     // Quiet since: counted and repaired.
-    assert_eq!(app.store.sweep(now).await?.healed, 1);
+    assert_eq!(ojs_tests::sweep(&app.store, now).await?.healed, 1);
     let s = counted(&app.store, "ch", "after the repair").await?;
     assert_eq!(s.available, 4);
     // Checked at this state: the next look is one read, no count.

@@ -669,7 +669,7 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
     let sweeper = tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let _ = sweep_store.sweep(ojs_core::time::now()).await;
+            let _ = ojs_tests::sweep(&sweep_store, ojs_core::time::now()).await;
         }
     });
     rig.proxy.set_rate(0.10, &Fault::ALL, Filter::Any);

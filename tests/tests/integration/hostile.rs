@@ -710,7 +710,7 @@ async fn hostile_input_gets_its_4xx_and_never_wedges_a_queue() -> anyhow::Result
         }
     }
     // The sweep runs over whatever the table left (no poison job or cron breaks it).
-    let report = app.store.sweep(ojs_core::time::now()).await;
+    let report = ojs_tests::sweep(&app.store, ojs_core::time::now()).await;
     if let Err(e) = report {
         failures.push(format!("the sweep failed after the table: {e}"));
     }

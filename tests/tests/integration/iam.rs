@@ -1117,7 +1117,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         c.body
     );
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    store.sweep(ojs_core::time::now()).await?;
+    ojs_tests::sweep(&store, ojs_core::time::now()).await?;
     // A webhook retry due now, to an address that refuses: made (its subscription read,
     // the claim, the log line, the next retry) and removed.
     let hook = setup

@@ -188,7 +188,7 @@ async fn a_retry_starts_without_progress_and_completion_reads_one() -> anyhow::R
     // The retry (after its 0.1 s backoff) starts afresh.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     let fetched = loop {
-        let _ = app.store.sweep(ojs_core::time::now()).await;
+        let _ = ojs_tests::sweep(&app.store, ojs_core::time::now()).await;
         let f = app
             .fetch(json!({"queues": ["prog-c"], "worker_id": "w2"}))
             .await?;

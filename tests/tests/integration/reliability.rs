@@ -358,7 +358,7 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let u1 = store.usage();
     ojs_tests::after_index_lag().await;
-    let report = store.sweep(ojs_core::time::now()).await?;
+    let report = ojs_tests::sweep(store, ojs_core::time::now()).await?;
     let sweep_cost = store.usage() - u1;
     assert_eq!(report.moved, 2, "{report:?}");
     let raw = store
@@ -382,10 +382,10 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
     // The first quiet sweep also checks each queue's counters against its indexes once
     // (`Store::heal_counters`); from then on an idle sweep only reads them.
     ojs_tests::after_index_lag().await;
-    store.sweep(ojs_core::time::now()).await?;
+    ojs_tests::sweep(store, ojs_core::time::now()).await?;
     let u2 = store.usage();
     ojs_tests::after_index_lag().await;
-    let idle = store.sweep(ojs_core::time::now()).await?;
+    let idle = ojs_tests::sweep(store, ojs_core::time::now()).await?;
     let idle_cost = store.usage() - u2;
     assert_eq!((idle.moved, idle.healed), (0, 0));
     assert_eq!(
@@ -443,7 +443,7 @@ async fn a_job_the_server_cannot_read_is_set_aside_and_never_blocks_its_queue() 
     );
     // Later FETCHes and the sweep go on.
     assert_eq!(app.fetch(json!({"queues": ["aside"]})).await?.status, 200);
-    app.store.sweep(ojs_core::time::now()).await?;
+    ojs_tests::sweep(&app.store, ojs_core::time::now()).await?;
     app.teardown().await;
     Ok(())
 }

@@ -110,16 +110,14 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
     .to_utc();
     assert_eq!(delayed(&app).await?, 0, "no timer two hours ahead");
     ojs_tests::after_index_lag().await;
-    app.store.sweep(due - chrono::Duration::minutes(30)).await?;
+    ojs_tests::sweep(&app.store, due - chrono::Duration::minutes(30)).await?;
     ojs_tests::after_index_lag().await;
     assert_eq!(
         delayed(&app).await?,
         0,
         "still beyond SQS's range 30 minutes ahead"
     );
-    app.store
-        .sweep(due - chrono::Duration::seconds(14 * 60 + 30))
-        .await?;
+    ojs_tests::sweep(&app.store, due - chrono::Duration::seconds(14 * 60 + 30)).await?;
     ojs_tests::after_index_lag().await;
     assert_eq!(
         delayed(&app).await?,
@@ -202,12 +200,11 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     // Unhurried: a budget no machine runs out of (the default one is what a Lambda minute
     // allows, and a loaded test machine can use it up before 3 841 queries are answered).
     let started = std::time::Instant::now();
-    let full = app
+    let unhurried = app
         .store
         .clone()
-        .with_sweep_budget(Duration::from_secs(600))
-        .sweep(at)
-        .await?;
+        .with_sweep_budget(Duration::from_secs(600));
+    let full = ojs_tests::sweep(&unhurried, at).await?;
     let full_took = started.elapsed();
     assert_eq!(full.timer_partitions_left, 0, "{full:?}");
     assert_eq!(
@@ -219,7 +216,7 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     let budget = Duration::from_millis(400);
     let hurried = app.store.clone().with_sweep_budget(budget);
     let started = std::time::Instant::now();
-    let report = hurried.sweep(at).await?;
+    let report = ojs_tests::sweep(&hurried, at).await?;
     let took = started.elapsed();
     println!(
         "a sweep of {QUEUES} queues x {SHARDS} shards under a {budget:?} budget took {took:?}: {report:?}"
@@ -367,7 +364,7 @@ async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> 
     let id = ojs_core::JobId::parse(&id_of(&pushed))?;
     tokio::time::sleep(Duration::from_millis(400)).await;
     ojs_tests::after_index_lag().await;
-    let report = app.store.sweep(ojs_core::time::now()).await?;
+    let report = ojs_tests::sweep(&app.store, ojs_core::time::now()).await?;
     assert_eq!(report.moved, 1, "{report:?}");
     let job = app
         .store
@@ -512,10 +509,11 @@ async fn a_registration_that_cannot_fire_holds_up_no_other_cron_and_no_queue() -
         .send()
         .await?;
     ojs_tests::after_index_lag().await;
-    let report = app
-        .store
-        .sweep(next.max(ojs_core::time::now() + chrono::Duration::seconds(1)))
-        .await?;
+    let report = ojs_tests::sweep(
+        &app.store,
+        next.max(ojs_core::time::now() + chrono::Duration::seconds(1)),
+    )
+    .await?;
     assert_eq!(report.fired, 1, "{report:?}");
     assert!(
         report.moved >= 1,
@@ -533,6 +531,37 @@ async fn a_registration_that_cannot_fire_holds_up_no_other_cron_and_no_queue() -
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert_eq!(names, ["zzz-fine"], "{}", listed.body);
+    app.teardown().await;
+    Ok(())
+}
+
+/// The scheduler's tick (the scheduler function's invocation, `make dev`'s second): the
+/// sweep moves a due job, and the nudge of waiting pushes runs on an instance's first
+/// tick but not again within `PUSH_NUDGE_AFTER`, however often the tick comes.
+#[tokio::test]
+async fn a_tick_sweeps_and_nudges_waiting_pushes_at_most_every_half_minute() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let pushed = app
+        .push(json!({"type": "t.tick", "args": [], "options": {"queue": "ticked", "scheduled_at": "+PT1S"}}))
+        .await?;
+    assert_eq!(pushed.body["job"]["state"], "scheduled");
+    let id = id_of(&pushed);
+    let scheduler = ojs_runtime::Scheduler::new(app.store.clone());
+    let due = ojs_core::time::now() + chrono::Duration::seconds(2);
+    ojs_tests::after_index_lag().await;
+    let first = scheduler.tick(due).await?;
+    assert_eq!(first.sweep.moved, 1, "{first:?}");
+    assert_eq!(first.push_nudges, Some(0), "{first:?}");
+    assert_eq!(first.webhook_retries, 0, "no webhook dispatcher: {first:?}");
+    let second = scheduler.tick(due).await?;
+    assert_eq!(second.sweep.moved, 0, "{second:?}");
+    assert_eq!(second.push_nudges, None, "nudged again at once: {second:?}");
+    // Another instance (a new scheduler) nudges on its first tick.
+    let other = ojs_runtime::Scheduler::new(app.store.clone())
+        .tick(due)
+        .await?;
+    assert_eq!(other.push_nudges, Some(0), "{other:?}");
+    assert_eq!(app.info(&id).await?.body["job"]["state"], "available");
     app.teardown().await;
     Ok(())
 }

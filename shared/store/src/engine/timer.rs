@@ -200,7 +200,7 @@ impl Store {
     /// work: the sweep (or a FETCH) promotes their jobs when due, without the timer's
     /// second accuracy. Returns how many partitions were left unread, or the last error
     /// of a partition that could not be read (one partition never holds up the others).
-    pub(crate) async fn hand_over_to_timer(
+    pub async fn hand_over_to_timer(
         &self,
         queues: &[ojs_core::QueueName],
         now: Timestamp,

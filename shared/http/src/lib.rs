@@ -18,6 +18,7 @@ mod routes;
 pub mod scopes;
 #[cfg(test)]
 mod test_support;
+mod views;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -31,7 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use admin::{DeadLetterStats, Maintenance, MAX_LISTED};
-pub use answer::{answer_bytes, AnswerBound, LAMBDA_RESPONSE_BYTES, LARGEST_JOB_ANSWER};
+pub use answer::{
+    answer_bytes, enveloped_bytes, AnswerBound, LAMBDA_RESPONSE_BYTES, LARGEST_JOB_ANSWER,
+};
 pub use api_keys::ApiKeyRecord;
 pub use backlog::OLDEST_READY_JOB_AGE;
 pub use batch::BatchError;

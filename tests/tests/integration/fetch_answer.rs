@@ -25,6 +25,33 @@ fn random_text(chars: usize) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// How many of `views` are whole (`args` as `args_of(i)`) before the rest, which have no
+/// args or meta and say so; an error if a whole one follows a slim one.
+fn whole_then_slim(views: &[Value], args_of: impl Fn(usize) -> Value) -> anyhow::Result<usize> {
+    let whole = views.iter().take_while(|v| v.get("args").is_some()).count();
+    for (i, v) in views.iter().enumerate() {
+        if i < whole {
+            anyhow::ensure!(v["args"] == args_of(i), "view {i} has other args");
+            anyhow::ensure!(
+                v.get("x-ojs-payload").is_none(),
+                "view {i}: {}",
+                v["x-ojs-payload"]
+            );
+        } else {
+            anyhow::ensure!(
+                v.get("args").is_none() && v.get("meta").is_none(),
+                "view {i} is whole after a slim one"
+            );
+            anyhow::ensure!(
+                v["x-ojs-payload"]["resolved"] == false,
+                "view {i}: {}",
+                v["x-ojs-payload"]
+            );
+        }
+    }
+    Ok(whole)
+}
+
 fn ids_of(reply: &ojs_tests::Reply) -> Vec<String> {
     reply.body["jobs"]
         .as_array()
@@ -194,10 +221,11 @@ async fn a_fetch_of_megabyte_jobs_stays_under_lambdas_response_limit() -> anyhow
 }
 
 /// A batch PUSH answers its jobs too. Five jobs of about a megabyte of quotes each fill a
-/// batch body (5 MB) and would answer 10 MB in Lambda's envelope: the answer leaves out
-/// their args and meta (and says so), every job is enqueued whole, and GET shows it.
+/// batch body (5 MB) and would answer 10 MB in Lambda's envelope: the answer shows jobs
+/// whole while the rest fit without their args and meta, the rest without them (and says
+/// so), every job is enqueued whole, and GET shows it.
 #[tokio::test]
-async fn a_batch_whose_answer_would_pass_the_limit_answers_its_jobs_without_their_args(
+async fn a_batch_whose_answer_would_pass_the_limit_answers_its_last_jobs_without_their_args(
 ) -> anyhow::Result<()> {
     let (store, _payloads) = with_payloads(fresh_store().await?).await?;
     let app = TestApp::spawn_on_store(store).await?;
@@ -221,12 +249,9 @@ async fn a_batch_whose_answer_would_pass_the_limit_answers_its_jobs_without_thei
     );
     let answered = r.body["jobs"].as_array().cloned().unwrap_or_default();
     assert_eq!(answered.len(), 5);
+    let whole = whole_then_slim(&answered, |i| json!([i, quotes]))?;
+    assert!((1..5).contains(&whole), "{whole} of 5 shown whole");
     for (i, view) in answered.iter().enumerate() {
-        assert!(
-            view.get("args").is_none() && view.get("meta").is_none(),
-            "{i}"
-        );
-        assert_eq!(view["x-ojs-payload"]["resolved"], false, "{i}");
         let id = view["id"].as_str().unwrap_or_default();
         let got = app.info(id).await?;
         assert_eq!(got.body["job"]["args"], json!([i, quotes]), "{id}");
@@ -243,6 +268,73 @@ async fn a_batch_whose_answer_would_pass_the_limit_answers_its_jobs_without_thei
     assert_eq!(small.status, 201, "{}", small.body);
     assert_eq!(small.body["jobs"][0]["args"], json!(["\"x\""]));
     assert!(small.body["jobs"][0].get("x-ojs-payload").is_none());
+    app.teardown().await;
+    Ok(())
+}
+
+/// The dead letter listing shows whole envelopes: a page of six dead-lettered jobs of a
+/// megabyte of quotes (12 MB in Lambda's envelope) keeps all six, in order, whole while
+/// the rest fit without their args and meta, and within the limit.
+#[tokio::test]
+async fn a_dead_letter_page_of_large_jobs_stays_under_lambdas_response_limit() -> anyhow::Result<()>
+{
+    let (store, _payloads) = with_payloads(fresh_store().await?).await?;
+    let app = TestApp::spawn_on_store(store).await?;
+    let quotes = "\"".repeat(480_000);
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let r = app
+            .push(
+                json!({"type": "big.dead", "args": [i, quotes], "options": {"queue": "dying",
+                "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}}),
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let mut failed = 0;
+    while failed < ids.len() {
+        let r = app.fetch(json!({"queues": ["dying"], "count": 6})).await?;
+        let got = ids_of(&r);
+        anyhow::ensure!(
+            !got.is_empty(),
+            "nothing to fetch after {failed} failed: {}",
+            r.body
+        );
+        for id in got {
+            let f = app
+                .call(
+                    reqwest::Method::POST,
+                    "/ojs/v1/workers/nack",
+                    Some(json!({"job_id": id, "error": {"message": "no"}})),
+                )
+                .await?;
+            assert_eq!(f.status, 200, "{}", f.body);
+            failed += 1;
+        }
+    }
+    ojs_tests::after_index_lag().await;
+    let page = app
+        .call(reqwest::Method::GET, "/ojs/v1/dead-letter?limit=6", None)
+        .await?;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let bound = ojs_store::AnswerBound::default().bytes;
+    assert!(
+        enveloped(&page.body) <= bound,
+        "a page of {} bytes",
+        enveloped(&page.body)
+    );
+    let listed = page.body["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 6, "{}", page.body["pagination"]);
+    let listed_ids: Vec<&str> = listed.iter().filter_map(|j| j["id"].as_str()).collect();
+    let order: HashSet<&str> = listed_ids.iter().copied().collect();
+    assert_eq!(
+        order,
+        ids.iter().map(String::as_str).collect::<HashSet<_>>()
+    );
+    let by_id = |id: &str| ids.iter().position(|x| x == id).unwrap_or(usize::MAX);
+    let whole = whole_then_slim(&listed, |i| json!([by_id(listed_ids[i]), quotes]))?;
+    assert!((1..6).contains(&whole), "{whole} of 6 shown whole");
     app.teardown().await;
     Ok(())
 }

@@ -8,7 +8,7 @@ use axum::Router;
 use ojs_core::{time, Job, JobId, OjsError, QueueName};
 use ojs_store::StoreError;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::queues::Page;
 use super::reply;
@@ -56,7 +56,7 @@ async fn list_dead_letter(
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
     // are brought back (one that cannot be read is shown incomplete, and says so).
     let jobs = app.store.shown_jobs(page.jobs).await;
-    let jobs: Vec<Value> = jobs.iter().map(|j| j.to_json()).collect();
+    let jobs = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes);
     // The total is counted from the index before the page is read, and the index may lag:
     // a short page ends the list, and a full one never reports fewer than it listed.
     let listed = offset.saturating_add(jobs.len());

@@ -143,37 +143,11 @@ async fn enqueue_batch(
         ojs_store::BatchError::Store(e) => e.into(),
     })?;
     tracing::info!(count = jobs.len(), "batch pushed");
-    let out = batch_views(&jobs, app.store.answer_bound().bytes);
+    // A batch body of 5 MiB full of escaped characters answered whole would pass
+    // Lambda's 6 MB, and the producer would see an error for jobs that were enqueued.
+    let out = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes);
     Ok(reply(
         StatusCode::CREATED,
         json!({ "jobs": out, "count": jobs.len() }),
     ))
-}
-
-/// What a batch PUSH answers for its jobs: their views, or, when those would pass
-/// `bound` bytes as Lambda carries them (a batch body of 5 MiB full of escaped
-/// characters answered whole is over Lambda's 6 MB, and the producer would see an error
-/// for jobs that were enqueued), each view without `args` and `meta` and with
-/// `x-ojs-payload` saying so. The producer sent them; GET gives them back.
-fn batch_views(jobs: &[Job], bound: usize) -> Vec<serde_json::Value> {
-    let whole: usize = jobs.iter().map(ojs_store::answer_bytes).sum();
-    jobs.iter()
-        .map(|job| {
-            let mut view = job.to_json();
-            if whole > bound {
-                if let Some(fields) = view.as_object_mut() {
-                    fields.remove("args");
-                    fields.remove("meta");
-                    fields.insert(
-                        ojs_core::job::PAYLOAD_VIEW_KEY.into(),
-                        json!({
-                            "resolved": false,
-                            "omitted": "the batch's answer would pass Lambda's response limit; GET the job for its args and meta",
-                        }),
-                    );
-                }
-            }
-            view
-        })
-        .collect()
 }

@@ -193,6 +193,21 @@ impl CronJob {
         Ok(cron)
     }
 
+    /// What a new registration must also meet, beyond what a stored one is read with:
+    /// occurrences are deduplicated by `overlap_policy`, and a unique policy beside it is
+    /// refused rather than stored and ignored (README, "Deliberate choices"; a
+    /// registration stored before this rule keeps firing, its `unique` unenforced).
+    pub fn check_new(&self) -> Result<(), OjsError> {
+        let job = self.job_for(&time::max())?;
+        if job.spec.unique.is_some() {
+            return Err(OjsError::invalid_request(
+                "job_template: a cron template takes no unique policy; overlap_policy (skip, allow, cancel_previous, enqueue) decides what an occurrence does while the last one runs",
+            )
+            .with_path("$.job_template.unique"));
+        }
+        Ok(())
+    }
+
     /// The PUSH body for the occurrence due at `fire_time`: the template with
     /// `meta.cron_name` and `meta.cron_triggered_at` added for overlap tracking.
     pub fn job_for(&self, fire_time: &Timestamp) -> Result<NewJob, OjsError> {

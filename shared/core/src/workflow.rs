@@ -121,6 +121,19 @@ fn nested(e: &OjsError, path: &str) -> OjsError {
     OjsError::new(e.code.nested(), format!("{path}: {}", e.message)).with_path(path)
 }
 
+/// A workflow's jobs take no `unique` policy: the workflow spec does not say what a step
+/// (or callback) refused as a duplicate would do to its workflow, so one is refused here
+/// rather than stored and ignored (README, "Deliberate choices").
+fn without_unique(job: &NewJob, path: &str) -> Result<(), OjsError> {
+    if job.spec.unique.is_none() {
+        return Ok(());
+    }
+    Err(OjsError::invalid_request(format!(
+        "{path}: a workflow's jobs take no unique policy (a step refused as a duplicate would leave its workflow undefined); deduplicate the workflow instead"
+    ))
+    .with_path(&format!("{path}.unique")))
+}
+
 /// The names of batch callbacks, as `callbacks` keys and as callback step markers.
 const CALLBACK_NAMES: [&str; 3] = ["on_complete", "on_success", "on_failure"];
 
@@ -180,7 +193,8 @@ fn callback_template(
         );
         meta.insert("callback".into(), "on_complete".into());
     }
-    NewJob::from_json(Value::Object(fired)).map_err(|e| nested(&e, path))?;
+    let job = NewJob::from_json(Value::Object(fired)).map_err(|e| nested(&e, path))?;
+    without_unique(&job, path)?;
     Ok(t)
 }
 
@@ -290,6 +304,7 @@ impl WorkflowSpec {
             obj.entry("args")
                 .or_insert_with(|| Value::Array(Vec::new()));
             let job = NewJob::from_json(Value::Object(obj)).map_err(|e| nested(&e, &path))?;
+            without_unique(&job, &path)?;
             steps.push(Step {
                 id,
                 job,

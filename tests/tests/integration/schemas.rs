@@ -264,3 +264,140 @@ async fn a_schema_costs_push_exactly_one_extra_read() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// A workflow's steps and callbacks and a cron template are full envelopes: the schema
+/// they name is enforced when the workflow is created or the cron registered, as PUSH
+/// enforces it; nothing is written when it refuses (issue #30, one way to create a job).
+#[tokio::test]
+async fn workflow_steps_callbacks_and_cron_templates_are_checked_against_their_schema(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let r = app
+        .call(Method::POST, "/ojs/v1/schemas", Some(registration()))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let good = json!({"type": "email.send", "schema": URI, "args": ["ada@example.com", "welcome"]});
+    let bad = json!({"type": "email.send", "schema": URI, "args": ["not-an-email", "hello"]});
+
+    // A chain whose second step breaks its schema is refused whole.
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "name": "mail", "steps": [good, bad]})),
+        )
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "schema_validation");
+    let message = r.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("$.steps[1]"), "{message}");
+    let paths: Vec<&str> = r.body["error"]["details"]["validation_errors"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|v| v["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(paths.contains(&"$.args[0]"), "{paths:?}");
+    // A batch whose callback breaks it, and one naming a schema nobody registered.
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "batch", "steps": [good], "callbacks": {"on_success": bad}})),
+        )
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("$.callbacks.on_success")),
+        "{:?}",
+        r.body
+    );
+    let r = app
+        .call(Method::POST, "/ojs/v1/workflows", Some(json!({"type": "group", "steps": [{"type": "x", "schema": "urn:ojs:schema:nobody:v1", "args": []}]})))
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "schema_validation");
+    // Nothing of the refused workflows was written: no step of theirs can be fetched.
+    let fetched = app
+        .fetch(json!({"queues": ["default"], "count": 10}))
+        .await?;
+    assert_eq!(fetched.body["jobs"], json!([]), "{:?}", fetched.body);
+    // Within the schema, it is created.
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(
+                json!({"type": "chain", "steps": [good, good], "callbacks": {"on_complete": good}}),
+            ),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
+    // A cron template is checked when registered.
+    let cron = |template: &Value| json!({"name": "mailer", "expression": "0 * * * *", "job_template": template});
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(cron(&bad)))
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "schema_validation");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("$.job_template")),
+        "{:?}",
+        r.body
+    );
+    let listed = app.call(Method::GET, "/ojs/v1/cron", None).await?;
+    assert!(
+        !listed.body.to_string().contains("mailer"),
+        "{:?}",
+        listed.body
+    );
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(cron(&good)))
+        .await?;
+    assert!(r.status == 201 || r.status == 200, "{:?}", r.body);
+    app.teardown().await;
+    Ok(())
+}
+
+/// A unique policy on a workflow's job or a cron template is refused with a 400 naming
+/// it, not stored and ignored (README, "Deliberate choices").
+#[tokio::test]
+async fn a_unique_policy_on_a_workflow_job_or_a_cron_template_is_refused() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let unique = json!({"type": "u.job", "args": [1], "unique": {"keys": ["type", "args"]}});
+    let plain = json!({"type": "u.job", "args": [1]});
+    for (what, body, path) in [
+        (
+            "step",
+            json!({"type": "chain", "steps": [plain, unique]}),
+            "$.steps[1].unique",
+        ),
+        (
+            "callback",
+            json!({"type": "batch", "steps": [plain], "callbacks": {"on_complete": unique}}),
+            "$.callbacks.on_complete.unique",
+        ),
+    ] {
+        let r = app
+            .call(Method::POST, "/ojs/v1/workflows", Some(body))
+            .await?;
+        assert_eq!(r.status, 400, "{what}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "invalid_request", "{what}");
+        assert!(r.body.to_string().contains(path), "{what}: {:?}", r.body);
+    }
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(json!({"name": "uniq", "expression": "0 * * * *",
+            "job_template": {"type": "u.job", "args": [], "options": {"unique": {"keys": ["type"]}}}})))
+        .await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(
+        r.body.to_string().contains("overlap_policy"),
+        "{:?}",
+        r.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -30,6 +30,8 @@ async fn register_cron(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let cron = CronJob::from_json(body)?;
+    cron.check_new()?;
+    super::schemas::check_template(&app, &cron).await?;
     let (entry, created) = app
         .store
         .put_cron(&cron, by.as_deref(), time::now())

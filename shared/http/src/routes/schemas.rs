@@ -141,3 +141,46 @@ pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiEr
         .map_err(|violations| schema_registry::violation_error(uri, &violations))?;
     Ok(())
 }
+
+/// [`check_args`] for every job a workflow creates, each error under its step's path:
+/// its steps now, its callbacks as they will be pushed. A workflow is created whole or
+/// not at all, so a step whose args its schema refuses refuses the workflow.
+pub(crate) async fn check_workflow(
+    app: &AppState,
+    spec: &ojs_core::workflow::WorkflowSpec,
+) -> Result<(), ApiError> {
+    for (i, step) in spec.steps.iter().enumerate() {
+        under(check_args(app, &step.job).await, &format!("$.steps[{i}]"))?;
+    }
+    let c = &spec.callbacks;
+    for (name, body) in [
+        ("on_complete", &c.on_complete),
+        ("on_success", &c.on_success),
+        ("on_failure", &c.on_failure),
+    ] {
+        let Some(body) = body else { continue };
+        let job = NewJob::from_json(serde_json::Value::Object(body.clone()))?;
+        under(check_args(app, &job).await, &format!("$.callbacks.{name}"))?;
+    }
+    Ok(())
+}
+
+/// [`check_args`] for a cron template, once at registration: every occurrence pushes the
+/// same args (a schema registered again later is not checked against them until then).
+pub(crate) async fn check_template(
+    app: &AppState,
+    cron: &ojs_core::cron_job::CronJob,
+) -> Result<(), ApiError> {
+    let job = cron.job_for(&ojs_core::time::now())?;
+    under(check_args(app, &job).await, "$.job_template")
+}
+
+/// A job's schema error as the error of the job at `path` in a larger request: its
+/// message says where, its details (the schema's violations) stay as they are.
+fn under(checked: Result<(), ApiError>, path: &str) -> Result<(), ApiError> {
+    checked.map_err(|ApiError(e)| {
+        let mut nested = OjsError::new(e.code, format!("{path}: {}", e.message));
+        nested.details = e.details;
+        ApiError(nested)
+    })
+}

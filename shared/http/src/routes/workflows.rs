@@ -49,6 +49,7 @@ async fn create_workflow(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let spec = WorkflowSpec::from_json(body)?;
+    super::schemas::check_workflow(&app, &spec).await?;
     let workflow = app.store.create_workflow(&spec, time::now()).await?;
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
     Ok(reply(

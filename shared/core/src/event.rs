@@ -113,7 +113,7 @@ impl Event {
             }
         }
         let id = event_id(job, kind, at);
-        let body = json!({
+        let mut body = json!({
             "specversion": "1.0",
             "id": id,
             "type": kind.as_str(),
@@ -123,6 +123,19 @@ impl Event {
             "datacontenttype": "application/json",
             "data": data,
         });
+        // CloudEvents' distributed tracing extension: the job's trace, so a webhook
+        // receiver (and the event listing) can join the producer's trace.
+        if let Some(parent) = crate::trace::of_meta(&job.spec.meta) {
+            body["traceparent"] = parent.header().into();
+            if let Some(state) = job
+                .spec
+                .meta
+                .get(crate::trace::TRACESTATE)
+                .and_then(Value::as_str)
+            {
+                body["tracestate"] = state.into();
+            }
+        }
         Self {
             id,
             kind,

@@ -23,6 +23,7 @@ pub mod retry;
 pub mod schema_registry;
 pub mod state;
 pub mod time;
+pub mod trace;
 pub mod unique;
 pub mod validate;
 pub mod webhook;

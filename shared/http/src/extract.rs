@@ -192,6 +192,46 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
     }
 }
 
+/// The request's W3C trace context headers (`traceparent`, `tracestate`), as sent: a job
+/// created by the request adopts them when its `meta` has no trace of its own
+/// ([`ojs_core::trace::adopt`]).
+pub struct TraceHeaders {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl TraceHeaders {
+    /// Adds this request's trace to `meta` unless it names one.
+    pub fn adopt_into(&self, meta: &mut serde_json::Map<String, Value>) {
+        ojs_core::trace::adopt(
+            meta,
+            self.traceparent.as_deref(),
+            self.tracestate.as_deref(),
+        );
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeaders {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        Ok(Self {
+            traceparent: header("traceparent"),
+            tracestate: header("tracestate"),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

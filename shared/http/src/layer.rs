@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use crate::cors::CorsPolicy;
 use crate::error::{ApiError, PendingError};
@@ -44,6 +45,8 @@ pub(crate) struct OwnContentType;
 pub(crate) struct LogSubject {
     job_id: String,
     queue: String,
+    /// The trace the job's `meta.traceparent` names.
+    trace_id: Option<String>,
     /// How many jobs the response carries (FETCH and batch answers).
     jobs: usize,
 }
@@ -57,9 +60,15 @@ impl LogSubject {
             _ => return None,
         };
         let field = |k: &str| job.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let trace_id = job
+            .get("meta")
+            .and_then(Value::as_object)
+            .and_then(ojs_core::trace::of_meta)
+            .map(|t| t.trace_id);
         Some(Self {
             job_id: field("id"),
             queue: field("queue"),
+            trace_id,
             jobs,
         })
     }
@@ -172,7 +181,10 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
     let mut res = match negotiated {
         Err(err) => ApiError(err).into_response(),
         Ok((req, format)) => {
-            let (res, usage) = ojs_store::measured(run_catching_panics(next, req)).await;
+            // Every line logged while the request is handled carries its id.
+            let span = tracing::info_span!("request", request_id = %request_id);
+            let (res, usage) =
+                ojs_store::measured(run_catching_panics(next, req).instrument(span)).await;
             ddb = usage;
             match format {
                 Format::Proto => negotiate::encode_response(res, kind).await,
@@ -228,6 +240,7 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         key_id = key_id.as_deref().unwrap_or("-"),
         job_id = subject.map_or("-", |s| s.job_id.as_str()),
         queue = subject.map_or("-", |s| s.queue.as_str()),
+        trace_id = subject.and_then(|s| s.trace_id.as_deref()).unwrap_or("-"),
         jobs = subject.map_or(0, |s| s.jobs),
         ddb_calls = ddb.calls,
         ddb_rcu = ddb.read_units,

@@ -78,8 +78,20 @@ async fn post(
         &payload,
     );
     let timeout = Duration::from_millis(endpoint.endpoint.timeout_ms);
-    let sent = http
-        .post(url)
+    let mut request = http.post(url);
+    // The job's trace (its meta's W3C context), so the receiver's work joins it.
+    if let Some(parent) = ojs_core::trace::of_meta(&job.spec.meta) {
+        request = request.header("traceparent", parent.header());
+        if let Some(state) = job
+            .spec
+            .meta
+            .get(ojs_core::trace::TRACESTATE)
+            .and_then(|v| v.as_str())
+        {
+            request = request.header("tracestate", state);
+        }
+    }
+    let sent = request
         .timeout(timeout)
         .header("content-type", "application/json")
         .header("x-ojs-delivery-id", delivery_id)

@@ -385,6 +385,7 @@ impl Dispatcher {
         match settled {
             Ok(outcome) => tracing::info!(
                 job_id = %job.id, endpoint = %endpoint.id, %delivery_id, outcome,
+                trace_id = ojs_core::trace::of_meta(&job.spec.meta).map(|t| t.trace_id).as_deref().unwrap_or("-"),
                 ms = started.elapsed().as_millis() as u64, "push delivery settled"
             ),
             // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):

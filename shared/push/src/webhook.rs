@@ -350,10 +350,16 @@ impl WebhookDispatcher {
             .into_iter()
             .map(|secret| signature(secret.as_bytes(), &timestamp, d.body.as_bytes()))
             .collect();
-        let sent = self
-            .inner
-            .http
-            .post(url)
+        let mut request = self.inner.http.post(url);
+        // The event's trace (CloudEvents' distributed tracing extension, from the job's
+        // meta), as the W3C headers a receiver's tracing reads.
+        let event: Value = serde_json::from_str(d.body).unwrap_or_default();
+        for key in ["traceparent", "tracestate"] {
+            if let Some(v) = event.get(key).and_then(Value::as_str) {
+                request = request.header(key, v);
+            }
+        }
+        let sent = request
             .timeout(timeout)
             .header("content-type", "application/json")
             .header("x-ojs-event-type", d.event_type)

@@ -39,5 +39,6 @@ mod scopes;
 mod sharding;
 mod smoke;
 mod table_definition;
+mod trace_context;
 mod webhooks;
 mod workflows;

@@ -1009,3 +1009,32 @@ async fn a_rotation_with_no_grace_retires_the_old_secret_at_once() -> anyhow::Re
     app.teardown().await;
     Ok(())
 }
+
+/// A traced job's events carry its trace (CloudEvents' distributed tracing extension) in
+/// the body and as the W3C headers a receiver's tracing reads (issue #36).
+#[tokio::test]
+async fn a_traced_jobs_events_carry_its_traceparent() -> anyhow::Result<()> {
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let app = TestApp::spawn_with_webhooks(config(&[1000])).await?;
+    let receiver = Receiver::default();
+    let url = receiver.start().await?;
+    subscribe(
+        &app,
+        &receiver,
+        json!({"url": url, "events": ["job.enqueued"], "filter": {"queues": ["traced"]}}),
+    )
+    .await?;
+    let pushed = app
+        .push(json!({"type": "t.traced", "args": [], "meta": {"traceparent": TRACE, "tracestate": "v=1"},
+            "options": {"queue": "traced"}}))
+        .await?;
+    assert_eq!(pushed.status, 201, "{:?}", pushed.body);
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    let first = got.first().ok_or_else(|| anyhow::anyhow!("no delivery"))?;
+    assert_eq!(first.body["traceparent"], TRACE, "{}", first.body);
+    assert_eq!(first.body["tracestate"], "v=1", "{}", first.body);
+    assert_eq!(header(first, "traceparent"), TRACE);
+    assert_eq!(header(first, "tracestate"), "v=1");
+    app.teardown().await;
+    Ok(())
+}

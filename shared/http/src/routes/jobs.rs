@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BatchBody, JsonBody};
+use crate::extract::{BatchBody, JsonBody, TraceHeaders};
 use crate::AppState;
 use ojs_store::PushOutcome;
 
@@ -23,9 +23,11 @@ pub(crate) fn router() -> Router<AppState> {
 
 async fn enqueue_job(
     State(app): State<AppState>,
+    trace: TraceHeaders,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let new = NewJob::from_json(body)?;
+    let mut new = NewJob::from_json(body)?;
+    trace.adopt_into(&mut new.spec.meta);
     super::schemas::check_args(&app, &new).await?;
     let mut job = Job::enqueue(new, time::now());
     match app.store.put_job(&job).await? {
@@ -75,6 +77,7 @@ const MAX_BATCH: usize = 1000;
 /// whole batch, with an error per index), then all are stored or none.
 async fn enqueue_batch(
     State(app): State<AppState>,
+    trace: TraceHeaders,
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
     let jobs = match body {
@@ -100,10 +103,13 @@ async fn enqueue_batch(
     let mut errors = Vec::new();
     for (index, raw) in jobs.into_iter().enumerate() {
         let checked = match NewJob::from_json(raw) {
-            Ok(new) => super::schemas::check_args(&app, &new)
-                .await
-                .map(|()| new)
-                .map_err(|e| e.0),
+            Ok(mut new) => {
+                trace.adopt_into(&mut new.spec.meta);
+                super::schemas::check_args(&app, &new)
+                    .await
+                    .map(|()| new)
+                    .map_err(|e| e.0)
+            }
             Err(e) => Err(e),
         };
         match checked {

@@ -143,6 +143,14 @@ impl Store {
             };
             match (&old, &new) {
                 (_, Some(new)) => {
+                    // A traced job's path through the stream, one line a change: only for
+                    // jobs whose producer traces them (log ingestion is billed per byte).
+                    if let Some(trace) = ojs_core::trace::of_meta(&new.spec.meta) {
+                        tracing::info!(
+                            job_id = %new.id, queue = %new.spec.queue, trace_id = %trace.trace_id,
+                            state = new.status.state.as_str(), "job change"
+                        );
+                    }
                     moves.add(new, old.as_ref().map(|o| o.status.state));
                     if self.config.events {
                         events.extend(render_events(old.as_ref(), new, change.at.unwrap_or(now)));

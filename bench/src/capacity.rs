@@ -346,17 +346,6 @@ fn id_of(reply: &Reply) -> anyhow::Result<String> {
         .context("PUSH reply without job.id")
 }
 
-fn fetched_ids(reply: &Reply) -> Vec<String> {
-    reply.body["jobs"]
-        .as_array()
-        .map(|jobs| {
-            jobs.iter()
-                .filter_map(|j| j["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Bench {
     async fn start() -> anyhow::Result<Self> {
         let sdk = crate::env::sdk().await;
@@ -559,7 +548,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                 first = Some(s.cost("PUSH (first to a queue)", size, 1, None));
             }
             let r = b.app.fetch(json!({"queues": [queue], "count": 10})).await?;
-            for id in fetched_ids(&r) {
+            for id in r.job_ids() {
                 ok(&b.app.ack(json!({"job_id": id})).await?, "warm-up ACK")?;
             }
         }
@@ -584,7 +573,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             let (r, calls) = b
                 .measure(b.app.fetch(json!({"queues": [q], "worker_id": "bench"})))
                 .await?;
-            if fetched_ids(&r) != [id.clone()] {
+            if r.job_ids() != [id.clone()] {
                 bail!("FETCH did not return the pushed job: {}", r.body);
             }
             fetch1.add(calls);
@@ -599,7 +588,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             stream1.add(b.measure_stream().await);
             // FETCH of the now empty queue.
             let (r, calls) = b.measure(b.app.fetch(json!({"queues": [q]}))).await?;
-            if !fetched_ids(&r).is_empty() {
+            if !r.job_ids().is_empty() {
                 bail!("expected an empty queue: {}", r.body);
             }
             empty.add(calls);
@@ -614,7 +603,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                 .app
                 .fetch(json!({"queues": [q_fail], "worker_id": "bench"}))
                 .await?;
-            if fetched_ids(&r) != [id.clone()] {
+            if r.job_ids() != [id.clone()] {
                 bail!(
                     "FETCH (fail queue) did not return the pushed job: {}",
                     r.body
@@ -649,7 +638,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                         json!({"queues": [q_batch], "count": BATCH_FETCH, "worker_id": "bench"}),
                     ))
                     .await?;
-                let ids = fetched_ids(&r);
+                let ids = r.job_ids();
                 if ids.len() != BATCH_FETCH {
                     bail!("FETCH of 10 returned {} jobs: {}", ids.len(), r.body);
                 }
@@ -690,7 +679,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
                 .app
                 .fetch(json!({"queues": [q_sched], "worker_id": "bench"}))
                 .await?;
-            if fetched_ids(&r) != [id.clone()] {
+            if r.job_ids() != [id.clone()] {
                 bail!("the promoted job was not fetched: {}", r.body);
             }
             ok(

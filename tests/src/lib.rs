@@ -40,6 +40,21 @@ pub struct Reply {
     pub body: Value,
 }
 
+impl Reply {
+    /// The ids of the jobs of a `{"jobs": [...]}` answer (FETCH, batch PUSH, listings), in
+    /// order.
+    pub fn job_ids(&self) -> Vec<String> {
+        self.body["jobs"]
+            .as_array()
+            .map(|jobs| {
+                jobs.iter()
+                    .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Points the SDK at DynamoDB Local (127.0.0.1:8000) and moto (127.0.0.1:5000) unless the
 /// environment names an endpoint, with dummy credentials and a region, so `cargo test`
 /// works with `scripts/local-aws.sh start` alone. Call it before spawning threads.

@@ -12,6 +12,11 @@ use serde_json::{json, Value};
 /// The views of `jobs`, in order, within `bound` bytes as Lambda carries them (see the
 /// module): whole while that leaves room for the rest without their args and meta.
 pub(crate) fn bounded_views(jobs: &[Job], bound: usize) -> Vec<Value> {
+    let whole_bytes: Vec<usize> = jobs.iter().map(ojs_store::answer_bytes).collect();
+    // The common case: the whole list fits, and no slim view is needed.
+    if whole_bytes.iter().sum::<usize>() <= bound {
+        return jobs.iter().map(Job::to_json).collect();
+    }
     let slim: Vec<Value> = jobs.iter().map(slim_view).collect();
     let slim_bytes: Vec<usize> = slim
         .iter()
@@ -20,9 +25,8 @@ pub(crate) fn bounded_views(jobs: &[Job], bound: usize) -> Vec<Value> {
     let mut rest: usize = slim_bytes.iter().sum();
     let mut used = 0usize;
     let mut out = Vec::with_capacity(jobs.len());
-    for ((job, slim), slim_len) in jobs.iter().zip(slim).zip(slim_bytes) {
+    for (((job, slim), slim_len), whole) in jobs.iter().zip(slim).zip(slim_bytes).zip(whole_bytes) {
         rest -= slim_len;
-        let whole = ojs_store::answer_bytes(job);
         if used.saturating_add(whole).saturating_add(rest) <= bound {
             used += whole;
             out.push(job.to_json());

@@ -353,10 +353,13 @@ impl WebhookDispatcher {
         let mut request = self.inner.http.post(url);
         // The event's trace (CloudEvents' distributed tracing extension, from the job's
         // meta), as the W3C headers a receiver's tracing reads.
-        let event: Value = serde_json::from_str(d.body).unwrap_or_default();
-        for key in ["traceparent", "tracestate"] {
-            if let Some(v) = event.get(key).and_then(Value::as_str) {
-                request = request.header(key, v);
+        // Only a traced job's event names one: the others are not parsed again.
+        if d.body.contains("\"traceparent\"") {
+            let event: Value = serde_json::from_str(d.body).unwrap_or_default();
+            for key in ["traceparent", "tracestate"] {
+                if let Some(v) = event.get(key).and_then(Value::as_str) {
+                    request = request.header(key, v);
+                }
             }
         }
         let sent = request

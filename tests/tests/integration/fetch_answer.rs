@@ -52,17 +52,6 @@ fn whole_then_slim(views: &[Value], args_of: impl Fn(usize) -> Value) -> anyhow:
     Ok(whole)
 }
 
-fn ids_of(reply: &ojs_tests::Reply) -> Vec<String> {
-    reply.body["jobs"]
-        .as_array()
-        .map(|jobs| {
-            jobs.iter()
-                .filter_map(|j| j["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Pushes `n` jobs with one argument of `text` each (quotes included: they escape).
 async fn push_jobs(
     app: &TestApp,
@@ -112,7 +101,7 @@ async fn drain(
             .fetch(json!({"queues": [queue], "count": count}))
             .await?;
         assert_eq!(r.status, 200, "{}", r.body);
-        let got = ids_of(&r);
+        let got = r.job_ids();
         assert!(
             !got.is_empty(),
             "a FETCH answered nothing with {} jobs left",
@@ -149,7 +138,7 @@ async fn a_fetch_answers_no_more_bytes_than_its_bound_and_claims_nothing_it_leav
 
     let first = app.fetch(json!({"queues": ["tight"], "count": 10})).await?;
     assert_eq!(first.status, 200, "{}", first.body);
-    let got = ids_of(&first);
+    let got = first.job_ids();
     let jobs = first.body["jobs"].as_array().cloned().unwrap_or_default();
     let sizes: Vec<usize> = jobs.iter().map(enveloped).collect();
     let total: usize = sizes.iter().sum();
@@ -295,7 +284,7 @@ async fn a_dead_letter_page_of_large_jobs_stays_under_lambdas_response_limit() -
     let mut failed = 0;
     while failed < ids.len() {
         let r = app.fetch(json!({"queues": ["dying"], "count": 6})).await?;
-        let got = ids_of(&r);
+        let got = r.job_ids();
         anyhow::ensure!(
             !got.is_empty(),
             "nothing to fetch after {failed} failed: {}",

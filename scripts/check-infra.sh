@@ -36,6 +36,8 @@
 #      build, and beside the tests the two streams take more of the CPU the tests leave
 #      idle than one would (its output is printed when it ends).
 # Usage: scripts/check-infra.sh [--no-build]
+#   --no-build leaves out 5 (CI runs `scripts/sam-build.sh --prebuilt` after its tests,
+#   packaging the bins their build made instead of compiling the workspace again).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

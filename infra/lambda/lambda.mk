@@ -11,6 +11,11 @@
 # builds, as BuildMethod rust-cargolambda runs them, re-resolve features and relink per
 # function: about 17 minutes of CI on 2 cores, against one build here).
 #
+# OJS_PREBUILT_BINS=<dir> (CI: scripts/sam-build.sh --prebuilt <dir>) packages the bins a
+# cargo build already made there instead (CI's test build, which links every function's
+# bin anyway): the same targets, copies and checks, without a second compile of the
+# workspace for another target and profile. A user deploying never sets it.
+#
 # The build always runs in the repository (located from this file), whatever directory
 # SAM runs make in, and honours CARGO_TARGET_DIR and the CARGO_PROFILE_RELEASE_* overrides
 # of scripts/sam-build.sh --fast. The LogicalId names the bin: JobsFunction -> jobs,
@@ -32,9 +37,18 @@ BINS := $(shell sed -n 's/^ *Binary: *\([A-Za-z0-9_-]*\) *$$/\1/p' '$(ROOT)/infr
 # architecture: a build for the other one never leaves a stale bootstrap here).
 LAMBDA_DIR = $${CARGO_TARGET_DIR:-target}/lambda/$(ARCH)
 
-# One build of every bin (what scripts/sam-build.sh runs alone first, to time it).
+# One build of every bin (what scripts/sam-build.sh runs alone first, to time it). With
+# OJS_PREBUILT_BINS it only checks that every bin is there, and each target copies its
+# own from there.
+ifdef OJS_PREBUILT_BINS
+BUILD_BINS = cd '$(ROOT)' && for bin in $(BINS); do test -x "$(OJS_PREBUILT_BINS)/$$bin" \
+    || { echo "lambda.mk: $(OJS_PREBUILT_BINS)/$$bin is missing (OJS_PREBUILT_BINS)" >&2; exit 1; }; done
+BIN_PATH = $(OJS_PREBUILT_BINS)/$$bin
+else
 BUILD_BINS = cd '$(ROOT)' && cargo lambda build --release --target $(TRIPLE) \
     --lambda-dir "$(LAMBDA_DIR)" $(addprefix --bin ,$(BINS))
+BIN_PATH = $(LAMBDA_DIR)/$$bin/bootstrap
+endif
 
 .PHONY: lambda-bins
 lambda-bins:
@@ -48,4 +62,4 @@ build-%:
 	test -n '$(ARTIFACTS_DIR)' || { echo "lambda.mk: ARTIFACTS_DIR is not set (sam build sets it)" >&2; exit 1; }
 	$(BUILD_BINS)
 	@bin=$$(echo '$*' | sed -e 's/Function$$//' -e 's/\([a-z0-9]\)\([A-Z]\)/\1-\2/g' | tr 'A-Z' 'a-z'); \
-	cd '$(ROOT)' && cp "$(LAMBDA_DIR)/$$bin/bootstrap" '$(ARTIFACTS_DIR)/bootstrap'
+	cd '$(ROOT)' && cp "$(BIN_PATH)" '$(ARTIFACTS_DIR)/bootstrap'

@@ -117,6 +117,17 @@ impl Case {
         }
     }
 
+    /// Milliseconds the case's steps sleep as written (`delay_ms` before a step, a `WAIT`'s
+    /// `duration_ms`): a lower bound on how long it runs.
+    pub fn declared_sleep_ms(&self) -> u64 {
+        self.setup
+            .iter()
+            .chain(&self.steps)
+            .chain(&self.teardown)
+            .map(|s| s.delay_ms.saturating_add(s.duration_ms))
+            .fold(0, u64::saturating_add)
+    }
+
     /// The declared level as written (`0`...`4`, `ext`).
     pub fn level_name(&self) -> String {
         if self.level == EXT {

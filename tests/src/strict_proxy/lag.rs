@@ -595,13 +595,18 @@ impl LaggedQuery<'_> {
                 o.reverse()
             }
         });
-        let mut last = last_key;
+        let cut = self.limit.is_some_and(|limit| page.len() > limit);
         if let Some(limit) = self.limit {
-            if page.len() > limit {
-                page.truncate(limit);
-                last = page.last().map(|i| self.key_of(i));
-            }
+            page.truncate(limit);
         }
+        // A page goes on from its last entry, as DynamoDB's does from the last one it
+        // returns: entries the lag hid behind it must not fall behind the next page's start
+        // (they appear while the caller reads on, and DynamoDB would list them then).
+        let last = match (last_key, page.last()) {
+            (Some(_), Some(entry)) => Some(self.key_of(entry)),
+            (None, Some(entry)) if cut => Some(self.key_of(entry)),
+            (last, _) => last,
+        };
         if let Some(attrs) = &self.attributes {
             for i in &mut page {
                 i.retain(|k, _| attrs.contains(k));
@@ -799,6 +804,48 @@ mod tests {
             .map(|i| i["pk"]["S"].as_str().unwrap())
             .collect();
         assert_eq!(ids, ["c", "d"]);
+        assert!(last.is_none());
+    }
+
+    #[test]
+    fn a_page_goes_on_from_its_last_shown_entry_not_from_a_hidden_one() {
+        let t = info();
+        let ix = &t.indexes["ready"];
+        let values = map(json!({":pk": {"S": "R"}}));
+        let a = entry("a", "1");
+        let b = entry("b", "2");
+        let c = entry("c", "3");
+        // b and c were written within the lag (new entries); DynamoDB answered [a, b, c]
+        // with LastEvaluatedKey c (its Limit).
+        let window = vec![
+            (info().keys.key_of(&b), None),
+            (info().keys.key_of(&c), None),
+        ];
+        let q = LaggedQuery {
+            table: &t,
+            index: ix,
+            cond: parse_key_condition("gsi1pk = :pk", None, Some(&values)).unwrap(),
+            start: None,
+            forward: true,
+            limit: Some(3),
+            attributes: None,
+        };
+        let (page, last, applied) = q.apply(
+            vec![a.clone(), b.clone(), c.clone()],
+            Some(c.clone()),
+            &window,
+        );
+        assert_eq!(applied.hidden, 2);
+        assert_eq!(page.len(), 1);
+        // Next page after a: b and c are listed there once the lag is over.
+        assert_eq!(last.unwrap()["pk"]["S"], "a");
+        // A page the lag empties keeps DynamoDB's last key (the proxy reads on from it).
+        let (page, last, _) = q.apply(vec![b.clone(), c.clone()], Some(c.clone()), &window);
+        assert!(page.is_empty());
+        assert_eq!(last.unwrap()["pk"]["S"], "c");
+        // The last page stays the last.
+        let (page, last, _) = q.apply(vec![a.clone(), b], None, &window);
+        assert_eq!(page.len(), 1);
         assert!(last.is_none());
     }
 }

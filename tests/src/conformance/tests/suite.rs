@@ -58,6 +58,15 @@ fn real_suite_loads_and_evaluates_without_panics() {
         cases.windows(2).all(|w| w[0].path < w[1].path),
         "sorted by path"
     );
+    // What the harness starts first: the case that sleeps longest as written (130 s).
+    let longest = cases.iter().max_by_key(|c| c.declared_sleep_ms());
+    assert_eq!(
+        longest.map(|c| (c.key(), c.declared_sleep_ms())),
+        Some((
+            "level-2-scheduled/cron/cron-overlap-prevention.json".to_owned(),
+            130_000
+        ))
+    );
     assert!(cases
         .iter()
         .all(|c| (c.level <= 4 || c.level == crate::conformance::EXT) && !c.steps.is_empty()));

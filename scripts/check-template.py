@@ -951,6 +951,29 @@ def check_sqs_sources(cfn):
     if not checked:
         fail("sqs", "no SQS event source found (the timer queue's)")
     ok("sqs", "MaximumConcurrency, no reserved concurrency: " + "; ".join(checked))
+def check_tracing(cfn):
+    """Every function traced by X-Ray (TracingConfig Active) with the role to send its
+    segments: one job's path through the functions is followed as one trace."""
+    functions = resources(cfn, "AWS::Lambda::Function")
+    untraced = sorted(name for name, fn in functions.items()
+                      if fn["Properties"].get("TracingConfig", {}).get("Mode") != "Active")
+    if untraced:
+        fail("tracing", f"functions without X-Ray active tracing: {untraced}")
+    cannot = []
+    for name in functions:
+        role = role_of(cfn, name)
+        managed = json.dumps((role or {}).get("Properties", {}).get("ManagedPolicyArns", []))
+        allowed = role is not None and (
+            "AWSXrayWriteOnlyAccess" in managed or "AWSXRayDaemonWriteAccess" in managed
+            or any(st["Effect"] == "Allow" and "xray:PutTraceSegments" in actions_of(st)
+                   for st in statements(role)))
+        if not allowed:
+            cannot.append(name)
+    if cannot:
+        fail("tracing", f"functions whose role may not send X-Ray segments: {sorted(cannot)}")
+    ok("tracing", f"{len(functions)} functions traced by X-Ray")
+
+
 def bin_of(logical_id):
     """The bin infra/lambda/lambda.mk packages for a function: JobsFunction -> jobs,
     DeadLetterFunction -> dead-letter."""
@@ -1024,6 +1047,7 @@ def run_checks(cfn, sam_path, root):
     check_iam(cfn)
     check_stream(cfn, root)
     check_sqs_sources(cfn)
+    check_tracing(cfn)
     check_build(sam_path, root)
     check_routes(cfn)
     check_params(cfn)

@@ -62,6 +62,7 @@ def plants(src):
     plant("authorizer-on-another-header", "              Headers:\n                - Authorization\n",
           "              Headers:\n                - X-Api-Key\n", "auth")
     plant("uncached-authorizer", "ReauthorizeEvery: 300", "ReauthorizeEvery: 0", "auth")
+    plant("functions-untraced", "    Tracing: Active\n", "", "tracing")
     plant("timer-loop-detection", "      RecursiveLoop: Allow", "      RecursiveLoop: Terminate", "sqs")
     plant("timer-reserved-concurrency", "      RecursiveLoop: Allow\n",
           "      RecursiveLoop: Allow\n      ReservedConcurrentExecutions: 5\n", "sqs")

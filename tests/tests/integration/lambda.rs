@@ -703,3 +703,159 @@ async fn the_keys_function_issues_a_key_the_authorizer_function_accepts() -> any
     let _ = store.delete_table().await;
     Ok(())
 }
+
+/// One job's trace id in the log lines of every function its path crosses, as CloudWatch
+/// shows them: the PUSH (jobs), the stream batch and its push delivery (stream), and the
+/// FETCH and ACK (workers) of another traced job. A broken link (a PUSH that drops the
+/// header, a delivery or an answer that loses the job's meta) leaves its line without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_trace_id_is_in_the_log_lines_of_its_push_stream_batch_delivery_and_ack(
+) -> anyhow::Result<()> {
+    let store = fresh_store().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = received.clone();
+    let endpoint = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move |headers: axum::http::HeaderMap| async move {
+                let traceparent = headers
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned();
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(traceparent);
+                }
+                axum::Json(json!({"status": "completed", "result": {"ok": true}}))
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let registration = json!({
+        "endpoint": url, "job_types": ["traced.push"], "queues": ["traced-push"],
+        "config": {"signing_secret": "whsec_lambda_0123456789"},
+    });
+    store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(&registration, true)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            None,
+            ojs_core::time::now(),
+        )
+        .await?;
+    let info = [("RUST_LOG", "info")];
+    let pushed_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let fetched_trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut jobs = start("jobs", store.table(), &info).await?;
+    for (trace, queue, kind) in [
+        (pushed_trace, "traced-push", "traced.push"),
+        (fetched_trace, "traced-fetch", "traced.fetch"),
+    ] {
+        let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+        let push = json!({"type": kind, "queue": queue, "args": [1]});
+        let (status, _, body) = http_reply(
+            invoke(
+                &mut jobs,
+                events::http_api_with_headers(
+                    "POST",
+                    "/ojs/v1/jobs",
+                    Some(&push),
+                    &[("traceparent", traceparent.as_str())],
+                ),
+            )
+            .await?,
+        )?;
+        assert_eq!(status, 201, "{body}");
+    }
+    let jobs_log = jobs.stop_with_output().await?;
+
+    let (arn, records) = ojs_tests::stream_records(store.table()).await?;
+    let mut stream = start(
+        "stream",
+        store.table(),
+        &[("OJS_PUSH_ALLOW_PRIVATE", "on"), ("RUST_LOG", "info")],
+    )
+    .await?;
+    let Outcome::Response(res) =
+        invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
+    else {
+        bail!("the stream batch failed as a whole");
+    };
+    assert_eq!(res, json!({"batchItemFailures": []}));
+    let stream_log = stream.stop_with_output().await?;
+    endpoint.abort();
+
+    let recheck = ojs_tests::strict_proxy::fetch_recheck()
+        .as_millis()
+        .to_string();
+    let mut workers = start(
+        "workers",
+        store.table(),
+        &[
+            ("OJS_FETCH_RECHECK_MS", recheck.as_str()),
+            ("RUST_LOG", "info"),
+        ],
+    )
+    .await?;
+    let fetch = json!({"queues": ["traced-fetch"], "worker_id": "traced-worker"});
+    let (status, _, body) = http_reply(
+        invoke(
+            &mut workers,
+            events::http_api("POST", "/ojs/v1/workers/fetch", Some(&fetch)),
+        )
+        .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+    let id = body["jobs"][0]["id"]
+        .as_str()
+        .context("fetched job")?
+        .to_owned();
+    let ack = json!({"job_id": id, "worker_id": "traced-worker"});
+    let (status, _, body) = http_reply(
+        invoke(
+            &mut workers,
+            events::http_api("POST", "/ojs/v1/workers/ack", Some(&ack)),
+        )
+        .await?,
+    )?;
+    assert_eq!(status, 200, "{body}");
+    let workers_log = workers.stop_with_output().await?;
+
+    // Each line that must carry a trace: the function's output, what the line is, its trace.
+    let line_with = |log: &str, marks: &[&str], trace: &str| -> bool {
+        log.lines()
+            .any(|l| l.contains(trace) && marks.iter().all(|m| l.contains(m)))
+    };
+    for (trace, what) in [
+        (pushed_trace, "the delivered job"),
+        (fetched_trace, "the fetched job"),
+    ] {
+        assert!(
+            line_with(&jobs_log, &["\"request\"", "/ojs/v1/jobs"], trace),
+            "no PUSH line with the trace of {what}: {jobs_log}"
+        );
+        assert!(
+            line_with(&stream_log, &["job change"], trace),
+            "no stream line with the trace of {what}: {stream_log}"
+        );
+    }
+    assert!(
+        line_with(&stream_log, &["push delivery settled"], pushed_trace),
+        "no delivery line with the job's trace: {stream_log}"
+    );
+    let delivered = received.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(
+        delivered,
+        [format!("00-{pushed_trace}-00f067aa0ba902b7-01")],
+        "the delivery carries the job's traceparent"
+    );
+    for path in ["/ojs/v1/workers/fetch", "/ojs/v1/workers/ack"] {
+        assert!(
+            line_with(&workers_log, &["\"request\"", path], fetched_trace),
+            "no {path} line with the job's trace: {workers_log}"
+        );
+    }
+    Ok(())
+}

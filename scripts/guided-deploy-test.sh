@@ -59,13 +59,23 @@ moto_pid=$!
 export AWS_ACCESS_KEY_ID=AKIAFAKEFAKEFAKEFAKE AWS_SECRET_ACCESS_KEY=fake \
     AWS_DEFAULT_REGION=us-east-1 AWS_CONFIG_FILE=/dev/null \
     AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_ENDPOINT_URL=http://127.0.0.1:$port
-python3 - "$port" <<'PY'
-import socket, sys, time
-for _ in range(100):
+# Until moto answers: its start-up (importing flask and moto) takes seconds of CPU, and
+# CI runs this at nice 19 beside the tests, where 10 s were once not enough; a bound
+# only for a moto that never comes up, which the check then reports.
+python3 - "$port" "$moto_pid" <<'PY'
+import os, socket, sys, time
+deadline = time.monotonic() + 300
+while True:
     try:
         socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
         break
     except OSError:
+        try:
+            os.kill(int(sys.argv[2]), 0)
+        except OSError:
+            sys.exit("guided-deploy-test: moto exited during start-up")
+        if time.monotonic() > deadline:
+            sys.exit("guided-deploy-test: moto did not answer within 300 s")
         time.sleep(0.1)
 PY
 # SAM's managed stack, created as `sam deploy` creates it (moto leaves the Outputs of a

@@ -7,39 +7,44 @@ use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
 use ojs_runtime::Scheduler;
 use ojs_store::Store;
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_current_span(false)
-        .without_time()
-        .init();
+    ojs_runtime::init_event_logging();
     let store = Store::from_env().await;
     let webhooks =
         ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
     let scheduler = std::sync::Arc::new(Scheduler::new(store).with_webhooks(webhooks));
-    lambda_runtime::run(service_fn(move |_event: LambdaEvent<Value>| {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let scheduler = std::sync::Arc::clone(&scheduler);
-        async move {
-            let r = scheduler.tick(ojs_core::time::now()).await?;
-            tracing::info!(
-                queues = r.sweep.queues,
-                moved = r.sweep.moved,
-                healed = r.sweep.healed,
-                webhook_retries = r.webhook_retries,
-                push_nudges = r.push_nudges,
-                "tick"
-            );
-            Ok::<_, lambda_runtime::Error>(json!({
-                "queues": r.sweep.queues,
-                "moved": r.sweep.moved,
-                "healed": r.sweep.healed,
-                "webhook_retries": r.webhook_retries,
-                "push_nudges": r.push_nudges,
-            }))
-        }
+        let span = ojs_runtime::invocation_span(
+            &event.context.request_id,
+            event.context.xray_trace_id.as_deref(),
+        );
+        // Boxed: the tick's future is deep enough that its layout, nested in the span's
+        // and the runtime's, passes the compiler's query depth limit.
+        Box::pin(
+            async move {
+                let r = scheduler.tick(ojs_core::time::now()).await?;
+                tracing::info!(
+                    queues = r.sweep.queues,
+                    moved = r.sweep.moved,
+                    healed = r.sweep.healed,
+                    webhook_retries = r.webhook_retries,
+                    push_nudges = r.push_nudges,
+                    "tick"
+                );
+                Ok::<_, lambda_runtime::Error>(json!({
+                    "queues": r.sweep.queues,
+                    "moved": r.sweep.moved,
+                    "healed": r.sweep.healed,
+                    "webhook_retries": r.webhook_retries,
+                    "push_nudges": r.push_nudges,
+                }))
+            }
+            .instrument(span),
+        )
     }))
     .await
 }

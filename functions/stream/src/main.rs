@@ -5,15 +5,11 @@ mod handler;
 use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
 use ojs_store::Store;
 use serde_json::Value;
+use tracing::Instrument;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_current_span(false)
-        .without_time()
-        .init();
+    ojs_runtime::init_event_logging();
     let store = Store::from_env().await;
     let sdk = aws_config::load_from_env().await;
     let push = ojs_push::Dispatcher::new(
@@ -25,11 +21,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let (store, push, webhooks) = (store.clone(), push.clone(), webhooks.clone());
+        let span = ojs_runtime::invocation_span(
+            &event.context.request_id,
+            event.context.xray_trace_id.as_deref(),
+        );
         async move {
             Ok::<_, lambda_runtime::Error>(
                 handler::apply_batch(&store, &push, &webhooks, &event.payload).await,
             )
         }
+        .instrument(span)
     }))
     .await
 }

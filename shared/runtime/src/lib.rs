@@ -3,8 +3,11 @@
 //! every minute) and the local server (every second). It sits above the store and push
 //! delivery and calls into both; neither calls into it.
 
+mod invocation;
 mod scheduler;
 mod services;
+
+pub use invocation::{init_event_logging, invocation_span};
 
 pub use scheduler::{Scheduler, TickReport};
 pub use services::{QueueSweep, Service};

@@ -590,7 +590,8 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
         record("m-2", good(&second)),
     ]});
     let mut timer = start("timer", store.table(), &[]).await?;
-    let Outcome::Response(res) = invoke(&mut timer, event).await? else {
+    let done = timer.invoke(event, INVOKE_TIMEOUT).await?;
+    let Outcome::Response(res) = done.outcome else {
         bail!("the timer batch failed as a whole");
     };
     assert_eq!(
@@ -600,7 +601,18 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
     );
     assert_eq!(state_of(&store, &first).await?, "available");
     assert_eq!(state_of(&store, &second).await?, "available");
-    timer.stop().await;
+    // The bad record's line names the invocation it came in (its Lambda request id and
+    // X-Ray trace), so the batch's other lines are one query away.
+    let log = timer.stop_with_output().await?;
+    let line = log
+        .lines()
+        .find(|l| l.contains("malformed timer message"))
+        .with_context(|| format!("no line for the bad record: {log}"))?;
+    assert!(
+        line.contains(&format!("\"request_id\":\"{}\"", done.request_id))
+            && line.contains("\"xray_trace_id\":\"Root=1-"),
+        "{line}"
+    );
     let _ = store.delete_table().await;
     Ok(())
 }
@@ -786,6 +798,14 @@ async fn a_jobs_trace_id_is_in_the_log_lines_of_its_push_stream_batch_delivery_a
     assert_eq!(res, json!({"batchItemFailures": []}));
     let stream_log = stream.stop_with_output().await?;
     endpoint.abort();
+    // The batch's lines carry its invocation (request id, X-Ray trace).
+    assert!(
+        stream_log
+            .lines()
+            .filter(|l| l.contains("job change"))
+            .all(|l| l.contains("\"request_id\":\"") && l.contains("\"xray_trace_id\":\"Root=1-")),
+        "{stream_log}"
+    );
 
     let recheck = ojs_tests::strict_proxy::fetch_recheck()
         .as_millis()

@@ -139,6 +139,7 @@ async fn route_guard(req: Request<Body>, next: Next) -> Response {
 
 async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: Next) -> Response {
     let request_id = request_id(&req);
+    let xray_trace_id = xray_trace_id(&req);
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -182,7 +183,11 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         Err(err) => ApiError(err).into_response(),
         Ok((req, format)) => {
             // Every line logged while the request is handled carries its id.
-            let span = tracing::info_span!("request", request_id = %request_id);
+            let span = tracing::info_span!(
+                "request",
+                request_id = %request_id,
+                xray_trace_id = xray_trace_id.as_deref().unwrap_or("-"),
+            );
             let (res, usage) =
                 ojs_store::measured(run_catching_panics(next, req).instrument(span)).await;
             ddb = usage;
@@ -241,6 +246,7 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         job_id = subject.map_or("-", |s| s.job_id.as_str()),
         queue = subject.map_or("-", |s| s.queue.as_str()),
         trace_id = subject.and_then(|s| s.trace_id.as_deref()).unwrap_or("-"),
+        xray_trace_id = xray_trace_id.as_deref().unwrap_or("-"),
         jobs = subject.map_or(0, |s| s.jobs),
         ddb_calls = ddb.calls,
         ddb_rcu = ddb.read_units,
@@ -280,6 +286,17 @@ fn request_id(req: &Request<Body>) -> String {
             !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.chars().all(|c| c.is_ascii_graphic())
         })
         .map_or_else(|| format!("req_{}", uuid::Uuid::now_v7()), str::to_owned)
+}
+
+/// The X-Ray trace API Gateway gives the request (`X-Amzn-Trace-Id`, `Root=1-...`), when
+/// printable and short: the request's line is then found from its trace in X-Ray.
+fn xray_trace_id(req: &Request<Body>) -> Option<String> {
+    req.headers()
+        .get("x-amzn-trace-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 256 && v.chars().all(|c| c.is_ascii_graphic()))
+        .map(str::to_owned)
 }
 
 /// Whether a request comes from an official SDK: httpx's User-Agent (the Python SDK's

@@ -716,6 +716,10 @@ async fn the_keys_function_issues_a_key_the_authorizer_function_accepts() -> any
     Ok(())
 }
 
+/// How a request's line names its invocation's X-Ray trace (lambda_http passes the
+/// runtime's `Lambda-Runtime-Trace-Id` on as the `X-Amzn-Trace-Id` header).
+const XRAY_TRACE: &str = "\"xray_trace_id\":\"Root=1-";
+
 /// One job's trace id in the log lines of every function its path crosses, as CloudWatch
 /// shows them: the PUSH (jobs), the stream batch and its push delivery (stream), and the
 /// FETCH and ACK (workers) of another traced job. A broken link (a PUSH that drops the
@@ -853,7 +857,11 @@ async fn a_jobs_trace_id_is_in_the_log_lines_of_its_push_stream_batch_delivery_a
         (fetched_trace, "the fetched job"),
     ] {
         assert!(
-            line_with(&jobs_log, &["\"request\"", "/ojs/v1/jobs"], trace),
+            line_with(
+                &jobs_log,
+                &["\"request\"", "/ojs/v1/jobs", XRAY_TRACE],
+                trace
+            ),
             "no PUSH line with the trace of {what}: {jobs_log}"
         );
         assert!(

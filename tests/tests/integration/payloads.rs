@@ -210,3 +210,55 @@ async fn a_job_that_fits_its_item_makes_no_s3_call() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// A workflow step as large as a pushed job may be keeps its args in S3 the same way:
+/// created in the workflow's one transaction with a reference, served whole to the worker.
+#[tokio::test]
+async fn a_workflow_step_of_one_megabyte_is_kept_in_s3_and_served_whole() -> anyhow::Result<()> {
+    let (app, payloads) = app_with_payloads().await?;
+    let text = random_text();
+    let created = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({
+                "type": "chain", "name": "big-chain",
+                "steps": [
+                    {"type": "big.first", "args": [text], "options": {"queue": "big-wf"}},
+                    {"type": "small.second", "args": [1], "options": {"queue": "big-wf"}},
+                ],
+            })),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let fetched = app
+        .fetch(json!({"queues": ["big-wf"], "worker_id": "w1"}))
+        .await?;
+    assert_eq!(fetched.status, 200, "{:?}", fetched.body);
+    let job = &fetched.body["jobs"][0];
+    assert_eq!(job["type"], json!("big.first"));
+    assert!(job["args"] == json!([text]), "FETCH changed the args");
+    let id = job["id"].as_str().context("job id")?.to_owned();
+    let item = raw_item(&app.store, &id).await?;
+    let key = item
+        .get("spec_ref")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .context("the step's item holds its args, not a reference")?;
+    // Written, so no longer pending: the lifecycle rule leaves it alone.
+    assert_eq!(payloads.tags(&key).await?, vec!["ojs-pending=0".to_owned()]);
+    let ack = app.ack(json!({"job_id": id, "worker_id": "w1"})).await?;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    // The chain goes on to its next step.
+    let next = app
+        .fetch(json!({"queues": ["big-wf"], "worker_id": "w1"}))
+        .await?;
+    assert_eq!(
+        next.body["jobs"][0]["type"],
+        json!("small.second"),
+        "{:?}",
+        next.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -262,7 +262,7 @@ impl Store {
 
     /// The items of new jobs ([`Store::new_job_item`], payload puts concurrently), with
     /// each one's payload reference; when a put fails, the objects put are deleted again.
-    async fn new_job_items(
+    pub(crate) async fn new_job_items(
         &self,
         jobs: &[Job],
         bodies: Vec<Option<Vec<u8>>>,
@@ -294,7 +294,7 @@ impl Store {
 
     /// [`Store::settle_offload`] of each job's payload: `written(index)` says whether
     /// its item is (or may be) stored.
-    async fn settle_offloads(
+    pub(crate) async fn settle_offloads(
         &self,
         payloads: &[Option<PayloadRef>],
         written: impl Fn(usize) -> bool,

@@ -205,9 +205,14 @@ impl Store {
                 job.status.enqueued_at = None;
             }
             job.status.workflow_id = Some(id.clone());
-            item::check_spec_size(&job)?;
             jobs.push(job);
         }
+        // Sizes are checked before anything is written; a step too large for its item
+        // keeps its args and meta in the payload bucket, as a pushed job does.
+        let bodies = jobs
+            .iter()
+            .map(|j| self.offload_body(j))
+            .collect::<Result<Vec<_>, _>>()?;
         // Each callback is checked now as it will fire: refused then, it would leave the
         // batch running forever.
         let cb = &spec.callbacks;
@@ -243,9 +248,11 @@ impl Store {
             AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
         );
         let mut items = vec![self.put_new(wf.clone())?];
-        for (i, (job, step)) in jobs.iter().zip(&spec.steps).enumerate() {
+        for job in &jobs {
             self.register_queue(job.spec.queue.as_str()).await?;
-            let mut it = item::job_to_item(job, self.queue_shards());
+        }
+        let (job_items, payloads) = self.new_job_items(&jobs, bodies).await?;
+        for (i, (mut it, step)) in job_items.into_iter().zip(&spec.steps).enumerate() {
             it.insert("wf_id".into(), s(id.clone()));
             it.insert("wf_step".into(), n(i));
             if !step.depends_on.is_empty() {
@@ -253,8 +260,32 @@ impl Store {
             }
             items.push(self.put_new(it)?);
         }
-        self.transact(items).await.map_err(StoreError::from_sdk)?;
-        Ok(view(&wf, &jobs))
+        let out = self.transact(items).await;
+        // Written when it succeeded, or when its answer was lost after it landed (the
+        // workflow item is there): only then are the payloads kept.
+        let written = match &out {
+            Ok(_) => true,
+            Err(_) => self.workflow_exists(&id).await,
+        };
+        self.settle_offloads(&payloads, |_| written).await;
+        match out {
+            Ok(_) => Ok(view(&wf, &jobs)),
+            Err(_) if written => Ok(view(&wf, &jobs)),
+            Err(e) => Err(StoreError::from_sdk(e)),
+        }
+    }
+
+    /// Whether the workflow item `id` exists (a consistent read; false when it cannot be
+    /// read).
+    async fn workflow_exists(&self, id: &str) -> bool {
+        let out = self
+            .get_item()
+            .set_key(Some(wf_key(id)))
+            .consistent_read(true)
+            .projection_expression("pk")
+            .send()
+            .await;
+        matches!(self.metered(Kind::Read, out), Ok(o) if o.item.is_some())
     }
 
     /// The workflow's view with its steps' states (the workflow item, then its step jobs

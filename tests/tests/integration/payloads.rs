@@ -262,3 +262,46 @@ async fn a_workflow_step_of_one_megabyte_is_kept_in_s3_and_served_whole() -> any
     app.teardown().await;
     Ok(())
 }
+
+/// A unique job as large as a pushed job may be: stored with its args in S3 under its
+/// lock, and a refused duplicate leaves no object behind (its pending one is deleted).
+#[tokio::test]
+async fn a_unique_job_of_one_megabyte_is_kept_in_s3_and_a_refused_duplicate_leaves_no_object(
+) -> anyhow::Result<()> {
+    let (app, payloads) = app_with_payloads().await?;
+    let text = random_text();
+    let job = json!({
+        "type": "big.unique", "args": [text],
+        "options": {"queue": "big-uniq", "unique": {"keys": ["type"], "on_conflict": "reject"}},
+    });
+    let first = app.push(job.clone()).await?;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let id = first.body["job"]["id"]
+        .as_str()
+        .context("no id")?
+        .to_owned();
+    let item = raw_item(&app.store, &id).await?;
+    let key = item
+        .get("spec_ref")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .context("the unique job's item holds its args, not a reference")?;
+    assert_eq!(payloads.tags(&key).await?, vec!["ojs-pending=0".to_owned()]);
+    let second = app.push(job).await?;
+    assert_eq!(second.status, 409, "{:?}", second.body);
+    let prefix = format!("jobs/{}/", app.store.table());
+    assert_eq!(
+        payloads.keys_under(&prefix).await?,
+        vec![key],
+        "the refused duplicate left its object"
+    );
+    let fetched = app
+        .fetch(json!({"queues": ["big-uniq"], "worker_id": "w1"}))
+        .await?;
+    assert!(
+        fetched.body["jobs"][0]["args"] == json!([text]),
+        "FETCH changed the args"
+    );
+    app.teardown().await;
+    Ok(())
+}

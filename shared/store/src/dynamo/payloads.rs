@@ -392,9 +392,8 @@ impl crate::Store {
         if crate::item::fits_item(job) {
             return Ok(None);
         }
-        if self.payloads.is_none() || job.spec.unique.is_some() {
-            // Without a bucket (and, not yet offloaded, for a unique job) the limit is
-            // the item's, as before.
+        if self.payloads.is_none() {
+            // Without a bucket the limit is the item's.
             crate::item::check_spec_size(job)?;
             return Ok(None);
         }
@@ -423,7 +422,11 @@ impl crate::Store {
     }
 
     /// Puts `body` ([`crate::Store::offload_body`]) in the payload bucket, tagged pending.
-    async fn offload(&self, job: &ojs_core::Job, body: Vec<u8>) -> Result<PayloadRef, StoreError> {
+    pub(crate) async fn offload(
+        &self,
+        job: &ojs_core::Job,
+        body: Vec<u8>,
+    ) -> Result<PayloadRef, StoreError> {
         let payloads = self
             .payloads
             .as_ref()

@@ -112,7 +112,9 @@ impl Store {
             None => None,
         };
         if let Some(policy) = policy {
-            let outcome = self.put_unique(job, &policy, job.status.created_at).await?;
+            let outcome = self
+                .put_unique(job, &policy, body, job.status.created_at)
+                .await?;
             match &outcome {
                 PushOutcome::Created => self.after_push(job).await,
                 PushOutcome::CreatedAs(stored) => self.after_push(stored).await,

@@ -50,11 +50,42 @@ pub(crate) fn lock_item(key: &str, job: &JobId, policy: &UniquePolicy, now: Time
 const MAX_ROUNDS: usize = 4;
 
 impl Store {
-    /// Stores a job under a uniqueness policy.
+    /// Stores a job under a uniqueness policy; `body` ([`Store::offload_body`]) puts its
+    /// args and meta in the payload bucket first, kept only if the job is stored.
     pub(crate) async fn put_unique(
         &self,
         job: &Job,
         policy: &UniquePolicy,
+        body: Option<Vec<u8>>,
+        now: Timestamp,
+    ) -> Result<PushOutcome, StoreError> {
+        let payload = match body {
+            Some(body) => Some(self.offload(job, body).await?),
+            None => None,
+        };
+        let outcome = self
+            .put_unique_item(job, policy, payload.as_ref(), now)
+            .await;
+        if payload.is_some() {
+            // Stored, or stored before an answer was lost (the job is there as pushed).
+            let written = match &outcome {
+                Ok(PushOutcome::Created | PushOutcome::CreatedAs(_)) => true,
+                Ok(PushOutcome::Existing(_)) => false,
+                Err(_) => matches!(
+                    self.get_job(&job.id).await,
+                    Ok(Some(j)) if j.status.created_at == job.status.created_at
+                ),
+            };
+            self.settle_offload(payload.as_ref(), written).await;
+        }
+        outcome
+    }
+
+    async fn put_unique_item(
+        &self,
+        job: &Job,
+        policy: &UniquePolicy,
+        payload: Option<&crate::dynamo::payloads::PayloadRef>,
         now: Timestamp,
     ) -> Result<PushOutcome, StoreError> {
         let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
@@ -79,10 +110,14 @@ impl Store {
             }
             let put_job = Put::builder()
                 .table_name(self.table())
-                .set_item(Some(item::job_to_item(
-                    stored.as_ref().unwrap_or(job),
-                    self.queue_shards(),
-                )))
+                .set_item(Some(match payload {
+                    Some(r) => item::offloaded_job_to_item(
+                        stored.as_ref().unwrap_or(job),
+                        self.queue_shards(),
+                        r,
+                    ),
+                    None => item::job_to_item(stored.as_ref().unwrap_or(job), self.queue_shards()),
+                }))
                 .condition_expression("attribute_not_exists(pk)")
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;

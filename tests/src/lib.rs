@@ -400,7 +400,13 @@ impl TestApp {
     /// Like [`TestApp::spawn_with_sweeper`], with HTTP settings `config` (e.g. API keys
     /// required).
     pub async fn spawn_with_sweeper_and(config: HttpConfig) -> anyhow::Result<Self> {
-        let mut app = Self::spawn_with_config(config).await?;
+        Self::spawn_with_sweeper_on(fresh_store().await?, config).await
+    }
+
+    /// Like [`TestApp::spawn_with_sweeper_and`], over `store` (e.g. one keeping large jobs
+    /// in the payload bucket, as a deployed stack does).
+    pub async fn spawn_with_sweeper_on(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
+        let mut app = Self::spawn_configured(store, config).await?;
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));

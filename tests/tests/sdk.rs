@@ -22,8 +22,15 @@ macro_rules! report {
     }};
 }
 
+/// The server the suites drive: every endpoint group, the sweep every second, and large
+/// jobs kept in the payload bucket (as the template's stack keeps them).
+async fn suite_server(config: ojs_http::HttpConfig) -> anyhow::Result<TestApp> {
+    let (store, _) = ojs_tests::with_payloads(ojs_tests::fresh_store().await?).await?;
+    TestApp::spawn_with_sweeper_on(store, config).await
+}
+
 async fn run_suite(lang: &str) -> anyhow::Result<()> {
-    let app = TestApp::spawn_with_sweeper().await?;
+    let app = suite_server(ojs_http::HttpConfig::default()).await?;
     run_suite_on(lang, app, &[]).await
 }
 
@@ -78,7 +85,7 @@ async fn python_sdk() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_with_least_privilege_keys() -> anyhow::Result<()> {
     use ojs_http::scopes::{Scope, Scopes};
-    let app = TestApp::spawn_with_sweeper_and(ojs_http::HttpConfig {
+    let app = suite_server(ojs_http::HttpConfig {
         auth: ojs_http::AuthMode::ApiKey,
         ..ojs_http::HttpConfig::default()
     })

@@ -52,6 +52,30 @@ async def test_handler_result_visible_in_info(client: ojs.Client) -> None:
     assert seen[0].meta.get("k") == "v"
 
 
+async def test_one_mebibyte_job_round_trip(client: ojs.Client) -> None:
+    """A job of about 1 MiB (the spec's PL-001 envelope; the server keeps its args in the
+    payload bucket) reaches the SDK's worker whole, and its result is read back."""
+    queue = unique_queue("large")
+    # Random hex: nothing for the server's deflate to shrink below its item.
+    blob = os.urandom(500_000).hex()
+    seen: list[int] = []
+
+    async def measure(ctx: ojs.JobContext):
+        (text,) = ctx.args
+        seen.append(len(text))
+        return {"length": len(text), "same": text == blob}
+
+    job = await client.enqueue("py.large.measure", [blob], queue=queue)
+    async with running_worker([queue], {"py.large.measure": measure}) as w:
+        done = await wait_job_state(client, job.id, {"completed", "discarded"}, timeout=30.0)
+        w.assert_no_transport_errors()
+    assert done.state == ojs.JobState.COMPLETED, done
+    assert done.result == {"length": 1_000_000, "same": True}
+    assert seen == [1_000_000]
+    info = await client.get_job(job.id)
+    assert info.args == [blob]
+
+
 async def test_fail_then_succeed_with_backoff(client: ojs.Client) -> None:
     queue = unique_queue("retry")
     calls: list[tuple[int, float]] = []

@@ -71,6 +71,46 @@ func TestWorkerCompletesWithResult(t *testing.T) {
 	w.requireNoWorkerErrors(t)
 }
 
+// TestWorkerOneMebibyteJob: a job of about 1 MiB (the spec's PL-001 envelope; random hex
+// that the server's deflate cannot shrink, so its args go to the payload bucket) reaches
+// the SDK's worker whole, and its result reads back.
+func TestWorkerOneMebibyteJob(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := ctxFor(t, 60*time.Second)
+	q := uniqueName("large")
+	blob := randHex(500_000)
+
+	rec := &recorder{}
+	w := newWorker(t, []string{q}, 1)
+	w.Register("large.measure", rec.record(func(jc ojs.JobContext) error {
+		text, _ := jc.Job.Args["blob"].(string)
+		jc.SetResult(map[string]any{"length": len(text), "same": text == blob})
+		return nil
+	}))
+	w.start(t)
+
+	job, err := c.Enqueue(ctx, "large.measure", ojs.Args{"blob": blob}, ojs.WithQueue(q))
+	if err != nil {
+		t.Fatalf("Enqueue of 1 MiB: %v", err)
+	}
+	got := waitJobState(t, c, job.ID, 30*time.Second, ojs.JobStateCompleted, ojs.JobStateDiscarded, ojs.JobStateRetryable)
+	if got.State != ojs.JobStateCompleted {
+		t.Fatalf("job ended %q (error %+v), want completed", got.State, got.Error)
+	}
+	want := map[string]any{"length": float64(1_000_000), "same": true} // JSON numbers read back as float64
+	if fmt.Sprint(got.Result) != fmt.Sprint(want) {
+		t.Errorf("INFO result %v, want %v", got.Result, want)
+	}
+	if text, _ := got.Args["blob"].(string); text != blob {
+		t.Errorf("INFO args: %d characters, not the %d pushed", len(text), len(blob))
+	}
+	if calls := rec.forJob(job.ID); len(calls) != 1 {
+		t.Errorf("handler calls %+v, want one", calls)
+	}
+	w.requireNoWorkerErrors(t)
+}
+
 // TestWorkerRetryThenSucceed: two handler errors, then success, with a PT1S
 // exponential backoff (coefficient 2, no jitter): retries 1 s and 2 s apart.
 func TestWorkerRetryThenSucceed(t *testing.T) {

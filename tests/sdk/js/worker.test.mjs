@@ -2,6 +2,7 @@
 // loop and handler registration); results are checked with the client's getJob().
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import {
   sdk, newClient, newWorker, stopAllWorkers, uniqueQueue, rand, sleep, waitFor, waitForState,
   RecordingTransport, HttpTransport, OJS_URL, ts, afterIndexLag,
@@ -36,6 +37,37 @@ describe('worker: handler result', () => {
 
   it("getJob() returns the handler's return value as result", () => {
     assert.deepEqual(done.result, { messageId: 'msg-user@example.com', delivered: true });
+  });
+});
+
+describe('worker: a job of 1 MiB', () => {
+  // Random hex: nothing for the server's deflate to shrink below its item, so the server
+  // keeps the args in its payload bucket (PL-001's 1 MiB envelope).
+  const queue = uniqueQueue('large');
+  const blob = randomBytes(500_000).toString('hex');
+  const seen = [];
+  let done;
+  let info;
+
+  before(async () => {
+    const worker = newWorker({ queues: [queue], concurrency: 1 });
+    worker.register('large.measure', async (ctx) => {
+      const [text] = ctx.job.args;
+      seen.push(text.length);
+      return { length: text.length, same: text === blob };
+    });
+    await worker.start();
+    const job = await client.enqueue('large.measure', [blob], { queue });
+    done = await waitForState(client, job.id, ['completed', 'retryable', 'discarded'], 30_000);
+    await worker.stop();
+    info = await client.getJob(job.id);
+  });
+
+  it("reaches the worker whole, and its result reads back", () => {
+    assert.equal(done.state, 'completed');
+    assert.deepEqual(seen, [1_000_000]);
+    assert.deepEqual(done.result, { length: 1_000_000, same: true });
+    assert.ok(info.args[0] === blob, 'getJob() changed the args');
   });
 });
 

@@ -50,6 +50,49 @@ async fn handler_result() {
     .await
 }
 
+/// A job of about 1 MiB (the spec's PL-001 envelope; hex that the server's deflate cannot
+/// shrink, so its args go to the payload bucket) reaches the worker whole, and its result
+/// reads back.
+#[tokio::test]
+async fn one_mebibyte_job() {
+    bounded(60, async {
+        let c = client();
+        let q = queue("large");
+        let blob: String = (0..1_000_000u32)
+            .map(|i| {
+                let x = i.wrapping_mul(2_654_435_761) ^ (i >> 7);
+                char::from_digit(x % 16, 16).unwrap_or('0')
+            })
+            .collect();
+        let job = c
+            .enqueue("rs.worker.large", json!({"blob": blob}))
+            .queue(&q)
+            .send()
+            .await
+            .expect("PUSH of 1 MiB");
+        let w = worker_builder(&[&q], 1).build().expect("worker");
+        let expected = blob.clone();
+        w.register("rs.worker.large", move |ctx: JobContext| {
+            let expected = expected.clone();
+            async move {
+                let text: String = ctx.job.arg("blob")?;
+                Ok(json!({"length": text.len(), "same": text == expected}))
+            }
+        })
+        .await;
+        let running = RunningWorker::start(w);
+        let done = wait_state(&c, &job.id, JobState::Completed, Duration::from_secs(30)).await;
+        running.stop();
+        assert_eq!(
+            done.result,
+            Some(json!({"length": 1_000_000, "same": true}))
+        );
+        let read: String = done.arg("blob").expect("INFO args");
+        assert!(read == blob, "INFO changed the args");
+    })
+    .await
+}
+
 /// A handler that fails once is retried after the policy's backoff and then succeeds.
 #[tokio::test]
 async fn retry_then_succeed() {

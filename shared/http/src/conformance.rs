@@ -299,11 +299,7 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
     },
     ConformanceGap {
         case: "ext-job-versioning/job-versioning-fetch-preserves.json",
-        missing: "job versioning: the versioned schema routes /ojs/v1/admin/schemas/{type}/{version} are not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-job-versioning/job-versioning-schema-register.json",
-        missing: "job versioning: the versioned schema routes /ojs/v1/admin/schemas/{type}/{version} are not served (404)",
+        missing: "ACKs with POST /ojs/v1/jobs/{id}/ack (ojs-results.md §10.1), which is not served (404); the binding's ACK is POST /ojs/v1/workers/ack",
     },
     ConformanceGap {
         case: "ext-middleware/middleware-validation-reject.json",
@@ -340,42 +336,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
     ConformanceGap {
         case: "ext-rate-limiting/rate-limit-per-second-throttle.json",
         missing: "`max_per_second` together with a `throttle` is refused with 422",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-complex-schema.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-delete.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-duplicate-register.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-empty-body.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-get-latest.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-get-specific-version.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-latest-after-delete.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-list-versions.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
-    },
-    ConformanceGap {
-        case: "ext-schema-registry/schema-register.json",
-        missing: "the versioned schema registry: /ojs/v1/admin/schemas/{type}/{version} and /versions are not served (404); /ojs/v1/schemas is",
     },
     ConformanceGap {
         case: "wasi/L1-WASI-001-fetch.json",

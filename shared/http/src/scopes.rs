@@ -402,6 +402,26 @@ pub const ROUTES: &[RouteScope] = &[
     r("GET", "/ojs/v1/admin/system/config", Need::AdminRead),
     r("GET", "/ojs/v1/admin/schemas", Need::AdminRead),
     r("GET", "/ojs/v1/admin/schemas/{type}", Need::AdminRead),
+    r(
+        "GET",
+        "/ojs/v1/admin/schemas/{type}/versions",
+        Need::AdminRead,
+    ),
+    r(
+        "GET",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminRead,
+    ),
+    r(
+        "PUT",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminWrite,
+    ),
+    r(
+        "DELETE",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminWrite,
+    ),
     r("GET", "/ojs/v1/admin/tenants", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}/jobs", Need::AdminRead),

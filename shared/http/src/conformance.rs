@@ -274,10 +274,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
     },
     ConformanceGap {
-        case: "ext-dead-letter/dead-letter-delete.json",
-        missing: "captures the job id into {{job_id}} (a `capture` block, not substituted yet); expects 204 from DELETE /ojs/v1/admin/dead-letter/{id}, which answers 200",
-    },
-    ConformanceGap {
         case: "ext-fair-scheduling/fair-scheduling-stats.json",
         missing: "fair scheduling (ojs-fair-scheduling.md, the tenancy issue): no weighted pools or scheduling stats",
     },

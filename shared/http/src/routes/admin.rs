@@ -69,7 +69,7 @@ pub(crate) fn router() -> Router<AppState> {
         )
         .route(
             "/ojs/v1/admin/dead-letter/{id}",
-            delete(super::dead_letter::delete_dead_letter),
+            delete(super::dead_letter::delete_dead_letter_admin),
         )
         .route(
             "/ojs/v1/admin/system/maintenance",

@@ -281,6 +281,7 @@ pub const ROUTES: &[RouteScope] = &[
     r("GET", "/ojs/v1/queues", Need::DataRead),
     r("GET", "/ojs/v1/queues/{name}/stats", Need::DataRead),
     r("GET", "/ojs/v1/cron", Need::DataRead),
+    r("GET", "/ojs/v1/rate-limits/{key}", Need::DataRead),
     r("GET", "/ojs/v1/schemas", Need::DataRead),
     r("GET", "/ojs/v1/schemas/{*uri}", Need::DataRead),
     // Configuration.

@@ -1439,7 +1439,7 @@ async fn rate_limit_inspect_reads_the_limiter_state() -> anyhow::Result<()> {
     let f = app
         .fetch(json!({"queues": ["rl-insp"], "worker_id": "w"}))
         .await?;
-    assert_eq!(f.job_ids(), [id.clone()], "{}", f.body);
+    assert_eq!(f.job_ids(), std::slice::from_ref(&id), "{}", f.body);
     let during = inspect().await?;
     assert_eq!(during.body["concurrency"]["active"], 1, "{}", during.body);
     assert_eq!(during.body["concurrency"]["active_jobs"], json!([id]));

@@ -271,6 +271,7 @@ pub const ROUTES: &[RouteScope] = &[
     // Workers.
     r("POST", "/ojs/v1/workers/fetch", Need::Process),
     r("POST", "/ojs/v1/workers/ack", Need::Process),
+    r("POST", "/ojs/v1/jobs/{id}/ack", Need::Process),
     r("POST", "/ojs/v1/workers/nack", Need::Process),
     r("POST", "/ojs/v1/workers/heartbeat", Need::Process),
     r("POST", "/ojs/v1/workers/progress", Need::Process),

@@ -740,4 +740,91 @@ mod tests {
         assert_eq!(u.code, ErrorCode::SchemaValidation);
         assert_eq!(u.details["validation_errors"][0]["path"], "$.schema");
     }
+
+    #[test]
+    fn registry_versions_parse_order_and_key_by_precedence() {
+        assert_eq!(parse_version("1").ok(), Some(json!(1)));
+        assert_eq!(parse_version("2.0").ok(), Some(json!("2.0")));
+        assert_eq!(parse_version("1.4.2").ok(), Some(json!("1.4.2")));
+        assert_eq!(parse_version("0").ok(), Some(json!(0)));
+        for bad in [
+            "",
+            "01",
+            "1.",
+            ".1",
+            "1.2.3.4",
+            "v1",
+            "1.x",
+            "-1",
+            "1234567890",
+        ] {
+            assert!(parse_version(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(version_precedence(&json!("2.0.0")), Some(vec![2]));
+        assert_eq!(version_precedence(&json!("1.10")), Some(vec![1, 10]));
+        assert_eq!(version_precedence(&json!(0)), Some(vec![0]));
+        assert!(version_precedence(&json!("1.10")) > version_precedence(&json!("1.9")));
+        assert!(version_precedence(&json!(2)) > version_precedence(&json!("1.9.9")));
+        assert_eq!(
+            versioned_uri("a.b", &json!("2.0")).as_deref(),
+            Some("urn:ojs:schema:a.b:v2")
+        );
+        assert_eq!(
+            versioned_uri("a.b", &json!("1.1.0")).as_deref(),
+            Some("urn:ojs:schema:a.b:v1.1")
+        );
+        let ext = |v: Value| {
+            let mut m = Map::new();
+            m.insert("version".into(), v);
+            m
+        };
+        assert_eq!(job_version(&ext(json!(3))), Some(json!(3)));
+        assert_eq!(job_version(&ext(json!("2.0"))), Some(json!("2.0")));
+        assert_eq!(job_version(&ext(json!("x"))), None);
+        assert_eq!(job_version(&Map::new()), None);
+    }
+
+    #[test]
+    fn a_versioned_registration_is_the_urn_registration() {
+        let t = JobType::parse("a.b")
+            .map_err(|e| e.message)
+            .unwrap_or_else(|m| panic!("{m}"));
+        let doc = SchemaDoc::versioned(&t, json!("2.0"), json!({"schema": {"type": "array"}}))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(doc.uri, "urn:ojs:schema:a.b:v2");
+        assert_eq!(doc.registry_version("a.b"), Some(vec![2]));
+        assert_eq!(doc.registry_version("a.c"), None);
+        let posted = SchemaDoc::from_json(json!({"uri": "urn:ojs:schema:a.b:v2", "schema": {}}))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(posted.registry_version("a.b"), Some(vec![2]));
+        let elsewhere = SchemaDoc::from_json(
+            json!({"uri": "https://x.example/a.json", "type": "a.b", "version": 2, "schema": {}}),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(elsewhere.registry_version("a.b"), None);
+        for body in [
+            json!({}),
+            json!({"type": "c.d", "schema": {}}),
+            json!({"version": "3", "schema": {}}),
+        ] {
+            assert!(
+                SchemaDoc::versioned(&t, json!(2), body.clone()).is_err(),
+                "{body}"
+            );
+        }
+        assert!(
+            SchemaDoc::versioned(&t, json!(2), json!({"version": "2.0", "schema": {}})).is_ok()
+        );
+    }
+
+    #[test]
+    fn an_undeclared_dialect_valid_only_as_2019_09_is_read_so() {
+        let tuple = json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]});
+        assert!(check_schema(&tuple).is_ok());
+        assert!(validate_args(&tuple, &[json!("a"), json!(1)]).is_ok());
+        assert!(validate_args(&tuple, &[json!("a"), json!("b")]).is_err());
+        let mut declared = tuple.clone();
+        declared["$schema"] = json!(DRAFT_2020_12);
+        assert!(check_schema(&declared).is_err());
+    }
 }

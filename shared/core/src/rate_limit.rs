@@ -73,6 +73,19 @@ fn window(v: &Value, what: &str) -> Result<Window, OjsError> {
     Ok(Window { limit, period })
 }
 
+/// Whether `key` is a rate limit key: `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$` (ojs-rate-limiting.md
+/// §6.2), at most 256 characters.
+pub fn is_valid_key(key: &str) -> bool {
+    key.len() <= 256
+        && key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+}
+
 /// Key prefix of queue-level limits (`PUT /admin/queues/{name}/rate-limit`): a job's own
 /// `rate_limit.key` may not start with it, so a job's windows never share an item with
 /// its queue's.
@@ -167,6 +180,25 @@ impl SlidingWindow {
                 .find(|(_, c)| *c > 0)
                 .map_or(now_us, |(b, _)| self.leaves_at(*b)),
         }
+    }
+
+    /// The window of `key` whose counter item has sort key `sk` (`S#<length µs>`, as
+    /// [`SlidingWindow::sort_key`] writes it), for reading its state: its limit belongs to
+    /// the jobs' policies, not to the item, so it is left at the largest.
+    pub fn from_sort_key(key: &str, sk: &str) -> Option<Self> {
+        let len_us: i64 = sk.strip_prefix("S#")?.parse().ok()?;
+        (len_us > 0).then(|| Self {
+            key: key.to_owned(),
+            len_us,
+            limit: u32::MAX,
+            policies: Vec::new(),
+        })
+    }
+
+    /// The starts a start at `now_us` would count (those of the last `len_us`, the
+    /// oldest bucket whole).
+    pub fn counted_starts(&self, counts: &[(i64, u64)], now_us: i64) -> u64 {
+        self.counted(counts, now_us).iter().map(|(_, c)| c).sum()
     }
 
     /// The buckets a start at `now_us` counts, oldest first.
@@ -271,15 +303,7 @@ impl RateLimitPolicy {
             .ok_or_else(|| bad("rate_limit must be an object"))?;
         let key = match obj.get("key") {
             None | Some(Value::Null) => format!("queue:{queue}"),
-            Some(Value::String(k))
-                if !k.is_empty()
-                    && k.len() <= 256
-                    && k.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-                    && k.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c)) =>
-            {
-                k.clone()
-            }
+            Some(Value::String(k)) if is_valid_key(k) => k.clone(),
             Some(_) => {
                 return Err(bad(
                     "rate_limit.key must match ^[a-zA-Z0-9][a-zA-Z0-9._:-]*$",

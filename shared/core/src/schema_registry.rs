@@ -102,7 +102,7 @@ impl SchemaDoc {
             }
         };
         let version = match body.remove("version") {
-            None | Some(Value::Null) => urn_version.map(Value::from),
+            None | Some(Value::Null) => urn_version,
             Some(v @ Value::Number(_)) if v.as_u64().is_some() => Some(v),
             Some(Value::String(v)) if !v.trim().is_empty() && v.len() <= 64 => {
                 Some(Value::String(v))
@@ -236,8 +236,9 @@ pub fn is_valid_uri(uri: &str) -> bool {
         })
 }
 
-/// `(type, version)` from the recommended form `urn:ojs:schema:{job_type}:v{version}`.
-fn parse_ojs_urn(uri: &str) -> (Option<String>, Option<u64>) {
+/// `(type, version)` from the recommended form `urn:ojs:schema:{job_type}:v{version}`
+/// (an integer version as a number, a dotted one such as `2.0` as a string).
+fn parse_ojs_urn(uri: &str) -> (Option<String>, Option<Value>) {
     let Some(rest) = uri.strip_prefix("urn:ojs:schema:") else {
         return (None, None);
     };
@@ -245,7 +246,9 @@ fn parse_ojs_urn(uri: &str) -> (Option<String>, Option<u64>) {
         return (None, None);
     };
     let job_type = JobType::parse(job_type).ok().map(|t| t.as_str().to_owned());
-    let version = version.strip_prefix('v').and_then(|v| v.parse().ok());
+    let version = version
+        .strip_prefix('v')
+        .and_then(|v| parse_version(v).ok());
     match job_type {
         Some(t) => (Some(t), version),
         None => (None, None),
@@ -287,14 +290,28 @@ fn check_schema(schema: &Value) -> Result<(), OjsError> {
     })
 }
 
-/// Compiles a draft 2020-12 validator that asserts `format`, never fetches remote
-/// references, and meta-validates the schema first.
+/// Compiles a validator that asserts `format`, never fetches remote references, and
+/// meta-validates the schema first: draft 2020-12, or, for a document that declares no
+/// `$schema` and is valid only under draft 2019-09 (the array form of `items`, a tuple
+/// there, which 2020-12 spells `prefixItems`), draft 2019-09. A document without
+/// `$schema` names no dialect (JSON Schema core §8.1.1); read as 2020-12 such a document
+/// is invalid, so this is the only reading under which it means anything. The error is
+/// always the 2020-12 one.
 fn compile(schema: &Value) -> Result<Validator, jsonschema::ValidationError<'static>> {
-    jsonschema::options()
-        .with_draft(Draft::Draft202012)
-        .should_validate_formats(true)
-        .offline()
-        .build(schema)
+    let build = |draft| {
+        jsonschema::options()
+            .with_draft(draft)
+            .should_validate_formats(true)
+            .offline()
+            .build(schema)
+    };
+    build(Draft::Draft202012).or_else(|e| {
+        if schema.get("$schema").is_none() {
+            build(Draft::Draft201909).map_err(|_| e)
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// Validates `args` (the whole array) against `schema`. On failure, returns up to
@@ -382,6 +399,143 @@ fn truncate(message: &str) -> String {
         end -= 1;
     }
     format!("{}…", &message[..end])
+}
+
+/// Most dot-separated parts of a registry version (`major.minor.patch`).
+const MAX_VERSION_PARTS: usize = 3;
+
+/// Parses a version of the versioned registry (ojs-job-versioning.md §5.1 `2.0`,
+/// ojs-schema-registry.md §6.1 `2.0.0`, the suite's `1`): one to three dot-separated
+/// decimal numbers without leading zeros. A single number is a JSON number (as the job
+/// envelope's `"version": 3` carries it), a dotted version a string.
+pub fn parse_version(raw: &str) -> Result<Value, OjsError> {
+    let parts: Vec<&str> = raw.split('.').collect();
+    let numeric = |p: &&str| {
+        !p.is_empty()
+            && p.len() <= 9
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && (*p == "0" || !p.starts_with('0'))
+    };
+    if parts.len() > MAX_VERSION_PARTS || !parts.iter().all(numeric) {
+        return Err(OjsError::invalid_request(format!(
+            "a schema version is 1 to {MAX_VERSION_PARTS} dot-separated numbers without leading zeros (1, 2.0, 1.4.2), got {:?}",
+            truncate(raw)
+        ))
+        .with_path("$.version"));
+    }
+    Ok(match parts.as_slice() {
+        [one] => Value::from(one.parse::<u64>().unwrap_or_default()),
+        _ => Value::String(raw.to_owned()),
+    })
+}
+
+/// The version a job's envelope carries in `version` (ojs-job-versioning.md §5.2, kept in
+/// its extension fields), if it is one the registry can hold.
+pub fn job_version(extensions: &Map<String, Value>) -> Option<Value> {
+    match extensions.get("version")? {
+        Value::Number(n) => n.as_u64().map(Value::from),
+        Value::String(s) => parse_version(s).ok(),
+        _ => None,
+    }
+}
+
+/// A registry version's precedence: its numbers with trailing zeros dropped, so `2`,
+/// `2.0` and `2.0.0` are one version (ojs-schema-registry.md §6.3: SemVer precedence).
+pub fn version_precedence(version: &Value) -> Option<Vec<u64>> {
+    let text = match version {
+        Value::Number(n) => n.as_u64()?.to_string(),
+        Value::String(s) => s.clone(),
+        _ => return None,
+    };
+    let mut parts = text
+        .split('.')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    while parts.len() > 1 && parts.last() == Some(&0) {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// The URI the versioned registry keeps `job_type`'s schema `version` under:
+/// `urn:ojs:schema:{job_type}:v{version}`, the form ojs-core.md recommends, with the
+/// version at its precedence (`2.0` is kept as `v2`), so each version has one key
+/// however it is spelled, and a schema registered with `POST /ojs/v1/schemas` under this
+/// URI is the same registration.
+pub fn versioned_uri(job_type: &str, version: &Value) -> Option<String> {
+    let parts = version_precedence(version)?;
+    let text: Vec<String> = parts.iter().map(u64::to_string).collect();
+    Some(format!("{}{}", versioned_prefix(job_type), text.join(".")))
+}
+
+/// The start every versioned URI of `job_type` shares (a job type has no `:`, so no other
+/// type's URIs start with it).
+pub fn versioned_prefix(job_type: &str) -> String {
+    format!("urn:ojs:schema:{job_type}:v")
+}
+
+impl SchemaDoc {
+    /// A registration of the versioned registry (`PUT /ojs/v1/admin/schemas/{type}/{version}`):
+    /// the body's `schema` (required) and `description` (optional), under the URI of
+    /// `(job_type, version)`. The body's own `type` and `version`, when given, must agree
+    /// with the path.
+    pub fn versioned(job_type: &JobType, version: Value, body: Value) -> Result<Self, OjsError> {
+        let Value::Object(mut body) = body else {
+            return Err(OjsError::invalid_request(
+                "the schema registration must be a JSON object",
+            ));
+        };
+        // ojs-job-versioning.md §6.1 names the document `args_schema`.
+        if !body.contains_key("schema") {
+            if let Some(doc) = body.remove("args_schema") {
+                body.insert("schema".into(), doc);
+            }
+        }
+        if let Some(t) = body.get("type").filter(|t| !t.is_null()) {
+            if t.as_str() != Some(job_type.as_str()) {
+                return Err(OjsError::invalid_request(format!(
+                    "type in the body must be the path's {job_type} when given"
+                ))
+                .with_path("$.type"));
+            }
+        }
+        if let Some(v) = body.get("version").filter(|v| !v.is_null()) {
+            let given = match v {
+                Value::String(s) => parse_version(s).ok(),
+                other => Some(other.clone()),
+            };
+            let same = given
+                .as_ref()
+                .and_then(version_precedence)
+                .is_some_and(|p| Some(p) == version_precedence(&version));
+            if !same {
+                return Err(OjsError::invalid_request(
+                    "version in the body must be the path's version when given",
+                )
+                .with_path("$.version"));
+            }
+        }
+        let uri = versioned_uri(job_type.as_str(), &version).ok_or_else(|| {
+            OjsError::invalid_request("the version is not a registry version")
+                .with_path("$.version")
+        })?;
+        body.insert("uri".into(), Value::String(uri));
+        body.insert("type".into(), Value::String(job_type.as_str().to_owned()));
+        body.insert("version".into(), version);
+        Self::from_json(Value::Object(body))
+    }
+
+    /// The version this registration holds in the versioned registry of `job_type`: its
+    /// URI is that type's versioned URI of its version, and its `type` is `job_type`
+    /// (a `POST /ojs/v1/schemas` under another URI, or naming another type, is reachable
+    /// by its URI only).
+    pub fn registry_version(&self, job_type: &str) -> Option<Vec<u64>> {
+        let version = self.version.as_ref()?;
+        (self.job_type.as_deref() == Some(job_type)
+            && versioned_uri(job_type, version).as_deref() == Some(self.uri.as_str()))
+        .then(|| version_precedence(version))
+        .flatten()
+    }
 }
 
 #[cfg(test)]
@@ -585,5 +739,92 @@ mod tests {
         let u = unregistered_error("urn:ojs:schema:x:v1");
         assert_eq!(u.code, ErrorCode::SchemaValidation);
         assert_eq!(u.details["validation_errors"][0]["path"], "$.schema");
+    }
+
+    #[test]
+    fn registry_versions_parse_order_and_key_by_precedence() {
+        assert_eq!(parse_version("1").ok(), Some(json!(1)));
+        assert_eq!(parse_version("2.0").ok(), Some(json!("2.0")));
+        assert_eq!(parse_version("1.4.2").ok(), Some(json!("1.4.2")));
+        assert_eq!(parse_version("0").ok(), Some(json!(0)));
+        for bad in [
+            "",
+            "01",
+            "1.",
+            ".1",
+            "1.2.3.4",
+            "v1",
+            "1.x",
+            "-1",
+            "1234567890",
+        ] {
+            assert!(parse_version(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(version_precedence(&json!("2.0.0")), Some(vec![2]));
+        assert_eq!(version_precedence(&json!("1.10")), Some(vec![1, 10]));
+        assert_eq!(version_precedence(&json!(0)), Some(vec![0]));
+        assert!(version_precedence(&json!("1.10")) > version_precedence(&json!("1.9")));
+        assert!(version_precedence(&json!(2)) > version_precedence(&json!("1.9.9")));
+        assert_eq!(
+            versioned_uri("a.b", &json!("2.0")).as_deref(),
+            Some("urn:ojs:schema:a.b:v2")
+        );
+        assert_eq!(
+            versioned_uri("a.b", &json!("1.1.0")).as_deref(),
+            Some("urn:ojs:schema:a.b:v1.1")
+        );
+        let ext = |v: Value| {
+            let mut m = Map::new();
+            m.insert("version".into(), v);
+            m
+        };
+        assert_eq!(job_version(&ext(json!(3))), Some(json!(3)));
+        assert_eq!(job_version(&ext(json!("2.0"))), Some(json!("2.0")));
+        assert_eq!(job_version(&ext(json!("x"))), None);
+        assert_eq!(job_version(&Map::new()), None);
+    }
+
+    #[test]
+    fn a_versioned_registration_is_the_urn_registration() {
+        let t = JobType::parse("a.b")
+            .map_err(|e| e.message)
+            .unwrap_or_else(|m| panic!("{m}"));
+        let doc = SchemaDoc::versioned(&t, json!("2.0"), json!({"schema": {"type": "array"}}))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(doc.uri, "urn:ojs:schema:a.b:v2");
+        assert_eq!(doc.registry_version("a.b"), Some(vec![2]));
+        assert_eq!(doc.registry_version("a.c"), None);
+        let posted = SchemaDoc::from_json(json!({"uri": "urn:ojs:schema:a.b:v2", "schema": {}}))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(posted.registry_version("a.b"), Some(vec![2]));
+        let elsewhere = SchemaDoc::from_json(
+            json!({"uri": "https://x.example/a.json", "type": "a.b", "version": 2, "schema": {}}),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(elsewhere.registry_version("a.b"), None);
+        for body in [
+            json!({}),
+            json!({"type": "c.d", "schema": {}}),
+            json!({"version": "3", "schema": {}}),
+        ] {
+            assert!(
+                SchemaDoc::versioned(&t, json!(2), body.clone()).is_err(),
+                "{body}"
+            );
+        }
+        assert!(
+            SchemaDoc::versioned(&t, json!(2), json!({"version": "2.0", "schema": {}})).is_ok()
+        );
+    }
+
+    #[test]
+    fn an_undeclared_dialect_valid_only_as_2019_09_is_read_so() {
+        let tuple = json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]});
+        assert!(check_schema(&tuple).is_ok());
+        assert!(validate_args(&tuple, &[json!("a"), json!(1)]).is_ok());
+        assert!(validate_args(&tuple, &[json!("a"), json!("b")]).is_err());
+        let mut declared = tuple.clone();
+        declared["$schema"] = json!(DRAFT_2020_12);
+        assert!(check_schema(&declared).is_err());
     }
 }

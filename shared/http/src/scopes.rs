@@ -271,6 +271,7 @@ pub const ROUTES: &[RouteScope] = &[
     // Workers.
     r("POST", "/ojs/v1/workers/fetch", Need::Process),
     r("POST", "/ojs/v1/workers/ack", Need::Process),
+    r("POST", "/ojs/v1/jobs/{id}/ack", Need::Process),
     r("POST", "/ojs/v1/workers/nack", Need::Process),
     r("POST", "/ojs/v1/workers/heartbeat", Need::Process),
     r("POST", "/ojs/v1/workers/progress", Need::Process),
@@ -281,6 +282,7 @@ pub const ROUTES: &[RouteScope] = &[
     r("GET", "/ojs/v1/queues", Need::DataRead),
     r("GET", "/ojs/v1/queues/{name}/stats", Need::DataRead),
     r("GET", "/ojs/v1/cron", Need::DataRead),
+    r("GET", "/ojs/v1/rate-limits/{key}", Need::DataRead),
     r("GET", "/ojs/v1/schemas", Need::DataRead),
     r("GET", "/ojs/v1/schemas/{*uri}", Need::DataRead),
     // Configuration.
@@ -402,6 +404,26 @@ pub const ROUTES: &[RouteScope] = &[
     r("GET", "/ojs/v1/admin/system/config", Need::AdminRead),
     r("GET", "/ojs/v1/admin/schemas", Need::AdminRead),
     r("GET", "/ojs/v1/admin/schemas/{type}", Need::AdminRead),
+    r(
+        "GET",
+        "/ojs/v1/admin/schemas/{type}/versions",
+        Need::AdminRead,
+    ),
+    r(
+        "GET",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminRead,
+    ),
+    r(
+        "PUT",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminWrite,
+    ),
+    r(
+        "DELETE",
+        "/ojs/v1/admin/schemas/{type}/{version}",
+        Need::AdminWrite,
+    ),
     r("GET", "/ojs/v1/admin/tenants", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}/jobs", Need::AdminRead),

@@ -23,7 +23,8 @@ use engine::{
     unique, unread,
 };
 use features::{
-    admin, api_keys, cron, dead_letter, push, queues, schemas, webhooks, workers, workflow,
+    admin, api_keys, cron, dead_letter, push, queues, rate_limits, schemas, webhooks, workers,
+    workflow,
 };
 
 use std::collections::HashSet;
@@ -50,6 +51,7 @@ pub use push::{
     served_queues, PushClaim, PushEntry, ReadyJob, SlotHold, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
 };
 pub use queues::{QueueInfo, QueueSettings};
+pub use rate_limits::{RateLimitState, WindowState};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
 pub use stream::{Applied, Change, ChangeObserver};

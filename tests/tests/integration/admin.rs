@@ -769,3 +769,51 @@ async fn scopes_decide_who_may_call_what() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// The admin API's `DELETE /admin/dead-letter/{id}` answers `204` with no body (the dead
+/// letter suite's EXT-DLQ-004), and the job is gone; the binding's
+/// `DELETE /dead-letter/{id}` keeps its `200 {deleted, job_id}`.
+#[tokio::test]
+async fn admin_dead_letter_delete_is_204_and_the_binding_one_200() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let job = json!({"type": "dl.del", "args": [], "options": {"queue": "dl-del",
+        "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}});
+    let a = push(&app, job.clone()).await?;
+    let b = push(&app, job).await?;
+    after_index_lag().await;
+    let f = app
+        .fetch(json!({"queues": ["dl-del"], "count": 2, "worker_id": "w"}))
+        .await?;
+    assert_eq!(f.job_ids().len(), 2, "{}", f.body);
+    for id in [&a, &b] {
+        let r = app
+            .nack(json!({"job_id": id, "error": {"message": "no"}}))
+            .await?;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let admin = format!("/ojs/v1/admin/dead-letter/{a}");
+    let r = app.call(Method::DELETE, &admin, None).await?;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert!(r.body.is_null(), "no body: {}", r.body);
+    let r = app.call(Method::DELETE, &admin, None).await?;
+    assert_eq!(r.status, 404, "gone: {}", r.body);
+    let r = app
+        .call(Method::GET, &format!("/ojs/v1/jobs/{a}"), None)
+        .await?;
+    assert_eq!(
+        r.status, 404,
+        "the job is deleted with its entry: {}",
+        r.body
+    );
+    let r = app
+        .call(Method::DELETE, &format!("/ojs/v1/dead-letter/{b}"), None)
+        .await?;
+    assert_eq!(
+        (r.status, &r.body["deleted"]),
+        (200, &json!(true)),
+        "{}",
+        r.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -1412,3 +1412,55 @@ async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> a
     app.teardown().await;
     Ok(())
 }
+
+/// `GET /ojs/v1/rate-limits/{key}` shows what the key's limiter holds: nothing before a
+/// claim, the claimed job as active and its start counted after one, the slot freed (the
+/// start still counted) after its ACK; a key that is not one is 400.
+#[tokio::test]
+async fn rate_limit_inspect_reads_the_limiter_state() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let r = app
+        .push(
+            json!({"type": "rl.insp", "args": [], "options": {"queue": "rl-insp",
+            "rate_limit": {"key": "insp-key", "concurrency": 2,
+                           "rate": {"limit": 5, "period": "PT1H"}}}}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    let inspect = || app.call(Method::GET, "/ojs/v1/rate-limits/insp-key", None);
+    let before = inspect().await?;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert_eq!(before.body["key"], "insp-key");
+    assert_eq!(before.body["concurrency"]["active"], 0);
+    assert_eq!(before.body["windows"], json!([]));
+
+    ojs_tests::after_index_lag().await;
+    let f = app
+        .fetch(json!({"queues": ["rl-insp"], "worker_id": "w"}))
+        .await?;
+    assert_eq!(f.job_ids(), std::slice::from_ref(&id), "{}", f.body);
+    let during = inspect().await?;
+    assert_eq!(during.body["concurrency"]["active"], 1, "{}", during.body);
+    assert_eq!(during.body["concurrency"]["active_jobs"], json!([id]));
+    assert_eq!(
+        during.body["windows"][0]["period"], "PT3600S",
+        "{}",
+        during.body
+    );
+    assert_eq!(during.body["windows"][0]["current_count"], 1);
+    assert!(during.body["windows"][0]["last_start_at"].is_string());
+
+    let a = app.ack(json!({"job_id": id})).await?;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let after = inspect().await?;
+    assert_eq!(after.body["concurrency"]["active"], 0, "{}", after.body);
+    assert_eq!(after.body["windows"][0]["current_count"], 1);
+
+    let bad = app
+        .call(Method::GET, "/ojs/v1/rate-limits/-bad", None)
+        .await?;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -526,3 +526,55 @@ async fn an_anonymous_fetch_is_acked_without_a_worker_id() -> anyhow::Result<()>
     app.teardown().await;
     Ok(())
 }
+
+/// `POST /ojs/v1/jobs/{id}/ack` (ojs-results.md §10.1) ACKs the job the path names, with
+/// the body `/workers/ack` takes (or none); a body naming another job is 400 and ACKs
+/// nothing, and the job keeps its envelope's extension fields (`version`).
+#[tokio::test]
+async fn ack_by_path_acks_the_named_job() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let r = app
+            .push(json!({"type": "ack.path", "args": [n], "version": 3,
+                "options": {"queue": "ack-path"}}))
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(id_of(&r));
+    }
+    ojs_tests::after_index_lag().await;
+    let f = app
+        .fetch(json!({"queues": ["ack-path"], "count": 2, "worker_id": "w"}))
+        .await?;
+    assert_eq!(f.job_ids().len(), 2, "{}", f.body);
+    let path = |id: &str| format!("/ojs/v1/jobs/{id}/ack");
+    let wrong = app
+        .call(
+            Method::POST,
+            &path(&ids[0]),
+            Some(json!({"job_id": ids[1]})),
+        )
+        .await?;
+    assert_eq!(wrong.status, 400, "{}", wrong.body);
+    let r = app
+        .call(
+            Method::POST,
+            &path(&ids[0]),
+            Some(json!({"worker_id": "w", "result": {"ok": 1}})),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["job"]["state"], "completed");
+    assert_eq!(r.body["job"]["version"], 3);
+    assert_eq!(r.body["job"]["result"], json!({"ok": 1}));
+    let r = app.call(Method::POST, &path(&ids[1]), None).await?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let other = app
+        .call(Method::GET, &format!("/ojs/v1/jobs/{}", ids[1]), None)
+        .await?;
+    assert_eq!(other.body["job"]["state"], "completed", "{}", other.body);
+    let again = app.call(Method::POST, &path(&ids[1]), None).await?;
+    assert_eq!(again.status, 409, "{}", again.body);
+    app.teardown().await;
+    Ok(())
+}

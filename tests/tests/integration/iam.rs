@@ -782,6 +782,12 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         })
         .await?;
     store.delete_webhook(&hook.id).await?;
+    expect(
+        "rate limit inspect",
+        s.call(Method::GET, "/ojs/v1/rate-limits/iam-key", None)
+            .await?,
+        &[200],
+    )?;
     used.insert("QueuesFunction", recorder.take());
     drop(s);
 
@@ -1031,6 +1037,31 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         s.call(Method::DELETE, &format!("/ojs/v1/schemas/{uri}"), None)
             .await?,
         &[200, 204],
+    )?;
+    // The versioned registry is served here too (admin key: the group server's key is
+    // the test's full-scope key).
+    let v = "/ojs/v1/admin/schemas/iam.v/1";
+    expect(
+        "schema version put",
+        s.call(Method::PUT, v, Some(json!({"schema": {"type": "array"}})))
+            .await?,
+        &[201],
+    )?;
+    expect(
+        "schema version get",
+        s.call(Method::GET, v, None).await?,
+        &[200],
+    )?;
+    expect(
+        "schema versions",
+        s.call(Method::GET, "/ojs/v1/admin/schemas/iam.v/versions", None)
+            .await?,
+        &[200],
+    )?;
+    expect(
+        "schema version del",
+        s.call(Method::DELETE, v, None).await?,
+        &[200],
     )?;
     used.insert("SchemasFunction", recorder.take());
     drop(s);

@@ -401,3 +401,200 @@ async fn a_unique_policy_on_a_workflow_job_or_a_cron_template_is_refused() -> an
     app.teardown().await;
     Ok(())
 }
+
+/// The versioned registry (ojs-job-versioning.md §11, ojs-schema-registry.md §4): a
+/// version registered under the admin routes is the registration `/ojs/v1/schemas` shows
+/// under `urn:ojs:schema:{type}:v{version}`, and the other way round; latest is the
+/// highest version, not the last registered; a taken version with another document is 409.
+#[tokio::test]
+async fn versioned_registry_is_the_uri_registry_by_type_and_version() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let v2 = json!({"schema": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}});
+    let r = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/schemas/invoice.generate/2.0",
+            Some(v2.clone()),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.body["type"], "invoice.generate");
+    assert_eq!(r.body["version"], "2.0");
+    assert_eq!(r.body["uri"], "urn:ojs:schema:invoice.generate:v2");
+    // The same registration again is 200; another document under 2.0, or spelled 2, is 409.
+    let again = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/schemas/invoice.generate/2.0",
+            Some(v2),
+        )
+        .await?;
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    let other = json!({"schema": {"type": "array"}});
+    for path in [
+        "/ojs/v1/admin/schemas/invoice.generate/2.0",
+        "/ojs/v1/admin/schemas/invoice.generate/2",
+    ] {
+        let c = app.call(Method::PUT, path, Some(other.clone())).await?;
+        assert_eq!(c.status, 409, "{path}: {:?}", c.body);
+        assert_eq!(c.body["error"]["code"], "duplicate");
+    }
+    // Version 1 through the URI registry, registered after 2.0: the latest stays 2.0.
+    let v1 = json!({"uri": "urn:ojs:schema:invoice.generate:v1", "type": "invoice.generate",
+        "version": 1, "schema": {"type": "array", "prefixItems": [{"type": "string"}]}});
+    let r = app.call(Method::POST, "/ojs/v1/schemas", Some(v1)).await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let got = app
+        .call(
+            Method::GET,
+            "/ojs/v1/admin/schemas/invoice.generate/1",
+            None,
+        )
+        .await?;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    assert_eq!(got.body["version"], 1);
+    assert_eq!(got.body["schema"]["prefixItems"][0]["type"], "string");
+    let latest = app
+        .call(Method::GET, "/ojs/v1/admin/schemas/invoice.generate", None)
+        .await?;
+    assert_eq!(latest.body["version"], "2.0", "{:?}", latest.body);
+    let listed = app
+        .call(
+            Method::GET,
+            "/ojs/v1/admin/schemas/invoice.generate/versions",
+            None,
+        )
+        .await?;
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
+    let versions = &listed.body["versions"];
+    assert_eq!(versions.as_array().map(Vec::len), Some(2), "{versions}");
+    assert_eq!(versions[0]["version"], "2.0");
+    assert_eq!(versions[0]["is_latest"], true);
+    assert_eq!(versions[1]["version"], 1);
+    assert_eq!(versions[1]["is_latest"], false);
+    // The URI registry shows the admin registration.
+    let by_uri = app
+        .call(
+            Method::GET,
+            "/ojs/v1/schemas/urn%3Aojs%3Aschema%3Ainvoice.generate%3Av2",
+            None,
+        )
+        .await?;
+    assert_eq!(by_uri.status, 200, "{:?}", by_uri.body);
+    assert_eq!(by_uri.body["schema"]["version"], "2.0");
+
+    // Deleting 2.0 makes 1 the latest; deleting it again is 404.
+    let d = app
+        .call(
+            Method::DELETE,
+            "/ojs/v1/admin/schemas/invoice.generate/2.0",
+            None,
+        )
+        .await?;
+    assert_eq!(d.status, 200, "{:?}", d.body);
+    let d = app
+        .call(
+            Method::DELETE,
+            "/ojs/v1/admin/schemas/invoice.generate/2",
+            None,
+        )
+        .await?;
+    assert_eq!(d.status, 404, "{:?}", d.body);
+    let latest = app
+        .call(Method::GET, "/ojs/v1/admin/schemas/invoice.generate", None)
+        .await?;
+    assert_eq!(latest.body["version"], 1, "{:?}", latest.body);
+    let d = app
+        .call(
+            Method::DELETE,
+            "/ojs/v1/admin/schemas/invoice.generate/1",
+            None,
+        )
+        .await?;
+    assert_eq!(d.status, 200, "{:?}", d.body);
+    for path in [
+        "/ojs/v1/admin/schemas/invoice.generate",
+        "/ojs/v1/admin/schemas/invoice.generate/versions",
+        "/ojs/v1/admin/schemas/invoice.generate/1",
+    ] {
+        assert_eq!(
+            app.call(Method::GET, path, None).await?.status,
+            404,
+            "{path}"
+        );
+    }
+    app.teardown().await;
+    Ok(())
+}
+
+/// Bad registrations of the versioned registry are 400 and store nothing.
+#[tokio::test]
+async fn versioned_registrations_refuse_bad_input() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let good = json!({"schema": {"type": "array"}});
+    for (path, body) in [
+        ("/ojs/v1/admin/schemas/a.b/1", json!({})),
+        ("/ojs/v1/admin/schemas/a.b/1", json!({"schema": 5})),
+        (
+            "/ojs/v1/admin/schemas/a.b/1",
+            json!({"schema": {"type": 5}}),
+        ),
+        (
+            "/ojs/v1/admin/schemas/a.b/1",
+            json!({"type": "c.d", "schema": {"type": "array"}}),
+        ),
+        (
+            "/ojs/v1/admin/schemas/a.b/1",
+            json!({"version": 2, "schema": {"type": "array"}}),
+        ),
+        ("/ojs/v1/admin/schemas/a.b/01", good.clone()),
+        ("/ojs/v1/admin/schemas/a.b/1.2.3.4", good.clone()),
+        ("/ojs/v1/admin/schemas/a.b/v1", good.clone()),
+        ("/ojs/v1/admin/schemas/Bad Type/1", good.clone()),
+    ] {
+        let r = app.call(Method::PUT, path, Some(body.clone())).await?;
+        assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
+    }
+    assert_eq!(
+        app.call(Method::GET, "/ojs/v1/admin/schemas/a.b/versions", None)
+            .await?
+            .status,
+        404
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+/// PUSH of a job carrying `version` is checked against that version's registered schema;
+/// a version with no schema, and an unversioned job, are not checked.
+#[tokio::test]
+async fn push_checks_a_versioned_job_against_its_version() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let v2 =
+        json!({"schema": {"type": "array", "prefixItems": [{"type": "string"}], "minItems": 1}});
+    let r = app
+        .call(Method::PUT, "/ojs/v1/admin/schemas/report.make/2", Some(v2))
+        .await?;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let push = |version: Value, args: Value| {
+        let mut job = json!({"type": "report.make", "args": args});
+        if !version.is_null() {
+            job["version"] = version;
+        }
+        app.call(Method::POST, "/ojs/v1/jobs", Some(job))
+    };
+    let bad = push(json!(2), json!([5])).await?;
+    assert_eq!(bad.status, 400, "{:?}", bad.body);
+    assert_eq!(bad.body["error"]["code"], "schema_validation");
+    assert_eq!(
+        bad.body["error"]["details"]["schema"],
+        "urn:ojs:schema:report.make:v2"
+    );
+    // "2.0" is version 2.
+    assert_eq!(push(json!("2.0"), json!([5])).await?.status, 400);
+    assert_eq!(push(json!(2), json!(["ok"])).await?.status, 201);
+    assert_eq!(push(json!(3), json!([5])).await?.status, 201);
+    assert_eq!(push(Value::Null, json!([5])).await?.status, 201);
+    app.teardown().await;
+    Ok(())
+}

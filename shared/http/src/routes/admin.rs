@@ -69,7 +69,7 @@ pub(crate) fn router() -> Router<AppState> {
         )
         .route(
             "/ojs/v1/admin/dead-letter/{id}",
-            delete(super::dead_letter::delete_dead_letter),
+            delete(super::dead_letter::delete_dead_letter_admin),
         )
         .route(
             "/ojs/v1/admin/system/maintenance",
@@ -523,12 +523,24 @@ async fn list_schemas(State(app): State<AppState>) -> Result<Response, ApiError>
     Ok(reply(StatusCode::OK, json!({ "schemas": schemas })))
 }
 
-/// `GET /ojs/v1/admin/schemas/{type}`: the last registered schema of a job type (or the
-/// one registered under that URI).
+/// `GET /ojs/v1/admin/schemas/{type}`: the latest version of a job type in the versioned
+/// registry, the one of highest precedence (ojs-schema-registry.md §4.2, §6.3: one Query
+/// of the type's versions). A type with no version, or a URI, is looked for as before
+/// among every registration (one more Query): the one registered last under that URI or
+/// naming that type.
 async fn get_schema(
     State(app): State<AppState>,
     Path(job_type): Path<String>,
 ) -> Result<Response, ApiError> {
+    if ojs_core::JobType::parse(&job_type).is_ok() {
+        let versions = app.store.list_schema_versions(&job_type).await?;
+        if let Some(latest) = versions.first() {
+            return Ok(reply(
+                StatusCode::OK,
+                super::schema_versions::version_view(latest),
+            ));
+        }
+    }
     let found = app
         .store
         .list_schemas()
@@ -536,7 +548,7 @@ async fn get_schema(
         .into_iter()
         .filter(|e| e.doc.uri == job_type || e.doc.job_type.as_deref() == Some(&job_type))
         .max_by(|a, b| a.created_at.cmp(&b.created_at))
-        .ok_or_else(|| OjsError::not_found(format!("no schema for {job_type}")))?;
+        .ok_or_else(|| super::schema_versions::no_versions(&job_type))?;
     Ok(reply(StatusCode::OK, schema_view(&found)))
 }
 

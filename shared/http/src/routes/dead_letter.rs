@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use ojs_core::{time, Job, JobId, OjsError, QueueName};
@@ -93,19 +93,36 @@ async fn retry_dead_letter(
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
-/// `DELETE /ojs/v1/dead-letter/{id}`, and the admin API's
-/// `DELETE /ojs/v1/admin/dead-letter/{id}`.
+/// `DELETE /ojs/v1/dead-letter/{id}`: `200` with `{deleted, job_id}`, as the HTTP
+/// binding's endpoint table gives it.
 pub(crate) async fn delete_dead_letter(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
-    app.store
-        .delete_dead_letter(&id)
-        .await
-        .map_err(not_in_dead_letter(&id))?;
+    let id = discard(&app, &id).await?;
     Ok(reply(
         StatusCode::OK,
         json!({ "deleted": true, "job_id": id.to_string() }),
     ))
+}
+
+/// The admin API's `DELETE /ojs/v1/admin/dead-letter/{id}`: `204 No Content` (the
+/// dead letter suite's EXT-DLQ-004; ojs-admin-api.md gives no body, and the dashboard's
+/// `deleteDeadLetter` reads none).
+pub(crate) async fn delete_dead_letter_admin(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    discard(&app, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Deletes dead letter job `id` (one transaction of the job and its entry).
+async fn discard(app: &AppState, id: &str) -> Result<JobId, ApiError> {
+    let id = JobId::parse(id)?;
+    app.store
+        .delete_dead_letter(&id)
+        .await
+        .map_err(not_in_dead_letter(&id))?;
+    Ok(id)
 }

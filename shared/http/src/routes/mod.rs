@@ -9,6 +9,8 @@ pub(crate) mod dead_letter;
 pub(crate) mod jobs;
 pub(crate) mod push;
 pub(crate) mod queues;
+mod rate_limits;
+pub(crate) mod schema_versions;
 pub(crate) mod schemas;
 pub(crate) mod system;
 pub(crate) mod webhooks;

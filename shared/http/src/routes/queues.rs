@@ -25,6 +25,7 @@ pub(crate) fn router() -> Router<AppState> {
             "/ojs/v1/admin/queues/{name}/rate-limit",
             axum::routing::put(set_rate_limit).delete(clear_rate_limit),
         )
+        .merge(super::rate_limits::router())
 }
 
 async fn queue_stats(

@@ -25,6 +25,8 @@ pub(crate) fn router() -> Router<AppState> {
             "/ojs/v1/schemas/{*uri}",
             get(get_schema).delete(delete_schema),
         )
+        // Served with the registry they show (the function that owns its partition).
+        .merge(super::schema_versions::router())
 }
 
 fn unknown(uri: &str) -> ApiError {
@@ -123,9 +125,16 @@ async fn delete_schema(
 /// GetItem, only for such jobs) and validates `args` against it. An unregistered schema
 /// is rejected too: ojs-core.md requires args be validated "against the referenced
 /// schema before enqueueing", which cannot happen without it.
+///
+/// A job naming no schema but carrying a `version` (ojs-job-versioning.md §5.2) is
+/// checked against that version of its type in the versioned registry, when one is
+/// registered (§6.2: one GetItem, only for versioned jobs); with none registered it is
+/// accepted, as versioning works without a registry (§15.2). An unversioned job is not
+/// checked against the type's latest version: it is "unversioned" (§15.4), and its
+/// producer never said which version its args follow.
 pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiError> {
     let Some(uri) = job.spec.schema.as_deref() else {
-        return Ok(());
+        return check_version(app, job).await;
     };
     if !schema_registry::is_valid_uri(uri) {
         return Err(schema_registry::unregistered_error(uri).into());
@@ -139,6 +148,28 @@ pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiEr
         .doc
         .validate_args(&job.spec.args)
         .map_err(|violations| schema_registry::violation_error(uri, &violations))?;
+    Ok(())
+}
+
+/// [`check_args`] of a job naming no schema: the registered schema of its `version`.
+async fn check_version(app: &AppState, job: &NewJob) -> Result<(), ApiError> {
+    let Some(version) = schema_registry::job_version(&job.spec.extensions) else {
+        return Ok(());
+    };
+    let job_type = job.spec.job_type.as_str();
+    let Some(uri) = schema_registry::versioned_uri(job_type, &version) else {
+        return Ok(());
+    };
+    let Some(entry) = app.store.get_schema(&uri).await? else {
+        return Ok(());
+    };
+    if entry.doc.registry_version(job_type).is_none() {
+        return Ok(());
+    }
+    entry
+        .doc
+        .validate_args(&job.spec.args)
+        .map_err(|violations| schema_registry::violation_error(&uri, &violations))?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, OptionalJsonBody};
 use crate::AppState;
 
 /// Most jobs one FETCH may claim.
@@ -25,6 +25,7 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/workers/fetch", post(fetch_jobs))
         .route("/ojs/v1/workers/ack", post(ack_job))
+        .route("/ojs/v1/jobs/{id}/ack", post(ack_job_by_path))
         .route("/ojs/v1/workers/nack", post(fail_job))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
         .route("/ojs/v1/workers/progress", post(report_progress))
@@ -201,7 +202,37 @@ async fn ack_job(
     State(app): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let body = object(body)?;
+    ack(&app, object(body)?).await
+}
+
+/// `POST /ojs/v1/jobs/{id}/ack` (ojs-results.md §10.1, ojs-serverless.md §3): the ACK of
+/// job `id`, its body (`result`, `worker_id`, `attempt`; may be left out) as
+/// `/workers/ack` reads it. A body naming another `job_id` is refused.
+async fn ack_job_by_path(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    let mut body = match body {
+        Some(b) => object(b)?,
+        None => Map::new(),
+    };
+    let named = JobId::parse(&id)?;
+    if let Some(given) = body.get("job_id").or_else(|| body.get("id")) {
+        if given.as_str().and_then(|g| JobId::parse(g).ok()).as_ref() != Some(&named) {
+            return Err(OjsError::invalid_request(
+                "job_id in the body must be the path's job id when given",
+            )
+            .with_path("$.job_id")
+            .into());
+        }
+    }
+    body.insert("job_id".into(), Value::from(named.to_string()));
+    ack(&app, body).await
+}
+
+/// ACK of the job `body` names.
+async fn ack(app: &AppState, body: Map<String, Value>) -> Result<Response, ApiError> {
     let ack = AckRequest {
         id: job_id(&body)?,
         result: body.get("result").cloned(),

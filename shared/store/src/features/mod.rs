@@ -8,6 +8,7 @@ pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod push;
 pub(crate) mod queues;
+pub(crate) mod rate_limits;
 pub(crate) mod schemas;
 pub(crate) mod webhooks;
 pub(crate) mod workers;

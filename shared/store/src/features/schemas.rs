@@ -3,7 +3,7 @@
 //! PUSH right after a registration (or a deletion) sees it. A URI is registered once:
 //! registering a different document under a taken URI is a conflict.
 
-use ojs_core::schema_registry::SchemaDoc;
+use ojs_core::schema_registry::{self, SchemaDoc};
 use ojs_core::time::{self, Timestamp};
 use serde_json::Value;
 
@@ -140,6 +140,29 @@ impl Store {
             .iter()
             .map(entry_from_item)
             .collect()
+    }
+
+    /// The versions of `job_type` in the versioned registry (the registrations under its
+    /// `urn:ojs:schema:{type}:v…` URIs, [`SchemaDoc::registry_version`]), highest
+    /// precedence first: one strongly consistent Query of that sort key prefix, paged
+    /// through (only that type's registrations are read).
+    pub async fn list_schema_versions(
+        &self,
+        job_type: &str,
+    ) -> Result<Vec<SchemaEntry>, StoreError> {
+        let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
+        let mut versions = Vec::new();
+        for item in self
+            .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
+            .await?
+        {
+            let entry = entry_from_item(&item)?;
+            if let Some(order) = entry.doc.registry_version(job_type) {
+                versions.push((order, entry));
+            }
+        }
+        versions.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(versions.into_iter().map(|(_, e)| e).collect())
     }
 
     /// Removes the registration of `uri`; NotFound when there is none.

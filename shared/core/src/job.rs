@@ -157,6 +157,9 @@ pub struct JobStatus {
     /// What a worker last reported of its progress (ojs-progress.md), with the attempt
     /// that reported it.
     pub progress: Option<crate::progress::Progress>,
+    /// The latest checkpoint a worker saved (ojs-durable-execution.md); none once the
+    /// job is terminal.
+    pub checkpoint: Option<crate::checkpoint::Checkpoint>,
     /// Incremented by every write; guards compare-and-set.
     pub version: u64,
     /// Set while the job's `args` and `meta` are elsewhere (see [`PayloadRef`]): `spec`
@@ -510,6 +513,7 @@ impl Job {
                 error: None,
                 errors: Vec::new(),
                 progress: None,
+                checkpoint: None,
                 version: 1,
                 payload: None,
             },
@@ -587,6 +591,10 @@ impl Job {
         }
         if s.progress.as_ref().is_some_and(|p| p.attempt == s.attempt) {
             out.insert("progress".into(), self.progress_view());
+        }
+        if let Some(c) = &s.checkpoint {
+            // ojs-durable-execution.md §6.1: present only when one exists.
+            out.insert("checkpoint".into(), c.envelope_view());
         }
         if let Some(p) = &s.payload {
             // Incomplete, and shown so: no `args` or `meta` a reader could take for the

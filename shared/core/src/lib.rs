@@ -8,6 +8,7 @@
 //! - [`time`] and [`duration`]: RFC 3339 timestamps and ISO 8601 durations.
 
 pub mod change;
+pub mod checkpoint;
 pub mod cron;
 pub mod cron_job;
 pub mod duration;

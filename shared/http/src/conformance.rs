@@ -31,6 +31,10 @@ pub const CONFORMANCE_EXCEPTIONS: &[ConformanceException] = &[
                  the binding's default visibility timeout is 30 s, so the job is reclaimed \
                  and delivered again, as the spec requires",
     },
+    ConformanceException {
+        test_id: "EXT-DUR-020",
+        reason: "step-10 ACKs the job (step-9) and then expects GET /ojs/v1/jobs/{id}/checkpoint to answer 200 with the last checkpoint (sequence 2); ojs-durable-execution.md §5.2 and DUR-005 require the checkpoint deleted when the job completes, so a conforming server answers 404 there (its steps 1-9, resume across attempts, pass)",
+    },
     // Extension cases no server can pass as written (README of the release's data copy,
     // "Extension suites").
     ConformanceException {
@@ -141,90 +145,6 @@ pub struct ConformanceGap {
 /// they test yet (issue #34 and the tenancy issue). The harness fails when one of them
 /// passes, so the list only shrinks as the extensions are built.
 pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-after-completion.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-cancelled-job.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-complex-nested-state.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-concurrent-saves.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-delete-idempotent.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-delete.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-deleted-before-resume.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-discarded-job.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-double-delete-idempotent.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-empty-state.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-large-state.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-multi-attempt-progression.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-multiple-jobs-isolated.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-not-found.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-overwrite-with-smaller-state.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-overwrite.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-rapid-save-delete-save.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-resume-after-nack.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-save-retrieve.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-sequence.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
-    ConformanceGap {
-        case: "ext-durable-execution/checkpoint-timeout-during-save.json",
-        missing: "checkpoints (ojs-durable-execution.md: PUT/GET/DELETE /ojs/v1/jobs/{id}/checkpoint) are not implemented; the case also captures $.id from the PUSH answer, which carries the job under `job` (as level 0 asserts)",
-    },
     ConformanceGap {
         case: "agent/L4-AGT-001-pause-resume.json",
         missing: "the agent extension is a v2 draft (suites/agent, ojs-ai-agents.md v2): its /ojs/v1/agents routes are not served (404)",

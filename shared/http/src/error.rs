@@ -37,6 +37,17 @@ impl From<StoreError> for ApiError {
             ))
             .with_detail("current_state", JobState::Active.as_str())
             .with_detail("current_attempt", attempt),
+            StoreError::StaleCheckpoint { current } => {
+                let stored = current.map_or("none".to_owned(), |c| c.to_string());
+                OjsError::conflict(format!(
+                    "the checkpoint's sequence does not follow the stored one ({stored}): \
+                     a newer checkpoint is kept"
+                ))
+                .with_detail(
+                    "current_sequence",
+                    current.map_or(serde_json::Value::Null, Into::into),
+                )
+            }
             StoreError::Duplicate => {
                 OjsError::new(ErrorCode::Duplicate, "a job with this id already exists")
             }

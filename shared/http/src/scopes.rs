@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `ojs:data:read` | reading jobs, workflows, queues, cron and schemas, the events |
 //! | `ojs:data:enqueue` | PUSH, batch PUSH, workflows, CANCEL, dead letter retry and delete |
-//! | `ojs:data:process` | FETCH, ACK, FAIL, heartbeats, progress (and Cloudq reserve and delete) |
+//! | `ojs:data:process` | FETCH, ACK, FAIL, heartbeats, progress, checkpoints (and Cloudq reserve and delete) |
 //! | `ojs:data:write` | both of the above (what every key had before the split) |
 //! | `ojs:config:write` | configuration: push endpoints, webhooks, cron, schemas, pause/resume, limits, worker directives (and reading push endpoints and webhooks) |
 //! | `ojs:admin:read` | GET under `/ojs/v1/admin/`, reading push endpoints and webhooks |
@@ -276,6 +276,11 @@ pub const ROUTES: &[RouteScope] = &[
     r("POST", "/ojs/v1/workers/heartbeat", Need::Process),
     r("POST", "/ojs/v1/workers/progress", Need::Process),
     r("PUT", "/ojs/v1/jobs/{id}/progress", Need::Process),
+    // ojs-durable-execution.md: a worker saves, reads and clears its job's checkpoint.
+    r("PUT", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
+    r("POST", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
+    r("GET", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
+    r("DELETE", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
     r("GET", "/cloudq/{queue}", Need::Process),
     r("DELETE", "/cloudq/{queue}/{id}", Need::Process),
     // Reading queues, cron and schemas.

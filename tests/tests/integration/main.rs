@@ -12,6 +12,7 @@ mod api;
 mod auth;
 mod backlog;
 mod bad_input;
+mod checkpoints;
 mod cloudq;
 mod compat;
 mod compress;

@@ -33,18 +33,24 @@ async fn enqueue_job(
     match app.store.put_job(&job).await? {
         // on_conflict "ignore": the live duplicate answers for the new job.
         PushOutcome::Existing(existing) => {
-            return Ok(reply(StatusCode::OK, json!({ "job": existing.to_json() })));
+            return Ok(reply(StatusCode::OK, pushed(&existing)));
         }
         // replace_except_schedule kept the replaced job's schedule.
         PushOutcome::CreatedAs(stored) => job = *stored,
         PushOutcome::Created => {}
     }
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "job pushed");
-    let mut res = reply(StatusCode::CREATED, json!({ "job": job.to_json() }));
+    let mut res = reply(StatusCode::CREATED, pushed(&job));
     if let Ok(loc) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
     Ok(res)
+}
+
+/// The PUSH answer: the binding's `{"job": {...}}`, and the job's `id` at the top level
+/// too, where the durable execution suite (release v0.4.0, every case) reads it.
+fn pushed(job: &Job) -> serde_json::Value {
+    json!({ "job": job.to_json(), "id": job.id.to_string() })
 }
 
 async fn get_job(

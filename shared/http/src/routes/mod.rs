@@ -3,6 +3,7 @@
 pub(crate) mod admin;
 mod admin_jobs;
 mod admin_query;
+mod checkpoints;
 pub(crate) mod cloudq;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;

@@ -60,7 +60,7 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "application/openjobspec+proto; delimited=true",
             ],
             "backend": "dynamodb",
-            "extensions": ["events", "progress"],
+            "extensions": ["events", "progress", "durable-execution"],
             "authentication": {
                 "required": auth_required,
                 "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },
@@ -123,6 +123,9 @@ fn limits(offloading: bool) -> Value {
         "chunking": false,
         "per_queue_limits": false,
         "max_fetch_count": 100,
+        // ojs-durable-execution.md §9.1 caps a checkpoint at 1 MB; this server keeps it
+        // on the job's item, so at most this (413 above).
+        "max_checkpoint_bytes": ojs_core::checkpoint::MAX_CHECKPOINT_BYTES,
     })
 }
 

@@ -23,6 +23,7 @@ const MAX_FETCH: u64 = 100;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
+        .merge(super::checkpoints::router())
         .route("/ojs/v1/workers/fetch", post(fetch_jobs))
         .route("/ojs/v1/workers/ack", post(ack_job))
         .route("/ojs/v1/jobs/{id}/ack", post(ack_job_by_path))

@@ -23,6 +23,13 @@ pub enum StoreError {
         /// The job's current attempt.
         attempt: u32,
     },
+    /// A checkpoint save named a sequence that does not follow the stored checkpoint's
+    /// (a stale or repeated save): the newer checkpoint is kept.
+    #[error("stale checkpoint: the stored sequence is {current:?}")]
+    StaleCheckpoint {
+        /// The stored checkpoint's sequence (none when there is no checkpoint).
+        current: Option<u64>,
+    },
     /// An item with this key already exists.
     #[error("duplicate")]
     Duplicate,

@@ -8,6 +8,9 @@
 //!   `expires_us` (N, epoch microseconds), `worker_id`;
 //! - `result`, `error` (S, JSON) and `errors` (L of S, JSON), so a transition can set or
 //!   append them without rewriting the spec; `progress` (S, JSON), a worker's last report;
+//! - `ckpt` (S, JSON), `ckpt_seq` (N), `ckpt_at` (S): the latest checkpoint
+//!   (ojs-durable-execution.md), removed by every write to a terminal state
+//!   ([`CHECKPOINT_ATTRS`]);
 //! - `gsi1pk`/`gsi1sk` only while `available`, `gsi2pk`/`gsi2sk` only while the job waits
 //!   for a time (scheduled, retryable, active lease);
 //! - `ttl` (N, epoch seconds) once terminal;
@@ -304,6 +307,24 @@ fn get_ts(item: &Item, key: &str) -> Result<Option<Timestamp>, StoreError> {
         .transpose()
 }
 
+/// The attributes of a job's checkpoint (see the module docs).
+pub(crate) const CHECKPOINT_ATTRS: [&str; 3] = ["ckpt", "ckpt_seq", "ckpt_at"];
+
+/// The checkpoint an item holds, if any.
+pub(crate) fn checkpoint_of(
+    item: &Item,
+) -> Result<Option<ojs_core::checkpoint::Checkpoint>, StoreError> {
+    let Some(state) = get_json(item, "ckpt")? else {
+        return Ok(None);
+    };
+    let corrupt = |what: &str| StoreError::Corrupt(format!("checkpoint without {what}"));
+    Ok(Some(ojs_core::checkpoint::Checkpoint {
+        state,
+        sequence: get_n(item, "ckpt_seq").ok_or_else(|| corrupt("ckpt_seq"))?,
+        created_at: get_ts(item, "ckpt_at")?.ok_or_else(|| corrupt("ckpt_at"))?,
+    }))
+}
+
 fn get_json(item: &Item, key: &str) -> Result<Option<Value>, StoreError> {
     get_s(item, key)
         .map(|raw| {
@@ -384,6 +405,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         progress: get_json(item, "progress")?
             .as_ref()
             .and_then(ojs_core::progress::Progress::from_stored),
+        checkpoint: checkpoint_of(item)?,
         version: get_n(item, "version").ok_or_else(|| corrupt("version"))?,
         payload,
     };

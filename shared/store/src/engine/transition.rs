@@ -219,6 +219,15 @@ impl JobWrite {
             (dead, ["dead_sk"].as_slice()),
             (to == JobState::Active, HOLDER.as_slice()),
         ];
+        if to.is_terminal() {
+            // ojs-durable-execution.md §5.2: a job that ends loses its checkpoint in the
+            // write that ends it, whichever transition that is.
+            removes.extend(
+                crate::item::CHECKPOINT_ATTRS
+                    .iter()
+                    .map(|a| (*a).to_owned()),
+            );
+        }
         for (kept, attributes) in placed {
             if !kept {
                 removes.extend(attributes.iter().map(|a| (*a).to_owned()));
@@ -346,9 +355,38 @@ mod tests {
         let removed = removed(&p);
         assert_eq!(
             removed,
-            "dead_sk, deadline_us, gsi1pk, gsi1sk, gsi2pk, gsi2sk, lease_until, worker_id"
+            "ckpt, ckpt_at, ckpt_seq, dead_sk, deadline_us, gsi1pk, gsi1sk, gsi2pk, gsi2sk, \
+             lease_until, worker_id"
         );
         assert!(p.update.contains("#ttl = :t_ttl"));
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_write_to_a_terminal_state_drops_the_checkpoint() -> Result<(), StoreError> {
+        let dropped = |p: &WriteParts| removed(p).split(", ").any(|a| a == "ckpt");
+        for (t, place) in [
+            (Transition::Ack, Place::Retained { ttl: n(5) }),
+            (Transition::Cancel, Place::Retained { ttl: n(5) }),
+            (
+                Transition::FailDiscard,
+                Place::DeadLetter { sk: "x".into() },
+            ),
+        ] {
+            let p = JobWrite::new(t, place).parts()?;
+            assert!(dropped(&p), "{t:?}");
+            for a in crate::item::CHECKPOINT_ATTRS {
+                assert!(removed(&p).contains(a), "{t:?} keeps {a}");
+            }
+        }
+        for (t, place) in [
+            (Transition::FailRetry, due()),
+            (Transition::Claim, due()),
+            (Transition::Extend, due()),
+            (Transition::Promote, ready(false)),
+        ] {
+            assert!(!dropped(&JobWrite::new(t, place).parts()?), "{t:?}");
+        }
         Ok(())
     }
 

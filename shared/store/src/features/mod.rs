@@ -4,6 +4,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod api_keys;
+pub(crate) mod checkpoints;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod push;

@@ -1,0 +1,99 @@
+//! Checkpoints (ojs-durable-execution.md §4, §7): `PUT` (and the spec's `POST`), `GET`
+//! and `DELETE /ojs/v1/jobs/{id}/checkpoint`.
+//!
+//! Who may save: any caller with the processing scope while the job is not terminal (the
+//! conformance suite saves for jobs not yet fetched, and the Rust SDK names no worker);
+//! a save that names `worker_id` and/or `attempt` is fenced like ACK: only the active
+//! attempt it names may write (409 otherwise). `sequence`, when given, makes the save a
+//! compare-and-set on the stored sequence (409 for a stale one).
+//!
+//! Answers: the save `{"checkpoint": {job_id, sequence, created_at}}` (§4.1) with the
+//! same fields at the top level; GET `{"checkpoint": {...}}` (§4.3) with its fields also
+//! at the top level, where the conformance suite and the Rust SDK read `state`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::put;
+use axum::Router;
+use ojs_core::checkpoint::{Checkpoint, CheckpointSave};
+use ojs_core::{time, JobId, OjsError};
+use serde_json::{json, Value};
+
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route(
+        "/ojs/v1/jobs/{id}/checkpoint",
+        put(save_checkpoint)
+            .post(save_checkpoint)
+            .get(get_checkpoint)
+            .delete(delete_checkpoint),
+    )
+}
+
+/// The answer body: `{"checkpoint": view}` with `view`'s fields also at the top level.
+fn wrapped(view: Value) -> Value {
+    let mut body = view.as_object().cloned().unwrap_or_default();
+    body.insert("checkpoint".into(), view);
+    Value::Object(body)
+}
+
+/// `PUT`/`POST /ojs/v1/jobs/{id}/checkpoint` (§4.1): `{"state": any}`, optionally
+/// `worker_id`, `attempt`, `sequence`.
+async fn save_checkpoint(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let save = CheckpointSave::from_body(&body)?;
+    let saved = match app.store.save_checkpoint(&id, &save, time::now()).await {
+        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
+        other => other?,
+    };
+    let mut view = saved.view(&id);
+    if let Some(o) = view.as_object_mut() {
+        // The save's answer does not echo the state back (§4.1).
+        o.remove("state");
+    }
+    Ok(reply(StatusCode::OK, wrapped(view)))
+}
+
+/// `GET /ojs/v1/jobs/{id}/checkpoint` (§4.3): 404 when there is no job or no checkpoint.
+async fn get_checkpoint(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    let job = app
+        .store
+        .get_job(&id)
+        .await?
+        .ok_or_else(|| super::no_such_job(&id))?;
+    let checkpoint: &Checkpoint = job.status.checkpoint.as_ref().ok_or_else(|| {
+        OjsError::not_found(format!("job {id} has no checkpoint"))
+            .with_detail("job_id", id.to_string())
+    })?;
+    Ok(reply(StatusCode::OK, wrapped(checkpoint.view(&id))))
+}
+
+/// `DELETE /ojs/v1/jobs/{id}/checkpoint` (§4.4): 200 whether there was one or not
+/// (idempotent); 404 only when there is no job.
+async fn delete_checkpoint(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id)?;
+    match app.store.delete_checkpoint(&id).await {
+        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
+        other => other?,
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({"deleted": true, "job_id": id.to_string()}),
+    ))
+}

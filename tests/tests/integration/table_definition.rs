@@ -2,7 +2,7 @@
 //! (the local stack creates its table from the latter), and every function must build a
 //! binary that exists. Reads files only: no AWS endpoint needed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -323,9 +323,29 @@ struct Route {
 fn code_routes() -> Result<Vec<(String, Route)>> {
     let route_call = regex::Regex::new(r#"\.route\(\s*"([^"]+)"\s*,"#)?;
     let method_call = regex::Regex::new(r"\b(get|post|put|patch|delete)\(")?;
+    let merge_call = regex::Regex::new(r"\bsuper::([a-z_]+)::router\(\)")?;
     let mut routes = Vec::new();
 
     let dir = workspace_root().join("shared/http/src/routes");
+    // A module whose router another one merges is served by that one's function
+    // (checkpoints by the workers function, versioned schemas by the schemas function).
+    let mut merged_into: BTreeMap<String, String> = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        let file = entry?.path();
+        let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let Some(start) = text.find("fn router()") else {
+            continue;
+        };
+        let body = &text[start..];
+        let body = &body[..body.find("\n}").unwrap_or(body.len())];
+        for m in merge_call.captures_iter(body) {
+            merged_into.insert(m[1].to_owned(), stem.to_owned());
+        }
+    }
     for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let file = entry?.path();
         let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else {
@@ -366,7 +386,11 @@ fn code_routes() -> Result<Vec<(String, Route)>> {
             );
             // Push endpoint registrations and webhook subscriptions are served by the
             // queues function.
-            let binary = match stem {
+            let mut owner = stem;
+            while let Some(into) = merged_into.get(owner) {
+                owner = into;
+            }
+            let binary = match owner {
                 "push" | "webhooks" => "queues".to_owned(),
                 other => other.replace('_', "-"),
             };

@@ -510,7 +510,8 @@ PAYLOAD_ACTIONS = {
     "CloudqFunction": {"s3:GetObject"},
     "DeadLetterFunction": {"s3:GetObject"},
     "AdminFunction": {"s3:GetObject"},
-    "StreamFunction": {"s3:GetObject", "s3:DeleteObject"},
+    "StreamFunction": {"s3:DeleteObject"},
+    "DeliveryFunction": {"s3:GetObject"},
 }
 PAYLOAD_RESOURCE = {"Fn::Sub": "${PayloadBucket.Arn}/jobs/*"}
 
@@ -687,9 +688,11 @@ def check_stream(cfn, root):
                 fail("stream", f"{name}: FunctionResponseTypes lacks ReportBatchItemFailures "
                      "(the handler answers a partial batch response; without it Lambda "
                      "reads it as success and skips the failed batch)")
-            if p.get("BisectBatchOnFunctionError") not in (True, "true"):
-                fail("stream", f"{name}: BisectBatchOnFunctionError must be true (a bad "
-                     "record must not hold back the records of its batch)")
+            if p.get("BisectBatchOnFunctionError") not in (None, False, "false"):
+                fail("stream", f"{name}: BisectBatchOnFunctionError must be false (a batch "
+                     "is applied exactly once because it comes again from where it started; "
+                     "a half of a bisected batch starts inside a run already applied, and "
+                     "the handler skips unreadable records rather than failing on them)")
             retries = p.get("MaximumRetryAttempts")
             if not isinstance(retries, int) or not 0 <= retries <= 10000:
                 fail("stream", f"{name}: MaximumRetryAttempts must be a bound (0-10000), not "

@@ -126,10 +126,10 @@ def plants(src):
     # The change stream (StreamFunction, StreamEventSourceMapping; the "stream" check).
     plant("stream-keys-only", "StreamViewType: NEW_AND_OLD_IMAGES", "StreamViewType: KEYS_ONLY", "stream")
     plant("stream-without-batch-item-failures",
-          "      FunctionResponseTypes:\n        - ReportBatchItemFailures\n      BisectBatchOnFunctionError",
-          "      BisectBatchOnFunctionError", "stream")
-    plant("stream-without-bisect", "BisectBatchOnFunctionError: true",
-          "BisectBatchOnFunctionError: false", "stream")
+          "      FunctionResponseTypes:\n        - ReportBatchItemFailures\n      # Never halved",
+          "      # Never halved", "stream")
+    plant("stream-bisecting", "BisectBatchOnFunctionError: false",
+          "BisectBatchOnFunctionError: true", "stream")
     plant("stream-unbounded-retries", "      MaximumRetryAttempts: 10\n",
           "      MaximumRetryAttempts: -1\n", "stream")
     plant("stream-without-on-failure-destination",

@@ -73,9 +73,16 @@ async fn main() -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)
                 .context("building the webhook dispatcher")?;
         webhooks = Some(dispatcher_of_webhooks.clone());
+        // Planned as the stream function plans them, made as the delivery function makes
+        // them, a task each instead of an SQS message each.
+        let deliverer =
+            ojs_push::Deliverer::new(dispatcher.clone(), dispatcher_of_webhooks.clone());
+        let deliveries = ojs_push::PlannedDeliveries::new(
+            ojs_push::Planner::new(dispatcher, dispatcher_of_webhooks),
+            ojs_push::DeliveryQueue::InProcess(std::sync::Arc::new(deliverer)),
+        );
         store = store
-            .with_change_observer(std::sync::Arc::new(dispatcher))
-            .with_change_observer(std::sync::Arc::new(dispatcher_of_webhooks))
+            .with_change_observer(std::sync::Arc::new(deliveries))
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;

@@ -1,21 +1,21 @@
 //! One batch of the table's stream: its job changes applied together, and on failure the
 //! batch reported back from its first record (partial batch response), so Lambda retries
-//! it (bisecting it if it keeps failing) instead of skipping past it.
+//! it whole from there instead of skipping past it (the runs that landed are skipped
+//! then: `Store::apply_changes`).
 
-use ojs_push::{Dispatcher, WebhookDispatcher};
+use ojs_push::{DeliveryQueue, Planner};
 use ojs_store::{Change, Store};
 use serde_json::{json, Value};
 
-/// Applies a DynamoDB stream event's records, then delivers the jobs they made available
-/// to their push endpoints and their events to the webhook subscriptions taking them (all
-/// at once, waited for: Lambda freezes the instance once the handler returns); answers the
-/// partial batch response. A delivery's outcome never fails the batch: an undelivered job
-/// stays available, or its lease ends and it is retried; a failed webhook attempt is
-/// recorded for the scheduler's redrive.
+/// Applies a DynamoDB stream event's records (exactly once: a batch that comes again
+/// skips what landed), then plans the deliveries they imply (push offers, webhook first
+/// attempts) and hands them to the delivery queue, without waiting for any receiver.
+/// Answers the partial batch response: a batch whose effects or deliveries could not be
+/// handed over is reported from its first record, and comes again.
 pub async fn apply_batch(
     store: &Store,
-    push: &Dispatcher,
-    webhooks: &WebhookDispatcher,
+    planner: &Planner,
+    queue: &DeliveryQueue,
     event: &Value,
 ) -> Value {
     let records = event["Records"]
@@ -30,13 +30,19 @@ pub async fn apply_batch(
             Err(e) => tracing::error!(error = %e, "skipped an unreadable stream record"),
         }
     }
-    match store.apply_changes(&changes).await {
-        Ok(applied) => {
-            let (pushed, hooked) = futures::join!(
-                push.dispatch_changes(&changes),
-                webhooks.deliver_changes(&changes)
-            );
-            tracing::debug!(?applied, pushed, hooked, "stream batch applied");
+    let outcome = async {
+        let applied = store
+            .apply_changes(&changes)
+            .await
+            .map_err(|e| e.to_string())?;
+        let deliveries = planner.plan(&changes).await.map_err(|e| e.to_string())?;
+        let planned = deliveries.len();
+        queue.send(deliveries).await?;
+        Ok::<_, String>((applied, planned))
+    };
+    match outcome.await {
+        Ok((applied, planned)) => {
+            tracing::debug!(?applied, planned, "stream batch applied");
             json!({"batchItemFailures": []})
         }
         Err(e) => {

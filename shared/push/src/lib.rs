@@ -14,6 +14,7 @@
 
 mod breaker;
 mod deliver;
+mod deliveries;
 pub mod guard;
 mod invoke;
 pub mod metrics;
@@ -30,6 +31,7 @@ use ojs_store::{
 };
 use tokio::sync::Semaphore;
 
+pub use deliveries::{Deliverer, Delivery, DeliveryQueue, PlannedDeliveries, Planner};
 pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher};
 
 /// Runs `round` every `interval` in the background; a round that overruns delays the
@@ -195,6 +197,30 @@ impl Dispatcher {
         for r in ready {
             let me = self.clone();
             tokio::spawn(async move { me.dispatch(r).await });
+        }
+    }
+
+    /// Whether an enabled endpoint takes `job` (its queue and type): what makes the
+    /// stream plan a push offer of it.
+    pub async fn has_endpoint_for(&self, job: &Job) -> Result<bool, StoreError> {
+        let endpoints = self.endpoints_of(&job.spec.queue).await?;
+        Ok(endpoints
+            .iter()
+            .any(|e| e.disabled.is_none() && e.endpoint.takes(&job.spec.queue, &job.spec.job_type)))
+    }
+
+    /// A planned offer ([`crate::Delivery::Push`]): the job read again (one strongly
+    /// consistent GetItem) and, when it is still available, dispatched as the stream would
+    /// have. True when a delivery was made; an error when the job could not be read.
+    pub async fn offer(&self, job_id: &str) -> Result<bool, StoreError> {
+        let Ok(id) = ojs_core::JobId::parse(job_id) else {
+            tracing::error!(%job_id, "push offer of a job id that does not parse: dropped");
+            return Ok(false);
+        };
+        match self.inner.store.ready_job(&id).await? {
+            Some(ready) => Ok(self.dispatch(ready).await),
+            // Taken, cancelled or gone meanwhile: nothing to offer.
+            None => Ok(false),
         }
     }
 

@@ -229,6 +229,67 @@ impl WebhookDispatcher {
         n
     }
 
+    /// The (subscription id, event) pairs to deliver for `events`: every active
+    /// subscription whose filter takes the event (one eventually consistent Query of the
+    /// subscriptions, made only when there are events).
+    pub async fn matches<'e>(
+        &self,
+        events: &'e [Event],
+    ) -> Result<Vec<(String, &'e Event)>, ojs_store::StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let subs = self.inner.store.list_webhooks(false).await?;
+        if let Some(namespace) = self.inner.store.metrics_namespace() {
+            let active = subs.iter().filter(|s| s.subscription.active).count();
+            let doc = crate::metrics::subscriptions_document(
+                namespace,
+                active,
+                time::now().timestamp_millis(),
+            );
+            println!("{doc}");
+        }
+        let mut out = Vec::new();
+        for event in events {
+            let kind = event.kind.as_str();
+            let job_type = event.body["data"]["job_type"].as_str();
+            for sub in subs
+                .iter()
+                .filter(|s| s.subscription.takes(kind, Some(&event.queue), job_type))
+            {
+                out.push((sub.id.clone(), event));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The first attempt of a planned delivery ([`crate::Delivery::Webhook`]) at
+    /// subscription `subscription_id` (one GetItem), if it still exists and is active.
+    pub async fn first_attempt_of(
+        &self,
+        subscription_id: &str,
+        delivery_id: &str,
+        event_type: &str,
+        event_id: &str,
+        body: &str,
+    ) -> Result<(), ojs_store::StoreError> {
+        match self.inner.store.get_webhook(subscription_id).await? {
+            Some(sub) if sub.subscription.active => {
+                let delivery = Delivery {
+                    id: delivery_id.to_owned(),
+                    event_type,
+                    event_id: event_id.to_owned(),
+                    body,
+                };
+                self.attempt(&sub, &delivery, 1).await;
+            }
+            _ => {
+                tracing::info!(%delivery_id, "webhook delivery dropped: its subscription is gone or inactive")
+            }
+        }
+        Ok(())
+    }
+
     /// [`WebhookDispatcher::deliver_changes`] in the background (the in-process stream
     /// consumer must not wait for endpoints).
     pub fn spawn_changes(&self, changes: &[Change]) {

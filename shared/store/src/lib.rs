@@ -345,8 +345,17 @@ impl Store {
     /// and the data lag the stream function by about a second.
     pub async fn catch_up(&self) {
         if let Some(stream) = &self.stream {
-            if let Err(e) = stream.drain().await {
-                tracing::warn!(error = %e, "catching up with the change stream failed");
+            // In a task of its own: a request dropped by its client must not stop a drain
+            // between a batch's writes and the move of the stream position.
+            let stream = Arc::clone(stream);
+            match tokio::spawn(async move { stream.drain().await }).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "catching up with the change stream failed")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "catching up with the change stream panicked")
+                }
             }
         }
     }
@@ -410,14 +419,25 @@ impl Store {
 /// quick retries with backoff for throttling, and bounded attempt/operation timeouts so
 /// a stuck connection turns into a 503 instead of a Lambda timeout.
 pub fn client_for(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+    client_with_timeouts(sdk, Duration::from_secs(3), Duration::from_secs(8))
+}
+
+/// [`client_for`] with other timeouts: an attempt's, and the whole call's with its retries
+/// (tests on DynamoDB Local, whose multi-megabyte transactions can take seconds where
+/// DynamoDB takes milliseconds).
+pub fn client_with_timeouts(
+    sdk: &aws_config::SdkConfig,
+    attempt: Duration,
+    operation: Duration,
+) -> aws_sdk_dynamodb::Client {
     let retry = aws_config::retry::RetryConfig::standard()
         .with_max_attempts(3)
         .with_initial_backoff(Duration::from_millis(25))
         .with_max_backoff(Duration::from_millis(500));
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(2))
-        .operation_attempt_timeout(Duration::from_secs(3))
-        .operation_timeout(Duration::from_secs(8))
+        .operation_attempt_timeout(attempt)
+        .operation_timeout(operation)
         .build();
     let conf = aws_sdk_dynamodb::config::Builder::from(sdk)
         .retry_config(retry)

@@ -429,6 +429,13 @@ fn expect(what: &str, got: (u16, Value), ok: &[u16]) -> anyhow::Result<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> anyhow::Result<()> {
+    // On the heap: the workload is one future large enough to overflow a test thread's
+    // stack.
+    Box::pin(every_function_s_workload()).await
+}
+
+/// Each function's calls, recorded, then checked against its policy.
+async fn every_function_s_workload() -> anyhow::Result<()> {
     let setup = TestApp::spawn_on_store(fresh_store().await?).await?;
     let sdk = aws_config::load_from_env().await;
     let _ = CLIENT_CONFIG.set(ojs_store::client_for(&sdk).config().clone());
@@ -1219,9 +1226,10 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
     // ---- stream: one batch of job changes, as the stream function's handler hands the
     // records of a Lambda stream event to `apply_changes`: jobs created, claimed,
     // completed, cancelled and deleted (by TTL), in two queues, and a record of another
-    // item (ignored). Event pages (PutItem in EVT#<queue>) and counter ADDs (UpdateItem
-    // in QUEUES); nothing is read. Its stream reads are the Lambda service's
-    // (STREAM_READS).
+    // item (ignored). Event pages (Put in EVT#<queue>), counter ADDs (Update in QUEUES)
+    // and the batch's marker (Put in STREAM#<sequence number>), one transaction; the
+    // batch delivered again reads the marker (GetItem) and writes nothing. Its stream
+    // reads are the Lambda service's (STREAM_READS).
     let job = |queue: &str, state: ojs_core::JobState| -> anyhow::Result<ojs_core::Job> {
         let new = ojs_core::NewJob::from_json(
             json!({"type": "iam.stream", "args": [], "options": {"queue": queue}}),
@@ -1255,6 +1263,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             ),
         ])),
         at: None,
+        sequence: None,
     };
     let changes = [
         ojs_store::Change::between(None, Some(&created)),
@@ -1265,10 +1274,20 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         ojs_store::Change::between(Some(&expired), None),
         other_item,
     ];
+    let changes: Vec<ojs_store::Change> = changes
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| c.with_sequence(format!("{}", 7_000_000_000_000_000_000_u64 + i as u64)))
+        .collect();
     let applied = store.apply_changes(&changes).await?;
     anyhow::ensure!(
         applied.jobs == 6 && applied.unreadable == 0 && applied.events > 0,
         "stream batch: {applied:?}"
+    );
+    let again = store.apply_changes(&changes).await?;
+    anyhow::ensure!(
+        again.replayed == 6 && again.events == 0,
+        "stream batch again: {again:?}"
     );
     // Push delivery: a job made available on a queue with an endpoint is claimed,
     // delivered (a loopback endpoint answering completed) and acknowledged.
@@ -1309,20 +1328,43 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
         ojs_push::PushConfig::local(true),
     )
     .map_err(anyhow::Error::msg)?;
-    let delivered = dispatcher
-        .dispatch_changes(&[ojs_store::Change::between(None, Some(&pushed_job))])
-        .await;
-    endpoint_server.abort();
-    anyhow::ensure!(delivered == 1, "push delivery: {delivered} delivered");
-    // Webhook delivery of the batch's events (the subscription above refuses: its retry
-    // is recorded).
     let webhooks =
         ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::local(true, slow))
             .map_err(anyhow::Error::msg)?;
-    let hooked = webhooks
-        .deliver_changes(&[ojs_store::Change::between(None, Some(&pushed_job))])
-        .await;
-    anyhow::ensure!(hooked >= 1, "webhook delivery: {hooked} attempted");
+    // Planning the batch's deliveries: the queue's endpoints and the subscriptions.
+    let planner = ojs_push::Planner::new(dispatcher.clone(), webhooks.clone());
+    let planned = planner
+        .plan(&[ojs_store::Change::between(None, Some(&pushed_job))])
+        .await?;
+    let pushes = planned
+        .iter()
+        .filter(|d| matches!(d, ojs_push::Delivery::Push { .. }))
+        .count();
+    anyhow::ensure!(
+        pushes == 1 && planned.len() > pushes,
+        "planned deliveries: {planned:?}"
+    );
+    used.insert("StreamFunction", recorder.take());
+
+    // ---- deliveries: the planned push offer (the job read again, claimed, delivered to
+    // a loopback endpoint answering completed, acknowledged) and webhook first attempts
+    // (the subscription above refuses: its retry is recorded), as DeliveryFunction makes
+    // them from DeliveryQueue.
+    let deliverer = ojs_push::Deliverer::new(dispatcher, webhooks);
+    for delivery in &planned {
+        deliverer.deliver(delivery).await?;
+    }
+    endpoint_server.abort();
+    let settled = setup
+        .store
+        .get_job(&pushed_job.id)
+        .await?
+        .context("the pushed job")?;
+    anyhow::ensure!(
+        settled.status.state == ojs_core::JobState::Completed,
+        "push delivery: {:?}",
+        settled.status.state
+    );
     // The catch-up a delivery runs when jobs were left waiting (endpoints full).
     store
         .ready_jobs(
@@ -1331,7 +1373,7 @@ async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> any
             ojs_core::time::now(),
         )
         .await?;
-    used.insert("StreamFunction", recorder.take());
+    used.insert("DeliveryFunction", recorder.take());
 
     // ---- authorizer: a valid key (a GetItem of its record) and a wrong one.
     let auth = ojs_http::Authenticator::new(AuthMode::ApiKey, store.clone());

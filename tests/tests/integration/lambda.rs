@@ -4,6 +4,8 @@
 //! event, the timer an SQS batch, the stream function the records of the table's stream.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -13,9 +15,10 @@ use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
 /// The function binaries these tests run, built once per test process.
-const PACKAGES: [&str; 8] = [
+const PACKAGES: [&str; 9] = [
     "ojs-fn-jobs",
     "ojs-fn-stream",
+    "ojs-fn-delivery",
     "ojs-fn-workers",
     "ojs-fn-system",
     "ojs-fn-scheduler",
@@ -329,31 +332,40 @@ async fn the_stream_function_counts_a_batch_and_hands_back_one_it_cannot_apply(
     Ok(())
 }
 
-/// The stream function delivers the jobs a batch made available to their push endpoint
-/// (ojs-serverless.md §2), waits for the answers and settles them, before answering the
-/// batch: Lambda freezes it once it has answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stream_function_pushes_the_jobs_a_batch_made_available() -> anyhow::Result<()> {
-    let store = fresh_store().await?;
+/// A loopback push endpoint answering `completed` (after `gate` lets it, when given, or
+/// 60 s), counting the requests it took.
+async fn loopback_endpoint(
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+) -> anyhow::Result<(String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/", listener.local_addr()?);
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
     let counter = seen.clone();
-    let endpoint = tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         let app = axum::Router::new().route(
             "/",
-            axum::routing::post(move |body: axum::Json<Value>| async move {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                axum::Json(
-                    json!({"status": "completed", "result": {"args": body.0["job"]["args"]}}),
-                )
+            axum::routing::post(move |body: axum::Json<Value>| {
+                let (counter, gate) = (counter.clone(), gate.clone());
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    if let Some(gate) = gate {
+                        let _ = tokio::time::timeout(Duration::from_secs(60), gate.acquire()).await;
+                    }
+                    axum::Json(
+                        json!({"status": "completed", "result": {"args": body.0["job"]["args"]}}),
+                    )
+                }
             }),
         );
         let _ = axum::serve(listener, app).await;
     });
+    Ok((url, seen, server))
+}
+
+async fn register_endpoint(store: &ojs_store::Store, url: &str, queue: &str) -> anyhow::Result<()> {
     let registration = json!({
-        "endpoint": url, "job_types": ["t"], "queues": ["push-q"],
-        "config": {"signing_secret": "whsec_lambda_0123456789"},
+        "endpoint": url, "job_types": ["t"], "queues": [queue],
+        "config": {"signing_secret": "whsec_lambda_0123456789", "timeout_ms": 90_000},
     });
     store
         .put_push_endpoint(
@@ -363,24 +375,145 @@ async fn the_stream_function_pushes_the_jobs_a_batch_made_available() -> anyhow:
             ojs_core::time::now(),
         )
         .await?;
+    Ok(())
+}
+
+/// A delivery queue of this test on the local SQS, and a client of it.
+async fn delivery_queue() -> anyhow::Result<(aws_sdk_sqs::Client, String)> {
+    let sdk = aws_config::load_from_env().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let name = format!("ojs-deliveries-{}", uuid::Uuid::now_v7().simple());
+    let out = sqs.create_queue().queue_name(name).send().await?;
+    Ok((sqs, out.queue_url().context("queue URL")?.to_owned()))
+}
+
+/// Every message the queue holds now (bodies), taken off it.
+async fn drain_queue(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<Vec<String>> {
+    let mut bodies = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .send()
+            .await?;
+        if out.messages().is_empty() {
+            return Ok(bodies);
+        }
+        for m in out.messages() {
+            bodies.extend(m.body().map(str::to_owned));
+            if let Some(handle) = m.receipt_handle() {
+                sqs.delete_message()
+                    .queue_url(url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await?;
+            }
+        }
+    }
+}
+
+/// The stream function answers a batch without waiting for any receiver: it plans a
+/// push offer per job the batch made available and hands them to the delivery queue;
+/// the delivery function makes them (ojs-serverless.md §2). A receiver that hangs holds
+/// up its own delivery only: the batch's stats are there, and another endpoint's jobs are
+/// delivered and settled, while it still hangs (deploy review F2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() -> anyhow::Result<()>
+{
+    let store = fresh_store().await?;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (slow_url, slow_seen, slow) = loopback_endpoint(Some(gate.clone())).await?;
+    let (fast_url, fast_seen, fast) = loopback_endpoint(None).await?;
+    register_endpoint(&store, &slow_url, "hang-q").await?;
+    register_endpoint(&store, &fast_url, "push-q").await?;
+    push_available(&store, "hang-q").await?;
     for _ in 0..2 {
         push_available(&store, "push-q").await?;
     }
+    let (sqs, queue_url) = delivery_queue().await?;
     let (arn, records) = ojs_tests::stream_records(store.table()).await?;
-    let mut stream = start("stream", store.table(), &[("OJS_PUSH_ALLOW_PRIVATE", "on")]).await?;
+    let private = ("OJS_PUSH_ALLOW_PRIVATE", "on");
+    let mut stream = start(
+        "stream",
+        store.table(),
+        &[private, ("OJS_DELIVERY_QUEUE_URL", &queue_url)],
+    )
+    .await?;
+    // Answered within the invocation's 30 s although a receiver will hang for 60.
     let Outcome::Response(res) =
         invoke(&mut stream, events::dynamodb_stream(&arn, &records)).await?
     else {
         bail!("the stream batch failed as a whole");
     };
     assert_eq!(res, json!({"batchItemFailures": []}));
-    // Settled before the function answered.
-    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
-    let queue = ojs_core::QueueName::parse("push-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let left = store.ready_jobs(&queue, 10, ojs_core::time::now()).await?;
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(
+        slow_seen.load(Ordering::SeqCst) + fast_seen.load(Ordering::SeqCst),
+        0
+    );
+    let push_q = ojs_core::QueueName::parse("push-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    assert_eq!(store.queue_stats(&push_q).await?.available, 2);
+
+    let offers = drain_queue(&sqs, &queue_url).await?;
+    assert_eq!(offers.len(), 3, "{offers:?}");
+    let mut to_slow = Vec::new();
+    let mut to_fast = Vec::new();
+    let mut fast_ids = Vec::new();
+    for body in offers {
+        let id = ojs_push::Delivery::from_message(&body)
+            .ok()
+            .and_then(|d| match d {
+                ojs_push::Delivery::Push { job_id } => Some(job_id),
+                ojs_push::Delivery::Webhook { .. } => None,
+            })
+            .context("a push offer")?;
+        let job = store
+            .get_job(&ojs_core::JobId::parse(&id).map_err(|e| anyhow::anyhow!("{e:?}"))?)
+            .await?
+            .context("the offered job")?;
+        match job.spec.queue.as_str() {
+            "hang-q" => to_slow.push(body),
+            _ => {
+                to_fast.push(body);
+                fast_ids.push(id);
+            }
+        }
+    }
+    // The hanging delivery in one instance, the others in another, as SQS spreads them.
+    let mut slow_delivery = start("delivery", store.table(), &[private]).await?;
+    let hanging = tokio::spawn(async move {
+        let out = slow_delivery
+            .invoke(events::sqs(&to_slow), Duration::from_secs(120))
+            .await;
+        slow_delivery.stop().await;
+        out.map(|i| i.outcome)
+    });
+    let mut fast_delivery = start("delivery", store.table(), &[private]).await?;
+    let Outcome::Response(res) = invoke(&mut fast_delivery, events::sqs(&to_fast)).await? else {
+        bail!("the delivery batch failed as a whole");
+    };
+    assert_eq!(res["batchItemFailures"], json!([]));
+    assert_eq!(fast_seen.load(Ordering::SeqCst), 2);
+    for id in &fast_ids {
+        assert_eq!(state_of(&store, id).await?, "completed");
+    }
+    // ... while the slow receiver still holds its job.
+    assert!(!hanging.is_finished());
+    assert_eq!(slow_seen.load(Ordering::SeqCst), 1);
+    gate.add_permits(1);
+    let Outcome::Response(res) = hanging.await?? else {
+        bail!("the slow delivery failed as a whole");
+    };
+    assert_eq!(res["batchItemFailures"], json!([]));
+    let hang_q = ojs_core::QueueName::parse("hang-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    assert!(store
+        .ready_jobs(&hang_q, 10, ojs_core::time::now())
+        .await?
+        .is_empty());
     stream.stop().await;
-    endpoint.abort();
+    fast_delivery.stop().await;
+    slow.abort();
+    fast.abort();
     Ok(())
 }
 

@@ -39,6 +39,7 @@ mod schemas;
 mod scopes;
 mod sharding;
 mod smoke;
+mod stream_once;
 mod table_definition;
 mod trace_context;
 mod webhooks;

@@ -10,16 +10,16 @@
 //! the counter was created (retention deletes and dead-letter retries do not take them
 //! back).
 //!
-//! The stream delivers at least once: a batch applied twice leaves a live counter off.
-//! The sweep repairs a shard once it has been quiet for one sweep
+//! The stream delivers at least once, and a batch's `ADD`s are applied once
+//! (`stream/apply.rs`). A batch given up after its retries leaves a live counter off:
+//! the sweep repairs a shard once it has been quiet for one sweep
 //! ([`Store::heal_counters`]); [`Store::recount_queue`] sets the live counts from the
 //! indexes at once.
 
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::Select;
-use futures::future::join_all;
+use aws_sdk_dynamodb::types::{Select, TransactWriteItem, Update};
 use ojs_core::{Job, JobState, QueueName};
 
 use crate::error::StoreError;
@@ -153,10 +153,13 @@ impl Store {
         }
     }
 
-    /// Adds `moves` to the counters: one `UpdateItem` per counter item that changes, all
-    /// at once. The first failure is returned (the stream batch is then retried).
-    pub(crate) async fn count(&self, moves: Moves) -> Result<(), StoreError> {
-        let updates = moves
+    /// The counter updates of `moves`: one `Update` action (an `ADD`) per counter item
+    /// that changes, for the stream batch's transaction.
+    pub(crate) fn counter_updates(
+        &self,
+        moves: Moves,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        moves
             .per_item
             .into_iter()
             .filter_map(|((queue, shard), deltas)| {
@@ -167,19 +170,25 @@ impl Store {
                 // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
                 // quiet by it not changing (see [`Store::heal_counters`]).
                 let mut adds = vec!["moves :one".to_owned()];
-                let mut req = self
-                    .update_counters(&keys::queue_counts_sk(&queue, shard))
-                    .expression_attribute_values(":one", n(1));
+                let mut names = HashMap::new();
+                let mut values = HashMap::from([(":one".to_owned(), n(1))]);
                 for (i, (name, delta)) in deltas.into_iter().enumerate() {
                     adds.push(format!("#f{i} :d{i}"));
-                    req = req
-                        .expression_attribute_names(format!("#f{i}"), name)
-                        .expression_attribute_values(format!(":d{i}"), n(delta));
+                    names.insert(format!("#f{i}"), name.to_owned());
+                    values.insert(format!(":d{i}"), n(delta));
                 }
-                let req = req.update_expression(format!("ADD {}", adds.join(", ")));
-                Some(async move { self.tally(Kind::Write, req.send().await).map(|_| ()) })
-            });
-        join_all(updates).await.into_iter().collect()
+                let update = Update::builder()
+                    .table_name(self.table())
+                    .set_key(Some(counts_key(&keys::queue_counts_sk(&queue, shard))))
+                    .update_expression(format!("ADD {}", adds.join(", ")))
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map(|update| TransactWriteItem::builder().update(update).build())
+                    .map_err(|e| StoreError::Invalid(format!("counter update: {e}")));
+                Some(update)
+            })
+            .collect()
     }
 
     /// Counts for one queue: one `BatchGetItem` of the queue's counter items.

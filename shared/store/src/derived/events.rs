@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::AttributeValue;
-use futures::future::join_all;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use ojs_core::event::Event;
 use ojs_core::time;
 use serde_json::Value;
@@ -22,7 +21,6 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::item::{n, s};
 use crate::keys;
-use crate::usage::Kind;
 use crate::Store;
 
 /// A query of `GET /ojs/v1/events`.
@@ -139,11 +137,15 @@ impl Store {
         }
     }
 
-    /// Stores `events` (in stream order) as one page item per queue and [`PAGE_BYTES`];
-    /// the first failure is returned.
-    pub(crate) async fn store_events(&self, events: &[Event]) -> Result<(), StoreError> {
+    /// The page items of `events` (in stream order): one `Put` action per queue and
+    /// [`PAGE_BYTES`], with each page's stored size, for the stream batch's transaction.
+    /// A page's key is taken now, so pages sort in the order they were stored.
+    pub(crate) fn event_puts(
+        &self,
+        events: &[Event],
+    ) -> Result<Vec<(TransactWriteItem, usize)>, StoreError> {
         if !self.config.events || events.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let ttl = time::now().timestamp()
             + i64::try_from(self.config.event_retention.as_secs()).unwrap_or(86_400);
@@ -151,24 +153,23 @@ impl Store {
         for e in events {
             per_queue.entry(e.queue.as_str()).or_default().push(e);
         }
-        let puts = per_queue.into_iter().flat_map(|(queue, events)| {
-            pages(&events)
-                .into_iter()
-                .map(|text| {
-                    let packed = miniz_oxide::deflate::compress_to_vec(&text, 6);
-                    self.put_item()
-                        .item("pk", s(keys::events_pk(queue)))
-                        .item("sk", s(format!("evt_{}", uuid::Uuid::now_v7())))
-                        .item("events", AttributeValue::B(Blob::new(packed)))
-                        .item("ttl", n(ttl))
-                })
-                .collect::<Vec<_>>()
-        });
-        let stored = join_all(
-            puts.map(|put| async move { self.tally(Kind::Write, put.send().await).map(|_| ()) }),
-        )
-        .await;
-        stored.into_iter().collect()
+        let mut puts = Vec::new();
+        for (queue, events) in per_queue {
+            for text in pages(&events) {
+                let packed = miniz_oxide::deflate::compress_to_vec(&text, 6);
+                let bytes = packed.len();
+                let put = Put::builder()
+                    .table_name(self.table())
+                    .item("pk", s(keys::events_pk(queue)))
+                    .item("sk", s(format!("evt_{}", uuid::Uuid::now_v7())))
+                    .item("events", AttributeValue::B(Blob::new(packed)))
+                    .item("ttl", n(ttl))
+                    .build()
+                    .map_err(|e| StoreError::Invalid(format!("event page: {e}")))?;
+                puts.push((TransactWriteItem::builder().put(put).build(), bytes));
+            }
+        }
+        Ok(puts)
     }
 
     /// Events matching `q`, in the order they were stored, with a cursor for the next

@@ -171,6 +171,16 @@ pub(crate) fn events_pk(queue: &str) -> String {
     format!("EVT#{queue}")
 }
 
+/// Partition of the marker of a run of change stream records applied together, by the
+/// sequence number of its first record (a partition each: markers are written once and
+/// read only when a run comes again).
+pub(crate) fn stream_run_pk(first_sequence: &str) -> String {
+    format!("STREAM#{first_sequence}")
+}
+
+/// Sort key of a run marker.
+pub(crate) const STREAM_RUN_SK: &str = "RUN";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{Delete, TransactWriteItem, Update};
 use ojs_core::push::PushEndpoint;
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::time::{self, Timestamp};
-use ojs_core::{Job, JobState, QueueName};
+use ojs_core::{Job, JobId, JobState, QueueName};
 use serde_json::{json, Value};
 
 use crate::error::StoreError;
@@ -559,6 +559,23 @@ impl Store {
         Ok(self
             .tally_conditional(crate::usage::Kind::Write, out)?
             .is_some())
+    }
+
+    /// Job `id` if it is available (one strongly consistent GetItem): a planned push
+    /// offer taken from the delivery queue.
+    pub async fn ready_job(&self, id: &JobId) -> Result<Option<ReadyJob>, StoreError> {
+        let Some(raw) = self.read_item(item::job_key(id)).await? else {
+            return Ok(None);
+        };
+        if item::state_of(&raw) != Some(JobState::Available) {
+            return Ok(None);
+        }
+        let Some(ready_sk) = raw.get("gsi1sk").and_then(|v| v.as_s().ok()).cloned() else {
+            return Ok(None);
+        };
+        Ok(item::job_from_item(&raw)
+            .ok()
+            .map(|job| ReadyJob { job, ready_sk }))
     }
 
     /// Up to `limit` jobs of `queue` still available that were made available before

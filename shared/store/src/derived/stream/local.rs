@@ -175,6 +175,7 @@ impl LocalStream {
                 .map(|r| Change {
                     old: r.old_image().map(item_of),
                     new: r.new_image().map(item_of),
+                    sequence: r.sequence_number().map(str::to_owned),
                     at: r.approximate_creation_date_time().and_then(|t| {
                         ojs_core::time::from_micros(
                             t.secs()

@@ -7,21 +7,19 @@
 //!
 //! On AWS the stream function hands each batch to [`Store::apply_changes`]; locally
 //! ([`local`]) an in-process poller reads DynamoDB Local's Streams API and does the same.
-//! Delivery is at least once: a batch applied twice counts its moves twice (the sweep's
-//! counter healing repairs it) and stores its events twice, under the same ids (an
-//! event's id is its job's write and kind, [`ojs_core::event::event_id`]).
+//! Delivery is at least once, application exactly once ([`apply`]): a batch's counter
+//! moves and event pages are written in one transaction with a marker of the records
+//! they cover, so a batch that comes again changes nothing twice.
 
+mod apply;
 mod json;
 pub mod local;
 
 use ojs_core::change::render_events;
 use ojs_core::event::Event;
-use ojs_core::time;
 use serde_json::Value;
 
-use crate::error::StoreError;
 use crate::item::{self, Item};
-use crate::Store;
 
 /// One record of the change stream: a job item (or any other item of the table) before
 /// and after a write. `None` before: created; `None` after: deleted.
@@ -35,6 +33,10 @@ pub struct Change {
     /// the time of an event whose job does not record one, so that every rendering of
     /// the record gives the same event.
     pub at: Option<ojs_core::time::Timestamp>,
+    /// The record's sequence number in its stream shard (decimal digits, increasing along
+    /// the shard): what makes applying it again a no-op. `None` for a change made up
+    /// by hand ([`Change::between`]), which is applied every time it is given.
+    pub sequence: Option<String>,
 }
 
 impl Change {
@@ -51,10 +53,15 @@ impl Change {
             .get("ApproximateCreationDateTime")
             .and_then(Value::as_f64)
             .and_then(|secs| ojs_core::time::from_micros((secs * 1e6) as i64));
+        let sequence = body
+            .get("SequenceNumber")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         Ok(Self {
             old: image("OldImage")?,
             new: image("NewImage")?,
             at,
+            sequence,
         })
     }
 
@@ -65,7 +72,14 @@ impl Change {
             old: old.map(image),
             new: new.map(image),
             at: None,
+            sequence: None,
         }
+    }
+
+    /// The same change as the stream record `sequence` (tests that deliver a batch again).
+    pub fn with_sequence(mut self, sequence: impl Into<String>) -> Self {
+        self.sequence = Some(sequence.into());
+        self
     }
 
     /// The lifecycle events this change of a job implies, as [`Store::apply_changes`]
@@ -110,68 +124,10 @@ pub struct Applied {
     pub jobs: usize,
     /// Events stored.
     pub events: usize,
+    /// Job records whose effects an earlier delivery of them had applied already (left
+    /// as they are).
+    pub replayed: usize,
     /// Job records that could not be read (logged and skipped: one bad item never holds
     /// up the stream).
     pub unreadable: usize,
-}
-
-impl Store {
-    /// Applies the effects of a batch of changes, in stream order: the events they imply
-    /// and their counter moves. An error means nothing is known to have been applied
-    /// beyond what at-least-once delivery tolerates; the caller retries the batch.
-    pub async fn apply_changes(&self, changes: &[Change]) -> Result<Applied, StoreError> {
-        let now = time::now();
-        let mut applied = Applied::default();
-        let mut moves = self.moves();
-        let mut events: Vec<Event> = Vec::new();
-        let mut payloads: Vec<String> = Vec::new();
-        for change in changes.iter().filter(|c| c.is_job()) {
-            applied.jobs += 1;
-            // A deleted job item (TTL, purge, dead letter or admin delete) takes its
-            // payload object with it: the one place that sees every deletion.
-            if let (Some(old), None) = (&change.old, &change.new) {
-                payloads.extend(item::payload_ref_of(old).map(|r| r.key));
-            }
-            let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
-            let (old, new) = match (read(&change.old), read(&change.new)) {
-                (Ok(old), Ok(new)) => (old, new),
-                (Err(e), _) | (_, Err(e)) => {
-                    tracing::warn!(error = %e, "a job record of the change stream is unreadable");
-                    applied.unreadable += 1;
-                    continue;
-                }
-            };
-            match (&old, &new) {
-                (_, Some(new)) => {
-                    // A traced job's path through the stream, one line a change: only for
-                    // jobs whose producer traces them (log ingestion is billed per byte).
-                    if let Some(trace) = ojs_core::trace::of_meta(&new.spec.meta) {
-                        tracing::info!(
-                            job_id = %new.id, queue = %new.spec.queue, trace_id = %trace.trace_id,
-                            state = new.status.state.as_str(), "job change"
-                        );
-                    }
-                    moves.add(new, old.as_ref().map(|o| o.status.state));
-                    if self.config.events {
-                        events.extend(render_events(old.as_ref(), new, change.at.unwrap_or(now)));
-                    }
-                }
-                (Some(gone), None) => moves.remove(gone),
-                (None, None) => {}
-            }
-        }
-        self.print_metrics(&events);
-        applied.events = events.len();
-        let (counted, stored, ()) = futures::join!(
-            self.count(moves),
-            self.store_events(&events),
-            self.delete_payloads(payloads)
-        );
-        counted?;
-        stored?;
-        for observer in &self.observers {
-            observer.observe(changes);
-        }
-        Ok(applied)
-    }
 }

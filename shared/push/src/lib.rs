@@ -10,7 +10,8 @@
 //! the endpoint's slot (one GetItem of its holders, one UpdateItem), the claim (one
 //! UpdateItem), the settle (one UpdateItem) and the slot's release (one UpdateItem, two
 //! when it was the last holder): 5 to 6 calls, measured at 8.x write units with the
-//! PUSH (tests/tests/integration/push.rs).
+//! PUSH (tests/tests/integration/push.rs). An offer taken from the delivery queue
+//! ([`Dispatcher::offer`], [`deliveries`]) reads the job again first: one GetItem more.
 
 mod breaker;
 mod deliver;

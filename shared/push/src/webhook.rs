@@ -1,7 +1,7 @@
 //! Webhook delivery (ojs-webhooks.md §5.3, §7, §8): the lifecycle events a batch of the
 //! change stream implies are POSTed, signed, to every active subscription whose filter
-//! takes them. The first attempt is made at once by whoever applies the batch (the
-//! stream function, waiting for it; the in-process consumer, in the background); a
+//! takes them. The first attempt is planned by whoever applies the batch and made by the
+//! delivery function from the delivery queue (`crate::deliveries`; in process, a task); a
 //! failed attempt that may be retried is recorded as a pending retry in the table
 //! (`WHDUE`, due at the §7.2 schedule's next delay) and made by [`WebhookDispatcher::redrive`],
 //! which the scheduler function runs every minute and `make dev` every second, so retries

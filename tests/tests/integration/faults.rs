@@ -1001,9 +1001,10 @@ async fn a_stream_batch_that_keeps_failing_is_given_up_not_retried_forever() -> 
         Ok(r.status)
     }
     async fn failing(rig: &Rig, attempts: usize) {
-        // The counter ADD fails every time (PUSH itself is a PutItem).
+        // The batch's transaction (counter ADD, event page, marker) fails every time
+        // (PUSH itself is a PutItem).
         rig.proxy
-            .set_rate(1.0, &[Fault::ServerError], Filter::op("UpdateItem"));
+            .set_rate(1.0, &[Fault::ServerError], Filter::op("TransactWriteItems"));
         for _ in 0..attempts {
             rig.app.store.catch_up().await;
         }

@@ -25,6 +25,7 @@ mod fetch_answer;
 mod fuzz_http;
 mod hostile;
 mod iam;
+mod instances;
 mod lambda;
 mod limits;
 mod observability;

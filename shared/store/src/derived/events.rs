@@ -105,7 +105,7 @@ const MAX_PAGES: usize = 20;
 /// Most bytes of event JSON in one page item before deflate (which never grows it by more
 /// than a few bytes per 64 KiB), so a page stays below DynamoDB's 400 KB item limit
 /// whatever the jobs' results.
-const PAGE_BYTES: usize = 300 * 1024;
+pub(crate) const PAGE_BYTES: usize = 300 * 1024;
 
 /// How far before an event's time its page may have been stored: none was stored before
 /// its transition, so this only allows for clocks that disagree.

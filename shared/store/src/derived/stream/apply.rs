@@ -46,6 +46,15 @@ struct Record {
     old: Option<Job>,
     new: Option<Job>,
     events: Vec<Event>,
+    /// The JSON bytes of its events (what their pages hold before deflate).
+    event_bytes: usize,
+}
+
+impl Record {
+    /// The job the record is of, as it is now or was last.
+    fn job(&self) -> Option<&Job> {
+        self.new.as_ref().or(self.old.as_ref())
+    }
 }
 
 /// What sending a run came to.
@@ -86,6 +95,7 @@ impl Store {
                 old: None,
                 new: None,
                 events: Vec::new(),
+                event_bytes: 0,
             };
             let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
             match (read(&change.old), read(&change.new)) {
@@ -97,6 +107,11 @@ impl Store {
                                 render_events(old.as_ref(), new, change.at.unwrap_or(now));
                         }
                     }
+                    record.event_bytes = record
+                        .events
+                        .iter()
+                        .map(|e| e.body.to_string().len() + 1)
+                        .sum();
                     (record.old, record.new) = (old, new);
                 }
                 (Err(e), _) | (_, Err(e)) => {
@@ -108,7 +123,7 @@ impl Store {
         }
         let mut rest: &[Record] = &records;
         while !rest.is_empty() {
-            let mut len = rest.len();
+            let mut len = self.run_len(rest);
             loop {
                 let run = rest.get(..len).unwrap_or(rest);
                 match self.send_run(run).await? {
@@ -146,6 +161,33 @@ impl Store {
             observer.observe(changes);
         }
         Ok(applied)
+    }
+
+    /// How many of `rest`'s records one transaction can take, reckoned without building
+    /// it: a counter item per queue shard, pages per queue by their JSON bytes (deflate
+    /// only shrinks them), the marker. At least one.
+    fn run_len(&self, rest: &[Record]) -> usize {
+        let shards = self.queue_shards();
+        let mut counters = std::collections::BTreeSet::new();
+        let mut page_bytes: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut bytes = 0;
+        for (i, r) in rest.iter().enumerate() {
+            if let Some(job) = r.job() {
+                counters.insert((job.spec.queue.as_str(), keys::shard_of(&job.id, shards)));
+                if r.event_bytes > 0 {
+                    *page_bytes.entry(job.spec.queue.as_str()).or_default() += r.event_bytes;
+                }
+            }
+            bytes += r.event_bytes;
+            let pages: usize = page_bytes
+                .values()
+                .map(|b| b.div_ceil(super::super::events::PAGE_BYTES / 2).max(1))
+                .sum();
+            if i > 0 && (counters.len() + pages + 1 > MAX_ACTIONS || bytes > MAX_RUN_BYTES) {
+                return i;
+            }
+        }
+        rest.len()
     }
 
     /// Writes the effects of `run` in one transaction with its marker.

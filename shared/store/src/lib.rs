@@ -348,7 +348,7 @@ impl Store {
             // In a task of its own: a request dropped by its client must not stop a drain
             // between a batch's writes and the move of the stream position.
             let stream = Arc::clone(stream);
-            match tokio::spawn(async move { stream.drain().await }).await {
+            match tokio::spawn(async move { stream.catch_up().await }).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "catching up with the change stream failed")

@@ -884,8 +884,21 @@ async fn every_endpoint_answers_bad_input_with_an_ojs_error_and_writes_nothing(
             i.iter().collect::<std::collections::BTreeMap<_, _>>()
         )
     };
-    let mut b: Vec<_> = before.iter().map(|i| (key(i), sorted(i))).collect();
-    let mut a: Vec<_> = after.iter().map(|i| (key(i), sorted(i))).collect();
+    // The in-process stream consumer's catch-up mark (reads of stats raise it) is the
+    // test rig's, not the API's: it is never written on AWS.
+    let ours = |i: &&ojs_tests::fault_proxy::RawItem| {
+        i.get("pk").and_then(|v| v.as_s().ok()).map(String::as_str) != Some("LOCAL#CATCHUP")
+    };
+    let mut b: Vec<_> = before
+        .iter()
+        .filter(ours)
+        .map(|i| (key(i), sorted(i)))
+        .collect();
+    let mut a: Vec<_> = after
+        .iter()
+        .filter(ours)
+        .map(|i| (key(i), sorted(i)))
+        .collect();
     b.sort();
     a.sort();
     if a != b {

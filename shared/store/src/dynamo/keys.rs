@@ -181,6 +181,12 @@ pub(crate) fn stream_run_pk(first_sequence: &str) -> String {
 /// Sort key of a run marker.
 pub(crate) const STREAM_RUN_SK: &str = "RUN";
 
+/// The item an in-process stream consumer (`make dev`, tests) raises to mark where a
+/// catch-up must read to; never written on AWS.
+pub(crate) const LOCAL_MARK_PK: &str = "LOCAL#CATCHUP";
+/// Sort key of the catch-up mark.
+pub(crate) const LOCAL_MARK_SK: &str = "MARK";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ use aws_sdk_dynamodbstreams::Client;
 use super::Change;
 use crate::error::StoreError;
 use crate::item::Item;
+use crate::keys;
 use crate::Store;
 
 /// How often the list of stream shards is read again (DynamoDB rolls shards over).
@@ -27,6 +28,21 @@ const SHARD_REFRESH: Duration = Duration::from_secs(30);
 /// stream function's event source mapping gives one up after its retries: a batch that
 /// can never apply must not hold up every later change.
 const MAX_ATTEMPTS: u32 = 10;
+
+/// Most records read before they are applied together (GetRecords returns what was
+/// written since the last read, often a few records: applied page by page, a busy table's
+/// effects would take a transaction each few records).
+const ROUND_RECORDS: usize = 1_000;
+
+/// Most GetRecords pages read before they are applied (a page holds up to 1 MB).
+const ROUND_PAGES: usize = 10;
+
+/// Rounds one background drain reads of a shard before it leaves the rest to the next.
+const BACKGROUND_ROUNDS: usize = 10;
+
+/// Listings of the shards a catch-up reads through for its mark before it gives up
+/// (a shard rolled over between the mark's write and the last listing).
+const MARK_PASSES: usize = 3;
 
 /// The consumer of one table's stream in this process.
 pub struct LocalStream {
@@ -44,6 +60,8 @@ struct Shards {
     /// Shards read to their end.
     done: Vec<String>,
     refreshed: Option<Instant>,
+    /// The highest catch-up mark applied ([`LocalStream::catch_up`]).
+    mark_seen: u64,
     /// Whether shards seen at the first listing are read from their start (a table this
     /// process created) or from now on (a table that existed before).
     from_start: bool,
@@ -125,68 +143,164 @@ impl LocalStream {
         Ok(consumer)
     }
 
-    /// Reads every shard to its current end and applies what it read. Returns the number
-    /// of records applied.
+    /// Reads every shard and applies what it read: the background's reading, bounded per
+    /// shard ([`BACKGROUND_ROUNDS`]) so that a table written without pause does not keep
+    /// it reading forever (the next interval goes on). Returns the records applied.
     pub async fn drain(&self) -> Result<usize, StoreError> {
+        self.drain_to(None).await
+    }
+
+    /// Applies every change written before this call, and no more than it must: it marks
+    /// the stream with a write of its own ([`Self::mark`]) and reads to that mark. Reading
+    /// "to the end" instead never ends while others write (workers heartbeat, producers
+    /// push), and a request waiting on it times out.
+    pub async fn catch_up(&self) -> Result<usize, StoreError> {
+        let mark = self.mark().await?;
+        self.drain_to(Some(mark)).await
+    }
+
+    /// Writes the next catch-up mark: one item of this table, its counter raised by one,
+    /// whose change record shows where "now" is in the stream.
+    async fn mark(&self) -> Result<u64, StoreError> {
+        let out = self
+            .store
+            .client
+            .update_item()
+            .table_name(self.store.table())
+            .key("pk", AttributeValue::S(keys::LOCAL_MARK_PK.to_owned()))
+            .key("sk", AttributeValue::S(keys::LOCAL_MARK_SK.to_owned()))
+            .update_expression("ADD #n :one")
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.attributes()
+            .and_then(|a| a.get("n"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| StoreError::Backend("the catch-up mark has no count".into()))
+    }
+
+    async fn drain_to(&self, mark: Option<u64>) -> Result<usize, StoreError> {
         let mut shards = self.shards.lock().await;
-        // A stream just enabled may list no shard yet.
-        if shards.open.is_empty()
-            || shards.open.values().any(|p| p.iterator.is_none())
-            || shards
-                .refreshed
-                .is_none_or(|t| t.elapsed() >= SHARD_REFRESH)
-        {
-            shards.refresh(self).await?;
+        if mark.is_some_and(|m| shards.mark_seen >= m) {
+            return Ok(0); // a drain that ended while this one waited read past its mark
         }
         let mut applied = 0;
-        for (id, position) in shards.open.iter_mut() {
-            applied += self.drain_shard(id, position).await?;
+        for pass in 0..MARK_PASSES {
+            // A stream just enabled may list no shard yet; a mark not met may be in a
+            // shard opened since the last listing.
+            if pass > 0
+                || shards.open.is_empty()
+                || shards.open.values().any(|p| p.iterator.is_none())
+                || shards
+                    .refreshed
+                    .is_none_or(|t| t.elapsed() >= SHARD_REFRESH)
+            {
+                shards.refresh(self).await?;
+            }
+            let Shards {
+                open, mark_seen, ..
+            } = &mut *shards;
+            for (id, position) in open.iter_mut() {
+                applied += self.drain_shard(id, position, mark, mark_seen).await?;
+            }
+            match mark {
+                Some(m) if *mark_seen < m => continue,
+                _ => return Ok(applied),
+            }
         }
+        tracing::warn!("a catch-up did not find its mark in the change stream");
         Ok(applied)
     }
 
-    async fn drain_shard(&self, id: &str, position: &mut Position) -> Result<usize, StoreError> {
+    /// Reads shard `id` from `position` and applies what it reads, a round of up to
+    /// [`ROUND_RECORDS`] records at a time (so a run's transaction carries many records'
+    /// effects, not a page's), until the shard's end, or `mark` when given, is reached.
+    async fn drain_shard(
+        &self,
+        id: &str,
+        position: &mut Position,
+        mark: Option<u64>,
+        mark_seen: &mut u64,
+    ) -> Result<usize, StoreError> {
         let mut applied = 0;
         let mut repositioned = false;
-        while let Some(iterator) = position.iterator.clone() {
-            let out = match self
-                .client
-                .get_records()
-                .shard_iterator(iterator)
-                .send()
-                .await
-            {
-                Ok(out) => out,
-                // DynamoDB Local numbers records across all its tables, and an iterator
-                // taken on an empty shard can point at a number another table used: ask
-                // again for one after the last record applied (once per drain).
-                Err(e) if !repositioned && is_stale_iterator(&e) => {
-                    repositioned = true;
-                    position.iterator =
-                        self.iterator(id, position.last_sequence.as_deref()).await?;
-                    continue;
-                }
-                Err(e) => return Err(stream_error(e.into_service_error())),
+        for round in 0.. {
+            if mark.is_none() && round >= BACKGROUND_ROUNDS {
+                break;
+            }
+            let Some(mut iterator) = position.iterator.clone() else {
+                break;
             };
-            let records = out.records();
-            let changes: Vec<Change> = records
-                .iter()
-                .filter_map(|r| r.dynamodb())
-                .map(|r| Change {
-                    old: r.old_image().map(item_of),
-                    new: r.new_image().map(item_of),
-                    sequence: r.sequence_number().map(str::to_owned),
-                    at: r.approximate_creation_date_time().and_then(|t| {
-                        ojs_core::time::from_micros(
-                            t.secs()
-                                .saturating_mul(1_000_000)
-                                .saturating_add(i64::from(t.subsec_nanos() / 1_000)),
-                        )
-                    }),
-                })
-                .collect();
+            let mut changes: Vec<Change> = Vec::new();
+            let mut last_sequence = None;
+            let mut round_mark = *mark_seen;
+            let mut next;
+            let mut at_end;
+            let mut pages = 0;
+            loop {
+                let out = match self
+                    .client
+                    .get_records()
+                    .shard_iterator(iterator.clone())
+                    .send()
+                    .await
+                {
+                    Ok(out) => out,
+                    // DynamoDB Local numbers records across all its tables, and an iterator
+                    // taken on an empty shard can point at a number another table used:
+                    // ask again for one after the last record applied (once per drain).
+                    Err(e) if !repositioned && changes.is_empty() && is_stale_iterator(&e) => {
+                        repositioned = true;
+                        position.iterator =
+                            self.iterator(id, position.last_sequence.as_deref()).await?;
+                        match position.iterator.clone() {
+                            Some(fresh) => {
+                                iterator = fresh;
+                                continue;
+                            }
+                            None => return Ok(applied),
+                        }
+                    }
+                    Err(e) => return Err(stream_error(e.into_service_error())),
+                };
+                pages += 1;
+                let records = out.records();
+                for r in records.iter().filter_map(|r| r.dynamodb()) {
+                    if let Some(n) = mark_of(r) {
+                        round_mark = round_mark.max(n);
+                    }
+                    changes.push(change_of(r));
+                }
+                if let Some(seq) = records
+                    .last()
+                    .and_then(|r| r.dynamodb())
+                    .and_then(|r| r.sequence_number())
+                {
+                    last_sequence = Some(seq.to_owned());
+                }
+                next = out.next_shard_iterator().map(str::to_owned);
+                at_end = records.is_empty();
+                let mark_met = mark.is_some_and(|m| round_mark >= m);
+                match &next {
+                    Some(n)
+                        if !at_end
+                            && !mark_met
+                            && changes.len() < ROUND_RECORDS
+                            && pages < ROUND_PAGES =>
+                    {
+                        iterator = n.clone();
+                    }
+                    _ => break,
+                }
+            }
             if !changes.is_empty() {
-                // On failure the position stays, and the next drain reads them again.
+                // On failure the position stays at the round's start, and the next drain
+                // reads the same records again (the marks of the runs that landed skip
+                // them: `apply.rs`).
                 if let Err(e) = self.store.apply_changes(&changes).await {
                     position.failures += 1;
                     if position.failures < MAX_ATTEMPTS {
@@ -197,14 +311,11 @@ impl LocalStream {
                     applied += changes.len();
                 }
                 position.failures = 0;
-                position.last_sequence = records
-                    .last()
-                    .and_then(|r| r.dynamodb())
-                    .and_then(|r| r.sequence_number())
-                    .map(str::to_owned);
+                position.last_sequence = last_sequence;
             }
-            position.iterator = out.next_shard_iterator().map(str::to_owned);
-            if changes.is_empty() {
+            *mark_seen = round_mark;
+            position.iterator = next;
+            if at_end || mark.is_some_and(|m| *mark_seen >= m) {
                 break;
             }
         }
@@ -313,6 +424,38 @@ fn stream_error(e: impl std::error::Error + 'static) -> StoreError {
         StoreError::NotFound
     } else {
         StoreError::Backend(format!("change stream: {text}"))
+    }
+}
+
+/// A stream record as the change it carries.
+fn change_of(r: &aws_sdk_dynamodbstreams::types::StreamRecord) -> Change {
+    Change {
+        old: r.old_image().map(item_of),
+        new: r.new_image().map(item_of),
+        sequence: r.sequence_number().map(str::to_owned),
+        at: r.approximate_creation_date_time().and_then(|t| {
+            ojs_core::time::from_micros(
+                t.secs()
+                    .saturating_mul(1_000_000)
+                    .saturating_add(i64::from(t.subsec_nanos() / 1_000)),
+            )
+        }),
+    }
+}
+
+/// The count a catch-up mark's record carries, if `r` is one.
+fn mark_of(r: &aws_sdk_dynamodbstreams::types::StreamRecord) -> Option<u64> {
+    let keys = r.keys()?;
+    let text = |k: &str| match keys.get(k) {
+        Some(StreamValue::S(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    if text("pk")? != keys::LOCAL_MARK_PK || text("sk")? != keys::LOCAL_MARK_SK {
+        return None;
+    }
+    match r.new_image()?.get("n")? {
+        StreamValue::N(n) => n.parse().ok(),
+        _ => None,
     }
 }
 

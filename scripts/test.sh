@@ -99,14 +99,12 @@ fresh_dynamodb() {
     restarts=$((restarts + SECONDS - t))
 }
 
-# The official conformance suite spends most of its time in its cases' own sleeps (one
-# cron case alone sleeps 130 s; measured, its process used 30 s of CPU in 156 s), so it
-# runs beside the integration parts rather than after them: its binary run directly (a
-# running `cargo test` would hold the build directory's lock), against a DynamoDB Local
-# of its own when this run started one (the parts restart theirs), output kept apart and
-# added to the log when it is waited for.
+# The official conformance suite: its binary run directly, against a DynamoDB Local of
+# its own when this run started one, output kept apart and added to the log when it is
+# waited for. (It ran beside the integration parts once, to save the wall time its cases
+# spend sleeping; its timing cases failed there: see where it is started.)
 conformance_log="" conformance_t=0 conformance_bin=""
-conformance_beside() {
+conformance_start() {
     local bin t=$SECONDS
     bin=$(cargo test -p ojs-tests --test conformance --no-run --message-format=json 2>>"$log" |
         python3 -c 'import json, sys
@@ -147,7 +145,7 @@ for line in sys.stdin:
     conformance_bin=$bin
     (cd tests && AWS_ENDPOINT_URL_DYNAMODB="$endpoint" exec "$bin" >"$conformance_log" 2>&1) &
     conformance_pid=$!
-    echo "== test conformance: started beside the integration parts (DynamoDB at $endpoint)"
+    echo "== test conformance: started (DynamoDB at $endpoint)"
 }
 conformance_wait() {
     [ -n "$conformance_pid" ] || return 0
@@ -163,8 +161,8 @@ conformance_wait() {
     cat "$conformance_log"
     rm -f "$conformance_log"
     conformance_log=""
-    echo "== test conformance: ran $((SECONDS - conformance_t)) s, beside the integration parts"
-    timings+=("conformance: ran $((SECONDS - conformance_t)) s, beside the integration parts")
+    echo "== test conformance: ran $((SECONDS - conformance_t)) s"
+    timings+=("conformance: ran $((SECONDS - conformance_t)) s")
     if [ "$code" -ne 0 ]; then rc=$code; fi
 }
 
@@ -215,14 +213,18 @@ else
         fresh_dynamodb
         suite "integration alone: ${alone%%::*}" -p ojs-tests --test integration --no-fail-fast -- --exact "$alone"
     done
-    conformance_beside
     fresh_dynamodb
     suite "integration part a" -p ojs-tests --test integration --no-fail-fast -- "${part_a[@]}" --skip "$race"
     fresh_dynamodb
     suite "integration part b" -p ojs-tests --test integration --no-fail-fast -- "${part_b[@]}"
     fresh_dynamodb
     suite "integration rest" -p ojs-tests --test integration --no-fail-fast -- "${skips[@]}"
-    timed "conformance (the wait for it)" conformance_wait
+    # The official suite runs alone: its timing cases leave a server 500 ms (a retry's
+    # jittered back-off) to 1 s (a heartbeat's margin on its lease) between answers, which
+    # it missed beside an integration part on 2 cores (L0-LC-005, L1-VIS-002, L4-RL-001
+    # failed together in one such run).
+    conformance_start
+    timed "conformance" conformance_wait
     for name in sdk push_sdk; do
         if [ "$name" = sdk ]; then timed "setup: SDK clients (the wait for it)" sdk_setup_ready; fi
         fresh_dynamodb

@@ -11,12 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ojs_runtime::init_event_logging();
     let store = Store::from_env().await;
     let sdk = aws_config::load_from_env().await;
-    let push = ojs_push::Dispatcher::new(
-        store.clone(),
-        ojs_push::lambda_client(&sdk),
-        ojs_push::PushConfig::from_env(),
-    )?;
-    let webhooks = ojs_push::WebhookDispatcher::new(store, ojs_push::WebhookConfig::from_env())?;
+    let (push, webhooks) = ojs_push::dispatchers_from_env(store, &sdk)?;
     let deliverer = ojs_push::Deliverer::new(push, webhooks);
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {

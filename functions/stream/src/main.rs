@@ -15,13 +15,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ojs_runtime::init_event_logging();
     let store = Store::from_env().await;
     let sdk = aws_config::load_from_env().await;
-    let push = ojs_push::Dispatcher::new(
-        store.clone(),
-        ojs_push::lambda_client(&sdk),
-        ojs_push::PushConfig::from_env(),
-    )?;
-    let webhooks =
-        ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
+    let (push, webhooks) = ojs_push::dispatchers_from_env(store.clone(), &sdk)?;
     let planner = Planner::new(push.clone(), webhooks.clone());
     let queue = DeliveryQueue::from_env(&sdk).unwrap_or_else(|| {
         tracing::warn!("no OJS_DELIVERY_QUEUE_URL: deliveries are made inside the stream batch");

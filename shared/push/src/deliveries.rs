@@ -138,7 +138,7 @@ impl Planner {
         let events: Vec<_> = changes.iter().flat_map(|c| c.events(time::now())).collect();
         for (sub, event) in self.webhooks.matches(&events).await? {
             out.push(Delivery::Webhook {
-                subscription_id: sub,
+                subscription_id: sub.id.clone(),
                 delivery_id: format!("del_{}", uuid::Uuid::now_v7()),
                 event_type: event.kind.as_str().to_owned(),
                 event_id: event.id.clone(),

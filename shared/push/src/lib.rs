@@ -115,6 +115,18 @@ pub fn lambda_client(sdk: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
     aws_sdk_lambda::Client::from_conf(conf)
 }
 
+/// The push dispatcher and the webhook dispatcher of a Lambda function, both configured
+/// from the environment: what the stream function plans with and the delivery function
+/// delivers with.
+pub fn dispatchers_from_env(
+    store: Store,
+    sdk: &aws_config::SdkConfig,
+) -> Result<(Dispatcher, WebhookDispatcher), String> {
+    let push = Dispatcher::new(store.clone(), lambda_client(sdk), PushConfig::from_env())?;
+    let webhooks = WebhookDispatcher::new(store, WebhookConfig::from_env())?;
+    Ok((push, webhooks))
+}
+
 /// Whether `OJS_PUSH_ALLOW_PRIVATE` is on.
 pub fn allow_private_from_env() -> bool {
     matches!(

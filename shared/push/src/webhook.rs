@@ -192,54 +192,43 @@ impl WebhookDispatcher {
     /// deliveries were attempted. Never fails: delivery is a side channel (§4.3).
     pub async fn deliver_changes(&self, changes: &[Change]) -> usize {
         let events: Vec<Event> = changes.iter().flat_map(|c| c.events(time::now())).collect();
-        if events.is_empty() {
-            return 0;
-        }
-        // Eventually consistent (half the read units of a strong read, once per batch): a
-        // subscription created or changed a moment ago may miss this batch's events.
-        let subs = match self.inner.store.list_webhooks(false).await {
-            Ok(s) => s,
+        let matched = match self.matches(&events).await {
+            Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, events = events.len(), "webhook subscriptions unreadable: these events are not delivered");
                 return 0;
             }
         };
-        if let Some(namespace) = self.inner.store.metrics_namespace() {
-            let active = subs.iter().filter(|s| s.subscription.active).count();
-            let doc = crate::metrics::subscriptions_document(
-                namespace,
-                active,
-                time::now().timestamp_millis(),
-            );
-            println!("{doc}");
-        }
-        let mut runs = Vec::new();
-        for event in &events {
-            let kind = event.kind.as_str();
-            let job_type = event.body["data"]["job_type"].as_str();
-            for sub in subs
+        let n = matched.len();
+        futures::future::join_all(
+            matched
                 .iter()
-                .filter(|s| s.subscription.takes(kind, Some(&event.queue), job_type))
-            {
-                runs.push(self.first_attempt(sub, event));
-            }
-        }
-        let n = runs.len();
-        futures::future::join_all(runs).await;
+                .map(|(sub, event)| self.first_attempt(sub, event)),
+        )
+        .await;
         n
     }
 
-    /// The (subscription id, event) pairs to deliver for `events`: every active
+    /// The (subscription, event) pairs to deliver for `events`: every active
     /// subscription whose filter takes the event (one eventually consistent Query of the
-    /// subscriptions, made only when there are events).
+    /// subscriptions, made only when there are events: half the read units of a strong
+    /// read, once per batch; a subscription created or changed a moment ago may miss this
+    /// batch's events).
     pub async fn matches<'e>(
         &self,
         events: &'e [Event],
-    ) -> Result<Vec<(String, &'e Event)>, ojs_store::StoreError> {
+    ) -> Result<Vec<(std::sync::Arc<WebhookEntry>, &'e Event)>, ojs_store::StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let subs = self.inner.store.list_webhooks(false).await?;
+        let subs: Vec<std::sync::Arc<WebhookEntry>> = self
+            .inner
+            .store
+            .list_webhooks(false)
+            .await?
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
         if let Some(namespace) = self.inner.store.metrics_namespace() {
             let active = subs.iter().filter(|s| s.subscription.active).count();
             let doc = crate::metrics::subscriptions_document(
@@ -257,7 +246,7 @@ impl WebhookDispatcher {
                 .iter()
                 .filter(|s| s.subscription.takes(kind, Some(&event.queue), job_type))
             {
-                out.push((sub.id.clone(), event));
+                out.push((std::sync::Arc::clone(sub), event));
             }
         }
         Ok(out)

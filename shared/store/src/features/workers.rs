@@ -141,31 +141,35 @@ impl Store {
         visibility_timeout_ms: Option<u64>,
         now: Timestamp,
     ) -> Result<Beat, StoreError> {
-        let out = self
-            .worker_update(worker_id)
-            .update_expression(
-                "SET worker_id = :id, last_seen = :now, active_jobs = :active, #ttl = :ttl",
-            )
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":id", s(worker_id))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":active", n(reported_active))
-            .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
-            .send()
-            .await;
-        let out = self.tally(Kind::Write, out)?;
-        let directive = out
-            .attributes()
-            .and_then(worker_from_item)
-            .map_or(Directive::Running, |w| w.directive);
-        let results = join_all(jobs.iter().map(|(id, attempt)| {
+        // The worker's liveness and the lease extensions are written at once: a heartbeat
+        // answered late leaves its worker less of the lease it extended.
+        let liveness = async {
+            let out = self
+                .worker_update(worker_id)
+                .update_expression(
+                    "SET worker_id = :id, last_seen = :now, active_jobs = :active, #ttl = :ttl",
+                )
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":id", s(worker_id))
+                .expression_attribute_values(":now", ts(&now))
+                .expression_attribute_values(":active", n(reported_active))
+                .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
+                .send()
+                .await;
+            self.tally(Kind::Write, out)
+        };
+        let extensions = join_all(jobs.iter().map(|(id, attempt)| {
             let fence = Fence {
                 worker_id: Some(worker_id),
                 attempt: *attempt,
             };
             self.extend_lease(id, fence, visibility_timeout_ms, now)
-        }))
-        .await;
+        }));
+        let (out, results) = tokio::join!(liveness, extensions);
+        let directive = out?
+            .attributes()
+            .and_then(worker_from_item)
+            .map_or(Directive::Running, |w| w.directive);
         let mut beat = Beat {
             directive,
             extended: Vec::new(),
@@ -228,7 +232,10 @@ impl Store {
         let ms = visibility_timeout_ms
             .or(job.spec.visibility_timeout_ms)
             .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
-        let lease = time::after_ms(now, ms);
+        // Held when the worker asked (`now`); extended from when the extension is made,
+        // as a claim's lease starts when the claim is: an answer that took a while must
+        // not cost the worker that while of its new lease.
+        let lease = time::after_ms(now.max(time::now()), ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
         self.extend_slot(job, &lease).await?;
         // The fence is in the condition too, not only in the read above.

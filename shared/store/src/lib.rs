@@ -76,6 +76,9 @@ const DEFAULT_FETCH_BUDGET_MS: u64 = 5_000;
 /// Default of [`StoreConfig::queue_settings_ttl`], in milliseconds.
 const DEFAULT_QUEUE_SETTINGS_TTL_MS: u64 = 1_000;
 
+/// Default of [`StoreConfig::counter_heal_quiet`], in seconds.
+const DEFAULT_COUNTER_HEAL_QUIET_SECS: u64 = 600;
+
 /// Default of [`StoreConfig::quiet_due_memory`], in milliseconds.
 const DEFAULT_QUIET_DUE_MS: u64 = 100;
 
@@ -125,6 +128,13 @@ pub struct StoreConfig {
     /// binding's §11.3 says, instead of stored and held until the queue resumes, as
     /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
     pub reject_paused_pushes: bool,
+    /// How long a queue shard's counters must have stood still before the sweep counts
+    /// the shard from the indexes and repairs them ([`Store::heal_counters`]). The
+    /// indexes show a job's move at once, its counter `ADD` comes when the stream is
+    /// applied: a repair made while the stream lags behind the shard's last moves counts
+    /// them twice. Ten minutes by default, far past the stream's second of lag on AWS
+    /// (a lag that long is an incident its IteratorAge alarm reports).
+    pub counter_heal_quiet: Duration,
 }
 
 impl StoreConfig {
@@ -133,7 +143,8 @@ impl StoreConfig {
     /// `OJS_METRICS` (`emf` prints CloudWatch EMF lines; default off) with
     /// `OJS_METRICS_NAMESPACE` (default `OpenJobSpec`), `OJS_QUEUE_SHARDS` (default 1,
     /// at most [`MAX_QUEUE_SHARDS`]), `OJS_QUEUE_SETTINGS_TTL_MS` (default 1000),
-    /// `OJS_QUIET_DUE_MS` (default 100), `OJS_PAUSED_QUEUE_PUSH`
+    /// `OJS_QUIET_DUE_MS` (default 100), `OJS_COUNTER_HEAL_QUIET_SECS` (default 600),
+    /// `OJS_PAUSED_QUEUE_PUSH`
     /// (`accept`, the default, or `reject`), `OJS_SWEEP_BUDGET_MS` (default 40000) and
     /// `OJS_FETCH_BUDGET_MS` (default 5000).
     pub fn from_env() -> Self {
@@ -166,6 +177,11 @@ impl StoreConfig {
                     .unwrap_or(DEFAULT_QUIET_DUE_MS),
             ),
             reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
+            counter_heal_quiet: Duration::from_secs(
+                var("OJS_COUNTER_HEAL_QUIET_SECS")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(DEFAULT_COUNTER_HEAL_QUIET_SECS),
+            ),
             sweep_budget: Duration::from_millis(
                 var("OJS_SWEEP_BUDGET_MS")
                     .and_then(|v| v.parse().ok())
@@ -180,7 +196,9 @@ impl StoreConfig {
         }
     }
 
-    /// Defaults for a table name (tests).
+    /// Defaults for a table name (tests), but for counters repaired at the first sweep
+    /// that finds their shard still (a test's process consumes its stream itself and
+    /// catches up before the count).
     pub fn for_table(table: impl Into<String>) -> Self {
         Self {
             table: table.into(),
@@ -192,6 +210,7 @@ impl StoreConfig {
             queue_settings_ttl: Duration::from_millis(DEFAULT_QUEUE_SETTINGS_TTL_MS),
             quiet_due_memory: Duration::from_millis(DEFAULT_QUIET_DUE_MS),
             reject_paused_pushes: false,
+            counter_heal_quiet: Duration::ZERO,
             sweep_budget: Duration::from_millis(DEFAULT_SWEEP_BUDGET_MS),
             fetch_budget: Duration::from_millis(DEFAULT_FETCH_BUDGET_MS),
             fetch_answer: AnswerBound::default(),

@@ -161,11 +161,11 @@ impl Client {
     }
 }
 
-// Passes alone on a quiet machine (22 s); with two busy-loop CPU hogs beside it, it ran
-// past its 180 s progress bound in 3 runs of 3 (not diagnosed: a stuck job, or only a
-// slow one). Until that is understood it is not part of `make test`; run it with
-// `cargo test -p ojs-tests --test integration -- --ignored instances::`.
-#[ignore = "fails its progress bound under CPU load; see the comment above"]
+// Each process sweeps every second, as `make dev` does, and two of them do not consume
+// the stream: a counter repair made while the consumer lags behind a shard's last moves
+// counted them twice (seen here: `active` 5 with every job completed), which is why a
+// shard must be still for `OJS_COUNTER_HEAL_QUIET_SECS` (ten minutes) before it is
+// repaired. With two busy-loop CPU hogs beside it, it passed 3 runs of 3 (20-34 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_one_killed_one_frozen_lose_nothing_and_complete_nothing_twice(
 ) -> anyhow::Result<()> {
@@ -211,12 +211,17 @@ async fn three_processes_one_killed_one_frozen_lose_nothing_and_complete_nothing
     anyhow::ensure!(pushed.len() == JOBS, "{} pushed", pushed.len());
 
     // Workers: fetch, fail a first attempt when the job says so, acknowledge; every
-    // accepted ACK is recorded.
+    // accepted ACK is recorded, and every job known completed. An ACK whose answer was
+    // lost (the client's timeout on a loaded machine, a killed process) is sent again to
+    // another process, which answers 409 `completed` if the first one landed: settled,
+    // though not accepted twice.
     let acked: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let settled: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for w in 0..6 {
-        let (client, acked, done) = (client.clone(), acked.clone(), done.clone());
+        let (client, acked, settled, done) =
+            (client.clone(), acked.clone(), settled.clone(), done.clone());
         workers.push(tokio::spawn(async move {
             let worker = format!("w{w}");
             while !done.load(Ordering::Relaxed) {
@@ -238,23 +243,36 @@ async fn three_processes_one_killed_one_frozen_lose_nothing_and_complete_nothing
                         let _ = client.post("/ojs/v1/workers/nack", &nack).await;
                         continue;
                     }
-                    if let Ok((200, _)) = client.post("/ojs/v1/workers/ack", &fence).await {
-                        if let Ok(mut a) = acked.lock() {
-                            *a.entry(id).or_default() += 1;
+                    match client.post("/ojs/v1/workers/ack", &fence).await {
+                        Ok((200, _)) => {
+                            if let Ok(mut a) = acked.lock() {
+                                *a.entry(id.clone()).or_default() += 1;
+                            }
+                            if let Ok(mut s) = settled.lock() {
+                                s.insert(id);
+                            }
                         }
+                        Ok((409, body))
+                            if body["error"]["details"]["current_state"] == "completed" =>
+                        {
+                            if let Ok(mut s) = settled.lock() {
+                                s.insert(id);
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }
         }));
     }
     let progress = |at: usize| {
-        let acked = acked.clone();
+        let settled = settled.clone();
         async move {
             let started = Instant::now();
-            while acked.lock().map(|a| a.len()).unwrap_or(0) < at {
+            while settled.lock().map(|s| s.len()).unwrap_or(0) < at {
                 anyhow::ensure!(
                     started.elapsed() < Duration::from_secs(180),
-                    "stuck before {at} jobs were acknowledged"
+                    "stuck before {at} jobs were completed"
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -287,8 +305,9 @@ async fn three_processes_one_killed_one_frozen_lose_nothing_and_complete_nothing
     let acked = acked.lock().map(|a| a.clone()).unwrap_or_default();
     let twice: Vec<_> = acked.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "acknowledged twice: {twice:?}");
+    let settled = settled.lock().map(|s| s.clone()).unwrap_or_default();
     for id in &pushed {
-        assert_eq!(acked.get(id), Some(&1), "job {id} never acknowledged");
+        assert!(settled.contains(id), "job {id} never completed");
     }
     let items = table_items(&table).await?;
     let states: Vec<String> = ojs_tests::fault_proxy::jobs_in(&items)

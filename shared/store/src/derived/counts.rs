@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{Select, TransactWriteItem, Update};
-use ojs_core::{Job, JobState, QueueName};
+use ojs_core::{time, Job, JobState, QueueName};
 
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
@@ -223,11 +223,14 @@ impl Store {
     /// Repairs live counters that drifted (a process that died between a transition and
     /// its `ADD`, an `ADD` applied twice), one shard at a time, as part of the sweep:
     /// - a shard whose `moves` changed since the last sweep is busy: the sweep only notes
-    ///   the value (`seen_moves`; one small write per busy shard per sweep);
-    /// - a shard quiet since the last sweep (a minute on AWS), and not yet checked at this
-    ///   `moves`, is counted from the indexes; if the counts differ they are set, under
-    ///   the condition that no `ADD` landed meanwhile (`checked_moves` records the check,
-    ///   so a quiet shard is counted once, not every minute).
+    ///   the value and when (`seen_moves`, `seen_at`; one small write per busy shard per
+    ///   sweep);
+    /// - a shard quiet since then for [`crate::StoreConfig::counter_heal_quiet`] (ten
+    ///   minutes on AWS: the stream must have applied its last moves, or the count from
+    ///   the indexes, which show them at once, would be added to again), and not yet
+    ///   checked at this `moves`, is counted from the indexes; if the counts differ they
+    ///   are set, under the condition that no `ADD` landed meanwhile (`checked_moves`
+    ///   records the check, so a quiet shard is counted once, not every minute).
     ///
     /// A transition racing the count can still leave an error, but its own `ADD` changes
     /// `moves`, so the shard is counted again after its next quiet sweep: the counts
@@ -284,17 +287,26 @@ impl Store {
             Some(_) => "moves = :m",
             None => "attribute_not_exists(moves)",
         };
-        if num("seen_moves") != Some(moves.unwrap_or(0)) {
+        let now_ms = time::now().timestamp_millis();
+        if num("seen_moves") != Some(moves.unwrap_or(0)) || num("seen_at").is_none() {
             let out = self
                 .update_counters(sk)
-                .update_expression("SET seen_moves = :m")
+                .update_expression("SET seen_moves = :m, seen_at = :at")
                 .expression_attribute_values(":m", at)
+                .expression_attribute_values(":at", n(now_ms))
                 .send()
                 .await;
             self.tally(Kind::Write, out)?;
             return Ok(false);
         }
         if num("checked_moves") == Some(moves.unwrap_or(0)) {
+            return Ok(false);
+        }
+        // Still since `seen_at`, but maybe only because the stream has not caught up with
+        // the shard's last moves yet, which the indexes already show.
+        let quiet_ms =
+            i64::try_from(self.config.counter_heal_quiet.as_millis()).unwrap_or(i64::MAX);
+        if now_ms.saturating_sub(num("seen_at").unwrap_or(now_ms)) < quiet_ms {
             return Ok(false);
         }
         let held: Vec<i64> = INDEXED

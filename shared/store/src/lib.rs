@@ -327,6 +327,15 @@ impl Store {
         self
     }
 
+    /// The same store repairing a queue shard's counters only once they stood still for
+    /// `quiet`; see [`StoreConfig::counter_heal_quiet`].
+    pub fn with_counter_heal_quiet(mut self, quiet: Duration) -> Self {
+        let mut config = (*self.config).clone();
+        config.counter_heal_quiet = quiet;
+        self.config = Arc::new(config);
+        self
+    }
+
     /// The same store with each FETCH's answer bounded by `bound`; see
     /// [`StoreConfig::fetch_answer`].
     pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {

@@ -291,6 +291,36 @@ async fn stats_read_one_batch_of_counter_items_whatever_the_backlog() -> anyhow:
     Ok(())
 }
 
+/// A shard still for less than its quiet period is not repaired, however often the sweep
+/// looks: the stream may not have applied its last moves yet, which the indexes already
+/// show. The same shard with no quiet period is repaired at once.
+#[tokio::test]
+async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyhow::Result<()> {
+    let store = fresh_store()
+        .await?
+        .with_counter_heal_quiet(Duration::from_secs(3_600));
+    let app = TestApp::spawn_on_store(store).await?;
+    let q = QueueName::parse("hq").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let job = |i: i32| json!({"type": "heal.quiet", "args": [i], "options": {"queue": "hq"}});
+    for i in 0..2 {
+        push(&app, job(i)).await?;
+    }
+    let replayed = push(&app, job(2)).await?;
+    replay_creation(&app, &replayed).await?;
+    replay_creation(&app, &replayed).await?;
+    assert_eq!(app.store.queue_stats(&q).await?.available, 5);
+    ojs_tests::after_index_lag().await;
+    for _ in 0..3 {
+        assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
+    }
+    assert_eq!(app.store.queue_stats(&q).await?.available, 5);
+    let eager = app.store.clone().with_counter_heal_quiet(Duration::ZERO);
+    assert_eq!(eager.heal_counters(std::slice::from_ref(&q)).await?, 1);
+    assert_eq!(counted(&app.store, "hq", "repaired").await?.available, 3);
+    app.teardown().await;
+    Ok(())
+}
+
 /// Replays the stream record of `id` having been created as it is now: what the stream
 /// function does when AWS delivers a batch again (at least once), counting its moves twice.
 async fn replay_creation(app: &TestApp, id: &str) -> anyhow::Result<()> {

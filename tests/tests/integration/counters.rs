@@ -301,13 +301,7 @@ async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyh
         .with_counter_heal_quiet(Duration::from_secs(3_600));
     let app = TestApp::spawn_on_store(store).await?;
     let q = QueueName::parse("hq").map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let job = |i: i32| json!({"type": "heal.quiet", "args": [i], "options": {"queue": "hq"}});
-    for i in 0..2 {
-        push(&app, job(i)).await?;
-    }
-    let replayed = push(&app, job(2)).await?;
-    replay_creation(&app, &replayed).await?;
-    replay_creation(&app, &replayed).await?;
+    pushed_with_one_counted_thrice(&app, "hq", 3).await?;
     assert_eq!(app.store.queue_stats(&q).await?.available, 5);
     ojs_tests::after_index_lag().await;
     for _ in 0..3 {
@@ -318,6 +312,19 @@ async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyh
     assert_eq!(eager.heal_counters(std::slice::from_ref(&q)).await?, 1);
     assert_eq!(counted(&app.store, "hq", "repaired").await?.available, 3);
     app.teardown().await;
+    Ok(())
+}
+
+/// Pushes `n` jobs to `queue` and replays the last one's creation twice, as a stream
+/// batch delivered three times would: the counters show two jobs too many.
+async fn pushed_with_one_counted_thrice(app: &TestApp, queue: &str, n: i32) -> anyhow::Result<()> {
+    let job = |i: i32| json!({"type": "heal.job", "args": [i], "options": {"queue": queue}});
+    for i in 0..n - 1 {
+        push(app, job(i)).await?;
+    }
+    let replayed = push(app, job(n - 1)).await?;
+    replay_creation(app, &replayed).await?;
+    replay_creation(app, &replayed).await?;
     Ok(())
 }
 
@@ -392,12 +399,7 @@ async fn the_sweep_repairs_the_counters_of_a_quiet_shard() -> anyhow::Result<()>
     let app = TestApp::spawn().await?;
     let q = QueueName::parse("ch").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job = |i: i32| json!({"type": "heal.job", "args": [i], "options": {"queue": "ch"}});
-    for i in 0..3 {
-        push(&app, job(i)).await?;
-    }
-    let replayed = push(&app, job(3)).await?;
-    replay_creation(&app, &replayed).await?;
-    replay_creation(&app, &replayed).await?;
+    pushed_with_one_counted_thrice(&app, "ch", 4).await?;
     let s = app.store.queue_stats(&q).await?;
     assert_eq!(s.available, 6, "the counters took two moves twice");
 

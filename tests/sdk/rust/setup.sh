@@ -15,6 +15,8 @@ ROOT="$(cd "$HERE/../../.." && pwd)"
 SDK_SRC="$ROOT/../shared/clients/ojs-rust-sdk"
 DEST="$ROOT/.local/sdk/rust"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/sdk-rust}"
+# The workspace's clippy-as-compiler (scripts/test.sh, OJS_TEST_CLIPPY) is not for this one.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 
 [ -f "$SDK_SRC/Cargo.toml" ] || { echo "setup.sh: SDK source not found at $SDK_SRC" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "setup.sh: needs a Rust toolchain (cargo)" >&2; exit 1; }

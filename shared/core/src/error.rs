@@ -23,6 +23,9 @@ pub enum ErrorCode {
     QueuePaused,
     /// A client exceeded a rate limit.
     RateLimited,
+    /// The queue is at its depth bound (ojs-backpressure.md §7.1; the catalogue spells
+    /// it in capitals, ojs-errors.md §4).
+    QueueFull,
     /// Backend storage or transport failure.
     BackendError,
     /// An operation timed out.
@@ -62,6 +65,7 @@ impl ErrorCode {
             Self::Conflict => "conflict",
             Self::QueuePaused => "queue_paused",
             Self::RateLimited => "rate_limited",
+            Self::QueueFull => "QUEUE_FULL",
             Self::BackendError => "backend_error",
             Self::Timeout => "timeout",
             Self::Unsupported => "unsupported",
@@ -89,7 +93,7 @@ impl ErrorCode {
             Self::EnvelopeTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedCompression => 415,
             Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
-            Self::RateLimited => 429,
+            Self::RateLimited | Self::QueueFull => 429,
             Self::BackendError | Self::Internal => 500,
             Self::Timeout => 504,
         }
@@ -121,7 +125,11 @@ impl ErrorCode {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            Self::QueuePaused | Self::RateLimited | Self::BackendError | Self::Timeout
+            Self::QueuePaused
+                | Self::RateLimited
+                | Self::QueueFull
+                | Self::BackendError
+                | Self::Timeout
         )
     }
 
@@ -139,6 +147,9 @@ impl ErrorCode {
             }
             Self::QueuePaused => "Resume the queue or retry later.",
             Self::RateLimited => "Retry after the time given in Retry-After.",
+            Self::QueueFull => {
+                "The queue is at its depth bound: retry after Retry-After, or raise the bound."
+            }
             Self::BackendError => "Retry with backoff; the storage backend failed.",
             Self::Timeout => "Retry with backoff.",
             Self::Unsupported => "See GET /ojs/manifest for supported features.",
@@ -234,6 +245,7 @@ mod tests {
             (ErrorCode::QueuePaused, "queue_paused", 422, true),
             (ErrorCode::Unsupported, "unsupported", 422, false),
             (ErrorCode::RateLimited, "rate_limited", 429, true),
+            (ErrorCode::QueueFull, "QUEUE_FULL", 429, true),
             (ErrorCode::BackendError, "backend_error", 500, true),
             (
                 ErrorCode::EnvelopeTooLarge,

@@ -7,6 +7,7 @@
 //! - [`error`]: the standard error catalogue.
 //! - [`time`] and [`duration`]: RFC 3339 timestamps and ISO 8601 durations.
 
+pub mod backpressure;
 pub mod change;
 pub mod checkpoint;
 pub mod cron;

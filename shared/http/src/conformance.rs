@@ -174,26 +174,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "attestation is a draft outside ../spec: its /ojs/v1/attest routes are not served (404)",
     },
     ConformanceGap {
-        case: "ext-backpressure/backpressure-batch-partial-reject.json",
-        missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
-    },
-    ConformanceGap {
-        case: "ext-backpressure/backpressure-headers-on-reject.json",
-        missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
-    },
-    ConformanceGap {
-        case: "ext-backpressure/backpressure-queue-stats-depth.json",
-        missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
-    },
-    ConformanceGap {
-        case: "ext-backpressure/backpressure-reject-when-full.json",
-        missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
-    },
-    ConformanceGap {
-        case: "ext-backpressure/backpressure-warning-headers.json",
-        missing: "backpressure (ojs-backpressure.md): PUT /ojs/v1/admin/queues/{name}/config takes no `backpressure.max_depth` (400), so no 429 QUEUE_FULL, warning headers or partial batch rejection",
-    },
-    ConformanceGap {
         case: "ext-fair-scheduling/fair-scheduling-stats.json",
         missing: "fair scheduling (ojs-fair-scheduling.md, the tenancy issue): no weighted pools or scheduling stats",
     },

@@ -69,6 +69,11 @@ impl From<StoreError> for ApiError {
                 }
                 err
             }
+            StoreError::QueueFull {
+                queue,
+                depth,
+                bound,
+            } => ojs_core::backpressure::queue_full(&queue, depth, bound),
             StoreError::LimitReached(why) => OjsError::new(ErrorCode::ValidationError, why),
             StoreError::Concurrent(what) => OjsError::conflict(format!(
                 "{what} changed while this request was made; retry it"

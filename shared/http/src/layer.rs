@@ -331,7 +331,10 @@ fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Respons
         body["details"] = Value::Object(err.details.clone());
     }
     let mut res = (status, json!({ "error": body }).to_string()).into_response();
-    if err.code == ErrorCode::RateLimited || err.code == ErrorCode::BackendError {
+    if matches!(
+        err.code,
+        ErrorCode::RateLimited | ErrorCode::QueueFull | ErrorCode::BackendError
+    ) {
         let after = err
             .details
             .get("retry_after_seconds")
@@ -344,7 +347,31 @@ fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Respons
     if let Some(state) = err.details.get("rate_limit") {
         rate_limit_headers(res.headers_mut(), state);
     }
+    if err.code == ErrorCode::QueueFull {
+        queue_depth_headers(res.headers_mut(), &err.details);
+    }
     res
+}
+
+/// `X-OJS-Queue-Depth` and `X-OJS-Queue-Bound` (ojs-backpressure.md §7.2), and
+/// `X-OJS-Queue-Pressure` when `pressure` is given (§7.3), from `{depth, bound,
+/// pressure}`.
+pub(crate) fn queue_depth_headers(
+    headers: &mut axum::http::HeaderMap,
+    figures: &serde_json::Map<String, Value>,
+) {
+    for (name, key) in [
+        ("x-ojs-queue-depth", "depth"),
+        ("x-ojs-queue-bound", "bound"),
+        ("x-ojs-queue-pressure", "pressure"),
+    ] {
+        if let Some(v) = figures
+            .get(key)
+            .and_then(|v| HeaderValue::from_str(&v.to_string()).ok())
+        {
+            headers.insert(name, v);
+        }
+    }
 }
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` from `{limit, remaining, reset}`.

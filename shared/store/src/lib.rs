@@ -50,7 +50,7 @@ pub use keys::MAX_QUEUE_SHARDS;
 pub use push::{
     served_queues, PushClaim, PushEntry, ReadyJob, SlotHold, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
 };
-pub use queues::{QueueInfo, QueueSettings};
+pub use queues::{QueueInfo, QueuePressure, QueueSettings};
 pub use rate_limits::{RateLimitState, WindowState};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
@@ -332,6 +332,15 @@ impl Store {
     pub fn with_counter_heal_quiet(mut self, quiet: Duration) -> Self {
         let mut config = (*self.config).clone();
         config.counter_heal_quiet = quiet;
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same store remembering queue settings for `ttl`; see
+    /// [`StoreConfig::queue_settings_ttl`].
+    pub fn with_queue_settings_ttl(mut self, ttl: Duration) -> Self {
+        let mut config = (*self.config).clone();
+        config.queue_settings_ttl = ttl;
         self.config = Arc::new(config);
         self
     }

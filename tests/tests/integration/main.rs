@@ -11,6 +11,7 @@ mod advanced;
 mod api;
 mod auth;
 mod backlog;
+mod backpressure;
 mod bad_input;
 mod checkpoints;
 mod cloudq;

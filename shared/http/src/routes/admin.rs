@@ -341,14 +341,18 @@ async fn get_queue(
     let mut body = queue_view(&info, &st);
     body["configuration"] = json!({
         "rate_limit": settings.rate_limit.map(|r| r.to_json()),
+        "backpressure": st.backpressure.map(|b| b.to_json()),
     });
     Ok(reply(StatusCode::OK, body))
 }
 
 /// `PUT /ojs/v1/admin/queues/{name}/config` (§6.6): the queue-wide rate limit
-/// (`{"rate_limit": {"limit", "period"}}`, `null` to remove it), applied at FETCH. A
+/// (`{"rate_limit": {"limit", "period"}}`, `null` to remove it), applied at FETCH, and
+/// the depth bound (`{"backpressure": {"max_depth", "strategy", "warning_threshold"}}`,
+/// ojs-backpressure.md §6.2; `null` or `max_depth` 0 removes it), applied at PUSH. A
 /// queue-wide concurrency or retention is not offered (retention is the table's TTL
-/// setting); asking for one is a 422 `unsupported`, nothing is changed.
+/// setting); asking for one is a 422 `unsupported`. Every field is checked before any is
+/// stored: a refused request changes nothing.
 async fn configure_queue(
     State(app): State<AppState>,
     Path(name): Path<String>,
@@ -360,7 +364,7 @@ async fn configure_queue(
     };
     for (k, v) in fields {
         match k.as_str() {
-            "rate_limit" => {}
+            "rate_limit" | "backpressure" => {}
             "concurrency" | "retention" if !v.is_null() => {
                 return Err(OjsError::new(
                     ErrorCode::Unsupported,
@@ -382,6 +386,10 @@ async fn configure_queue(
             }
         }
     }
+    let bound = fields
+        .get("backpressure")
+        .map(ojs_core::backpressure::Backpressure::from_json)
+        .transpose()?;
     match fields.get("rate_limit") {
         None => {}
         Some(Value::Null) => app.store.set_queue_rate_limit(queue.as_str(), None).await?,
@@ -400,6 +408,11 @@ async fn configure_queue(
                 .set_queue_rate_limit(queue.as_str(), Some(&policy))
                 .await?;
         }
+    }
+    if let Some(bound) = bound {
+        app.store
+            .set_queue_backpressure(queue.as_str(), bound.as_ref())
+            .await?;
     }
     get_queue(State(app), Path(name)).await
 }

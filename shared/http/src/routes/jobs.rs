@@ -30,6 +30,11 @@ async fn enqueue_job(
     trace.adopt_into(&mut new.spec.meta);
     super::schemas::check_args(&app, &new).await?;
     let mut job = Job::enqueue(new, time::now());
+    let pressed = app
+        .store
+        .admit_enqueue(&[(&job.spec.queue, 1)])
+        .await
+        .inspect_err(log_refusal)?;
     match app.store.put_job(&job).await? {
         // on_conflict "ignore": the live duplicate answers for the new job.
         PushOutcome::Existing(existing) => {
@@ -44,7 +49,41 @@ async fn enqueue_job(
     if let Ok(loc) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
+    pressure_headers(&mut res, &pressed);
     Ok(res)
+}
+
+/// A refusal by a full queue is logged (ojs-backpressure.md §10: the event a rejection
+/// would emit has no table write to be derived from; a refused flood costs reads only).
+fn log_refusal(e: &ojs_store::StoreError) {
+    if let ojs_store::StoreError::QueueFull {
+        queue,
+        depth,
+        bound,
+    } = e
+    {
+        tracing::info!(%queue, depth, bound, "backpressure: enqueue rejected, queue full");
+    }
+}
+
+/// The warning headers of an accepted enqueue (ojs-backpressure.md §7.3), for the queue
+/// under the most pressure.
+fn pressure_headers(res: &mut Response, pressed: &[ojs_store::QueuePressure]) {
+    let Some(most) = pressed
+        .iter()
+        .max_by(|a, b| a.pressure.total_cmp(&b.pressure))
+    else {
+        return;
+    };
+    let figures = json!({
+        "depth": most.depth,
+        "bound": most.bound,
+        // Two decimals: a header, not a measurement.
+        "pressure": (most.pressure * 100.0).round() / 100.0,
+    });
+    if let serde_json::Value::Object(figures) = figures {
+        crate::layer::queue_depth_headers(res.headers_mut(), &figures);
+    }
 }
 
 /// The PUSH answer: the binding's `{"job": {...}}`, and the job's `id` at the top level
@@ -144,6 +183,18 @@ async fn enqueue_batch(
             )
         })
         .collect();
+    // The bound is judged for the whole batch (ojs-backpressure.md §9.3).
+    let mut per_queue: std::collections::BTreeMap<&ojs_core::QueueName, u64> =
+        std::collections::BTreeMap::new();
+    for job in &jobs {
+        *per_queue.entry(&job.spec.queue).or_default() += 1;
+    }
+    let adding: Vec<(&ojs_core::QueueName, u64)> = per_queue.into_iter().collect();
+    let pressed = app
+        .store
+        .admit_enqueue(&adding)
+        .await
+        .inspect_err(log_refusal)?;
     app.store.put_batch(&jobs).await.map_err(|e| match e {
         ojs_store::BatchError::Conflict { index, .. } => ApiError(
             OjsError::new(
@@ -158,8 +209,10 @@ async fn enqueue_batch(
     // A batch body of 5 MiB full of escaped characters answered whole would pass
     // Lambda's 6 MB, and the producer would see an error for jobs that were enqueued.
     let out = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes);
-    Ok(reply(
+    let mut res = reply(
         StatusCode::CREATED,
         json!({ "jobs": out, "count": jobs.len() }),
-    ))
+    );
+    pressure_headers(&mut res, &pressed);
+    Ok(res)
 }

@@ -68,6 +68,15 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
     });
     let mut body = counts.as_object().cloned().unwrap_or_default();
     let mut queue = body.clone();
+    // The depth a bound is judged on, and the bound (ojs-backpressure.md §3, §6): in
+    // `stats` with the queue's name, as the backpressure suite reads them.
+    let mut stats = body.clone();
+    stats.insert("queue".into(), json!(name));
+    stats.insert("depth".into(), json!(st.depth()));
+    if let Some(bound) = st.backpressure {
+        stats.insert("max_depth".into(), json!(bound.max_depth));
+        stats.insert("backpressure".into(), bound.to_json());
+    }
     for (k, v) in [
         ("name", json!(name)),
         ("status", json!(status)),
@@ -76,7 +85,7 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
         queue.insert(k.into(), v.clone());
         body.insert(k.into(), v);
     }
-    body.insert("stats".into(), counts);
+    body.insert("stats".into(), serde_json::Value::Object(stats));
     body.insert(
         "queue".into(),
         match dialect {

@@ -60,7 +60,7 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "application/openjobspec+proto; delimited=true",
             ],
             "backend": "dynamodb",
-            "extensions": ["events", "progress", "durable-execution"],
+            "extensions": ["events", "progress", "durable-execution", "backpressure"],
             "authentication": {
                 "required": auth_required,
                 "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },
@@ -82,6 +82,8 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "visibility_timeout": true,
                 "execution_timeout": true,
                 "pause_resume": true,
+                // Depth bounds with the reject strategy (ojs-backpressure.md).
+                "backpressure": true,
             },
             "limits": limits(app.store.payloads().is_some()),
         }),

@@ -28,8 +28,9 @@ use crate::keys;
 use crate::usage::Kind;
 use crate::Store;
 
-/// Per-queue job counts, and whether the queue is paused (read with them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Per-queue job counts, and whether the queue is paused and its depth bound (read with
+/// them).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueueStats {
     /// Not fetched while paused.
     pub paused: bool,
@@ -49,6 +50,17 @@ pub struct QueueStats {
     pub discarded: u64,
     /// Cancelled (since the counter was created).
     pub cancelled: u64,
+    /// The queue's depth bound, read with the counters (ojs-backpressure.md).
+    pub backpressure: Option<ojs_core::backpressure::Backpressure>,
+}
+
+impl QueueStats {
+    /// Jobs waiting to run: available, scheduled and retryable (ojs-backpressure.md §3).
+    pub fn depth(&self) -> u64 {
+        self.available
+            .saturating_add(self.scheduled)
+            .saturating_add(self.retryable)
+    }
 }
 
 /// The counter attribute of a state.
@@ -372,6 +384,9 @@ impl Store {
             if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
                 stats.paused = *paused;
             }
+            if let Some(bound) = stored_backpressure(&item) {
+                stats.backpressure = Some(bound);
+            }
             let get = |k: &str| {
                 item.get(k)
                     .and_then(|v| v.as_n().ok())
@@ -462,6 +477,14 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// The depth bound stored on a queue's registry item (`bp`), if any.
+pub(crate) fn stored_backpressure(item: &Item) -> Option<ojs_core::backpressure::Backpressure> {
+    item.get("bp")
+        .and_then(|v| v.as_s().ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
+        .and_then(|v| ojs_core::backpressure::Backpressure::from_stored(&v))
 }
 
 #[cfg(test)]

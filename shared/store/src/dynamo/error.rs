@@ -54,6 +54,17 @@ pub enum StoreError {
         /// When it was paused, when known.
         paused_at: Option<String>,
     },
+    /// The queue is at its depth bound (ojs-backpressure.md): the enqueue of `adding` jobs
+    /// on a queue `depth` deep would pass `bound`; nothing was written.
+    #[error("queue {queue} is full: depth {depth}, bound {bound}")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Jobs waiting in it (available, scheduled, retryable), as counted.
+        depth: u64,
+        /// Its `max_depth`.
+        bound: u64,
+    },
     /// The item would exceed DynamoDB's 400 KB item limit (or the job's share of it):
     /// the request itself is too large, retrying it cannot help.
     #[error("too large: {0}")]

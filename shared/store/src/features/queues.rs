@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use ojs_core::backpressure::{Backpressure, Verdict};
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
@@ -86,6 +87,22 @@ pub struct QueueSettings {
     pub rate_limit: Option<RateLimitPolicy>,
     /// When the queue was last paused or resumed.
     pub paused_at: Option<String>,
+    /// The queue's depth bound, if it has one.
+    pub backpressure: Option<Backpressure>,
+}
+
+/// A queue past its warning threshold after an accepted enqueue (ojs-backpressure.md
+/// §7.3): what the warning headers say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePressure {
+    /// The queue.
+    pub queue: String,
+    /// Its depth with the enqueued jobs.
+    pub depth: u64,
+    /// Its `max_depth`.
+    pub bound: u64,
+    /// `depth / bound`.
+    pub pressure: f64,
 }
 
 /// Queue settings as last read, per queue name, with when they were read.
@@ -224,7 +241,7 @@ impl Store {
             .collect();
         let how = crate::batch_read::BatchRead {
             consistent: false,
-            projection: Some(("#name, paused, paused_at, rl", &[("#name", "name")])),
+            projection: Some(("#name, paused, paused_at, rl, bp", &[("#name", "name")])),
         };
         Ok(self
             .batch_get(keys, &how)
@@ -249,10 +266,89 @@ impl Store {
                         paused,
                         rate_limit,
                         paused_at,
+                        backpressure: crate::counts::stored_backpressure(i),
                     },
                 ))
             })
             .collect())
+    }
+
+    /// Sets (or with `None` removes) a queue's depth bound (ojs-backpressure.md §6).
+    pub async fn set_queue_backpressure(
+        &self,
+        queue: &str,
+        bound: Option<&Backpressure>,
+    ) -> Result<(), StoreError> {
+        let now = time::now();
+        let req = self.queue_update(queue, &now);
+        let req = match bound {
+            Some(b) => req
+                .update_expression(
+                    "SET #name = :name, created_at = if_not_exists(created_at, :now), bp = :bp",
+                )
+                .expression_attribute_values(":bp", crate::item::json(&b.to_json())),
+            None => req.update_expression(
+                "SET #name = :name, created_at = if_not_exists(created_at, :now) REMOVE bp",
+            ),
+        };
+        let out = req.send().await;
+        self.tally(Kind::Write, out)?;
+        self.forget_queue_settings(queue);
+        Ok(())
+    }
+
+    /// Admits an enqueue of `adding` jobs per queue, or refuses it whole with
+    /// [`StoreError::QueueFull`] when a queue would pass its depth bound
+    /// (ojs-backpressure.md §5.1, §9.3); the queues then at or past their warning
+    /// threshold are returned, for the answer's headers (§7.3).
+    ///
+    /// Costs nothing more for an unbounded queue whose settings this instance remembers
+    /// ([`Store::queue_settings`]); a bounded one adds its counters' read (one strongly
+    /// consistent BatchGetItem, as for stats). The depth is the counters' (available,
+    /// scheduled and retryable): in process they are caught up first, so the bound is
+    /// exact for one producer; on AWS they trail the table by the stream function's delay,
+    /// and enqueues racing within it are all judged against the depth before them. The
+    /// bound is a brake on producers, not a guarantee: it can be passed by what is
+    /// enqueued at once, never by an enqueue made after the counters saw the queue full.
+    pub async fn admit_enqueue(
+        &self,
+        adding: &[(&ojs_core::QueueName, u64)],
+    ) -> Result<Vec<QueuePressure>, StoreError> {
+        let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
+        let settings = self.queue_settings(&names).await?;
+        let mut pressed = Vec::new();
+        for (queue, n) in adding {
+            if settings
+                .get(queue.as_str())
+                .and_then(|st| st.backpressure)
+                .is_none()
+            {
+                continue;
+            }
+            // The counters' read carries the queue item too: its bound as it is now.
+            let stats = self.queue_stats(queue).await?;
+            let Some(bound) = stats.backpressure else {
+                continue;
+            };
+            let depth = stats.depth();
+            match bound.judge(depth, *n) {
+                Verdict::Full => {
+                    return Err(StoreError::QueueFull {
+                        queue: queue.as_str().to_owned(),
+                        depth,
+                        bound: bound.max_depth,
+                    })
+                }
+                Verdict::Pressure(pressure) => pressed.push(QueuePressure {
+                    queue: queue.as_str().to_owned(),
+                    depth: depth.saturating_add(*n),
+                    bound: bound.max_depth,
+                    pressure,
+                }),
+                Verdict::Clear => {}
+            }
+        }
+        Ok(pressed)
     }
 
     /// Sets (or with `None` removes) a queue-level rate limit; every job of the queue must

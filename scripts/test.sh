@@ -219,7 +219,7 @@ else
     # spent most of its time there, sampled) that grows as a run's tables pile up, and
     # one run of all 140-odd tests slowed it until FETCHes of the 32-worker test ran
     # past 30 s. The third part is whatever the first two do not name.
-    part_a=(admin:: advanced:: api:: auth:: backlog:: backpressure:: bad_input:: cloudq:: compat:: counters::)
+    part_a=(admin:: advanced:: api:: auth:: backlog:: backpressure:: bad_input:: cloudq:: compat:: counters:: idempotency::)
     part_b=(dashboard:: faults:: fencing:: fuzz_http:: hostile:: iam:: lambda:: proto:: workflows::)
     skips=()
     for m in "${part_a[@]}" "${part_b[@]}"; do skips+=(--skip "$m"); done

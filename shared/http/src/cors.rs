@@ -6,9 +6,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Method};
 use crate::auth::AuthMode;
 
 const ALLOW_METHODS: &str = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
-const ALLOW_HEADERS: &str = "authorization, content-type, accept, x-request-id, ojs-version";
+const ALLOW_HEADERS: &str =
+    "authorization, content-type, accept, x-request-id, ojs-version, idempotency-key";
 const EXPOSE_HEADERS: &str = "x-request-id, ojs-version, location, retry-after, \
-x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset";
+x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, idempotent-replayed, \
+x-ojs-queue-depth, x-ojs-queue-bound, x-ojs-queue-pressure";
 const MAX_AGE_SECONDS: &str = "600";
 
 /// Which browser origins may call the API.

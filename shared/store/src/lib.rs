@@ -23,8 +23,8 @@ use engine::{
     unique, unread,
 };
 use features::{
-    admin, api_keys, cron, dead_letter, push, queues, rate_limits, schemas, webhooks, workers,
-    workflow,
+    admin, api_keys, cron, dead_letter, idempotency, push, queues, rate_limits, schemas, webhooks,
+    workers, workflow,
 };
 
 use std::collections::HashSet;
@@ -44,6 +44,7 @@ pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
 pub use error::StoreError;
 pub use events::{EventPage, EventQuery};
+pub use idempotency::KeyClaim;
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::MAX_QUEUE_SHARDS;

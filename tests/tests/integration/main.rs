@@ -26,6 +26,7 @@ mod fetch_answer;
 mod fuzz_http;
 mod hostile;
 mod iam;
+mod idempotency;
 mod instances;
 mod lambda;
 mod limits;

@@ -1,7 +1,7 @@
 //! PUSH, INFO and CANCEL.
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
@@ -12,7 +12,9 @@ use super::reply;
 use crate::error::ApiError;
 use crate::extract::{BatchBody, JsonBody, TraceHeaders};
 use crate::AppState;
-use ojs_store::PushOutcome;
+use ojs_store::{KeyClaim, PushOutcome, StoreError};
+
+use super::idempotency::{jobs_gone, replayed, Idempotent};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -23,34 +25,134 @@ pub(crate) fn router() -> Router<AppState> {
 
 async fn enqueue_job(
     State(app): State<AppState>,
+    headers: HeaderMap,
     trace: TraceHeaders,
-    JsonBody(body): JsonBody,
+    JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
+    let idempotent = Idempotent::take(&headers, &mut body)?;
     let mut new = NewJob::from_json(body)?;
     trace.adopt_into(&mut new.spec.meta);
     super::schemas::check_args(&app, &new).await?;
-    let mut job = Job::enqueue(new, time::now());
+    let now = time::now();
+    let mut job = Job::enqueue(new, now);
+    let Some(idempotent) = idempotent else {
+        return push_one(&app, job, Try::Plain).await.map(|p| p.response);
+    };
+    let attempt = match idempotent.claim(&app, &[job.id], now).await? {
+        KeyClaim::Answered { status, ids } => return replay_one(&app, status, &ids).await,
+        KeyClaim::Unfinished { ids } => {
+            // The same request, tried before: the job it claimed, made or found.
+            if let Some(id) = ids.first() {
+                job.id = *id;
+            }
+            Try::Again
+        }
+        KeyClaim::Fresh | KeyClaim::Reused => Try::First,
+    };
+    let claimed = job.id;
+    let outcome = push_one(&app, job, attempt).await;
+    let summary = match &outcome {
+        Ok(p) => Ok((
+            p.status,
+            (p.id != claimed).then_some(std::slice::from_ref(&p.id)),
+        )),
+        Err(e) => Err(e.0.code.http_status()),
+    };
+    idempotent.settle(&app, summary).await;
+    outcome.map(|p| p.response)
+}
+
+/// Which try of a request a PUSH or batch PUSH is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Try {
+    /// Without an idempotency key.
+    Plain,
+    /// The first under its key: its jobs have ids no other request has, so a job found
+    /// with one of them was written by a later try of this very request, racing it.
+    First,
+    /// A later try under the key (same body), its jobs with the ids the first claimed:
+    /// they may exist already.
+    Again,
+}
+
+/// A PUSH's answer, with what its idempotency key records of it.
+struct Pushed {
+    status: u16,
+    id: JobId,
+    response: Response,
+}
+
+/// Stores `job` and answers for it. A try under an idempotency key finds its job when
+/// another try of the same request made it (see [`Try`]): that job is the answer.
+async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, ApiError> {
+    let keyed = attempt != Try::Plain;
+    if attempt == Try::Again {
+        if let Some(found) = app.store.get_full_job(&job.id).await? {
+            return Ok(created(found, &[]));
+        }
+    }
     let pressed = app
         .store
         .admit_enqueue(&[(&job.spec.queue, 1)])
         .await
         .inspect_err(log_refusal)?;
-    match app.store.put_job(&job).await? {
+    let outcome = match app.store.put_job(&job).await {
+        Ok(outcome) => outcome,
+        // Another try wrote it meanwhile (its id, or its unique key for its id).
+        Err(StoreError::Duplicate) if keyed => return found_again(app, &job.id).await,
+        Err(StoreError::UniqueConflict { existing }) if keyed && existing == job.id.to_string() => {
+            return found_again(app, &job.id).await
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match outcome {
         // on_conflict "ignore": the live duplicate answers for the new job.
         PushOutcome::Existing(existing) => {
-            return Ok(reply(StatusCode::OK, pushed(&existing)));
+            return Ok(Pushed {
+                status: 200,
+                id: existing.id,
+                response: reply(StatusCode::OK, pushed(&existing)),
+            });
         }
         // replace_except_schedule kept the replaced job's schedule.
         PushOutcome::CreatedAs(stored) => job = *stored,
         PushOutcome::Created => {}
     }
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "job pushed");
+    Ok(created(job, &pressed))
+}
+
+async fn found_again(app: &AppState, id: &JobId) -> Result<Pushed, ApiError> {
+    match app.store.get_full_job(id).await? {
+        Some(found) => Ok(created(found, &[])),
+        None => Err(StoreError::Duplicate.into()),
+    }
+}
+
+/// The 201 of a PUSH: the job, its `Location`, and the pressure headers.
+fn created(job: Job, pressed: &[ojs_store::QueuePressure]) -> Pushed {
     let mut res = reply(StatusCode::CREATED, pushed(&job));
     if let Ok(loc) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
-    pressure_headers(&mut res, &pressed);
-    Ok(res)
+    pressure_headers(&mut res, pressed);
+    Pushed {
+        status: 201,
+        id: job.id,
+        response: res,
+    }
+}
+
+/// The first answer of an idempotent PUSH again: its status, and its job as it is now.
+async fn replay_one(app: &AppState, status: u16, ids: &[JobId]) -> Result<Response, ApiError> {
+    let id = ids.first().ok_or_else(jobs_gone)?;
+    let job = app.store.get_full_job(id).await?.ok_or_else(jobs_gone)?;
+    let response = if status == 200 {
+        reply(StatusCode::OK, pushed(&job))
+    } else {
+        created(job, &[]).response
+    };
+    Ok(replayed(response))
 }
 
 /// A refusal by a full queue is logged (ojs-backpressure.md §10: the event a rejection
@@ -122,9 +224,11 @@ const MAX_BATCH: usize = 1000;
 /// whole batch, with an error per index), then all are stored or none.
 async fn enqueue_batch(
     State(app): State<AppState>,
+    headers: HeaderMap,
     trace: TraceHeaders,
-    BatchBody(body): BatchBody,
+    BatchBody(mut body): BatchBody,
 ) -> Result<Response, ApiError> {
+    let idempotent = Idempotent::take(&headers, &mut body)?;
     let jobs = match body {
         serde_json::Value::Object(mut o) => match o.remove("jobs") {
             Some(serde_json::Value::Array(jobs)) if !jobs.is_empty() => jobs,
@@ -173,7 +277,7 @@ async fn enqueue_batch(
     }
     let now = time::now();
     // Microsecond offsets keep the batch's order FIFO among equal priorities.
-    let jobs: Vec<Job> = parsed
+    let mut jobs: Vec<Job> = parsed
         .into_iter()
         .enumerate()
         .map(|(i, new)| {
@@ -183,10 +287,45 @@ async fn enqueue_batch(
             )
         })
         .collect();
+    let Some(idempotent) = idempotent else {
+        return push_batch(&app, &jobs, Try::Plain).await;
+    };
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let attempt = match idempotent.claim(&app, &ids, now).await? {
+        KeyClaim::Answered { ids, .. } => return replay_batch(&app, &ids).await,
+        KeyClaim::Unfinished { ids } => {
+            // The same request (same body, so as many jobs), tried before.
+            for (job, id) in jobs.iter_mut().zip(ids) {
+                job.id = id;
+            }
+            Try::Again
+        }
+        KeyClaim::Fresh | KeyClaim::Reused => Try::First,
+    };
+    let outcome = push_batch(&app, &jobs, attempt).await;
+    let summary = match &outcome {
+        // A batch answers with the jobs it claimed.
+        Ok(_) => Ok((201, None)),
+        Err(e) => Err(e.0.code.http_status()),
+    };
+    idempotent.settle(&app, summary).await;
+    outcome
+}
+
+/// Stores the batch's `jobs`, all or none, and answers for them. A try under an
+/// idempotency key finds its jobs when another try of the same request made them (see
+/// [`Try`]): they are the answer.
+async fn push_batch(app: &AppState, jobs: &[Job], attempt: Try) -> Result<Response, ApiError> {
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    if attempt == Try::Again {
+        if let Some(found) = all_of(app, &ids).await? {
+            return Ok(batch_answer(app, &found, &[]));
+        }
+    }
     // The bound is judged for the whole batch (ojs-backpressure.md §9.3).
     let mut per_queue: std::collections::BTreeMap<&ojs_core::QueueName, u64> =
         std::collections::BTreeMap::new();
-    for job in &jobs {
+    for job in jobs {
         *per_queue.entry(&job.spec.queue).or_default() += 1;
     }
     let adding: Vec<(&ojs_core::QueueName, u64)> = per_queue.into_iter().collect();
@@ -195,7 +334,14 @@ async fn enqueue_batch(
         .admit_enqueue(&adding)
         .await
         .inspect_err(log_refusal)?;
-    app.store.put_batch(&jobs).await.map_err(|e| match e {
+    let put = app.store.put_batch(jobs).await;
+    if attempt != Try::Plain && matches!(put, Err(ojs_store::BatchError::Conflict { .. })) {
+        // Another try wrote them meanwhile.
+        if let Some(found) = all_of(app, &ids).await? {
+            return Ok(batch_answer(app, &found, &[]));
+        }
+    }
+    put.map_err(|e| match e {
         ojs_store::BatchError::Conflict { index, .. } => ApiError(
             OjsError::new(
                 ojs_core::ErrorCode::Duplicate,
@@ -206,13 +352,34 @@ async fn enqueue_batch(
         ojs_store::BatchError::Store(e) => e.into(),
     })?;
     tracing::info!(count = jobs.len(), "batch pushed");
+    Ok(batch_answer(app, jobs, &pressed))
+}
+
+/// The jobs of `ids`, in order and whole (args and meta kept in the payload bucket
+/// brought back), when every one of them exists.
+async fn all_of(app: &AppState, ids: &[JobId]) -> Result<Option<Vec<Job>>, ApiError> {
+    let found = app.store.get_jobs(ids).await?;
+    if found.len() != ids.len() {
+        return Ok(None);
+    }
+    Ok(Some(app.store.shown_jobs(found).await))
+}
+
+/// The 201 of a batch PUSH.
+fn batch_answer(app: &AppState, jobs: &[Job], pressed: &[ojs_store::QueuePressure]) -> Response {
     // A batch body of 5 MiB full of escaped characters answered whole would pass
     // Lambda's 6 MB, and the producer would see an error for jobs that were enqueued.
-    let out = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes);
+    let out = crate::views::bounded_views(jobs, app.store.answer_bound().bytes);
     let mut res = reply(
         StatusCode::CREATED,
         json!({ "jobs": out, "count": jobs.len() }),
     );
-    pressure_headers(&mut res, &pressed);
-    Ok(res)
+    pressure_headers(&mut res, pressed);
+    res
+}
+
+/// The first answer of an idempotent batch PUSH again: its jobs as they are now.
+async fn replay_batch(app: &AppState, ids: &[JobId]) -> Result<Response, ApiError> {
+    let jobs = all_of(app, ids).await?.ok_or_else(jobs_gone)?;
+    Ok(replayed(batch_answer(app, &jobs, &[])))
 }

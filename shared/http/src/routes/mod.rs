@@ -7,6 +7,7 @@ mod checkpoints;
 pub(crate) mod cloudq;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
+pub(crate) mod idempotency;
 pub(crate) mod jobs;
 pub(crate) mod push;
 pub(crate) mod queues;

@@ -46,9 +46,14 @@ impl IdempotencyKey {
 /// order, hex. Two bodies with the same fields and values have the same fingerprint,
 /// whatever order their keys were sent in.
 pub fn fingerprint(body: &Value) -> String {
-    let mut canonical = String::new();
-    write_canonical(body, &mut canonical);
-    hex(&Sha256::digest(canonical.as_bytes()))
+    hex(&Sha256::digest(canonical(body).as_bytes()))
+}
+
+/// `v` as compact JSON with every object's keys in order.
+fn canonical(v: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
 }
 
 fn write_canonical(v: &Value, out: &mut String) {
@@ -146,11 +151,20 @@ mod tests {
         ] {
             assert_ne!(fingerprint(&a), fingerprint(&other), "{other}");
         }
+        assert_eq!(
+            canonical(&json!({"b": {"d": null, "c": "x\"y"}, "a": [1, 2.5, [], {}]})),
+            r#"{"a":[1,2.5,[],{}],"b":{"c":"x\"y","d":null}}"#
+        );
         // Known value: the empty object's SHA-256.
         assert_eq!(
             fingerprint(&json!({})),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
+    }
+
+    #[test]
+    fn a_key_is_kept_the_24_hours_the_spec_asks() {
+        assert_eq!(WINDOW_SECS, 86_400);
     }
 
     #[test]

@@ -17,9 +17,14 @@ pub const MAX_KEY_CHARS: usize = 256;
 /// How long a key and its answer are kept (§10.2: at least 24 hours).
 pub const WINDOW_SECS: i64 = 24 * 60 * 60;
 
-/// A valid idempotency key: 1 to 256 characters, none of them a control character.
+/// A valid idempotency key: 1 to 256 characters, none of them a control character,
+/// and whose it is: keys are per API key (as an account's are in Stripe's API), so two
+/// producers sharing a stack never answer each other's requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey {
+    key: String,
+    owner: Option<String>,
+}
 
 impl IdempotencyKey {
     /// The key in `raw`, or `invalid_request` naming `path` (the header or the body
@@ -33,12 +38,27 @@ impl IdempotencyKey {
             ))
             .with_path(path));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self {
+            key: raw.to_owned(),
+            owner: None,
+        })
+    }
+
+    /// The same key, as `owner`'s (the id of the API key the request came with).
+    pub fn owned_by(mut self, owner: Option<&str>) -> Self {
+        self.owner = owner.map(str::to_owned);
+        self
     }
 
     /// The key as sent.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.key
+    }
+
+    /// Where the key is kept: its owner's (none without API keys) and the key, apart
+    /// (an API key id never holds a `/`).
+    pub fn partition(&self) -> String {
+        format!("IDEM#{}/{}", self.owner.as_deref().unwrap_or(""), self.key)
     }
 }
 
@@ -128,7 +148,7 @@ mod tests {
             );
         }
         assert_eq!(
-            IdempotencyKey::parse("k-1", "h").map(|k| k.0),
+            IdempotencyKey::parse("k-1", "h").map(|k| k.key),
             Ok("k-1".into())
         );
         assert_eq!(
@@ -160,6 +180,17 @@ mod tests {
             fingerprint(&json!({})),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
+    }
+
+    #[test]
+    fn keys_are_kept_apart_per_owner() {
+        let k = IdempotencyKey::parse("a/b#c", "h").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(k.partition(), "IDEM#/a/b#c");
+        let mine = k.clone().owned_by(Some("0123456789ab"));
+        assert_eq!(mine.partition(), "IDEM#0123456789ab/a/b#c");
+        assert_eq!(mine.as_str(), "a/b#c");
+        assert_ne!(mine, k);
+        assert_eq!(mine.owned_by(None), k);
     }
 
     #[test]

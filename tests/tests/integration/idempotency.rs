@@ -392,3 +392,54 @@ async fn a_replay_of_an_ignored_unique_push_answers_with_the_job_already_there(
     app.teardown().await;
     Ok(())
 }
+
+/// Keys are per API key: two producers sharing a stack may pick the same key and never
+/// answer (or refuse) each other's requests.
+#[tokio::test]
+async fn keys_are_per_api_key() -> anyhow::Result<()> {
+    use ojs_http::scopes::{Scope, Scopes};
+    let app = TestApp::spawn_with_config(ojs_http::HttpConfig {
+        auth: ojs_http::AuthMode::ApiKey,
+        ..ojs_http::HttpConfig::default()
+    })
+    .await?;
+    let mut keys = Vec::new();
+    for name in ["producer-a", "producer-b"] {
+        let scopes = Scopes::of(&[Scope::DataEnqueue, Scope::DataRead]);
+        keys.push(
+            ojs_http::auth::issue_scoped_key(&app.store, name, Some(scopes))
+                .await?
+                .key,
+        );
+    }
+    let send_as = |api_key: String, body: Value| {
+        let req = app
+            .client
+            .post(format!("{}/ojs/v1/jobs", app.base_url))
+            .header("content-type", "application/openjobspec+json")
+            .header("authorization", format!("Bearer {api_key}"))
+            .header("idempotency-key", "shared-key")
+            .body(body.to_string());
+        async move {
+            let res = req.send().await?;
+            let status = res.status().as_u16();
+            let replayed = res.headers().contains_key("idempotent-replayed");
+            let body: Value = serde_json::from_slice(&res.bytes().await?).unwrap_or(Value::Null);
+            anyhow::Ok((status, replayed, body["job"]["id"].clone()))
+        }
+    };
+    let (a, b) = (keys[0].clone(), keys[1].clone());
+    let first_a = send_as(a.clone(), job("iowner", 1)).await?;
+    let first_b = send_as(b.clone(), job("iowner", 1)).await?;
+    assert_eq!((first_a.0, first_a.1), (201, false));
+    assert_eq!((first_b.0, first_b.1), (201, false), "not a's answer");
+    assert_ne!(first_a.2, first_b.2);
+    assert_eq!(
+        send_as(b, job("iowner", 2)).await?.0,
+        422,
+        "b's own key, reused"
+    );
+    assert_eq!(send_as(a, job("iowner", 1)).await?, (201, true, first_a.2));
+    app.teardown().await;
+    Ok(())
+}

@@ -29,7 +29,12 @@ impl Idempotent {
     /// The key of the request with `headers` and `body`, the body's `idempotency_key`
     /// taken out of it (it is no job field); `None` without one. The fingerprint is the
     /// body's without the key, so a key sent in the header or the body is one request.
-    pub(crate) fn take(headers: &HeaderMap, body: &mut Value) -> Result<Option<Self>, OjsError> {
+    /// `caller`: the API key the request came with, whose keys these are.
+    pub(crate) fn take(
+        headers: &HeaderMap,
+        body: &mut Value,
+        caller: Option<&str>,
+    ) -> Result<Option<Self>, OjsError> {
         let in_body = match body
             .as_object_mut()
             .and_then(|o| o.remove("idempotency_key"))
@@ -56,7 +61,7 @@ impl Idempotent {
                 .transpose()?,
         };
         Ok(key.map(|key| Self {
-            key,
+            key: key.owned_by(caller),
             fingerprint: fingerprint(body),
         }))
     }
@@ -139,7 +144,7 @@ mod tests {
             map.insert(*k, HeaderValue::from_static(v));
         }
         let mut body = body;
-        let out = Idempotent::take(&map, &mut body);
+        let out = Idempotent::take(&map, &mut body, None);
         (out, body)
     }
 

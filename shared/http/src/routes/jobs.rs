@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BatchBody, JsonBody, TraceHeaders};
+use crate::extract::{BatchBody, Caller, JsonBody, TraceHeaders};
 use crate::AppState;
 use ojs_store::{KeyClaim, PushOutcome, StoreError};
 
@@ -26,10 +26,11 @@ pub(crate) fn router() -> Router<AppState> {
 async fn enqueue_job(
     State(app): State<AppState>,
     headers: HeaderMap,
+    Caller(caller): Caller,
     trace: TraceHeaders,
     JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let idempotent = Idempotent::take(&headers, &mut body)?;
+    let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
     let mut new = NewJob::from_json(body)?;
     trace.adopt_into(&mut new.spec.meta);
     super::schemas::check_args(&app, &new).await?;
@@ -225,10 +226,11 @@ const MAX_BATCH: usize = 1000;
 async fn enqueue_batch(
     State(app): State<AppState>,
     headers: HeaderMap,
+    Caller(caller): Caller,
     trace: TraceHeaders,
     BatchBody(mut body): BatchBody,
 ) -> Result<Response, ApiError> {
-    let idempotent = Idempotent::take(&headers, &mut body)?;
+    let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
     let jobs = match body {
         serde_json::Value::Object(mut o) => match o.remove("jobs") {
             Some(serde_json::Value::Array(jobs)) if !jobs.is_empty() => jobs,

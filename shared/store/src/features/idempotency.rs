@@ -1,5 +1,5 @@
-//! Idempotency keys of PUSH and batch PUSH: one item per key (`IDEM#<key>`, its own
-//! partition), kept for [`ojs_core::idempotency::WINDOW_SECS`] by the table's TTL.
+//! Idempotency keys of PUSH and batch PUSH: one item per key and API key
+//! (`IDEM#<API key id>/<key>`, its own partition), kept for [`ojs_core::idempotency::WINDOW_SECS`] by the table's TTL.
 //!
 //! The item is claimed before the jobs are written and names their ids, so every try of
 //! one request makes the same jobs: a job's write is conditional on its id being new, so
@@ -44,7 +44,7 @@ pub enum KeyClaim {
 
 fn key_item(key: &IdempotencyKey) -> Item {
     Item::from([
-        ("pk".to_owned(), s(format!("IDEM#{}", key.as_str()))),
+        ("pk".to_owned(), s(key.partition())),
         ("sk".to_owned(), s("IDEM")),
     ])
 }
@@ -203,7 +203,7 @@ mod tests {
     fn a_key_lives_in_its_own_partition() {
         let k = IdempotencyKey::parse("batch-42", "h").unwrap_or_else(|e| panic!("{e}"));
         let item = key_item(&k);
-        assert_eq!(item["pk"], s("IDEM#batch-42"));
+        assert_eq!(item["pk"], s("IDEM#/batch-42"));
         assert_eq!(item["sk"], s("IDEM"));
     }
 

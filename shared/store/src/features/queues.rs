@@ -28,15 +28,14 @@ pub struct QueueInfo {
 
 impl Store {
     /// Records that `queue` exists (idempotent; skipped when this instance already did).
-    /// True when this call created its registry item: a queue with no settings yet.
-    pub(crate) async fn register_queue(&self, queue: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn register_queue(&self, queue: &str) -> Result<(), StoreError> {
         let known = self
             .known_queues
             .lock()
             .map(|set| set.contains(queue))
             .unwrap_or(false);
         if known {
-            return Ok(false);
+            return Ok(());
         }
         let out = self
             .put_item()
@@ -48,11 +47,11 @@ impl Store {
             .send()
             .await;
         // Registered already (by another instance): as good.
-        let created = self.tally_conditional(Kind::Write, out)?.is_some();
+        self.tally_conditional(Kind::Write, out)?;
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
-        Ok(created)
+        Ok(())
     }
 
     /// Every known queue, sorted by name.
@@ -219,19 +218,6 @@ impl Store {
             .expression_attribute_values(":now", ts(now))
     }
 
-    /// Remembers `settings` as `queue`'s, as if just read.
-    fn remember_queue_settings(&self, queue: &str, settings: QueueSettings) {
-        if self.config.queue_settings_ttl.is_zero() {
-            return;
-        }
-        if let Ok(mut cache) = self.settings_cache.lock() {
-            if cache.len() >= SETTINGS_CACHE_CAP {
-                cache.clear();
-            }
-            cache.insert(queue.to_owned(), (Instant::now(), settings));
-        }
-    }
-
     /// Forgets what this instance read of a queue's settings, after changing them.
     fn forget_queue_settings(&self, queue: &str) {
         if let Ok(mut cache) = self.settings_cache.lock() {
@@ -329,14 +315,6 @@ impl Store {
         adding: &[(&ojs_core::QueueName, u64)],
     ) -> Result<Vec<QueuePressure>, StoreError> {
         let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
-        // The first PUSH to a queue registers it (as it would right after): a queue this
-        // call created has no settings, so none are read for it (a new queue's first PUSH
-        // costs what it did before bounds existed).
-        for q in &names {
-            if self.register_queue(q.as_str()).await? {
-                self.remember_queue_settings(q.as_str(), QueueSettings::default());
-            }
-        }
         let settings = self.queue_settings(&names).await?;
         let mut pressed = Vec::new();
         for (queue, n) in adding {

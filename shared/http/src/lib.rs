@@ -10,9 +10,11 @@ mod decompress;
 mod dialect;
 mod error;
 mod extract;
+mod gateway;
 pub mod key_admin;
 mod layer;
 mod negotiate;
+mod recent;
 pub mod registrations;
 mod routes;
 pub mod scopes;
@@ -24,7 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use ojs_core::QueueName;
 use ojs_store::Store;
+
+pub use gateway::run_lambda;
 
 pub use auth::{AuthMode, Authenticator};
 pub use conformance::{ConformanceException, CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
@@ -156,6 +161,8 @@ pub struct AppState {
     pub cors: Arc<CorsPolicy>,
     /// The webhook dispatcher of `POST .../test`, built on first use.
     webhooks: Arc<std::sync::OnceLock<ojs_push::WebhookDispatcher>>,
+    /// When this instance last answered a PUSH to each queue (its FETCH waits for them).
+    recent_pushes: Arc<recent::RecentPushes>,
 }
 
 impl AppState {
@@ -170,6 +177,24 @@ impl AppState {
             auth,
             cors,
             webhooks: Arc::default(),
+            recent_pushes: Arc::default(),
+        }
+    }
+
+    /// Notes that this instance answered a PUSH to `queue` (see [`recent`]).
+    pub(crate) fn note_push(&self, queue: &QueueName) {
+        self.recent_pushes
+            .note(queue.as_str(), Instant::now(), self.config.fetch_recheck);
+    }
+
+    /// Waits until this instance's latest PUSHes to `queues` are `OJS_FETCH_RECHECK_MS`
+    /// old, time for their jobs to reach the ready index (see [`recent`]).
+    pub(crate) async fn settle_pushes(&self, queues: &[QueueName]) {
+        let wait = self
+            .recent_pushes
+            .wait(queues, Instant::now(), self.config.fetch_recheck);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
     }
 

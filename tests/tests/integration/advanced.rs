@@ -1223,6 +1223,36 @@ async fn a_lone_worker_gets_priority_order_through_a_lagging_index() -> anyhow::
     Ok(())
 }
 
+/// A FETCH of several queues tries them in the order given (ojs-core §7.2, L0-OPS-007)
+/// even right after PUSHes through the same instance, while the ready index still hides
+/// the first queue's job: the FETCH waits until the PUSH is a recheck time old instead of
+/// claiming from the next queue (it did, once, in a loaded run of the official suite).
+/// The lag here is a second, far longer than any gap between the requests below.
+#[tokio::test]
+async fn a_fetch_of_several_queues_waits_for_its_own_instance_s_pushes_to_be_indexed(
+) -> anyhow::Result<()> {
+    let mut config = ojs_tests::strict_proxy::StrictConfig::rules_only();
+    config.index_lag = std::time::Duration::from_millis(1_000);
+    let app = TestApp::spawn_behind(config).await?;
+    let low = app
+        .push(json!({"type": "multi.job", "args": ["low"], "options": {"queue": "mq-low"}}))
+        .await?;
+    tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+    let pushed = std::time::Instant::now();
+    let high = app
+        .push(json!({"type": "multi.job", "args": ["high"], "options": {"queue": "mq-high"}}))
+        .await?;
+    assert_eq!((low.status, high.status), (201, 201));
+    let r = app.fetch(json!({"queues": ["mq-high", "mq-low"]})).await?;
+    assert_eq!(r.body["jobs"][0]["args"][0], "high", "{}", r.body);
+    // It waited for the PUSH to be the recheck time (twice the lag) old.
+    assert!(pushed.elapsed() >= std::time::Duration::from_millis(2_000));
+    let r = app.fetch(json!({"queues": ["mq-high", "mq-low"]})).await?;
+    assert_eq!(r.body["jobs"][0]["args"][0], "low", "{}", r.body);
+    app.teardown().await;
+    Ok(())
+}
+
 /// A FETCH of many jobs keeps their order when its later rounds re-read entries of jobs
 /// it claimed itself, still listed behind the index's lag: those are skipped, not taken
 /// for another worker's competition (which sends the FETCH to a random later candidate).

@@ -120,6 +120,7 @@ async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, 
         PushOutcome::Created => {}
     }
     tracing::info!(job_id = %job.id, queue = %job.spec.queue, "job pushed");
+    app.note_push(&job.spec.queue);
     Ok(created(job, &pressed))
 }
 
@@ -354,6 +355,9 @@ async fn push_batch(app: &AppState, jobs: &[Job], attempt: Try) -> Result<Respon
         ojs_store::BatchError::Store(e) => e.into(),
     })?;
     tracing::info!(count = jobs.len(), "batch pushed");
+    for (queue, _) in &adding {
+        app.note_push(queue);
+    }
     Ok(batch_answer(app, jobs, &pressed))
 }
 

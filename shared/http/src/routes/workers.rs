@@ -168,6 +168,7 @@ async fn fetch_jobs(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let req = parse_fetch(body)?;
+    app.settle_pushes(&req.queues).await;
     let mut outcome = app.store.fetch(&req, time::now()).await?;
     if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
         tokio::time::sleep(app.config.fetch_recheck).await;

@@ -750,6 +750,51 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
     Ok(())
 }
 
+/// On a deployed stack the gateway's authorizer checks the key and the jobs function runs
+/// with `OJS_AUTH=off`: the key it let the request in with (its context's `key_id`) still
+/// owns the request's idempotency key, as where the server checks keys itself. Two
+/// producers using one idempotency key each get their own job; each one's retry is its
+/// own first answer. (Before, the function saw no key: the second producer got 422.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_belong_to_the_key_the_gateway_s_authorizer_let_in() -> anyhow::Result<()>
+{
+    let store = fresh_store().await?;
+    // As the template runs it: OJS_AUTH=off (start's default), behind the authorizer.
+    let mut jobs = start("jobs", store.table(), &[]).await?;
+    let push_as = |key_id: &str, to: &str| {
+        let body = json!({"type": "email.send", "queue": "lambda-idem", "args": [to]});
+        let mut event = events::http_api_with_headers(
+            "POST",
+            "/ojs/v1/jobs",
+            Some(&body),
+            &[("idempotency-key", "order-1")],
+        );
+        event["requestContext"]["authorizer"] =
+            json!({"lambda": {"key_id": key_id, "scopes": "ojs:data:enqueue ojs:data:read"}});
+        event
+    };
+    let mut ids = Vec::new();
+    for (key_id, to) in [
+        ("producer0001", "a@example.com"),
+        ("producer0002", "b@example.com"),
+    ] {
+        let (status, headers, body) = http_reply(invoke(&mut jobs, push_as(key_id, to)).await?)?;
+        assert_eq!(status, 201, "{key_id}: {body}");
+        assert!(headers.get("idempotent-replayed").is_none(), "{headers}");
+        ids.push(body["job"]["id"].as_str().context("job id")?.to_owned());
+    }
+    assert_ne!(ids[0], ids[1]);
+    // The first producer's retry is its own first answer.
+    let (status, headers, body) =
+        http_reply(invoke(&mut jobs, push_as("producer0001", "a@example.com")).await?)?;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(headers["idempotent-replayed"], "true", "{headers}");
+    assert_eq!(body["job"]["id"], ids[0].as_str());
+    jobs.stop().await;
+    let _ = store.delete_table().await;
+    Ok(())
+}
+
 /// The first key of a deployed stack: the keys function creates it when invoked directly
 /// (no local Rust build), and the authorizer function lets it through and refuses others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,11 @@
 //! function may touch a partition its policy denies it (`dynamodb:LeadingKeys` Deny
 //! statements), nor one outside the partitions an Allow is limited to, matched as IAM
 //! matches `dynamodb:LeadingKeys`: against the whole partition key (`PUSH` does not name
-//! `PUSH#COUNT`; `EVT#*` names `EVT#<queue>`). SQS and Lambda calls are not recorded
-//! (`scripts/check-template.py` and the review hold `sqs:SendMessage` to TimerQueue).
+//! `PUSH#COUNT`; `EVT#*` names `EVT#<queue>`). The S3, SQS and Lambda calls of the
+//! same workloads are recorded too ([`ServiceRecorder`]: the payload bucket of large
+//! jobs, the timer queue, push deliveries to a Lambda function), each as the IAM action
+//! that authorises it, and an S3 object outside `jobs/` (the prefix every grant names)
+//! as an action no policy grants.
 //!
 //! The stream function's role also grants the reads of the table's stream
 //! ([`STREAM_READS`]): the Lambda service makes them, polling for the function before it
@@ -102,6 +105,99 @@ impl Intercept for Recorder {
     }
 }
 
+/// Records the S3, SQS and Lambda requests of a client, as the IAM actions that authorise
+/// them, into a [`Recorder`]'s set: from the request itself (S3's method and query, SQS's
+/// `X-Amz-Target`, Lambda's Invoke path), as IAM sees it.
+#[derive(Debug, Clone)]
+struct ServiceRecorder(Arc<Mutex<BTreeSet<String>>>);
+
+impl ServiceRecorder {
+    fn sharing(recorder: &Recorder) -> Self {
+        Self(recorder.0.clone())
+    }
+}
+
+impl Intercept for ServiceRecorder {
+    fn name(&self) -> &'static str {
+        "iam-service-recorder"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let req = context.request();
+        let action = service_action(req.method(), req.uri(), req.headers().get("x-amz-target"));
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(action);
+        }
+        Ok(())
+    }
+}
+
+/// The IAM action of an S3, SQS or Lambda request (`?:<method> <uri>` for one this test
+/// does not know, which no policy grants).
+fn service_action(method: &str, uri: &str, target: Option<&str>) -> String {
+    if let Some(op) = target.and_then(|t| t.strip_prefix("AmazonSQS.")) {
+        // SQS authorises a batch call by its single call's action (SendMessageBatch needs
+        // sqs:SendMessage; there is no sqs:SendMessageBatch).
+        return format!("sqs:{}", op.strip_suffix("Batch").unwrap_or(op));
+    }
+    let after_host = uri
+        .split_once("://")
+        .map_or(uri, |(_, rest)| rest.find('/').map_or("", |i| &rest[i..]));
+    let (path, query) = after_host.split_once('?').unwrap_or((after_host, ""));
+    if path.starts_with("/2015-03-31/functions/") && path.ends_with("/invocations") {
+        return "lambda:InvokeFunction".to_owned();
+    }
+    // S3, path style (`/<bucket>/<key>`), as the local endpoint is reached.
+    let key = path.trim_start_matches('/').split_once('/').map(|(_, k)| k);
+    let Some(key) = key.filter(|k| !k.is_empty()) else {
+        return format!("?:{method} {uri}");
+    };
+    let tagging = query
+        .split('&')
+        .any(|q| q == "tagging" || q.starts_with("tagging="));
+    let action = match (method, tagging) {
+        ("PUT", true) => "s3:PutObjectTagging",
+        ("PUT", false) => "s3:PutObject",
+        ("GET" | "HEAD", false) => "s3:GetObject",
+        ("DELETE", false) => "s3:DeleteObject",
+        _ => return format!("?:{method} {uri}"),
+    };
+    if key.starts_with("jobs/") {
+        action.to_owned()
+    } else {
+        format!("{action}@outside-jobs/:{key}")
+    }
+}
+
+#[test]
+fn service_requests_are_named_as_iam_names_them() {
+    let cases = [
+        ("POST", "http://localhost:5000/", Some("AmazonSQS.SendMessage"), "sqs:SendMessage"),
+        ("POST", "http://localhost:5000/", Some("AmazonSQS.SendMessageBatch"), "sqs:SendMessage"),
+        (
+            "POST",
+            "http://localhost:9/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A1%3Afunction%3Aw/invocations",
+            None,
+            "lambda:InvokeFunction",
+        ),
+        ("PUT", "http://localhost:5000/b/jobs/t/1?x-id=PutObject", None, "s3:PutObject"),
+        ("PUT", "http://localhost:5000/b/jobs/t/1?tagging", None, "s3:PutObjectTagging"),
+        ("GET", "http://localhost:5000/b/jobs/t/1?x-id=GetObject", None, "s3:GetObject"),
+        ("HEAD", "http://localhost:5000/b/jobs/t/1", None, "s3:GetObject"),
+        ("DELETE", "http://localhost:5000/b/jobs/t/1?x-id=DeleteObject", None, "s3:DeleteObject"),
+        ("GET", "http://localhost:5000/b/other/1", None, "s3:GetObject@outside-jobs/:other/1"),
+        ("PUT", "http://localhost:5000/b", None, "?:PUT http://localhost:5000/b"),
+    ];
+    for (method, uri, target, want) in cases {
+        assert_eq!(service_action(method, uri, target), want, "{method} {uri}");
+    }
+}
+
 /// The table partition keys (`pk`) a request names: its key or item, every key or item of
 /// a batch, and the partition a table Query reads (index queries name index partitions,
 /// which `dynamodb:LeadingKeys` does not govern here).
@@ -154,8 +250,44 @@ impl Recorder {
     }
 }
 
-/// A store over `table` whose client records operations.
-fn recording_store(base: &Store, recorder: &Recorder) -> Store {
+/// The payload bucket of large jobs and the timer queue as a deployed stack has them,
+/// over S3 and SQS clients that record their requests into `recorder`.
+async fn recording_services(
+    sdk: &aws_config::SdkConfig,
+    recorder: &Recorder,
+) -> anyhow::Result<(ojs_store::Payloads, ojs_store::Timer)> {
+    let s3 = ojs_store::Payloads::client_from_env(sdk);
+    let s3 = aws_sdk_s3::Client::from_conf(
+        s3.config()
+            .to_builder()
+            .interceptor(ServiceRecorder::sharing(recorder))
+            .build(),
+    );
+    let payloads = ojs_store::Payloads::new(s3, ojs_tests::TEST_PAYLOAD_BUCKET);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("ojs-iam-timer-{}", uuid::Uuid::now_v7().simple()))
+        .send()
+        .await?
+        .queue_url()
+        .context("the timer queue's URL")?
+        .to_owned();
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        sqs.config()
+            .to_builder()
+            .interceptor(ServiceRecorder::sharing(recorder))
+            .build(),
+    );
+    Ok((payloads, ojs_store::Timer::new(sqs, url)))
+}
+
+/// A store over `table` whose clients record operations.
+fn recording_store(
+    base: &Store,
+    recorder: &Recorder,
+    services: &(ojs_store::Payloads, ojs_store::Timer),
+) -> Store {
     let conf = base_client_config()
         .to_builder()
         .interceptor(recorder.clone())
@@ -169,6 +301,8 @@ fn recording_store(base: &Store, recorder: &Recorder) -> Store {
             ..StoreConfig::for_table(base.table())
         },
     )
+    .with_payloads(services.0.clone())
+    .with_timer(services.1.clone())
 }
 
 fn base_client_config() -> aws_sdk_dynamodb::Config {
@@ -427,21 +561,30 @@ fn expect(what: &str, got: (u16, Value), ok: &[u16]) -> anyhow::Result<Value> {
     Ok(got.1)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> anyhow::Result<()> {
-    // On the heap: the workload is one future large enough to overflow a test thread's
-    // stack.
-    Box::pin(every_function_s_workload()).await
+#[test]
+fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> anyhow::Result<()> {
+    // The workload is one deep future: polling it needs more than a test thread's 2 MiB
+    // of stack, so it runs on a runtime's worker threads with more.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_stack_size(16 << 20)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async { tokio::spawn(Box::pin(every_function_s_workload())).await? })
 }
 
 /// Each function's calls, recorded, then checked against its policy.
 async fn every_function_s_workload() -> anyhow::Result<()> {
-    let setup = TestApp::spawn_on_store(fresh_store().await?).await?;
+    let (base, _) = ojs_tests::with_payloads(fresh_store().await?).await?;
+    let setup = TestApp::spawn_on_store(base).await?;
     let sdk = aws_config::load_from_env().await;
     let _ = CLIENT_CONFIG.set(ojs_store::client_for(&sdk).config().clone());
     let key = ojs_http::auth::issue_key(&setup.store, "iam").await?.key;
     let recorder = Recorder::default();
-    let store = recording_store(&setup.store, &recorder);
+    let services = recording_services(&sdk, &recorder).await?;
+    let store = recording_store(&setup.store, &recorder, &services);
+    // A request over the item's limit: its args are kept in the payload bucket.
+    let large_args = json!(["x".repeat(300 * 1024)]);
     let mut used: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
 
     // Shared fixtures, written through the unrecorded setup server.
@@ -471,6 +614,22 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         )
         .await?,
         &[201],
+    )?;
+    let large = expect(
+        "push large",
+        s.call(
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(push("iq", json!({"args": large_args.clone()}))),
+        )
+        .await?,
+        &[201],
+    )?;
+    expect(
+        "info large",
+        s.call(Method::GET, &format!("/ojs/v1/jobs/{}", id(&large)), None)
+            .await?,
+        &[200],
     )?;
     let unique = json!({"unique": {"keys": ["type", "args"], "on_conflict": "replace"}});
     expect(
@@ -650,6 +809,36 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             &[200],
         )?;
     }
+    // A large job: its args come from the payload bucket.
+    setup
+        .push(push("wq-large", json!({"args": large_args.clone()})))
+        .await?;
+    ojs_tests::after_index_lag().await;
+    let fetched = expect(
+        "fetch large",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": ["wq-large"], "worker_id": "w"})),
+        )
+        .await?,
+        &[200],
+    )?;
+    anyhow::ensure!(
+        fetched["jobs"][0]["args"] == large_args,
+        "fetch large: the args did not come back"
+    );
+    let j = fetched["jobs"][0]["id"].as_str().unwrap_or_default();
+    expect(
+        "ack large",
+        s.call(
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(json!({"job_id": j})),
+        )
+        .await?,
+        &[200],
+    )?;
     used.insert("WorkersFunction", recorder.take());
     drop(s);
 
@@ -1322,26 +1511,68 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .get_job(&ojs_core::JobId::parse(&id(&pushed.body))?)
         .await?
         .context("the pushed job")?;
-    let dispatcher = ojs_push::Dispatcher::new(
-        store.clone(),
-        ojs_push::lambda_client(&sdk),
-        ojs_push::PushConfig::local(true),
-    )
-    .map_err(anyhow::Error::msg)?;
+    // And a push endpoint that is a Lambda function, invoked directly (a fake Invoke API
+    // answering as an SDK's direct handler does), through a client that records.
+    let invoke_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let invoke_url = format!("http://{}", invoke_listener.local_addr()?);
+    let invoke_server = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/2015-03-31/functions/{name}/invocations",
+            axum::routing::post(|| async { axum::Json(json!({"status": "completed"})) }),
+        );
+        let _ = axum::serve(invoke_listener, app).await;
+    });
+    let function_endpoint = json!({
+        "endpoint": "arn:aws:lambda:us-east-1:123456789012:function:iam-worker",
+        "job_types": ["iam.stream"],
+        "queues": ["iam-push-fn"],
+        "config": {"signing_secret": "whsec_iam_0123456789"},
+    });
+    setup
+        .store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(&function_endpoint, true)?,
+            None,
+            ojs_core::time::now(),
+        )
+        .await?;
+    let invoked = setup
+        .push(json!({"type": "iam.stream", "queue": "iam-push-fn", "args": []}))
+        .await?;
+    let invoked_job = setup
+        .store
+        .get_job(&ojs_core::JobId::parse(&id(&invoked.body))?)
+        .await?
+        .context("the job for the function")?;
+    let lambda = ojs_push::lambda_client(&sdk);
+    let lambda = aws_sdk_lambda::Client::from_conf(
+        lambda
+            .config()
+            .to_builder()
+            .endpoint_url(&invoke_url)
+            .interceptor(ServiceRecorder::sharing(&recorder))
+            .build(),
+    );
+    let dispatcher =
+        ojs_push::Dispatcher::new(store.clone(), lambda, ojs_push::PushConfig::local(true))
+            .map_err(anyhow::Error::msg)?;
     let webhooks =
         ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::local(true, slow))
             .map_err(anyhow::Error::msg)?;
     // Planning the batch's deliveries: the queue's endpoints and the subscriptions.
     let planner = ojs_push::Planner::new(dispatcher.clone(), webhooks.clone());
     let planned = planner
-        .plan(&[ojs_store::Change::between(None, Some(&pushed_job))])
+        .plan(&[
+            ojs_store::Change::between(None, Some(&pushed_job)),
+            ojs_store::Change::between(None, Some(&invoked_job)),
+        ])
         .await?;
     let pushes = planned
         .iter()
         .filter(|d| matches!(d, ojs_push::Delivery::Push { .. }))
         .count();
     anyhow::ensure!(
-        pushes == 1 && planned.len() > pushes,
+        pushes == 2 && planned.len() > pushes,
         "planned deliveries: {planned:?}"
     );
     used.insert("StreamFunction", recorder.take());
@@ -1355,6 +1586,17 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         deliverer.deliver(delivery).await?;
     }
     endpoint_server.abort();
+    invoke_server.abort();
+    let settled = setup
+        .store
+        .get_job(&invoked_job.id)
+        .await?
+        .context("the job for the function")?;
+    anyhow::ensure!(
+        settled.status.state == ojs_core::JobState::Completed,
+        "push delivery to a function: {:?}",
+        settled.status.state
+    );
     let settled = setup
         .store
         .get_job(&pushed_job.id)

@@ -232,3 +232,84 @@ async fn a_traced_jobs_request_lines_name_its_trace() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A traced job too large for its item (its args and meta in the payload bucket) is still
+/// named by the change stream's line with its trace: the item keeps the `traceparent`.
+/// A small traced job pushed after it is the control: the stream applies records in
+/// order, so once its line is there, the large job's would be too.
+#[tokio::test]
+async fn the_stream_line_of_a_large_traced_job_names_its_trace() -> anyhow::Result<()> {
+    const LARGE_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (store, _) = ojs_tests::with_payloads(ojs_tests::fresh_store().await?).await?;
+    let app = TestApp::spawn_on_store(store).await?;
+    let large = app
+        .push(json!({"type": "t.large", "args": ["x".repeat(300 * 1024)],
+            "meta": {"traceparent": format!("00-{LARGE_TRACE_ID}-b7ad6b7169203331-01")},
+            "options": {"queue": "traced-large"}}))
+        .await?;
+    assert_eq!(large.status, 201, "{}", large.body);
+    let small = app
+        .push(
+            json!({"type": "t.small", "args": [], "meta": {"traceparent": TRACE},
+            "options": {"queue": "traced-large"}}),
+        )
+        .await?;
+    assert_eq!(small.status, 201, "{}", small.body);
+    // Its args and meta come back whole: the item's trace is only a copy.
+    let info = app
+        .call(
+            Method::GET,
+            &format!(
+                "/ojs/v1/jobs/{}",
+                large.body["job"]["id"].as_str().unwrap_or_default()
+            ),
+            None,
+        )
+        .await?;
+    assert_eq!(
+        info.body["job"]["args"][0].as_str().map(str::len),
+        Some(300 * 1024)
+    );
+    assert_eq!(
+        info.body["job"]["meta"],
+        json!({"traceparent": format!("00-{LARGE_TRACE_ID}-b7ad6b7169203331-01")})
+    );
+    let change_traces = || -> Vec<String> {
+        let text = String::from_utf8(lines.0.lock().map(|b| b.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["fields"]["message"] == "job change")
+            .filter_map(|l| l["fields"]["trace_id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    // The in-process stream applies what the table's stream holds when caught up (a
+    // stats read does that first); its records reach the stream within a second or so.
+    let traces = ojs_tests::poll_until(
+        Duration::from_secs(30),
+        || async {
+            app.store.catch_up().await;
+            Ok(change_traces())
+        },
+        |traces| traces.iter().any(|t| t == TRACE_ID),
+    )
+    .await?;
+    app.teardown().await;
+    assert!(
+        traces.iter().any(|t| t == TRACE_ID),
+        "the stream applied neither job: {traces:?}"
+    );
+    assert!(
+        traces.iter().any(|t| t == LARGE_TRACE_ID),
+        "no stream line names the large job's trace: {traces:?}"
+    );
+    Ok(())
+}

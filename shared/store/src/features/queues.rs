@@ -279,17 +279,28 @@ impl Store {
         queue: &str,
         bound: Option<&Backpressure>,
     ) -> Result<(), StoreError> {
+        self.set_queue_setting(queue, "bp", bound.map(Backpressure::to_json))
+            .await
+    }
+
+    /// Sets `attr` of `queue`'s registry item to `value`, or removes it (`None`),
+    /// registering the queue if it was not; this instance then reads its settings afresh.
+    async fn set_queue_setting(
+        &self,
+        queue: &str,
+        attr: &'static str,
+        value: Option<serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        const REGISTER: &str = "SET #name = :name, created_at = if_not_exists(created_at, :now)";
         let now = time::now();
-        let req = self.queue_update(queue, &now);
-        let req = match bound {
-            Some(b) => req
-                .update_expression(
-                    "SET #name = :name, created_at = if_not_exists(created_at, :now), bp = :bp",
-                )
-                .expression_attribute_values(":bp", crate::item::json(&b.to_json())),
-            None => req.update_expression(
-                "SET #name = :name, created_at = if_not_exists(created_at, :now) REMOVE bp",
-            ),
+        let req = self
+            .queue_update(queue, &now)
+            .expression_attribute_names("#setting", attr);
+        let req = match value {
+            Some(v) => req
+                .update_expression(format!("{REGISTER}, #setting = :setting"))
+                .expression_attribute_values(":setting", crate::item::json(&v)),
+            None => req.update_expression(format!("{REGISTER} REMOVE #setting")),
         };
         let out = req.send().await;
         self.tally(Kind::Write, out)?;
@@ -358,22 +369,8 @@ impl Store {
         queue: &str,
         policy: Option<&RateLimitPolicy>,
     ) -> Result<(), StoreError> {
-        let now = time::now();
-        let req = self.queue_update(queue, &now);
-        let req = match policy {
-            Some(p) => req
-                .update_expression(
-                    "SET #name = :name, created_at = if_not_exists(created_at, :now), rl = :rl",
-                )
-                .expression_attribute_values(":rl", crate::item::json(&p.to_json())),
-            None => req.update_expression(
-                "SET #name = :name, created_at = if_not_exists(created_at, :now) REMOVE rl",
-            ),
-        };
-        let out = req.send().await;
-        self.tally(Kind::Write, out)?;
-        self.forget_queue_settings(queue);
-        Ok(())
+        self.set_queue_setting(queue, "rl", policy.map(RateLimitPolicy::to_json))
+            .await
     }
 
     /// The state of a rate limit's first window at `now`: (limit, starts left, when the

@@ -5,11 +5,12 @@ each by the check that exists to catch it. This file is the one list of them.
   python scripts/plant-errors.py      (with the SAM venv's python: needs samtranslator)
 
 An error that only scripts/check-template.py can see is planted and checked in process:
-samtranslator's translation, then check-template.py's checks, the steps
-`validate-template.sh --checks-only` runs, in forks of this process (one per core) that
-start with samtranslator imported, and with the template's parse and translations shared
-by the checks (check-template.py's cache), instead of a fresh Python, imports and five
-parses per error. It must fail with its named check ("Error: <check>: ...") or, where the
+samtranslator's translation, then the one check-template.py check it is for (the steps
+`validate-template.sh --checks-only` runs, but for the other checks, which prove nothing
+about this plant: the CORS check alone translates the template twice more), in forks of
+this process (one per core) that start with samtranslator imported, and with the
+template's parse and translation shared by the check (check-template.py's cache), instead
+of a fresh Python, imports and five parses per error. It must fail with its named check ("Error: <check>: ...") or, where the
 translation itself refuses it, with "samtranslator". An error for cfn-lint (`lint=True`)
 runs the whole of validate-template.sh on a copy (sam validate --lint, cfn-lint on the
 translation) beside the others, and must fail with a cfn-lint rule ("E3030 ...", or
@@ -171,8 +172,10 @@ def load_checks():
     return module
 
 
-def checks_only(checks, path):
-    """validate-template.sh --checks-only, in process: the failures, "<check>: <reason>"."""
+def checks_only(checks, path, check):
+    """validate-template.sh --checks-only, in process, with check-template.py's `check`
+    alone (the one that must reject the plant; a translation the plant breaks is the
+    "samtranslator" check): the failures, "<check>: <reason>"."""
     from samtranslator.model.exceptions import InvalidDocumentException
 
     try:
@@ -182,7 +185,7 @@ def checks_only(checks, path):
     # What validate-template.sh hands check-template.py: the translation as JSON.
     cfn = json.loads(json.dumps(cfn))
     with contextlib.redirect_stdout(io.StringIO()):
-        return checks.run_checks(cfn, str(path), str(ROOT))
+        return checks.run_checks(cfn, str(path), str(ROOT), None if check == "samtranslator" else check)
 
 
 STATE = {}
@@ -190,7 +193,7 @@ STATE = {}
 
 def run_in_process(name):
     try:
-        return checks_only(STATE["checks"], STATE["files"][name])
+        return checks_only(STATE["checks"], STATE["files"][name], STATE["check_of"][name])
     except Exception as e:  # noqa: BLE001 - reported as the reason, matches no check
         return [f"crash: {type(e).__name__}: {e}"]
 
@@ -224,7 +227,8 @@ def main():
         # The in-process ones in forks of this process (samtranslator loaded), as many as
         # there are cores, forked before any thread starts; the cfn-lint ones as processes
         # of their own beside them.
-        STATE.update(checks=checks, files=files)
+        STATE.update(checks=checks, files=files,
+                     check_of={name: check for name, _, _, check, _ in planted})
         in_process = [name for name, *_, lint in planted if not lint]
         with multiprocessing.get_context("fork").Pool(os.cpu_count() or 2) as workers:
             checked = workers.map_async(run_in_process, in_process, chunksize=1)

@@ -8,5 +8,5 @@ async fn main() -> Result<(), lambda_http::Error> {
     ojs_http::init_lambda_logging();
     let store = Store::from_env().await;
     let router = app(AppState::new(store, HttpConfig::from_env()), &[Group::Cron]);
-    ojs_http::run_lambda(router).await
+    ojs_gateway::run_lambda(router).await
 }

@@ -11,5 +11,5 @@ async fn main() -> Result<(), lambda_http::Error> {
         AppState::new(store, HttpConfig::from_env()),
         &[Group::Schemas],
     );
-    ojs_http::run_lambda(router).await
+    ojs_gateway::run_lambda(router).await
 }

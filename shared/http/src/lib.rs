@@ -10,7 +10,6 @@ mod decompress;
 mod dialect;
 mod error;
 mod extract;
-mod gateway;
 pub mod key_admin;
 mod layer;
 mod negotiate;
@@ -28,8 +27,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use ojs_core::QueueName;
 use ojs_store::Store;
-
-pub use gateway::run_lambda;
 
 pub use auth::{AuthMode, Authenticator};
 pub use conformance::{ConformanceException, CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};

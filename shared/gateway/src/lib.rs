@@ -1,19 +1,19 @@
 //! Requests as API Gateway hands them to an endpoint function.
 //!
 //! A deployed stack checks API keys once, at the gateway: its Lambda authorizer
-//! ([`crate::authorizer`]) verifies the key, answers with the key's id and scopes as its
+//! (`ojs_http::authorizer`) verifies the key, answers with the key's id and scopes as its
 //! context, and the endpoint functions run with `OJS_AUTH=off`. The request's context
 //! still says whose key it was, and what records a caller (a registration's
-//! `created_by`, an idempotency key's owner: [`crate::extract::Caller`]) must see that
+//! `created_by`, an idempotency key's owner: `ojs_http`'s `Caller`) must see that
 //! key, as a server that checks keys itself does; otherwise every producer of a stack
-//! would share one idempotency key space.
+//! would share one idempotency key space. A crate of its own so that ojs-http, which
+//! every test binary links, does not wait on lambda_http's compilation.
 
 use axum::extract::Request;
 use axum::Router;
 use lambda_http::request::RequestContext;
-
-use crate::auth::Principal;
-use crate::scopes::Scopes;
+use ojs_http::auth::Principal;
+use ojs_http::scopes::Scopes;
 
 /// Serves `router` as a Lambda function behind API Gateway, with the key the gateway's
 /// authorizer let each request in with as its [`Principal`].
@@ -35,7 +35,7 @@ async fn adopt_authorizer_key(mut req: Request) -> Request {
 
 /// The key of the authorizer's context (`key_id`, and `scopes` as the authorizer writes
 /// them), when the request came through it.
-pub(crate) fn authorizer_principal(ctx: &RequestContext) -> Option<Principal> {
+fn authorizer_principal(ctx: &RequestContext) -> Option<Principal> {
     let fields = &ctx.authorizer()?.fields;
     let key_id = fields.get("key_id")?.as_str().filter(|id| !id.is_empty())?;
     let scopes = fields
@@ -52,8 +52,8 @@ pub(crate) fn authorizer_principal(ctx: &RequestContext) -> Option<Principal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scopes::Scope;
     use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
+    use ojs_http::scopes::Scope;
     use serde_json::{json, Value};
 
     fn context(authorizer: Value) -> Option<RequestContext> {

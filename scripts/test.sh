@@ -73,15 +73,6 @@ rm -f "$sdk_setup_rc"
     echo "$code" >"$sdk_setup_rc"
 ) &
 sdk_setup_pid=$!
-# The setup's processes, and the ones they start from then on, at niceness $2: it runs at
-# the lowest priority while the build keeps both cores busy, then at the tests' own (the
-# SDK suites beside the integration parts wait for it; at 19 it shared the cores the
-# waiting tests leave with the infra checks at 19 too, and was ready 14 minutes in).
-renice_tree() { # pid niceness
-    local child
-    renice -n "$2" -p "$1" >/dev/null 2>&1 || true
-    for child in $(pgrep -P "$1" 2>/dev/null); do renice_tree "$child" "$2"; done
-}
 # Waits for the setup (from this shell or a subshell of it: its exit status is in a file)
 # and prints its log once; fails as it did.
 sdk_setup_ready() {
@@ -305,7 +296,6 @@ else
     # they reuse all of it.
     timed "build: every target" cargo build --workspace --all-targets
     export OJS_FUNCTION_BINARIES="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
-    if [ -n "$sdk_setup_pid" ]; then renice_tree "$sdk_setup_pid" 0; fi
     sdk_line_start
     suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
     suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast

@@ -23,11 +23,6 @@ cleanup() {
     if [ -n "$sdk_setup_pid" ]; then kill "$sdk_setup_pid" 2>/dev/null || true; fi
     if [ -n "$conformance_pid" ]; then kill "$conformance_pid" 2>/dev/null || true; fi
     if [ -n "$side_ddb_pid" ]; then kill "$side_ddb_pid" 2>/dev/null || true; fi
-    if [ -n "${sdk_line_pid:-}" ]; then
-        pkill -P "$sdk_line_pid" 2>/dev/null || true
-        kill "$sdk_line_pid" 2>/dev/null || true
-    fi
-    if [ -n "${sdk_line_dir:-}" ]; then rm -rf "$sdk_line_dir"; fi
     rm -f "${conformance_log:-}"
     local_aws_down
     if [ -n "$log" ]; then rm -f "$log"; log=""; fi
@@ -47,16 +42,15 @@ cpu_now() { # sets cpu: CPU seconds of every finished child of this shell (bash'
         END { printf "%d", s }' "$cpu_file")
 }
 timings=()
-timed() { # label, then the command; returns the command's status
-    local label=$1 t=$SECONDS c status=0
+timed() { # label, then the command
+    local label=$1 t=$SECONDS c
     shift
     cpu_now
     c=$cpu
-    "$@" || status=$?
+    "$@"
     cpu_now
     timings+=("$label: $((SECONDS - t)) s, $((cpu - c)) s CPU")
     echo "== test $label: $((SECONDS - t)) s, $((cpu - c)) s CPU"
-    return "$status"
 }
 
 timed "setup: local AWS" local_aws_up test
@@ -64,27 +58,19 @@ timed "setup: local AWS" local_aws_up test
 # The official SDKs' suites (tests/tests/sdk.rs) need their toolchains and dependencies:
 # mostly a cargo build of the Rust SDK's suite (about a minute on 2 cores), which runs
 # beside the tests below at the lowest CPU priority, until the SDK suites need it.
-sdk_setup_log=.local/sdk-setup.log sdk_setup_rc=.local/sdk-setup.rc
+sdk_setup_log=.local/sdk-setup.log
 mkdir -p .local
-rm -f "$sdk_setup_rc"
-(
-    code=0
-    nice -n 19 bash scripts/sdk-clients.sh setup >"$sdk_setup_log" 2>&1 || code=$?
-    echo "$code" >"$sdk_setup_rc"
-) &
+nice -n 19 bash scripts/sdk-clients.sh setup >"$sdk_setup_log" 2>&1 &
 sdk_setup_pid=$!
-# Waits for the setup (from this shell or a subshell of it: its exit status is in a file)
-# and prints its log once; fails as it did.
 sdk_setup_ready() {
     if [ -z "$sdk_setup_pid" ]; then return 0; fi
-    while [ ! -s "$sdk_setup_rc" ] && kill -0 "$sdk_setup_pid" 2>/dev/null; do sleep 1; done
-    local code
-    code=$(cat "$sdk_setup_rc" 2>/dev/null || echo 1)
+    local code=0
+    wait "$sdk_setup_pid" || code=$?
     sdk_setup_pid=""
     cat "$sdk_setup_log"
     if [ "$code" -ne 0 ]; then
         echo "test: setting up the SDK suites failed (exit $code)" >&2
-        return "$code"
+        exit "$code"
     fi
 }
 
@@ -130,46 +116,6 @@ fresh_dynamodb() {
     restarts=$((restarts + SECONDS - t))
 }
 
-# A DynamoDB Local of its own for a suite run beside others or alone (when this run
-# started DynamoDB Local; otherwise the endpoint given is used): sets side_endpoint, and
-# side_pid to the process to stop afterwards (empty when none was started).
-side_ddb_start() { # name (of its log: .local/ddb-<name>.log)
-    local name=$1 port waited=0
-    side_endpoint="${AWS_ENDPOINT_URL_DYNAMODB:-${AWS_ENDPOINT_URL:-}}" side_pid=""
-    [ -n "$(local_aws_fresh_ddb_command)" ] || return 0
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    (cd .local/ddb && DDB_LOCAL_TELEMETRY=0 exec java -Xms64m -Djava.library.path=./DynamoDBLocal_lib \
-        -jar DynamoDBLocal.jar -port "$port" -inMemory -sharedDb -disableTelemetry) >".local/ddb-$name.log" 2>&1 &
-    side_pid=$!
-    side_endpoint="http://127.0.0.1:$port"
-    until curl -s --max-time 2 -o /dev/null "$side_endpoint"; do
-        if ! kill -0 "$side_pid" 2>/dev/null || ((waited > 600)); then
-            echo "test: the DynamoDB Local of $name did not start" | tee -a "$log"
-            tail -n 20 ".local/ddb-$name.log"
-            return 1
-        fi
-        sleep 0.1
-        waited=$((waited + 1))
-    done
-}
-side_ddb_stop() { # pid
-    if [ -n "${1:-}" ]; then
-        kill "$1" 2>/dev/null || true
-        wait "$1" 2>/dev/null || true
-    fi
-}
-
-# The executable of an ojs-tests test target (built already), to run directly: a second
-# cargo beside the first would wait for its lock on the build directory.
-test_binary() { # target
-    cargo test -p ojs-tests --test "$1" --no-run --message-format=json 2>>"$log" |
-        python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == sys.argv[1] and m.get("executable"):
-        print(m["executable"])' "$1" || true
-}
-
 # The official conformance suite: its binary run directly, against a DynamoDB Local of
 # its own when this run started one, output kept apart and added to the log when it is
 # waited for. (It ran beside the integration parts once, to save the wall time its cases
@@ -177,7 +123,12 @@ for line in sys.stdin:
 conformance_log="" conformance_t=0 conformance_bin=""
 conformance_start() {
     local bin t=$SECONDS
-    bin=$(test_binary conformance)
+    bin=$(cargo test -p ojs-tests --test conformance --no-run --message-format=json 2>>"$log" |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "conformance" and m.get("executable"):
+        print(m["executable"])') || true
     echo "== test build: conformance: $((SECONDS - t)) s"
     timings+=("build: conformance: $((SECONDS - t)) s")
     if [ -z "$bin" ]; then
@@ -186,25 +137,43 @@ conformance_start() {
         rc=101
         return
     fi
-    if ! side_ddb_start conformance; then
-        rc=1
-        return
+    local endpoint="${AWS_ENDPOINT_URL_DYNAMODB:-${AWS_ENDPOINT_URL:-}}"
+    if [ -n "$(local_aws_fresh_ddb_command)" ]; then
+        local port
+        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        (cd .local/ddb && DDB_LOCAL_TELEMETRY=0 exec java -Xms64m -Djava.library.path=./DynamoDBLocal_lib \
+            -jar DynamoDBLocal.jar -port "$port" -inMemory -sharedDb -disableTelemetry) >.local/ddb-conformance.log 2>&1 &
+        side_ddb_pid=$!
+        endpoint="http://127.0.0.1:$port"
+        local waited=0
+        until curl -s --max-time 2 -o /dev/null "$endpoint"; do
+            if ! kill -0 "$side_ddb_pid" 2>/dev/null || ((waited > 600)); then
+                echo "test: the conformance suite's DynamoDB Local did not start" | tee -a "$log"
+                tail -n 20 .local/ddb-conformance.log
+                rc=1
+                return
+            fi
+            sleep 0.1
+            waited=$((waited + 1))
+        done
     fi
-    side_ddb_pid=$side_pid
     conformance_log=$(mktemp)
     conformance_t=$SECONDS
     conformance_bin=$bin
-    (cd tests && AWS_ENDPOINT_URL_DYNAMODB="$side_endpoint" exec "$bin" >"$conformance_log" 2>&1) &
+    (cd tests && AWS_ENDPOINT_URL_DYNAMODB="$endpoint" exec "$bin" >"$conformance_log" 2>&1) &
     conformance_pid=$!
-    echo "== test conformance: started (DynamoDB at $side_endpoint)"
+    echo "== test conformance: started (DynamoDB at $endpoint)"
 }
 conformance_wait() {
     [ -n "$conformance_pid" ] || return 0
     local code=0
     wait "$conformance_pid" || code=$?
     conformance_pid=""
-    side_ddb_stop "$side_ddb_pid"
-    side_ddb_pid=""
+    if [ -n "$side_ddb_pid" ]; then
+        kill "$side_ddb_pid" 2>/dev/null || true
+        wait "$side_ddb_pid" 2>/dev/null || true
+        side_ddb_pid=""
+    fi
     { echo "== suite: conformance"; echo "     Running tests/conformance.rs ($conformance_bin)"; cat "$conformance_log"; } >>"$log"
     cat "$conformance_log"
     rm -f "$conformance_log"
@@ -212,59 +181,6 @@ conformance_wait() {
     echo "== test conformance: ran $((SECONDS - conformance_t)) s"
     timings+=("conformance: ran $((SECONDS - conformance_t)) s")
     if [ "$code" -ne 0 ]; then rc=$code; fi
-}
-
-# The official SDKs' suites (sdk, push_sdk) beside the unit tests and the integration
-# parts, in a subshell with a DynamoDB Local of its own: they spend most of their time
-# waiting on the SDKs' own timers and processes (65 CPU seconds of 122 when they ran
-# alone), and each DynamoDB Local slows as its tables pile up. Output, timings and the
-# exit status go to files, added to the run's when waited for.
-sdk_line_pid="" sdk_line_dir=""
-sdk_line_start() {
-    local bins=() name bin
-    for name in sdk push_sdk; do
-        bin=$(test_binary "$name")
-        if [ -z "$bin" ]; then
-            echo "test: building the $name suite failed" | tee -a "$log"
-            rc=101
-            return
-        fi
-        bins+=("$bin")
-    done
-    sdk_line_dir=$(mktemp -d)
-    (
-        log=$sdk_line_dir/log timings=() side_pid=""
-        trap 'side_ddb_stop "$side_pid"' EXIT
-        code=0
-        timed "setup: SDK clients (the wait for it, beside)" sdk_setup_ready || code=$?
-        if [ "$code" -eq 0 ]; then side_ddb_start sdk || code=1; fi
-        if [ "$code" -eq 0 ]; then
-            for bin in "${bins[@]}"; do
-                name=$(basename "$bin")
-                name=${name%-*}
-                echo "== suite: $name (beside)" >>"$log"
-                # shellcheck disable=SC2016
-                timed "$name (beside)" bash -c 'cd tests && echo "     Running tests/$1.rs ($2)" && AWS_ENDPOINT_URL_DYNAMODB="$3" exec "$2"' \
-                    _ "$name" "$bin" "$side_endpoint" >>"$log" 2>&1 || code=$?
-            done
-        fi
-        printf '%s\n' "${timings[@]}" >"$sdk_line_dir/timings"
-        echo "$code" >"$sdk_line_dir/rc"
-    ) >"$sdk_line_dir/out" 2>&1 &
-    sdk_line_pid=$!
-    echo "== test sdk, push_sdk: started beside the others"
-}
-sdk_line_wait() {
-    [ -n "$sdk_line_pid" ] || return 0
-    wait "$sdk_line_pid" || true
-    sdk_line_pid=""
-    cat "$sdk_line_dir/out" "$sdk_line_dir/log"
-    cat "$sdk_line_dir/log" >>"$log"
-    local line code
-    while IFS= read -r line; do timings+=("$line"); done <"$sdk_line_dir/timings"
-    code=$(cat "$sdk_line_dir/rc" 2>/dev/null || echo 1)
-    if [ "$code" -ne 0 ]; then rc=$code; fi
-    rm -rf "$sdk_line_dir"
 }
 
 log="$(mktemp)"
@@ -296,7 +212,6 @@ else
     # they reuse all of it.
     timed "build: every target" cargo build --workspace --all-targets
     export OJS_FUNCTION_BINARIES="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
-    sdk_line_start
     suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
     suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast
     # The integration suite in three parts, each on a fresh DynamoDB Local: every write
@@ -308,8 +223,8 @@ else
     part_b=(dashboard:: faults:: fencing:: fuzz_http:: hostile:: iam:: lambda:: proto:: workflows::)
     skips=()
     for m in "${part_a[@]}" "${part_b[@]}"; do skips+=(--skip "$m"); done
-    # The 32-worker races run alone (on their DynamoDB Local): beside other tests their
-    # FETCHes have queued behind DynamoDB Local's one writer past the store's 8 s budget.
+    # The 32-worker races run alone: beside other tests their FETCHes have queued behind
+    # DynamoDB Local's one writer past the store's 8 s budget.
     race=api::every_job_is_delivered_exactly_once_to_32_racing_fetchers
     shard_race=sharding::sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers
     skips+=(--skip "$shard_race")
@@ -328,13 +243,17 @@ else
     suite "integration part b" -p ojs-tests --test integration --no-fail-fast -- "${threads[@]}" "${part_b[@]}"
     fresh_dynamodb
     suite "integration rest" -p ojs-tests --test integration --no-fail-fast -- "${threads[@]}" "${skips[@]}"
-    timed "sdk, push_sdk (the wait for them)" sdk_line_wait
     # The official suite runs alone: its timing cases leave a server 500 ms (a retry's
     # jittered back-off) to 1 s (a heartbeat's margin on its lease) between answers, which
     # it missed beside an integration part on 2 cores (L0-LC-005, L1-VIS-002, L4-RL-001
     # failed together in one such run).
     conformance_start
     timed "conformance" conformance_wait
+    for name in sdk push_sdk; do
+        if [ "$name" = sdk ]; then timed "setup: SDK clients (the wait for it)" sdk_setup_ready; fi
+        fresh_dynamodb
+        suite "$name" -p ojs-tests --test "$name" --no-fail-fast
+    done
     timings+=("fresh DynamoDB Local restarts (all): $restarts s")
 fi
 

@@ -552,6 +552,37 @@ impl Drop for GroupServer {
     }
 }
 
+/// Registers a push endpoint `endpoint` for `queue` (through the unrecorded setup server's
+/// store) and pushes a job there: the job, as stored.
+async fn job_for_endpoint(
+    setup: &TestApp,
+    endpoint: &str,
+    queue: &str,
+) -> anyhow::Result<ojs_core::Job> {
+    let registration = json!({
+        "endpoint": endpoint,
+        "job_types": ["iam.stream"],
+        "queues": [queue],
+        "config": {"signing_secret": "whsec_iam_0123456789"},
+    });
+    setup
+        .store
+        .put_push_endpoint(
+            &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
+            None,
+            ojs_core::time::now(),
+        )
+        .await?;
+    let pushed = setup
+        .push(json!({"type": "iam.stream", "queue": queue, "args": []}))
+        .await?;
+    setup
+        .store
+        .get_job(&ojs_core::JobId::parse(&id(&pushed.body))?)
+        .await?
+        .with_context(|| format!("the job pushed to {queue}"))
+}
+
 fn id(v: &Value) -> String {
     v["job"]["id"].as_str().unwrap_or_default().to_owned()
 }
@@ -1480,70 +1511,22 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     );
     // Push delivery: a job made available on a queue with an endpoint is claimed,
     // delivered (a loopback endpoint answering completed) and acknowledged.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let endpoint_url = format!("http://{}/", listener.local_addr()?);
-    let endpoint_server = tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/",
-            axum::routing::post(|| async { axum::Json(json!({"status": "completed"})) }),
-        );
-        let _ = axum::serve(listener, app).await;
-    });
-    let registration = json!({
-        "endpoint": endpoint_url,
-        "job_types": ["iam.stream"],
-        "queues": ["iam-push"],
-        "config": {"signing_secret": "whsec_iam_0123456789"},
-    });
-    setup
-        .store
-        .put_push_endpoint(
-            &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
-            None,
-            ojs_core::time::now(),
-        )
-        .await?;
-    let pushed = setup
-        .push(json!({"type": "iam.stream", "queue": "iam-push", "args": []}))
-        .await?;
-    let pushed_job = setup
-        .store
-        .get_job(&ojs_core::JobId::parse(&id(&pushed.body))?)
-        .await?
-        .context("the pushed job")?;
+    let completed = || axum::routing::post(|| async { axum::Json(json!({"status": "completed"})) });
+    let (endpoint_url, endpoint_server) =
+        ojs_tests::serve_on_loopback(axum::Router::new().route("/", completed())).await?;
+    let pushed_job = job_for_endpoint(&setup, &format!("{endpoint_url}/"), "iam-push").await?;
     // And a push endpoint that is a Lambda function, invoked directly (a fake Invoke API
     // answering as an SDK's direct handler does), through a client that records.
-    let invoke_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let invoke_url = format!("http://{}", invoke_listener.local_addr()?);
-    let invoke_server = tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/2015-03-31/functions/{name}/invocations",
-            axum::routing::post(|| async { axum::Json(json!({"status": "completed"})) }),
-        );
-        let _ = axum::serve(invoke_listener, app).await;
-    });
-    let function_endpoint = json!({
-        "endpoint": "arn:aws:lambda:us-east-1:123456789012:function:iam-worker",
-        "job_types": ["iam.stream"],
-        "queues": ["iam-push-fn"],
-        "config": {"signing_secret": "whsec_iam_0123456789"},
-    });
-    setup
-        .store
-        .put_push_endpoint(
-            &ojs_core::push::PushEndpoint::from_json(&function_endpoint, true)?,
-            None,
-            ojs_core::time::now(),
-        )
-        .await?;
-    let invoked = setup
-        .push(json!({"type": "iam.stream", "queue": "iam-push-fn", "args": []}))
-        .await?;
-    let invoked_job = setup
-        .store
-        .get_job(&ojs_core::JobId::parse(&id(&invoked.body))?)
-        .await?
-        .context("the job for the function")?;
+    let (invoke_url, invoke_server) = ojs_tests::serve_on_loopback(
+        axum::Router::new().route("/2015-03-31/functions/{name}/invocations", completed()),
+    )
+    .await?;
+    let invoked_job = job_for_endpoint(
+        &setup,
+        "arn:aws:lambda:us-east-1:123456789012:function:iam-worker",
+        "iam-push-fn",
+    )
+    .await?;
     let lambda = ojs_push::lambda_client(&sdk);
     let lambda = aws_sdk_lambda::Client::from_conf(
         lambda

@@ -247,6 +247,10 @@ impl NewJob {
         let args = match take(&["args"]) {
             Some((_, v)) => {
                 validate::check_args(&v)?;
+                // Jobs stored before the check are read back as they are.
+                if !stored {
+                    validate::check_safe_integers(&v, "$.args")?;
+                }
                 match v {
                     Value::Array(a) => a,
                     _ => {
@@ -268,7 +272,11 @@ impl NewJob {
         let meta = match take(&["meta", "metadata"]) {
             None => Map::new(),
             Some((p, Value::Object(m))) => {
-                validate::limit_size(&Value::Object(m.clone()), validate::MAX_META_BYTES, &p)?;
+                let whole = Value::Object(m.clone());
+                validate::limit_size(&whole, validate::MAX_META_BYTES, &p)?;
+                if !stored {
+                    validate::check_safe_integers(&whole, &p)?;
+                }
                 m
             }
             Some((p, _)) => {
@@ -545,6 +553,16 @@ impl Job {
         out.insert("state".into(), s.state.as_str().into());
         out.insert("attempt".into(), s.attempt.into());
         out.insert("max_attempts".into(), self.spec.retry.max_attempts.into());
+        // The JSON format's own names, in whole seconds (rounded up), beside the HTTP
+        // binding's `*_ms`: a reader of either finds the job's timeouts (and the Protobuf
+        // form its `timeout` field).
+        let seconds = |ms: u64| ms.div_ceil(1000);
+        if let Some(ms) = self.spec.timeout_ms {
+            out.insert("timeout".into(), seconds(ms).into());
+        }
+        if let Some(ms) = self.spec.visibility_timeout_ms {
+            out.insert("visibility_timeout".into(), seconds(ms).into());
+        }
         let stamps = [
             ("created_at", Some(&s.created_at)),
             ("enqueued_at", s.enqueued_at.as_ref()),
@@ -694,6 +712,68 @@ mod tests {
         let job = Job::enqueue(n, time::now());
         assert_eq!(job.to_json()["state"], "available");
         assert_eq!(job.to_json()["attempt"], 0);
+    }
+
+    /// The JSON format names a job's timeouts `timeout` and `visibility_timeout`, in
+    /// seconds; the view gives both forms, whichever the producer sent, and reads back equal.
+    #[test]
+    fn the_view_gives_timeouts_in_seconds_and_milliseconds() {
+        let view = |body: Value| {
+            let n = parse(body).unwrap_or_else(|e| panic!("{e}"));
+            Job::enqueue(n, time::now()).to_json()
+        };
+        let v = view(json!({"type": "a", "args": [], "timeout": 60, "visibility_timeout": 30}));
+        assert_eq!(
+            (v["timeout"].clone(), v["timeout_ms"].clone()),
+            (json!(60), json!(60_000))
+        );
+        assert_eq!(v["visibility_timeout"], 30);
+        assert_eq!(v["visibility_timeout_ms"], 30_000);
+        let v =
+            view(json!({"type": "a", "args": [], "timeout_ms": 1_500, "visibility_timeout_ms": 1}));
+        assert_eq!(v["timeout"], 2, "rounded up");
+        assert_eq!(v["visibility_timeout"], 1);
+        let again = view(v.clone());
+        assert_eq!(
+            again["timeout_ms"], 1_500,
+            "the milliseconds win when both come back"
+        );
+        assert_eq!(again["visibility_timeout_ms"], 1);
+        let v = view(json!({"type": "a", "args": []}));
+        assert!(
+            v.get("timeout").is_none() && v.get("visibility_timeout").is_none(),
+            "{v}"
+        );
+    }
+
+    /// Integers beyond 2^53-1 must travel as strings (JSON format): a PUSH carrying one as
+    /// a number in `args` or `meta` is refused where it is; a stored job is read as it is.
+    #[test]
+    fn unsafe_integers_are_refused_in_args_and_meta_but_not_in_stored_jobs() {
+        let big = 9_007_199_254_740_993_u64;
+        for (body, at) in [
+            (json!({"type": "a", "args": [big]}), "$.args[0]"),
+            (
+                json!({"type": "a", "args": [], "meta": {"n": big}}),
+                "$.meta.n",
+            ),
+            (
+                json!({"type": "a", "args": [], "options": {"meta": {"n": [big]}}}),
+                "$.options.meta.n[0]",
+            ),
+        ] {
+            let err = parse(body)
+                .err()
+                .map(|e| e.details["validation_errors"][0]["path"].clone());
+            assert_eq!(err, Some(json!(at)));
+        }
+        assert!(
+            parse(json!({"type": "a", "args": [big.to_string(), 9_007_199_254_740_991_u64]}))
+                .is_ok()
+        );
+        let stored = json!({"type": "a", "queue": "default", "args": [big], "meta": {"n": big}});
+        let spec = JobSpec::from_stored(stored).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spec.args, vec![json!(big)]);
     }
 
     /// ojs-payload-limits.md §4.2-4.3: `meta` up to 65,536 bytes of JSON, refused with

@@ -71,6 +71,9 @@ pub struct RetryPolicy {
     pub on_exhaustion: OnExhaustion,
     /// Delay growth strategy.
     pub backoff: Backoff,
+    /// Members the server does not know (a newer extension's, a vendor's), kept and given
+    /// back as sent: the JSON format asks implementations to preserve unknown fields.
+    pub extensions: Map<String, Value>,
 }
 
 impl Default for RetryPolicy {
@@ -84,6 +87,7 @@ impl Default for RetryPolicy {
             non_retryable_errors: Vec::new(),
             on_exhaustion: OnExhaustion::Discard,
             backoff: Backoff::Exponential,
+            extensions: Map::new(),
         }
     }
 }
@@ -106,6 +110,23 @@ const CAMEL_CASE_FIELDS: [(&str, &str); 7] = [
     ("nonRetryableErrors", "non_retryable_errors"),
     ("onExhaustion", "on_exhaustion"),
     ("backoffType", "backoff_type"),
+];
+
+/// The members [`RetryPolicy::from_json`] reads (after the camelCase spellings are
+/// mapped); any other member is kept in [`RetryPolicy::extensions`].
+const KNOWN_FIELDS: [&str; 12] = [
+    "max_attempts",
+    "initial_interval",
+    "initial_interval_ms",
+    "max_interval",
+    "max_interval_ms",
+    "backoff_coefficient",
+    "jitter",
+    "non_retryable_errors",
+    "on_exhaustion",
+    "backoff_strategy",
+    "backoff_type",
+    "backoff",
 ];
 
 impl RetryPolicy {
@@ -180,6 +201,11 @@ impl RetryPolicy {
                     .ok_or_else(|| bad(key, "must be none, linear, exponential or polynomial"))?;
             }
         }
+        policy.extensions = obj
+            .iter()
+            .filter(|(k, _)| !KNOWN_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         if policy.max_interval < policy.initial_interval {
             return Err(bad(
                 "max_interval",
@@ -189,9 +215,9 @@ impl RetryPolicy {
         Ok(policy)
     }
 
-    /// The canonical JSON form (durations as ISO 8601).
+    /// The canonical JSON form (durations as ISO 8601), with the unknown members kept.
     pub fn to_json(&self) -> Value {
-        json!({
+        let known = json!({
             "max_attempts": self.max_attempts,
             "initial_interval": duration::format(self.initial_interval),
             "backoff_coefficient": self.backoff_coefficient,
@@ -203,7 +229,15 @@ impl RetryPolicy {
                 OnExhaustion::DeadLetter => "dead_letter",
             },
             "backoff_strategy": self.backoff.as_str(),
-        })
+        });
+        if self.extensions.is_empty() {
+            return known;
+        }
+        let mut out = self.extensions.clone();
+        if let Value::Object(known) = known {
+            out.extend(known);
+        }
+        Value::Object(out)
     }
 
     /// The delay before retry number `retry` (1 = the first retry), capped, without jitter.
@@ -292,6 +326,26 @@ mod tests {
 
     fn policy(v: Value) -> RetryPolicy {
         RetryPolicy::from_json(&v, "$.retry").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn unknown_members_are_kept_and_given_back() {
+        let p = policy(
+            json!({"max_attempts": 4, "x-acme-budget": {"usd": 3}, "initial_interval_ms": 500}),
+        );
+        assert_eq!(p.max_attempts, 4);
+        assert_eq!(p.initial_interval, Duration::from_millis(500));
+        let out = p.to_json();
+        assert_eq!(out["x-acme-budget"], json!({"usd": 3}));
+        // Known members are not kept twice, and the canonical ones win.
+        assert!(out.get("initial_interval_ms").is_none(), "{out}");
+        assert_eq!(out["max_attempts"], 4);
+        assert_eq!(policy(out.clone()), p, "the stored form reads back equal");
+        assert!(policy(json!({"maxAttempts": 2})).extensions.is_empty());
+        assert!(policy(json!({}))
+            .to_json()
+            .as_object()
+            .is_some_and(|o| o.len() == 8));
     }
 
     #[test]

@@ -60,6 +60,63 @@ pub fn limit_size(v: &Value, max: usize, path: &str) -> Result<(), OjsError> {
     Ok(())
 }
 
+/// Largest integer a JSON number may carry exactly everywhere (2^53 - 1): beyond it a
+/// JavaScript reader loses digits, so the JSON format says larger integers must be sent as
+/// strings.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Refuses an integer beyond +-[`MAX_SAFE_INTEGER`] anywhere in `v` (whose path is `path`)
+/// with `invalid_request`, naming where it is. Numbers with a fraction or an exponent are
+/// floats and pass.
+pub fn check_safe_integers(v: &Value, path: &str) -> Result<(), OjsError> {
+    match unsafe_integer(v) {
+        None => Ok(()),
+        Some((n, mut steps)) => {
+            steps.reverse();
+            let at = format!("{path}{}", steps.concat());
+            Err(OjsError::invalid_request(format!(
+                "{at} is the integer {n}, beyond 2^53-1: the JSON format asks for such \
+                 integers as strings (\"{n}\")"
+            ))
+            .with_path(&at))
+        }
+    }
+}
+
+/// The first unsafe integer in `v` and its path's steps, innermost first (built only when
+/// one is found: `args` may hold a megabyte of numbers).
+fn unsafe_integer(v: &Value) -> Option<(serde_json::Number, Vec<String>)> {
+    match v {
+        Value::Number(n) => {
+            let beyond = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u > MAX_SAFE_INTEGER,
+                (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
+                (None, None) => false,
+            };
+            beyond.then(|| (n.clone(), Vec::new()))
+        }
+        Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| {
+            unsafe_integer(x).map(|(n, mut steps)| {
+                steps.push(format!("[{i}]"));
+                (n, steps)
+            })
+        }),
+        Value::Object(o) => o.iter().find_map(|(k, x)| {
+            unsafe_integer(x).map(|(n, mut steps)| {
+                let plain =
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                steps.push(if plain {
+                    format!(".{k}")
+                } else {
+                    format!("[{}]", Value::String(k.clone()))
+                });
+                (n, steps)
+            })
+        }),
+        _ => None,
+    }
+}
+
 /// Checks `args`: an array, nested at most [`MAX_ARGS_DEPTH`] levels. Its size is bounded
 /// by the envelope's alone.
 pub fn check_args(args: &Value) -> Result<(), OjsError> {
@@ -80,6 +137,29 @@ pub fn check_args(args: &Value) -> Result<(), OjsError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn integers_beyond_2_pow_53_are_refused_where_they_are() {
+        let max = MAX_SAFE_INTEGER;
+        for ok in [
+            json!([max, -(max as i64), 1.5e300, "9007199254740993", {"a": [max]}]),
+            json!({}),
+        ] {
+            assert!(check_safe_integers(&ok, "$.args").is_ok(), "{ok}");
+        }
+        for (bad, at) in [
+            (json!([max + 1]), "$.args[0]"),
+            (json!([1, {"a": [2, -(max as i64) - 1]}]), "$.args[1].a[1]"),
+            (json!([{"user id": u64::MAX}]), "$.args[0][\"user id\"]"),
+        ] {
+            let Err(err) = check_safe_integers(&bad, "$.args") else {
+                panic!("{bad} passed");
+            };
+            assert_eq!(err.code, ErrorCode::InvalidRequest);
+            assert!(err.message.starts_with(at), "{}", err.message);
+            assert_eq!(err.details["validation_errors"][0]["path"], at);
+        }
+    }
 
     #[test]
     fn depth_counts_levels() {

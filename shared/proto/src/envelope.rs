@@ -44,6 +44,33 @@ pub const TYPED_FIELDS: [&str; 26] = [
     "result_ttl",
 ];
 
+/// The `extensions` key a JSON member travels under. Spec 8.2 asks for `x-{vendor}-{name}`
+/// keys, so a member not already named so (the server's own `timeout_ms`, the members a
+/// typed field carries, such as `retry`, a producer's `x_custom`) is prefixed `x-ojs-`,
+/// and so is one already starting with `x-ojs-`, which makes [`json_name`] its exact
+/// inverse. Another vendor's `x-acme-gpu-tier` keeps its name.
+pub fn extension_key(json_name: &str) -> String {
+    let other_vendor = json_name
+        .strip_prefix("x-")
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(vendor, name)| !vendor.is_empty() && !name.is_empty() && vendor != "ojs");
+    if other_vendor {
+        json_name.to_owned()
+    } else {
+        format!("{OWN_PREFIX}{json_name}")
+    }
+}
+
+/// The JSON member an `extensions` key names: [`extension_key`] undone. A key without
+/// the `x-ojs-` prefix (another vendor's, or an older client's bare `timeout_ms`) names
+/// the member of its own name.
+pub fn json_name(key: &str) -> &str {
+    key.strip_prefix(OWN_PREFIX).unwrap_or(key)
+}
+
+/// The prefix of the server's own `extensions` keys (spec 8.2's `x-{vendor}-`).
+const OWN_PREFIX: &str = "x-ojs-";
+
 /// Field number of `JobEnvelope.state`.
 const STATE_FIELD: u32 = 14;
 
@@ -174,7 +201,10 @@ impl Envelope {
                 }
             }
         }
-        m.extensions = ext;
+        m.extensions = ext
+            .into_iter()
+            .map(|(name, v)| (extension_key(&name), v))
+            .collect();
         Ok(Self {
             message: m,
             unknown_fields,
@@ -186,9 +216,19 @@ impl Envelope {
     /// collides with a set typed field.
     pub fn to_json(&self) -> Result<Value, ProtoError> {
         let m = &self.message;
+        let mut ext = BTreeMap::new();
+        for (key, v) in &m.extensions {
+            let name = json_name(key);
+            if ext.insert(name, v).is_some() {
+                return Err(ProtoError::field(
+                    format!("extensions[{key:?}]"),
+                    format!("names the member {name} a second time"),
+                ));
+            }
+        }
         let mut out = Out {
             map: Map::new(),
-            ext: m.extensions.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            ext,
         };
         out.put("specversion", string_json(&m.specversion))?;
         out.put("id", string_json(&m.id))?;

@@ -25,10 +25,10 @@
 //!
 //! 1. **Typed when exact, carried otherwise.** A known member goes into its typed field
 //!    only when the typed field gives back exactly the same JSON. Otherwise it travels
-//!    verbatim as a `google.protobuf.Value` in `extensions` under its own JSON name
-//!    (`"priority": "high"`, `"scheduled_at": "+PT30S"`, `"meta": {}`, `"id": ""`).
+//!    verbatim as a `google.protobuf.Value` in `extensions` under its JSON name
+//!    prefixed `x-ojs-` (see 3; `"priority": "high"`, `"scheduled_at": "+PT30S"`, `"meta": {}`, `"id": ""`).
 //!    For the object fields `retry`, `unique` and `error` this is per member: the
-//!    typed message holds the members it can, and `extensions["retry"]` (etc.) holds an
+//!    typed message holds the members it can, and `extensions["x-ojs-retry"]` (etc.) holds an
 //!    object with the others (`backoff_strategy`, `non_retryable_errors: []`, an
 //!    error's `retryable`/`details`/`occurred_at`...). Decoding merges them back; an
 //!    `extensions` entry that collides with a set typed field (or member) is an error.
@@ -41,9 +41,12 @@
 //!    with `"args": []`. `result: null` is kept (a `Value` with `null_value`).
 //! 3. **Unknown JSON members** (including `x-{vendor}-{name}` custom extensions and the
 //!    server's own members the schema has no field for, such as `timeout_ms`, `tags`,
-//!    `max_attempts`, `errors`) go into the `extensions` map under their names: spec 8.2
-//!    names that map for custom extensions, and the JSON format requires unknown
-//!    members to survive (ojs-json-format 14.3).
+//!    `max_attempts`, `errors`) go into the `extensions` map: spec 8.2 names that map for
+//!    custom extensions, keyed `x-{vendor}-{name}`, and the JSON format requires unknown
+//!    members to survive (ojs-json-format 14.3). A member already named `x-{vendor}-...`
+//!    keeps its name; any other travels as `x-ojs-{name}` (`x-ojs-timeout_ms`), and so
+//!    does one named `x-ojs-...` itself, so that every name comes back exactly
+//!    ([`extension_key`], [`json_name`]). A key without the prefix names its member.
 //! 4. **Unknown Protobuf fields** (spec 9.2): top-level fields whose numbers this
 //!    schema does not know are kept as raw bytes ([`Envelope::unknown_fields`]) and, in
 //!    JSON, as the member [`UNKNOWN_FIELDS_KEY`] (`x-ojs-proto-unknown-fields`), the
@@ -62,7 +65,7 @@
 //!    other doubles (fractions, `-0.0`, `1e300`) come back as doubles. NaN and
 //!    infinities have no JSON form and fail the conversion to JSON.
 //!    `retry.backoff_coefficient` is a typed double only when the JSON sent a double
-//!    (`2.0`); an integer `2` is carried in `extensions["retry"]`.
+//!    (`2.0`); an integer `2` is carried in `extensions["x-ojs-retry"]`.
 //! 6. **Timestamps**: RFC 3339 with a zone (`Z`, `+hh:mm`) and up to 9 fraction digits
 //!    become `google.protobuf.Timestamp`; they come back in UTC with `Z` and as many
 //!    fraction digits as needed (0, 3, 6 or 9), the server's own rendering, so
@@ -95,7 +98,7 @@ pub use batch::{
     batch_request_to_json, batch_response_to_json, decode_delimited_jobs, encode_delimited_jobs,
     json_to_batch_request, json_to_batch_response,
 };
-pub use envelope::{Envelope, TYPED_FIELDS, UNKNOWN_FIELDS_KEY};
+pub use envelope::{extension_key, json_name, Envelope, TYPED_FIELDS, UNKNOWN_FIELDS_KEY};
 pub use error::ProtoError;
 pub use v1::{BatchEnqueueRequest, BatchEnqueueResponse, BatchResult, JobEnvelope, JobState};
 

@@ -100,11 +100,11 @@ fn server_members_without_a_field_travel_in_extensions() -> Result<()> {
     assert_eq!(
         keys,
         [
-            "max_attempts",
-            "retry",
-            "timeout_ms",
-            "worker_id",
-            "x-acme-gpu-tier"
+            "x-acme-gpu-tier",
+            "x-ojs-max_attempts",
+            "x-ojs-retry",
+            "x-ojs-timeout_ms",
+            "x-ojs-worker_id"
         ]
     );
     // The retry members the message cannot hold exactly, and only those.
@@ -217,6 +217,42 @@ fn unknown_protobuf_fields_survive_json() -> Result<()> {
     let decoded = JobEnvelope::decode(back.as_slice())?;
     assert_eq!(decoded.state, 42);
     assert_eq!(proto_to_json(&back)?, json);
+    Ok(())
+}
+
+/// Spec 8.2: `extensions` keys are `x-{vendor}-{name}`. The server's members go under
+/// `x-ojs-`, another vendor's keep their names, and every name comes back exactly.
+#[test]
+fn extension_keys_follow_the_vendor_convention_and_come_back_exactly() -> Result<()> {
+    for (json_name, key) in [
+        ("timeout_ms", "x-ojs-timeout_ms"),
+        ("x_custom", "x-ojs-x_custom"),
+        ("x-acme-gpu-tier", "x-acme-gpu-tier"),
+        ("x-ojs-own", "x-ojs-x-ojs-own"),
+        ("x-", "x-ojs-x-"),
+        ("x-acme", "x-ojs-x-acme"),
+        ("", "x-ojs-"),
+    ] {
+        assert_eq!(ojs_proto::extension_key(json_name), key);
+        assert_eq!(ojs_proto::json_name(key), json_name);
+        let job = json!({"args": [], json_name: 1});
+        let m = JobEnvelope::decode(json_to_proto(&job)?.as_slice())?;
+        assert_eq!(m.extensions.keys().collect::<Vec<_>>(), [key]);
+        assert_eq!(proto_to_json(&m.encode_to_vec())?, job);
+    }
+    // An older client's bare key still names its member; naming one twice is an error.
+    let mut m = JobEnvelope::default();
+    m.extensions.insert("timeout_ms".into(), string_value("5"));
+    assert_eq!(proto_to_json(&m.encode_to_vec())?["timeout_ms"], "5");
+    m.extensions
+        .insert("x-ojs-timeout_ms".into(), string_value("6"));
+    let err = proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("extensions[\"x-ojs-timeout_ms\"]: names the member timeout_ms a second time")
+    );
     Ok(())
 }
 

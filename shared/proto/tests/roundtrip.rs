@@ -319,10 +319,13 @@ fn proto_timestamp() -> impl Strategy<Value = Option<prost_types::Timestamp>> {
     )
 }
 
+/// An `extensions` key as `json_to_proto` writes them (spec 8.2's `x-{vendor}-{name}`).
 fn extension_key() -> impl Strategy<Value = String> {
-    key().prop_filter("not a typed field", |k| {
-        !TYPED_FIELDS.contains(&k.as_str()) && k != UNKNOWN_FIELDS_KEY
-    })
+    key()
+        .prop_filter("not a typed field", |k| {
+            !TYPED_FIELDS.contains(&k.as_str()) && k != UNKNOWN_FIELDS_KEY
+        })
+        .prop_map(|k| ojs_proto::extension_key(&k))
 }
 
 /// Top-level fields with numbers this schema does not know.

@@ -312,3 +312,107 @@ async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Resul
     app.teardown().await;
     Ok(())
 }
+
+/// The seed audit's findings on a job's shape (#32): its timeout is the JSON format's
+/// `timeout` (seconds) beside `timeout_ms`, and the Protobuf form's field 8; the
+/// `extensions` map holds only `x-{vendor}-{name}` keys; members the server does not know
+/// inside `retry` and `unique` survive; integers beyond 2^53-1 sent as numbers are refused.
+#[tokio::test]
+async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let pushed = app
+        .push(json!({
+            "type": "audit.job", "args": [1], "queue": "audit",
+            "timeout": 90, "visibility_timeout": 45,
+            "retry": {"max_attempts": 4, "x-acme-budget": {"usd": 3}},
+            "unique": {"keys": ["type"], "x-acme-scope": "region"},
+        }))
+        .await?;
+    assert_eq!(pushed.status, 201, "{}", pushed.body);
+    let id = pushed.body["job"]["id"].as_str().context("id")?.to_owned();
+    let job = app.info(&id).await?.body["job"].clone();
+    assert_eq!(job["timeout"], 90, "{job}");
+    assert_eq!(job["timeout_ms"], 90_000);
+    assert_eq!(job["visibility_timeout"], 45);
+    assert_eq!(job["visibility_timeout_ms"], 45_000);
+    assert_eq!(job["retry"]["x-acme-budget"], json!({"usd": 3}), "{job}");
+    assert_eq!(job["retry"]["max_attempts"], 4);
+    assert_eq!(job["unique"]["x-acme-scope"], "region", "{job}");
+
+    let info = raw(
+        &app,
+        Method::GET,
+        &format!("/ojs/v1/jobs/{id}"),
+        None,
+        Some(PROTO),
+        Vec::new(),
+    )
+    .await?;
+    assert_eq!(info.status, 200);
+    let envelope = ojs_proto::Envelope::decode(&info.body)?.message;
+    assert_eq!(envelope.timeout, Some(90), "field 8");
+    let keys: Vec<&String> = envelope.extensions.keys().collect();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        let named = key
+            .strip_prefix("x-")
+            .and_then(|rest| rest.split_once('-'))
+            .is_some_and(|(vendor, name)| !vendor.is_empty() && !name.is_empty());
+        assert!(
+            named,
+            "extensions key {key:?} is not x-{{vendor}}-{{name}}: {keys:?}"
+        );
+    }
+    assert!(keys.iter().any(|k| *k == "x-ojs-timeout_ms"), "{keys:?}");
+    // ...and the Protobuf form reads back as the JSON one.
+    assert_eq!(ojs_proto::proto_to_json(&info.body)?, job);
+
+    for (body, at) in [
+        (
+            json!({"type": "audit.big", "args": [9_007_199_254_740_993_u64]}),
+            "$.args[0]",
+        ),
+        (
+            json!({"type": "audit.big", "args": [], "meta": {"n": -9_007_199_254_740_993_i64}}),
+            "$.meta.n",
+        ),
+    ] {
+        let refused = app.push(body).await?;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(
+            refused.body["error"]["details"]["validation_errors"][0]["path"], at,
+            "{}",
+            refused.body
+        );
+    }
+    // Spec 8.3: the manifest names the extensions by URI for the Protobuf encoding too.
+    let manifest = app.call(Method::GET, "/ojs/manifest", None).await?.body;
+    let names = manifest["extensions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let uris: Vec<Value> = names
+        .iter()
+        .map(|n| json!(format!("urn:ojs:ext:{}", n.as_str().unwrap_or_default())))
+        .collect();
+    assert!(!uris.is_empty(), "{manifest}");
+    assert_eq!(
+        manifest["protobuf"]["extension_uris"],
+        json!(uris),
+        "{manifest}"
+    );
+    assert_eq!(manifest["extension_uris"], json!(uris));
+    assert_eq!(manifest["protobuf"]["custom_extensions_prefix"], "x-ojs-");
+    let listed = app
+        .call(Method::GET, "/ojs/v1/admin/jobs?type=audit.big", None)
+        .await?;
+    assert_eq!(
+        listed.body["jobs"].as_array().map(Vec::len).unwrap_or(0),
+        0,
+        "{}",
+        listed.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -60,7 +60,23 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "application/openjobspec+proto; delimited=true",
             ],
             "backend": "dynamodb",
-            "extensions": ["events", "progress", "durable-execution", "backpressure"],
+            "extensions": EXTENSIONS,
+            // The same extensions by URI (ojs-extension-lifecycle.md §5), which the
+            // Protobuf encoding's capability negotiation asks for (ojs-protobuf-format.md
+            // §8.3), and how the Protobuf form carries what has no field of its own.
+            "extension_uris": EXTENSIONS
+                .iter()
+                .map(|name| format!("urn:ojs:ext:{name}"))
+                .collect::<Vec<_>>(),
+            "protobuf": {
+                "schema": "openjobspec.v1",
+                "extension_uris": EXTENSIONS
+                    .iter()
+                    .map(|name| format!("urn:ojs:ext:{name}"))
+                    .collect::<Vec<_>>(),
+                "custom_extensions_prefix": "x-ojs-",
+                "unknown_fields": "preserved at the top level of a JobEnvelope",
+            },
             "authentication": {
                 "required": auth_required,
                 "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },
@@ -89,6 +105,9 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
         }),
     )
 }
+
+/// The extensions the manifest declares (names; their URIs are `urn:ojs:ext:{name}`).
+const EXTENSIONS: [&str; 4] = ["events", "progress", "durable-execution", "backpressure"];
 
 /// The manifest's `limits`: the fields of ojs-payload-limits.md §8.1 (here rather than
 /// under `extensions`, which the HTTP binding's §21.2 makes a list of names), and what

@@ -87,13 +87,14 @@ impl fmt::Display for JobType {
     }
 }
 
-/// A queue name: `[a-z0-9][a-z0-9\-.]*`, at most 128 characters.
+/// A queue name: `[a-z0-9][a-z0-9\-.]*`, at most 255 characters (the JSON format's
+/// recommendation; `ojs-payload-limits.md` PL-003's 255 bytes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueName(String);
 
 impl QueueName {
     /// Longest accepted queue name.
-    pub const MAX_LEN: usize = 128;
+    pub const MAX_LEN: usize = 255;
 
     /// The queue used when a job names none.
     pub fn default_queue() -> Self {
@@ -182,6 +183,7 @@ mod tests {
         for bad in ["", "Default", "my_queue!", "-invalid", "my queue", ".a"] {
             assert!(QueueName::parse(bad).is_err(), "{bad}");
         }
-        assert!(QueueName::parse(&"q".repeat(129)).is_err());
+        assert!(QueueName::parse(&"q".repeat(255)).is_ok());
+        assert!(QueueName::parse(&"q".repeat(256)).is_err());
     }
 }

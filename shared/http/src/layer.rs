@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, Method, Request, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -137,6 +137,16 @@ async fn route_guard(req: Request<Body>, next: Next) -> Response {
     }
 }
 
+/// The headers the HTTP binding puts on every response: `OJS-Version`, `X-Request-Id` and
+/// the OJS JSON `Content-Type`.
+fn standard_headers(headers: &mut HeaderMap, request_id: &str, json_type: &'static str) {
+    headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        headers.insert("x-request-id", v);
+    }
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
+}
+
 async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: Next) -> Response {
     let request_id = request_id(&req);
     let xray_trace_id = xray_trace_id(&req);
@@ -154,6 +164,8 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         state
             .cors
             .preflight_headers(req.headers(), res.headers_mut());
+        // "Every response must include" the three (HTTP binding, standard response headers).
+        standard_headers(res.headers_mut(), &request_id, json_type);
         return res;
     }
     let principal = if is_public(&method, &path) {
@@ -221,14 +233,16 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
     }
     let status = res.status();
     let own_content_type = res.extensions().get::<OwnContentType>().is_some();
+    if own_content_type {
+        let headers = res.headers_mut();
+        headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
+        if let Ok(v) = HeaderValue::from_str(&request_id) {
+            headers.insert("x-request-id", v);
+        }
+    } else {
+        standard_headers(res.headers_mut(), &request_id, json_type);
+    }
     let headers = res.headers_mut();
-    headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        headers.insert("x-request-id", v);
-    }
-    if !own_content_type {
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
-    }
     if status == StatusCode::UNAUTHORIZED {
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }

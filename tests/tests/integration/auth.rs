@@ -214,6 +214,22 @@ async fn cors_answers_only_listed_origins() -> anyhow::Result<()> {
     let (status, headers, _) = send(preflight("https://evil.example.com")).await?;
     assert_eq!(status, 204);
     assert!(headers.get("access-control-allow-origin").is_none());
+    // Preflights, answered before auth, and a plain OPTIONS carry the headers the HTTP
+    // binding puts on every response.
+    let plain = app
+        .client
+        .request(Method::OPTIONS, format!("{}/ojs/v1/jobs", app.base_url));
+    for request in [preflight("https://app.example.com"), plain] {
+        let (status, headers, _) = send(request.header("x-request-id", "req-options-1")).await?;
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header("ojs-version"), Some("1.0"), "{status}");
+        assert_eq!(header("x-request-id"), Some("req-options-1"), "{status}");
+        assert_eq!(
+            header("content-type"),
+            Some("application/openjobspec+json"),
+            "{status}"
+        );
+    }
 
     // Actual responses (even a 401) carry the origin only when it is listed.
     for (origin, expect) in [

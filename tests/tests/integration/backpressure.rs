@@ -144,7 +144,11 @@ async fn a_batch_is_admitted_or_refused_whole() -> anyhow::Result<()> {
         .call(Method::POST, "/ojs/v1/jobs/batch", Some(mixed))
         .await?;
     assert_eq!(mixed.status, 429, "{}", mixed.body);
-    assert_eq!(stats(&app, "bpb-free").await?["depth"], 0);
+    // Refused whole: not even its queue came to exist.
+    let free = app
+        .call(Method::GET, "/ojs/v1/queues/bpb-free/stats", None)
+        .await?;
+    assert_eq!(free.status, 404, "{}", free.body);
 
     let two = app
         .call(

@@ -432,3 +432,52 @@ async fn the_manifest_states_the_limits_in_force() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// Queue names of 255 characters (the JSON format's recommended limit, PL-003's 255
+/// bytes) go through a job's lifecycle and the queue's stats; one more is a 400 naming
+/// `$.queue` that writes nothing; a queue that never existed has no stats (404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_names_of_255_characters_work_256_are_refused_and_unknown_queues_have_no_stats(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let queue = format!("q{}", "a.b-".repeat(63) + "zz");
+    assert_eq!(queue.len(), 255);
+    let pushed = app
+        .push(json!({"type": "long.queue", "args": [1], "options": {"queue": queue}}))
+        .await?;
+    anyhow::ensure!(pushed.status == 201, "{} {}", pushed.status, pushed.body);
+    let id = pushed.body["job"]["id"].clone();
+    fetch_and_ack(&app, &queue, &id).await?;
+    assert_eq!(job(&app, &id).await?["queue"], queue.as_str());
+    let stats = app
+        .call(Method::GET, &format!("/ojs/v1/queues/{queue}/stats"), None)
+        .await?;
+    anyhow::ensure!(stats.status == 200, "{} {}", stats.status, stats.body);
+
+    let too_long = format!("{queue}x");
+    let refused = app
+        .push(json!({"type": "long.queue", "args": [1], "options": {"queue": too_long}}))
+        .await?;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["details"]["validation_errors"][0]["path"], "$.queue",
+        "{}",
+        refused.body
+    );
+    // A queue nothing was ever pushed to or set for does not exist: its stats are a 404.
+    for never in ["never-used", queue.replace("zz", "zy").as_str()] {
+        let stats = app
+            .call(Method::GET, &format!("/ojs/v1/queues/{never}/stats"), None)
+            .await?;
+        assert_eq!(stats.status, 404, "{}", stats.body);
+        assert_eq!(stats.body["error"]["code"], "not_found", "{}", stats.body);
+    }
+    let listed = app.call(Method::GET, "/ojs/v1/queues", None).await?;
+    anyhow::ensure!(
+        !listed.body.to_string().contains(&too_long),
+        "the refused queue is listed: {}",
+        listed.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -35,6 +35,11 @@ async fn queue_stats(
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
     let st = app.store.queue_stats(&queue).await?;
+    if !st.registered {
+        // No job was ever pushed to it and nothing set for it (the seed audit: 404, not
+        // a queue of zeros that does not exist).
+        return Err(OjsError::not_found(format!("queue {name} does not exist")).into());
+    }
     Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
 }
 

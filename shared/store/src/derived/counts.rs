@@ -32,6 +32,9 @@ use crate::Store;
 /// them).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueueStats {
+    /// Whether the queue exists: a job was pushed to it or a setting made for it (its
+    /// registry item, read in the same batch as the counters).
+    pub registered: bool,
     /// Not fetched while paused.
     pub paused: bool,
     /// Ready to fetch.
@@ -380,7 +383,11 @@ impl Store {
             )
             .collect();
         let mut stats = QueueStats::default();
+        let registry_sk = keys::queue_sk(queue.as_str());
         for item in self.read_consistent(keys).await? {
+            if item.get("sk").and_then(|v| v.as_s().ok()) == Some(&registry_sk) {
+                stats.registered = true;
+            }
             if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
                 stats.paused = *paused;
             }

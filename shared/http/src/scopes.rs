@@ -268,6 +268,7 @@ pub const ROUTES: &[RouteScope] = &[
     r("POST", "/ojs/v1/dead-letter/{id}/retry", Need::Enqueue),
     r("DELETE", "/ojs/v1/dead-letter/{id}", Need::Enqueue),
     r("POST", "/cloudq/{queue}", Need::Enqueue),
+    r("POST", "/{queue}", Need::Enqueue),
     // Workers.
     r("POST", "/ojs/v1/workers/fetch", Need::Process),
     r("POST", "/ojs/v1/workers/ack", Need::Process),
@@ -283,6 +284,8 @@ pub const ROUTES: &[RouteScope] = &[
     r("DELETE", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
     r("GET", "/cloudq/{queue}", Need::Process),
     r("DELETE", "/cloudq/{queue}/{id}", Need::Process),
+    r("GET", "/{queue}", Need::Process),
+    r("DELETE", "/{queue}/{id}", Need::Process),
     // Reading queues, cron and schemas.
     r("GET", "/ojs/v1/queues", Need::DataRead),
     r("GET", "/ojs/v1/queues/{name}/stats", Need::DataRead),

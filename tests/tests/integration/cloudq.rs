@@ -253,8 +253,8 @@ async fn bad_requests_get_cloudq_errors_and_enqueue_nothing() -> anyhow::Result<
             "klass must be a string",
         ),
         (
-            "{\"job\": {\"klass\": \"Arch ive\", \"args\": []}}",
-            "klass must be a class name",
+            "{\"job\": {\"klass\": \"\", \"args\": []}}",
+            "klass must not be empty",
         ),
         ("{\"job\": {\"klass\": \"archive\"}}", "args is required"),
         (
@@ -416,6 +416,75 @@ async fn the_seeds_own_example_round_trips_with_its_class_and_queue_names() -> a
         done.body
     );
     ensure!(app.info(&id).await?.body["job"]["state"] == "completed");
+    app.teardown().await;
+    Ok(())
+}
+
+/// Seed 004's own paths, at the server's root (`POST /:queue`, `GET /:queue`, `DELETE
+/// /:queue/:id`), with a klass that is no class name ("could be the object name you would
+/// like to perform the job"); the server's own root paths still answer as themselves.
+#[tokio::test]
+async fn the_protocol_is_served_at_the_root_with_any_klass() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let body = json!({"job": {"klass": "send email!", "args": ["to@example.com"]}});
+    let r = raw(
+        &app,
+        Method::POST,
+        "/archive_queue",
+        Some("application/json"),
+        &body.to_string(),
+    )
+    .await?;
+    ensure_json(&r)?;
+    ensure!(
+        r.status == 200 && r.body["status"] == "success",
+        "{}",
+        r.body
+    );
+    let got = raw(&app, Method::GET, "/archive_queue", None, "").await?;
+    ensure_json(&got)?;
+    ensure!(got.body["job"]["klass"] == "send email!", "{}", got.body);
+    ensure!(
+        got.body["job"]["args"] == json!(["to@example.com"]),
+        "{}",
+        got.body
+    );
+    let id = got.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let job = app.info(&id).await?.body["job"].clone();
+    ensure!(job["type"] == "cloudq.send_email_", "{job}");
+    ensure!(job["queue"] == "archive-queue", "{job}");
+    ensure!(job["meta"]["cloudq_klass"] == "send email!", "{job}");
+    let done = raw(
+        &app,
+        Method::DELETE,
+        &format!("/archive_queue/{id}"),
+        None,
+        "",
+    )
+    .await?;
+    ensure_json(&done)?;
+    ensure!(
+        done.status == 200 && done.body["status"] == "success",
+        "{}",
+        done.body
+    );
+    ensure!(app.info(&id).await?.body["job"]["state"] == "completed");
+    let empty = raw(&app, Method::GET, "/archive_queue", None, "").await?;
+    ensure!(empty.body == json!({"status": "empty"}), "{}", empty.body);
+
+    // The server's own root paths win; a queue named so is reached under /cloudq.
+    let health = app.call(Method::GET, "/health", None).await?;
+    ensure!(
+        health.status == 200 && health.body["status"] == "ok",
+        "{}",
+        health.body
+    );
+    let r = publish(&app, "health", json!({"klass": "Archive", "args": []})).await?;
+    ensure!(r.status == 200, "{}", r.body);
+    ensure!(reserve(&app, "health").await?.body["job"]["klass"] == "Archive");
     app.teardown().await;
     Ok(())
 }

@@ -473,10 +473,26 @@ fn every_http_route_reaches_the_function_that_serves_it() -> Result<()> {
         }
     }
 
+    // API Gateway takes the most specific route that matches: the one whose leading
+    // segments are literal the longest (`GET /health` over `GET /{queue}`), a method over
+    // ANY.
+    let rank = |method: &str, path: &str| {
+        let literal = path
+            .trim_matches('/')
+            .split('/')
+            .take_while(|seg| !seg.starts_with('{'))
+            .count();
+        (literal, method != "ANY")
+    };
     for (binary, route) in &routes {
-        let targets: BTreeSet<_> = events
+        let matching: Vec<_> = events
             .iter()
             .filter(|(_, method, path)| http_api_matches(method, path, route))
+            .collect();
+        let best = matching.iter().map(|(_, m, p)| rank(m, p)).max();
+        let targets: BTreeSet<_> = matching
+            .iter()
+            .filter(|(_, m, p)| Some(rank(m, p)) == best)
             .map(|(target, _, _)| target.as_str())
             .collect();
         ensure!(

@@ -1,11 +1,16 @@
-//! The Cloudq protocol v0.1.0 as a compatibility binding over the same store.
+//! The Cloudq protocol v0.1.0 as a compatibility binding over the same store, at the
+//! server's root as the protocol has it (`POST /:queue`, `GET /:queue`, `DELETE
+//! /:queue/:id`) and under `/cloudq/` too:
 //!
-//! - `POST /cloudq/{queue}` with `{"job": {"klass", "args"}}` (or the bare `{"klass",
+//! - `POST /{queue}` with `{"job": {"klass", "args"}}` (or the bare `{"klass",
 //!   "args"}`) enqueues an OJS job with `type` = klass: the PUSH path.
-//! - `GET /cloudq/{queue}` reserves the next job, `{"job": {"klass", "args", "id"}}`, or
+//! - `GET /{queue}` reserves the next job, `{"job": {"klass", "args", "id"}}`, or
 //!   answers `{"status": "empty"}`: the FETCH claim, so a Cloudq client and an OJS worker
 //!   never get the same job.
-//! - `DELETE /cloudq/{queue}/{id}` completes a reserved job: the ACK.
+//! - `DELETE /{queue}/{id}` completes a reserved job: the ACK.
+//!
+//! The server's own root paths win over a queue of the same name (`GET /health`,
+//! `/ready`, `/metrics`): such a queue is reached under `/cloudq/`.
 //!
 //! Reservations are fenced like OJS attempts: a reserve claims the job under the worker id
 //! [`CLOUDQ_WORKER`], and a DELETE is an ACK under that worker id. So a DELETE completes
@@ -18,10 +23,12 @@
 //! `Content-Type: application/json`. A reserved job that is not deleted within its lease
 //! (30 s by default) becomes available again, like an OJS job whose worker died.
 //!
-//! Names: Cloudq klasses are Ruby class names and its queues free-form, while OJS types
-//! and queues are lowercase. A klass that is already an OJS type is used as is; any
-//! other class name maps to one (`Archive` -> `archive`, `Mail::SendDigest` ->
-//! `mail.send_digest`) and the exact klass is kept in `meta.cloudq_klass`, so a reserve
+//! Names: a Cloudq klass is any string ("the object name you would like to perform the
+//! job") and its queues free-form, while OJS types and queues are lowercase. A klass that
+//! is already an OJS type is used as is; a class name maps to one (`Archive` ->
+//! `archive`, `Mail::SendDigest` -> `mail.send_digest`); any other string to
+//! `cloudq.<its letters and digits, lowercased, other runs as _>` (`send email!` ->
+//! `cloudq.send_email_`). The exact klass is kept in `meta.cloudq_klass`, so a reserve
 //! gives it back unchanged. A queue name is lowercased with `_` as `-`
 //! (`archive_queue` -> `archive-queue`), the queue OJS workers fetch from.
 
@@ -47,6 +54,8 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/cloudq/{queue}", post(enqueue_job).get(reserve_job))
         .route("/cloudq/{queue}/{id}", delete(delete_job))
+        .route("/{queue}", post(enqueue_job).get(reserve_job))
+        .route("/{queue}/{id}", delete(delete_job))
 }
 
 async fn enqueue_job(
@@ -106,10 +115,33 @@ fn klass_to_type(klass: &str) -> Option<String> {
     JobType::parse(&ty).is_ok().then_some(ty)
 }
 
+/// The OJS job type of any klass: [`klass_to_type`]'s when it has one, else
+/// `cloudq.` and the klass's ASCII letters and digits, lowercased, every other run of
+/// characters as one `_` (a leading digit or `_` gets a `k` before it), cut to fit.
+fn type_of_klass(klass: &str) -> String {
+    if let Some(ty) = klass_to_type(klass) {
+        return ty;
+    }
+    let mut name = String::new();
+    for c in klass.chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c.to_ascii_lowercase());
+        } else if !name.ends_with('_') {
+            name.push('_');
+        }
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        name.insert(0, 'k');
+    }
+    const PREFIX: &str = "cloudq.";
+    name.truncate(JobType::MAX_LEN - PREFIX.len());
+    format!("{PREFIX}{name}")
+}
+
 async fn push(app: &AppState, queue: &str, body: &[u8]) -> Result<Response, ApiError> {
     let queue = cloudq_queue(queue)?;
     let (klass, args) = parse_job(body)?;
-    let ty = klass_to_type(&klass).unwrap_or_default();
+    let ty = type_of_klass(&klass);
     let mut envelope = json!({"type": ty, "queue": queue.as_str(), "args": args});
     if ty != klass {
         envelope["meta"] = json!({ "cloudq_klass": klass });
@@ -156,10 +188,8 @@ fn parse_job(body: &[u8]) -> Result<(String, Vec<Value>), OjsError> {
         Some(_) => return Err(OjsError::invalid_request("klass must be a string")),
         None => return Err(OjsError::invalid_request("klass is required")),
     };
-    if klass_to_type(&klass).is_none() {
-        return Err(OjsError::invalid_request(format!(
-            "klass must be a class name (e.g. \"Archive\", \"Mail::SendDigest\") or an OJS job type (e.g. \"email.send\"), got {klass:?}"
-        )));
+    if klass.is_empty() {
+        return Err(OjsError::invalid_request("klass must not be empty"));
     }
     match job.remove("args") {
         Some(Value::Array(args)) => Ok((klass, args)),
@@ -278,9 +308,11 @@ mod tests {
             expected
         );
         assert!(ok(json!({"job": {"klass": "Archive", "args": []}})).is_some());
+        // A klass is any string (seed 004): not only class names.
+        assert!(ok(json!({"job": {"klass": "Arch ive", "args": []}})).is_some());
+        assert!(ok(json!({"job": {"klass": "::Archive", "args": []}})).is_some());
         for bad in [
-            json!({"job": {"klass": "Arch ive", "args": []}}),
-            json!({"job": {"klass": "::Archive", "args": []}}),
+            json!({"job": {"klass": "", "args": []}}),
             json!({"job": {"klass": "archive", "args": "x"}}),
             json!({"job": {"klass": "archive"}}),
             json!({"job": {"args": []}}),
@@ -307,6 +339,22 @@ mod tests {
             ("", None),
         ] {
             assert_eq!(klass_to_type(klass).as_deref(), ty, "{klass}");
+        }
+        for (klass, ty) in [
+            ("Mail::SendDigest", "mail.send_digest".to_owned()),
+            ("send email!", "cloudq.send_email_".to_owned()),
+            ("WELCOME-MAIL", "cloudq.welcome_mail".to_owned()),
+            ("9Lives", "cloudq.k9lives".to_owned()),
+            ("::Archive", "cloudq.k_archive".to_owned()),
+            ("été", "cloudq.k_t_".to_owned()),
+            (
+                &"X y".repeat(200),
+                format!("cloudq.{}", "x_y".repeat(200))[..255].to_owned(),
+            ),
+        ] {
+            let got = type_of_klass(klass);
+            assert_eq!(got, ty, "{klass}");
+            assert!(JobType::parse(&got).is_ok(), "{got}");
         }
         assert_eq!(
             cloudq_queue("archive_queue")

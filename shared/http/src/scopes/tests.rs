@@ -64,6 +64,11 @@ fn each_request_needs_what_its_route_does() {
         (Method::POST, "/ojs/v1/workers/heartbeat", Need::Process),
         (Method::GET, "/cloudq/q", Need::Process),
         (Method::POST, "/cloudq/q", Need::Enqueue),
+        (Method::GET, "/archive_queue", Need::Process),
+        (Method::POST, "/archive_queue", Need::Enqueue),
+        (Method::DELETE, "/archive_queue/123", Need::Process),
+        (Method::GET, "/health", Need::Public),
+        (Method::GET, "/metrics", Need::AdminRead),
         (Method::POST, "/ojs/v1/push/endpoints", Need::ConfigWrite),
         (Method::GET, "/ojs/v1/push/endpoints", Need::ConfigRead),
         (
@@ -114,6 +119,8 @@ fn paths_and_methods_the_api_does_not_serve_have_no_route() {
         (Method::PUT, "/ojs/v1/jobs"),
         (Method::GET, "/ojs/v1/jobs/x/y"),
         (Method::GET, "/"),
+        (Method::GET, "/a/b"),
+        (Method::PUT, "/a"),
     ] {
         assert_eq!(route(&method, path), None, "{method} {path}");
     }
@@ -272,8 +279,10 @@ fn a_missing_scope_is_a_403_naming_it_and_its_grantors() {
             serde_json::json!(["ojs:admin:write", "ojs:config:write"])
         ))
     );
-    // A path the API does not serve is the router's to answer (404/405).
-    assert!(check(Scopes::default(), &Method::GET, "/nowhere").is_ok());
+    // A path the API does not serve is the router's to answer (404/405). (A path of one
+    // segment is a Cloudq queue's, `GET /{queue}`.)
+    assert!(check(Scopes::default(), &Method::GET, "/no/where/else").is_ok());
+    assert!(check(Scopes::default(), &Method::GET, "/nowhere").is_err());
 }
 
 /// (method, pattern) of every `.route(...)` in the routers' source.

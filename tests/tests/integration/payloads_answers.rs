@@ -452,3 +452,106 @@ async fn a_batch_offloads_its_large_jobs_as_push_does_all_or_nothing() -> anyhow
     app.teardown().await;
     Ok(())
 }
+
+/// A store on `store`'s table whose payload bucket is reached through `proxy`.
+async fn with_s3_through(store: &Store, proxy: &ojs_tests::fault_proxy::FaultProxy) -> Store {
+    let sdk = aws_config::load_from_env().await;
+    let conf = aws_sdk_s3::config::Builder::from(&sdk)
+        .endpoint_url(&proxy.url)
+        .force_path_style(true)
+        .build();
+    store.clone().with_payloads(Payloads::new(
+        aws_sdk_s3::Client::from_conf(conf),
+        ojs_tests::TEST_PAYLOAD_BUCKET,
+    ))
+}
+
+/// S3 answers lost after the request landed (#32's fault list): a PutObject whose answer
+/// is lost once is retried by the SDK and the job is stored whole; when every attempt's
+/// answer is lost the PUSH fails and no job names an object (what landed is an orphan under
+/// the job's prefix, for the bucket's lifecycle rule); a GetObject whose answer is lost
+/// every time gives the claimed job back, and the next FETCH delivers it whole.
+#[tokio::test]
+async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
+) -> anyhow::Result<()> {
+    use ojs_tests::fault_proxy::{Fault, FaultProxy, Filter};
+    let (store, payloads) = with_payloads(fresh_store().await?).await?;
+    let upstream = std::env::var("AWS_ENDPOINT_URL_S3")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+        .context("no S3 endpoint")?;
+    let proxy = FaultProxy::start(&upstream, 32).await?;
+    let faulty = with_s3_through(&store, &proxy).await;
+    let text = random_text();
+    let envelope = |q: &str| json!({"type": "s3.fault", "args": [], "queue": q});
+
+    // Lost once: the SDK's retry puts it again, and the job is whole.
+    proxy.script(Filter::Any, &[Fault::DropAfter]);
+    let once = put_large(&faulty, envelope("s3-lost-once"), &text).await?;
+    assert_eq!(proxy.scripted_left(), 0, "the fault was met");
+    let read = store.get_job(&once.id).await?.context("stored")?;
+    let read = store.full_job(read).await?;
+    assert!(
+        read.spec.args == vec![Value::String(text.clone())],
+        "the job is whole"
+    );
+
+    // Lost every time: the PUSH fails, no job item, the object landed unnamed.
+    proxy.script(Filter::Any, &[Fault::DropAfter; 8]);
+    let new = NewJob::from_json(envelope("s3-lost-always")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut job = Job::enqueue(new, ojs_core::time::now());
+    job.spec.args = vec![Value::String(text.clone())];
+    let failed = faulty.put_job(&job).await;
+    assert!(failed.is_err(), "{failed:?}");
+    proxy.heal();
+    assert!(
+        store.get_job(&job.id).await?.is_none(),
+        "no job names a lost object"
+    );
+    assert!(
+        !objects_of(&payloads, &store, &job.id.to_string())
+            .await?
+            .is_empty(),
+        "the put landed (an orphan for the lifecycle rule)"
+    );
+
+    // Reads whose answers are lost: the claim is given back, then delivered whole.
+    let req = FetchRequest {
+        queues: vec![queue("s3-lost-once")?],
+        count: 1,
+        worker_id: Some("w".into()),
+        visibility_timeout_ms: None,
+    };
+    ojs_tests::after_index_lag().await;
+    proxy.script(Filter::Any, &[Fault::DropAfter; 8]);
+    let first = faulty.fetch(&req, ojs_core::time::now()).await?;
+    assert!(
+        first.jobs.is_empty(),
+        "nothing delivered without its payload"
+    );
+    assert!(
+        proxy.scripted_left() < 8,
+        "the claim read its payload and met the faults"
+    );
+    proxy.heal();
+    let back = store.get_job(&once.id).await?.context("still there")?;
+    assert_eq!(
+        back.status.state,
+        JobState::Available,
+        "given back, not leased"
+    );
+    assert_eq!(back.status.attempt, 0, "the attempt is not counted");
+    let mut delivered = Vec::new();
+    for _ in 0..50 {
+        delivered = faulty.fetch(&req, ojs_core::time::now()).await?.jobs;
+        if !delivered.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(delivered.len(), 1, "delivered once the reads answer");
+    assert!(
+        delivered[0].spec.args == vec![Value::String(text)],
+        "delivered whole"
+    );
+    Ok(())
+}

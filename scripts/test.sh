@@ -23,8 +23,8 @@ cleanup() {
     if [ -n "$sdk_setup_pid" ]; then kill "$sdk_setup_pid" 2>/dev/null || true; fi
     if [ -n "$conformance_pid" ]; then kill "$conformance_pid" 2>/dev/null || true; fi
     if [ -n "$side_ddb_pid" ]; then kill "$side_ddb_pid" 2>/dev/null || true; fi
-    if [ -n "${first_pid:-}" ]; then kill "$first_pid" 2>/dev/null || true; fi
-    rm -f "${conformance_log:-}" "${first_log:-}"
+    if [ -n "${beside_pid:-}" ]; then kill "$beside_pid" 2>/dev/null || true; fi
+    rm -f "${conformance_log:-}" "${beside_log:-}"
     local_aws_down
     if [ -n "$log" ]; then rm -f "$log"; log=""; fi
     rm -f "${cpu_file:-}"
@@ -188,33 +188,39 @@ conformance_wait() {
     if [ "$code" -ne 0 ]; then rc=$code; fi
 }
 
-# first_start TEST: one test of the integration binary, run alone in a process of its own
-# beside the suite that follows (its output kept apart); first_wait adds its output to the
-# log (the summary counts its "test result:" line) and its failure to the run's.
-first_pid="" first_log="" first_bin=""
-first_start() {
+# beside_start LABEL COMMAND...: runs COMMAND in the background beside the suite that
+# follows, its output kept apart; beside_wait adds that output to the log (the summary
+# counts its "test result:" lines) and its failure to the run's.
+beside_pid="" beside_log="" beside_label=""
+beside_start() {
+    beside_label=$1
+    shift
+    beside_log=$(mktemp)
+    ("$@") >"$beside_log" 2>&1 &
+    beside_pid=$!
+}
+beside_wait() {
+    [ -n "$beside_pid" ] || return 0
+    local code=0
+    wait "$beside_pid" || code=$?
+    beside_pid=""
+    { echo "== suite: $beside_label"; cat "$beside_log"; } >>"$log"
+    cat "$beside_log"
+    rm -f "$beside_log"
+    beside_log=""
+    if [ "$code" -ne 0 ]; then rc=$code; fi
+}
+# integration_test TEST: one test of the integration binary, run alone (libtest's
+# "Running" line written first, for the summary's list of slow binaries).
+integration_test() {
     local bin
     bin=$(test_binary integration)
-    first_bin=$bin
-    first_log=$(mktemp)
     if [ -z "$bin" ]; then
-        echo "test: building the integration suite failed" >"$first_log"
-        (exit 101) &
-    else
-        (cd tests && exec "$bin" --exact "$1") >"$first_log" 2>&1 &
+        echo "test: building the integration suite failed"
+        return 101
     fi
-    first_pid=$!
-}
-first_wait() {
-    [ -n "$first_pid" ] || return 0
-    local code=0
-    wait "$first_pid" || code=$?
-    first_pid=""
-    { echo "== suite: integration, one test beside a part"; echo "     Running tests/integration/main.rs ($first_bin)"; cat "$first_log"; } >>"$log"
-    cat "$first_log"
-    rm -f "$first_log"
-    first_log=""
-    if [ "$code" -ne 0 ]; then rc=$code; fi
+    echo "     Running tests/integration/main.rs ($bin)"
+    cd tests && exec "$bin" --exact "$1"
 }
 
 log="$(mktemp)"
@@ -246,8 +252,11 @@ else
     # they reuse all of it.
     timed "build: every target" cargo build --workspace --all-targets
     export OJS_FUNCTION_BINARIES="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+    # The workspace's own tests and ojs-tests' library and stress tests keep about one core
+    # each busy (57 and 48 CPU seconds in 52 and 49 s, one after the other): side by side.
+    beside_start "ojs-tests lib, bins, stress" cargo test -p ojs-tests --lib --bins --test stress --no-fail-fast
     suite "workspace but ojs-tests" --workspace --all-targets --no-fail-fast --exclude ojs-tests
-    suite "ojs-tests lib, bins, stress" -p ojs-tests --lib --bins --test stress --no-fail-fast
+    timed "ojs-tests lib, bins, stress (beside; the wait for it)" beside_wait
     # The integration suite in three parts, each on a fresh DynamoDB Local: every write
     # to a table with a stream costs DynamoDB Local a stream lookup (its one SQLite thread
     # spent most of its time there, sampled) that grows as a run's tables pile up, and
@@ -279,9 +288,9 @@ else
     # workflow callbacks raced by 16 ackers, about 65 s) started last and the part waited
     # for it alone (124 s, for 264 s of tests on four threads). It starts first now, in a
     # process of its own beside the part, which runs the others three at a time.
-    first_start "$long_b"
+    beside_start "integration part b: its longest test" integration_test "$long_b"
     suite "integration part b" -p ojs-tests --test integration --no-fail-fast -- --test-threads 3 "${part_b[@]}" --skip "$long_b"
-    timed "integration part b: its longest test (the wait for it)" first_wait
+    timed "integration part b: its longest test (the wait for it)" beside_wait
     fresh_dynamodb
     suite "integration rest" -p ojs-tests --test integration --no-fail-fast -- "${threads[@]}" "${skips[@]}"
     # The official suite runs alone: its timing cases leave a server 500 ms (a retry's

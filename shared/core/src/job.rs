@@ -553,16 +553,6 @@ impl Job {
         out.insert("state".into(), s.state.as_str().into());
         out.insert("attempt".into(), s.attempt.into());
         out.insert("max_attempts".into(), self.spec.retry.max_attempts.into());
-        // The JSON format's own names, in whole seconds (rounded up), beside the HTTP
-        // binding's `*_ms`: a reader of either finds the job's timeouts (and the Protobuf
-        // form its `timeout` field).
-        let seconds = |ms: u64| ms.div_ceil(1000);
-        if let Some(ms) = self.spec.timeout_ms {
-            out.insert("timeout".into(), seconds(ms).into());
-        }
-        if let Some(ms) = self.spec.visibility_timeout_ms {
-            out.insert("visibility_timeout".into(), seconds(ms).into());
-        }
         let stamps = [
             ("created_at", Some(&s.created_at)),
             ("enqueued_at", s.enqueued_at.as_ref()),
@@ -714,35 +704,30 @@ mod tests {
         assert_eq!(job.to_json()["attempt"], 0);
     }
 
-    /// The JSON format names a job's timeouts `timeout` and `visibility_timeout`, in
-    /// seconds; the view gives both forms, whichever the producer sent, and reads back equal.
+    /// The JSON view names a job's timeouts only `timeout_ms` and `visibility_timeout_ms`
+    /// (the HTTP binding's): the official JavaScript SDK reads a job's `timeout` as
+    /// milliseconds and would abort a job pushed with 5 s at 5 ms. The JSON format's
+    /// `timeout` (seconds) is still read, and the Protobuf form carries it (field 8).
     #[test]
-    fn the_view_gives_timeouts_in_seconds_and_milliseconds() {
+    fn the_view_names_timeouts_in_milliseconds_only() {
         let view = |body: Value| {
             let n = parse(body).unwrap_or_else(|e| panic!("{e}"));
             Job::enqueue(n, time::now()).to_json()
         };
         let v = view(json!({"type": "a", "args": [], "timeout": 60, "visibility_timeout": 30}));
-        assert_eq!(
-            (v["timeout"].clone(), v["timeout_ms"].clone()),
-            (json!(60), json!(60_000))
-        );
-        assert_eq!(v["visibility_timeout"], 30);
+        assert_eq!(v["timeout_ms"], 60_000);
         assert_eq!(v["visibility_timeout_ms"], 30_000);
-        let v =
-            view(json!({"type": "a", "args": [], "timeout_ms": 1_500, "visibility_timeout_ms": 1}));
-        assert_eq!(v["timeout"], 2, "rounded up");
-        assert_eq!(v["visibility_timeout"], 1);
-        let again = view(v.clone());
-        assert_eq!(
-            again["timeout_ms"], 1_500,
-            "the milliseconds win when both come back"
-        );
-        assert_eq!(again["visibility_timeout_ms"], 1);
-        let v = view(json!({"type": "a", "args": []}));
         assert!(
             v.get("timeout").is_none() && v.get("visibility_timeout").is_none(),
             "{v}"
+        );
+        let again = view(v.clone());
+        assert_eq!(
+            (
+                again["timeout_ms"].clone(),
+                again["visibility_timeout_ms"].clone()
+            ),
+            (json!(60_000), json!(30_000))
         );
     }
 

@@ -286,7 +286,9 @@ async fn negotiate_request(
         negotiate::response_format(req.headers(), kind)?
     };
     let req = crate::decompress::decode_request(req, kind.body_limit()).await?;
-    let req = negotiate::decode_request(req, kind).await?;
+    let mut req = negotiate::decode_request(req, kind).await?;
+    // The handler's to know too: a FETCH bounds its answer by the form it is sent in.
+    req.extensions_mut().insert(format);
     Ok((req, format))
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn produces_text(method: &Method, path: &str) -> bool {
     (method == Method::GET || method == Method::HEAD) && path == "/metrics"
 }
 
-/// The format of the answer.
+/// The format of the answer (also in the request's extensions, for the handler).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
     Json,
@@ -197,6 +197,32 @@ pub(crate) async fn decode_request(
     Ok(Request::from_parts(parts, Body::from(text)))
 }
 
+/// A job view with the JSON format's `timeout` (whole seconds, rounded up) beside its
+/// `timeout_ms`, for the Protobuf form's field 8 (`timeout`, seconds): a Protobuf reader
+/// finds the timeout in the schema's field. The JSON view itself has no `timeout`: the
+/// JavaScript SDK reads a job's `timeout` as milliseconds.
+pub(crate) fn with_timeout_seconds(view: &Value) -> Value {
+    let mut view = view.clone();
+    if let Some(ms) = view.get("timeout_ms").and_then(Value::as_u64) {
+        if let Some(o) = view.as_object_mut() {
+            o.entry("timeout").or_insert(ms.div_ceil(1000).into());
+        }
+    }
+    view
+}
+
+/// Bytes a FETCH answer's job `view` takes in the delimited Protobuf stream as Lambda
+/// carries it: its `JobEnvelope` and length prefix, base64-encoded (a binary body travels
+/// so in Lambda's response envelope). None when the view has no Protobuf form.
+pub(crate) fn delimited_answer_bytes(view: &Value) -> Option<usize> {
+    let encoded = ojs_proto::json_to_proto(&with_timeout_seconds(view))
+        .ok()?
+        .len();
+    // The length prefix is a varint: at most 10 bytes.
+    let framed = encoded.saturating_add(10);
+    Some(framed.div_ceil(3).saturating_mul(4))
+}
+
 /// Re-encodes a successful JSON answer in Protobuf. An answer that cannot be encoded
 /// (which would be a bug) is sent as JSON rather than lost: the handler's effects
 /// (e.g. a FETCH's claims) already happened.
@@ -213,13 +239,17 @@ pub(crate) async fn encode_response(res: Response, kind: Envelopes) -> Response 
         .and_then(|json| {
             let result = match kind {
                 Envelopes::Push | Envelopes::One => {
-                    ojs_proto::json_to_proto(&json["job"]).map(|b| (b, OJS_PROTO))
+                    ojs_proto::json_to_proto(&with_timeout_seconds(&json["job"]))
+                        .map(|b| (b, OJS_PROTO))
                 }
                 Envelopes::Batch => {
                     ojs_proto::json_to_batch_response(&json).map(|b| (b, OJS_PROTO))
                 }
                 Envelopes::List => {
-                    let jobs = json["jobs"].as_array().cloned().unwrap_or_default();
+                    let jobs: Vec<Value> = json["jobs"]
+                        .as_array()
+                        .map(|jobs| jobs.iter().map(with_timeout_seconds).collect())
+                        .unwrap_or_default();
                     ojs_proto::encode_delimited_jobs(&jobs).map(|b| (b, OJS_PROTO_DELIMITED))
                 }
                 Envelopes::None => return Err("no envelope".to_owned()),

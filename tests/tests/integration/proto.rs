@@ -313,8 +313,8 @@ async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Resul
     Ok(())
 }
 
-/// The seed audit's findings on a job's shape (#32): its timeout is the JSON format's
-/// `timeout` (seconds) beside `timeout_ms`, and the Protobuf form's field 8; the
+/// The seed audit's findings on a job's shape (#32): its timeout is the Protobuf form's
+/// field 8 (`timeout`, seconds) beside `x-ojs-timeout_ms`; the
 /// `extensions` map holds only `x-{vendor}-{name}` keys; members the server does not know
 /// inside `retry` and `unique` survive; integers beyond 2^53-1 sent as numbers are refused.
 #[tokio::test]
@@ -332,10 +332,10 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
     assert_eq!(pushed.status, 201, "{}", pushed.body);
     let id = pushed.body["job"]["id"].as_str().context("id")?.to_owned();
     let job = app.info(&id).await?.body["job"].clone();
-    assert_eq!(job["timeout"], 90, "{job}");
-    assert_eq!(job["timeout_ms"], 90_000);
-    assert_eq!(job["visibility_timeout"], 45);
+    // The JSON view in milliseconds only (the JavaScript SDK reads `timeout` as ms).
+    assert_eq!(job["timeout_ms"], 90_000, "{job}");
     assert_eq!(job["visibility_timeout_ms"], 45_000);
+    assert!(job.get("timeout").is_none(), "{job}");
     assert_eq!(job["retry"]["x-acme-budget"], json!({"usd": 3}), "{job}");
     assert_eq!(job["retry"]["max_attempts"], 4);
     assert_eq!(job["unique"]["x-acme-scope"], "region", "{job}");
@@ -365,8 +365,10 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
         );
     }
     assert!(keys.iter().any(|k| *k == "x-ojs-timeout_ms"), "{keys:?}");
-    // ...and the Protobuf form reads back as the JSON one.
-    assert_eq!(ojs_proto::proto_to_json(&info.body)?, job);
+    // ...and the Protobuf form reads back as the JSON one, with the seconds beside.
+    let mut with_seconds = job.clone();
+    with_seconds["timeout"] = json!(90);
+    assert_eq!(ojs_proto::proto_to_json(&info.body)?, with_seconds);
 
     for (body, at) in [
         (
@@ -413,6 +415,71 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
         "{}",
         listed.body
     );
+    app.teardown().await;
+    Ok(())
+}
+
+/// A FETCH answered in Protobuf is bounded by its Protobuf form (#32): a number in
+/// `args` takes 11 bytes there (a `google.protobuf.Value`) and the binary body travels
+/// base64-encoded, so jobs whose JSON answer fits can pass the limit in Protobuf. The
+/// answer keeps the jobs that fit; the others are given back (`available`, their attempt
+/// not counted) and come with the next FETCH. The same FETCH in JSON takes them all.
+#[tokio::test]
+async fn a_fetch_answered_in_protobuf_stays_within_its_bound_and_gives_back_the_rest(
+) -> anyhow::Result<()> {
+    // About 40 KB of JSON per job (20,000 zeros), about 293 KB in the Protobuf answer.
+    let bound = ojs_store::AnswerBound {
+        bytes: 700_000,
+        reserve: 100_000,
+    };
+    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
+    let app = TestApp::spawn_on_store(store).await?;
+    let zeros = vec![0; 20_000];
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": "proto.big", "args": [i, zeros], "queue": "pbound"}))
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(r.body["job"]["id"].as_str().context("id")?.to_owned());
+    }
+    ojs_tests::after_index_lag().await;
+    let fetch = |count: u32| {
+        raw(
+            &app,
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some("application/json"),
+            Some(PROTO),
+            json!({"queues": ["pbound"], "count": count, "worker_id": "pw"})
+                .to_string()
+                .into_bytes(),
+        )
+    };
+    let first = fetch(3).await?;
+    assert_eq!(first.status, 200);
+    let jobs = ojs_proto::decode_delimited_jobs(&first.body)?;
+    let got: Vec<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert_eq!(
+        got,
+        [ids[0].as_str(), ids[1].as_str()],
+        "the two that fit, in order"
+    );
+    assert!(
+        first.body.len().div_ceil(3) * 4 <= bound.bytes,
+        "{} bytes base64-encoded",
+        first.body.len().div_ceil(3) * 4
+    );
+    let back = app.info(&ids[2]).await?.body["job"].clone();
+    assert_eq!(back["state"], "available", "given back: {back}");
+    assert_eq!(back["attempt"], 0, "its attempt not counted");
+
+    let second = fetch(3).await?;
+    let jobs = ojs_proto::decode_delimited_jobs(&second.body)?;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"], ids[2].as_str());
+    assert_eq!(jobs[0]["attempt"], 1);
+    assert_eq!(jobs[0]["args"][1].as_array().map(Vec::len), Some(20_000));
     app.teardown().await;
     Ok(())
 }

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post, put};
-use axum::Router;
+use axum::{Extension, Router};
 use ojs_core::failure::Failure;
 use ojs_core::progress::ProgressReport;
 use ojs_core::validate::{MAX_FETCH_QUEUES, MAX_VISIBILITY_MS};
@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, OptionalJsonBody};
+use crate::negotiate::Format;
 use crate::AppState;
 
 /// Most jobs one FETCH may claim.
@@ -165,6 +166,7 @@ fn parse_fetch(body: Value) -> Result<FetchRequest, OjsError> {
 
 async fn fetch_jobs(
     State(app): State<AppState>,
+    format: Option<Extension<Format>>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let req = parse_fetch(body)?;
@@ -174,7 +176,19 @@ async fn fetch_jobs(
         tokio::time::sleep(app.config.fetch_recheck).await;
         outcome = app.store.fetch(&req, time::now()).await?;
     }
-    let jobs: Vec<Value> = outcome.jobs.iter().map(|j| j.to_json()).collect();
+    let mut jobs: Vec<Value> = outcome.jobs.iter().map(|j| j.to_json()).collect();
+    if format.is_some_and(|Extension(f)| f == Format::Proto) {
+        let kept = within_proto_bound(&jobs, app.store.answer_bound().bytes);
+        if kept < jobs.len() {
+            jobs.truncate(kept);
+            let over = outcome.jobs.split_off(kept);
+            tracing::warn!(
+                given_back = over.len(),
+                "a FETCH answered in Protobuf would pass the response limit; its last jobs are given back"
+            );
+            app.store.give_back_claimed(over, time::now()).await;
+        }
+    }
     let Some(limit) = outcome.limit else {
         return Ok(reply(StatusCode::OK, json!({ "jobs": jobs })));
     };
@@ -198,6 +212,25 @@ async fn fetch_jobs(
     let mut res = reply(StatusCode::OK, json!({ "jobs": jobs }));
     crate::layer::rate_limit_headers(res.headers_mut(), &state);
     Ok(res)
+}
+
+/// How many of a FETCH's job `views`, in order, its delimited Protobuf answer can carry
+/// within `bound` bytes as Lambda carries it. The store bounds the claims by the JSON
+/// answer; the Protobuf form of the same jobs can be several times larger (a number in
+/// `args` becomes a `google.protobuf.Value` of 11 bytes, and the binary body is
+/// base64-encoded), so the jobs past the bound are given back rather than lost in an
+/// answer the gateway refuses. The first job always goes: no job the API accepts is too
+/// large alone.
+fn within_proto_bound(views: &[Value], bound: usize) -> usize {
+    let mut total = 0usize;
+    for (i, view) in views.iter().enumerate() {
+        let bytes = crate::negotiate::delimited_answer_bytes(view).unwrap_or(usize::MAX);
+        total = total.saturating_add(bytes);
+        if i > 0 && total > bound {
+            return i;
+        }
+    }
+    views.len()
 }
 
 async fn ack_job(

@@ -8,7 +8,9 @@
 //!   good, `discarded` (into the dead letter queue when its policy says so) with the
 //!   error `payload_unreadable`, which GET, the listings and the events show.
 //!
-//! The other claimed jobs of the FETCH are delivered either way.
+//! The other claimed jobs of the FETCH are delivered either way. A FETCH that claimed
+//! more than its answer can carry in the form it is sent in gives the rest back the same
+//! way ([`Store::give_back_claimed`]).
 
 use futures::future::join_all;
 use ojs_core::failure::Failure;
@@ -66,6 +68,19 @@ impl Store {
                 job_id = %job.id, error = %e, write_error = %w,
                 "a claimed job's payload could not be read, and the job stays leased"
             ),
+        }
+    }
+
+    /// Gives back jobs this FETCH claimed but will not answer (an answer that would pass
+    /// its response limit in the form it is sent in): each `available` again at once, its
+    /// attempt not counted. One that cannot be given back stays leased until its lease
+    /// ends, as a crashed worker's job, and is logged.
+    pub async fn give_back_claimed(&self, claimed: Vec<Job>, now: Timestamp) {
+        let done = join_all(claimed.iter().map(|job| self.give_back(job, now))).await;
+        for (job, r) in claimed.iter().zip(done) {
+            if let Err(e) = r {
+                tracing::error!(job_id = %job.id, error = %e, "a claimed job could not be given back; it waits out its lease");
+            }
         }
     }
 

@@ -41,8 +41,16 @@ const ROUND_PAGES: usize = 10;
 const BACKGROUND_ROUNDS: usize = 10;
 
 /// Listings of the shards a catch-up reads through for its mark before it gives up
-/// (a shard rolled over between the mark's write and the last listing).
-const MARK_PASSES: usize = 3;
+/// (a shard rolled over between the mark's write and the last listing, or records not yet
+/// readable: a pass that ends without the mark waits [`MARK_PAUSE`] times its number
+/// before the next, 0.75 s in all).
+const MARK_PASSES: usize = 6;
+
+/// The first wait between passes that did not meet the mark. A catch-up that gave up after
+/// three back-to-back passes left a stats read right after a 100-job batch reading 0
+/// (L4-BULK-003, twice in three `make test` runs beside a busy loop, never alone): the
+/// records were most likely not yet readable from DynamoDB Local's stream.
+const MARK_PAUSE: Duration = Duration::from_millis(50);
 
 /// The consumer of one table's stream in this process.
 pub struct LocalStream {
@@ -190,6 +198,9 @@ impl LocalStream {
         }
         let mut applied = 0;
         for pass in 0..MARK_PASSES {
+            if pass > 0 {
+                tokio::time::sleep(MARK_PAUSE * pass as u32).await;
+            }
             // A stream just enabled may list no shard yet; a mark not met may be in a
             // shard opened since the last listing.
             if pass > 0

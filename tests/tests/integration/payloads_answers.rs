@@ -99,9 +99,14 @@ fn queue(name: &str) -> anyhow::Result<QueueName> {
 /// A store on `store`'s table whose payload bucket cannot be reached (nothing listens
 /// on port 9): every S3 call fails as a network error does.
 async fn with_s3_down(store: &Store) -> Store {
+    with_s3_at(store, "http://127.0.0.1:9").await
+}
+
+/// A store on `store`'s table whose payload bucket is reached at `endpoint`.
+async fn with_s3_at(store: &Store, endpoint: &str) -> Store {
     let sdk = aws_config::load_from_env().await;
     let conf = aws_sdk_s3::config::Builder::from(&sdk)
-        .endpoint_url("http://127.0.0.1:9")
+        .endpoint_url(endpoint)
         .force_path_style(true)
         .build();
     store.clone().with_payloads(Payloads::new(
@@ -453,19 +458,6 @@ async fn a_batch_offloads_its_large_jobs_as_push_does_all_or_nothing() -> anyhow
     Ok(())
 }
 
-/// A store on `store`'s table whose payload bucket is reached through `proxy`.
-async fn with_s3_through(store: &Store, proxy: &ojs_tests::fault_proxy::FaultProxy) -> Store {
-    let sdk = aws_config::load_from_env().await;
-    let conf = aws_sdk_s3::config::Builder::from(&sdk)
-        .endpoint_url(&proxy.url)
-        .force_path_style(true)
-        .build();
-    store.clone().with_payloads(Payloads::new(
-        aws_sdk_s3::Client::from_conf(conf),
-        ojs_tests::TEST_PAYLOAD_BUCKET,
-    ))
-}
-
 /// S3 answers lost after the request landed (#32's fault list): a PutObject whose answer
 /// is lost once is retried by the SDK and the job is stored whole; when every attempt's
 /// answer is lost the PUSH fails and no job names an object (what landed is an orphan under
@@ -480,7 +472,7 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
         .context("no S3 endpoint")?;
     let proxy = FaultProxy::start(&upstream, 32).await?;
-    let faulty = with_s3_through(&store, &proxy).await;
+    let faulty = with_s3_at(&store, &proxy.url).await;
     let text = random_text();
     let envelope = |q: &str| json!({"type": "s3.fault", "args": [], "queue": q});
 

@@ -41,6 +41,19 @@ async fn raw(
     })
 }
 
+/// INFO of job `id`, asked for in Protobuf.
+async fn info_in_proto(app: &TestApp, id: &str) -> anyhow::Result<Raw> {
+    raw(
+        app,
+        Method::GET,
+        &format!("/ojs/v1/jobs/{id}"),
+        None,
+        Some(PROTO),
+        Vec::new(),
+    )
+    .await
+}
+
 fn json_of(r: &Raw) -> Value {
     serde_json::from_slice(&r.body).unwrap_or(Value::Null)
 }
@@ -103,15 +116,7 @@ async fn a_job_pushed_in_protobuf_reads_back_equal_in_json_and_the_reverse() -> 
     // JSON in, Protobuf out: INFO as an envelope, FETCH as a delimited stream.
     let pushed = app.push(rich_job("jq")).await?;
     let id = pushed.body["job"]["id"].as_str().context("id")?.to_owned();
-    let info = raw(
-        &app,
-        Method::GET,
-        &format!("/ojs/v1/jobs/{id}"),
-        None,
-        Some(PROTO),
-        Vec::new(),
-    )
-    .await?;
+    let info = info_in_proto(&app, &id).await?;
     assert_eq!(info.status, 200);
     assert_eq!(content_type(&info), PROTO);
     assert_eq!(ojs_proto::proto_to_json(&info.body)?, pushed.body["job"]);
@@ -340,15 +345,7 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
     assert_eq!(job["retry"]["max_attempts"], 4);
     assert_eq!(job["unique"]["x-acme-scope"], "region", "{job}");
 
-    let info = raw(
-        &app,
-        Method::GET,
-        &format!("/ojs/v1/jobs/{id}"),
-        None,
-        Some(PROTO),
-        Vec::new(),
-    )
-    .await?;
+    let info = info_in_proto(&app, &id).await?;
     assert_eq!(info.status, 200);
     let envelope = ojs_proto::Envelope::decode(&info.body)?.message;
     assert_eq!(envelope.timeout, Some(90), "field 8");

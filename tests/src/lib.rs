@@ -142,6 +142,12 @@ pub async fn serve_on_loopback(
     Ok((url, server))
 }
 
+/// How long a queue shard's counters stand still before a test app's background sweep
+/// repairs them from the indexes ([`TestApp::spawn_with_sweeper_on`]): a minute, past
+/// any index lag the strict layer or a loaded machine makes; tests of the repair itself
+/// sweep by hand with their own setting.
+pub const SWEPT_HEAL_QUIET: Duration = Duration::from_secs(60);
+
 /// How long one DynamoDB attempt of a test's store may take ([`fresh_store`]).
 pub const TEST_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long one DynamoDB call of a test's store may take with its retries.
@@ -415,11 +421,19 @@ impl TestApp {
 
     /// Like [`TestApp::spawn_with_sweeper_and`], over `store` (e.g. one keeping large jobs
     /// in the payload bucket, as a deployed stack does).
+    ///
+    /// The sweep repairs counters only of a shard quiet for [`SWEPT_HEAL_QUIET`], as a
+    /// deployed stack's does after ten minutes: a repair counts from the indexes, which a
+    /// sweep right behind a write (the strict layer's lag) would find short of it.
     pub async fn spawn_with_sweeper_on(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
+        let store = store.with_counter_heal_quiet(SWEPT_HEAL_QUIET);
         let mut app = Self::spawn_configured(store, config).await?;
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            // A sweep that took longer than a tick is followed a second later, not at
+            // once: the scheduler's sweeps never come in a burst either.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 let _ = sweep(&store, ojs_core::time::now()).await;
@@ -537,6 +551,7 @@ impl TestApp {
         let client = ojs_store::streams_client_for(sdk, &fault_proxy::raw_dynamodb_endpoint());
         // The consumer attached here (with the observer) is the one `serve` finds.
         let store = store
+            .with_counter_heal_quiet(SWEPT_HEAL_QUIET)
             .with_change_observer(observer)
             .with_local_stream(client, true, Some(Duration::from_millis(50)))
             .await
@@ -552,6 +567,7 @@ impl TestApp {
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(sweep_ms));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 let _ = sweep(&store, ojs_core::time::now()).await;

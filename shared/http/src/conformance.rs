@@ -182,18 +182,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "fair scheduling (ojs-fair-scheduling.md, the tenancy issue): no weighted pools or scheduling stats",
     },
     ConformanceGap {
-        case: "ext-graceful-shutdown/graceful-shutdown-drain-beat.json",
-        missing: "graceful shutdown: POST /ojs/v1/workers/beat and GET /ojs/v1/workers/{id}/health are not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-graceful-shutdown/graceful-shutdown-health-degraded.json",
-        missing: "graceful shutdown: POST /ojs/v1/workers/beat and GET /ojs/v1/workers/{id}/health are not served (404)",
-    },
-    ConformanceGap {
-        case: "ext-graceful-shutdown/graceful-shutdown-no-new-jobs.json",
-        missing: "graceful shutdown: POST /ojs/v1/workers/beat and GET /ojs/v1/workers/{id}/health are not served (404)",
-    },
-    ConformanceGap {
         case: "ext-middleware/middleware-validation-reject.json",
         missing: "expects 422 for a valid job whose meta carries `ojs_validate: true`; ojs-middleware.md §3.1 puts enqueue middleware on the client side, and nothing in ../spec or the SDKs defines `ojs_validate`, a server-side validation middleware, or a rule this job breaks (no schema is registered for it), so the server accepts it (201): refusing on the flag alone would be a hard-coded answer",
     },

@@ -275,6 +275,8 @@ pub const ROUTES: &[RouteScope] = &[
     r("POST", "/ojs/v1/jobs/{id}/ack", Need::Process),
     r("POST", "/ojs/v1/workers/nack", Need::Process),
     r("POST", "/ojs/v1/workers/heartbeat", Need::Process),
+    r("POST", "/ojs/v1/workers/beat", Need::Process),
+    r("GET", "/ojs/v1/workers/{id}/health", Need::Process),
     r("POST", "/ojs/v1/workers/progress", Need::Process),
     r("PUT", "/ojs/v1/jobs/{id}/progress", Need::Process),
     // ojs-durable-execution.md: a worker saves, reads and clears its job's checkpoint.

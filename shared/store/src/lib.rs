@@ -65,7 +65,7 @@ pub use webhooks::{
     DeadDelivery, DeliveryAttempt, PendingDelivery, WebhookEntry, LOG_RETENTION_SECS,
     MAX_KEPT_BODY, MAX_LOG_PAGE, MAX_SUBSCRIPTIONS,
 };
-pub use workers::{Beat, Directive, WorkerInfo};
+pub use workers::{Beat, Directive, WorkerInfo, WorkerState};
 pub use workflow::StepOutcome;
 
 /// Default of [`StoreConfig::sweep_budget`], in milliseconds.
@@ -104,9 +104,10 @@ pub struct StoreConfig {
     /// paper") at the price of order being strict only within a shard. It may grow on a
     /// live table, never shrink: entries in shards past a smaller count would be stranded.
     pub queue_shards: u16,
-    /// How long one instance trusts a queue's pause flag and rate limit once read (0 reads
-    /// them on every FETCH). A change made through this instance applies at once; one
-    /// made through another instance within this time.
+    /// How long one instance trusts what FETCH obeys once read: a queue's pause flag and
+    /// rate limit, whether a worker takes new jobs (0 reads them on every FETCH). A change
+    /// made through this instance applies at once; one made through another instance
+    /// within this time.
     pub queue_settings_ttl: Duration,
     /// How long one instance's FETCH trusts its last due query of a queue shard that
     /// found nothing due, and skips the next (0 queries on every FETCH). What comes due
@@ -232,6 +233,8 @@ pub struct Store {
     known_queues: Arc<Mutex<HashSet<String>>>,
     /// Queue settings read by FETCH, with when they were read.
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
+    /// Whether workers take new jobs, as this instance lately learnt it (FETCH obeys it).
+    admissions: Arc<workers::Admissions>,
     /// Queues on which this instance lately lost claims (FETCH spreads over them).
     contention: Arc<claim::Contention>,
     /// Queue shards whose due query this instance lately found empty (FETCH skips it).
@@ -255,6 +258,7 @@ impl Store {
             timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
+            admissions: Arc::default(),
             contention: Arc::default(),
             quiet_due: Arc::default(),
             stream: None,

@@ -489,7 +489,8 @@ async fn dynamodb_cost_per_operation() -> anyhow::Result<()> {
         .await?;
     assert_eq!(fetched.body["jobs"][0]["id"], pushed.body["job"]["id"]);
     let u2 = app.store.usage();
-    // Pause check, due sweep, ready query, claim, events, queue counters.
+    // Pause check, due sweep, ready query, the worker's state (once per second per
+    // instance, when there is a job for it), claim, events, queue counters.
     measure("FETCH (1 job)", u1, u2, 6);
     app.ack(json!({"job_id": pushed.body["job"]["id"], "result": {"ok": true}}))
         .await?;

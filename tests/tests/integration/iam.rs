@@ -792,6 +792,19 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             .await?,
         &[200, 202],
     )?;
+    // A quiet worker is assigned nothing: it runs again before it fetches again.
+    expect(
+        "resume",
+        s.call(Method::POST, "/ojs/v1/admin/workers/w/resume", None)
+            .await?,
+        &[200, 202],
+    )?;
+    expect(
+        "health",
+        s.call(Method::GET, "/ojs/v1/workers/w/health", None)
+            .await?,
+        &[200],
+    )?;
     // A workflow step's ACK runs the workflow bookkeeping.
     setup
         .call(

@@ -41,6 +41,7 @@ mod scheduling;
 mod schemas;
 mod scopes;
 mod sharding;
+mod shutdown;
 mod smoke;
 mod stream_once;
 mod table_definition;

@@ -107,7 +107,13 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
 }
 
 /// The extensions the manifest declares (names; their URIs are `urn:ojs:ext:{name}`).
-const EXTENSIONS: [&str; 4] = ["events", "progress", "durable-execution", "backpressure"];
+const EXTENSIONS: [&str; 5] = [
+    "events",
+    "progress",
+    "durable-execution",
+    "backpressure",
+    "graceful-shutdown",
+];
 
 /// The manifest's `limits`: the fields of ojs-payload-limits.md §8.1 (here rather than
 /// under `extensions`, which the HTTP binding's §21.2 makes a list of names), and what

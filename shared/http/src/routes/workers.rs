@@ -10,7 +10,7 @@ use ojs_core::failure::Failure;
 use ojs_core::progress::ProgressReport;
 use ojs_core::validate::{MAX_FETCH_QUEUES, MAX_VISIBILITY_MS};
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
-use ojs_store::{AckRequest, Directive, Fence, FetchRequest};
+use ojs_store::{AckRequest, Directive, Fence, FetchRequest, WorkerInfo, WorkerState};
 use serde_json::{json, Map, Value};
 
 use super::reply;
@@ -30,6 +30,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/jobs/{id}/ack", post(ack_job_by_path))
         .route("/ojs/v1/workers/nack", post(fail_job))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
+        .route("/ojs/v1/workers/beat", post(heartbeat))
+        .route("/ojs/v1/workers/{id}/health", get(worker_health))
         .route("/ojs/v1/workers/progress", post(report_progress))
         .route(
             "/ojs/v1/jobs/{id}/progress",
@@ -409,15 +411,18 @@ async fn heartbeat(
     })?;
     let (jobs, reported) = beat_jobs(&body)?;
     let vis = bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?;
+    let worker_state = beat_state(&body)?;
     let now = time::now();
     let beat = app
         .store
-        .heartbeat(&worker, &jobs, reported, vis, now)
+        .heartbeat(&worker, worker_state, &jobs, reported, vis, now)
         .await?;
     let ids = |v: &[JobId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
     Ok(reply(
         StatusCode::OK,
         json!({
+            "acknowledged": true,
+            "worker_state": worker_state.as_str(),
             "state": beat.directive.as_str(),
             "directive": beat.directive.as_str(),
             "jobs_extended": ids(&beat.extended),
@@ -427,8 +432,92 @@ async fn heartbeat(
     ))
 }
 
+/// The state a heartbeat reports of its worker (ojs-graceful-shutdown.md §5): `state`
+/// ([`WorkerState::parse`]; running when absent, so a worker's last beat always says
+/// where it is: the Go and JS SDKs send theirs, the Python and Rust SDKs none), and
+/// `shutdown: true` as at least drain.
+fn beat_state(body: &Map<String, Value>) -> Result<WorkerState, OjsError> {
+    let state = match body.get("state") {
+        None | Some(Value::Null) => WorkerState::Running,
+        Some(Value::String(s)) => WorkerState::parse(s).ok_or_else(|| {
+            OjsError::invalid_request(
+                "state must be one of running, quiet, drain (draining, shutting_down), \
+                 terminate (terminated)",
+            )
+            .with_path("$.state")
+        })?,
+        Some(_) => {
+            return Err(OjsError::invalid_request("state must be a string").with_path("$.state"))
+        }
+    };
+    match body.get("shutdown") {
+        None | Some(Value::Null | Value::Bool(false)) => Ok(state),
+        Some(Value::Bool(true)) => Ok(state.max(WorkerState::Drain)),
+        Some(_) => {
+            Err(OjsError::invalid_request("shutdown must be a boolean").with_path("$.shutdown"))
+        }
+    }
+}
+
+/// What a worker's state is called where it is listed or probed: `stale` after
+/// [`super::admin::STALE_AFTER_SECS`] without a heartbeat, otherwise the state it reported
+/// when it is not running, otherwise its directive.
+fn shown_state(w: &WorkerInfo, stale_before: time::Timestamp) -> &'static str {
+    let seen = w
+        .last_seen
+        .as_deref()
+        .and_then(|raw| time::parse(raw, "$").ok());
+    if seen.is_none_or(|t| t < stale_before) {
+        "stale"
+    } else if w.reported != WorkerState::Running {
+        w.reported.as_str()
+    } else {
+        w.directive.as_str()
+    }
+}
+
+/// `GET /ojs/v1/workers/{id}/health` (ojs-graceful-shutdown.md §8, GS-R004): 200 while
+/// the worker runs and beats, 503 when it is quiet, draining, terminating or stale (a
+/// readiness probe's "not ready"), with its state either way; 404 for an unknown worker.
+async fn worker_health(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    check_worker_id(&id)?;
+    let w = app
+        .store
+        .worker(&id)
+        .await?
+        .ok_or_else(|| no_such_worker(&id))?;
+    let stale_before = time::now() - chrono::Duration::seconds(super::admin::STALE_AFTER_SECS);
+    let state = shown_state(&w, stale_before);
+    let ready = state == "running";
+    let status = match state {
+        "running" => "healthy",
+        "stale" => "unhealthy",
+        _ => "draining",
+    };
+    Ok(reply(
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        json!({
+            "worker_id": w.id,
+            "status": status,
+            "state": state,
+            "reported_state": w.reported.as_str(),
+            "directive": w.directive.as_str(),
+            "accepting_jobs": w.takes_jobs() && ready,
+            "active_jobs": w.active_jobs,
+            "last_seen": w.last_seen,
+        }),
+    ))
+}
+
 /// `GET /ojs/v1/admin/workers` (ojs-admin-api.md §9.1): `items` with `state` (running,
-/// quiet, terminate, or stale after [`super::admin::STALE_AFTER_SECS`] without a
+/// quiet, drain, terminate (as the worker reported or was directed), or stale after [`super::admin::STALE_AFTER_SECS`] without a
 /// heartbeat), `summary` and `pagination`; also `workers` and `directive`, as before.
 async fn list_workers(State(app): State<AppState>) -> Result<Response, ApiError> {
     let stale_before = time::now() - chrono::Duration::seconds(super::admin::STALE_AFTER_SECS);
@@ -439,21 +528,13 @@ async fn list_workers(State(app): State<AppState>) -> Result<Response, ApiError>
         .await?
         .into_iter()
         .map(|w| {
-            let seen = w
-                .last_seen
-                .as_deref()
-                .and_then(|raw| time::parse(raw, "$").ok());
-            let state = if seen.is_none_or(|t| t < stale_before) {
-                stale += 1;
-                "stale"
-            } else if w.directive == Directive::Running {
-                running += 1;
-                "running"
-            } else {
-                quiet += 1;
-                w.directive.as_str()
-            };
-            json!({"id": w.id, "directive": w.directive.as_str(), "state": state, "last_seen": w.last_seen, "last_heartbeat_at": w.last_seen, "started_at": w.last_seen, "queues": [], "active_jobs": w.active_jobs})
+            let state = shown_state(&w, stale_before);
+            match state {
+                "stale" => stale += 1,
+                "running" => running += 1,
+                _ => quiet += 1,
+            }
+            json!({"id": w.id, "directive": w.directive.as_str(), "reported_state": w.reported.as_str(), "state": state, "last_seen": w.last_seen, "last_heartbeat_at": w.last_seen, "started_at": w.last_seen, "queues": [], "active_jobs": w.active_jobs})
         })
         .collect();
     let total = workers.len();
@@ -599,6 +680,89 @@ mod tests {
             .unwrap_or_else(|| panic!("over the cap accepted"));
         assert_eq!(err.code, ojs_core::ErrorCode::InvalidRequest);
         assert_eq!(err.details["validation_errors"][0]["path"], "$.queues");
+    }
+
+    #[test]
+    fn a_beat_reports_the_state_it_names_and_shutdown_as_at_least_drain() {
+        let obj = |v: Value| v.as_object().cloned().unwrap_or_default();
+        for (body, want) in [
+            (json!({}), WorkerState::Running),
+            (json!({"state": null}), WorkerState::Running),
+            (json!({"state": "running"}), WorkerState::Running),
+            (json!({"state": "quiet"}), WorkerState::Quiet),
+            (json!({"state": "drain"}), WorkerState::Drain),
+            (json!({"state": "draining"}), WorkerState::Drain),
+            (json!({"state": "terminate"}), WorkerState::Terminate),
+            (json!({"shutdown": false}), WorkerState::Running),
+            (
+                json!({"state": "quiet", "shutdown": false}),
+                WorkerState::Quiet,
+            ),
+            (json!({"shutdown": true}), WorkerState::Drain),
+            (
+                json!({"state": "quiet", "shutdown": true}),
+                WorkerState::Drain,
+            ),
+            (
+                json!({"state": "terminate", "shutdown": true}),
+                WorkerState::Terminate,
+            ),
+        ] {
+            assert_eq!(beat_state(&obj(body.clone())).ok(), Some(want), "{body}");
+        }
+        for bad in [
+            json!({"state": "Drain"}),
+            json!({"state": ""}),
+            json!({"state": 1}),
+            json!({"shutdown": "true"}),
+            json!({"shutdown": 1}),
+        ] {
+            assert!(beat_state(&obj(bad.clone())).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_worker_shows_stale_then_its_own_state_then_its_directive() {
+        let now = time::now();
+        let stale_before = now - chrono::Duration::seconds(60);
+        let worker = |reported, directive, seen: Option<time::Timestamp>| WorkerInfo {
+            id: "w".into(),
+            directive,
+            reported,
+            last_seen: seen.map(|t| time::format(&t)),
+            active_jobs: 0,
+        };
+        let fresh = Some(now);
+        let old = Some(now - chrono::Duration::seconds(61));
+        for (w, want) in [
+            (
+                worker(WorkerState::Running, Directive::Running, fresh),
+                "running",
+            ),
+            (
+                worker(WorkerState::Drain, Directive::Running, fresh),
+                "drain",
+            ),
+            (
+                worker(WorkerState::Quiet, Directive::Terminate, fresh),
+                "quiet",
+            ),
+            (
+                worker(WorkerState::Running, Directive::Quiet, fresh),
+                "quiet",
+            ),
+            (
+                worker(WorkerState::Running, Directive::Terminate, fresh),
+                "terminate",
+            ),
+            (worker(WorkerState::Drain, Directive::Running, old), "stale"),
+            (
+                worker(WorkerState::Running, Directive::Running, None),
+                "stale",
+            ),
+        ] {
+            assert_eq!(shown_state(&w, stale_before), want, "{w:?}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
-use futures::future::join_all;
+use futures::future::{join_all, BoxFuture};
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
 use ojs_core::time::{self, Timestamp};
@@ -57,9 +57,15 @@ pub struct FetchRequest {
     pub visibility_timeout_ms: Option<u64>,
 }
 
+/// Whether a FETCH's worker may be handed jobs, asked by the engine only once the FETCH
+/// found a job to hand out: the caller's answer (worker states are a feature's, which the
+/// engine does not know), so a poll of empty queues costs no read of the worker.
+pub(crate) type Admission<'a> =
+    Box<dyn FnMut() -> BoxFuture<'a, Result<bool, StoreError>> + Send + 'a>;
+
 /// One FETCH in progress: what it claimed, what it saw, and until when it may start
 /// another claim attempt.
-struct Fetching {
+struct Fetching<'a> {
     claimed: Vec<Job>,
     /// What the claimed jobs take in the answer ([`crate::answer::answer_bytes`]).
     answer_bytes: usize,
@@ -71,6 +77,10 @@ struct Fetching {
     saw_ready: bool,
     /// Claim attempts made so far.
     attempts: usize,
+    /// Who says whether the worker may be handed jobs; none admits any.
+    admission: Option<Admission<'a>>,
+    /// Its answer, once asked ([`Fetching::admits`]).
+    admitted: Option<bool>,
     /// Claims lost to other workers on the queue being claimed from.
     losses_on_queue: usize,
     /// When the FETCH's time budget ends ([`StoreConfig::fetch_budget`]).
@@ -79,7 +89,21 @@ struct Fetching {
     ends: Instant,
 }
 
-impl Fetching {
+impl Fetching<'_> {
+    /// Whether the worker may be handed jobs: asked once per FETCH, when there is a job
+    /// to hand it.
+    async fn admits(&mut self) -> Result<bool, StoreError> {
+        if let Some(known) = self.admitted {
+            return Ok(known);
+        }
+        let Some(ask) = self.admission.as_mut() else {
+            return Ok(true);
+        };
+        let takes = ask().await?;
+        self.admitted = Some(takes);
+        Ok(takes)
+    }
+
     /// Whether the budget is spent. The first attempt is always made, so a FETCH that
     /// finds a job claims it however slow the table is.
     fn out_of_time(&self) -> bool {
@@ -268,11 +292,13 @@ pub struct LimitState {
 
 impl Store {
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
-    /// then FIFO. Never returns a job that another worker holds.
-    pub async fn fetch(
+    /// then FIFO, for a worker `admission` lets take jobs (any, without one). Never
+    /// returns a job that another worker holds.
+    pub(crate) async fn claim_jobs(
         &self,
         req: &FetchRequest,
         now: Timestamp,
+        admission: Option<Admission<'_>>,
     ) -> Result<FetchOutcome, StoreError> {
         let mut run = Fetching {
             claimed: Vec::new(),
@@ -281,12 +307,14 @@ impl Store {
             full_limits: FullLimits::default(),
             saw_ready: false,
             attempts: 0,
+            admission,
+            admitted: None,
             losses_on_queue: 0,
             ends: Instant::now() + self.config.fetch_budget,
         };
         let settings = self.queue_settings(&req.queues).await?;
         for queue in &req.queues {
-            if run.done(req.count) {
+            if run.done(req.count) || run.admitted == Some(false) {
                 break;
             }
             let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
@@ -356,7 +384,7 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
-        run: &mut Fetching,
+        run: &mut Fetching<'_>,
     ) -> Result<(), StoreError> {
         run.losses_on_queue = 0;
         let shards = self.queue_shards();
@@ -389,7 +417,7 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
-        run: &mut Fetching,
+        run: &mut Fetching<'_>,
     ) -> Result<bool, StoreError> {
         if !self
             .quiet_due
@@ -410,6 +438,12 @@ impl Store {
             };
             let page = wanted.saturating_add(spare).min(100) as i32;
             let mut candidates = self.ready_candidates(queue, shard, page).await?;
+            if !candidates.is_empty() && !run.admits().await? {
+                // A quiet, draining or terminating worker is assigned nothing
+                // (ojs-graceful-shutdown.md §5.1); looking again would not change that.
+                run.saw_ready = true;
+                return Ok(true);
+            }
             let exhausted = candidates.len() < page as usize;
             // Strict index order holds whenever nobody competes.
             if contended {

@@ -1,5 +1,9 @@
-//! Worker liveness and directives (`WORKERS` partition, one item per worker, expiring by
-//! TTL), and lease extension for heartbeats.
+//! Worker liveness, directives and reported shutdown states (`WORKERS` partition, one
+//! item per worker, expiring by TTL), and lease extension for heartbeats.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValue;
@@ -9,6 +13,7 @@ use ojs_core::progress::ProgressReport;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, Transition};
 
+use crate::claim::{Admission, FetchOutcome, FetchRequest};
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
 use crate::jobs::Fence;
@@ -80,6 +85,45 @@ impl Directive {
     }
 }
 
+/// The lifecycle state a worker reports of itself in its heartbeat
+/// (ojs-graceful-shutdown.md §5): the server assigns no new job to a worker that is not
+/// running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WorkerState {
+    /// Fetching and working.
+    Running,
+    /// Not fetching; finishing its active jobs (§5.1).
+    Quiet,
+    /// Waiting for its active jobs before it stops (§5.2).
+    Drain,
+    /// Stopping or stopped (§5.3).
+    Terminate,
+}
+
+impl WorkerState {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Quiet => "quiet",
+            Self::Drain => "drain",
+            Self::Terminate => "terminate",
+        }
+    }
+
+    /// Parses a reported state: the spec's words, the suite's (`draining`,
+    /// `shutting_down`) and the JS SDK's `terminated`, which its heartbeats send.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "running" => Some(Self::Running),
+            "quiet" => Some(Self::Quiet),
+            "drain" | "draining" | "shutting_down" => Some(Self::Drain),
+            "terminate" | "terminated" => Some(Self::Terminate),
+            _ => None,
+        }
+    }
+}
+
 /// A worker as the server knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerInfo {
@@ -87,6 +131,8 @@ pub struct WorkerInfo {
     pub id: String,
     /// Directive returned by its next heartbeat.
     pub directive: Directive,
+    /// The state its last heartbeat reported (running when it named none).
+    pub reported: WorkerState,
     /// Last heartbeat, if any.
     pub last_seen: Option<String>,
     /// Jobs it reported as active in its last heartbeat.
@@ -119,6 +165,9 @@ fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
         directive: get("directive")
             .and_then(|d| Directive::parse(&d))
             .unwrap_or(Directive::Running),
+        reported: get("wstate")
+            .and_then(|w| WorkerState::parse(&w))
+            .unwrap_or(WorkerState::Running),
         last_seen: get("last_seen"),
         active_jobs: item
             .get("active_jobs")
@@ -128,14 +177,51 @@ fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
     })
 }
 
+impl WorkerInfo {
+    /// Whether FETCH may hand this worker new jobs: it runs by its own word and by the
+    /// operator's (a quiet, draining or terminating worker gets none, §5.1).
+    pub fn takes_jobs(&self) -> bool {
+        self.reported == WorkerState::Running && self.directive == Directive::Running
+    }
+}
+
+/// Most workers whose admission one instance remembers; past it, it forgets them all.
+const ADMISSIONS_CAP: usize = 10_000;
+
+/// What this instance last knew of whether each worker takes new jobs, and when it
+/// learnt it: from a heartbeat or directive it wrote, or a read by FETCH.
+#[derive(Default)]
+pub(crate) struct Admissions(Mutex<HashMap<String, (Instant, bool)>>);
+
+impl Admissions {
+    fn remember(&self, id: &str, takes_jobs: bool) {
+        if let Ok(mut known) = self.0.lock() {
+            if known.len() >= ADMISSIONS_CAP {
+                known.clear();
+            }
+            known.insert(id.to_owned(), (Instant::now(), takes_jobs));
+        }
+    }
+
+    fn recall(&self, id: &str, ttl: Duration) -> Option<bool> {
+        let known = self.0.lock().ok()?;
+        known
+            .get(id)
+            .filter(|(at, _)| at.elapsed() < ttl)
+            .map(|(_, takes)| *takes)
+    }
+}
+
 impl Store {
-    /// Records a heartbeat: liveness (one UpdateItem that also returns the directive) and
-    /// a lease extension for each reported job whose current attempt the worker holds:
-    /// claimed under its worker id and, when the job is reported with an `attempt`, that
-    /// very attempt. A job claimed without a worker id is nobody's to extend.
+    /// Records a heartbeat: liveness and the state the worker reports of itself (one
+    /// UpdateItem that also returns the directive) and a lease extension for each reported
+    /// job whose current attempt the worker holds: claimed under its worker id and, when
+    /// the job is reported with an `attempt`, that very attempt. A job claimed without a
+    /// worker id is nobody's to extend.
     pub async fn heartbeat(
         &self,
         worker_id: &str,
+        state: WorkerState,
         jobs: &[(JobId, Option<u32>)],
         reported_active: u64,
         visibility_timeout_ms: Option<u64>,
@@ -147,12 +233,13 @@ impl Store {
             let out = self
                 .worker_update(worker_id)
                 .update_expression(
-                    "SET worker_id = :id, last_seen = :now, active_jobs = :active, #ttl = :ttl",
+                    "SET worker_id = :id, last_seen = :now, active_jobs = :active, wstate = :ws, #ttl = :ttl",
                 )
                 .expression_attribute_names("#ttl", "ttl")
                 .expression_attribute_values(":id", s(worker_id))
                 .expression_attribute_values(":now", ts(&now))
                 .expression_attribute_values(":active", n(reported_active))
+                .expression_attribute_values(":ws", s(state.as_str()))
                 .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
                 .send()
                 .await;
@@ -166,10 +253,11 @@ impl Store {
             self.extend_lease(id, fence, visibility_timeout_ms, now)
         }));
         let (out, results) = tokio::join!(liveness, extensions);
-        let directive = out?
-            .attributes()
-            .and_then(worker_from_item)
-            .map_or(Directive::Running, |w| w.directive);
+        let worker = out?.attributes().and_then(worker_from_item);
+        if let Some(w) = &worker {
+            self.admissions.remember(&w.id, w.takes_jobs());
+        }
+        let directive = worker.map_or(Directive::Running, |w| w.directive);
         let mut beat = Beat {
             directive,
             extended: Vec::new(),
@@ -316,10 +404,73 @@ impl Store {
             .expression_attribute_values(":d", s(directive.as_str()))
             .send()
             .await;
-        self.tally_existing(Kind::Write, out)?
+        let worker = self
+            .tally_existing(Kind::Write, out)?
             .attributes()
             .and_then(worker_from_item)
-            .ok_or_else(|| StoreError::Corrupt("worker item".into()))
+            .ok_or_else(|| StoreError::Corrupt("worker item".into()))?;
+        self.admissions.remember(&worker.id, worker.takes_jobs());
+        Ok(worker)
+    }
+
+    /// Worker `id` as its item holds it now (one strongly consistent GetItem); `None`
+    /// when no heartbeat named it within [`WORKER_TTL_SECS`].
+    pub async fn worker(&self, id: &str) -> Result<Option<WorkerInfo>, StoreError> {
+        let now = time::now().timestamp();
+        Ok(self
+            .read_item(worker_key(id))
+            .await?
+            .filter(|i| !expired(i, now))
+            .as_ref()
+            .and_then(worker_from_item))
+    }
+
+    /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
+    /// then FIFO ([`Store::claim_jobs`]). Never returns a job that another worker holds,
+    /// nor any to a named worker that is not running ([`Store::takes_jobs`], asked only
+    /// once a job was found).
+    pub async fn fetch(
+        &self,
+        req: &FetchRequest,
+        now: Timestamp,
+    ) -> Result<FetchOutcome, StoreError> {
+        let admission = req
+            .worker_id
+            .as_deref()
+            .map(|id| -> Admission<'_> { Box::new(move || Box::pin(self.takes_jobs(id))) });
+        self.claim_jobs(req, now, admission).await
+    }
+
+    /// Whether FETCH may hand worker `id` new jobs ([`WorkerInfo::takes_jobs`]); an
+    /// unknown worker may. What this instance learnt within
+    /// [`crate::StoreConfig::queue_settings_ttl`] answers without a read; otherwise one
+    /// eventually consistent GetItem (0.5 RCU), which FETCH asks only when it found a job
+    /// to hand out. A worker that reports
+    /// draining through another instance is thus refused within that time plus
+    /// replication; through this one at once.
+    async fn takes_jobs(&self, id: &str) -> Result<bool, StoreError> {
+        let ttl = self.config.queue_settings_ttl;
+        if let Some(known) = self.admissions.recall(id, ttl) {
+            return Ok(known);
+        }
+        let out = self
+            .get_item()
+            .set_key(Some(worker_key(id)))
+            .projection_expression("worker_id, directive, wstate, #ttl")
+            .expression_attribute_names("#ttl", "ttl")
+            .send()
+            .await;
+        let now = time::now().timestamp();
+        let takes = self
+            .tally(Kind::Read, out)?
+            .item()
+            .filter(|i| !expired(i, now))
+            .and_then(worker_from_item)
+            .is_none_or(|w| w.takes_jobs());
+        if !ttl.is_zero() {
+            self.admissions.remember(id, takes);
+        }
+        Ok(takes)
     }
 
     /// An UpdateItem of worker `id`'s item, answering with the item as written.
@@ -332,21 +483,22 @@ impl Store {
     /// Workers seen within the last hour.
     pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
-        // TTL deletion lags; skip items already past their TTL.
-        let live = |i: &&Item| {
-            i.get("ttl")
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse::<i64>().ok())
-                .is_none_or(|t| t > now)
-        };
         Ok(self
             .query_partition(keys::WORKERS_PK, false)
             .await?
             .iter()
-            .filter(live)
+            .filter(|i| !expired(i, now))
             .filter_map(worker_from_item)
             .collect())
     }
+}
+
+/// Whether a worker item is past its TTL (DynamoDB deletes expired items late).
+fn expired(item: &Item, now: i64) -> bool {
+    item.get("ttl")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .is_some_and(|t| t <= now)
 }
 
 enum Extension {
@@ -359,4 +511,106 @@ enum Extension {
     Raced,
     Cancelled,
     NotHeld,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(reported: WorkerState, directive: Directive) -> WorkerInfo {
+        WorkerInfo {
+            id: "w".into(),
+            directive,
+            reported,
+            last_seen: None,
+            active_jobs: 0,
+        }
+    }
+
+    #[test]
+    fn only_a_worker_running_by_its_word_and_the_operators_takes_jobs() {
+        assert!(worker(WorkerState::Running, Directive::Running).takes_jobs());
+        for reported in [
+            WorkerState::Quiet,
+            WorkerState::Drain,
+            WorkerState::Terminate,
+        ] {
+            assert!(
+                !worker(reported, Directive::Running).takes_jobs(),
+                "{reported:?}"
+            );
+        }
+        for directive in [Directive::Quiet, Directive::Terminate] {
+            assert!(
+                !worker(WorkerState::Running, directive).takes_jobs(),
+                "{directive:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn states_rank_running_quiet_drain_terminate_and_read_back() {
+        let all = [
+            WorkerState::Running,
+            WorkerState::Quiet,
+            WorkerState::Drain,
+            WorkerState::Terminate,
+        ];
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
+        for s in all {
+            assert_eq!(WorkerState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(WorkerState::parse("draining"), Some(WorkerState::Drain));
+        assert_eq!(
+            WorkerState::parse("shutting_down"),
+            Some(WorkerState::Drain)
+        );
+        assert_eq!(
+            WorkerState::parse("terminated"),
+            Some(WorkerState::Terminate)
+        );
+        assert_eq!(WorkerState::parse("stopped"), None);
+    }
+
+    #[test]
+    fn an_item_reads_back_its_reported_state_and_expires_by_its_ttl() {
+        let item = Item::from([
+            ("worker_id".to_owned(), s("w")),
+            ("wstate".to_owned(), s("drain")),
+            ("directive".to_owned(), s("quiet")),
+            ("ttl".to_owned(), n(100)),
+        ]);
+        assert_eq!(
+            worker_from_item(&item).map(|w| (w.reported, w.directive)),
+            Some((WorkerState::Drain, Directive::Quiet))
+        );
+        assert!(!expired(&item, 99));
+        assert!(expired(&item, 100));
+        let bare = Item::from([("worker_id".to_owned(), s("w"))]);
+        assert_eq!(
+            worker_from_item(&bare).map(|w| (w.reported, w.directive)),
+            Some((WorkerState::Running, Directive::Running))
+        );
+        assert!(!expired(&bare, i64::MAX));
+    }
+
+    #[test]
+    fn admissions_are_recalled_within_their_ttl_only() {
+        let known = Admissions::default();
+        assert_eq!(known.recall("w", Duration::from_secs(60)), None);
+        known.remember("w", false);
+        assert_eq!(known.recall("w", Duration::from_secs(60)), Some(false));
+        assert_eq!(known.recall("w", Duration::ZERO), None);
+        known.remember("w", true);
+        assert_eq!(known.recall("w", Duration::from_secs(60)), Some(true));
+        assert_eq!(known.recall("v", Duration::from_secs(60)), None);
+        for i in 0..ADMISSIONS_CAP {
+            known.remember(&format!("x{i}"), true);
+        }
+        assert_eq!(
+            known.recall("w", Duration::from_secs(60)),
+            None,
+            "past its cap the memory starts again"
+        );
+    }
 }

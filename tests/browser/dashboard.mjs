@@ -98,7 +98,31 @@ try {
   });
   await page.screenshot({ path: path.join(shots, 'job.png'), fullPage: true });
 
-  // 4. Retrying a dead letter job from its page (the server's state is checked after).
+  // 4. The sidebar offers the webhooks and schemas pages (the manifest's capabilities),
+  // which list what the operator registered; the workers page shows a draining worker.
+  for (const name of ['Webhooks', 'Schemas', 'Workers']) {
+    await page.getByRole('link', { name: new RegExp(name) }).first().waitFor();
+  }
+  await page.goto(`${base}/webhooks`);
+  await waitFor('webhook listed', async () => {
+    const rows = await page.locator('table tbody tr').allInnerTexts();
+    return rows.some((r) => r.includes(expect.webhook)) || rows;
+  });
+  await page.screenshot({ path: path.join(shots, 'webhooks.png'), fullPage: true });
+  await page.goto(`${base}/schemas`);
+  await waitFor('schema listed', async () => {
+    const text = await page.locator('main').innerText();
+    return (text.includes(expect.schema.type) && text.includes(expect.schema.version)) || text;
+  });
+  await page.screenshot({ path: path.join(shots, 'schemas.png'), fullPage: true });
+  await page.goto(`${base}/workers`);
+  await waitFor('draining worker listed', async () => {
+    const rows = await page.locator('table tbody tr').allInnerTexts();
+    return rows.some((r) => r.includes(expect.worker.id) && r.includes(expect.worker.state)) || rows;
+  });
+  await page.screenshot({ path: path.join(shots, 'workers.png'), fullPage: true });
+
+  // 5. Retrying a dead letter job from its page (the server's state is checked after).
   await page.goto(`${base}/dead-letter`);
   const retry = page.getByRole('button', { name: `Retry job ${expect.failed.id.substring(0, 12)}` });
   await retry.waitFor();
@@ -106,7 +130,7 @@ try {
   await retry.click();
   await waitFor('dead letter row gone after retry', async () => (await retry.count()) === 0);
 
-  // 5. Pausing the queue from the queues page.
+  // 6. Pausing the queue from the queues page.
   await page.goto(`${base}/queues`);
   const row = page.locator('table tbody tr', { hasText: expect.queue });
   await row.getByRole('button', { name: 'Pause' }).click();

@@ -1,8 +1,9 @@
 //! The official OJS dashboard (../shared/clients/ojs-admin-ui, built unmodified by
 //! `scripts/dashboard.sh build`) in headless Chromium against a seeded server: the
-//! overview's counts, a queue's job list, a job's envelope and errors, then retrying a
-//! dead letter job and pausing a queue from the pages, checked on the server afterwards;
-//! with API keys required and the dashboard holding the operator's scopes.
+//! overview's counts, a queue's job list, a job's envelope and errors, the webhooks,
+//! schemas and workers pages (a draining worker), then retrying a dead letter job and
+//! pausing a queue from the pages, checked on the server afterwards; with API keys
+//! required and the dashboard holding the operator's scopes.
 //! The browser part is tests/browser/dashboard.mjs; screenshots go to
 //! artifacts/dashboard/ (gitignored; CI keeps them).
 //!
@@ -64,6 +65,8 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
     // (README, "API keys and scopes": read everything, pause and retry).
     let mut app = TestApp::spawn_with_config(HttpConfig {
         auth: AuthMode::ApiKey,
+        // As `make dev` serves: the webhook's example.com URL is not resolved here.
+        push_allow_private: true,
         ..HttpConfig::default()
     })
     .await?;
@@ -117,6 +120,37 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
     app.ack(json!({"job_id": sent, "result": {"pages": 3}}))
         .await?;
     app.nack(json!({"job_id": failed, "error": {"type": "SmtpTimeout", "message": "smtp timeout after 30s"}})).await?;
+    // The worker says it drains; the operator registered a webhook and a job schema.
+    let beat = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workers/beat",
+            Some(json!({"worker_id": "browser-test", "state": "drain", "active_jobs": 1})),
+        )
+        .await?;
+    anyhow::ensure!(beat.status == 200, "{}", beat.body);
+    let as_operator = |method: reqwest::Method, path: &str, body: Value| {
+        app.client
+            .request(method, format!("{}{path}", app.base_url))
+            .bearer_auth(&operator)
+            .json(&body)
+            .send()
+    };
+    let hook = "https://example.com/hooks/report-ops";
+    let r = as_operator(
+        reqwest::Method::POST,
+        "/ojs/v1/webhooks/subscriptions",
+        json!({"url": hook, "events": ["job.completed"]}),
+    )
+    .await?;
+    anyhow::ensure!(r.status() == 201, "webhook: {}", r.text().await?);
+    let r = as_operator(
+        reqwest::Method::PUT,
+        "/ojs/v1/admin/schemas/report.build/2.1.0",
+        json!({"schema": {"type": "array"}}),
+    )
+    .await?;
+    anyhow::ensure!(r.status().is_success(), "schema: {}", r.text().await?);
     // Lifecycle events (which list finished jobs) may land a moment after the answer.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
@@ -146,6 +180,9 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
         "queue": "web",
         "queue_types": ["report.build", "report.build", "report.sent", "report.fail"],
         "failed": {"id": failed, "type": "report.fail", "arg": "ops@example.com", "error": "smtp timeout after 30s"},
+        "webhook": hook,
+        "schema": {"type": "report.build", "version": "v2.1.0"},
+        "worker": {"id": "browser-test", "state": "drain"},
     });
     let shots = root.join("artifacts/dashboard");
     let started = std::time::Instant::now();

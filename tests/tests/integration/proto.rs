@@ -391,17 +391,33 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let uris: Vec<Value> = names
-        .iter()
-        .map(|n| json!(format!("urn:ojs:ext:{}", n.as_str().unwrap_or_default())))
-        .collect();
+    let uris = manifest["extension_uris"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(!uris.is_empty(), "{manifest}");
+    assert_eq!(uris.len(), names.len(), "{manifest}");
+    // Each name's URI as ojs-extension-lifecycle.md §11 forms it: `urn:ojs:ext:{name}`,
+    // `urn:ojs:ext:experimental:{name}`, or a core document's `urn:ojs:spec:{name}`.
+    for (name, uri) in names.iter().zip(&uris) {
+        let (name, uri) = (name.as_str().unwrap_or("?"), uri.as_str().unwrap_or(""));
+        assert!(
+            [
+                format!("urn:ojs:ext:{name}"),
+                format!("urn:ojs:ext:experimental:{name}"),
+                format!("urn:ojs:spec:{name}"),
+            ]
+            .iter()
+            .any(|want| want == uri),
+            "{name}: {uri}"
+        );
+    }
     assert_eq!(
         manifest["protobuf"]["extension_uris"],
         json!(uris),
         "{manifest}"
     );
-    assert_eq!(manifest["extension_uris"], json!(uris));
+    assert!(uris.contains(&json!("urn:ojs:ext:graceful-shutdown")));
     assert_eq!(manifest["protobuf"]["custom_extensions_prefix"], "x-ojs-");
     let listed = app
         .call(Method::GET, "/ojs/v1/admin/jobs?type=audit.big", None)

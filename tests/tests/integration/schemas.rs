@@ -70,7 +70,7 @@ async fn register_list_get_and_delete_by_encoded_uri() -> anyhow::Result<()> {
     assert!(list.body["schemas"][0].get("schema").is_none());
     assert_eq!(
         list.body["pagination"],
-        json!({"total": 2, "limit": 50, "offset": 0, "has_more": false})
+        json!({"total": 2, "limit": 50, "offset": 0, "has_more": false, "page": 1, "per_page": 50})
     );
     let page = app
         .call(Method::GET, "/ojs/v1/schemas?limit=1&offset=0", None)

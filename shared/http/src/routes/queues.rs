@@ -200,7 +200,9 @@ impl Page {
 }
 
 /// One page of a listing read whole: the items from `offset` on (at most `limit`), each as
-/// `view` shows it, and the listing's `pagination` object.
+/// `view` shows it, and the listing's `pagination` object: the HTTP binding's `limit`,
+/// `offset`, `has_more`, and the admin API's `page`, `per_page` (§6.1) that the dashboard
+/// pages by, with `total` for both.
 pub(crate) fn page_of<T>(
     all: &[T],
     (limit, offset): (usize, usize),
@@ -208,7 +210,9 @@ pub(crate) fn page_of<T>(
 ) -> (Vec<Value>, Value) {
     let total = all.len();
     let items = all.iter().skip(offset).take(limit).map(view).collect();
-    let pagination = json!({"total": total, "limit": limit, "offset": offset, "has_more": offset.saturating_add(limit) < total});
+    let pagination = json!({"total": total, "limit": limit, "offset": offset,
+        "has_more": offset.saturating_add(limit) < total,
+        "page": offset / limit.max(1) + 1, "per_page": limit});
     (items, pagination)
 }
 
@@ -274,4 +278,26 @@ async fn clear_rate_limit(
         StatusCode::OK,
         json!({"queue": {"name": name, "rate_limit": null}}),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_named_both_ways_and_knows_what_follows() {
+        let all: Vec<u32> = (0..60).collect();
+        let (items, p) = page_of(&all, (25, 50), |n| json!(n));
+        assert_eq!(items, (50..60).map(|n| json!(n)).collect::<Vec<_>>());
+        assert_eq!(
+            p,
+            json!({"total": 60, "limit": 25, "offset": 50, "has_more": false, "page": 3, "per_page": 25})
+        );
+        let (items, p) = page_of(&all, (25, 25), |n| json!(n));
+        assert_eq!(items.len(), 25);
+        assert_eq!((&p["page"], &p["has_more"]), (&json!(2), &json!(true)));
+        let (items, p) = page_of(&all, (10, 55), |n| json!(n));
+        assert_eq!(items.len(), 5);
+        assert_eq!(p["page"], 6, "an offset inside a page is that page");
+    }
 }

@@ -146,7 +146,8 @@ async fn list_subscriptions(
     let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
     Ok(reply(
         StatusCode::OK,
-        json!({"subscriptions": subs, "pagination": pagination}),
+        // `items` as the admin API's listings name them (the dashboard's webhooks page).
+        json!({"subscriptions": subs, "items": subs, "pagination": pagination}),
     ))
 }
 

@@ -756,6 +756,11 @@ mod tests {
                 "terminate",
             ),
             (worker(WorkerState::Drain, Directive::Running, old), "stale"),
+            // Seen at the very bound: not yet stale.
+            (
+                worker(WorkerState::Running, Directive::Running, Some(stale_before)),
+                "running",
+            ),
             (
                 worker(WorkerState::Running, Directive::Running, None),
                 "stale",

@@ -604,6 +604,15 @@ mod tests {
         known.remember("w", true);
         assert_eq!(known.recall("w", Duration::from_secs(60)), Some(true));
         assert_eq!(known.recall("v", Duration::from_secs(60)), None);
+        known.remember("v", false);
+        assert_eq!(
+            (
+                known.recall("w", Duration::from_secs(60)),
+                known.recall("v", Duration::from_secs(60))
+            ),
+            (Some(true), Some(false)),
+            "below its cap it keeps them all"
+        );
         for i in 0..ADMISSIONS_CAP {
             known.remember(&format!("x{i}"), true);
         }

@@ -40,12 +40,7 @@ async fn fetched(app: &TestApp, queue: &str, worker: &str) -> anyhow::Result<Vec
         .fetch(json!({"queues": [queue], "count": 1, "worker_id": worker}))
         .await?;
     anyhow::ensure!(r.status == 200, "fetch: {} {}", r.status, r.body);
-    Ok(r.body["jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|j| j["id"].as_str().map(str::to_owned))
-        .collect())
+    Ok(r.job_ids())
 }
 
 #[tokio::test]

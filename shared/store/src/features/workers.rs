@@ -420,9 +420,7 @@ impl Store {
         Ok(self
             .read_item(worker_key(id))
             .await?
-            .filter(|i| !expired(i, now))
-            .as_ref()
-            .and_then(worker_from_item))
+            .and_then(|i| live_worker(&i, now)))
     }
 
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
@@ -464,8 +462,7 @@ impl Store {
         let takes = self
             .tally(Kind::Read, out)?
             .item()
-            .filter(|i| !expired(i, now))
-            .and_then(worker_from_item)
+            .and_then(|i| live_worker(i, now))
             .is_none_or(|w| w.takes_jobs());
         if !ttl.is_zero() {
             self.admissions.remember(id, takes);
@@ -487,9 +484,18 @@ impl Store {
             .query_partition(keys::WORKERS_PK, false)
             .await?
             .iter()
-            .filter(|i| !expired(i, now))
-            .filter_map(worker_from_item)
+            .filter_map(|i| live_worker(i, now))
             .collect())
+    }
+}
+
+/// The worker an item holds, unless the item is past its TTL (DynamoDB deletes expired
+/// items late).
+fn live_worker(item: &Item, now: i64) -> Option<WorkerInfo> {
+    if expired(item, now) {
+        None
+    } else {
+        worker_from_item(item)
     }
 }
 

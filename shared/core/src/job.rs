@@ -276,6 +276,7 @@ impl NewJob {
                 validate::limit_size(&whole, validate::MAX_META_BYTES, &p)?;
                 if !stored {
                     validate::check_safe_integers(&whole, &p)?;
+                    crate::tenant::check_meta(&m, &p)?;
                 }
                 m
             }
@@ -485,6 +486,11 @@ impl JobSpec {
 }
 
 impl Job {
+    /// The job's tenant (`None`: the default tenant), from `meta.tenant_id`.
+    pub fn tenant(&self) -> Option<crate::tenant::TenantId> {
+        crate::tenant::of_meta(&self.spec.meta)
+    }
+
     /// The job PUSH creates at `now`: `scheduled` if its time is in the future, else
     /// `available`.
     pub fn enqueue(new: NewJob, now: Timestamp) -> Self {

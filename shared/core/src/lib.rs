@@ -25,6 +25,7 @@ pub mod rate_limit;
 pub mod retry;
 pub mod schema_registry;
 pub mod state;
+pub mod tenant;
 pub mod time;
 pub mod trace;
 pub mod unique;

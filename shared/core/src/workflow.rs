@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, OjsError};
 use crate::job::NewJob;
+use crate::tenant;
 
 /// Most steps one workflow may have (one DynamoDB transaction creates them all).
 pub const MAX_STEPS: usize = 99;
@@ -110,6 +111,63 @@ pub struct WorkflowSpec {
     pub steps: Vec<Step>,
     /// Batch callbacks.
     pub callbacks: Callbacks,
+}
+
+impl WorkflowSpec {
+    /// Gives every job of the workflow its tenant (ojs-multi-tenancy.md §15.2: all of a
+    /// workflow's jobs inherit its tenant; a job naming another is refused, 400): the
+    /// tenant the request acts for, or, for a request acting for any, the one its first
+    /// step naming a tenant names (the default tenant when none does).
+    pub fn adopt_tenant(&mut self, scope: &tenant::Scope) -> Result<(), OjsError> {
+        let own = match scope {
+            tenant::Scope::One(t) => t.clone(),
+            tenant::Scope::Any => self
+                .steps
+                .iter()
+                .find(|s| s.job.spec.meta.contains_key(tenant::META_KEY))
+                .and_then(|s| tenant::of_meta(&s.job.spec.meta)),
+        };
+        let own = tenant::Scope::One(own);
+        for (i, step) in self.steps.iter_mut().enumerate() {
+            tenant::adopt(&own, &mut step.job.spec.meta, &format!("$.steps[{i}].meta"))?;
+        }
+        let c = &mut self.callbacks;
+        for (name, body) in [
+            ("on_complete", &mut c.on_complete),
+            ("on_success", &mut c.on_success),
+            ("on_failure", &mut c.on_failure),
+        ] {
+            if let Some(meta) = body.as_mut().and_then(meta_of) {
+                tenant::adopt(&own, meta, &format!("$.callbacks.{name}.meta"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `meta` of a job body where [`NewJob`] reads it (`options` first), made when the
+/// body has none; `None` when what is there is not an object (refused when pushed).
+fn meta_of(body: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
+    let present = |o: &Map<String, Value>, k: &str| o.get(k).is_some_and(|v| !v.is_null());
+    let in_options = body
+        .get("options")
+        .and_then(Value::as_object)
+        .and_then(|o| ["meta", "metadata"].into_iter().find(|k| present(o, k)));
+    if let Some(k) = in_options {
+        return body
+            .get_mut("options")?
+            .as_object_mut()?
+            .get_mut(k)?
+            .as_object_mut();
+    }
+    let k = match ["meta", "metadata"].into_iter().find(|k| present(body, k)) {
+        Some(k) => k,
+        None => {
+            body.insert("meta".into(), Value::Object(Map::new()));
+            "meta"
+        }
+    };
+    body.get_mut(k)?.as_object_mut()
 }
 
 fn bad(message: impl Into<String>, path: &str) -> OjsError {

@@ -186,30 +186,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "expects 422 for a valid job whose meta carries `ojs_validate: true`; ojs-middleware.md §3.1 puts enqueue middleware on the client side, and nothing in ../spec or the SDKs defines `ojs_validate`, a server-side validation middleware, or a rule this job breaks (no schema is registered for it), so the server accepts it (201): refusing on the flag alone would be a hard-coded answer",
     },
     ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-batch-tenant.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-tenant-fetch-isolation.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-tenant-header.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-tenant-isolation.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-tenant-queue-stats.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
-        case: "ext-multi-tenancy/multi-tenancy-tenant-stats.json",
-        missing: "multi-tenancy (ojs-multi-tenancy.md, the tenancy issue): no tenant from X-OJS-Tenant in meta.tenant_id, no tenant isolation or stats",
-    },
-    ConformanceGap {
         case: "ext-rate-limiting/rate-limit-per-second-throttle.json",
         missing: "sends `rate_limit: {key, rate: 1, period: \"second\"}` (a number `rate` with a word `period`, a shape ojs-rate-limiting.md §6.1 does not have: `rate` is an object `{limit, period}` with an ISO 8601 period), refused with 422; and expects an X-RateLimit-Limit header on the PUSH answer, which ojs-rate-limiting.md does not define for enqueue (its limits act on starts)",
     },

@@ -192,6 +192,51 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
     }
 }
 
+/// The tenant a request acts for (ojs-multi-tenancy.md §5.3): the one its `X-OJS-Tenant`
+/// header names (`_default` is the default tenant), or any tenant without the header. A
+/// header the tenant pattern refuses is 400.
+pub struct Tenant(pub ojs_core::tenant::Scope);
+
+impl Tenant {
+    /// Writes the tenant into a new job's `meta` (`path` is where that `meta` is in the
+    /// request), refusing a `meta` that names another one.
+    pub fn adopt(
+        &self,
+        meta: &mut serde_json::Map<String, Value>,
+        path: &str,
+    ) -> Result<(), ApiError> {
+        ojs_core::tenant::adopt(&self.0, meta, path).map_err(ApiError)
+    }
+
+    /// Whether the request may see `job`: one of another tenant answers as if it did not
+    /// exist.
+    pub fn sees(&self, job: &ojs_core::Job) -> bool {
+        self.0.sees(job.tenant().as_ref())
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(raw) = parts.headers.get(ojs_core::tenant::TENANT_HEADER) else {
+            return Ok(Tenant(ojs_core::tenant::Scope::Any));
+        };
+        let raw = raw.to_str().map_err(|_| {
+            ApiError(OjsError::invalid_request(format!(
+                "{} must be a tenant id",
+                ojs_core::tenant::TENANT_HEADER
+            )))
+        })?;
+        let tenant = ojs_core::tenant::TenantId::parse(raw.trim())
+            .map_err(|e| ApiError(e.with_detail("header", ojs_core::tenant::TENANT_HEADER)))?;
+        Ok(Tenant(ojs_core::tenant::Scope::One(tenant)))
+    }
+}
+
 /// The request's W3C trace context headers (`traceparent`, `tracestate`), as sent: a job
 /// created by the request adopts them when its `meta` has no trace of its own
 /// ([`ojs_core::trace::adopt`]).

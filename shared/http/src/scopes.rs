@@ -290,6 +290,7 @@ pub const ROUTES: &[RouteScope] = &[
     r("DELETE", "/{queue}/{id}", Need::Process),
     // Reading queues, cron and schemas.
     r("GET", "/ojs/v1/queues", Need::DataRead),
+    r("GET", "/ojs/v1/queues/{name}", Need::DataRead),
     r("GET", "/ojs/v1/queues/{name}/stats", Need::DataRead),
     r("GET", "/ojs/v1/cron", Need::DataRead),
     r("GET", "/ojs/v1/rate-limits/{key}", Need::DataRead),
@@ -436,6 +437,7 @@ pub const ROUTES: &[RouteScope] = &[
     ),
     r("GET", "/ojs/v1/admin/tenants", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}", Need::AdminRead),
+    r("GET", "/ojs/v1/admin/tenants/{id}/stats", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}/jobs", Need::AdminRead),
     r("GET", "/ojs/v1/admin/pools", Need::AdminRead),
     r("GET", "/ojs/v1/admin/scheduling/stats", Need::AdminRead),

@@ -14,7 +14,7 @@ mod features;
 
 // Every module keeps its crate-root name (`crate::claim`, `crate::item`, ...); where it
 // lives says its layer: `dynamo` <- `engine` <- `derived`, `features`.
-use derived::{counts, events, metrics, stream};
+use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
@@ -47,7 +47,7 @@ pub use events::{EventPage, EventQuery};
 pub use idempotency::KeyClaim;
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
-pub use keys::MAX_QUEUE_SHARDS;
+pub use keys::{Lane, MAX_QUEUE_SHARDS};
 pub use push::{
     served_queues, PushClaim, PushEntry, ReadyJob, SlotHold, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,
 };
@@ -57,6 +57,7 @@ pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
 pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
+pub use tenants::TenantStats;
 pub use timer::{Timer, TimerMessage, TimerTarget};
 pub use unique::PushOutcome;
 pub use unread::PAYLOAD_UNREADABLE;
@@ -239,6 +240,9 @@ pub struct Store {
     contention: Arc<claim::Contention>,
     /// Queue shards whose due query this instance lately found empty (FETCH skips it).
     quiet_due: Arc<claim::QuietDue>,
+    /// Which lane of a queue with tenants this instance's next FETCH for any tenant
+    /// starts at (round robin).
+    lane_turn: Arc<std::sync::atomic::AtomicUsize>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
@@ -261,6 +265,7 @@ impl Store {
             admissions: Arc::default(),
             contention: Arc::default(),
             quiet_due: Arc::default(),
+            lane_turn: Arc::default(),
             stream: None,
             observers: Vec::new(),
             payloads: None,
@@ -417,8 +422,8 @@ impl Store {
     }
 
     /// The ready-index partition that holds `id` when it is available.
-    pub(crate) fn ready_pk(&self, queue: &ojs_core::QueueName, id: &ojs_core::JobId) -> String {
-        keys::ready_pk(queue, keys::shard_of(id, self.queue_shards()))
+    pub(crate) fn ready_pk(&self, lane: &keys::Lane, id: &ojs_core::JobId) -> String {
+        keys::ready_pk(lane, keys::shard_of(id, self.queue_shards()))
     }
 
     /// The due-index partition that holds `id` when it waits for a time.

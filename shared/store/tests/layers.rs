@@ -221,9 +221,13 @@ const ALLOWED_UPWARD_CALLS: &[(&str, &str)] = &[
     // PUSH and batch PUSH read a queue's pause flag and register the queue they create
     // the first job of: queue settings the engine needs but `features/queues.rs` owns.
     ("engine/batch.rs", "refuse_if_paused"),
-    ("engine/batch.rs", "register_queue"),
+    ("engine/batch.rs", "register_lane"),
     ("engine/jobs.rs", "refuse_if_paused"),
-    ("engine/jobs.rs", "register_queue"),
+    ("engine/jobs.rs", "register_lane"),
+    // The lanes of a queue (its tenants, on the queue's item): where its available jobs
+    // are, for the backlog's ages and the counters' repair.
+    ("engine/backlog.rs", "lanes"),
+    ("derived/counts.rs", "lanes"),
     // FETCH reads the queues' pause flags and rate limits, and the window's state.
     ("engine/claim.rs", "queue_settings"),
     ("engine/claim.rs", "window_state"),

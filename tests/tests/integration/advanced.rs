@@ -1398,6 +1398,7 @@ async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> a
         count: 1,
         worker_id: Some("w".into()),
         visibility_timeout_ms: None,
+        tenant: Default::default(),
     };
     // Calls of one FETCH of one job.
     let fetch = |store: Store| {

@@ -45,6 +45,7 @@ mod shutdown;
 mod smoke;
 mod stream_once;
 mod table_definition;
+mod tenants;
 mod trace_context;
 mod webhooks;
 mod workflows;

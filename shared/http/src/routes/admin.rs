@@ -80,7 +80,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/schemas/{type}", get(get_schema))
         .route("/ojs/v1/admin/tenants", get(list_tenants))
         .route("/ojs/v1/admin/tenants/{id}", get(get_tenant))
-        .route("/ojs/v1/admin/tenants/{id}/jobs", get(get_tenant))
+        .route("/ojs/v1/admin/tenants/{id}/stats", get(get_tenant))
+        .route("/ojs/v1/admin/tenants/{id}/jobs", get(list_tenant_jobs))
         .route("/ojs/v1/admin/pools", get(list_pools))
         .route("/ojs/v1/admin/scheduling/stats", get(scheduling_stats))
         .route(
@@ -582,19 +583,79 @@ async fn key_registrations(
     Ok(reply(StatusCode::OK, listing))
 }
 
-/// `GET /ojs/v1/admin/tenants`: this server has no tenants (one deployment is one
-/// tenant), so the list is empty.
+/// A tenant's view (ojs-multi-tenancy.md §10.2): its jobs' counts, summed and per queue
+/// (terminal counts since its counters began), and `total_jobs`.
+fn tenant_view(t: &ojs_store::TenantStats) -> Value {
+    let counts = |st: &ojs_store::QueueStats| {
+        json!({
+            "available": st.available,
+            "scheduled": st.scheduled,
+            "retryable": st.retryable,
+            "active": st.active,
+            "pending": st.pending,
+            "completed": st.completed,
+            "discarded": st.discarded,
+            "cancelled": st.cancelled,
+        })
+    };
+    let queues: serde_json::Map<String, Value> = t
+        .queues
+        .iter()
+        .map(|(q, st)| (q.clone(), counts(st)))
+        .collect();
+    json!({
+        "tenant_id": t.tenant,
+        "id": t.tenant,
+        "jobs": counts(&t.total),
+        "total_jobs": t.total.total(),
+        "queues": queues,
+    })
+}
+
+/// `GET /ojs/v1/admin/tenants`: every tenant that had a job, with its counts (the default
+/// tenant, whose jobs are the queues' own, is not listed).
 async fn list_tenants(
+    State(app): State<AppState>,
     Query(p): Query<super::admin_query::RawPaging>,
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
-    Ok(reply(StatusCode::OK, paging.listing(Vec::new(), 0)))
+    let all = app.store.list_tenants().await?;
+    let items: Vec<Value> = all
+        .iter()
+        .skip(paging.offset())
+        .take(paging.per_page)
+        .map(tenant_view)
+        .collect();
+    let mut body = paging.listing(items.clone(), all.len());
+    body["tenants"] = Value::Array(items);
+    Ok(reply(StatusCode::OK, body))
 }
 
-async fn get_tenant(Path(id): Path<String>) -> Result<Response, ApiError> {
-    Err(OjsError::not_found(format!(
-        "tenant {id:.64} not found: this server has no tenants (one deployment serves one tenant)"
-    ))
+/// `GET /ojs/v1/admin/tenants/{id}` and `.../stats`: one tenant's counts; 404 for a
+/// tenant that never had a job.
+async fn get_tenant(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let unknown = || OjsError::not_found(format!("tenant {id:.64} has no jobs"));
+    let tenant = ojs_core::tenant::TenantId::parse(&id)
+        .map_err(|_| unknown())?
+        .ok_or_else(|| {
+            OjsError::not_found(
+                "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
+            )
+        })?;
+    let stats = app.store.tenant_stats(&tenant).await?.ok_or_else(unknown)?;
+    Ok(reply(StatusCode::OK, tenant_view(&stats)))
+}
+
+/// `GET /ojs/v1/admin/tenants/{id}/jobs`: not built (a tenant's jobs are listed per
+/// queue by the job listing, which does not filter by tenant yet).
+async fn list_tenant_jobs(Path(id): Path<String>) -> Result<Response, ApiError> {
+    Err(OjsError::new(
+        ErrorCode::Unsupported,
+        format!("listing the jobs of tenant {id:.64} is not built; GET /ojs/v1/admin/tenants/{id:.64}/stats counts them"),
+    )
     .into())
 }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BatchBody, Caller, JsonBody, TraceHeaders};
+use crate::extract::{BatchBody, Caller, JsonBody, Tenant, TraceHeaders};
 use crate::AppState;
 use ojs_store::{KeyClaim, PushOutcome, StoreError};
 
@@ -28,10 +28,12 @@ async fn enqueue_job(
     headers: HeaderMap,
     Caller(caller): Caller,
     trace: TraceHeaders,
+    tenant: Tenant,
     JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
     let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
     let mut new = NewJob::from_json(body)?;
+    tenant.adopt(&mut new.spec.meta, "$.meta")?;
     trace.adopt_into(&mut new.spec.meta);
     super::schemas::check_args(&app, &new).await?;
     let now = time::now();
@@ -198,6 +200,7 @@ fn pushed(job: &Job) -> serde_json::Value {
 
 async fn get_job(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
@@ -205,15 +208,18 @@ async fn get_job(
         .store
         .get_job_settled(&id, time::now())
         .await?
+        .filter(|job| tenant.sees(job))
         .ok_or_else(|| super::no_such_job(&id))?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
 async fn cancel_job(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
+    super::tenant_owns(&app, &tenant, &id).await?;
     let job = app.store.cancel_job(&id, time::now()).await?;
     tracing::info!(job_id = %job.id, "job cancelled");
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
@@ -229,6 +235,7 @@ async fn enqueue_batch(
     headers: HeaderMap,
     Caller(caller): Caller,
     trace: TraceHeaders,
+    tenant: Tenant,
     BatchBody(mut body): BatchBody,
 ) -> Result<Response, ApiError> {
     let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
@@ -255,13 +262,17 @@ async fn enqueue_batch(
     let mut errors = Vec::new();
     for (index, raw) in jobs.into_iter().enumerate() {
         let checked = match NewJob::from_json(raw) {
-            Ok(mut new) => {
-                trace.adopt_into(&mut new.spec.meta);
-                super::schemas::check_args(&app, &new)
-                    .await
-                    .map(|()| new)
-                    .map_err(|e| e.0)
-            }
+            Ok(mut new) => match tenant.adopt(&mut new.spec.meta, &format!("$.jobs[{index}].meta"))
+            {
+                Ok(()) => {
+                    trace.adopt_into(&mut new.spec.meta);
+                    super::schemas::check_args(&app, &new)
+                        .await
+                        .map(|()| new)
+                        .map_err(|e| e.0)
+                }
+                Err(e) => Err(e.0),
+            },
             Err(e) => Err(e),
         };
         match checked {

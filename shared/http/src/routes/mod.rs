@@ -33,6 +33,24 @@ pub(crate) fn job_and_bare_job(job: &ojs_core::Job) -> Value {
     Value::Object(body)
 }
 
+/// For a request acting for one tenant, the 404 of [`no_such_job`] unless `id` is that
+/// tenant's job (one strongly consistent read: a job's tenant never changes, so what the
+/// request then does to the job is done to that tenant's). A request for any tenant
+/// reads nothing.
+pub(crate) async fn tenant_owns(
+    app: &crate::AppState,
+    tenant: &crate::extract::Tenant,
+    id: &ojs_core::JobId,
+) -> Result<(), crate::error::ApiError> {
+    if tenant.0 == ojs_core::tenant::Scope::Any {
+        return Ok(());
+    }
+    match app.store.get_job(id).await? {
+        Some(job) if tenant.sees(&job) => Ok(()),
+        _ => Err(no_such_job(id).into()),
+    }
+}
+
 /// The 404 for a job id that names no stored job.
 pub(crate) fn no_such_job(id: &ojs_core::JobId) -> ojs_core::OjsError {
     ojs_core::OjsError::not_found(format!("job {id} not found"))

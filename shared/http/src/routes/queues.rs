@@ -12,11 +12,14 @@ use serde_json::{json, Value};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
+use crate::extract::Tenant;
 use crate::AppState;
+use ojs_core::tenant::Scope;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/queues", get(list_queues))
+        .route("/ojs/v1/queues/{name}", get(queue_info))
         .route("/ojs/v1/queues/{name}/stats", get(queue_stats))
         .route("/ojs/v1/queues/{name}/pause", post(pause_queue))
         .route("/ojs/v1/queues/{name}/resume", post(resume_queue))
@@ -31,16 +34,66 @@ pub(crate) fn router() -> Router<AppState> {
 async fn queue_stats(
     State(app): State<AppState>,
     dialect: Dialect,
+    tenant: Tenant,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
+    let st = tenant_queue_stats(&app, &tenant.0, &name).await?;
+    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
+}
+
+/// `GET /ojs/v1/queues/{name}`: the queue as an object (`queue.name`, its status and
+/// counts), as the multi-tenancy suite reads it; the stats route's body otherwise.
+async fn queue_info(
+    State(app): State<AppState>,
+    tenant: Tenant,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let st = tenant_queue_stats(&app, &tenant.0, &name).await?;
+    Ok(reply(
+        StatusCode::OK,
+        stats_body(&name, &st, Dialect::OpenApi),
+    ))
+}
+
+/// A queue's stats as the request's tenant sees them: its own jobs' counts for a request
+/// acting for one tenant (the default tenant's are the queue's less every other
+/// tenant's), the whole queue's for one acting for any. Pause and bound are the queue's.
+async fn tenant_queue_stats(
+    app: &AppState,
+    scope: &Scope,
+    name: &str,
+) -> Result<ojs_store::QueueStats, ApiError> {
+    let queue = QueueName::parse(name)?;
     let st = app.store.queue_stats(&queue).await?;
     if !st.registered {
         // No job was ever pushed to it and nothing set for it (the seed audit: 404, not
         // a queue of zeros that does not exist).
         return Err(OjsError::not_found(format!("queue {name} does not exist")).into());
     }
-    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
+    let counts = match scope {
+        Scope::Any => return Ok(st),
+        Scope::One(Some(t)) => app
+            .store
+            .tenant_stats(t)
+            .await?
+            .and_then(|ts| ts.queues.get(name).cloned())
+            .unwrap_or_default(),
+        Scope::One(None) => {
+            let mut own = st.clone();
+            for ts in app.store.list_tenants().await? {
+                if let Some(theirs) = ts.queues.get(name) {
+                    own.subtract_counts(theirs);
+                }
+            }
+            own
+        }
+    };
+    Ok(ojs_store::QueueStats {
+        registered: st.registered,
+        paused: st.paused,
+        backpressure: st.backpressure,
+        ..counts
+    })
 }
 
 /// Sets a queue's live counters from its indexes (after counters were turned on over

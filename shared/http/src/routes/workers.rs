@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, OptionalJsonBody};
+use crate::extract::{JsonBody, OptionalJsonBody, Tenant};
 use crate::negotiate::Format;
 use crate::AppState;
 
@@ -163,15 +163,20 @@ fn parse_fetch(body: Value) -> Result<FetchRequest, OjsError> {
         count: usize::try_from(count).unwrap_or(1),
         worker_id: worker_id(&body)?,
         visibility_timeout_ms: bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?,
+        tenant: ojs_core::tenant::Scope::Any,
     })
 }
 
 async fn fetch_jobs(
     State(app): State<AppState>,
     format: Option<Extension<Format>>,
+    Tenant(tenant): Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let req = parse_fetch(body)?;
+    let req = FetchRequest {
+        tenant,
+        ..parse_fetch(body)?
+    };
     app.settle_pushes(&req.queues).await;
     let mut outcome = app.store.fetch(&req, time::now()).await?;
     if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
@@ -237,9 +242,10 @@ fn within_proto_bound(views: &[Value], bound: usize) -> usize {
 
 async fn ack_job(
     State(app): State<AppState>,
+    tenant: Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    ack(&app, object(body)?).await
+    ack(&app, &tenant, object(body)?).await
 }
 
 /// `POST /ojs/v1/jobs/{id}/ack` (ojs-results.md §10.1, ojs-serverless.md §3): the ACK of
@@ -247,6 +253,7 @@ async fn ack_job(
 /// `/workers/ack` reads it. A body naming another `job_id` is refused.
 async fn ack_job_by_path(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
@@ -265,17 +272,22 @@ async fn ack_job_by_path(
         }
     }
     body.insert("job_id".into(), Value::from(named.to_string()));
-    ack(&app, body).await
+    ack(&app, &tenant, body).await
 }
 
-/// ACK of the job `body` names.
-async fn ack(app: &AppState, body: Map<String, Value>) -> Result<Response, ApiError> {
+/// ACK of the job `body` names (another tenant's is not found).
+async fn ack(
+    app: &AppState,
+    tenant: &Tenant,
+    body: Map<String, Value>,
+) -> Result<Response, ApiError> {
     let ack = AckRequest {
         id: job_id(&body)?,
         result: body.get("result").cloned(),
         worker_id: worker_id(&body)?,
         attempt: attempt(&body, "$.attempt")?,
     };
+    super::tenant_owns(app, tenant, &ack.id).await?;
     let job = app.store.ack_job(&ack, time::now()).await?;
     let view = job.to_json();
     Ok(reply(
@@ -293,10 +305,12 @@ async fn ack(app: &AppState, body: Map<String, Value>) -> Result<Response, ApiEr
 
 async fn fail_job(
     State(app): State<AppState>,
+    tenant: Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let body = object(body)?;
     let id = job_id(&body)?;
+    super::tenant_owns(&app, &tenant, &id).await?;
     let failure = Failure::from_json(body.get("error"))?;
     let worker = worker_id(&body)?;
     let fence = Fence {
@@ -621,6 +635,7 @@ async fn report_progress(
 /// `GET /ojs/v1/jobs/{id}/progress` (§7.1): nulls when none was reported; 404 for no job.
 async fn get_progress(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
@@ -628,6 +643,7 @@ async fn get_progress(
         .store
         .get_job(&id)
         .await?
+        .filter(|job| tenant.sees(job))
         .ok_or_else(|| super::no_such_job(&id))?;
     let mut res = reply(StatusCode::OK, job.progress_view());
     res.headers_mut().insert(

@@ -46,9 +46,11 @@ fn not_found(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
 
 async fn create_workflow(
     State(app): State<AppState>,
+    tenant: crate::extract::Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let spec = WorkflowSpec::from_json(body)?;
+    let mut spec = WorkflowSpec::from_json(body)?;
+    spec.adopt_tenant(&tenant.0)?;
     super::schemas::check_workflow(&app, &spec).await?;
     let workflow = app.store.create_workflow(&spec, time::now()).await?;
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");

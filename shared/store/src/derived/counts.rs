@@ -58,6 +58,60 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// Adds the counts of a counter item.
+    pub(crate) fn add_counts(&mut self, item: &Item) {
+        let get = |k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        // A counter below zero (a lost ADD) reads as none rather than wrapping.
+        let add = |to: &mut u64, k: &str| {
+            *to = to.saturating_add(u64::try_from(get(k)).unwrap_or(0));
+        };
+        add(&mut self.available, "available");
+        add(&mut self.scheduled, "scheduled");
+        add(&mut self.retryable, "retryable");
+        add(&mut self.active, "active");
+        add(&mut self.pending, "pending");
+        add(&mut self.completed, "completed");
+        add(&mut self.discarded, "discarded");
+        add(&mut self.cancelled, "cancelled");
+    }
+
+    /// Takes `other`'s counts from these (a part's from its whole), never below zero.
+    pub fn subtract_counts(&mut self, other: &QueueStats) {
+        for (mine, theirs) in [
+            (&mut self.available, other.available),
+            (&mut self.scheduled, other.scheduled),
+            (&mut self.retryable, other.retryable),
+            (&mut self.active, other.active),
+            (&mut self.pending, other.pending),
+            (&mut self.completed, other.completed),
+            (&mut self.discarded, other.discarded),
+            (&mut self.cancelled, other.cancelled),
+        ] {
+            *mine = mine.saturating_sub(theirs);
+        }
+    }
+
+    /// Every job counted: live ones and those that ended since the counters began.
+    pub fn total(&self) -> u64 {
+        [
+            self.available,
+            self.scheduled,
+            self.retryable,
+            self.active,
+            self.pending,
+            self.completed,
+            self.discarded,
+            self.cancelled,
+        ]
+        .iter()
+        .fold(0_u64, |sum, n| sum.saturating_add(*n))
+    }
+
     /// Jobs waiting to run: available, scheduled and retryable (ojs-backpressure.md §3).
     pub fn depth(&self) -> u64 {
         self.available
@@ -127,6 +181,8 @@ fn counts_key(sk: &str) -> Item {
 pub(crate) struct Moves {
     shards: u16,
     per_item: BTreeMap<(String, u16), BTreeMap<&'static str, i64>>,
+    /// The same moves of jobs of tenants other than the default one, per tenant and queue.
+    pub(crate) tenants: crate::tenants::TenantMoves,
 }
 
 impl Moves {
@@ -143,18 +199,25 @@ impl Moves {
         if from == Some(to) {
             return;
         }
-        let deltas = self.deltas(job);
         if let Some(from) = from.filter(|f| is_live(*f)) {
-            *deltas.entry(field(from)).or_default() -= 1;
+            self.change(job, field(from), -1);
         }
-        *deltas.entry(field(to)).or_default() += 1;
+        self.change(job, field(to), 1);
     }
 
     /// `job` (as it was) was deleted: it leaves its live state; a terminal count stays.
     pub(crate) fn remove(&mut self, job: &Job) {
         let from = job.status.state;
         if is_live(from) {
-            *self.deltas(job).entry(field(from)).or_default() -= 1;
+            self.change(job, field(from), -1);
+        }
+    }
+
+    /// Adds `delta` to `job`'s count of `field`: its queue shard's, and its tenant's.
+    fn change(&mut self, job: &Job, field: &'static str, delta: i64) {
+        *self.deltas(job).entry(field).or_default() += delta;
+        if let Some(tenant) = job.tenant() {
+            self.tenants.change(&tenant, &job.spec.queue, field, delta);
         }
     }
 }
@@ -165,6 +228,7 @@ impl Store {
         Moves {
             shards: self.queue_shards(),
             per_item: BTreeMap::new(),
+            tenants: Default::default(),
         }
     }
 
@@ -172,9 +236,10 @@ impl Store {
     /// that changes, for the stream batch's transaction.
     pub(crate) fn counter_updates(
         &self,
-        moves: Moves,
+        mut moves: Moves,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        moves
+        let tenants = std::mem::take(&mut moves.tenants).updates(self.table())?;
+        let queues: Result<Vec<_>, _> = moves
             .per_item
             .into_iter()
             .filter_map(|((queue, shard), deltas)| {
@@ -203,7 +268,8 @@ impl Store {
                     .map_err(|e| StoreError::Invalid(format!("counter update: {e}")));
                 Some(update)
             })
-            .collect()
+            .collect();
+        Ok(queues?.into_iter().chain(tenants).collect())
     }
 
     /// Counts for one queue: one `BatchGetItem` of the queue's counter items.
@@ -394,24 +460,7 @@ impl Store {
             if let Some(bound) = stored_backpressure(&item) {
                 stats.backpressure = Some(bound);
             }
-            let get = |k: &str| {
-                item.get(k)
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(0)
-            };
-            // A counter below zero (a lost ADD) reads as none rather than wrapping.
-            let add = |to: &mut u64, k: &str| {
-                *to = to.saturating_add(u64::try_from(get(k)).unwrap_or(0));
-            };
-            add(&mut stats.available, "available");
-            add(&mut stats.scheduled, "scheduled");
-            add(&mut stats.retryable, "retryable");
-            add(&mut stats.active, "active");
-            add(&mut stats.pending, "pending");
-            add(&mut stats.completed, "completed");
-            add(&mut stats.discarded, "discarded");
-            add(&mut stats.cancelled, "cancelled");
+            stats.add_counts(&item);
         }
         Ok(stats)
     }
@@ -452,14 +501,17 @@ impl Store {
         shard: u16,
         stats: &mut QueueStats,
     ) -> Result<(), StoreError> {
-        let ready = self
-            .query_index(&crate::schema::READY_INDEX)
-            .key_condition_expression("gsi1pk = :pk")
-            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
-            .select(Select::Count);
-        let mut pages = self.pages(ready);
-        while let Some(out) = pages.next().await? {
-            stats.available += u64::try_from(out.count()).unwrap_or(0);
+        // The shard's available jobs are in every tenant's lane of the queue.
+        for lane in self.lanes(std::slice::from_ref(queue)).await? {
+            let ready = self
+                .query_index(&crate::schema::READY_INDEX)
+                .key_condition_expression("gsi1pk = :pk")
+                .expression_attribute_values(":pk", s(keys::ready_pk(&lane, shard)))
+                .select(Select::Count);
+            let mut pages = self.pages(ready);
+            while let Some(out) = pages.next().await? {
+                stats.available += u64::try_from(out.count()).unwrap_or(0);
+            }
         }
         let due = self
             .query_index(&crate::schema::DUE_INDEX)
@@ -521,6 +573,7 @@ mod tests {
         Moves {
             shards: 1,
             per_item: BTreeMap::new(),
+            tenants: Default::default(),
         }
     }
 
@@ -579,6 +632,7 @@ mod tests {
         let mut m = Moves {
             shards: 64,
             per_item: BTreeMap::new(),
+            tenants: Default::default(),
         };
         for _ in 0..50 {
             m.add(&job("q", JobState::Available), None);

@@ -6,3 +6,4 @@ pub(crate) mod counts;
 pub(crate) mod events;
 pub(crate) mod metrics;
 pub(crate) mod stream;
+pub(crate) mod tenants;

@@ -261,7 +261,10 @@ fn item_with_spec(job: &Job, shards: u16, attr: &str, spec: AttributeValue) -> I
     match st.state {
         JobState::Available => {
             let at = st.enqueued_at.unwrap_or(st.created_at);
-            item.insert("gsi1pk".into(), s(keys::ready_pk(&job.spec.queue, shard)));
+            item.insert(
+                "gsi1pk".into(),
+                s(keys::ready_pk(&keys::Lane::of(job), shard)),
+            );
             item.insert(
                 "gsi1sk".into(),
                 s(keys::ready_sk(job.spec.priority, &at, &job.id)),
@@ -269,19 +272,13 @@ fn item_with_spec(job: &Job, shards: u16, attr: &str, spec: AttributeValue) -> I
             // The sweep discards it at its expiry even if nobody fetches the queue.
             if let Some(expires) = &job.spec.expires_at {
                 item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue, shard)));
-                item.insert(
-                    "gsi2sk".into(),
-                    s(keys::due_sk(expires, job.spec.priority, &job.id)),
-                );
+                item.insert("gsi2sk".into(), s(keys::job_due_sk(job, expires)));
             }
         }
         JobState::Scheduled => {
             if let Some(at) = &job.spec.scheduled_at {
                 item.insert("gsi2pk".into(), s(keys::due_pk(&job.spec.queue, shard)));
-                item.insert(
-                    "gsi2sk".into(),
-                    s(keys::due_sk(at, job.spec.priority, &job.id)),
-                );
+                item.insert("gsi2sk".into(), s(keys::job_due_sk(job, at)));
             }
         }
         _ => {}

@@ -1,8 +1,9 @@
 //! Key formats. Sort keys are fixed-width strings so lexical order is the intended order.
 
 use ojs_core::job::MAX_PRIORITY;
+use ojs_core::tenant::TenantId;
 use ojs_core::time::Timestamp;
-use ojs_core::{JobId, QueueName};
+use ojs_core::{Job, JobId, QueueName};
 
 /// What every job item's partition key starts with.
 pub(crate) const JOB_PREFIX: &str = "JOB#";
@@ -54,9 +55,58 @@ pub(crate) fn shard_of(id: &JobId, shards: u16) -> u16 {
     u16::try_from(hash % u64::from(shards)).unwrap_or(0)
 }
 
+/// The ready partitions a job is listed in when available: its queue's, or, for a job of
+/// a tenant other than the default one, that tenant's own in the queue
+/// (`READY#<queue>#T:<tenant>`; `#` is in neither name, and a shard suffix is a number),
+/// so a FETCH for one tenant reads only its jobs and one for any takes tenants in turn.
+/// Jobs of the default tenant keep the queue's partitions, as before tenants existed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lane {
+    /// The queue.
+    pub queue: QueueName,
+    /// The tenant (`None`: the default tenant).
+    pub tenant: Option<TenantId>,
+}
+
+impl Lane {
+    /// The lane of `job`.
+    pub fn of(job: &Job) -> Self {
+        Self {
+            queue: job.spec.queue.clone(),
+            tenant: job.tenant(),
+        }
+    }
+
+    /// The default tenant's lane of `queue`.
+    pub fn default_of(queue: &QueueName) -> Self {
+        Self {
+            queue: queue.clone(),
+            tenant: None,
+        }
+    }
+
+    /// Every lane of `queue`: the default tenant's first, then each of `tenants`'.
+    pub fn all_of(queue: &QueueName, tenants: &[TenantId]) -> Vec<Self> {
+        std::iter::once(Self::default_of(queue))
+            .chain(tenants.iter().map(|t| Self {
+                queue: queue.clone(),
+                tenant: Some(t.clone()),
+            }))
+            .collect()
+    }
+
+    /// What the lane's partition keys name.
+    fn key(&self) -> String {
+        match &self.tenant {
+            None => self.queue.as_str().to_owned(),
+            Some(t) => format!("{}#T:{t}", self.queue),
+        }
+    }
+}
+
 /// Shard 0 keeps the unsharded name, so a table written with one shard reads the same
 /// after the count grows.
-fn sharded(prefix: &str, queue: &QueueName, shard: u16) -> String {
+fn sharded(prefix: &str, queue: &str, shard: u16) -> String {
     if shard == 0 {
         format!("{prefix}#{queue}")
     } else {
@@ -64,9 +114,9 @@ fn sharded(prefix: &str, queue: &QueueName, shard: u16) -> String {
     }
 }
 
-/// Ready-index partition of one shard of a queue.
-pub(crate) fn ready_pk(queue: &QueueName, shard: u16) -> String {
-    sharded("READY", queue, shard)
+/// Ready-index partition of one shard of a lane.
+pub(crate) fn ready_pk(lane: &Lane, shard: u16) -> String {
+    sharded("READY", &lane.key(), shard)
 }
 
 /// Priority rendered so that ascending order means higher priority first.
@@ -85,17 +135,36 @@ pub(crate) fn ready_sk(priority: i32, enqueued_at: &Timestamp, id: &JobId) -> St
 
 /// Due-index partition of one shard of a queue.
 pub(crate) fn due_pk(queue: &QueueName, shard: u16) -> String {
-    sharded("DUE", queue, shard)
+    sharded("DUE", queue.as_str(), shard)
 }
 
-/// Due-index sort key: the time the job becomes actionable, then priority, then id. The
-/// priority is carried here so a promotion can build the ready key without reading the item.
-pub(crate) fn due_sk(at: &Timestamp, priority: i32, id: &JobId) -> String {
+/// Due-index sort key: the time the job becomes actionable, then priority, then (for a
+/// job of a tenant other than the default one) `T:<tenant>`, then id. Priority and tenant
+/// are carried here so a promotion can build the ready key without reading the item; due
+/// partitions stay per queue, so the sweep and the timer read them as before tenants.
+pub(crate) fn due_sk(
+    at: &Timestamp,
+    priority: i32,
+    tenant: Option<&TenantId>,
+    id: &JobId,
+) -> String {
+    let tenant = tenant.map(|t| format!("T:{t}#")).unwrap_or_default();
     format!(
-        "{:016}#{}#{id}",
+        "{:016}#{}#{tenant}{id}",
         at.timestamp_micros(),
         priority_key(priority)
     )
+}
+
+/// The due sort key of `job` at `at`.
+pub(crate) fn job_due_sk(job: &Job, at: &Timestamp) -> String {
+    due_sk(at, job.spec.priority, job.tenant().as_ref(), &job.id)
+}
+
+/// The tenant a due sort key carries (`None`: the default tenant).
+pub(crate) fn tenant_from_due_sk(sk: &str) -> Option<TenantId> {
+    let part = sk.split('#').nth(2)?.strip_prefix("T:")?;
+    TenantId::parse(part).ok().flatten()
 }
 
 /// The upper bound of due keys at `now` (every key whose time is <= now sorts below it).
@@ -222,9 +291,12 @@ mod tests {
         assert_eq!(shards, vec![0, 0, 2, 2, 2]);
         let queue = QueueName::parse("emails").ok();
         assert_eq!(
-            queue
-                .as_ref()
-                .map(|q| (ready_pk(q, 0), ready_pk(q, 3), due_pk(q, 0), due_pk(q, 3))),
+            queue.as_ref().map(|q| (
+                ready_pk(&Lane::default_of(q), 0),
+                ready_pk(&Lane::default_of(q), 3),
+                due_pk(q, 0),
+                due_pk(q, 3)
+            )),
             Some((
                 "READY#emails".to_owned(),
                 "READY#emails#3".to_owned(),
@@ -246,10 +318,43 @@ mod tests {
     fn due_keys_sort_by_time_and_carry_priority() {
         let id = JobId::generate();
         let t = ojs_core::time::now();
-        let k = due_sk(&t, -7, &id);
+        let k = due_sk(&t, -7, None, &id);
         assert_eq!(priority_from_due_sk(&k), Some(-7));
+        assert_eq!(tenant_from_due_sk(&k), None);
         assert!(k.as_str() < due_upper_bound(&t).as_str());
         let later = t + chrono::Duration::microseconds(1);
-        assert!(due_sk(&later, 100, &id).as_str() > due_upper_bound(&t).as_str());
+        assert!(due_sk(&later, 100, None, &id).as_str() > due_upper_bound(&t).as_str());
+    }
+
+    #[test]
+    fn a_tenants_lane_and_due_entries_carry_it() {
+        let id = JobId::generate();
+        let t = ojs_core::time::now();
+        let acme = TenantId::parse("acme:eu-1").ok().flatten();
+        let k = due_sk(&t, 5, acme.as_ref(), &id);
+        assert_eq!(tenant_from_due_sk(&k), acme);
+        assert_eq!(priority_from_due_sk(&k), Some(5));
+        assert!(k.ends_with(&format!("#{id}")), "the id stays last: {k}");
+        assert!(k.as_str() < due_upper_bound(&t).as_str());
+        let queue = QueueName::parse("emails").ok();
+        let lanes = queue.map(|q| {
+            let lane = Lane {
+                queue: q.clone(),
+                tenant: acme.clone(),
+            };
+            (
+                ready_pk(&lane, 0),
+                ready_pk(&lane, 2),
+                ready_pk(&Lane::default_of(&q), 0),
+            )
+        });
+        assert_eq!(
+            lanes,
+            Some((
+                "READY#emails#T:acme:eu-1".to_owned(),
+                "READY#emails#T:acme:eu-1#2".to_owned(),
+                "READY#emails".to_owned()
+            ))
+        );
     }
 }

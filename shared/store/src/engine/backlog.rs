@@ -60,11 +60,16 @@ impl Store {
         let mut out = Vec::with_capacity(queues.len());
         for queue in queues {
             let mut oldest: Option<Timestamp> = None;
-            for shard in 0..self.queue_shards() {
+            let lanes = self.lanes(std::slice::from_ref(queue)).await?;
+            let shards = self.queue_shards();
+            for (lane, shard) in lanes
+                .iter()
+                .flat_map(|lane| (0..shards).map(move |shard| (lane, shard)))
+            {
                 let page = self
                     .query_index(&READY_INDEX)
                     .key_condition_expression("gsi1pk = :pk")
-                    .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)))
+                    .expression_attribute_values(":pk", s(keys::ready_pk(lane, shard)))
                     .projection_expression("gsi1sk")
                     .limit(1)
                     .send()

@@ -175,8 +175,14 @@ impl Store {
         queues.sort_unstable();
         queues.dedup();
         self.refuse_if_paused(&queues).await?;
-        for q in queues {
-            self.register_queue(q).await?;
+        let mut seen = std::collections::HashSet::new();
+        let lanes: Vec<crate::keys::Lane> = jobs
+            .iter()
+            .map(crate::keys::Lane::of)
+            .filter(|lane| seen.insert(lane.clone()))
+            .collect();
+        for lane in &lanes {
+            self.register_lane(lane).await?;
         }
         let (job_items, payloads) = self.new_job_items(jobs, bodies).await?;
         let mut planned = Vec::with_capacity(jobs.len());

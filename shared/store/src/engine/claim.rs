@@ -45,10 +45,13 @@ const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 const LOSSES_PER_QUEUE: usize = 3;
 
 /// A FETCH.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct FetchRequest {
     /// Queues in preference order.
     pub queues: Vec<QueueName>,
+    /// Whose jobs: one tenant's, or any tenant's, taken in turn
+    /// ([`crate::keys::Lane`]).
+    pub tenant: ojs_core::tenant::Scope,
     /// Most jobs to claim.
     pub count: usize,
     /// The claiming worker.
@@ -313,26 +316,28 @@ impl Store {
             ends: Instant::now() + self.config.fetch_budget,
         };
         let settings = self.queue_settings(&req.queues).await?;
-        for queue in &req.queues {
-            if run.done(req.count) || run.admitted == Some(false) {
-                break;
-            }
+        'queues: for queue in &req.queues {
             let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
             if queue_settings.paused {
                 continue;
             }
             let queue_limit = queue_settings.rate_limit.as_ref();
-            if let Err(e) = self
-                .claim_from(queue, req, now, queue_limit, &mut run)
-                .await
-            {
-                if run.claimed.is_empty() {
-                    return Err(e);
+            for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant) {
+                if run.done(req.count) || run.admitted == Some(false) {
+                    break 'queues;
                 }
-                // Jobs already claimed are leased to this worker: answering 503 would
-                // strand them until their lease ends. Deliver them instead.
-                tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
-                break;
+                if let Err(e) = self
+                    .claim_from(&lane, req, now, queue_limit, &mut run)
+                    .await
+                {
+                    if run.claimed.is_empty() {
+                        return Err(e);
+                    }
+                    // Jobs already claimed are leased to this worker: answering 503 would
+                    // strand them until their lease ends. Deliver them instead.
+                    tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
+                    break 'queues;
+                }
             }
         }
         if run.out_of_time() {
@@ -376,11 +381,40 @@ impl Store {
         })
     }
 
-    /// Claims from one queue, up to the request's count. A sharded queue is walked shard
-    /// by shard from a random one, so racing workers start apart.
-    async fn claim_from(
+    /// The lanes of `queue` a FETCH for `scope` reads, in order: one tenant's own; for any
+    /// tenant, every lane of the queue starting at the next in this instance's turn, so
+    /// tenants with ready jobs take turns however deep each one's backlog is
+    /// (ojs-multi-tenancy.md §7.1). A queue without tenants has the one lane it had.
+    fn fetch_lanes(
         &self,
         queue: &QueueName,
+        tenants: &[ojs_core::tenant::TenantId],
+        scope: &ojs_core::tenant::Scope,
+    ) -> Vec<crate::keys::Lane> {
+        match scope {
+            ojs_core::tenant::Scope::One(tenant) => vec![crate::keys::Lane {
+                queue: queue.clone(),
+                tenant: tenant.clone(),
+            }],
+            ojs_core::tenant::Scope::Any => {
+                let mut lanes = crate::keys::Lane::all_of(queue, tenants);
+                if lanes.len() > 1 {
+                    let turn = self
+                        .lane_turn
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let first = turn % lanes.len();
+                    lanes.rotate_left(first);
+                }
+                lanes
+            }
+        }
+    }
+
+    /// Claims from one lane of a queue, up to the request's count. A sharded queue is
+    /// walked shard by shard from a random one, so racing workers start apart.
+    async fn claim_from(
+        &self,
+        lane: &crate::keys::Lane,
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
@@ -399,7 +433,7 @@ impl Store {
             }
             let shard = (first + k) % shards;
             let queue_done = self
-                .claim_from_shard(queue, shard, req, now, queue_limit, run)
+                .claim_from_shard(lane, shard, req, now, queue_limit, run)
                 .await?;
             if queue_done {
                 break;
@@ -412,13 +446,14 @@ impl Store {
     /// own rate limit refused a start, or other workers won [`LOSSES_PER_QUEUE`] claims.
     async fn claim_from_shard(
         &self,
-        queue: &QueueName,
+        lane: &crate::keys::Lane,
         shard: u16,
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
         run: &mut Fetching<'_>,
     ) -> Result<bool, StoreError> {
+        let queue = &lane.queue;
         if !self
             .quiet_due
             .within(&(queue.clone(), shard), self.config.quiet_due_memory)
@@ -437,7 +472,7 @@ impl Store {
                 PAGE_SPARE
             };
             let page = wanted.saturating_add(spare).min(100) as i32;
-            let mut candidates = self.ready_candidates(queue, shard, page).await?;
+            let mut candidates = self.ready_candidates(lane, shard, page).await?;
             if !candidates.is_empty() && !run.admits().await? {
                 // A quiet, draining or terminating worker is assigned nothing
                 // (ojs-graceful-shutdown.md §5.1); looking again would not change that.
@@ -462,7 +497,7 @@ impl Store {
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => {
                         run.attempts += 1;
-                        self.claim(queue, c, req, now, queue_limit, &mut run.full_limits)
+                        self.claim(lane, c, req, now, queue_limit, &mut run.full_limits)
                             .await
                     }
                 };
@@ -521,14 +556,14 @@ impl Store {
     /// available or a limit refuses it now.
     pub(crate) async fn claim_one(
         &self,
-        queue: &QueueName,
+        lane: &crate::keys::Lane,
         c: &Candidate,
         req: &FetchRequest,
         now: Timestamp,
         queue_limit: Option<&RateLimitPolicy>,
     ) -> Result<Option<Job>, StoreError> {
         match self
-            .claim(queue, c, req, now, queue_limit, &mut FullLimits::default())
+            .claim(lane, c, req, now, queue_limit, &mut FullLimits::default())
             .await?
         {
             Claim::Won(job) => Ok(Some(*job)),
@@ -540,16 +575,17 @@ impl Store {
 
     pub(crate) async fn ready_candidates(
         &self,
-        queue: &QueueName,
+        lane: &crate::keys::Lane,
         shard: u16,
         limit: i32,
     ) -> Result<Vec<Candidate>, StoreError> {
+        let queue = &lane.queue;
         // A page may come back short of `limit` (DynamoDB's 1 MB page): read on.
         let mut items = Vec::new();
         let query = self
             .query_index(&READY_INDEX)
             .key_condition_expression("gsi1pk = :pk")
-            .expression_attribute_values(":pk", s(keys::ready_pk(queue, shard)));
+            .expression_attribute_values(":pk", s(keys::ready_pk(lane, shard)));
         let mut pages = self.pages(query);
         let read = |items: &Vec<Item>| i32::try_from(items.len()).unwrap_or(limit);
         while let Some(out) = pages.next_limited(Some(limit - read(&items))).await? {
@@ -594,7 +630,7 @@ impl Store {
 
     async fn claim(
         &self,
-        queue: &QueueName,
+        lane: &crate::keys::Lane,
         c: &Candidate,
         req: &FetchRequest,
         now: Timestamp,
@@ -625,8 +661,8 @@ impl Store {
         let mut write = JobWrite::new(
             Transition::Claim,
             Place::Due {
-                pk: self.due_pk(queue, &c.id),
-                sk: keys::due_sk(&due, priority, &c.id),
+                pk: self.due_pk(&lane.queue, &c.id),
+                sk: keys::due_sk(&due, priority, lane.tenant.as_ref(), &c.id),
             },
         )
         .set("attempt = attempt + :one, started_at = :now, lease_until = :lease, write_id = :wid")
@@ -905,7 +941,7 @@ impl Store {
             Transition::Defer,
             Place::Due {
                 pk: self.due_pk(&job.spec.queue, &job.id),
-                sk: keys::due_sk(&at, job.spec.priority, &job.id),
+                sk: keys::job_due_sk(job, &at),
             },
         )
         .version(job.status.version)
@@ -1051,6 +1087,10 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<(Job, Option<JobState>)>, StoreError> {
         let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
+        let lane = crate::keys::Lane {
+            queue: queue.clone(),
+            tenant: keys::tenant_from_due_sk(&due_sk),
+        };
         match state {
             JobState::Scheduled | JobState::Retryable => {}
             JobState::Active | JobState::Available => {
@@ -1068,7 +1108,7 @@ impl Store {
         let req = JobWrite::new(
             Transition::Promote,
             Place::Ready {
-                pk: self.ready_pk(queue, &id),
+                pk: self.ready_pk(&lane, &id),
                 sk: keys::ready_sk(priority, &now, &id),
                 expiry: None,
             },

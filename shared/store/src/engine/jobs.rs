@@ -104,7 +104,7 @@ impl Store {
         // Sizes are checked before anything is written (a refused job registers nothing).
         let body = self.offload_body(job)?;
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
-        self.register_queue(job.spec.queue.as_str()).await?;
+        self.register_lane(&crate::keys::Lane::of(job)).await?;
         let policy = match &job.spec.unique {
             Some(u) => {
                 Some(UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?)

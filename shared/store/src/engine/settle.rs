@@ -108,7 +108,7 @@ impl Store {
                     Transition::FailRetry,
                     Place::Due {
                         pk: self.due_pk(&job.spec.queue, &job.id),
-                        sk: keys::due_sk(&next, job.spec.priority, &job.id),
+                        sk: keys::job_due_sk(job, &next),
                     },
                 )
             }
@@ -254,7 +254,7 @@ impl Store {
     /// priority in the ready index, and at its expiry in the due index if it has one.
     pub(crate) fn ready_place(&self, job: &Job, now: &Timestamp) -> Place {
         Place::Ready {
-            pk: self.ready_pk(&job.spec.queue, &job.id),
+            pk: self.ready_pk(&keys::Lane::of(job), &job.id),
             sk: keys::ready_sk(job.spec.priority, now, &job.id),
             expiry: self.expiry_entry(job),
         }
@@ -266,7 +266,7 @@ impl Store {
         job.spec.expires_at.map(|expires| {
             (
                 self.due_pk(&job.spec.queue, &job.id),
-                keys::due_sk(&expires, job.spec.priority, &job.id),
+                keys::job_due_sk(job, &expires),
             )
         })
     }

@@ -118,14 +118,26 @@ impl Store {
                 .collect());
         }
         let mut ids = Vec::new();
-        for shard in 0..self.queue_shards() {
-            let (index, pk) = match state {
-                JobState::Available => (&crate::schema::READY_INDEX, keys::ready_pk(queue, shard)),
-                JobState::Scheduled | JobState::Retryable | JobState::Active => {
-                    (&crate::schema::DUE_INDEX, keys::due_pk(queue, shard))
-                }
-                _ => return Ok(Vec::new()),
-            };
+        let shards = self.queue_shards();
+        // Available jobs are in their tenants' lanes; waiting and active ones in the
+        // queue's due partitions.
+        let partitions: Vec<_> = match state {
+            JobState::Available => self
+                .lanes(std::slice::from_ref(queue))
+                .await?
+                .iter()
+                .flat_map(|lane| {
+                    (0..shards).map(move |shard| {
+                        (&crate::schema::READY_INDEX, keys::ready_pk(lane, shard))
+                    })
+                })
+                .collect(),
+            JobState::Scheduled | JobState::Retryable | JobState::Active => (0..shards)
+                .map(|shard| (&crate::schema::DUE_INDEX, keys::due_pk(queue, shard)))
+                .collect(),
+            _ => return Ok(Vec::new()),
+        };
+        for (index, pk) in partitions {
             let mut query = self
                 .query_index(index)
                 .key_condition_expression(format!("{} = :pk", index.keys.partition))

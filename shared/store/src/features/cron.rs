@@ -335,7 +335,7 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
-            self.register_queue(job.spec.queue.as_str()).await?;
+            self.register_lane(&crate::keys::Lane::of(job)).await?;
             items.push(self.put_new(item::job_to_item(job, self.queue_shards()))?);
             if let Some(prev) = waits_for {
                 // Link it behind the previous job, which must still be unfinished: if it

@@ -416,6 +416,7 @@ impl Store {
             count: 1,
             worker_id: Some(endpoint.worker_id()),
             visibility_timeout_ms: Some(lease_ms),
+            tenant: ojs_core::tenant::Scope::Any,
         };
         let candidate = crate::claim::Candidate::for_push(
             ready.job.id,
@@ -425,7 +426,7 @@ impl Store {
         );
         let claimed = self
             .claim_one(
-                queue,
+                &crate::keys::Lane::of(&ready.job),
                 &candidate,
                 &req,
                 now,
@@ -592,12 +593,16 @@ impl Store {
     ) -> Result<Vec<ReadyJob>, StoreError> {
         let cutoff = before.timestamp_micros();
         let mut out = Vec::new();
-        for shard in 0..self.queue_shards() {
+        let lanes = self.lanes(std::slice::from_ref(queue)).await?;
+        for (lane, shard) in lanes
+            .iter()
+            .flat_map(|lane| (0..self.queue_shards()).map(move |shard| (lane, shard)))
+        {
             let page = i32::try_from(limit.saturating_sub(out.len())).unwrap_or(25);
             if page == 0 {
                 break;
             }
-            for c in self.ready_candidates(queue, shard, page).await? {
+            for c in self.ready_candidates(lane, shard, page).await? {
                 let enqueued_us = c
                     .ready_sk
                     .split('#')

@@ -54,6 +54,61 @@ impl Store {
         Ok(())
     }
 
+    /// Records that `lane` exists: its queue, and for a tenant's lane the tenant in the
+    /// queue's `tenants` set (one UpdateItem, which also creates the queue's item), so a
+    /// FETCH for any tenant and the counters' repair know where to read. Once per lane
+    /// per cold start, like the queue.
+    pub(crate) async fn register_lane(&self, lane: &keys::Lane) -> Result<(), StoreError> {
+        let Some(tenant) = &lane.tenant else {
+            return self.register_queue(lane.queue.as_str()).await;
+        };
+        let queue = lane.queue.as_str();
+        let known_as = format!("{queue}\u{0}{tenant}");
+        let known = self
+            .known_queues
+            .lock()
+            .map(|set| set.contains(&known_as))
+            .unwrap_or(false);
+        if known {
+            return Ok(());
+        }
+        let out = self
+            .queue_update(queue, &time::now())
+            .update_expression(
+                "SET #name = :name, created_at = if_not_exists(created_at, :now) ADD tenants :tenant",
+            )
+            .expression_attribute_values(
+                ":tenant",
+                aws_sdk_dynamodb::types::AttributeValue::Ss(vec![tenant.to_string()]),
+            )
+            .send()
+            .await;
+        self.tally(Kind::Write, out)?;
+        // This instance's next FETCH for any tenant reads the new lane at once.
+        self.forget_queue_settings(queue);
+        if let Ok(mut set) = self.known_queues.lock() {
+            set.insert(queue.to_owned());
+            set.insert(known_as);
+        }
+        Ok(())
+    }
+
+    /// The lanes of each of `queues` (settings as [`Store::queue_settings`] remembers
+    /// them).
+    pub(crate) async fn lanes(
+        &self,
+        queues: &[ojs_core::QueueName],
+    ) -> Result<Vec<keys::Lane>, StoreError> {
+        let settings = self.queue_settings(queues).await?;
+        Ok(queues
+            .iter()
+            .flat_map(|q| {
+                let tenants = settings.get(q.as_str()).map(|st| st.tenants.as_slice());
+                keys::Lane::all_of(q, tenants.unwrap_or_default())
+            })
+            .collect())
+    }
+
     /// Every known queue, sorted by name.
     pub async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
         // Queue items only: the counter items in the same partition are not read.
@@ -89,6 +144,9 @@ pub struct QueueSettings {
     pub paused_at: Option<String>,
     /// The queue's depth bound, if it has one.
     pub backpressure: Option<Backpressure>,
+    /// Tenants other than the default one that have had jobs in the queue, sorted (each
+    /// has its own ready partitions: [`keys::Lane`]).
+    pub tenants: Vec<ojs_core::tenant::TenantId>,
 }
 
 /// A queue past its warning threshold after an accepted enqueue (ojs-backpressure.md
@@ -241,7 +299,10 @@ impl Store {
             .collect();
         let how = crate::batch_read::BatchRead {
             consistent: false,
-            projection: Some(("#name, paused, paused_at, rl, bp", &[("#name", "name")])),
+            projection: Some((
+                "#name, paused, paused_at, rl, bp, tenants",
+                &[("#name", "name")],
+            )),
         };
         Ok(self
             .batch_get(keys, &how)
@@ -260,6 +321,14 @@ impl Store {
                     .and_then(|raw| serde_json::from_str(raw).ok())
                     .and_then(|v| RateLimitPolicy::from_stored(&v, &name).ok());
                 let paused_at = i.get("paused_at").and_then(|v| v.as_s().ok()).cloned();
+                let mut tenants: Vec<_> = i
+                    .get("tenants")
+                    .and_then(|v| v.as_ss().ok())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| ojs_core::tenant::TenantId::parse(t).ok().flatten())
+                    .collect();
+                tenants.sort();
                 Some((
                     name,
                     QueueSettings {
@@ -267,6 +336,7 @@ impl Store {
                         rate_limit,
                         paused_at,
                         backpressure: crate::counts::stored_backpressure(i),
+                        tenants,
                     },
                 ))
             })

@@ -331,7 +331,7 @@ impl Store {
             Transition::Extend,
             Place::Due {
                 pk: self.due_pk(&job.spec.queue, id),
-                sk: keys::due_sk(&due, job.spec.priority, id),
+                sk: keys::due_sk(&due, job.spec.priority, job.tenant().as_ref(), id),
             },
         )
         .version(job.status.version)

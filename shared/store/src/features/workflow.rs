@@ -249,7 +249,7 @@ impl Store {
         );
         let mut items = vec![self.put_new(wf.clone())?];
         for job in &jobs {
-            self.register_queue(job.spec.queue.as_str()).await?;
+            self.register_lane(&crate::keys::Lane::of(job)).await?;
         }
         let (job_items, payloads) = self.new_job_items(&jobs, bodies).await?;
         for (i, (mut it, step)) in job_items.into_iter().zip(&spec.steps).enumerate() {
@@ -748,7 +748,7 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             let mut items = vec![TransactWriteItem::builder().update(guard).build()];
             for job in &jobs {
-                self.register_queue(job.spec.queue.as_str()).await?;
+                self.register_lane(&crate::keys::Lane::of(job)).await?;
                 let mut it = item::job_to_item(job, self.queue_shards());
                 it.insert("wf_id".into(), s(wf_id));
                 if let Some(name) = &job.status.workflow_callback {

@@ -169,11 +169,15 @@ impl Store {
     fn run_len(&self, rest: &[Record]) -> usize {
         let shards = self.queue_shards();
         let mut counters = std::collections::BTreeSet::new();
+        let mut tenant_counters = std::collections::BTreeSet::new();
         let mut page_bytes: std::collections::BTreeMap<&str, usize> = Default::default();
         let mut bytes = 0;
         for (i, r) in rest.iter().enumerate() {
             if let Some(job) = r.job() {
                 counters.insert((job.spec.queue.as_str(), keys::shard_of(&job.id, shards)));
+                if let Some(tenant) = job.tenant() {
+                    tenant_counters.insert((tenant, job.spec.queue.as_str()));
+                }
                 if r.event_bytes > 0 {
                     *page_bytes.entry(job.spec.queue.as_str()).or_default() += r.event_bytes;
                 }
@@ -183,7 +187,8 @@ impl Store {
                 .values()
                 .map(|b| b.div_ceil(super::super::events::PAGE_BYTES / 2).max(1))
                 .sum();
-            if i > 0 && (counters.len() + pages + 1 > MAX_ACTIONS || bytes > MAX_RUN_BYTES) {
+            let actions = counters.len() + tenant_counters.len() + pages + 1;
+            if i > 0 && (actions > MAX_ACTIONS || bytes > MAX_RUN_BYTES) {
                 return i;
             }
         }

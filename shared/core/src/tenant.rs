@@ -1,0 +1,221 @@
+//! Tenants (ojs-multi-tenancy.md): every job belongs to one, named by `meta.tenant_id` or
+//! the `X-OJS-Tenant` header; a job naming none belongs to the default tenant, `_default`
+//! (§15.3), and is stored, indexed and counted exactly as before tenants existed.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::error::OjsError;
+
+/// The request header that names the tenant a request acts for (§5.3).
+pub const TENANT_HEADER: &str = "X-OJS-Tenant";
+
+/// The tenant of every job that names none (§15.3).
+pub const DEFAULT_TENANT: &str = "_default";
+
+/// Where a job's tenant is written in its envelope (§5.1).
+pub const META_KEY: &str = "tenant_id";
+
+/// Longest tenant id taken: it becomes part of index keys.
+pub const MAX_TENANT_LEN: usize = 128;
+
+/// A tenant other than the default one: matches `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$` (§5.2),
+/// at most [`MAX_TENANT_LEN`] bytes. The default tenant is `None` wherever a tenant is
+/// optional, so that jobs without tenants keep their keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(String);
+
+impl TenantId {
+    /// The tenant named by `raw`: `None` for the default tenant (`_default`), an error
+    /// for a name the pattern refuses.
+    pub fn parse(raw: &str) -> Result<Option<Self>, OjsError> {
+        if raw == DEFAULT_TENANT {
+            return Ok(None);
+        }
+        let mut chars = raw.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+        let rest_ok =
+            chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+        if !first_ok || !rest_ok || raw.len() > MAX_TENANT_LEN {
+            return Err(OjsError::invalid_request(format!(
+                "tenant id {:.64?} must match ^[a-zA-Z0-9][a-zA-Z0-9._:-]*$ (at most {MAX_TENANT_LEN} characters), or be {DEFAULT_TENANT}",
+                raw
+            )));
+        }
+        Ok(Some(Self(raw.to_owned())))
+    }
+
+    /// The id as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The tenant a request acts for: one tenant (the default one included), or any, for a
+/// request naming none (an operator's, or a worker serving every tenant).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// Every tenant.
+    #[default]
+    Any,
+    /// One tenant (`None`: the default tenant).
+    One(Option<TenantId>),
+}
+
+impl Scope {
+    /// Whether a job of `tenant` is visible to this scope.
+    pub fn sees(&self, tenant: Option<&TenantId>) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::One(t) => t.as_ref() == tenant,
+        }
+    }
+
+    /// The tenant's name for messages and answers (`_default` for the default tenant).
+    pub fn name(tenant: Option<&TenantId>) -> &str {
+        tenant.map_or(DEFAULT_TENANT, TenantId::as_str)
+    }
+}
+
+/// The tenant a job's `meta` names: `None` for the default tenant, or when `meta` names
+/// none or one the rules refuse (a job stored before tenants were checked is the default
+/// tenant's, where it was indexed).
+pub fn of_meta(meta: &Map<String, Value>) -> Option<TenantId> {
+    meta.get(META_KEY)
+        .and_then(Value::as_str)
+        .and_then(|raw| TenantId::parse(raw).ok().flatten())
+}
+
+/// Checks `meta.tenant_id` of a new job (`path` is where `meta` is in the request).
+pub fn check_meta(meta: &Map<String, Value>, path: &str) -> Result<(), OjsError> {
+    match meta.get(META_KEY) {
+        None => Ok(()),
+        Some(Value::String(raw)) => TenantId::parse(raw)
+            .map(|_| ())
+            .map_err(|e| e.with_path(&format!("{path}.{META_KEY}"))),
+        Some(_) => Err(
+            OjsError::invalid_request(format!("{META_KEY} must be a string"))
+                .with_path(&format!("{path}.{META_KEY}")),
+        ),
+    }
+}
+
+/// Writes the tenant a request acts for into a new job's `meta` (§5.3): a header names
+/// the tenant of a job whose `meta` names none; a `meta` naming another one is refused
+/// (400). A request for any tenant leaves `meta` as it is.
+pub fn adopt(scope: &Scope, meta: &mut Map<String, Value>, path: &str) -> Result<(), OjsError> {
+    let Scope::One(tenant) = scope else {
+        return Ok(());
+    };
+    if meta.contains_key(META_KEY) {
+        check_meta(meta, path)?;
+        if of_meta(meta).as_ref() != tenant.as_ref() {
+            return Err(OjsError::invalid_request(format!(
+                "meta.{META_KEY} names tenant {:.64?} but the request acts for tenant {:?} ({TENANT_HEADER})",
+                meta.get(META_KEY).and_then(Value::as_str).unwrap_or_default(),
+                Scope::name(tenant.as_ref()),
+            ))
+            .with_path(&format!("{path}.{META_KEY}")));
+        }
+        return Ok(());
+    }
+    if let Some(t) = tenant {
+        meta.insert(META_KEY.into(), Value::String(t.as_str().to_owned()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn tenant_ids_follow_the_pattern() {
+        for ok in ["acme", "a", "tenant_acme-corp", "A1.b:c-d_e", "9"] {
+            assert!(matches!(TenantId::parse(ok), Ok(Some(_))), "{ok}");
+        }
+        assert!(matches!(TenantId::parse("_default"), Ok(None)));
+        let long = "a".repeat(MAX_TENANT_LEN + 1);
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "_a",
+            "a#b",
+            "a b",
+            "a/b",
+            "é",
+            long.as_str(),
+        ] {
+            assert!(TenantId::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(TenantId::parse(&"a".repeat(MAX_TENANT_LEN)).is_ok());
+    }
+
+    #[test]
+    fn the_header_fills_meta_and_a_conflict_is_refused() {
+        let acme = Scope::One(TenantId::parse("acme").ok().flatten());
+        let mut m = meta(json!({"x": 1}));
+        assert!(adopt(&acme, &mut m, "$.meta").is_ok());
+        assert_eq!(m.get(META_KEY), Some(&json!("acme")));
+        let mut same = meta(json!({"tenant_id": "acme"}));
+        assert!(adopt(&acme, &mut same, "$.meta").is_ok());
+        let mut other = meta(json!({"tenant_id": "beta"}));
+        let e = adopt(&acme, &mut other, "$.meta").err();
+        assert_eq!(
+            e.as_ref()
+                .map(|e| e.details["validation_errors"][0]["path"].clone()),
+            Some(json!("$.meta.tenant_id"))
+        );
+        // The default tenant by header: meta stays without a tenant, and naming another
+        // one is still a conflict.
+        let default = Scope::One(None);
+        let mut m = Map::new();
+        assert!(adopt(&default, &mut m, "$.meta").is_ok() && m.is_empty());
+        assert!(adopt(&default, &mut meta(json!({"tenant_id": "acme"})), "$.meta").is_err());
+        assert!(adopt(
+            &default,
+            &mut meta(json!({"tenant_id": "_default"})),
+            "$.meta"
+        )
+        .is_ok());
+        // Any tenant: meta as it is.
+        let mut m = meta(json!({"tenant_id": "beta"}));
+        assert!(adopt(&Scope::Any, &mut m, "$.meta").is_ok());
+        assert_eq!(of_meta(&m).map(|t| t.to_string()), Some("beta".into()));
+    }
+
+    #[test]
+    fn meta_tenants_are_checked_and_read() {
+        assert!(check_meta(&meta(json!({"tenant_id": 5})), "$.meta").is_err());
+        assert!(check_meta(&meta(json!({"tenant_id": "a b"})), "$.meta").is_err());
+        assert!(check_meta(&meta(json!({"tenant_id": "ab"})), "$.meta").is_ok());
+        assert!(check_meta(&meta(json!({})), "$.meta").is_ok());
+        // A stored job whose tenant no longer reads is the default tenant's.
+        assert_eq!(of_meta(&meta(json!({"tenant_id": "a b"}))), None);
+        assert_eq!(of_meta(&meta(json!({"tenant_id": "_default"}))), None);
+    }
+
+    #[test]
+    fn a_scope_sees_its_own_tenant_only() {
+        let a = TenantId::parse("a").ok().flatten();
+        let b = TenantId::parse("b").ok().flatten();
+        assert!(Scope::Any.sees(a.as_ref()) && Scope::Any.sees(None));
+        assert!(Scope::One(a.clone()).sees(a.as_ref()));
+        assert!(!Scope::One(a.clone()).sees(b.as_ref()));
+        assert!(!Scope::One(a).sees(None));
+        assert!(Scope::One(None).sees(None));
+    }
+}

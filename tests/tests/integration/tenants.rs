@@ -1,0 +1,379 @@
+//! Tenants (ojs-multi-tenancy.md): a job's tenant comes from `X-OJS-Tenant` or
+//! `meta.tenant_id`; a request acting for one tenant sees only that tenant's jobs (FETCH,
+//! INFO, CANCEL, ACK, FAIL, queue stats), one acting for any takes the tenants of a queue
+//! in turn, and each tenant's jobs are counted.
+
+use std::time::Duration;
+
+use ojs_tests::{Reply, TestApp};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// A request acting for `tenant` (none: for any tenant).
+async fn call_as(
+    app: &TestApp,
+    tenant: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Reply> {
+    let mut req = app
+        .client
+        .request(method, format!("{}{path}", app.base_url));
+    if let Some(t) = tenant {
+        req = req.header("X-OJS-Tenant", t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/openjobspec+json")
+            .body(b.to_string());
+    }
+    let res = req.send().await?;
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let bytes = res.bytes().await?;
+    Ok(Reply {
+        status,
+        headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}
+
+async fn push_as(app: &TestApp, tenant: Option<&str>, job: Value) -> anyhow::Result<String> {
+    let r = call_as(app, tenant, Method::POST, "/ojs/v1/jobs", Some(job)).await?;
+    anyhow::ensure!(r.status == 201, "push: {} {}", r.status, r.body);
+    Ok(r.body["job"]["id"].as_str().unwrap_or_default().to_owned())
+}
+
+async fn fetch_as(
+    app: &TestApp,
+    tenant: Option<&str>,
+    queue: &str,
+    count: u32,
+) -> anyhow::Result<Reply> {
+    let r = call_as(
+        app,
+        tenant,
+        Method::POST,
+        "/ojs/v1/workers/fetch",
+        Some(json!({"queues": [queue], "count": count, "worker_id": "tn-w"})),
+    )
+    .await?;
+    anyhow::ensure!(r.status == 200, "fetch: {} {}", r.status, r.body);
+    Ok(r)
+}
+
+#[tokio::test]
+async fn a_tenant_sees_only_its_own_jobs() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-iso";
+    let job = json!({"type": "tn.t", "args": [1], "options": {"queue": q}});
+    let a = push_as(&app, Some("acme"), job.clone()).await?;
+    let b = push_as(&app, Some("beta"), job.clone()).await?;
+    let plain = push_as(&app, None, job.clone()).await?;
+    // The header is written into meta; a job naming its tenant in meta needs no header.
+    let info = call_as(
+        &app,
+        Some("acme"),
+        Method::GET,
+        &format!("/ojs/v1/jobs/{a}"),
+        None,
+    )
+    .await?;
+    assert_eq!(
+        info.body["job"]["meta"]["tenant_id"], "acme",
+        "{}",
+        info.body
+    );
+    let c = push_as(
+        &app,
+        None,
+        json!({"type": "tn.t", "args": [2], "meta": {"tenant_id": "beta"}, "options": {"queue": q}}),
+    )
+    .await?;
+    ojs_tests::after_index_lag().await;
+
+    // Another tenant's job does not exist for INFO, CANCEL, ACK or FAIL.
+    let peek = call_as(
+        &app,
+        Some("beta"),
+        Method::GET,
+        &format!("/ojs/v1/jobs/{a}"),
+        None,
+    )
+    .await?;
+    assert_eq!(peek.status, 404, "{}", peek.body);
+    let cancel = call_as(
+        &app,
+        Some("beta"),
+        Method::DELETE,
+        &format!("/ojs/v1/jobs/{a}"),
+        None,
+    )
+    .await?;
+    assert_eq!(cancel.status, 404, "{}", cancel.body);
+    assert_eq!(app.info(&a).await?.body["job"]["state"], "available");
+
+    // FETCH for beta: beta's two jobs, never acme's nor the default tenant's.
+    let got = fetch_as(&app, Some("beta"), q, 10).await?;
+    let mut ids = got.job_ids();
+    ids.sort();
+    let mut want = vec![b.clone(), c.clone()];
+    want.sort();
+    assert_eq!(ids, want, "{}", got.body);
+    assert!(got.body["jobs"]
+        .as_array()
+        .is_some_and(|jobs| jobs.iter().all(|j| j["meta"]["tenant_id"] == "beta")));
+    // The default tenant's worker gets the job without a tenant only.
+    let got = fetch_as(&app, Some("_default"), q, 10).await?;
+    assert_eq!(got.job_ids(), vec![plain.clone()], "{}", got.body);
+    // A worker for any tenant gets what is left: acme's.
+    let got = fetch_as(&app, None, q, 10).await?;
+    assert_eq!(got.job_ids(), vec![a.clone()], "{}", got.body);
+
+    let ack = |t: &'static str, id: String| {
+        let app = &app;
+        async move {
+            call_as(
+                app,
+                Some(t),
+                Method::POST,
+                "/ojs/v1/workers/ack",
+                Some(json!({"job_id": id})),
+            )
+            .await
+        }
+    };
+    assert_eq!(ack("beta", a.clone()).await?.status, 404);
+    let nack = call_as(
+        &app,
+        Some("beta"),
+        Method::POST,
+        "/ojs/v1/workers/nack",
+        Some(json!({"job_id": a, "error": {"message": "x"}})),
+    )
+    .await?;
+    assert_eq!(nack.status, 404, "{}", nack.body);
+    assert_eq!(app.info(&a).await?.body["job"]["state"], "active");
+    let done = ack("acme", a.clone()).await?;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(ack("beta", b).await?.status, 200);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tenant_header_or_meta_that_breaks_the_rules_is_refused() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let job = json!({"type": "tn.t", "args": [], "options": {"queue": "tn-bad"}});
+    for bad in ["a b", "-a", "_x"] {
+        let r = call_as(
+            &app,
+            Some(bad),
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(job.clone()),
+        )
+        .await?;
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+    }
+    let r = app
+        .push(json!({"type": "tn.t", "args": [], "meta": {"tenant_id": 7}}))
+        .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // Header and meta naming two tenants: 400, in a batch too (nothing enqueued).
+    let both = json!({"type": "tn.t", "args": [], "meta": {"tenant_id": "beta"}});
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(both.clone()),
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({"jobs": [job, both]})),
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["errors"][0]["index"], 1,
+        "{}",
+        r.body
+    );
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-fair";
+    let flood: Vec<Value> = (0..30)
+        .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": q}}))
+        .collect();
+    let r = call_as(
+        &app,
+        Some("flood"),
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({ "jobs": flood })),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    for i in 0..3 {
+        push_as(
+            &app,
+            Some("small"),
+            json!({"type": "tn.t", "args": [i], "options": {"queue": q}}),
+        )
+        .await?;
+    }
+    ojs_tests::after_index_lag().await;
+    // Behind 30 older jobs in one queue, FIFO would hand "small" nothing in six FETCHes;
+    // taking the queue's three lanes (default, flood, small) in turn, every third FETCH
+    // starts at small's.
+    let mut small = 0;
+    for _ in 0..6 {
+        let got = fetch_as(&app, None, q, 1).await?;
+        let jobs = got.body["jobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(jobs.len(), 1, "{}", got.body);
+        small += usize::from(jobs[0]["meta"]["tenant_id"] == "small");
+    }
+    assert_eq!(small, 2, "small's jobs among the first six fetched");
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tenants_scheduled_job_comes_due_in_its_own_lane() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-due";
+    let at = ojs_core::time::format(&ojs_core::time::after_ms(ojs_core::time::now(), 300));
+    let id = push_as(
+        &app,
+        Some("acme"),
+        json!({"type": "tn.t", "args": [], "options": {"queue": q, "scheduled_at": at}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The due entry carries the tenant: the promotion (here FETCH's own) lists the job in
+    // acme's lane, which another tenant's FETCH never reads.
+    let other = fetch_as(&app, Some("beta"), q, 1).await?;
+    assert!(other.job_ids().is_empty(), "{}", other.body);
+    let got = ojs_tests::poll_until(
+        Duration::from_secs(10),
+        || fetch_as(&app, Some("acme"), q, 1),
+        |r| !r.job_ids().is_empty(),
+    )
+    .await?;
+    assert_eq!(got.job_ids(), vec![id], "{}", got.body);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_workflows_jobs_inherit_its_tenant() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-wf";
+    let step = |n: &str| json!({"type": "tn.t", "args": [], "options": {"queue": q}, "id": n});
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/workflows",
+        Some(json!({"type": "chain", "steps": [step("one"), step("two")]})),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    ojs_tests::after_index_lag().await;
+    assert!(fetch_as(&app, Some("beta"), q, 5)
+        .await?
+        .job_ids()
+        .is_empty());
+    let got = fetch_as(&app, Some("acme"), q, 5).await?;
+    assert_eq!(got.job_ids().len(), 1, "{}", got.body);
+    assert_eq!(got.body["jobs"][0]["meta"]["tenant_id"], "acme");
+    // A step of another tenant: no cross-tenant workflows (§15.2).
+    let mut other = step("two");
+    other["meta"] = json!({"tenant_id": "beta"});
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/workflows",
+        Some(json!({"type": "group", "steps": [step("one"), other.clone()]})),
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = app
+        .call(
+            Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "group", "jobs": [{"type": "tn.t", "args": [], "meta": {"tenant_id": "acme"}}, other]})),
+        )
+        .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_tenants_jobs_are_counted() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-count";
+    let job = json!({"type": "tn.t", "args": [], "options": {"queue": q}});
+    push_as(&app, Some("st-a"), job.clone()).await?;
+    push_as(&app, Some("st-a"), job.clone()).await?;
+    push_as(&app, Some("st-b"), job.clone()).await?;
+    push_as(&app, None, job.clone()).await?;
+    let stats = call_as(
+        &app,
+        None,
+        Method::GET,
+        "/ojs/v1/admin/tenants/st-a/stats",
+        None,
+    )
+    .await?;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    assert_eq!(
+        (
+            &stats.body["tenant_id"],
+            &stats.body["total_jobs"],
+            &stats.body["jobs"]["available"]
+        ),
+        (&json!("st-a"), &json!(2), &json!(2)),
+        "{}",
+        stats.body
+    );
+    // A queue as each tenant sees it; the whole queue for any.
+    let seen = |t: Option<&'static str>| {
+        let app = &app;
+        async move {
+            let r = call_as(app, t, Method::GET, &format!("/ojs/v1/queues/{q}"), None).await?;
+            anyhow::ensure!(r.status == 200, "{} {}", r.status, r.body);
+            Ok::<_, anyhow::Error>((r.body["queue"]["name"].clone(), r.body["available"].clone()))
+        }
+    };
+    assert_eq!(seen(Some("st-a")).await?, (json!(q), json!(2)));
+    assert_eq!(seen(Some("st-b")).await?, (json!(q), json!(1)));
+    assert_eq!(seen(Some("_default")).await?, (json!(q), json!(1)));
+    assert_eq!(seen(None).await?, (json!(q), json!(4)));
+    let list = app.call(Method::GET, "/ojs/v1/admin/tenants", None).await?;
+    let names: Vec<&str> = list.body["items"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["tenant_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, vec!["st-a", "st-b"], "{}", list.body);
+    let none = app
+        .call(Method::GET, "/ojs/v1/admin/tenants/st-none/stats", None)
+        .await?;
+    assert_eq!(none.status, 404, "{}", none.body);
+    app.teardown().await;
+    Ok(())
+}

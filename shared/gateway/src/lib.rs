@@ -43,9 +43,19 @@ fn authorizer_principal(ctx: &RequestContext) -> Option<Principal> {
         .and_then(|s| s.as_str())
         .and_then(|s| Scopes::parse_list(s).ok())
         .unwrap_or(Scopes::default());
+    // A key bound to a tenant acts for that tenant only; one whose tenant does not read
+    // (never written so by the authorizer) is granted nothing rather than every tenant.
+    let (scopes, tenant) = match fields.get("tenant").and_then(|t| t.as_str()) {
+        None => (scopes, None),
+        Some(raw) => match ojs_core::tenant::TenantId::parse(raw) {
+            Ok(Some(t)) => (scopes, Some(t)),
+            _ => (Scopes::default(), None),
+        },
+    };
     Some(Principal {
         key_id: key_id.to_owned(),
         scopes,
+        tenant,
     })
 }
 
@@ -80,6 +90,7 @@ mod tests {
         assert_eq!(
             p,
             Some(Principal {
+                tenant: None,
                 key_id: "0123456789ab".into(),
                 scopes: Scopes::of(&[Scope::DataEnqueue, Scope::DataRead]),
             })
@@ -103,6 +114,27 @@ mod tests {
                 "{authorizer}"
             );
         }
+    }
+
+    #[test]
+    fn the_authorizer_s_tenant_binds_the_principal_and_a_bad_one_grants_nothing() {
+        let bound = context(
+            json!({"lambda": {"key_id": "k", "scopes": "ojs:data:read", "tenant": "acme"}}),
+        )
+        .as_ref()
+        .and_then(authorizer_principal);
+        assert_eq!(
+            bound.and_then(|p| p.tenant).map(|t| t.to_string()),
+            Some("acme".to_owned())
+        );
+        let bad =
+            context(json!({"lambda": {"key_id": "k", "scopes": "ojs:data:read", "tenant": "a b"}}))
+                .as_ref()
+                .and_then(authorizer_principal);
+        assert_eq!(
+            bad.map(|p| (p.scopes, p.tenant)),
+            Some((Scopes::default(), None))
+        );
     }
 
     #[test]

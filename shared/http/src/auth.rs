@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use axum::http::{header, HeaderMap};
+use ojs_core::tenant::TenantId;
 use ojs_core::{time, ErrorCode, OjsError};
 use ojs_store::{ApiKeyRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
@@ -74,13 +75,30 @@ pub async fn issue_scoped_key(
     name: &str,
     scopes: Option<Scopes>,
 ) -> Result<IssuedKey, StoreError> {
+    issue_tenant_key(store, name, scopes, None).await
+}
+
+/// [`issue_scoped_key`] for a key bound to `tenant` (none: a key of any tenant).
+pub async fn issue_tenant_key(
+    store: &Store,
+    name: &str,
+    scopes: Option<Scopes>,
+    tenant: Option<&TenantId>,
+) -> Result<IssuedKey, StoreError> {
     let id = random_hex(ID_LEN / 2);
     let secret = random_hex(SECRET_LEN / 2);
     let hash = hash_secret(&secret)?;
     let names: Option<Vec<String>> =
         scopes.map(|s| s.names().into_iter().map(str::to_owned).collect());
     let record = store
-        .put_scoped_api_key(&id, name, &hash, names.as_deref(), time::now())
+        .put_scoped_api_key(
+            &id,
+            name,
+            &hash,
+            names.as_deref(),
+            tenant.map(TenantId::as_str),
+            time::now(),
+        )
         .await?;
     Ok(IssuedKey {
         key: format!("ojs_{id}_{secret}"),
@@ -163,16 +181,16 @@ fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
 /// outsider cannot mint, so that side stays small).
 #[derive(Debug, Default)]
 struct Verdicts {
-    accepted: HashMap<[u8; 32], (Instant, Scopes)>,
+    accepted: HashMap<[u8; 32], (Instant, Grant)>,
     refused: HashMap<[u8; 32], Instant>,
 }
 
 impl Verdicts {
-    /// `Some(Some(scopes))` accepted, `Some(None)` refused, `None` not remembered.
-    fn get(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Scopes>> {
-        if let Some((until, scopes)) = self.accepted.get(digest) {
+    /// `Some(Some(grant))` accepted, `Some(None)` refused, `None` not remembered.
+    fn get(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Grant>> {
+        if let Some((until, grant)) = self.accepted.get(digest) {
             if *until > now {
-                return Some(Some(*scopes));
+                return Some(Some(grant.clone()));
             }
         }
         if self.refused.get(digest).is_some_and(|t| *t > now) {
@@ -181,9 +199,9 @@ impl Verdicts {
         None
     }
 
-    fn put(&mut self, digest: [u8; 32], verdict: Option<Scopes>, now: Instant) {
+    fn put(&mut self, digest: [u8; 32], verdict: Option<Grant>, now: Instant) {
         match verdict {
-            Some(scopes) => {
+            Some(grant) => {
                 self.refused.remove(&digest);
                 if self.accepted.len() >= CACHE_CAP {
                     self.accepted.retain(|_, (until, _)| *until > now);
@@ -191,7 +209,7 @@ impl Verdicts {
                         self.accepted.clear();
                     }
                 }
-                self.accepted.insert(digest, (now + VERIFIED_TTL, scopes));
+                self.accepted.insert(digest, (now + VERIFIED_TTL, grant));
             }
             None => {
                 self.accepted.remove(&digest);
@@ -207,13 +225,43 @@ impl Verdicts {
     }
 }
 
-/// Who a request comes from: a verified key and its scopes.
+/// Who a request comes from: a verified key, its scopes and its tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     /// The key id (never the secret).
     pub key_id: String,
     /// What the key may do.
     pub scopes: Scopes,
+    /// The tenant the key is bound to: it acts for that tenant only, whatever
+    /// `X-OJS-Tenant` says (ojs-multi-tenancy.md §5.2, "API key mapping"); `None` for a
+    /// key of any tenant (an operator's).
+    pub tenant: Option<TenantId>,
+}
+
+/// What a verified key grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Grant {
+    scopes: Scopes,
+    tenant: Option<TenantId>,
+}
+
+impl Principal {
+    fn of(key_id: &str, grant: Grant) -> Self {
+        Self {
+            key_id: key_id.to_owned(),
+            scopes: grant.scopes,
+            tenant: grant.tenant,
+        }
+    }
+
+    /// Whether a request naming `header` (its `X-OJS-Tenant`, if any) is one this key may
+    /// make: a key bound to a tenant acts for no other, the default tenant included.
+    pub fn may_act_for(&self, header: Option<&str>) -> bool {
+        match (&self.tenant, header) {
+            (Some(own), Some(named)) => named.trim() == own.as_str(),
+            _ => true,
+        }
+    }
 }
 
 /// Checks API keys against the table, remembering verdicts for a short time.
@@ -264,10 +312,7 @@ impl Authenticator {
         let now = Instant::now();
         if let Some(v) = self.remembered(&digest, now) {
             return match v {
-                Some(scopes) => Ok(Some(Principal {
-                    key_id: id.to_owned(),
-                    scopes,
-                })),
+                Some(grant) => Ok(Some(Principal::of(id, grant))),
                 None => Err(unauthenticated("the API key is not valid")),
             };
         }
@@ -276,28 +321,35 @@ impl Authenticator {
             OjsError::new(ErrorCode::BackendError, "cannot check the API key; retry")
         })?;
         let verdict = match record {
-            Some(r) if r.revoked_at.is_none() && verify(secret, &r.hash) => {
-                Some(Scopes::of_stored(r.scopes.as_deref()))
-            }
+            Some(r) if r.revoked_at.is_none() && verify(secret, &r.hash) => Some(Grant {
+                scopes: Scopes::of_stored(r.scopes.as_deref()),
+                // A stored tenant that no longer reads binds the key to nothing it could
+                // name: refused below rather than widened to every tenant.
+                tenant: match r.tenant.as_deref().map(TenantId::parse) {
+                    None => None,
+                    Some(Ok(Some(t))) => Some(t),
+                    Some(_) => {
+                        tracing::error!(key_id = id, "API key bound to an unreadable tenant");
+                        return Err(unauthenticated("the API key is not valid"));
+                    }
+                },
+            }),
             _ => None,
         };
-        self.remember(digest, verdict, now);
-        if let Some(scopes) = verdict {
-            Ok(Some(Principal {
-                key_id: id.to_owned(),
-                scopes,
-            }))
+        self.remember(digest, verdict.clone(), now);
+        if let Some(grant) = verdict {
+            Ok(Some(Principal::of(id, grant)))
         } else {
             tracing::warn!(event = "auth.failure", key_id = id, "API key refused");
             Err(unauthenticated("the API key is not valid"))
         }
     }
 
-    fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Scopes>> {
+    fn remembered(&self, digest: &[u8; 32], now: Instant) -> Option<Option<Grant>> {
         self.verdicts.lock().ok()?.get(digest, now)
     }
 
-    fn remember(&self, digest: [u8; 32], verdict: Option<Scopes>, now: Instant) {
+    fn remember(&self, digest: [u8; 32], verdict: Option<Grant>, now: Instant) {
         if let Ok(mut verdicts) = self.verdicts.lock() {
             verdicts.put(digest, verdict, now);
         }
@@ -318,6 +370,13 @@ fn verify(secret: &str, hash: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn data_grant() -> Grant {
+        Grant {
+            scopes: Scopes::DATA,
+            tenant: None,
+        }
+    }
     use axum::http::HeaderValue;
 
     const KEY: &str =
@@ -404,22 +463,22 @@ mod tests {
         let mut v = Verdicts::default();
         let now = Instant::now();
         let good = [7u8; 32];
-        v.put(good, Some(Scopes::DATA), now);
+        v.put(good, Some(data_grant()), now);
         for i in 0..(3 * CACHE_CAP as u32) {
             let mut d = [0u8; 32];
             d[..4].copy_from_slice(&i.to_be_bytes());
             v.put(d, None, now);
             assert!(v.refused.len() <= CACHE_CAP);
         }
-        assert_eq!(v.get(&good, now), Some(Some(Scopes::DATA)));
+        assert_eq!(v.get(&good, now), Some(Some(data_grant())));
         assert_eq!(v.get(&good, now + VERIFIED_TTL), None, "expires");
         let bad = [9u8; 32];
         v.put(bad, None, now);
         assert_eq!(v.get(&bad, now), Some(None));
         assert_eq!(v.get(&bad, now + REFUSED_TTL), None);
         // A key that becomes valid (or is revoked) takes its new verdict.
-        v.put(bad, Some(Scopes::DATA), now);
-        assert_eq!(v.get(&bad, now), Some(Some(Scopes::DATA)));
+        v.put(bad, Some(data_grant()), now);
+        assert_eq!(v.get(&bad, now), Some(Some(data_grant())));
         v.put(bad, None, now);
         assert_eq!(v.get(&bad, now), Some(None));
     }

@@ -66,16 +66,33 @@ fn request_of(event: &Value) -> (Method, String) {
 /// the authorizer for its own routes, so that is a template the code lags behind.
 fn verdict(p: &Principal, event: &Value) -> Value {
     let (method, path) = request_of(event);
-    let allowed =
-        crate::scopes::route(&method, &path).is_some_and(|route| p.scopes.allow(route.need));
+    let tenant = p.tenant.as_ref().map(|t| t.as_str());
+    let allowed = crate::scopes::route(&method, &path)
+        .is_some_and(|route| p.scopes.allow(route.need))
+        && crate::scopes::check_tenant(tenant, &method, &path).is_ok();
     if !allowed {
         tracing::warn!(event = "auth.forbidden", key_id = %p.key_id, %method, %path, "API key lacks the scope");
         return json!({"isAuthorized": false});
     }
-    json!({"isAuthorized": true, "context": {
+    // A key bound to a tenant naming another: refused here, and by the function too (the
+    // gateway caches a verdict per key and route, not per tenant header).
+    let named = event["headers"].as_object().and_then(|h| {
+        h.iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(ojs_core::tenant::TENANT_HEADER))
+            .and_then(|(_, v)| v.as_str())
+    });
+    if !p.may_act_for(named) {
+        tracing::warn!(event = "auth.forbidden", key_id = %p.key_id, %method, %path, "API key bound to another tenant");
+        return json!({"isAuthorized": false});
+    }
+    let mut context = json!({
         "key_id": p.key_id,
         "scopes": p.scopes.names().join(" "),
-    }})
+    });
+    if let Some(t) = &p.tenant {
+        context["tenant"] = json!(t.as_str());
+    }
+    json!({"isAuthorized": true, "context": context})
 }
 
 /// The authorizer's answer to `event`: `{"isAuthorized": true, "context": {"key_id",
@@ -188,6 +205,7 @@ mod tests {
     fn a_verified_key_is_let_through_only_the_routes_its_scopes_grant() {
         use crate::scopes::{Scope, Scopes};
         let worker = Principal {
+            tenant: None,
             key_id: "0123456789ab".into(),
             scopes: Scopes::of(&[Scope::DataProcess]),
         };
@@ -206,6 +224,40 @@ mod tests {
                 verdict(&worker, &on(method, path)),
                 json!({"isAuthorized": false}),
                 "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_bound_to_a_tenant_is_let_through_for_that_tenant_only() {
+        use crate::scopes::Scopes;
+        let acme = Principal {
+            tenant: ojs_core::tenant::TenantId::parse("acme").ok().flatten(),
+            key_id: "0123456789ab".into(),
+            scopes: Scopes::DATA,
+        };
+        let on = |method: &str, path: &str, tenant: Option<&str>| {
+            let mut e = json!({"rawPath": path, "requestContext": {"http": {"method": method}, "stage": "$default"}});
+            if let Some(t) = tenant {
+                e["headers"] = json!({"x-ojs-tenant": t});
+            }
+            e
+        };
+        for tenant in [None, Some("acme")] {
+            let yes = verdict(&acme, &on("POST", "/ojs/v1/jobs", tenant));
+            assert_eq!(yes["isAuthorized"], true, "{tenant:?}");
+            assert_eq!(yes["context"]["tenant"], "acme");
+        }
+        for (method, path, tenant) in [
+            ("POST", "/ojs/v1/jobs", Some("beta")),
+            ("POST", "/ojs/v1/jobs", Some("_default")),
+            ("GET", "/ojs/v1/dead-letter", None),
+            ("GET", "/ojs/v1/queues", Some("acme")),
+        ] {
+            assert_eq!(
+                verdict(&acme, &on(method, path, tenant)),
+                json!({"isAuthorized": false}),
+                "{method} {path} {tenant:?}"
             );
         }
     }

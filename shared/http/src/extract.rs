@@ -194,7 +194,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
 
 /// The tenant a request acts for (ojs-multi-tenancy.md §5.3): the one its `X-OJS-Tenant`
 /// header names (`_default` is the default tenant), or any tenant without the header. A
-/// header the tenant pattern refuses is 400.
+/// header the tenant pattern refuses is 400. A key bound to a tenant acts for that tenant
+/// whatever the request says: without the header too, and a header naming another is 403.
 pub struct Tenant(pub ojs_core::tenant::Scope);
 
 impl Tenant {
@@ -222,8 +223,15 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
+        let bound = parts
+            .extensions
+            .get::<crate::auth::Principal>()
+            .and_then(|p| p.tenant.clone());
         let Some(raw) = parts.headers.get(ojs_core::tenant::TENANT_HEADER) else {
-            return Ok(Tenant(ojs_core::tenant::Scope::Any));
+            return Ok(Tenant(match bound {
+                Some(t) => ojs_core::tenant::Scope::One(Some(t)),
+                None => ojs_core::tenant::Scope::Any,
+            }));
         };
         let raw = raw.to_str().map_err(|_| {
             ApiError(OjsError::invalid_request(format!(
@@ -233,6 +241,19 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
         })?;
         let tenant = ojs_core::tenant::TenantId::parse(raw.trim())
             .map_err(|e| ApiError(e.with_detail("header", ojs_core::tenant::TENANT_HEADER)))?;
+        if let Some(own) = bound.filter(|own| tenant.as_ref() != Some(own)) {
+            return Err(ApiError(
+                OjsError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "this API key acts for tenant {own} only; {} names {:?}",
+                        ojs_core::tenant::TENANT_HEADER,
+                        ojs_core::tenant::Scope::name(tenant.as_ref())
+                    ),
+                )
+                .with_detail("tenant", own.as_str()),
+            ));
+        }
         Ok(Tenant(ojs_core::tenant::Scope::One(tenant)))
     }
 }

@@ -5,6 +5,8 @@
 //! ```text
 //! {"action": "create", "name": "<label>", "scopes": ["ojs:admin:read", ...]}
 //!                                          -> {"id", "name", "created_at", "scopes", "key"}
+//! {"action": "create", "name": "<label>", "tenant": "<tenant id>"}
+//!                                          -> the same, with "tenant"
 //! {"action": "list"}                       -> {"keys": [{"id", "name", "created_at", "revoked_at", "scopes"}]}
 //! {"action": "revoke", "id": "<key id>"}   -> {"revoked": "<key id>"}
 //! {"action": "revoke", "id": "<key id>", "disable_registrations": true}
@@ -24,8 +26,8 @@
 use ojs_store::{Store, StoreError};
 use serde_json::{json, Value};
 
-use crate::auth::issue_scoped_key;
-use crate::scopes::Scopes;
+use crate::auth::issue_tenant_key;
+use crate::scopes::{Scope, Scopes};
 
 /// Longest key label accepted.
 const MAX_NAME_LEN: usize = 128;
@@ -79,6 +81,43 @@ fn scopes_of(command: &Value) -> Result<Option<Scopes>, KeyAdminError> {
     Ok(Some(scopes))
 }
 
+/// The `tenant` of a create command: absent or null (a key of any tenant), or the tenant
+/// the key is bound to. Such a key takes data scopes only: the admin and configuration
+/// routes are not the tenant's alone.
+fn tenant_of(
+    command: &Value,
+    scopes: Option<Scopes>,
+) -> Result<Option<ojs_core::tenant::TenantId>, KeyAdminError> {
+    let raw = match &command["tenant"] {
+        Value::Null => return Ok(None),
+        Value::String(s) => s.trim(),
+        _ => {
+            return Err(KeyAdminError::BadCommand(
+                "'tenant' must be a tenant id".into(),
+            ))
+        }
+    };
+    let tenant = ojs_core::tenant::TenantId::parse(raw)
+        .map_err(|e| KeyAdminError::BadCommand(e.message))?
+        .ok_or_else(|| {
+            KeyAdminError::BadCommand(
+                "'tenant' names the default tenant; a key for its jobs only is not offered".into(),
+            )
+        })?;
+    let admin = [
+        Scope::AdminRead,
+        Scope::AdminWrite,
+        Scope::AdminPurge,
+        Scope::ConfigWrite,
+    ];
+    if scopes.is_some_and(|s| admin.into_iter().any(|a| s.has(a))) {
+        return Err(KeyAdminError::BadCommand(
+            "a tenant's key takes data scopes only (ojs:data:*): admin and configuration routes are not filtered by tenant".into(),
+        ));
+    }
+    Ok(Some(tenant))
+}
+
 /// Carries out one key command on `store` (see the module docs).
 pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, KeyAdminError> {
     match command["action"].as_str() {
@@ -90,13 +129,15 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
                 )));
             }
             let scopes = scopes_of(command)?;
-            let issued = issue_scoped_key(store, name, scopes).await?;
+            let tenant = tenant_of(command, scopes)?;
+            let issued = issue_tenant_key(store, name, scopes, tenant.as_ref()).await?;
             tracing::info!(key_id = %issued.record.id, "API key created");
             Ok(json!({
                 "id": issued.record.id,
                 "name": issued.record.name,
                 "created_at": issued.record.created_at,
                 "scopes": Scopes::of_stored(issued.record.scopes.as_deref()).names(),
+                "tenant": issued.record.tenant,
                 "key": issued.key,
             }))
         }
@@ -106,7 +147,7 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
                 .await?
                 .into_iter()
                 .map(|k| {
-                    json!({"id": k.id, "name": k.name, "created_at": k.created_at, "revoked_at": k.revoked_at, "scopes": Scopes::of_stored(k.scopes.as_deref()).names()})
+                    json!({"id": k.id, "name": k.name, "created_at": k.created_at, "revoked_at": k.revoked_at, "scopes": Scopes::of_stored(k.scopes.as_deref()).names(), "tenant": k.tenant})
                 })
                 .collect();
             Ok(json!({ "keys": keys }))
@@ -160,6 +201,11 @@ mod tests {
             json!({"action": "create", "name": "a", "scopes": 7}),
             json!({"action": "create", "name": "a", "scopes": [7]}),
             json!({"action": "create", "name": "a", "scopes": ""}),
+            json!({"action": "create", "name": "a", "tenant": "a b"}),
+            json!({"action": "create", "name": "a", "tenant": 5}),
+            json!({"action": "create", "name": "a", "tenant": "_default"}),
+            json!({"action": "create", "name": "a", "tenant": "acme", "scopes": ["ojs:admin:read"]}),
+            json!({"action": "create", "name": "a", "tenant": "acme", "scopes": ["ojs:config:write"]}),
             json!({"action": "revoke"}),
             json!({"action": "revoke", "id": "x", "disable_registrations": "yes"}),
             json!({"action": "registrations"}),

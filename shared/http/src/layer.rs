@@ -173,7 +173,12 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
     } else {
         match state.auth.check(req.headers()).await {
             // A valid key that lacks the scope this request needs: 403.
-            Ok(Some(p)) => crate::scopes::check(p.scopes, &method, &path).map(|()| Some(p)),
+            Ok(Some(p)) => crate::scopes::check(p.scopes, &method, &path)
+                .and_then(|()| {
+                    let tenant = p.tenant.as_ref().map(|t| t.as_str());
+                    crate::scopes::check_tenant(tenant, &method, &path)
+                })
+                .map(|()| Some(p)),
             other => other,
         }
     };

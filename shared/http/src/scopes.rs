@@ -497,6 +497,44 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
         .map(|(_, r)| r)
 }
 
+/// The routes a key bound to a tenant may call: those that act for the request's tenant
+/// only (crate::extract::Tenant). The rest (listings, registrations, dead letter, events,
+/// cron, the admin API) are not filtered by tenant, so such a key is refused them.
+const TENANT_ROUTES: &[(&str, &str)] = &[
+    ("POST", "/ojs/v1/jobs"),
+    ("POST", "/ojs/v1/jobs/batch"),
+    ("GET", "/ojs/v1/jobs/{id}"),
+    ("DELETE", "/ojs/v1/jobs/{id}"),
+    ("POST", "/ojs/v1/workers/fetch"),
+    ("POST", "/ojs/v1/workers/ack"),
+    ("POST", "/ojs/v1/jobs/{id}/ack"),
+    ("POST", "/ojs/v1/workers/nack"),
+    ("POST", "/ojs/v1/workers/heartbeat"),
+    ("POST", "/ojs/v1/workers/beat"),
+    ("POST", "/ojs/v1/workers/progress"),
+    ("GET", "/ojs/v1/jobs/{id}/progress"),
+    ("PUT", "/ojs/v1/jobs/{id}/progress"),
+    ("POST", "/ojs/v1/workflows"),
+    ("GET", "/ojs/v1/queues/{name}"),
+    ("GET", "/ojs/v1/queues/{name}/stats"),
+];
+
+/// Ok when a key bound to a tenant (`tenant`) may make the request, else the 403: a key of
+/// any tenant may make every request its scopes allow.
+pub fn check_tenant(tenant: Option<&str>, method: &Method, path: &str) -> Result<(), OjsError> {
+    let Some(tenant) = tenant else {
+        return Ok(());
+    };
+    match route(method, path) {
+        Some(r) if !TENANT_ROUTES.contains(&(r.method, r.path)) => Err(OjsError::new(
+            ErrorCode::Forbidden,
+            format!("{method} {path} is not open to a key bound to tenant {tenant}: it does not keep to one tenant's jobs"),
+        )
+        .with_detail("tenant", tenant)),
+        _ => Ok(()),
+    }
+}
+
 /// The 403 of a key that lacks what `need` asks.
 fn forbidden(scopes: Scopes, need: Need, method: &Method, path: &str) -> OjsError {
     let name = need.scope().map_or("", Scope::as_str);

@@ -377,3 +377,137 @@ async fn each_tenants_jobs_are_counted() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// A request with `key` acting for `tenant` (none: no header).
+async fn keyed_as(
+    app: &TestApp,
+    key: &str,
+    tenant: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Reply> {
+    let mut req = app
+        .client
+        .request(method, format!("{}{path}", app.base_url))
+        .bearer_auth(key);
+    if let Some(t) = tenant {
+        req = req.header("X-OJS-Tenant", t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let res = req.send().await?;
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let bytes = res.bytes().await?;
+    Ok(Reply {
+        status,
+        headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}
+
+#[tokio::test]
+async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_config(ojs_http::HttpConfig {
+        auth: ojs_http::AuthMode::ApiKey,
+        ..ojs_http::HttpConfig::default()
+    })
+    .await?;
+    let created = ojs_http::key_admin::administer_keys(
+        &app.store,
+        &json!({"action": "create", "name": "acme-app", "tenant": "acme"}),
+    )
+    .await?;
+    assert_eq!(created["tenant"], "acme", "{created}");
+    let acme = created["key"].as_str().unwrap_or_default().to_owned();
+    let ops = ojs_http::auth::issue_key(&app.store, "ops").await?.key;
+    let q = "tn-key";
+    let job = json!({"type": "tn.t", "args": [], "options": {"queue": q}});
+
+    // Without the header the key's tenant is the request's; naming another is 403.
+    let r = keyed_as(
+        &app,
+        &acme,
+        None,
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(job.clone()),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["job"]["meta"]["tenant_id"], "acme");
+    let mine = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    for other in ["beta", "_default"] {
+        let r = keyed_as(
+            &app,
+            &acme,
+            Some(other),
+            Method::POST,
+            "/ojs/v1/jobs",
+            Some(job.clone()),
+        )
+        .await?;
+        assert_eq!(r.status, 403, "{other}: {}", r.body);
+    }
+    let r = keyed_as(
+        &app,
+        &acme,
+        None,
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(json!({"type": "tn.t", "args": [], "meta": {"tenant_id": "beta"}})),
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // A key of any tenant pushes a beta job; acme's key neither sees nor fetches it.
+    let r = keyed_as(
+        &app,
+        &ops,
+        Some("beta"),
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(job.clone()),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let theirs = r.body["job"]["id"].as_str().unwrap_or_default().to_owned();
+    ojs_tests::after_index_lag().await;
+    let r = keyed_as(
+        &app,
+        &acme,
+        None,
+        Method::GET,
+        &format!("/ojs/v1/jobs/{theirs}"),
+        None,
+    )
+    .await?;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = keyed_as(
+        &app,
+        &acme,
+        None,
+        Method::POST,
+        "/ojs/v1/workers/fetch",
+        Some(json!({"queues": [q], "count": 10})),
+    )
+    .await?;
+    assert_eq!(r.job_ids(), vec![mine], "{}", r.body);
+    // Routes that do not keep to one tenant's jobs are closed to it.
+    for path in ["/ojs/v1/queues", "/ojs/v1/dead-letter", "/ojs/v1/cron"] {
+        let r = keyed_as(&app, &acme, None, Method::GET, path, None).await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+    }
+    // A tenant's key takes data scopes only.
+    let refused = ojs_http::key_admin::administer_keys(
+        &app.store,
+        &json!({"action": "create", "name": "x", "tenant": "acme", "scopes": ["ojs:admin:read"]}),
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    app.teardown().await;
+    Ok(())
+}

@@ -1,9 +1,10 @@
 //! API key administration against the table named by `OJS_TABLE` (local or deployed):
 //!
 //! ```text
-//! ojs-keys create <name> [--scopes ojs:admin:read,ojs:data:read]
+//! ojs-keys create <name> [--scopes ojs:admin:read,ojs:data:read] [--tenant <id>]
 //!                          issue a key; prints it once (only its hash is stored); without
-//!                          --scopes a data key (ojs:data:read, ojs:data:write)
+//!                          --scopes a data key (ojs:data:read, ojs:data:write); with
+//!                          --tenant bound to that tenant (data scopes only)
 //! ojs-keys list            ids, names, creation and revocation times
 //! ojs-keys revoke <id> [--disable-registrations]
 //!                          revoke one key (effective within a minute everywhere); with the
@@ -14,7 +15,6 @@
 //! ```
 
 use anyhow::{bail, Context};
-use ojs_http::auth::issue_scoped_key;
 use ojs_http::key_admin::administer_keys;
 use ojs_http::scopes::Scopes;
 use ojs_store::Store;
@@ -31,24 +31,30 @@ async fn main() -> anyhow::Result<()> {
         .as_slice()
     {
         ["create", name, rest @ ..] => {
-            let scopes = match rest {
-                [] => None,
-                ["--scopes", list] => Some(Scopes::parse_list(list).map_err(anyhow::Error::msg)?),
-                _ => bail!("usage: ojs-keys create <name> [--scopes a,b,...]"),
-            };
-            let issued = issue_scoped_key(&store, name, scopes)
+            let mut command = json!({"action": "create", "name": name});
+            let mut flags = rest.iter();
+            while let Some(flag) = flags.next() {
+                match (*flag, flags.next()) {
+                    ("--scopes", Some(list)) => command["scopes"] = json!(list),
+                    ("--tenant", Some(tenant)) => command["tenant"] = json!(tenant),
+                    _ => bail!("usage: ojs-keys create <name> [--scopes a,b,...] [--tenant <id>]"),
+                }
+            }
+            let issued = administer_keys(&store, &command)
                 .await
                 .with_context(|| format!("storing the key in table {}", store.table()))?;
+            let tenant = issued["tenant"].as_str().unwrap_or("any");
             eprintln!(
-                "created key {} ({}, scopes {}) in table {}; it is shown only now:",
-                issued.record.id,
-                issued.record.name,
-                Scopes::of_stored(issued.record.scopes.as_deref())
-                    .names()
-                    .join(","),
+                "created key {} ({}, scopes {}, tenant {tenant}) in table {}; it is shown only now:",
+                issued["id"].as_str().unwrap_or_default(),
+                issued["name"].as_str().unwrap_or_default(),
+                issued["scopes"]
+                    .as_array()
+                    .map(|s| s.iter().filter_map(|n| n.as_str()).collect::<Vec<_>>().join(","))
+                    .unwrap_or_default(),
                 store.table()
             );
-            println!("{}", issued.key);
+            println!("{}", issued["key"].as_str().unwrap_or_default());
         }
         ["list"] => {
             for k in store.list_api_keys().await? {

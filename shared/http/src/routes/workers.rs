@@ -417,13 +417,27 @@ fn beat_jobs(body: &Map<String, Value>) -> Result<BeatJobs, OjsError> {
 
 async fn heartbeat(
     State(app): State<AppState>,
+    tenant: Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let body = object(body)?;
     let worker = worker_id(&body)?.ok_or_else(|| {
         OjsError::invalid_request("worker_id is required").with_path("$.worker_id")
     })?;
-    let (jobs, reported) = beat_jobs(&body)?;
+    let (mut jobs, reported) = beat_jobs(&body)?;
+    if tenant.0 != ojs_core::tenant::Scope::Any && !jobs.is_empty() {
+        // A worker acting for one tenant extends that tenant's leases only (one batch
+        // read, for such a worker only); another tenant's job is as unknown as a gone one.
+        let own: std::collections::HashSet<JobId> = app
+            .store
+            .get_jobs(&jobs.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+            .await?
+            .iter()
+            .filter(|j| tenant.sees(j))
+            .map(|j| j.id)
+            .collect();
+        jobs.retain(|(id, _)| own.contains(id));
+    }
     let vis = bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?;
     let worker_state = beat_state(&body)?;
     let now = time::now();
@@ -600,9 +614,11 @@ async fn set_directive(
 /// (§6.1): the answer is then the progress as it stands.
 async fn record_progress(
     app: &AppState,
+    tenant: &Tenant,
     id: &JobId,
     report: &ProgressReport,
 ) -> Result<Response, ApiError> {
+    super::tenant_owns(app, tenant, id).await?;
     let job = match app.store.report_progress(id, report, time::now()).await {
         Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(id).into()),
         other => other?,
@@ -614,22 +630,24 @@ async fn record_progress(
 /// (clamped), `message`, `data`; `worker_id`/`attempt` fence it like ACK when given.
 async fn put_progress(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
     let report = ProgressReport::from_spec_body(&body)?;
-    record_progress(&app, &id, &report).await
+    record_progress(&app, &tenant, &id, &report).await
 }
 
 /// `POST /ojs/v1/workers/progress`, as the Python and JavaScript SDKs report:
 /// `job_id`, `percentage` 0-100 (clamped), `message`, `data`.
 async fn report_progress(
     State(app): State<AppState>,
+    tenant: Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let (id, report) = ProgressReport::from_sdk_body(&body)?;
-    record_progress(&app, &id, &report).await
+    record_progress(&app, &tenant, &id, &report).await
 }
 
 /// `GET /ojs/v1/jobs/{id}/progress` (§7.1): nulls when none was reported; 404 for no job.

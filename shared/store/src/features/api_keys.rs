@@ -39,6 +39,8 @@ pub struct ApiKeyRecord {
     /// The key's scopes (`ojs:admin:read`, ...); `None` for a key stored without any
     /// (every key made before scopes existed), which the HTTP layer treats as a data key.
     pub scopes: Option<Vec<String>>,
+    /// The tenant the key acts for, if it is bound to one.
+    pub tenant: Option<String>,
 }
 
 fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
@@ -56,6 +58,7 @@ fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
             .get("scopes")
             .and_then(|v| v.as_l().ok())
             .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect()),
+        tenant: get("tenant"),
     })
 }
 
@@ -69,20 +72,25 @@ impl Store {
         hash: &str,
         now: Timestamp,
     ) -> Result<ApiKeyRecord, StoreError> {
-        self.put_scoped_api_key(id, name, hash, None, now).await
+        self.put_scoped_api_key(id, name, hash, None, None, now)
+            .await
     }
 
-    /// Stores a new key record with `scopes` (none: a data key) (conditional PutItem: an
-    /// id is never overwritten).
+    /// Stores a new key record with `scopes` (none: a data key), bound to `tenant` if
+    /// given (conditional PutItem: an id is never overwritten).
     pub async fn put_scoped_api_key(
         &self,
         id: &str,
         name: &str,
         hash: &str,
         scopes: Option<&[String]>,
+        tenant: Option<&str>,
         now: Timestamp,
     ) -> Result<ApiKeyRecord, StoreError> {
         let mut item = api_key_key(id);
+        if let Some(tenant) = tenant {
+            item.insert("tenant".into(), s(tenant));
+        }
         if let Some(scopes) = scopes {
             item.insert(
                 "scopes".into(),
@@ -120,6 +128,7 @@ impl Store {
             created_at: time::format(&now),
             revoked_at: None,
             scopes: scopes.map(<[String]>::to_vec),
+            tenant: tenant.map(str::to_owned),
         })
     }
 

@@ -26,6 +26,8 @@ pub enum ErrorCode {
     /// The queue is at its depth bound (ojs-backpressure.md §7.1; the catalogue spells
     /// it in capitals, ojs-errors.md §4).
     QueueFull,
+    /// A tenant is at one of its limits (ojs-multi-tenancy.md §8.2, spelt as there).
+    TenantLimitExceeded,
     /// Backend storage or transport failure.
     BackendError,
     /// An operation timed out.
@@ -66,6 +68,7 @@ impl ErrorCode {
             Self::QueuePaused => "queue_paused",
             Self::RateLimited => "rate_limited",
             Self::QueueFull => "QUEUE_FULL",
+            Self::TenantLimitExceeded => "TENANT_LIMIT_EXCEEDED",
             Self::BackendError => "backend_error",
             Self::Timeout => "timeout",
             Self::Unsupported => "unsupported",
@@ -93,7 +96,7 @@ impl ErrorCode {
             Self::EnvelopeTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedCompression => 415,
             Self::QueuePaused | Self::Unsupported | Self::ValidationError => 422,
-            Self::RateLimited | Self::QueueFull => 429,
+            Self::RateLimited | Self::QueueFull | Self::TenantLimitExceeded => 429,
             Self::BackendError | Self::Internal => 500,
             Self::Timeout => 504,
         }
@@ -128,6 +131,7 @@ impl ErrorCode {
             Self::QueuePaused
                 | Self::RateLimited
                 | Self::QueueFull
+                | Self::TenantLimitExceeded
                 | Self::BackendError
                 | Self::Timeout
         )
@@ -149,6 +153,9 @@ impl ErrorCode {
             Self::RateLimited => "Retry after the time given in Retry-After.",
             Self::QueueFull => {
                 "The queue is at its depth bound: retry after Retry-After, or raise the bound."
+            }
+            Self::TenantLimitExceeded => {
+                "The tenant is at a limit: retry after Retry-After, or ask an operator to raise it."
             }
             Self::BackendError => "Retry with backoff; the storage backend failed.",
             Self::Timeout => "Retry with backoff.",

@@ -132,6 +132,129 @@ pub fn adopt(scope: &Scope, meta: &mut Map<String, Value>, path: &str) -> Result
     Ok(())
 }
 
+/// Largest fairness weight taken.
+pub const MAX_WEIGHT: u64 = 1_000;
+
+/// How long a producer refused by a tenant limit is told to wait.
+pub const RETRY_AFTER_SECS: u64 = 30;
+
+/// An operator's settings for one tenant (§8.1, §10.1): its share of a shared queue's
+/// FETCHes and its hard limits. Limits this server does not enforce are refused when
+/// set, never stored to be ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantConfig {
+    /// Its weight in a FETCH for any tenant (§7.2; 1 when not set).
+    pub fairness_weight: Option<u64>,
+    /// Most available + scheduled + retryable jobs it may have (§8.1).
+    pub max_queue_depth: Option<u64>,
+    /// Most scheduled jobs it may have (§8.1).
+    pub max_scheduled: Option<u64>,
+}
+
+impl TenantConfig {
+    /// The weight FETCH gives the tenant.
+    pub fn weight(&self) -> u64 {
+        self.fairness_weight.unwrap_or(1)
+    }
+
+    /// Whether an enqueue must be judged against the tenant's counts.
+    pub fn limits_enqueue(&self) -> bool {
+        self.max_queue_depth.is_some() || self.max_scheduled.is_some()
+    }
+
+    /// The settings of `PUT /admin/tenants/{id}`: `fairness_weight` and `limits`. A field
+    /// left out keeps its value in `base` (so `PUT .../limits` changes limits only); one
+    /// sent as `null` removes it.
+    pub fn merged(base: &Self, body: &Value, limits_only: bool) -> Result<Self, OjsError> {
+        let obj = body
+            .as_object()
+            .ok_or_else(|| OjsError::invalid_request("the body must be a JSON object"))?;
+        let mut out = base.clone();
+        let limits = if limits_only {
+            Some(body)
+        } else {
+            if let Some(w) = obj.get("fairness_weight") {
+                out.fairness_weight = bounded(w, "$.fairness_weight", 1, MAX_WEIGHT)?;
+            }
+            for k in ["priority_boost"] {
+                if obj.get(k).is_some_and(|v| !v.is_null()) {
+                    return Err(unsupported(k, &format!("$.{k}")));
+                }
+            }
+            obj.get("limits").filter(|l| !l.is_null())
+        };
+        if let Some(limits) = limits {
+            let l = limits.as_object().ok_or_else(|| {
+                OjsError::invalid_request("limits must be an object").with_path("$.limits")
+            })?;
+            let at = |k: &str| {
+                if limits_only {
+                    format!("$.{k}")
+                } else {
+                    format!("$.limits.{k}")
+                }
+            };
+            if let Some(v) = l.get("max_queue_depth") {
+                out.max_queue_depth = bounded(v, &at("max_queue_depth"), 0, u64::MAX >> 11)?;
+            }
+            if let Some(v) = l.get("max_scheduled") {
+                out.max_scheduled = bounded(v, &at("max_scheduled"), 0, u64::MAX >> 11)?;
+            }
+            for k in ["max_concurrency", "max_enqueue_rate"] {
+                if l.get(k).is_some_and(|v| !v.is_null()) {
+                    return Err(unsupported(k, &at(k)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The settings as the admin API shows them.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "fairness_weight": self.weight(),
+            "limits": {
+                "max_queue_depth": self.max_queue_depth,
+                "max_scheduled": self.max_scheduled,
+            },
+        })
+    }
+}
+
+fn bounded(v: &Value, path: &str, min: u64, max: u64) -> Result<Option<u64>, OjsError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    v.as_u64()
+        .filter(|n| (min..=max).contains(n))
+        .map(Some)
+        .ok_or_else(|| {
+            OjsError::invalid_request(format!("must be an integer from {min} to {max}, or null"))
+                .with_path(path)
+        })
+}
+
+fn unsupported(field: &str, path: &str) -> OjsError {
+    OjsError::new(
+        crate::error::ErrorCode::Unsupported,
+        format!("{field} is not enforced by this server; it takes fairness_weight, max_queue_depth and max_scheduled"),
+    )
+    .with_path(path)
+}
+
+/// The 429 of an enqueue a tenant limit refuses (§8.2).
+pub fn limit_exceeded(tenant: &str, limit: &str, current: u64, maximum: u64) -> OjsError {
+    OjsError::new(
+        crate::error::ErrorCode::TenantLimitExceeded,
+        format!("Tenant '{tenant}' has exceeded {limit} ({maximum})"),
+    )
+    .with_detail("tenant_id", tenant)
+    .with_detail("limit", limit)
+    .with_detail("current", current)
+    .with_detail("maximum", maximum)
+    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +340,57 @@ mod tests {
         assert!(!Scope::One(a.clone()).sees(b.as_ref()));
         assert!(!Scope::One(a).sees(None));
         assert!(Scope::One(None).sees(None));
+    }
+
+    #[test]
+    fn tenant_settings_merge_and_refuse_what_is_not_enforced() {
+        let base = TenantConfig::default();
+        let c = TenantConfig::merged(
+            &base,
+            &json!({"fairness_weight": 10, "limits": {"max_queue_depth": 5}}),
+            false,
+        );
+        let c = c.unwrap_or_default();
+        assert_eq!(
+            (c.weight(), c.max_queue_depth, c.max_scheduled),
+            (10, Some(5), None)
+        );
+        assert!(c.limits_enqueue());
+        // Limits only: the weight stays; null removes a limit.
+        let l = TenantConfig::merged(
+            &c,
+            &json!({"max_scheduled": 2, "max_queue_depth": null}),
+            true,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            (l.weight(), l.max_queue_depth, l.max_scheduled),
+            (10, None, Some(2))
+        );
+        assert_eq!(TenantConfig::default().weight(), 1);
+        assert!(!TenantConfig::default().limits_enqueue());
+        for (bad, limits_only) in [
+            (json!({"fairness_weight": 0}), false),
+            (json!({"fairness_weight": 1001}), false),
+            (json!({"fairness_weight": "x"}), false),
+            (json!({"limits": {"max_concurrency": 3}}), false),
+            (
+                json!({"max_enqueue_rate": {"limit": 1, "period": "PT1M"}}),
+                true,
+            ),
+            (json!({"priority_boost": 1}), false),
+            (json!({"limits": 3}), false),
+            (json!({"max_queue_depth": -1}), true),
+            (json!([1]), false),
+        ] {
+            assert!(
+                TenantConfig::merged(&base, &bad, limits_only).is_err(),
+                "{bad}"
+            );
+        }
+        let e = limit_exceeded("acme", "max_queue_depth", 5, 5);
+        assert_eq!(e.code.http_status(), 429);
+        assert_eq!(e.code.as_str(), "TENANT_LIMIT_EXCEEDED");
+        assert_eq!(e.details.get("maximum"), Some(&json!(5)));
     }
 }

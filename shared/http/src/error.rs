@@ -74,6 +74,12 @@ impl From<StoreError> for ApiError {
                 depth,
                 bound,
             } => ojs_core::backpressure::queue_full(&queue, depth, bound),
+            StoreError::TenantLimit {
+                tenant,
+                limit,
+                current,
+                maximum,
+            } => ojs_core::tenant::limit_exceeded(&tenant, limit, current, maximum),
             StoreError::LimitReached(why) => OjsError::new(ErrorCode::ValidationError, why),
             StoreError::Concurrent(what) => OjsError::conflict(format!(
                 "{what} changed while this request was made; retry it"

@@ -354,7 +354,10 @@ fn render_error(status: StatusCode, err: &OjsError, request_id: &str) -> Respons
     let mut res = (status, json!({ "error": body }).to_string()).into_response();
     if matches!(
         err.code,
-        ErrorCode::RateLimited | ErrorCode::QueueFull | ErrorCode::BackendError
+        ErrorCode::RateLimited
+            | ErrorCode::QueueFull
+            | ErrorCode::TenantLimitExceeded
+            | ErrorCode::BackendError
     ) {
         let after = err
             .details

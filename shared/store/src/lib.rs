@@ -23,8 +23,8 @@ use engine::{
     unique, unread,
 };
 use features::{
-    admin, api_keys, cron, dead_letter, idempotency, push, queues, rate_limits, schemas, webhooks,
-    workers, workflow,
+    admin, api_keys, cron, dead_letter, idempotency, push, queues, rate_limits, schemas,
+    tenant_config, webhooks, workers, workflow,
 };
 
 use std::collections::HashSet;
@@ -243,6 +243,8 @@ pub struct Store {
     /// Which lane of a queue with tenants this instance's next FETCH for any tenant
     /// starts at (round robin).
     lane_turn: Arc<std::sync::atomic::AtomicUsize>,
+    /// Tenants' settings read by FETCH and PUSH, with when they were read.
+    tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
@@ -266,6 +268,7 @@ impl Store {
             contention: Arc::default(),
             quiet_due: Arc::default(),
             lane_turn: Arc::default(),
+            tenant_config_cache: Arc::default(),
             stream: None,
             observers: Vec::new(),
             payloads: None,

@@ -231,6 +231,8 @@ const ALLOWED_UPWARD_CALLS: &[(&str, &str)] = &[
     // FETCH reads the queues' pause flags and rate limits, and the window's state.
     ("engine/claim.rs", "queue_settings"),
     ("engine/claim.rs", "window_state"),
+    // A FETCH for any tenant weighs the tenants of its queues (their settings).
+    ("engine/claim.rs", "tenant_weights"),
     // A finished job's workflow follow-up.
     ("engine/effects.rs", "after_terminal"),
     // A discard into the dead letter queue writes its entry in the same transaction.

@@ -511,3 +511,177 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_tenant_at_its_limit_is_refused_until_an_operator_raises_it() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-limit";
+    let job = json!({"type": "tn.t", "args": [], "options": {"queue": q}});
+    let put = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/tenants/lim",
+            Some(json!({"fairness_weight": 2, "limits": {"max_queue_depth": 2}})),
+        )
+        .await?;
+    assert_eq!(put.status, 201, "{}", put.body);
+    assert_eq!(put.body["config"]["limits"]["max_queue_depth"], 2);
+    push_as(&app, Some("lim"), job.clone()).await?;
+    push_as(&app, Some("lim"), job.clone()).await?;
+    let full = call_as(
+        &app,
+        Some("lim"),
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(job.clone()),
+    )
+    .await?;
+    assert_eq!(full.status, 429, "{}", full.body);
+    assert_eq!(full.body["error"]["code"], "TENANT_LIMIT_EXCEEDED");
+    assert_eq!(
+        (
+            &full.body["error"]["details"]["tenant_id"],
+            &full.body["error"]["details"]["limit"],
+            &full.body["error"]["details"]["current"],
+            &full.body["error"]["details"]["maximum"],
+        ),
+        (
+            &json!("lim"),
+            &json!("max_queue_depth"),
+            &json!(2),
+            &json!(2)
+        ),
+        "{}",
+        full.body
+    );
+    assert_eq!(
+        full.headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("30")
+    );
+    let batch = call_as(
+        &app,
+        Some("lim"),
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({"jobs": [job.clone()]})),
+    )
+    .await?;
+    assert_eq!(batch.status, 429, "{}", batch.body);
+    // Another tenant, and the default one, are not held back by it.
+    push_as(&app, Some("other"), job.clone()).await?;
+    push_as(&app, None, job.clone()).await?;
+    // Raised without a restart: in force at once.
+    let raised = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/tenants/lim/limits",
+            Some(json!({"max_queue_depth": 3, "max_scheduled": 0, "reason": "incident over"})),
+        )
+        .await?;
+    assert_eq!(raised.status, 200, "{}", raised.body);
+    assert_eq!(
+        raised.body["config"]["fairness_weight"], 2,
+        "{}",
+        raised.body
+    );
+    push_as(&app, Some("lim"), job.clone()).await?;
+    // max_scheduled 0: no job for later, even with room in the depth.
+    app.call(
+        Method::PUT,
+        "/ojs/v1/admin/tenants/lim/limits",
+        Some(json!({"max_queue_depth": null})),
+    )
+    .await?;
+    let later = ojs_core::time::format(&ojs_core::time::after_ms(ojs_core::time::now(), 3_600_000));
+    let scheduled =
+        json!({"type": "tn.t", "args": [], "options": {"queue": q, "scheduled_at": later}});
+    let r = call_as(
+        &app,
+        Some("lim"),
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(scheduled),
+    )
+    .await?;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.body["error"]["details"]["limit"], "max_scheduled");
+    push_as(&app, Some("lim"), job.clone()).await?;
+    // Limits the server does not enforce are refused, not stored.
+    let r = app
+        .call(
+            Method::PUT,
+            "/ojs/v1/admin/tenants/lim/limits",
+            Some(json!({"max_concurrency": 5})),
+        )
+        .await?;
+    assert_eq!(r.status, 422, "{}", r.body);
+    let view = app
+        .call(Method::GET, "/ojs/v1/admin/tenants/lim", None)
+        .await?;
+    assert_eq!(view.body["total_jobs"], 4, "{}", view.body);
+    assert_eq!(
+        view.body["limits"]["max_scheduled"]["limit"], 0,
+        "{}",
+        view.body
+    );
+    let gone = app
+        .call(Method::DELETE, "/ojs/v1/admin/tenants/lim", None)
+        .await?;
+    assert_eq!(gone.status, 200, "{}", gone.body);
+    let later = ojs_core::time::format(&ojs_core::time::after_ms(ojs_core::time::now(), 3_600_000));
+    push_as(
+        &app,
+        Some("lim"),
+        json!({"type": "tn.t", "args": [], "options": {"queue": q, "scheduled_at": later}}),
+    )
+    .await?;
+    let again = app
+        .call(Method::DELETE, "/ojs/v1/admin/tenants/lim", None)
+        .await?;
+    assert_eq!(again.status, 404, "{}", again.body);
+    app.teardown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_heavier_tenant_comes_first_as_often_as_its_weight() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-weight";
+    for (tenant, weight) in [("heavy", 3), ("light", 1)] {
+        let r = app
+            .call(
+                Method::PUT,
+                &format!("/ojs/v1/admin/tenants/{tenant}"),
+                Some(json!({ "fairness_weight": weight })),
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        let jobs: Vec<Value> = (0..12)
+            .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": q}}))
+            .collect();
+        let r = call_as(
+            &app,
+            Some(tenant),
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    ojs_tests::after_index_lag().await;
+    // Lanes default (1, empty: its turns go to the lane after it, heavy), heavy (3),
+    // light (1): over two cycles of 5 turns, heavy serves 8 FETCHes and light 2.
+    let mut heavy = 0;
+    for _ in 0..10 {
+        let got = fetch_as(&app, None, q, 1).await?;
+        let jobs = got.body["jobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(jobs.len(), 1, "{}", got.body);
+        heavy += usize::from(jobs[0]["meta"]["tenant_id"] == "heavy");
+    }
+    assert_eq!(heavy, 8, "heavy's FETCHes of ten");
+    app.teardown().await;
+    Ok(())
+}

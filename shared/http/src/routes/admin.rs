@@ -79,7 +79,14 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/schemas", get(list_schemas))
         .route("/ojs/v1/admin/schemas/{type}", get(get_schema))
         .route("/ojs/v1/admin/tenants", get(list_tenants))
-        .route("/ojs/v1/admin/tenants/{id}", get(get_tenant))
+        .route(
+            "/ojs/v1/admin/tenants/{id}",
+            get(get_tenant).put(put_tenant).delete(delete_tenant),
+        )
+        .route(
+            "/ojs/v1/admin/tenants/{id}/limits",
+            axum::routing::put(put_tenant_limits),
+        )
         .route("/ojs/v1/admin/tenants/{id}/stats", get(get_tenant))
         .route("/ojs/v1/admin/tenants/{id}/jobs", get(list_tenant_jobs))
         .route("/ojs/v1/admin/pools", get(list_pools))
@@ -584,8 +591,9 @@ async fn key_registrations(
 }
 
 /// A tenant's view (ojs-multi-tenancy.md §10.2): its jobs' counts, summed and per queue
-/// (terminal counts since its counters began), and `total_jobs`.
-fn tenant_view(t: &ojs_store::TenantStats) -> Value {
+/// (terminal counts since its counters began), `total_jobs`, its settings, and its
+/// limits with what they are judged on.
+fn tenant_view(t: &ojs_store::TenantStats, config: &ojs_core::tenant::TenantConfig) -> Value {
     let counts = |st: &ojs_store::QueueStats| {
         json!({
             "available": st.available,
@@ -603,13 +611,99 @@ fn tenant_view(t: &ojs_store::TenantStats) -> Value {
         .iter()
         .map(|(q, st)| (q.clone(), counts(st)))
         .collect();
+    let settings = config.to_json();
     json!({
         "tenant_id": t.tenant,
         "id": t.tenant,
         "jobs": counts(&t.total),
         "total_jobs": t.total.total(),
         "queues": queues,
+        "config": settings,
+        "fairness": {"weight": config.weight()},
+        "limits": {
+            "max_queue_depth": {"limit": config.max_queue_depth, "current": t.total.depth()},
+            "max_scheduled": {"limit": config.max_scheduled, "current": t.total.scheduled},
+        },
     })
+}
+
+fn tenant_id(id: &str) -> Result<ojs_core::tenant::TenantId, ApiError> {
+    ojs_core::tenant::TenantId::parse(id)?.ok_or_else(|| {
+        ApiError(OjsError::invalid_request(
+            "the default tenant takes no settings here: its jobs are the queues' own",
+        ))
+    })
+}
+
+/// `PUT /ojs/v1/admin/tenants/{id}` (§10.1): sets the tenant's `fairness_weight` and
+/// `limits` (fields left out keep their values; `null` removes one), in force at once on
+/// this instance and within the settings' time to live on the others.
+async fn put_tenant(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    set_tenant(&app, &id, &body, false).await
+}
+
+/// `PUT /ojs/v1/admin/tenants/{id}/limits` (§9.3): its limits only; a `reason` is logged.
+async fn put_tenant_limits(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(mut body): JsonBody,
+) -> Result<Response, ApiError> {
+    let reason = body
+        .as_object_mut()
+        .and_then(|o| o.remove("reason"))
+        .and_then(|r| r.as_str().map(str::to_owned));
+    tracing::info!(tenant = %id, reason = reason.as_deref().unwrap_or(""), "tenant limits changed");
+    set_tenant(&app, &id, &body, true).await
+}
+
+async fn set_tenant(
+    app: &AppState,
+    id: &str,
+    body: &Value,
+    limits_only: bool,
+) -> Result<Response, ApiError> {
+    let tenant = tenant_id(id)?;
+    let before = app.store.get_tenant_config(&tenant).await?;
+    let config = ojs_core::tenant::TenantConfig::merged(
+        &before.clone().unwrap_or_default(),
+        body,
+        limits_only,
+    )?;
+    app.store.put_tenant_config(&tenant, &config).await?;
+    let stats = app
+        .store
+        .tenant_stats(&tenant)
+        .await?
+        .unwrap_or_else(|| ojs_store::TenantStats {
+            tenant: tenant.to_string(),
+            ..Default::default()
+        });
+    let status = if before.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(reply(status, tenant_view(&stats, &config)))
+}
+
+/// `DELETE /ojs/v1/admin/tenants/{id}`: removes its settings (its jobs and counts stay);
+/// 404 when it has none.
+async fn delete_tenant(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = tenant_id(&id)?;
+    if !app.store.delete_tenant_config(&tenant).await? {
+        return Err(OjsError::not_found(format!("tenant {tenant} has no settings")).into());
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({"deleted": true, "tenant_id": tenant.as_str()}),
+    ))
 }
 
 /// `GET /ojs/v1/admin/tenants`: every tenant that had a job, with its counts (the default
@@ -619,12 +713,32 @@ async fn list_tenants(
     Query(p): Query<super::admin_query::RawPaging>,
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
-    let all = app.store.list_tenants().await?;
+    // Tenants that had jobs, and those with settings but no job yet.
+    let mut configs: std::collections::BTreeMap<String, ojs_core::tenant::TenantConfig> =
+        app.store.list_tenant_configs().await?.into_iter().collect();
+    let mut all: Vec<(ojs_store::TenantStats, ojs_core::tenant::TenantConfig)> = app
+        .store
+        .list_tenants()
+        .await?
+        .into_iter()
+        .map(|t| {
+            let c = configs.remove(&t.tenant).unwrap_or_default();
+            (t, c)
+        })
+        .collect();
+    all.extend(configs.into_iter().map(|(tenant, c)| {
+        let stats = ojs_store::TenantStats {
+            tenant,
+            ..Default::default()
+        };
+        (stats, c)
+    }));
+    all.sort_by(|a, b| a.0.tenant.cmp(&b.0.tenant));
     let items: Vec<Value> = all
         .iter()
         .skip(paging.offset())
         .take(paging.per_page)
-        .map(tenant_view)
+        .map(|(t, c)| tenant_view(t, c))
         .collect();
     let mut body = paging.listing(items.clone(), all.len());
     body["tenants"] = Value::Array(items);
@@ -645,8 +759,19 @@ async fn get_tenant(
                 "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
             )
         })?;
-    let stats = app.store.tenant_stats(&tenant).await?.ok_or_else(unknown)?;
-    Ok(reply(StatusCode::OK, tenant_view(&stats)))
+    let config = app.store.get_tenant_config(&tenant).await?;
+    let stats = match app.store.tenant_stats(&tenant).await? {
+        Some(stats) => stats,
+        None if config.is_some() => ojs_store::TenantStats {
+            tenant: tenant.to_string(),
+            ..Default::default()
+        },
+        None => return Err(unknown().into()),
+    };
+    Ok(reply(
+        StatusCode::OK,
+        tenant_view(&stats, &config.unwrap_or_default()),
+    ))
 }
 
 /// `GET /ojs/v1/admin/tenants/{id}/jobs`: not built (a tenant's jobs are listed per

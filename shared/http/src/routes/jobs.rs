@@ -65,6 +65,29 @@ async fn enqueue_job(
     outcome.map(|p| p.response)
 }
 
+/// Judges an enqueue of `jobs` against their tenants' limits (ojs-multi-tenancy.md
+/// §8.2): refused whole, 429 `TENANT_LIMIT_EXCEEDED`, when one would pass a limit.
+async fn admit_tenants(app: &AppState, jobs: &[Job]) -> Result<(), ApiError> {
+    let mut per_tenant: std::collections::BTreeMap<ojs_core::tenant::TenantId, (u64, u64)> =
+        std::collections::BTreeMap::new();
+    for job in jobs {
+        if let Some(t) = job.tenant() {
+            let counts = per_tenant.entry(t).or_default();
+            counts.0 += 1;
+            counts.1 += u64::from(job.status.state == ojs_core::JobState::Scheduled);
+        }
+    }
+    if per_tenant.is_empty() {
+        return Ok(());
+    }
+    let adding: Vec<_> = per_tenant.iter().map(|(t, (n, s))| (t, *n, *s)).collect();
+    app.store
+        .admit_tenant_enqueue(&adding)
+        .await
+        .inspect_err(log_refusal)
+        .map_err(ApiError::from)
+}
+
 /// Which try of a request a PUSH or batch PUSH is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Try {
@@ -99,6 +122,7 @@ async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, 
         .admit_enqueue(&[(&job.spec.queue, 1)])
         .await
         .inspect_err(log_refusal)?;
+    admit_tenants(app, std::slice::from_ref(&job)).await?;
     let outcome = match app.store.put_job(&job).await {
         Ok(outcome) => outcome,
         // Another try wrote it meanwhile (its id, or its unique key for its id).
@@ -169,6 +193,17 @@ fn log_refusal(e: &ojs_store::StoreError) {
     } = e
     {
         tracing::info!(%queue, depth, bound, "backpressure: enqueue rejected, queue full");
+    }
+    // ojs-multi-tenancy.md §11.1's tenant.limit_exceeded, as a log line: a refusal
+    // writes nothing for the change stream to derive an event from.
+    if let ojs_store::StoreError::TenantLimit {
+        tenant,
+        limit,
+        current,
+        maximum,
+    } = e
+    {
+        tracing::info!(event = "tenant.limit_exceeded", %tenant, limit, current, maximum, "enqueue rejected: tenant limit");
     }
 }
 
@@ -348,6 +383,7 @@ async fn push_batch(app: &AppState, jobs: &[Job], attempt: Try) -> Result<Respon
         .admit_enqueue(&adding)
         .await
         .inspect_err(log_refusal)?;
+    admit_tenants(app, jobs).await?;
     let put = app.store.put_batch(jobs).await;
     if attempt != Try::Plain && matches!(put, Err(ojs_store::BatchError::Conflict { .. })) {
         // Another try wrote them meanwhile.

@@ -65,6 +65,19 @@ pub enum StoreError {
         /// Its `max_depth`.
         bound: u64,
     },
+    /// An enqueue that would take a tenant past one of its limits (ojs-multi-tenancy.md
+    /// §8.2); nothing was written.
+    #[error("tenant {tenant} is at its {limit}: {current} of {maximum}")]
+    TenantLimit {
+        /// The tenant.
+        tenant: String,
+        /// Which limit (`max_queue_depth`, `max_scheduled`).
+        limit: &'static str,
+        /// What it has, as counted.
+        current: u64,
+        /// The limit.
+        maximum: u64,
+    },
     /// The item would exceed DynamoDB's 400 KB item limit (or the job's share of it):
     /// the request itself is too large, retrying it cannot help.
     #[error("too large: {0}")]

@@ -316,13 +316,25 @@ impl Store {
             ends: Instant::now() + self.config.fetch_budget,
         };
         let settings = self.queue_settings(&req.queues).await?;
+        // A FETCH for any tenant weighs the tenants of its queues (1 each unless set).
+        let weights = match req.tenant {
+            ojs_core::tenant::Scope::Any => {
+                let tenants: Vec<&ojs_core::tenant::TenantId> =
+                    settings.values().flat_map(|s| s.tenants.iter()).collect();
+                self.tenant_weights(&tenants).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "tenant weights unread; every tenant weighs 1");
+                    HashMap::new()
+                })
+            }
+            ojs_core::tenant::Scope::One(_) => HashMap::new(),
+        };
         'queues: for queue in &req.queues {
             let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
             if queue_settings.paused {
                 continue;
             }
             let queue_limit = queue_settings.rate_limit.as_ref();
-            for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant) {
+            for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights) {
                 if run.done(req.count) || run.admitted == Some(false) {
                     break 'queues;
                 }
@@ -382,14 +394,16 @@ impl Store {
     }
 
     /// The lanes of `queue` a FETCH for `scope` reads, in order: one tenant's own; for any
-    /// tenant, every lane of the queue starting at the next in this instance's turn, so
-    /// tenants with ready jobs take turns however deep each one's backlog is
-    /// (ojs-multi-tenancy.md §7.1). A queue without tenants has the one lane it had.
+    /// tenant, every lane of the queue starting at the one this instance's turn picks by
+    /// the tenants' `weights` (ojs-multi-tenancy.md §7.1-7.2: over any run of turns as
+    /// long as the weights' sum, each lane comes first as often as its weight, whatever
+    /// its backlog). A queue without tenants has the one lane it had.
     fn fetch_lanes(
         &self,
         queue: &QueueName,
         tenants: &[ojs_core::tenant::TenantId],
         scope: &ojs_core::tenant::Scope,
+        weights: &HashMap<String, u64>,
     ) -> Vec<crate::keys::Lane> {
         match scope {
             ojs_core::tenant::Scope::One(tenant) => vec![crate::keys::Lane {
@@ -399,11 +413,18 @@ impl Store {
             ojs_core::tenant::Scope::Any => {
                 let mut lanes = crate::keys::Lane::all_of(queue, tenants);
                 if lanes.len() > 1 {
+                    let weight = |l: &crate::keys::Lane| {
+                        l.tenant
+                            .as_ref()
+                            .and_then(|t| weights.get(t.as_str()))
+                            .copied()
+                            .unwrap_or(1)
+                    };
+                    let w: Vec<u64> = lanes.iter().map(weight).collect();
                     let turn = self
                         .lane_turn
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let first = turn % lanes.len();
-                    lanes.rotate_left(first);
+                    lanes.rotate_left(first_by_weight(&w, turn as u64));
                 }
                 lanes
             }
@@ -1131,6 +1152,35 @@ impl Store {
     }
 }
 
+/// The lane turn `turn` starts at, of lanes weighing `weights`: turns are spread over the
+/// weights' sum by a stride prime to it, so every run of `sum` turns gives each lane its
+/// weight's count of first places, interleaved rather than in one block.
+fn first_by_weight(weights: &[u64], turn: u64) -> usize {
+    let total: u64 = weights.iter().map(|w| (*w).max(1)).sum();
+    if total == 0 {
+        return 0;
+    }
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stride = (total * 618 / 1000).max(1);
+    while gcd(stride, total) != 1 {
+        stride += 1;
+    }
+    let mut point = (turn % total) * stride % total;
+    for (i, w) in weights.iter().enumerate() {
+        let w = (*w).max(1);
+        if point < w {
+            return i;
+        }
+        point -= w;
+    }
+    0
+}
+
 fn id_of(item: &Item) -> Option<JobId> {
     let pk = item.get("pk")?.as_s().ok()?;
     JobId::parse(pk.strip_prefix("JOB#")?).ok()
@@ -1231,5 +1281,32 @@ mod tests {
         let len = contention.0.lock().map(|m| m.len()).unwrap_or_default();
         assert!(len <= Contention::MAX_QUEUES, "{len}");
         assert!(len >= 5, "{len}");
+    }
+
+    #[test]
+    fn lanes_come_first_as_often_as_their_weight_and_interleaved() {
+        for weights in [
+            vec![1, 1, 1],
+            vec![1, 10, 5],
+            vec![3],
+            vec![2, 2],
+            vec![1, 1000],
+        ] {
+            let total: u64 = weights.iter().sum();
+            let mut firsts = vec![0_u64; weights.len()];
+            for turn in 7..7 + total {
+                firsts[first_by_weight(&weights, turn)] += 1;
+            }
+            assert_eq!(firsts, weights, "one cycle of turns");
+        }
+        // Interleaved: with weights 1 and 1, turns alternate; a heavy lane never holds
+        // every turn of a long run while a light one waits a whole cycle.
+        let alternate: Vec<usize> = (0..4).map(|t| first_by_weight(&[1, 1], t)).collect();
+        assert_eq!(alternate, vec![0, 1, 0, 1]);
+        let light = (0..16)
+            .filter(|t| first_by_weight(&[1, 10, 5], *t) == 0)
+            .count();
+        assert!(light >= 1, "the light lane comes first in 16 turns");
+        assert_eq!(first_by_weight(&[], 3), 0);
     }
 }

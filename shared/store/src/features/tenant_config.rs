@@ -1,0 +1,270 @@
+//! Tenant settings (ojs-multi-tenancy.md §8-10): one small item per configured tenant in
+//! the `TENANTS` partition (its fairness weight and hard limits), changed through the
+//! admin API and read by every instance within [`crate::StoreConfig::queue_settings_ttl`]
+//! (no restart, §15.1). A FETCH for any tenant reads the weights of a queue's tenants; a
+//! PUSH of a tenant's job reads that tenant's limits, and its counts only when it has one.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ojs_core::tenant::{TenantConfig, TenantId};
+use ojs_core::time;
+
+use crate::error::StoreError;
+use crate::item::{n, s, ts, Item};
+use crate::usage::Kind;
+use crate::Store;
+
+/// Partition of every tenant's settings.
+const TENANTS_PK: &str = "TENANTS";
+
+fn tenant_key(tenant: &str) -> Item {
+    HashMap::from([
+        ("pk".to_owned(), s(TENANTS_PK)),
+        ("sk".to_owned(), s(format!("T#{tenant}"))),
+    ])
+}
+
+fn config_of(item: &Item) -> TenantConfig {
+    let num = |k: &str| {
+        item.get(k)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    TenantConfig {
+        fairness_weight: num("weight"),
+        max_queue_depth: num("max_queue_depth"),
+        max_scheduled: num("max_scheduled"),
+    }
+}
+
+fn tenant_of(item: &Item) -> Option<String> {
+    item.get("sk")?
+        .as_s()
+        .ok()?
+        .strip_prefix("T#")
+        .map(str::to_owned)
+}
+
+/// Tenant settings as last read, per tenant, with when they were read.
+pub(crate) type ConfigCache = HashMap<String, (Instant, TenantConfig)>;
+
+/// Most tenants whose settings one instance remembers (emptied when full).
+const CONFIG_CACHE_CAP: usize = 10_000;
+
+impl Store {
+    /// Stores `config` as `tenant`'s settings (one PutItem; this instance obeys it at
+    /// once, others within the settings' time to live).
+    pub async fn put_tenant_config(
+        &self,
+        tenant: &TenantId,
+        config: &TenantConfig,
+    ) -> Result<(), StoreError> {
+        let mut item = tenant_key(tenant.as_str());
+        item.insert("tenant".into(), s(tenant.as_str()));
+        item.insert("updated_at".into(), ts(&time::now()));
+        for (k, v) in [
+            ("weight", config.fairness_weight),
+            ("max_queue_depth", config.max_queue_depth),
+            ("max_scheduled", config.max_scheduled),
+        ] {
+            if let Some(v) = v {
+                item.insert(k.into(), n(v));
+            }
+        }
+        let out = self.put_item().set_item(Some(item)).send().await;
+        self.tally(Kind::Write, out)?;
+        self.forget_tenant_config(tenant.as_str());
+        Ok(())
+    }
+
+    /// `tenant`'s settings (a strongly consistent GetItem); `None` when it has none.
+    pub async fn get_tenant_config(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<TenantConfig>, StoreError> {
+        Ok(self
+            .read_item(tenant_key(tenant.as_str()))
+            .await?
+            .as_ref()
+            .map(config_of))
+    }
+
+    /// Removes `tenant`'s settings (its jobs and counts stay); whether it had any.
+    pub async fn delete_tenant_config(&self, tenant: &TenantId) -> Result<bool, StoreError> {
+        let out = self
+            .delete_item()
+            .set_key(Some(tenant_key(tenant.as_str())))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await;
+        let out = self.tally(Kind::Write, out)?;
+        self.forget_tenant_config(tenant.as_str());
+        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+    }
+
+    /// Every configured tenant with its settings, by tenant (one Query: an admin read).
+    pub async fn list_tenant_configs(&self) -> Result<Vec<(String, TenantConfig)>, StoreError> {
+        let query = self
+            .query_table()
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(TENANTS_PK))
+            .consistent_read(true);
+        let items = self.pages(query).items().await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
+            .collect())
+    }
+
+    /// The settings of `tenants` (the default of a tenant without any): remembered per
+    /// instance for the settings' time to live, else one BatchGetItem per 100 (eventually
+    /// consistent).
+    pub(crate) async fn tenant_configs(
+        &self,
+        tenants: &[&TenantId],
+    ) -> Result<HashMap<String, TenantConfig>, StoreError> {
+        let ttl = self.config.queue_settings_ttl;
+        let now = Instant::now();
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        match self.tenant_config_cache.lock() {
+            Ok(cache) if !ttl.is_zero() => {
+                for t in tenants {
+                    match cache.get(t.as_str()) {
+                        Some((at, c)) if now.duration_since(*at) < ttl => {
+                            found.insert(t.to_string(), c.clone());
+                        }
+                        _ => missing.push(*t),
+                    }
+                }
+            }
+            _ => missing = tenants.to_vec(),
+        }
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let how = crate::batch_read::BatchRead {
+            consistent: false,
+            ..Default::default()
+        };
+        let keys = missing.iter().map(|t| tenant_key(t.as_str())).collect();
+        let mut read: HashMap<String, TenantConfig> = self
+            .batch_get(keys, &how)
+            .await?
+            .iter()
+            .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
+            .collect();
+        for t in &missing {
+            read.entry(t.to_string()).or_default();
+        }
+        if !ttl.is_zero() {
+            if let Ok(mut cache) = self.tenant_config_cache.lock() {
+                if cache.len() >= CONFIG_CACHE_CAP {
+                    cache.clear();
+                }
+                for (t, c) in &read {
+                    cache.insert(t.clone(), (now, c.clone()));
+                }
+            }
+        }
+        found.extend(read);
+        Ok(found)
+    }
+
+    /// Admits an enqueue of `adding` jobs of tenants (per tenant: how many, and how many
+    /// of them scheduled), or refuses it whole with [`StoreError::TenantLimit`] when a
+    /// tenant would pass `max_queue_depth` or `max_scheduled` (§8.2). A tenant without
+    /// limits costs its settings' read, remembered per instance; one with limits adds one
+    /// strongly consistent Query of its counters. As for a queue's depth bound, the counts
+    /// trail the table by the stream's delay on AWS: enqueues racing within it can pass
+    /// the limit by what they add at once, never one made after the counts saw it full.
+    pub async fn admit_tenant_enqueue(
+        &self,
+        adding: &[(&TenantId, u64, u64)],
+    ) -> Result<(), StoreError> {
+        let tenants: Vec<&TenantId> = adding.iter().map(|(t, _, _)| *t).collect();
+        let configs = self.tenant_configs(&tenants).await?;
+        for (tenant, jobs, scheduled) in adding {
+            let Some(config) = configs.get(tenant.as_str()).filter(|c| c.limits_enqueue()) else {
+                continue;
+            };
+            let counts = self
+                .tenant_stats(tenant)
+                .await?
+                .map(|s| s.total)
+                .unwrap_or_default();
+            let checks = [
+                (
+                    "max_queue_depth",
+                    config.max_queue_depth,
+                    counts.depth(),
+                    *jobs,
+                ),
+                (
+                    "max_scheduled",
+                    config.max_scheduled,
+                    counts.scheduled,
+                    *scheduled,
+                ),
+            ];
+            for (limit, maximum, current, more) in checks {
+                let Some(maximum) = maximum else { continue };
+                if more > 0 && current.saturating_add(more) > maximum {
+                    return Err(StoreError::TenantLimit {
+                        tenant: tenant.to_string(),
+                        limit,
+                        current,
+                        maximum,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The weight of each of `tenants` in a FETCH for any tenant (1 without settings).
+    pub(crate) async fn tenant_weights(
+        &self,
+        tenants: &[&TenantId],
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        if tenants.is_empty() {
+            return Ok(HashMap::new());
+        }
+        Ok(self
+            .tenant_configs(tenants)
+            .await?
+            .into_iter()
+            .map(|(t, c)| (t, c.weight()))
+            .collect())
+    }
+
+    fn forget_tenant_config(&self, tenant: &str) {
+        if let Ok(mut cache) = self.tenant_config_cache.lock() {
+            cache.remove(tenant);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    #[test]
+    fn settings_read_back_from_their_item() {
+        let mut item = tenant_key("acme");
+        item.insert("weight".into(), n(7));
+        item.insert("max_scheduled".into(), n(3));
+        item.insert("junk".into(), AttributeValue::Bool(true));
+        assert_eq!(tenant_of(&item).as_deref(), Some("acme"));
+        assert_eq!(
+            config_of(&item),
+            TenantConfig {
+                fairness_weight: Some(7),
+                max_queue_depth: None,
+                max_scheduled: Some(3),
+            }
+        );
+    }
+}

@@ -19,6 +19,7 @@ pub mod failure;
 pub mod idempotency;
 pub mod ids;
 pub mod job;
+pub mod pool;
 pub mod progress;
 pub mod push;
 pub mod rate_limit;

@@ -174,14 +174,6 @@ pub const NOT_IMPLEMENTED: &[ConformanceGap] = &[
         missing: "attestation is a draft outside ../spec: its /ojs/v1/attest routes are not served (404)",
     },
     ConformanceGap {
-        case: "ext-fair-scheduling/fair-scheduling-stats.json",
-        missing: "fair scheduling (ojs-fair-scheduling.md, the tenancy issue): no weighted pools or scheduling stats",
-    },
-    ConformanceGap {
-        case: "ext-fair-scheduling/fair-scheduling-weighted-pool.json",
-        missing: "fair scheduling (ojs-fair-scheduling.md, the tenancy issue): no weighted pools or scheduling stats",
-    },
-    ConformanceGap {
         case: "ext-middleware/middleware-validation-reject.json",
         missing: "expects 422 for a valid job whose meta carries `ojs_validate: true`; ojs-middleware.md §3.1 puts enqueue middleware on the client side, and nothing in ../spec or the SDKs defines `ojs_validate`, a server-side validation middleware, or a rule this job breaks (no schema is registered for it), so the server accepts it (201): refusing on the flag alone would be a hard-coded answer",
     },

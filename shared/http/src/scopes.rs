@@ -443,6 +443,9 @@ pub const ROUTES: &[RouteScope] = &[
     r("GET", "/ojs/v1/admin/tenants/{id}/stats", Need::AdminRead),
     r("GET", "/ojs/v1/admin/tenants/{id}/jobs", Need::AdminRead),
     r("GET", "/ojs/v1/admin/pools", Need::AdminRead),
+    r("GET", "/ojs/v1/admin/pools/{name}", Need::AdminRead),
+    r("PUT", "/ojs/v1/admin/pools/{name}", Need::AdminWrite),
+    r("DELETE", "/ojs/v1/admin/pools/{name}", Need::AdminWrite),
     r("GET", "/ojs/v1/admin/scheduling/stats", Need::AdminRead),
     r(
         "GET",

@@ -23,7 +23,7 @@ use engine::{
     unique, unread,
 };
 use features::{
-    admin, api_keys, cron, dead_letter, idempotency, push, queues, rate_limits, schemas,
+    admin, api_keys, cron, dead_letter, idempotency, pools, push, queues, rate_limits, schemas,
     tenant_config, webhooks, workers, workflow,
 };
 
@@ -245,6 +245,10 @@ pub struct Store {
     lane_turn: Arc<std::sync::atomic::AtomicUsize>,
     /// Tenants' settings read by FETCH and PUSH, with when they were read.
     tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
+    /// The scheduling pools as this instance lately listed them.
+    pool_cache: Arc<Mutex<pools::PoolCache>>,
+    /// Which queue of a pooled FETCH this instance's next one starts at.
+    queue_turn: Arc<std::sync::atomic::AtomicUsize>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
@@ -269,6 +273,8 @@ impl Store {
             quiet_due: Arc::default(),
             lane_turn: Arc::default(),
             tenant_config_cache: Arc::default(),
+            pool_cache: Arc::default(),
+            queue_turn: Arc::default(),
             stream: None,
             observers: Vec::new(),
             payloads: None,

@@ -233,6 +233,8 @@ const ALLOWED_UPWARD_CALLS: &[(&str, &str)] = &[
     ("engine/claim.rs", "window_state"),
     // A FETCH for any tenant weighs the tenants of its queues (their settings).
     ("engine/claim.rs", "tenant_weights"),
+    // A FETCH over several queues follows the scheduling pool that holds them.
+    ("engine/claim.rs", "pool_for"),
     // A finished job's workflow follow-up.
     ("engine/effects.rs", "after_terminal"),
     // A discard into the dead letter queue writes its entry in the same transaction.

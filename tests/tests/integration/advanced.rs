@@ -1399,6 +1399,7 @@ async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> a
         worker_id: Some("w".into()),
         visibility_timeout_ms: None,
         tenant: Default::default(),
+        scheduling: None,
     };
     // Calls of one FETCH of one job.
     let fetch = |store: Store| {

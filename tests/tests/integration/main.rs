@@ -33,6 +33,7 @@ mod limits;
 mod observability;
 mod payloads;
 mod payloads_answers;
+mod pools;
 mod progress;
 mod proto;
 mod push;

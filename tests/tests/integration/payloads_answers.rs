@@ -256,6 +256,7 @@ async fn a_fetch_whose_payload_store_fails_delivers_the_rest_and_gives_the_job_b
         worker_id: Some("w1".into()),
         visibility_timeout_ms: None,
         tenant: Default::default(),
+        scheduling: None,
     };
     let outcome = down.fetch(&req, ojs_core::time::now()).await?;
     let ids: Vec<String> = outcome.jobs.iter().map(|j| j.id.to_string()).collect();
@@ -528,6 +529,7 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
         worker_id: Some("w".into()),
         visibility_timeout_ms: None,
         tenant: Default::default(),
+        scheduling: None,
     };
     ojs_tests::after_index_lag().await;
     proxy.script(Filter::Any, &[Fault::DropAfter; 8]);

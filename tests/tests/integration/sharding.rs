@@ -334,6 +334,7 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
                 worker_id: Some("w2".into()),
                 visibility_timeout_ms: None,
                 tenant: Default::default(),
+                scheduling: None,
             },
             ojs_core::time::now(),
         )
@@ -399,6 +400,7 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
             worker_id: Some(worker.into()),
             visibility_timeout_ms: None,
             tenant: Default::default(),
+            scheduling: None,
         })
     };
     // The slow worker reads its page of lost-a, then its first claim is held while the

@@ -205,6 +205,7 @@ async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
         worker_id: Some(CLOUDQ_WORKER.to_owned()),
         visibility_timeout_ms: None,
         tenant: ojs_core::tenant::Scope::Any,
+        scheduling: None,
     };
     let mut outcome = app.store.fetch(&req, time::now()).await?;
     if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {

@@ -9,6 +9,7 @@ pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
+mod pools;
 pub(crate) mod push;
 pub(crate) mod queues;
 mod rate_limits;

@@ -29,6 +29,7 @@ pub(crate) fn router() -> Router<AppState> {
             axum::routing::put(set_rate_limit).delete(clear_rate_limit),
         )
         .merge(super::rate_limits::router())
+        .merge(super::pools::router())
 }
 
 async fn queue_stats(

@@ -164,6 +164,7 @@ fn parse_fetch(body: Value) -> Result<FetchRequest, OjsError> {
         worker_id: worker_id(&body)?,
         visibility_timeout_ms: bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?,
         tenant: ojs_core::tenant::Scope::Any,
+        scheduling: ojs_core::pool::Scheduling::of_fetch(&body)?,
     })
 }
 

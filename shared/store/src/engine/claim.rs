@@ -52,6 +52,9 @@ pub struct FetchRequest {
     /// Whose jobs: one tenant's, or any tenant's, taken in turn
     /// ([`crate::keys::Lane`]).
     pub tenant: ojs_core::tenant::Scope,
+    /// The FETCH's own strategy over its queues (ojs-fair-scheduling.md §5.2); a pool
+    /// holding its queues takes precedence.
+    pub scheduling: Option<ojs_core::pool::Scheduling>,
     /// Most jobs to claim.
     pub count: usize,
     /// The claiming worker.
@@ -90,6 +93,9 @@ struct Fetching<'a> {
     ///
     /// [`StoreConfig::fetch_budget`]: crate::StoreConfig::fetch_budget
     ends: Instant,
+    /// How many claimed jobs the queue being claimed from may bring the FETCH to: its
+    /// count, or less in a scheduled FETCH's first pass (the queue's share).
+    target: usize,
 }
 
 impl Fetching<'_> {
@@ -314,6 +320,7 @@ impl Store {
             admitted: None,
             losses_on_queue: 0,
             ends: Instant::now() + self.config.fetch_budget,
+            target: req.count,
         };
         let settings = self.queue_settings(&req.queues).await?;
         // A FETCH for any tenant weighs the tenants of its queues (1 each unless set).
@@ -328,27 +335,58 @@ impl Store {
             }
             ojs_core::tenant::Scope::One(_) => HashMap::new(),
         };
-        'queues: for queue in &req.queues {
-            let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
-            if queue_settings.paused {
-                continue;
-            }
-            let queue_limit = queue_settings.rate_limit.as_ref();
-            for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights) {
+        // The order queues are served in, and each one's share of the count in a first
+        // pass: all of it in the FETCH's order (strict), or by turns and weights.
+        let scheduling = self.scheduling_of(req).await;
+        let (order, shares) = queue_order(
+            &req.queues,
+            scheduling.as_ref(),
+            req.count,
+            self.queue_turn
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u64,
+        );
+        let passes = if scheduling.is_some() { 2 } else { 1 };
+        let mut dry: Vec<&QueueName> = Vec::new();
+        'passes: for pass in 0..passes {
+            for (queue, share) in order.iter().zip(&shares) {
                 if run.done(req.count) || run.admitted == Some(false) {
-                    break 'queues;
+                    break 'passes;
                 }
-                if let Err(e) = self
-                    .claim_from(&lane, req, now, queue_limit, &mut run)
-                    .await
+                if dry.contains(queue) {
+                    continue;
+                }
+                let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
+                if queue_settings.paused {
+                    continue;
+                }
+                run.target = if pass == 0 {
+                    (run.claimed.len() + share).min(req.count)
+                } else {
+                    req.count
+                };
+                let queue_limit = queue_settings.rate_limit.as_ref();
+                for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights)
                 {
-                    if run.claimed.is_empty() {
-                        return Err(e);
+                    if run.done(run.target) || run.admitted == Some(false) {
+                        break;
                     }
-                    // Jobs already claimed are leased to this worker: answering 503 would
-                    // strand them until their lease ends. Deliver them instead.
-                    tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
-                    break 'queues;
+                    if let Err(e) = self
+                        .claim_from(&lane, req, now, queue_limit, &mut run)
+                        .await
+                    {
+                        if run.claimed.is_empty() {
+                            return Err(e);
+                        }
+                        // Jobs already claimed are leased to this worker: answering 503
+                        // would strand them until their lease ends. Deliver them instead.
+                        tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
+                        break 'passes;
+                    }
+                }
+                // A queue that gave less than it was asked has nothing more for the
+                // second pass.
+                if run.claimed.len() < run.target {
+                    dry.push(queue);
                 }
             }
         }
@@ -391,6 +429,22 @@ impl Store {
             limit,
             saw_ready: run.saw_ready,
         })
+    }
+
+    /// The strategy a FETCH over several queues follows: the pool's holding its queues,
+    /// else its own; `None` for strict order (or a pool list that cannot be read now: the
+    /// FETCH is served in its own order rather than refused).
+    async fn scheduling_of(&self, req: &FetchRequest) -> Option<ojs_core::pool::Scheduling> {
+        let pooled = match self.pool_for(&req.queues).await {
+            Ok(pool) => pool.map(|p| p.scheduling),
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduling pools unread; the FETCH's own order");
+                None
+            }
+        };
+        pooled
+            .or_else(|| req.scheduling.clone())
+            .filter(|s| s.strategy != ojs_core::pool::Strategy::Strict && req.queues.len() > 1)
     }
 
     /// The lanes of `queue` a FETCH for `scope` reads, in order: one tenant's own; for any
@@ -449,7 +503,7 @@ impl Store {
             0
         };
         for k in 0..shards {
-            if run.done(req.count) {
+            if run.done(run.target) {
                 break;
             }
             let shard = (first + k) % shards;
@@ -482,10 +536,10 @@ impl Store {
             self.promote_due_shard(queue, shard, now).await?;
         }
         for _ in 0..CLAIM_ROUNDS {
-            if run.done(req.count) {
+            if run.done(run.target) {
                 break;
             }
-            let wanted = req.count - run.claimed.len();
+            let wanted = run.target.saturating_sub(run.claimed.len());
             let contended = self.contention.recent(queue);
             let spare = if contended {
                 CONTENDED_PAGE_SPARE
@@ -562,11 +616,11 @@ impl Store {
                     }
                     Claim::QueueLimited => return Ok(true),
                 }
-                if run.done(req.count) {
+                if run.done(run.target) {
                     break;
                 }
             }
-            if run.done(req.count) || exhausted && !lost_any {
+            if run.done(run.target) || exhausted && !lost_any {
                 break;
             }
         }
@@ -1152,6 +1206,40 @@ impl Store {
     }
 }
 
+/// The order a FETCH serves `queues` in, and each queue's share of `count` in its first
+/// pass: without `scheduling`, the FETCH's own order and all of the count each; with it,
+/// starting at the queue turn `turn` picks by weight, and shares proportional to the
+/// weights (at least one each), so one FETCH of several jobs mixes its queues too.
+fn queue_order<'q>(
+    queues: &'q [QueueName],
+    scheduling: Option<&ojs_core::pool::Scheduling>,
+    count: usize,
+    turn: u64,
+) -> (Vec<&'q QueueName>, Vec<usize>) {
+    let Some(s) = scheduling else {
+        return (queues.iter().collect(), vec![count; queues.len()]);
+    };
+    let weights: Vec<u64> = queues
+        .iter()
+        .map(|q| match s.strategy {
+            ojs_core::pool::Strategy::Weighted => s.weight_of(q).max(1),
+            _ => 1,
+        })
+        .collect();
+    let total: u64 = weights.iter().sum::<u64>().max(1);
+    let first = first_by_weight(&weights, turn);
+    let mut order: Vec<(&QueueName, usize)> = queues
+        .iter()
+        .zip(&weights)
+        .map(|(q, w)| {
+            let share = (count as u64 * w).div_ceil(total).max(1);
+            (q, usize::try_from(share).unwrap_or(count))
+        })
+        .collect();
+    order.rotate_left(first);
+    order.into_iter().unzip()
+}
+
 /// The lane turn `turn` starts at, of lanes weighing `weights`: turns are spread over the
 /// weights' sum by a stride prime to it, so every run of `sum` turns gives each lane its
 /// weight's count of first places, interleaved rather than in one block.
@@ -1308,5 +1396,36 @@ mod tests {
             .count();
         assert!(light >= 1, "the light lane comes first in 16 turns");
         assert_eq!(first_by_weight(&[], 3), 0);
+    }
+
+    #[test]
+    fn a_scheduled_fetch_starts_by_turns_and_shares_its_count() {
+        use ojs_core::pool::{Scheduling, Strategy};
+        let qs: Vec<QueueName> = ["a", "b", "c"]
+            .iter()
+            .filter_map(|q| QueueName::parse(q).ok())
+            .collect();
+        let names = |o: &[&QueueName]| o.iter().map(|q| q.as_str()).collect::<Vec<_>>().join("");
+        let (order, shares) = queue_order(&qs, None, 4, 9);
+        assert_eq!((names(&order), shares), ("abc".to_owned(), vec![4, 4, 4]));
+        let rr = Scheduling {
+            strategy: Strategy::RoundRobin,
+            weights: Vec::new(),
+        };
+        let starts: Vec<String> = (0..3)
+            .map(|t| names(&queue_order(&qs, Some(&rr), 1, t).0))
+            .collect();
+        assert_eq!(starts, vec!["abc", "bca", "cab"]);
+        assert_eq!(queue_order(&qs, Some(&rr), 4, 0).1, vec![2, 2, 2]);
+        let weighted = Scheduling {
+            strategy: Strategy::Weighted,
+            weights: vec![(qs[0].clone(), 7), (qs[1].clone(), 3)],
+        };
+        let (order, shares) = queue_order(&qs[..2], Some(&weighted), 10, 0);
+        assert_eq!((names(&order), shares), ("ab".to_owned(), vec![7, 3]));
+        let firsts = (0..10)
+            .filter(|t| queue_order(&qs[..2], Some(&weighted), 1, *t).0[0].as_str() == "a")
+            .count();
+        assert_eq!(firsts, 7);
     }
 }

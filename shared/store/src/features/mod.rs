@@ -8,6 +8,7 @@ pub(crate) mod checkpoints;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
 pub(crate) mod idempotency;
+pub(crate) mod pools;
 pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod rate_limits;

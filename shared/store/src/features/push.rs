@@ -417,6 +417,7 @@ impl Store {
             worker_id: Some(endpoint.worker_id()),
             visibility_timeout_ms: Some(lease_ms),
             tenant: ojs_core::tenant::Scope::Any,
+            scheduling: None,
         };
         let candidate = crate::claim::Candidate::for_push(
             ready.job.id,

@@ -1,0 +1,91 @@
+//! Scheduling pools (ojs-fair-scheduling.md §10.1): served with the queues whose FETCH
+//! order they decide.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use ojs_core::OjsError;
+use serde_json::{json, Value};
+
+use super::reply;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/admin/pools", get(list_pools))
+        .route(
+            "/ojs/v1/admin/pools/{name}",
+            get(get_pool).put(put_pool).delete(delete_pool),
+        )
+}
+
+/// `GET /ojs/v1/admin/pools` (ojs-fair-scheduling.md §10.1): every scheduling pool, as
+/// `items` (the spec) and `pools`.
+async fn list_pools(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let pools: Vec<Value> = app
+        .store
+        .list_pools()
+        .await?
+        .iter()
+        .map(|p| p.to_json())
+        .collect();
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": pools, "pools": pools}),
+    ))
+}
+
+fn no_pool(name: &str) -> ApiError {
+    ApiError(OjsError::not_found(format!("no pool named {name:.128}")))
+}
+
+async fn get_pool(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let pool = app
+        .store
+        .list_pools()
+        .await?
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| no_pool(&name))?;
+    let view = pool.to_json();
+    Ok(reply(StatusCode::OK, json!({"pool": view})))
+}
+
+/// `PUT /ojs/v1/admin/pools/{name}`: creates or replaces the pool; a FETCH over two of
+/// its queues or more follows its strategy at once on this instance, on the others
+/// within the settings' time to live.
+async fn put_pool(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let pool = ojs_core::pool::Pool::from_json(&name, &body)?;
+    let created = app.store.put_pool(&pool).await?;
+    tracing::info!(event = "scheduling.rebalanced", pool = %name, strategy = pool.scheduling.strategy.as_str(), "pool set");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(reply(status, json!({"pool": pool.to_json()})))
+}
+
+async fn delete_pool(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    if !app.store.delete_pool(&name).await? {
+        return Err(no_pool(&name));
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({"deleted": true, "name": name}),
+    ))
+}

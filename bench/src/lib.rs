@@ -16,6 +16,7 @@ pub mod meter;
 pub mod push;
 pub mod report;
 pub mod stats;
+pub mod tenants;
 pub mod throughput;
 pub mod timer;
 pub mod versus;

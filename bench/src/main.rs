@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use ojs_bench::{capacity, cold_start, cost, cpu, env, push, report, throughput, timer, versus};
+use ojs_bench::{
+    capacity, cold_start, cost, cpu, env, push, report, tenants, throughput, timer, versus,
+};
 
-const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push,timer] [--workers 1,8,32] [--no-build] [--prices PATH]
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push,timer,tenants] [--workers 1,8,32] [--no-build] [--prices PATH]
 
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
@@ -51,6 +53,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "cpu",
             "push",
             "timer",
+            "tenants",
         ]
         .map(String::from)
         .to_vec(),
@@ -210,6 +213,19 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let tenants = if on("tenants") {
+        let t = step("tenant B beside tenant A's flood");
+        let (flood, small) = if args.quick {
+            (2_000, 50)
+        } else {
+            (20_000, 100)
+        };
+        let r = tenants::run(flood, small, 8).await?;
+        done(t);
+        Some(r)
+    } else {
+        None
+    };
     let cold = if on("cold") {
         let t = step("cold starts");
         let c = cold_start::run(&functions, cold_runs).await?;
@@ -242,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
         cpu,
         push,
         timer,
+        tenants,
         targets,
     };
     println!("{}", report::render(&report));

@@ -96,6 +96,9 @@ pub struct Report {
     pub push: Option<crate::push::PushReport>,
     /// Section 7.
     pub timer: Option<crate::timer::TimerReport>,
+    /// Section 8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<crate::tenants::TenantReport>,
     /// Targets.
     pub targets: Vec<Target>,
 }
@@ -384,6 +387,45 @@ fn render_timer(o: &mut String, r: &crate::timer::TimerReport) {
     );
 }
 
+fn render_tenants(o: &mut String, r: &crate::tenants::TenantReport) {
+    let _ = writeln!(o, "\n== 8. Tenant B beside tenant A's flood ==");
+    let _ = writeln!(
+        o,
+        "Method: tenant A pushes {} jobs into one queue (batches of 100), then tenant B pushes {} one by one while {} workers for any tenant FETCH one job and ACK it; B's wait = its FETCH's answer - its PUSH's answer. Runs on fresh tables: B alone; beside the flood with tenants (lanes); the same jobs without tenants (FIFO).",
+        r.flood, r.small, r.workers
+    );
+    let _ = writeln!(
+        o,
+        "{:<9} {:>10} {:>10} {:>10} {:>9}",
+        "run", "p50 ms", "p99 ms", "max ms", "fetched"
+    );
+    for w in &r.waits {
+        let _ = writeln!(
+            o,
+            "{:<9} {:>10.0} {:>10.0} {:>10.0} {:>9}",
+            w.run, w.p50_ms, w.p99_ms, w.max_ms, w.fetched
+        );
+    }
+    let _ = writeln!(
+        o,
+        "B's p99 beside the flood / alone: {:.2} (issue #35: within 2)",
+        r.p99_ratio
+    );
+    let _ = writeln!(o, "FETCH (1 job) for any tenant, per request:");
+    let _ = writeln!(
+        o,
+        "{:<16} {:>7} {:>7} {:>7}",
+        "tenants ready", "calls", "RCU", "WCU"
+    );
+    for c in &r.fetch_cost {
+        let _ = writeln!(
+            o,
+            "{:<16} {:>7.2} {:>7.2} {:>7.2}",
+            c.tenants, c.calls, c.read_units, c.write_units
+        );
+    }
+}
+
 fn render_push(o: &mut String, p: &crate::push::PushReport) {
     let _ = writeln!(
         o,
@@ -441,6 +483,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(timer) = &r.timer {
         render_timer(&mut o, timer);
+    }
+    if let Some(tenants) = &r.tenants {
+        render_tenants(&mut o, tenants);
     }
     let _ = writeln!(o, "\n== Targets (issues #9 and #17) ==");
     let _ = writeln!(

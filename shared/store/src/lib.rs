@@ -243,6 +243,8 @@ pub struct Store {
     /// Which lane of a queue with tenants this instance's next FETCH for any tenant
     /// starts at (round robin).
     lane_turn: Arc<std::sync::atomic::AtomicUsize>,
+    /// Lanes this instance's FETCH lately found empty (they take no first turn).
+    quiet_lanes: Arc<claim::QuietLanes>,
     /// Tenants' settings read by FETCH and PUSH, with when they were read.
     tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
     /// The scheduling pools as this instance lately listed them.
@@ -272,6 +274,7 @@ impl Store {
             contention: Arc::default(),
             quiet_due: Arc::default(),
             lane_turn: Arc::default(),
+            quiet_lanes: Arc::default(),
             tenant_config_cache: Arc::default(),
             pool_cache: Arc::default(),
             queue_turn: Arc::default(),

@@ -235,9 +235,10 @@ async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyho
         .await?;
     }
     ojs_tests::after_index_lag().await;
-    // Behind 30 older jobs in one queue, FIFO would hand "small" nothing in six FETCHes;
-    // taking the queue's three lanes (default, flood, small) in turn, every third FETCH
-    // starts at small's.
+    // Behind 30 older jobs in one queue, FIFO would hand "small" nothing in six FETCHes.
+    // The queue's lanes are default, flood and small: the first FETCH starts at the
+    // default tenant's, finds it empty (and takes flood's job), which then stays behind
+    // for its quiet turns; flood and small take the others in turn.
     let mut small = 0;
     for _ in 0..6 {
         let got = fetch_as(&app, None, q, 1).await?;
@@ -245,7 +246,7 @@ async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyho
         assert_eq!(jobs.len(), 1, "{}", got.body);
         small += usize::from(jobs[0]["meta"]["tenant_id"] == "small");
     }
-    assert_eq!(small, 2, "small's jobs among the first six fetched");
+    assert_eq!(small, 3, "small's jobs among the first six fetched");
     app.teardown().await;
     Ok(())
 }
@@ -672,8 +673,9 @@ async fn a_heavier_tenant_comes_first_as_often_as_its_weight() -> anyhow::Result
         assert_eq!(r.status, 201, "{}", r.body);
     }
     ojs_tests::after_index_lag().await;
-    // Lanes default (1, empty: its turns go to the lane after it, heavy), heavy (3),
-    // light (1): over two cycles of 5 turns, heavy serves 8 FETCHes and light 2.
+    // Lanes default (1), heavy (3), light (1): the first FETCH starts at the default
+    // tenant's, finds it empty (heavy serves it) and leaves it behind for its quiet
+    // turns; the nine others go 3:1 by the turns' weights (6 and 3, the stride's order).
     let mut heavy = 0;
     for _ in 0..10 {
         let got = fetch_as(&app, None, q, 1).await?;
@@ -681,7 +683,7 @@ async fn a_heavier_tenant_comes_first_as_often_as_its_weight() -> anyhow::Result
         assert_eq!(jobs.len(), 1, "{}", got.body);
         heavy += usize::from(jobs[0]["meta"]["tenant_id"] == "heavy");
     }
-    assert_eq!(heavy, 8, "heavy's FETCHes of ten");
+    assert_eq!(heavy, 7, "heavy's FETCHes of ten");
     app.teardown().await;
     Ok(())
 }

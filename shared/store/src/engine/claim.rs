@@ -96,6 +96,8 @@ struct Fetching<'a> {
     /// How many claimed jobs the queue being claimed from may bring the FETCH to: its
     /// count, or less in a scheduled FETCH's first pass (the queue's share).
     target: usize,
+    /// Whether the lane being claimed from listed any job.
+    saw_candidates: bool,
 }
 
 impl Fetching<'_> {
@@ -159,6 +161,43 @@ impl<K: Eq + std::hash::Hash + Clone> Recent<K> {
         self.0
             .lock()
             .is_ok_and(|map| map.get(key).is_some_and(|at| at.elapsed() < memory))
+    }
+}
+
+/// Lanes of a queue with tenants in which this instance's FETCH for any tenant lately
+/// found no job, each with the lane turn it was found so: for [`QUIET_LANE_TURNS`] turns
+/// it takes no first turn and comes after the others (still read when they leave room),
+/// so an empty lane (often the default tenant's) gives its turns to the lanes with work
+/// by their weights, not all to the lane after it. Counted in turns, not time: a job
+/// pushed into it elsewhere waits at most that many FETCHes of this instance that found
+/// work in other lanes; one this instance pushes ends its quiet at once.
+#[derive(Default)]
+pub(crate) struct QuietLanes(Mutex<HashMap<crate::keys::Lane, usize>>);
+
+/// How many lane turns a lane found empty stays behind the others.
+const QUIET_LANE_TURNS: usize = 16;
+
+impl QuietLanes {
+    fn note(&self, lane: &crate::keys::Lane, turn: usize) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= 1_000 && !map.contains_key(lane) {
+                map.clear();
+            }
+            map.insert(lane.clone(), turn);
+        }
+    }
+
+    fn quiet(&self, lane: &crate::keys::Lane, turn: usize) -> bool {
+        self.0.lock().is_ok_and(|map| {
+            map.get(lane)
+                .is_some_and(|at| turn.wrapping_sub(*at) < QUIET_LANE_TURNS)
+        })
+    }
+
+    pub(crate) fn forget(&self, lane: &crate::keys::Lane) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(lane);
+        }
     }
 }
 
@@ -321,6 +360,7 @@ impl Store {
             losses_on_queue: 0,
             ends: Instant::now() + self.config.fetch_budget,
             target: req.count,
+            saw_candidates: false,
         };
         let settings = self.queue_settings(&req.queues).await?;
         // A FETCH for any tenant weighs the tenants of its queues (1 each unless set).
@@ -365,15 +405,25 @@ impl Store {
                     req.count
                 };
                 let queue_limit = queue_settings.rate_limit.as_ref();
-                for lane in self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights)
-                {
+                let lanes = self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights);
+                let shared = lanes.len() > 1;
+                for lane in lanes {
                     if run.done(run.target) || run.admitted == Some(false) {
                         break;
                     }
-                    if let Err(e) = self
+                    run.saw_candidates = false;
+                    let claimed = self
                         .claim_from(&lane, req, now, queue_limit, &mut run)
-                        .await
-                    {
+                        .await;
+                    if shared && claimed.is_ok() {
+                        if run.saw_candidates {
+                            self.quiet_lanes.forget(&lane);
+                        } else {
+                            let turn = self.lane_turn.load(std::sync::atomic::Ordering::Relaxed);
+                            self.quiet_lanes.note(&lane, turn);
+                        }
+                    }
+                    if let Err(e) = claimed {
                         if run.claimed.is_empty() {
                             return Err(e);
                         }
@@ -465,22 +515,29 @@ impl Store {
                 tenant: tenant.clone(),
             }],
             ojs_core::tenant::Scope::Any => {
-                let mut lanes = crate::keys::Lane::all_of(queue, tenants);
-                if lanes.len() > 1 {
-                    let weight = |l: &crate::keys::Lane| {
-                        l.tenant
-                            .as_ref()
-                            .and_then(|t| weights.get(t.as_str()))
-                            .copied()
-                            .unwrap_or(1)
-                    };
-                    let w: Vec<u64> = lanes.iter().map(weight).collect();
-                    let turn = self
-                        .lane_turn
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    lanes.rotate_left(first_by_weight(&w, turn as u64));
+                let lanes = crate::keys::Lane::all_of(queue, tenants);
+                if lanes.len() < 2 {
+                    return lanes;
                 }
-                lanes
+                let turn = self
+                    .lane_turn
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (mut live, quiet): (Vec<_>, Vec<_>) = lanes
+                    .into_iter()
+                    .partition(|l| !self.quiet_lanes.quiet(l, turn));
+                let weight = |l: &crate::keys::Lane| {
+                    l.tenant
+                        .as_ref()
+                        .and_then(|t| weights.get(t.as_str()))
+                        .copied()
+                        .unwrap_or(1)
+                };
+                let w: Vec<u64> = live.iter().map(weight).collect();
+                if !live.is_empty() {
+                    live.rotate_left(first_by_weight(&w, turn as u64));
+                }
+                live.extend(quiet);
+                live
             }
         }
     }
@@ -548,6 +605,7 @@ impl Store {
             };
             let page = wanted.saturating_add(spare).min(100) as i32;
             let mut candidates = self.ready_candidates(lane, shard, page).await?;
+            run.saw_candidates |= !candidates.is_empty();
             if !candidates.is_empty() && !run.admits().await? {
                 // A quiet, draining or terminating worker is assigned nothing
                 // (ojs-graceful-shutdown.md §5.1); looking again would not change that.
@@ -1427,5 +1485,17 @@ mod tests {
             .filter(|t| queue_order(&qs[..2], Some(&weighted), 1, *t).0[0].as_str() == "a")
             .count();
         assert_eq!(firsts, 7);
+    }
+
+    #[test]
+    fn a_lane_found_empty_stays_behind_for_its_turns_then_comes_back() {
+        let lane = crate::keys::Lane::default_of(&QueueName::default_queue());
+        let quiet = QuietLanes::default();
+        assert!(!quiet.quiet(&lane, 5));
+        quiet.note(&lane, 5);
+        assert!(quiet.quiet(&lane, 5) && quiet.quiet(&lane, 5 + QUIET_LANE_TURNS - 1));
+        assert!(!quiet.quiet(&lane, 5 + QUIET_LANE_TURNS));
+        quiet.forget(&lane);
+        assert!(!quiet.quiet(&lane, 6));
     }
 }

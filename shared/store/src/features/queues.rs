@@ -59,6 +59,8 @@ impl Store {
     /// FETCH for any tenant and the counters' repair know where to read. Once per lane
     /// per cold start, like the queue.
     pub(crate) async fn register_lane(&self, lane: &keys::Lane) -> Result<(), StoreError> {
+        // A job is coming: this instance's FETCH reads the lane in its turn again.
+        self.quiet_lanes.forget(lane);
         let Some(tenant) = &lane.tenant else {
             return self.register_queue(lane.queue.as_str()).await;
         };

@@ -1,0 +1,288 @@
+//! Section 8: fairness between tenants (issue #35). Tenant A floods one queue with
+//! `flood` jobs; tenant B then pushes `small` jobs into the same queue; `workers` workers
+//! serving every tenant FETCH one job at a time and ACK it. B's wait is, per job, the
+//! instant its FETCH answered less the instant its PUSH answered (both at the client).
+//! Three runs, each on a fresh table: B alone (no flood), B beside the flood in its own
+//! lane (the tenants' model), and the same jobs without tenants (one lane: FIFO, what
+//! jobs without tenants get, and what B got before tenants existed).
+//!
+//! Then the DynamoDB cost of one FETCH for any tenant with 1, 10 and 100 tenants having a
+//! job ready in the queue (calls and read units, as the store meters them).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ojs_tests::TestApp;
+use reqwest::Method;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::stats::{ms, percentile};
+
+/// Longest a run may take before the section reports a failure.
+const GIVE_UP: Duration = Duration::from_secs(1_800);
+
+/// B's waits in one run, ms.
+#[derive(Debug, Clone, Serialize)]
+pub struct Waits {
+    /// What ran: `alone`, `tenants` or `fifo`.
+    pub run: String,
+    /// Median wait.
+    pub p50_ms: f64,
+    /// 99th percentile wait.
+    pub p99_ms: f64,
+    /// Longest wait.
+    pub max_ms: f64,
+    /// Jobs the workers fetched in all (A's and B's) until B's last was.
+    pub fetched: usize,
+}
+
+/// One FETCH's cost with `tenants` tenants ready.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchCost {
+    /// Tenants with a job ready in the queue.
+    pub tenants: usize,
+    /// DynamoDB calls per FETCH (mean of the FETCHes measured).
+    pub calls: f64,
+    /// Read units per FETCH.
+    pub read_units: f64,
+    /// Write units per FETCH.
+    pub write_units: f64,
+}
+
+/// Section 8.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantReport {
+    /// A's jobs.
+    pub flood: usize,
+    /// B's jobs.
+    pub small: usize,
+    /// Workers.
+    pub workers: usize,
+    /// B's waits: alone, beside the flood with tenants, and without tenants (FIFO).
+    pub waits: Vec<Waits>,
+    /// B's p99 beside the flood over its p99 alone (the issue's bound: 2).
+    pub p99_ratio: f64,
+    /// FETCH cost with 1, 10 and 100 tenants ready.
+    pub fetch_cost: Vec<FetchCost>,
+}
+
+async fn call(
+    app: &TestApp,
+    tenant: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> anyhow::Result<Value> {
+    let mut req = app
+        .client
+        .request(method, format!("{}{path}", app.base_url))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(t) = tenant {
+        req = req.header("X-OJS-Tenant", t);
+    }
+    let res = req.send().await?;
+    let status = res.status().as_u16();
+    let body: Value = serde_json::from_slice(&res.bytes().await?).unwrap_or(Value::Null);
+    if status >= 300 {
+        bail!("{path}: {status} {body}");
+    }
+    Ok(body)
+}
+
+/// One run: A's flood (unless `flood` is 0), then B's jobs while the workers run.
+async fn run_once(
+    label: &str,
+    flood: usize,
+    small: usize,
+    workers: usize,
+    tenants: bool,
+) -> anyhow::Result<Waits> {
+    let app = Arc::new(TestApp::spawn().await?);
+    let queue = "bench-tenants";
+    let (a, b) = if tenants {
+        (Some("tenant-a"), Some("tenant-b"))
+    } else {
+        (None, None)
+    };
+    for chunk in (0..flood).collect::<Vec<_>>().chunks(100) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"type": "bench.flood", "args": [i], "options": {"queue": queue}}))
+            .collect();
+        call(
+            &app,
+            a,
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            json!({ "jobs": jobs }),
+        )
+        .await?;
+    }
+    ojs_tests::after_index_lag().await;
+    let pushed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let fetched: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (app, fetched, seen) = (app.clone(), fetched.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("bench-w{w}");
+            loop {
+                let done = fetched.lock().map(|f| f.len()).unwrap_or(0) >= small;
+                if done || started.elapsed() > GIVE_UP {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let got = call(
+                    &app,
+                    None,
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    json!({"queues": [queue], "count": 1, "worker_id": worker}),
+                )
+                .await?;
+                let at = Instant::now();
+                for job in got["jobs"].as_array().cloned().unwrap_or_default() {
+                    let id = job["id"].as_str().unwrap_or_default().to_owned();
+                    seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if job["type"] == "bench.small" {
+                        if let Ok(mut f) = fetched.lock() {
+                            f.insert(id.clone(), at);
+                        }
+                    }
+                    call(
+                        &app,
+                        None,
+                        Method::POST,
+                        "/ojs/v1/workers/ack",
+                        json!({"job_id": id}),
+                    )
+                    .await?;
+                }
+                if got["jobs"].as_array().is_none_or(Vec::is_empty) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    for i in 0..small {
+        let body = call(
+            &app,
+            b,
+            Method::POST,
+            "/ojs/v1/jobs",
+            json!({"type": "bench.small", "args": [i], "options": {"queue": queue}}),
+        )
+        .await?;
+        let id = body["job"]["id"].as_str().unwrap_or_default().to_owned();
+        if let Ok(mut p) = pushed.lock() {
+            p.insert(id, Instant::now());
+        }
+    }
+    for t in tasks {
+        t.await.context("a worker panicked")??;
+    }
+    let before_last = seen.load(std::sync::atomic::Ordering::Relaxed);
+    let pushed = pushed.lock().map(|p| p.clone()).unwrap_or_default();
+    let fetched = fetched.lock().map(|f| f.clone()).unwrap_or_default();
+    if fetched.len() < small {
+        bail!(
+            "{label}: {} of B's {small} jobs fetched within {GIVE_UP:?}",
+            fetched.len()
+        );
+    }
+    // A FETCH may answer before this task recorded the PUSH's answer: a wait of 0.
+    let waits: Vec<f64> = fetched
+        .iter()
+        .filter_map(|(id, at)| pushed.get(id).map(|p| ms(at.saturating_duration_since(*p))))
+        .collect();
+    let p = |q: f64| percentile(&waits, q).unwrap_or(f64::NAN);
+    Ok(Waits {
+        run: label.to_owned(),
+        p50_ms: p(50.0),
+        p99_ms: p(99.0),
+        max_ms: waits.iter().copied().fold(0.0, f64::max),
+        fetched: before_last,
+    })
+}
+
+/// The cost of a FETCH for any tenant with `tenants` tenants each having jobs ready.
+async fn fetch_cost(tenants: usize) -> anyhow::Result<FetchCost> {
+    let app = TestApp::spawn().await?;
+    let queue = "bench-tenant-cost";
+    let fetches: usize = 20;
+    for t in 0..tenants {
+        let tenant = format!("t{t}");
+        let per = fetches.div_ceil(tenants) + 1;
+        let jobs: Vec<Value> = (0..per)
+            .map(|i| json!({"type": "bench.cost", "args": [i], "options": {"queue": queue}}))
+            .collect();
+        call(
+            &app,
+            Some(&tenant),
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            json!({ "jobs": jobs }),
+        )
+        .await?;
+    }
+    ojs_tests::after_index_lag().await;
+    // The queue's settings (its tenants) are read once per instance per second or so:
+    // one FETCH first, unmeasured, as a warm instance has them.
+    call(
+        &app,
+        None,
+        Method::POST,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": [queue], "count": 1}),
+    )
+    .await?;
+    let before = app.store.usage();
+    for _ in 0..fetches {
+        let got = call(
+            &app,
+            None,
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [queue], "count": 1}),
+        )
+        .await?;
+        if got["jobs"].as_array().is_none_or(Vec::is_empty) {
+            bail!("a FETCH with {tenants} tenants ready found nothing");
+        }
+    }
+    let used = app.store.usage() - before;
+    let per = |x: f64| x / fetches as f64;
+    Ok(FetchCost {
+        tenants,
+        calls: per(used.calls as f64),
+        read_units: per(used.read_units),
+        write_units: per(used.write_units),
+    })
+}
+
+/// Section 8 with A's `flood`, B's `small` jobs and `workers` workers.
+pub async fn run(flood: usize, small: usize, workers: usize) -> anyhow::Result<TenantReport> {
+    if small == 0 || workers == 0 {
+        bail!("the tenants section needs jobs of B's and workers");
+    }
+    let alone = run_once("alone", 0, small, workers, true).await?;
+    let fair = run_once("tenants", flood, small, workers, true).await?;
+    let fifo = run_once("fifo", flood, small, workers, false).await?;
+    let mut fetch_costs = Vec::new();
+    for n in [1, 10, 100] {
+        fetch_costs.push(fetch_cost(n).await?);
+    }
+    Ok(TenantReport {
+        flood,
+        small,
+        workers,
+        p99_ratio: fair.p99_ms / alone.p99_ms.max(1.0),
+        waits: vec![alone, fair, fifo],
+        fetch_cost: fetch_costs,
+    })
+}

@@ -90,6 +90,16 @@ pub struct CronJob {
 }
 
 impl CronJob {
+    /// Gives the template's jobs the tenant the registering request acts for
+    /// (ojs-multi-tenancy.md §5.3, as for a PUSH): written into the template's `meta`
+    /// when it names none, 400 when it names another.
+    pub fn adopt_tenant(&mut self, scope: &crate::tenant::Scope) -> Result<(), OjsError> {
+        match crate::tenant::meta_of(&mut self.template) {
+            Some(meta) => crate::tenant::adopt(scope, meta, "$.job_template.meta"),
+            None => Ok(()),
+        }
+    }
+
     /// Parses a registration. Accepts the spec's shape (`cron`, `type`, `args`, `options`)
     /// and the conformance suite's (`expression`, `job_template {type, args, options}`).
     pub fn from_json(body: Value) -> Result<Self, OjsError> {

@@ -132,6 +132,31 @@ pub fn adopt(scope: &Scope, meta: &mut Map<String, Value>, path: &str) -> Result
     Ok(())
 }
 
+/// The `meta` of a job body where [`crate::NewJob`] reads it (`options` first), made when the
+/// body has none; `None` when what is there is not an object (refused when pushed).
+pub fn meta_of(body: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
+    let present = |o: &Map<String, Value>, k: &str| o.get(k).is_some_and(|v| !v.is_null());
+    let in_options = body
+        .get("options")
+        .and_then(Value::as_object)
+        .and_then(|o| ["meta", "metadata"].into_iter().find(|k| present(o, k)));
+    if let Some(k) = in_options {
+        return body
+            .get_mut("options")?
+            .as_object_mut()?
+            .get_mut(k)?
+            .as_object_mut();
+    }
+    let k = match ["meta", "metadata"].into_iter().find(|k| present(body, k)) {
+        Some(k) => k,
+        None => {
+            body.insert("meta".into(), Value::Object(Map::new()));
+            "meta"
+        }
+    };
+    body.get_mut(k)?.as_object_mut()
+}
+
 /// Largest fairness weight taken.
 pub const MAX_WEIGHT: u64 = 1_000;
 

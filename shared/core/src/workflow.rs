@@ -137,37 +137,12 @@ impl WorkflowSpec {
             ("on_success", &mut c.on_success),
             ("on_failure", &mut c.on_failure),
         ] {
-            if let Some(meta) = body.as_mut().and_then(meta_of) {
+            if let Some(meta) = body.as_mut().and_then(tenant::meta_of) {
                 tenant::adopt(&own, meta, &format!("$.callbacks.{name}.meta"))?;
             }
         }
         Ok(())
     }
-}
-
-/// The `meta` of a job body where [`NewJob`] reads it (`options` first), made when the
-/// body has none; `None` when what is there is not an object (refused when pushed).
-fn meta_of(body: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
-    let present = |o: &Map<String, Value>, k: &str| o.get(k).is_some_and(|v| !v.is_null());
-    let in_options = body
-        .get("options")
-        .and_then(Value::as_object)
-        .and_then(|o| ["meta", "metadata"].into_iter().find(|k| present(o, k)));
-    if let Some(k) = in_options {
-        return body
-            .get_mut("options")?
-            .as_object_mut()?
-            .get_mut(k)?
-            .as_object_mut();
-    }
-    let k = match ["meta", "metadata"].into_iter().find(|k| present(body, k)) {
-        Some(k) => k,
-        None => {
-            body.insert("meta".into(), Value::Object(Map::new()));
-            "meta"
-        }
-    };
-    body.get_mut(k)?.as_object_mut()
 }
 
 fn bad(message: impl Into<String>, path: &str) -> OjsError {

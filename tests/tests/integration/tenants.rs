@@ -687,3 +687,35 @@ async fn a_heavier_tenant_comes_first_as_often_as_its_weight() -> anyhow::Result
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_cron_template_takes_the_registering_tenant() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let cron = |name: &str, meta: Value| {
+        json!({"name": name, "expression": "0 0 1 1 *",
+               "job_template": {"type": "tn.t", "args": [], "meta": meta, "options": {"queue": "tn-cron"}}})
+    };
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/cron",
+        Some(cron("tn-cron-a", json!({"x": 1}))),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let listed = app.call(Method::GET, "/ojs/v1/cron", None).await?;
+    let entry = listed.body.to_string();
+    assert!(entry.contains("\"tenant_id\":\"acme\""), "{entry}");
+    let r = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/cron",
+        Some(cron("tn-cron-b", json!({"tenant_id": "beta"}))),
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    app.teardown().await;
+    Ok(())
+}

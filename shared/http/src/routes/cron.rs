@@ -27,9 +27,11 @@ async fn register_cron(
     State(app): State<AppState>,
     dialect: Dialect,
     Caller(by): Caller,
+    tenant: crate::extract::Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let cron = CronJob::from_json(body)?;
+    let mut cron = CronJob::from_json(body)?;
+    cron.adopt_tenant(&tenant.0)?;
     cron.check_new()?;
     super::schemas::check_template(&app, &cron).await?;
     let (entry, created) = app

@@ -719,3 +719,70 @@ async fn a_cron_template_takes_the_registering_tenant() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_tenants_large_job_kept_in_s3_stays_in_its_lane() -> anyhow::Result<()> {
+    // Its args and meta go to the payload bucket; the tenant stays on the item, so the
+    // reads that never fetch the object (isolation, a requeue's lane) still know it.
+    let (store, _payloads) = ojs_tests::with_payloads(ojs_tests::fresh_store().await?).await?;
+    let app = TestApp::spawn_on_store(store).await?;
+    let q = "tn-big";
+    let big = "x".repeat(300 * 1024);
+    let id = push_as(
+        &app,
+        Some("acme"),
+        json!({"type": "tn.t", "args": [big], "meta": {"note": "n"}, "options": {"queue": q}}),
+    )
+    .await?;
+    ojs_tests::after_index_lag().await;
+    let info = call_as(
+        &app,
+        Some("acme"),
+        Method::GET,
+        &format!("/ojs/v1/jobs/{id}"),
+        None,
+    )
+    .await?;
+    assert_eq!(info.status, 200, "{}", info.body);
+    assert_eq!(
+        info.body["job"]["meta"],
+        json!({"note": "n", "tenant_id": "acme"})
+    );
+    let other = call_as(
+        &app,
+        Some("beta"),
+        Method::GET,
+        &format!("/ojs/v1/jobs/{id}"),
+        None,
+    )
+    .await?;
+    assert_eq!(other.status, 404, "{}", other.body);
+    assert_eq!(
+        fetch_as(&app, Some("acme"), q, 1).await?.job_ids(),
+        vec![id.clone()]
+    );
+    // Given back: into acme's lane again, not the default tenant's.
+    let nack = call_as(
+        &app,
+        Some("acme"),
+        Method::POST,
+        "/ojs/v1/workers/nack",
+        Some(json!({"job_id": id, "error": {"message": "again"}, "requeue": true})),
+    )
+    .await?;
+    assert_eq!(nack.status, 200, "{}", nack.body);
+    ojs_tests::after_index_lag().await;
+    assert!(fetch_as(&app, Some("_default"), q, 1)
+        .await?
+        .job_ids()
+        .is_empty());
+    let again = ojs_tests::poll_until(
+        Duration::from_secs(10),
+        || fetch_as(&app, Some("acme"), q, 1),
+        |r| !r.job_ids().is_empty(),
+    )
+    .await?;
+    assert_eq!(again.job_ids(), vec![id], "{}", again.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -75,6 +75,14 @@ pub(crate) fn skeleton_of(spec: &JobSpec) -> JobSpec {
                 .insert(ojs_core::trace::TRACEPARENT.to_owned(), tp.clone());
         }
     }
+    // The tenant stays on the item: its lane, isolation and counters are decided on
+    // reads that never fetch the object.
+    if let Some(tenant) = ojs_core::tenant::of_meta(&spec.meta) {
+        skeleton.meta.insert(
+            ojs_core::tenant::META_KEY.to_owned(),
+            serde_json::Value::String(tenant.to_string()),
+        );
+    }
     skeleton
 }
 
@@ -537,6 +545,19 @@ mod tests {
         let skeleton = skeleton_of(&full);
         assert!(skeleton.args.is_empty() && skeleton.meta.is_empty());
         assert_eq!(merge(skeleton, &r, &body).ok(), Some(full));
+    }
+
+    #[test]
+    fn a_skeleton_keeps_the_tenant_of_its_job() {
+        let mut full = spec();
+        full.meta
+            .insert("tenant_id".into(), serde_json::json!("acme"));
+        full.meta.insert("other".into(), serde_json::json!(1));
+        let skeleton = skeleton_of(&full);
+        assert_eq!(
+            serde_json::Value::Object(skeleton.meta),
+            serde_json::json!({"tenant_id": "acme"})
+        );
     }
 
     #[test]

@@ -418,4 +418,59 @@ mod tests {
         assert_eq!(e.code.as_str(), "TENANT_LIMIT_EXCEEDED");
         assert_eq!(e.details.get("maximum"), Some(&json!(5)));
     }
+
+    #[test]
+    fn a_bodys_meta_is_found_where_a_job_reads_it() {
+        let body = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let mut in_options = body(json!({"meta": {"a": 1}, "options": {"meta": {"b": 2}}}));
+        meta_of(&mut in_options).map(|m| m.insert("t".into(), json!(1)));
+        assert_eq!(in_options["options"]["meta"], json!({"b": 2, "t": 1}));
+        assert_eq!(in_options["meta"], json!({"a": 1}));
+        let mut top = body(json!({"metadata": {"a": 1}, "meta": null}));
+        meta_of(&mut top).map(|m| m.insert("t".into(), json!(1)));
+        assert_eq!(top["metadata"], json!({"a": 1, "t": 1}));
+        let mut none = body(json!({"type": "x"}));
+        meta_of(&mut none).map(|m| m.insert("t".into(), json!(1)));
+        assert_eq!(none["meta"], json!({"t": 1}));
+        assert!(meta_of(&mut body(json!({"meta": 3}))).is_none());
+    }
+
+    #[test]
+    fn names_bounds_and_views() {
+        let acme = TenantId::parse("acme").ok().flatten();
+        assert_eq!(Scope::name(acme.as_ref()), "acme");
+        assert_eq!(Scope::name(None), DEFAULT_TENANT);
+        let big = u64::MAX >> 11;
+        let c = TenantConfig::merged(
+            &TenantConfig::default(),
+            &json!({"max_queue_depth": big, "max_scheduled": big}),
+            true,
+        );
+        assert_eq!(
+            c.map(|c| (c.max_queue_depth, c.max_scheduled)).ok(),
+            Some((Some(big), Some(big)))
+        );
+        assert!(TenantConfig::merged(
+            &TenantConfig::default(),
+            &json!({"max_queue_depth": big + 1}),
+            true
+        )
+        .is_err());
+        assert!(TenantConfig::merged(
+            &TenantConfig::default(),
+            &json!({"max_scheduled": big + 1}),
+            true
+        )
+        .is_err());
+        let view = TenantConfig {
+            fairness_weight: None,
+            max_queue_depth: Some(3),
+            max_scheduled: None,
+        }
+        .to_json();
+        assert_eq!(
+            view,
+            json!({"fairness_weight": 1, "limits": {"max_queue_depth": 3, "max_scheduled": null}})
+        );
+    }
 }

@@ -1454,6 +1454,10 @@ mod tests {
             .count();
         assert!(light >= 1, "the light lane comes first in 16 turns");
         assert_eq!(first_by_weight(&[], 3), 0);
+        // The stride is the golden section of the sum (3 of 5), so a heavy lane's first
+        // places are spread: 0, 1, 1, 2, 1 rather than 0, 1, 1, 1, 2.
+        let spread: Vec<usize> = (0..5).map(|t| first_by_weight(&[1, 3, 1], t)).collect();
+        assert_eq!(spread, vec![0, 1, 1, 2, 1]);
     }
 
     #[test]
@@ -1497,5 +1501,21 @@ mod tests {
         assert!(!quiet.quiet(&lane, 5 + QUIET_LANE_TURNS));
         quiet.forget(&lane);
         assert!(!quiet.quiet(&lane, 6));
+        // Bounded: past 1,000 lanes the memory starts again.
+        quiet.note(&lane, 7);
+        let other = |i: usize| crate::keys::Lane {
+            queue: QueueName::default_queue(),
+            tenant: ojs_core::tenant::TenantId::parse(&format!("t{i}"))
+                .ok()
+                .flatten(),
+        };
+        for i in 0..999 {
+            quiet.note(&other(i), 7);
+        }
+        assert!(quiet.quiet(&lane, 8), "1,000 lanes are remembered");
+        quiet.note(&other(0), 8);
+        assert!(quiet.quiet(&lane, 8), "a lane noted again is no new one");
+        quiet.note(&other(1_000), 8);
+        assert!(!quiet.quiet(&lane, 8) && quiet.quiet(&other(1_000), 8));
     }
 }

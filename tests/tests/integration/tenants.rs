@@ -17,9 +17,24 @@ async fn call_as(
     path: &str,
     body: Option<Value>,
 ) -> anyhow::Result<Reply> {
+    keyed_as(app, None, tenant, method, path, body).await
+}
+
+/// [`call_as`] with API key `key`, if any.
+async fn keyed_as(
+    app: &TestApp,
+    key: Option<&str>,
+    tenant: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Reply> {
     let mut req = app
         .client
         .request(method, format!("{}{path}", app.base_url));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
     if let Some(t) = tenant {
         req = req.header("X-OJS-Tenant", t);
     }
@@ -379,38 +394,6 @@ async fn each_tenants_jobs_are_counted() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A request with `key` acting for `tenant` (none: no header).
-async fn keyed_as(
-    app: &TestApp,
-    key: &str,
-    tenant: Option<&str>,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<Reply> {
-    let mut req = app
-        .client
-        .request(method, format!("{}{path}", app.base_url))
-        .bearer_auth(key);
-    if let Some(t) = tenant {
-        req = req.header("X-OJS-Tenant", t);
-    }
-    if let Some(b) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(b.to_string());
-    }
-    let res = req.send().await?;
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.bytes().await?;
-    Ok(Reply {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    })
-}
-
 #[tokio::test]
 async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_config(ojs_http::HttpConfig {
@@ -432,7 +415,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     // Without the header the key's tenant is the request's; naming another is 403.
     let r = keyed_as(
         &app,
-        &acme,
+        Some(&acme),
         None,
         Method::POST,
         "/ojs/v1/jobs",
@@ -445,7 +428,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     for other in ["beta", "_default"] {
         let r = keyed_as(
             &app,
-            &acme,
+            Some(&acme),
             Some(other),
             Method::POST,
             "/ojs/v1/jobs",
@@ -456,7 +439,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     }
     let r = keyed_as(
         &app,
-        &acme,
+        Some(&acme),
         None,
         Method::POST,
         "/ojs/v1/jobs",
@@ -467,7 +450,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     // A key of any tenant pushes a beta job; acme's key neither sees nor fetches it.
     let r = keyed_as(
         &app,
-        &ops,
+        Some(&ops),
         Some("beta"),
         Method::POST,
         "/ojs/v1/jobs",
@@ -479,7 +462,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     ojs_tests::after_index_lag().await;
     let r = keyed_as(
         &app,
-        &acme,
+        Some(&acme),
         None,
         Method::GET,
         &format!("/ojs/v1/jobs/{theirs}"),
@@ -489,7 +472,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     assert_eq!(r.status, 404, "{}", r.body);
     let r = keyed_as(
         &app,
-        &acme,
+        Some(&acme),
         None,
         Method::POST,
         "/ojs/v1/workers/fetch",
@@ -499,7 +482,7 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     assert_eq!(r.job_ids(), vec![mine], "{}", r.body);
     // Routes that do not keep to one tenant's jobs are closed to it.
     for path in ["/ojs/v1/queues", "/ojs/v1/dead-letter", "/ojs/v1/cron"] {
-        let r = keyed_as(&app, &acme, None, Method::GET, path, None).await?;
+        let r = keyed_as(&app, Some(&acme), None, Method::GET, path, None).await?;
         assert_eq!(r.status, 403, "{path}: {}", r.body);
     }
     // A tenant's key takes data scopes only.

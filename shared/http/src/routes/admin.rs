@@ -593,18 +593,7 @@ async fn key_registrations(
 /// (terminal counts since its counters began), `total_jobs`, its settings, and its
 /// limits with what they are judged on.
 fn tenant_view(t: &ojs_store::TenantStats, config: &ojs_core::tenant::TenantConfig) -> Value {
-    let counts = |st: &ojs_store::QueueStats| {
-        json!({
-            "available": st.available,
-            "scheduled": st.scheduled,
-            "retryable": st.retryable,
-            "active": st.active,
-            "pending": st.pending,
-            "completed": st.completed,
-            "discarded": st.discarded,
-            "cancelled": st.cancelled,
-        })
-    };
+    let counts = super::queues::counts_view;
     let queues: serde_json::Map<String, Value> = t
         .queues
         .iter()

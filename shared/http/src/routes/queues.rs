@@ -110,12 +110,9 @@ async fn recount_queue(
     Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
 }
 
-/// Queue stats: the counts at the top level (the JavaScript SDK), under `stats` (the
-/// binding, §11.2), and `queue` as the binding's name or the OpenAPI document's object
-/// (see [`Dialect`]).
-fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde_json::Value {
-    let status = if st.paused { "paused" } else { "active" };
-    let counts = json!({
+/// The job counts of `st` by state, as stats show them.
+pub(crate) fn counts_view(st: &ojs_store::QueueStats) -> serde_json::Value {
+    json!({
         "available": st.available,
         "scheduled": st.scheduled,
         "retryable": st.retryable,
@@ -124,7 +121,15 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
         "completed": st.completed,
         "discarded": st.discarded,
         "cancelled": st.cancelled,
-    });
+    })
+}
+
+/// Queue stats: the counts at the top level (the JavaScript SDK), under `stats` (the
+/// binding, §11.2), and `queue` as the binding's name or the OpenAPI document's object
+/// (see [`Dialect`]).
+fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde_json::Value {
+    let status = if st.paused { "paused" } else { "active" };
+    let counts = counts_view(st);
     let mut body = counts.as_object().cloned().unwrap_or_default();
     let mut queue = body.clone();
     // The depth a bound is judged on, and the bound (ojs-backpressure.md §3, §6): in

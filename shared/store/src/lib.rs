@@ -17,6 +17,7 @@ mod features;
 use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
+use dynamo::table::Table;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
     answer, backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition,
@@ -224,9 +225,9 @@ impl StoreConfig {
 /// The job store. Cheap to clone; build one per cold start and share it.
 #[derive(Clone)]
 pub struct Store {
-    client: aws_sdk_dynamodb::Client,
+    /// The table, the one way to DynamoDB.
+    table: Table,
     config: Arc<StoreConfig>,
-    usage: Arc<Usage>,
     /// The timer queue, when configured.
     timer: Option<Timer>,
     /// Queues this instance has already registered, so PUSH writes the queue item once
@@ -264,9 +265,8 @@ impl Store {
     /// A store over `client` with `config`.
     pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
         Self {
-            client,
+            table: Table::new(client, &config.table),
             config: Arc::new(config),
-            usage: Arc::new(Usage::default()),
             timer: None,
             known_queues: Arc::new(Mutex::new(HashSet::new())),
             settings_cache: Arc::default(),
@@ -460,7 +460,24 @@ impl Store {
 
     /// The table name.
     pub fn table(&self) -> &str {
-        &self.config.table
+        self.table.name()
+    }
+
+    /// Creates the table (with TTL and its change stream) unless it exists, and waits
+    /// until it is active; a table made before the stream was part of the schema gets
+    /// the stream. True when this call created the table.
+    pub async fn ensure_table(&self) -> Result<bool, StoreError> {
+        self.table.ensure().await
+    }
+
+    /// Deletes the table (tests clean up after themselves).
+    pub async fn delete_table(&self) -> Result<(), StoreError> {
+        self.table.delete().await
+    }
+
+    /// Checks that the table answers a read (one eventually consistent GetItem).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.table.ping().await
     }
 
     /// The CloudWatch namespace metrics are printed under (`OJS_METRICS=emf`), if any.
@@ -470,7 +487,7 @@ impl Store {
 
     /// DynamoDB calls and capacity consumed by this store so far.
     pub fn usage(&self) -> UsageSnapshot {
-        self.usage.snapshot()
+        self.table.usage()
     }
 }
 

@@ -296,7 +296,7 @@ impl Store {
                 .update_expression(format!("SET {}", sets.join(", ")))
                 .send()
                 .await;
-            self.tally(Kind::Write, out)?;
+            self.table.tally(Kind::Write, out)?;
         }
         self.read_counters(queue).await
     }
@@ -377,7 +377,7 @@ impl Store {
                 .expression_attribute_values(":at", n(now_ms))
                 .send()
                 .await;
-            self.tally(Kind::Write, out)?;
+            self.table.tally(Kind::Write, out)?;
             return Ok(false);
         }
         if num("checked_moves") == Some(moves.unwrap_or(0)) {
@@ -419,7 +419,7 @@ impl Store {
             .update_expression(format!("SET {}", sets.join(", ")))
             .send()
             .await;
-        match self.tally_conditional(Kind::Write, out)? {
+        match self.table.tally_conditional(Kind::Write, out)? {
             Some(_) => {
                 if !drifted.is_empty() {
                     tracing::warn!(queue = %queue, shard, drift = %drifted.join(", "), "job counters repaired from the indexes");
@@ -433,7 +433,8 @@ impl Store {
 
     /// An UpdateItem of the counter item `sk`.
     fn update_counters(&self, sk: &str) -> UpdateItemFluentBuilder {
-        self.update_item()
+        self.table
+            .update_item()
             .key("pk", s(keys::QUEUES_PK))
             .key("sk", s(sk))
     }
@@ -472,7 +473,7 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.batch_get(keys, &how).await
+        self.table.batch_get(keys, &how).await
     }
 
     /// Replaces the indexed live counts of `stats` with counts from the indexes, shard by
@@ -504,20 +505,22 @@ impl Store {
         // The shard's available jobs are in every tenant's lane of the queue.
         for lane in self.lanes(std::slice::from_ref(queue)).await? {
             let ready = self
+                .table
                 .query_index(&crate::schema::READY_INDEX)
                 .key_condition_expression("gsi1pk = :pk")
                 .expression_attribute_values(":pk", s(keys::ready_pk(&lane, shard)))
                 .select(Select::Count);
-            let mut pages = self.pages(ready);
+            let mut pages = self.table.pages(ready);
             while let Some(out) = pages.next().await? {
                 stats.available += u64::try_from(out.count()).unwrap_or(0);
             }
         }
         let due = self
+            .table
             .query_index(&crate::schema::DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk")
             .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)));
-        let mut pages = self.pages(due);
+        let mut pages = self.table.pages(due);
         while let Some(out) = pages.next().await? {
             for i in out.items() {
                 match i

@@ -240,7 +240,7 @@ impl Store {
             return Ok(None);
         };
         for queue in queues {
-            let mut pages = self.pages(self.events_query(queue, Some(&from)));
+            let mut pages = self.table.pages(self.events_query(queue, Some(&from)));
             for _ in 0..MAX_PAGES {
                 let Some(out) = pages.next().await? else {
                     break;
@@ -259,6 +259,7 @@ impl Store {
     /// The page items of `queue`, from the key `from` on, four to a page.
     fn events_query(&self, queue: &str, from: Option<&String>) -> QueryFluentBuilder {
         let req = self
+            .table
             .query_table()
             .expression_attribute_values(":pk", s(keys::events_pk(queue)))
             .limit(4);
@@ -278,7 +279,7 @@ impl Store {
     ) -> Result<(Vec<(Position, Value)>, bool), StoreError> {
         let mut found = Vec::new();
         let from = after.and_then(After::first_page);
-        let mut pages = self.pages(self.events_query(queue, from.as_ref()));
+        let mut pages = self.table.pages(self.events_query(queue, from.as_ref()));
         // Whether the last page read has more after it.
         let mut unread = false;
         for _ in 0..MAX_PAGES {

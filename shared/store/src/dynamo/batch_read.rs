@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity};
 
+use crate::dynamo::table::Table;
 use crate::error::StoreError;
 use crate::item::Item;
 use crate::usage::Kind;
-use crate::Store;
 
 /// Most keys one BatchGetItem may name.
 pub(crate) const MAX_BATCH_GET: usize = 100;
@@ -27,7 +27,7 @@ pub(crate) struct BatchRead {
     pub projection: Option<(&'static str, &'static [(&'static str, &'static str)])>,
 }
 
-impl Store {
+impl Table {
     /// The items of `keys` that exist, in no particular order. Duplicate keys are read once.
     pub(crate) async fn batch_get(
         &self,
@@ -66,17 +66,17 @@ impl Store {
                 let out = self
                     .client
                     .batch_get_item()
-                    .request_items(self.table(), ka)
+                    .request_items(self.name(), ka)
                     .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await;
                 let out = self.tally(Kind::Read, out)?;
-                if let Some(items) = out.responses().and_then(|r| r.get(self.table())) {
+                if let Some(items) = out.responses().and_then(|r| r.get(self.name())) {
                     found.extend(items.iter().cloned());
                 }
                 pending = out
                     .unprocessed_keys()
-                    .and_then(|u| u.get(self.table()))
+                    .and_then(|u| u.get(self.name()))
                     .map(|k| k.keys().to_vec())
                     .unwrap_or_default();
             }

@@ -2,12 +2,12 @@
 //! Query of one partition key. These partitions hold one small item
 //! per registration, so reading them whole is bounded by the number of registrations.
 
+use crate::dynamo::table::Table;
 use crate::error::StoreError;
 use crate::item::{s, Item};
 use crate::usage::Kind;
-use crate::Store;
 
-impl Store {
+impl Table {
     /// Every item of partition `pk`, in sort-key order. `consistent` reads cost twice as
     /// much; registries a client just wrote to (crons, schemas) use them.
     pub(crate) async fn query_partition(
@@ -18,7 +18,7 @@ impl Store {
         self.query_partition_prefix(pk, None, consistent).await
     }
 
-    /// Like [`Store::query_partition`], only the items whose sort key starts with
+    /// Like [`Table::query_partition`], only the items whose sort key starts with
     /// `prefix` (the others are not read, so not paid for).
     pub(crate) async fn query_partition_prefix(
         &self,
@@ -40,7 +40,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Table {
     /// One transaction of `items`, its capacity recorded; the SDK's error as it is, for the
     /// caller to read the cancellation reasons.
     pub(crate) async fn transact(

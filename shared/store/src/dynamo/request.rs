@@ -1,6 +1,6 @@
 //! Requests on the table, set up the one way the store sends them: every one names the
 //! table and asks for its consumed capacity, and every answer is tallied
-//! ([`Store::tally`], [`Store::metered`]) so that `Store::usage` counts each call.
+//! ([`Table::tally`], [`Table::metered`]) so that [`Table::usage`] counts each call.
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
@@ -12,18 +12,18 @@ use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteIt
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 
+use crate::dynamo::table::Table;
 use crate::error::StoreError;
 use crate::item::Item;
 use crate::schema::IndexDef;
 use crate::usage::{Consumed, Kind};
-use crate::Store;
 
-impl Store {
+impl Table {
     /// A GetItem on the table.
     pub(crate) fn get_item(&self) -> GetItemFluentBuilder {
         self.client
             .get_item()
-            .table_name(self.table())
+            .table_name(self.name())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
@@ -31,7 +31,7 @@ impl Store {
     pub(crate) fn put_item(&self) -> PutItemFluentBuilder {
         self.client
             .put_item()
-            .table_name(self.table())
+            .table_name(self.name())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
@@ -39,7 +39,7 @@ impl Store {
     pub(crate) fn update_item(&self) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
-            .table_name(self.table())
+            .table_name(self.name())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
@@ -47,7 +47,7 @@ impl Store {
     pub(crate) fn delete_item(&self) -> DeleteItemFluentBuilder {
         self.client
             .delete_item()
-            .table_name(self.table())
+            .table_name(self.name())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
@@ -62,7 +62,7 @@ impl Store {
     pub(crate) fn query_table(&self) -> QueryFluentBuilder {
         self.client
             .query()
-            .table_name(self.table())
+            .table_name(self.name())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
@@ -73,7 +73,7 @@ impl Store {
 
     /// Records a call's capacity and hands its answer back as the SDK gave it, for a
     /// caller that reads the error itself (a failed condition's old item, a cancelled
-    /// transaction's reasons). Other callers map the error with [`Store::tally`].
+    /// transaction's reasons). Other callers map the error with [`Table::tally`].
     pub(crate) fn metered<T, E, R>(
         &self,
         kind: Kind,
@@ -89,11 +89,17 @@ impl Store {
         out
     }
 
+    /// Records a call whose answer did not carry its capacity (a retried write found
+    /// already done).
+    pub(crate) fn count_call(&self, kind: Kind) {
+        self.usage.record(kind, None);
+    }
+
     /// The pages of `query`, read on through `LastEvaluatedKey` as the caller asks for
     /// them (DynamoDB cuts a page at 1 MB, or at the query's `Limit`).
     pub(crate) fn pages(&self, query: QueryFluentBuilder) -> Pages<'_> {
         Pages {
-            store: self,
+            table: self,
             query,
             start: None,
             done: false,
@@ -101,9 +107,9 @@ impl Store {
     }
 }
 
-/// The pages of one Query: [`Store::pages`].
+/// The pages of one Query: [`Table::pages`].
 pub(crate) struct Pages<'a> {
-    store: &'a Store,
+    table: &'a Table,
     query: QueryFluentBuilder,
     start: Option<Item>,
     done: bool,
@@ -131,7 +137,7 @@ impl Pages<'_> {
         if let Some(limit) = limit {
             query = query.limit(limit);
         }
-        let out = self.store.tally(Kind::Read, query.send().await)?;
+        let out = self.table.tally(Kind::Read, query.send().await)?;
         self.start = out.last_evaluated_key().cloned();
         self.done = self.start.is_none();
         Ok(Some(out))

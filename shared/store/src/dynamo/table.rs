@@ -1,4 +1,8 @@
-//! Table lifecycle for local use and tests, built from [`crate::schema`].
+//! The table: [`Table`] holds the client, the table's name and the capacity tally, and is
+//! the only way the layers above reach DynamoDB (its request builders are in
+//! `dynamo/request.rs`, whole-partition reads in `dynamo/partition.rs`, bulk reads in
+//! `dynamo/batch_read.rs`). Here too: its lifecycle for local use and tests, built from
+//! [`crate::schema`].
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
@@ -9,7 +13,16 @@ use aws_sdk_dynamodb::types::{
 use crate::error::StoreError;
 use crate::item::s;
 use crate::schema::{KeyDef, Projection, INDEXES, PRIMARY, TTL_ATTRIBUTE};
-use crate::Store;
+use crate::usage::{Usage, UsageSnapshot};
+use std::sync::Arc;
+
+/// One DynamoDB table as the store uses it. Cheap to clone; clones share the tally.
+#[derive(Clone)]
+pub(crate) struct Table {
+    pub(super) client: aws_sdk_dynamodb::Client,
+    name: Arc<str>,
+    pub(super) usage: Arc<Usage>,
+}
 
 fn key_schema(k: &KeyDef) -> Result<Vec<KeySchemaElement>, StoreError> {
     let build = |name: &str, kind| {
@@ -34,15 +47,49 @@ fn stream_specification() -> Result<StreamSpecification, StoreError> {
         .map_err(|e| StoreError::Backend(e.to_string()))
 }
 
-impl Store {
+impl Table {
+    /// The table `name` reached through `client`, with a tally of its own.
+    pub(crate) fn new(client: aws_sdk_dynamodb::Client, name: &str) -> Self {
+        Self {
+            client,
+            name: Arc::from(name),
+            usage: Arc::new(Usage::default()),
+        }
+    }
+
+    /// The table's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same table with a tally of its own (the in-process stream consumer, whose
+    /// work the stream function pays for on AWS, not the requests).
+    pub(crate) fn with_own_tally(&self) -> Self {
+        Self {
+            usage: Arc::new(Usage::default()),
+            ..self.clone()
+        }
+    }
+
+    /// The client itself, for a call that is no part of what the store costs (the local
+    /// stream consumer's catch-up marks).
+    pub(crate) fn untallied(&self) -> &aws_sdk_dynamodb::Client {
+        &self.client
+    }
+
+    /// DynamoDB calls and capacity consumed through this table so far.
+    pub(crate) fn usage(&self) -> UsageSnapshot {
+        self.usage.snapshot()
+    }
+
     /// Creates the table (with TTL and its change stream) unless it exists, and waits
     /// until it is active; a table made before the stream was part of the schema gets
     /// the stream. True when this call created the table.
-    pub async fn ensure_table(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn ensure(&self) -> Result<bool, StoreError> {
         if let Ok(out) = self
             .client
             .describe_table()
-            .table_name(self.table())
+            .table_name(self.name())
             .send()
             .await
         {
@@ -53,7 +100,7 @@ impl Store {
             if !streaming {
                 self.client
                     .update_table()
-                    .table_name(self.table())
+                    .table_name(self.name())
                     .stream_specification(stream_specification()?)
                     .send()
                     .await
@@ -68,7 +115,7 @@ impl Store {
         let mut req = self
             .client
             .create_table()
-            .table_name(self.table())
+            .table_name(self.name())
             .billing_mode(BillingMode::PayPerRequest)
             .stream_specification(stream_specification()?)
             .set_key_schema(Some(key_schema(&PRIMARY)?));
@@ -110,7 +157,7 @@ impl Store {
             let out = self
                 .client
                 .describe_table()
-                .table_name(self.table())
+                .table_name(self.name())
                 .send()
                 .await;
             let active = out
@@ -129,7 +176,7 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         self.client
             .update_time_to_live()
-            .table_name(self.table())
+            .table_name(self.name())
             .time_to_live_specification(ttl)
             .send()
             .await
@@ -142,7 +189,7 @@ impl Store {
         let out = self
             .client
             .describe_table()
-            .table_name(self.table())
+            .table_name(self.name())
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
@@ -153,10 +200,10 @@ impl Store {
     }
 
     /// Deletes the table (tests clean up after themselves).
-    pub async fn delete_table(&self) -> Result<(), StoreError> {
+    pub(crate) async fn delete(&self) -> Result<(), StoreError> {
         self.client
             .delete_table()
-            .table_name(self.table())
+            .table_name(self.name())
             .send()
             .await
             .map(|_| ())
@@ -164,10 +211,10 @@ impl Store {
     }
 
     /// Checks that the table answers a read (one eventually consistent GetItem).
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         self.client
             .get_item()
-            .table_name(self.table())
+            .table_name(self.name())
             .key("pk", s("HEALTH"))
             .key("sk", s("HEALTH"))
             .send()

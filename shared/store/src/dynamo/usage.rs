@@ -142,7 +142,7 @@ impl<E> ServiceError for E where
 {
 }
 
-impl crate::Store {
+impl crate::dynamo::table::Table {
     /// Records a call and its capacity, and maps its error: the one place every plain
     /// DynamoDB call goes through on its way back.
     pub(crate) fn tally<T, E, R>(
@@ -158,7 +158,7 @@ impl crate::Store {
         self.metered(kind, out).map_err(crate::StoreError::from_sdk)
     }
 
-    /// [`Store::tally`] for a write conditional on the item existing: its failed
+    /// [`Self::tally`] for a write conditional on the item existing: its failed
     /// condition is [`crate::StoreError::NotFound`].
     pub(crate) fn tally_existing<T, E, R>(
         &self,
@@ -174,7 +174,7 @@ impl crate::Store {
             .ok_or(crate::StoreError::NotFound)
     }
 
-    /// [`Store::tally`] for a conditional write whose failed condition is an answer, not
+    /// [`Self::tally`] for a conditional write whose failed condition is an answer, not
     /// an error: `None`.
     pub(crate) fn tally_conditional<T, E, R>(
         &self,

@@ -67,6 +67,7 @@ impl Store {
                 .flat_map(|lane| (0..shards).map(move |shard| (lane, shard)))
             {
                 let page = self
+                    .table
                     .query_index(&READY_INDEX)
                     .key_condition_expression("gsi1pk = :pk")
                     .expression_attribute_values(":pk", s(keys::ready_pk(lane, shard)))
@@ -74,7 +75,7 @@ impl Store {
                     .limit(1)
                     .send()
                     .await;
-                let page = self.tally(Kind::Read, page)?;
+                let page = self.table.tally(Kind::Read, page)?;
                 let head = page
                     .items()
                     .first()

@@ -358,7 +358,7 @@ impl Store {
                 Ok(items) => items,
                 Err(e) => return ChunkOutcome::Failed(e),
             };
-            let err = match self.transact(items).await {
+            let err = match self.table.transact(items).await {
                 Ok(()) => return ChunkOutcome::Written,
                 Err(e) => e,
             };
@@ -444,7 +444,7 @@ impl Store {
                 == Some("JOB");
             let mut key = key.clone();
             let ours = key.remove(OURS);
-            let mut del = self.delete_item().set_key(Some(key));
+            let mut del = self.table.delete_item().set_key(Some(key));
             del = match (is_job, ours) {
                 (true, Some(created)) => del
                     .condition_expression(
@@ -458,7 +458,10 @@ impl Store {
                 // Every key carries its proof; without one nothing is deleted.
                 (_, None) => continue,
             };
-            match self.metered(crate::usage::Kind::Write, del.send().await) {
+            match self
+                .table
+                .metered(crate::usage::Kind::Write, del.send().await)
+            {
                 Ok(_) => {}
                 // A lock that names another job is not this batch's any more.
                 Err(e)

@@ -716,10 +716,11 @@ impl Store {
         // A page may come back short of `limit` (DynamoDB's 1 MB page): read on.
         let mut items = Vec::new();
         let query = self
+            .table
             .query_index(&READY_INDEX)
             .key_condition_expression("gsi1pk = :pk")
             .expression_attribute_values(":pk", s(keys::ready_pk(lane, shard)));
-        let mut pages = self.pages(query);
+        let mut pages = self.table.pages(query);
         let read = |items: &Vec<Item>| i32::try_from(items.len()).unwrap_or(limit);
         while let Some(out) = pages.next_limited(Some(limit - read(&items))).await? {
             items.extend(out.items().iter().cloned());
@@ -946,7 +947,7 @@ impl Store {
         if !full.is_empty() {
             return self.refused(c, policies, first_is_queue, &full, now).await;
         }
-        let mut tx = self.transact_write();
+        let mut tx = self.table.transact_write();
         for (w, read) in windows.iter().zip(&reads) {
             let start = self.record_start(w, read)?;
             tx = tx.transact_items(TransactWriteItem::builder().update(start).build());
@@ -965,7 +966,7 @@ impl Store {
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
-        match self.metered(Kind::Write, tx.send().await) {
+        match self.table.metered(Kind::Write, tx.send().await) {
             Ok(_) => {
                 // Transactions return no item: read the claimed job back.
                 Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
@@ -1004,7 +1005,7 @@ impl Store {
         let mut last = None;
         for pause_ms in [0, 20, 100] {
             tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
-            match self.read_item(item::job_key(id)).await {
+            match self.table.read_item(item::job_key(id)).await {
                 Ok(Some(item))
                     if wid.is_some()
                         && item.get("write_id") == wid
@@ -1150,6 +1151,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         let out = self
+            .table
             .query_index(&DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
             .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
@@ -1157,7 +1159,7 @@ impl Store {
             .limit(DUE_BATCH)
             .send()
             .await;
-        let out = self.tally(Kind::Read, out)?;
+        let out = self.table.tally(Kind::Read, out)?;
         if out.items().is_empty() {
             self.quiet_due.note(&(queue.clone(), shard));
         }
@@ -1200,10 +1202,10 @@ impl Store {
     pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
         tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
         let out = crate::transition::set_aside(why.to_owned())
-            .apply(self.update_item().set_key(Some(item::job_key(id))))
+            .apply(self.table.update_item().set_key(Some(item::job_key(id))))
             .send()
             .await;
-        if let Err(e) = self.tally_existing(Kind::Write, out) {
+        if let Err(e) = self.table.tally_existing(Kind::Write, out) {
             tracing::warn!(job_id = %id, error = %e, "job not set aside; tried again when met again");
         }
     }

@@ -62,7 +62,7 @@ impl Store {
         now_us: i64,
     ) -> Result<Slot, StoreError> {
         let limit = policy.concurrency.unwrap_or(u32::MAX) as usize;
-        let item = self.read_item(holders_key(&policy.key)).await?;
+        let item = self.table.read_item(holders_key(&policy.key)).await?;
         let holders: HashMap<String, i64> = item
             .as_ref()
             .and_then(|i| i.get("holders"))
@@ -180,6 +180,7 @@ impl Store {
             return Ok(Some(false));
         };
         let out = self
+            .table
             .update_item()
             .set_key(Some(update.key().clone()))
             .update_expression(update.update_expression())
@@ -189,7 +190,10 @@ impl Store {
             .send()
             .await;
         // A racing taker moved the version: `None`, read again.
-        Ok(self.tally_conditional(Kind::Write, out)?.map(|_| true))
+        Ok(self
+            .table
+            .tally_conditional(Kind::Write, out)?
+            .map(|_| true))
     }
 
     /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every
@@ -218,6 +222,7 @@ impl Store {
         ] {
             let mut condition = format!("attribute_exists(holders.#job) AND {size}");
             let mut req = self
+                .table
                 .update_item()
                 .set_key(Some(holders_key(key)))
                 .update_expression(expression)
@@ -228,7 +233,7 @@ impl Store {
                 req = req.expression_attribute_values(":lease", n(lease));
             }
             let out = req.condition_expression(condition).send().await;
-            match self.tally_conditional(Kind::Write, out) {
+            match self.table.tally_conditional(Kind::Write, out) {
                 Ok(Some(_)) => return,
                 // Its condition failed: the next expression, if any.
                 Ok(None) => {}
@@ -254,6 +259,7 @@ impl Store {
             return Ok(());
         };
         let out = self
+            .table
             .update_item()
             .set_key(Some(holders_key(&policy.key)))
             .update_expression("SET holders.#job = :lease")
@@ -262,7 +268,7 @@ impl Store {
             .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
             .send()
             .await;
-        if self.tally_conditional(Kind::Write, out)?.is_none() {
+        if self.table.tally_conditional(Kind::Write, out)?.is_none() {
             tracing::warn!(job_id = %job.id, "concurrency slot already ended; the lease is extended alone");
         }
         Ok(())

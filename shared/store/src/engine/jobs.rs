@@ -124,13 +124,14 @@ impl Store {
         }
         let (job_item, payload) = self.new_job_item(job, body).await?;
         let out = self
+            .table
             .put_item()
             .set_item(Some(job_item))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        let out = self.metered(Kind::Write, out);
+        let out = self.table.metered(Kind::Write, out);
         // The write took when it succeeded, or when a lost answer's retry finds this job.
         let written = match &out {
             Ok(_) => true,
@@ -182,7 +183,8 @@ impl Store {
 
     /// Reads a job with a strongly consistent read.
     pub async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
-        self.read_item(item::job_key(id))
+        self.table
+            .read_item(item::job_key(id))
             .await?
             .as_ref()
             .map(item::job_from_item)
@@ -365,7 +367,8 @@ impl Store {
 
     /// An UpdateItem on a job, returning the new item, or the old one on a failed condition.
     pub(crate) fn update(&self, id: &JobId) -> UpdateItemFluentBuilder {
-        self.update_item()
+        self.table
+            .update_item()
             .set_key(Some(item::job_key(id)))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -373,7 +376,7 @@ impl Store {
 
     /// Maps an UpdateItem outcome to the updated job, or to NotFound/Conflict.
     pub(crate) fn finish_update(&self, out: UpdateResult) -> Result<Job, StoreError> {
-        match self.metered(Kind::Write, out) {
+        match self.table.metered(Kind::Write, out) {
             Ok(out) => {
                 let item = out
                     .attributes()
@@ -395,7 +398,7 @@ impl Store {
     ) -> Result<Job, StoreError> {
         if let Err(e) = &out {
             if let Some(old) = old_item(e).filter(|old| ours(old)) {
-                self.usage.record(Kind::Write, None);
+                self.table.count_call(Kind::Write);
                 return item::job_from_item(old);
             }
         }

@@ -356,13 +356,14 @@ impl Store {
         to: &Timestamp,
     ) -> Result<Vec<(String, Timestamp)>, StoreError> {
         let query = self
+            .table
             .query_index(&crate::schema::DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
             .expression_attribute_values(":pk", s(pk))
             .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
             .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
             .limit(1000);
-        let items = self.pages(query).items().await?;
+        let items = self.table.pages(query).items().await?;
         Ok(items
             .iter()
             .filter(|i| {

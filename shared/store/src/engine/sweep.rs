@@ -52,6 +52,7 @@ impl Store {
     /// The queue the last sweep stopped at, when its budget ran out before the last queue.
     pub async fn sweep_cursor(&self) -> Result<Option<String>, StoreError> {
         Ok(self
+            .table
             .read_item(cursor_key())
             .await?
             .and_then(|i| i.get("next_queue").and_then(|v| v.as_s().ok()).cloned()))
@@ -69,13 +70,13 @@ impl Store {
 
     /// Remembers the queue the next sweep starts at (or forgets it with `None`).
     pub async fn set_sweep_cursor(&self, queue: Option<&QueueName>) -> Result<(), StoreError> {
-        let req = self.update_item().set_key(Some(cursor_key()));
+        let req = self.table.update_item().set_key(Some(cursor_key()));
         let req = match queue {
             Some(q) => req
                 .update_expression("SET next_queue = :q")
                 .expression_attribute_values(":q", s(q.as_str())),
             None => req.update_expression("REMOVE next_queue"),
         };
-        self.tally(Kind::Write, req.send().await).map(|_| ())
+        self.table.tally(Kind::Write, req.send().await).map(|_| ())
     }
 }

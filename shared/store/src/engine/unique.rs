@@ -122,6 +122,7 @@ impl Store {
                 .build()
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             let out = self
+                .table
                 .transact_write()
                 .transact_items(
                     TransactWriteItem::builder()
@@ -135,7 +136,7 @@ impl Store {
                 .transact_items(TransactWriteItem::builder().put(put_job).build())
                 .send()
                 .await;
-            let Err(err) = self.metered(Kind::Write, out) else {
+            let Err(err) = self.table.metered(Kind::Write, out) else {
                 return Ok(match stored {
                     Some(j) => PushOutcome::CreatedAs(Box::new(j)),
                     None => PushOutcome::Created,

@@ -44,7 +44,7 @@ impl Store {
         window: &SlidingWindow,
         now_us: i64,
     ) -> Result<WindowRead, StoreError> {
-        let item = self.read_item(window_key(window)).await?;
+        let item = self.table.read_item(window_key(window)).await?;
         let number = |name: &str| {
             item.as_ref()
                 .and_then(|i| i.get(name))

@@ -139,6 +139,7 @@ impl Store {
         };
         for (index, pk) in partitions {
             let mut query = self
+                .table
                 .query_index(index)
                 .key_condition_expression(format!("{} = :pk", index.keys.partition))
                 .expression_attribute_values(":pk", s(pk));
@@ -148,7 +149,7 @@ impl Store {
                     .expression_attribute_names("#state", "state")
                     .expression_attribute_values(":state", s(state.as_str()));
             }
-            let mut pages = self.pages(query);
+            let mut pages = self.table.pages(query);
             while ids.len() < cap {
                 let limit = i32::try_from(cap - ids.len())
                     .unwrap_or(1000)
@@ -173,7 +174,7 @@ impl Store {
         };
         let keys: Vec<Item> = ids.iter().map(item::job_key).collect();
         let mut found: HashMap<JobId, Job> = HashMap::new();
-        for it in self.batch_get(keys, &how).await? {
+        for it in self.table.batch_get(keys, &how).await? {
             let job = item::job_from_item(&it)?;
             found.insert(job.id, job);
         }
@@ -189,6 +190,7 @@ impl Store {
     /// queue with it. Workflow steps are refused (their workflow already moved on).
     pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let item = self
+            .table
             .read_item(item::job_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -230,6 +232,7 @@ impl Store {
     /// such job, Conflict when it is not finished or is a workflow step.
     pub async fn admin_delete_job(&self, id: &JobId) -> Result<(), StoreError> {
         let item = self
+            .table
             .read_item(item::job_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -244,6 +247,7 @@ impl Store {
             });
         }
         let out = self
+            .table
             .delete_item()
             .set_key(Some(item::job_key(id)))
             .condition_expression("#state = :state AND attribute_not_exists(dead_sk)")
@@ -251,7 +255,8 @@ impl Store {
             .expression_attribute_values(":state", s(state.as_str()))
             .send()
             .await;
-        self.tally_conditional(Kind::Write, out)?
+        self.table
+            .tally_conditional(Kind::Write, out)?
             .map(|_| ())
             .ok_or(StoreError::Conflict { current: None })
     }
@@ -262,11 +267,12 @@ impl Store {
         let mut oldest: Option<i64> = None;
         let mut newest: Option<i64> = None;
         let query = self
+            .table
             .query_table()
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", s(keys::DEAD_PK))
             .projection_expression("sk");
-        let mut pages = self.pages(query);
+        let mut pages = self.table.pages(query);
         while let Some(out) = pages.next().await? {
             for sk in out.items().iter().filter_map(|i| i.get("sk")?.as_s().ok()) {
                 let mut parts = sk.splitn(3, '#');
@@ -295,7 +301,7 @@ impl Store {
             ("pk".to_owned(), s(SYSTEM_PK)),
             ("sk".to_owned(), s(MAINTENANCE_SK)),
         ]);
-        let Some(item) = self.read_item(key).await? else {
+        let Some(item) = self.table.read_item(key).await? else {
             return Ok(Maintenance::default());
         };
         let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -365,7 +371,7 @@ impl Store {
                 item.insert(k.to_owned(), s(v.clone()));
             }
         }
-        self.put_plain(item).await?;
+        self.table.put_plain(item).await?;
         Ok(next)
     }
 
@@ -378,6 +384,7 @@ impl Store {
         stale_before: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
+            .table
             .delete_item()
             .set_key(Some(crate::workers::worker_key(id)))
             .condition_expression(
@@ -389,7 +396,7 @@ impl Store {
             )
             .send()
             .await;
-        match self.metered(Kind::Write, out) {
+        match self.table.metered(Kind::Write, out) {
             Ok(_) => Ok(()),
             Err(e) => {
                 if is_condition_failure(&e) {

@@ -101,13 +101,14 @@ impl Store {
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
         let out = self
+            .table
             .put_item()
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        if let Err(e) = self.metered(Kind::Write, out) {
+        if let Err(e) = self.table.metered(Kind::Write, out) {
             if !is_condition_failure(&e) {
                 return Err(StoreError::from_sdk(e));
             }
@@ -135,7 +136,8 @@ impl Store {
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
     /// is seen by the next lookup).
     pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        self.read_item(api_key_key(id))
+        self.table
+            .read_item(api_key_key(id))
             .await?
             .as_ref()
             .map(record_from_item)
@@ -144,7 +146,8 @@ impl Store {
 
     /// Every key record, sorted by id.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.query_partition(API_KEYS_PK, true)
+        self.table
+            .query_partition(API_KEYS_PK, true)
             .await?
             .iter()
             .map(record_from_item)
@@ -155,6 +158,7 @@ impl Store {
     /// revoking twice keeps the first revocation time).
     pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
         let out = self
+            .table
             .update_item()
             .set_key(Some(api_key_key(id)))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
@@ -162,7 +166,7 @@ impl Store {
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
             .send()
             .await;
-        self.tally_existing(Kind::Write, out)?;
+        self.table.tally_existing(Kind::Write, out)?;
         Ok(())
     }
 }

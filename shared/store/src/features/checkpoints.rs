@@ -35,6 +35,7 @@ impl Store {
     ) -> Result<Checkpoint, StoreError> {
         let (update, conditions, values) = save_expression(save, now);
         let out = self
+            .table
             .update_item()
             .set_key(Some(item::job_key(id)))
             .update_expression(update)
@@ -45,7 +46,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match self.metered(Kind::Write, out) {
+        match self.table.metered(Kind::Write, out) {
             Ok(out) => out
                 .attributes()
                 .map(item::checkpoint_of)
@@ -61,13 +62,14 @@ impl Store {
     /// there was one or not (idempotent); NotFound when there is no job `id`.
     pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
         let out = self
+            .table
             .update_item()
             .set_key(Some(item::job_key(id)))
             .update_expression(format!("REMOVE {}", CHECKPOINT_ATTRS.join(", ")))
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
-        self.tally_existing(Kind::Write, out).map(|_| ())
+        self.table.tally_existing(Kind::Write, out).map(|_| ())
     }
 }
 

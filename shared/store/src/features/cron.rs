@@ -123,6 +123,7 @@ impl Store {
             None => remove.push("created_by"),
         }
         let mut req = self
+            .table
             .update_item()
             .set_key(Some(cron_key(&cron.name)))
             .expression_attribute_names("#name", "name")
@@ -160,7 +161,7 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.tally(Kind::Write, out)?;
+        let out = self.table.tally(Kind::Write, out)?;
         let item = out
             .attributes()
             .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
@@ -180,7 +181,7 @@ impl Store {
     /// the others.
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
         Ok(self
-            .query_partition(keys::CRON_PK, true)
+            .table.query_partition(keys::CRON_PK, true)
             .await?
             .iter()
             .filter_map(|item| match entry_from_item(item) {
@@ -196,7 +197,8 @@ impl Store {
 
     /// Removes a registration; NotFound when there is none.
     pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
-        self.delete_returning(cron_key(name))
+        self.table
+            .delete_returning(cron_key(name))
             .await?
             .as_ref()
             .map(entry_from_item)
@@ -205,7 +207,8 @@ impl Store {
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
-        self.read_item(cron_key(name))
+        self.table
+            .read_item(cron_key(name))
             .await?
             .as_ref()
             .map(entry_from_item)
@@ -216,7 +219,9 @@ impl Store {
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
-        let mut pages = self.pages(self.due_query(keys::CRON_DUE_PK, &now).limit(100));
+        let mut pages = self
+            .table
+            .pages(self.due_query(keys::CRON_DUE_PK, &now).limit(100));
         while let Some(out) = pages.next().await? {
             for i in out.items() {
                 let Some(name) = i
@@ -240,7 +245,8 @@ impl Store {
     /// A Query of the entries of the due partition `pk` (in the due index) due at `now`
     /// or before.
     pub(crate) fn due_query(&self, pk: &str, now: &Timestamp) -> QueryFluentBuilder {
-        self.query_index(&DUE_INDEX)
+        self.table
+            .query_index(&DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
             .expression_attribute_values(":pk", s(pk))
             .expression_attribute_values(":upper", s(keys::due_upper_bound(now)))
@@ -360,7 +366,7 @@ impl Store {
                 items.push(TransactWriteItem::builder().update(link).build());
             }
         }
-        if let Err(e) = self.transact(items).await {
+        if let Err(e) = self.table.transact(items).await {
             let cancelled =
                 e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
             if cancelled {

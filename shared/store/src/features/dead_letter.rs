@@ -51,7 +51,7 @@ impl Store {
         }
         let wanted = offset.saturating_add(limit);
         let mut keys: Vec<Item> = Vec::new();
-        let mut pages = self.pages(self.dead_query(queue));
+        let mut pages = self.table.pages(self.dead_query(queue));
         while keys.len() < wanted {
             let limit = i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000);
             let Some(out) = pages.next_limited(Some(limit)).await? else {
@@ -75,6 +75,7 @@ impl Store {
         queue: Option<&QueueName>,
     ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         let req = self
+            .table
             .query_table()
             .consistent_read(true)
             .expression_attribute_values(":pk", s(keys::DEAD_PK));
@@ -136,9 +137,9 @@ impl Store {
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let update = TransactWriteItem::builder().update(update).build();
-        match self.transact(vec![update, other]).await {
+        match self.table.transact(vec![update, other]).await {
             Ok(()) => {
-                let item = self.read_item(item::job_key(id)).await?;
+                let item = self.table.read_item(item::job_key(id)).await?;
                 item.as_ref()
                     .map(item::job_from_item)
                     .transpose()?
@@ -167,7 +168,9 @@ impl Store {
 
     async fn count_dead(&self, queue: Option<&QueueName>) -> Result<usize, StoreError> {
         let mut total = 0usize;
-        let mut pages = self.pages(self.dead_query(queue).select(Select::Count));
+        let mut pages = self
+            .table
+            .pages(self.dead_query(queue).select(Select::Count));
         while let Some(out) = pages.next().await? {
             total += usize::try_from(out.count()).unwrap_or(0);
         }
@@ -185,7 +188,7 @@ impl Store {
             ..Default::default()
         };
         let mut found: HashMap<String, Job> = HashMap::new();
-        for it in self.batch_get(keys, &how).await? {
+        for it in self.table.batch_get(keys, &how).await? {
             let job = item::job_from_item(&it)?;
             found.insert(crate::keys::job_pk(&job.id), job);
         }
@@ -202,6 +205,7 @@ impl Store {
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
     pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let item = self
+            .table
             .read_item(item::job_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -246,6 +250,7 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let delete = TransactWriteItem::builder().delete(delete).build();
         match self
+            .table
             .transact(vec![delete, self.dead_entry_delete(&sk)?])
             .await
         {
@@ -270,6 +275,7 @@ impl Store {
     /// The dead letter key of job `id`, when it is dead-lettered.
     async fn dead_sk_of(&self, id: &JobId) -> Result<Option<String>, StoreError> {
         Ok(self
+            .table
             .read_item(item::job_key(id))
             .await?
             .and_then(|i| i.get("dead_sk").and_then(|v| v.as_s().ok()).cloned()))

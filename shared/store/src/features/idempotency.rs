@@ -97,6 +97,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<KeyClaim>, StoreError> {
         let out = self
+            .table
             .put_item()
             .set_item(Some(key_item(key)))
             .item("fp", s(fingerprint))
@@ -109,10 +110,10 @@ impl Store {
             .expression_attribute_values(":now", n(now.timestamp()))
             .send()
             .await;
-        if self.tally_conditional(Kind::Write, out)?.is_some() {
+        if self.table.tally_conditional(Kind::Write, out)?.is_some() {
             return Ok(Some(KeyClaim::Fresh));
         }
-        let Some(item) = self.read_item(key_item(key)).await? else {
+        let Some(item) = self.table.read_item(key_item(key)).await? else {
             return Ok(None);
         };
         if item
@@ -153,6 +154,7 @@ impl Store {
         other_ids: Option<&[JobId]>,
     ) -> Result<(), StoreError> {
         let req = self
+            .table
             .update_item()
             .set_key(Some(key_item(key)))
             .condition_expression("attribute_exists(pk)")
@@ -165,7 +167,7 @@ impl Store {
             None => req.update_expression("SET #status = :status"),
         };
         let out = req.send().await;
-        self.tally_conditional(Kind::Write, out)?;
+        self.table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 
@@ -178,6 +180,7 @@ impl Store {
         fingerprint: &str,
     ) -> Result<(), StoreError> {
         let out = self
+            .table
             .delete_item()
             .set_key(Some(key_item(key)))
             .condition_expression("fp = :fp AND attribute_not_exists(#status)")
@@ -185,7 +188,7 @@ impl Store {
             .expression_attribute_values(":fp", s(fingerprint))
             .send()
             .await;
-        self.tally_conditional(Kind::Write, out)?;
+        self.table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 }

@@ -43,12 +43,13 @@ impl Store {
         item.insert("spec".into(), s(pool.to_json().to_string()));
         item.insert("updated_at".into(), ts(&time::now()));
         let out = self
+            .table
             .put_item()
             .set_item(Some(item))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await;
-        let out = self.tally(Kind::Write, out)?;
+        let out = self.table.tally(Kind::Write, out)?;
         self.forget_pools();
         Ok(out.attributes().is_none_or(|a| a.is_empty()))
     }
@@ -56,12 +57,13 @@ impl Store {
     /// Removes pool `name`; whether it existed.
     pub async fn delete_pool(&self, name: &str) -> Result<bool, StoreError> {
         let out = self
+            .table
             .delete_item()
             .set_key(Some(pool_key(name)))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await;
-        let out = self.tally(Kind::Write, out)?;
+        let out = self.table.tally(Kind::Write, out)?;
         self.forget_pools();
         Ok(out.attributes().is_some_and(|a| !a.is_empty()))
     }
@@ -69,11 +71,12 @@ impl Store {
     /// Every pool, by name (one strongly consistent Query).
     pub async fn list_pools(&self) -> Result<Vec<Pool>, StoreError> {
         let query = self
+            .table
             .query_table()
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", s(POOLS_PK))
             .consistent_read(true);
-        let items = self.pages(query).items().await?;
+        let items = self.table.pages(query).items().await?;
         Ok(items.iter().filter_map(pool_of).collect())
     }
 

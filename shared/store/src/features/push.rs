@@ -276,7 +276,7 @@ impl Store {
     /// Writes a registry transaction; a refused condition means another write of the
     /// registry went first.
     async fn write_registry(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
-        match self.transact(items).await {
+        match self.table.transact(items).await {
             Err(e) if crate::error::cancellation_codes(&e).is_some() => {
                 Err(StoreError::Concurrent("the push endpoint registry".into()))
             }
@@ -290,7 +290,8 @@ impl Store {
             ("pk".to_owned(), s(PUSH_PK)),
             ("sk".to_owned(), s(entry_sk(id))),
         ]);
-        self.read_item(key)
+        self.table
+            .read_item(key)
             .await?
             .as_ref()
             .map(PushEntry::from_item)
@@ -300,7 +301,8 @@ impl Store {
     /// Every registration, oldest first (one strongly consistent Query; bounded by
     /// [`MAX_PUSH_ENDPOINTS`]).
     pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
-        self.query_partition(PUSH_PK, true)
+        self.table
+            .query_partition(PUSH_PK, true)
             .await?
             .iter()
             .map(PushEntry::from_item)
@@ -310,7 +312,7 @@ impl Store {
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
     /// path's lookup). Unreadable items are skipped with a warning.
     pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
-        let items = self.query_partition(&queue_pk(queue), false).await?;
+        let items = self.table.query_partition(&queue_pk(queue), false).await?;
         Ok(crate::item::readable_items(
             &items,
             PushEntry::from_item,
@@ -344,7 +346,7 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             items.push(TransactWriteItem::builder().update(update).build());
         }
-        match self.transact(items).await {
+        match self.table.transact(items).await {
             // Deleted meanwhile, or disabled by another delivery first: nothing to do.
             Err(e) if crate::error::cancellation_codes(&e).is_some() => Ok(()),
             out => out.map_err(StoreError::from_sdk),
@@ -547,6 +549,7 @@ impl Store {
     /// Marks `ready` as nudged, if it is still available at the same index entry.
     async fn nudge(&self, ready: &ReadyJob, now: Timestamp) -> Result<bool, StoreError> {
         let out = self
+            .table
             .update_item()
             .set_key(Some(item::job_key(&ready.job.id)))
             .update_expression("SET #nudged = :now")
@@ -559,6 +562,7 @@ impl Store {
             .send()
             .await;
         Ok(self
+            .table
             .tally_conditional(crate::usage::Kind::Write, out)?
             .is_some())
     }
@@ -566,7 +570,7 @@ impl Store {
     /// Job `id` if it is available (one strongly consistent GetItem): a planned push
     /// offer taken from the delivery queue.
     pub async fn ready_job(&self, id: &JobId) -> Result<Option<ReadyJob>, StoreError> {
-        let Some(raw) = self.read_item(item::job_key(id)).await? else {
+        let Some(raw) = self.table.read_item(item::job_key(id)).await? else {
             return Ok(None);
         };
         if item::state_of(&raw) != Some(JobState::Available) {
@@ -612,7 +616,7 @@ impl Store {
                 if enqueued_us.is_some_and(|us| us > cutoff) {
                     continue;
                 }
-                let Some(raw) = self.read_item(item::job_key(&c.id)).await? else {
+                let Some(raw) = self.table.read_item(item::job_key(&c.id)).await? else {
                     continue;
                 };
                 if item::state_of(&raw) != Some(JobState::Available) {

@@ -38,6 +38,7 @@ impl Store {
             return Ok(());
         }
         let out = self
+            .table
             .put_item()
             .item("pk", s(keys::QUEUES_PK))
             .item("sk", s(keys::queue_sk(queue)))
@@ -47,7 +48,7 @@ impl Store {
             .send()
             .await;
         // Registered already (by another instance): as good.
-        self.tally_conditional(Kind::Write, out)?;
+        self.table.tally_conditional(Kind::Write, out)?;
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
@@ -85,7 +86,7 @@ impl Store {
             )
             .send()
             .await;
-        self.tally(Kind::Write, out)?;
+        self.table.tally(Kind::Write, out)?;
         // This instance's next FETCH for any tenant reads the new lane at once.
         self.forget_queue_settings(queue);
         if let Ok(mut set) = self.known_queues.lock() {
@@ -115,6 +116,7 @@ impl Store {
     pub async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
         // Queue items only: the counter items in the same partition are not read.
         let items = self
+            .table
             .query_partition_prefix(keys::QUEUES_PK, Some(keys::QUEUE_SK_PREFIX), false)
             .await?;
         Ok(items
@@ -182,7 +184,7 @@ impl Store {
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.tally(Kind::Write, out)?;
+        let out = self.table.tally(Kind::Write, out)?;
         self.forget_queue_settings(queue);
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
@@ -270,7 +272,8 @@ impl Store {
     /// An UpdateItem of `queue`'s registry item, with the values that create it when it
     /// is new (`#name = :name, created_at = if_not_exists(created_at, :now)`).
     fn queue_update(&self, queue: &str, now: &Timestamp) -> UpdateItemFluentBuilder {
-        self.update_item()
+        self.table
+            .update_item()
             .key("pk", s(keys::QUEUES_PK))
             .key("sk", s(keys::queue_sk(queue)))
             .expression_attribute_names("#name", "name")
@@ -307,6 +310,7 @@ impl Store {
             )),
         };
         Ok(self
+            .table
             .batch_get(keys, &how)
             .await?
             .iter()
@@ -375,7 +379,7 @@ impl Store {
             None => req.update_expression(format!("{REGISTER} REMOVE #setting")),
         };
         let out = req.send().await;
-        self.tally(Kind::Write, out)?;
+        self.table.tally(Kind::Write, out)?;
         self.forget_queue_settings(queue);
         Ok(())
     }

@@ -38,7 +38,11 @@ impl Store {
         now_us: i64,
     ) -> Result<RateLimitState, StoreError> {
         let mut state = RateLimitState::default();
-        for item in self.query_partition(&format!("RL#{key}"), true).await? {
+        for item in self
+            .table
+            .query_partition(&format!("RL#{key}"), true)
+            .await?
+        {
             let Some(sk) = item.get("sk").and_then(|v| v.as_s().ok()) else {
                 continue;
             };

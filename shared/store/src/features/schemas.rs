@@ -101,12 +101,13 @@ impl Store {
                 item.insert("created_by".into(), s(by.to_owned()));
             }
             let out = self
+                .table
                 .put_item()
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(pk)")
                 .send()
                 .await;
-            if self.tally_conditional(Kind::Write, out)?.is_some() {
+            if self.table.tally_conditional(Kind::Write, out)?.is_some() {
                 return Ok(SchemaPut::Created(SchemaEntry {
                     doc: doc.clone(),
                     created_at: time::format(&now),
@@ -126,7 +127,8 @@ impl Store {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        self.read_item(schema_key(uri))
+        self.table
+            .read_item(schema_key(uri))
             .await?
             .as_ref()
             .map(entry_from_item)
@@ -135,7 +137,8 @@ impl Store {
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.query_partition(SCHEMAS_PK, true)
+        self.table
+            .query_partition(SCHEMAS_PK, true)
             .await?
             .iter()
             .map(entry_from_item)
@@ -153,6 +156,7 @@ impl Store {
         let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
         let mut versions = Vec::new();
         for item in self
+            .table
             .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
             .await?
         {
@@ -167,7 +171,8 @@ impl Store {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        self.delete_returning(schema_key(uri))
+        self.table
+            .delete_returning(schema_key(uri))
             .await?
             .as_ref()
             .map(entry_from_item)

@@ -72,8 +72,8 @@ impl Store {
                 item.insert(k.into(), n(v));
             }
         }
-        let out = self.put_item().set_item(Some(item)).send().await;
-        self.tally(Kind::Write, out)?;
+        let out = self.table.put_item().set_item(Some(item)).send().await;
+        self.table.tally(Kind::Write, out)?;
         self.forget_tenant_config(tenant.as_str());
         Ok(())
     }
@@ -84,6 +84,7 @@ impl Store {
         tenant: &TenantId,
     ) -> Result<Option<TenantConfig>, StoreError> {
         Ok(self
+            .table
             .read_item(tenant_key(tenant.as_str()))
             .await?
             .as_ref()
@@ -93,12 +94,13 @@ impl Store {
     /// Removes `tenant`'s settings (its jobs and counts stay); whether it had any.
     pub async fn delete_tenant_config(&self, tenant: &TenantId) -> Result<bool, StoreError> {
         let out = self
+            .table
             .delete_item()
             .set_key(Some(tenant_key(tenant.as_str())))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await;
-        let out = self.tally(Kind::Write, out)?;
+        let out = self.table.tally(Kind::Write, out)?;
         self.forget_tenant_config(tenant.as_str());
         Ok(out.attributes().is_some_and(|a| !a.is_empty()))
     }
@@ -106,11 +108,12 @@ impl Store {
     /// Every configured tenant with its settings, by tenant (one Query: an admin read).
     pub async fn list_tenant_configs(&self) -> Result<Vec<(String, TenantConfig)>, StoreError> {
         let query = self
+            .table
             .query_table()
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", s(TENANTS_PK))
             .consistent_read(true);
-        let items = self.pages(query).items().await?;
+        let items = self.table.pages(query).items().await?;
         Ok(items
             .iter()
             .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
@@ -150,6 +153,7 @@ impl Store {
         };
         let keys = missing.iter().map(|t| tenant_key(t.as_str())).collect();
         let mut read: HashMap<String, TenantConfig> = self
+            .table
             .batch_get(keys, &how)
             .await?
             .iter()

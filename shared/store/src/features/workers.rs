@@ -243,7 +243,7 @@ impl Store {
                 .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
                 .send()
                 .await;
-            self.tally(Kind::Write, out)
+            self.table.tally(Kind::Write, out)
         };
         let extensions = join_all(jobs.iter().map(|(id, attempt)| {
             let fence = Fence {
@@ -405,6 +405,7 @@ impl Store {
             .send()
             .await;
         let worker = self
+            .table
             .tally_existing(Kind::Write, out)?
             .attributes()
             .and_then(worker_from_item)
@@ -418,6 +419,7 @@ impl Store {
     pub async fn worker(&self, id: &str) -> Result<Option<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
+            .table
             .read_item(worker_key(id))
             .await?
             .and_then(|i| live_worker(&i, now)))
@@ -452,6 +454,7 @@ impl Store {
             return Ok(known);
         }
         let out = self
+            .table
             .get_item()
             .set_key(Some(worker_key(id)))
             .projection_expression("worker_id, directive, wstate, #ttl")
@@ -460,6 +463,7 @@ impl Store {
             .await;
         let now = time::now().timestamp();
         let takes = self
+            .table
             .tally(Kind::Read, out)?
             .item()
             .and_then(|i| live_worker(i, now))
@@ -472,7 +476,8 @@ impl Store {
 
     /// An UpdateItem of worker `id`'s item, answering with the item as written.
     fn worker_update(&self, id: &str) -> UpdateItemFluentBuilder {
-        self.update_item()
+        self.table
+            .update_item()
             .set_key(Some(worker_key(id)))
             .return_values(ReturnValue::AllNew)
     }
@@ -481,6 +486,7 @@ impl Store {
     pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
+            .table
             .query_partition(keys::WORKERS_PK, false)
             .await?
             .iter()

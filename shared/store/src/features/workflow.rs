@@ -260,7 +260,7 @@ impl Store {
             }
             items.push(self.put_new(it)?);
         }
-        let out = self.transact(items).await;
+        let out = self.table.transact(items).await;
         // Written when it succeeded, or when its answer was lost after it landed (the
         // workflow item is there): only then are the payloads kept.
         let written = match &out {
@@ -279,19 +279,21 @@ impl Store {
     /// read).
     async fn workflow_exists(&self, id: &str) -> bool {
         let out = self
+            .table
             .get_item()
             .set_key(Some(wf_key(id)))
             .consistent_read(true)
             .projection_expression("pk")
             .send()
             .await;
-        matches!(self.metered(Kind::Read, out), Ok(o) if o.item.is_some())
+        matches!(self.table.metered(Kind::Read, out), Ok(o) if o.item.is_some())
     }
 
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
         let item = self
+            .table
             .read_item(wf_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -310,7 +312,8 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.batch_get(keys, &how)
+        self.table
+            .batch_get(keys, &how)
             .await?
             .iter()
             .map(item::job_from_item)
@@ -330,13 +333,14 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let item = match self.metered(Kind::Write, out) {
+        let item = match self.table.metered(Kind::Write, out) {
             Ok(out) => out.attributes().cloned().unwrap_or_default(),
             Err(e) => {
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
                     let item = self
+                        .table
                         .read_item(wf_key(id))
                         .await?
                         .ok_or(StoreError::NotFound)?;
@@ -448,7 +452,7 @@ impl Store {
             }
         }
         // Read again: the cancellations above moved the counts.
-        match self.read_item(wf_key(wf_id)).await? {
+        match self.table.read_item(wf_key(wf_id)).await? {
             Some(item) => self.settle_workflow(wf_id, &item, now).await,
             None => Ok(()),
         }
@@ -508,13 +512,13 @@ impl Store {
         match self.workflow_update(req).await? {
             Some(item) => Ok(Some(item)),
             // Recorded already (or gone): the item as it stands.
-            None => self.read_item(wf_key(wf_id)).await,
+            None => self.table.read_item(wf_key(wf_id)).await,
         }
     }
 
     /// An UpdateItem of workflow `wf_id`'s item.
     fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
-        self.update_item().set_key(Some(wf_key(wf_id)))
+        self.table.update_item().set_key(Some(wf_key(wf_id)))
     }
 
     /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item
@@ -525,6 +529,7 @@ impl Store {
     ) -> Result<Option<Item>, StoreError> {
         let out = req.return_values(ReturnValue::AllNew).send().await;
         Ok(self
+            .table
             .tally_conditional(Kind::Write, out)?
             .and_then(|out| out.attributes().cloned()))
     }
@@ -532,7 +537,8 @@ impl Store {
     /// Sends the conditional UpdateItem `req` of a workflow item whose failed condition
     /// leaves nothing to do.
     async fn update_unless_done(&self, req: UpdateItemFluentBuilder) -> Result<(), StoreError> {
-        self.tally_conditional(Kind::Write, req.send().await)
+        self.table
+            .tally_conditional(Kind::Write, req.send().await)
             .map(|_| ())
     }
 
@@ -756,7 +762,7 @@ impl Store {
                 }
                 items.push(self.put_new(it)?);
             }
-            match self.transact(items).await {
+            match self.table.transact(items).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     // Only a failed guard means "fired already"; a conflict with another
@@ -814,7 +820,7 @@ impl Store {
             let query = self
                 .due_query(&keys::workflow_due_shard_pk(shard), &now)
                 .limit(50);
-            let mut pages = self.pages(query);
+            let mut pages = self.table.pages(query);
             loop {
                 if Instant::now() >= budget {
                     return Ok(checked);
@@ -848,7 +854,7 @@ impl Store {
         wf_id: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let jobs = self.step_jobs(&item).await?;
@@ -882,11 +888,11 @@ impl Store {
                 self.record_callback(wf_id, &name, outcome).await?;
             }
         }
-        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         self.settle_workflow(wf_id, &item, now).await?;
-        let Some(item) = self.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let settled = match workflow_state(&item) {

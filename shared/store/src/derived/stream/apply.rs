@@ -230,7 +230,7 @@ impl Store {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let Err(err) = self.transact(actions.clone()).await else {
+            let Err(err) = self.table.transact(actions.clone()).await else {
                 self.print_metrics(&events);
                 return Ok(Outcome::Applied(events.len()));
             };
@@ -282,6 +282,7 @@ impl Store {
             ("sk".to_owned(), s(keys::STREAM_RUN_SK)),
         ]);
         Ok(self
+            .table
             .read_item(key)
             .await?
             .and_then(|i| i.get("last").and_then(|v| v.as_s().ok()).cloned()))

@@ -110,11 +110,11 @@ impl LocalStream {
         {
             return Ok(existing);
         }
-        let stream_arn = store.stream_arn().await?;
+        let stream_arn = store.table.stream_arn().await?;
         // Its own usage: a store's usage is what its requests cost, as on AWS, where the
         // stream function pays for the effects.
         let mut own = store.clone();
-        own.usage = Arc::default();
+        own.table = own.table.with_own_tally();
         own.stream = None;
         let consumer = Arc::new(Self {
             client,
@@ -172,7 +172,8 @@ impl LocalStream {
     async fn mark(&self) -> Result<u64, StoreError> {
         let out = self
             .store
-            .client
+            .table
+            .untallied()
             .update_item()
             .table_name(self.store.table())
             .key("pk", AttributeValue::S(keys::LOCAL_MARK_PK.to_owned()))

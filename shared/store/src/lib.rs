@@ -20,12 +20,12 @@ pub use dynamo::schema;
 use dynamo::table::Table;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
-    answer, backlog, batch, claim, concurrency, effects, jobs, settle, sweep, timer, transition,
-    unique, unread,
+    answer, backlog, batch, claim, concurrency, effects, jobs, pools, queues, settle, sweep,
+    tenant_config, timer, transition, unique, unread,
 };
 use features::{
-    admin, api_keys, cron, dead_letter, idempotency, pools, push, queues, rate_limits, schemas,
-    tenant_config, webhooks, workers, workflow,
+    admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
+    workflow,
 };
 
 use std::collections::HashSet;

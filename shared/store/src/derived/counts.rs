@@ -458,7 +458,7 @@ impl Store {
             if let Some(paused) = item.get("paused").and_then(|v| v.as_bool().ok()) {
                 stats.paused = *paused;
             }
-            if let Some(bound) = stored_backpressure(&item) {
+            if let Some(bound) = crate::queues::stored_backpressure(&item) {
                 stats.backpressure = Some(bound);
             }
             stats.add_counts(&item);
@@ -539,14 +539,6 @@ impl Store {
         }
         Ok(())
     }
-}
-
-/// The depth bound stored on a queue's registry item (`bp`), if any.
-pub(crate) fn stored_backpressure(item: &Item) -> Option<ojs_core::backpressure::Backpressure> {
-    item.get("bp")
-        .and_then(|v| v.as_s().ok())
-        .and_then(|raw| serde_json::from_str(raw).ok())
-        .and_then(|v| ojs_core::backpressure::Backpressure::from_stored(&v))
 }
 
 #[cfg(test)]

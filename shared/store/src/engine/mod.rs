@@ -2,7 +2,9 @@
 //! machine made into conditional writes), and what follows one through [`effects`].
 //! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots, rate `windows`
 //! and its `answer` bound), ACK and
-//! FAIL (`jobs`, `settle`), and time (`timer`, `sweep`, `backlog`). It uses the DynamoDB
+//! FAIL (`jobs`, `settle`), time (`timer`, `sweep`, `backlog`), and the settings PUSH and
+//! FETCH obey: a queue's (`queues`: registry, pause, bounds, rate limit), a tenant's
+//! (`tenant_config`) and the scheduling pools (`pools`). It uses the DynamoDB
 //! layer; features call into it, never the other way round (a finished job's workflow
 //! and cron follow-ups are reached through `effects`).
 
@@ -13,8 +15,11 @@ pub(crate) mod claim;
 pub(crate) mod concurrency;
 pub(crate) mod effects;
 pub(crate) mod jobs;
+pub(crate) mod pools;
+pub(crate) mod queues;
 pub(crate) mod settle;
 pub(crate) mod sweep;
+pub(crate) mod tenant_config;
 pub(crate) mod timer;
 pub(crate) mod transition;
 pub(crate) mod unique;

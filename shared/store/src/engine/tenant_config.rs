@@ -176,57 +176,6 @@ impl Store {
         Ok(found)
     }
 
-    /// Admits an enqueue of `adding` jobs of tenants (per tenant: how many, and how many
-    /// of them scheduled), or refuses it whole with [`StoreError::TenantLimit`] when a
-    /// tenant would pass `max_queue_depth` or `max_scheduled` (§8.2). A tenant without
-    /// limits costs its settings' read, remembered per instance; one with limits adds one
-    /// strongly consistent Query of its counters. As for a queue's depth bound, the counts
-    /// trail the table by the stream's delay on AWS: enqueues racing within it can pass
-    /// the limit by what they add at once, never one made after the counts saw it full.
-    pub async fn admit_tenant_enqueue(
-        &self,
-        adding: &[(&TenantId, u64, u64)],
-    ) -> Result<(), StoreError> {
-        let tenants: Vec<&TenantId> = adding.iter().map(|(t, _, _)| *t).collect();
-        let configs = self.tenant_configs(&tenants).await?;
-        for (tenant, jobs, scheduled) in adding {
-            let Some(config) = configs.get(tenant.as_str()).filter(|c| c.limits_enqueue()) else {
-                continue;
-            };
-            let counts = self
-                .tenant_stats(tenant)
-                .await?
-                .map(|s| s.total)
-                .unwrap_or_default();
-            let checks = [
-                (
-                    "max_queue_depth",
-                    config.max_queue_depth,
-                    counts.depth(),
-                    *jobs,
-                ),
-                (
-                    "max_scheduled",
-                    config.max_scheduled,
-                    counts.scheduled,
-                    *scheduled,
-                ),
-            ];
-            for (limit, maximum, current, more) in checks {
-                let Some(maximum) = maximum else { continue };
-                if more > 0 && current.saturating_add(more) > maximum {
-                    return Err(StoreError::TenantLimit {
-                        tenant: tenant.to_string(),
-                        limit,
-                        current,
-                        maximum,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The weight of each of `tenants` in a FETCH for any tenant (1 without settings).
     pub(crate) async fn tenant_weights(
         &self,

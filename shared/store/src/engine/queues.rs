@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use ojs_core::backpressure::{Backpressure, Verdict};
+use ojs_core::backpressure::Backpressure;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
@@ -341,7 +341,7 @@ impl Store {
                         paused,
                         rate_limit,
                         paused_at,
-                        backpressure: crate::counts::stored_backpressure(i),
+                        backpressure: stored_backpressure(i),
                         tenants,
                     },
                 ))
@@ -384,60 +384,6 @@ impl Store {
         Ok(())
     }
 
-    /// Admits an enqueue of `adding` jobs per queue, or refuses it whole with
-    /// [`StoreError::QueueFull`] when a queue would pass its depth bound
-    /// (ojs-backpressure.md §5.1, §9.3); the queues then at or past their warning
-    /// threshold are returned, for the answer's headers (§7.3).
-    ///
-    /// Costs nothing more for an unbounded queue whose settings this instance remembers
-    /// ([`Store::queue_settings`]); a bounded one adds its counters' read (one strongly
-    /// consistent BatchGetItem, as for stats). The depth is the counters' (available,
-    /// scheduled and retryable): in process they are caught up first, so the bound is
-    /// exact for one producer; on AWS they trail the table by the stream function's delay,
-    /// and enqueues racing within it are all judged against the depth before them. The
-    /// bound is a brake on producers, not a guarantee: it can be passed by what is
-    /// enqueued at once, never by an enqueue made after the counters saw the queue full.
-    pub async fn admit_enqueue(
-        &self,
-        adding: &[(&ojs_core::QueueName, u64)],
-    ) -> Result<Vec<QueuePressure>, StoreError> {
-        let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
-        let settings = self.queue_settings(&names).await?;
-        let mut pressed = Vec::new();
-        for (queue, n) in adding {
-            if settings
-                .get(queue.as_str())
-                .and_then(|st| st.backpressure)
-                .is_none()
-            {
-                continue;
-            }
-            // The counters' read carries the queue item too: its bound as it is now.
-            let stats = self.queue_stats(queue).await?;
-            let Some(bound) = stats.backpressure else {
-                continue;
-            };
-            let depth = stats.depth();
-            match bound.judge(depth, *n) {
-                Verdict::Full => {
-                    return Err(StoreError::QueueFull {
-                        queue: queue.as_str().to_owned(),
-                        depth,
-                        bound: bound.max_depth,
-                    })
-                }
-                Verdict::Pressure(pressure) => pressed.push(QueuePressure {
-                    queue: queue.as_str().to_owned(),
-                    depth: depth.saturating_add(*n),
-                    bound: bound.max_depth,
-                    pressure,
-                }),
-                Verdict::Clear => {}
-            }
-        }
-        Ok(pressed)
-    }
-
     /// Sets (or with `None` removes) a queue-level rate limit; every job of the queue must
     /// fit it in addition to its own.
     pub async fn set_queue_rate_limit(
@@ -467,4 +413,12 @@ impl Store {
         Ok(time::from_micros(read.assessment.clear_at_us)
             .map(|reset| (window.limit, read.assessment.remaining, reset)))
     }
+}
+
+/// The depth bound stored on a queue's registry item (`bp`), if any.
+pub(crate) fn stored_backpressure(item: &crate::item::Item) -> Option<Backpressure> {
+    item.get("bp")
+        .and_then(|v| v.as_s().ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
+        .and_then(|v| Backpressure::from_stored(&v))
 }

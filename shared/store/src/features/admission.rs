@@ -1,0 +1,118 @@
+//! Admission of enqueues: a queue's depth bound (ojs-backpressure.md) and a tenant's
+//! quotas (ojs-multi-tenancy.md §8.2), judged against the counters the change stream
+//! keeps. Above the engine and the derived side: it reads both, and the HTTP layer asks
+//! it before a PUSH.
+
+use ojs_core::backpressure::Verdict;
+use ojs_core::tenant::TenantId;
+
+use crate::error::StoreError;
+use crate::queues::QueuePressure;
+use crate::Store;
+
+impl Store {
+    /// Admits an enqueue of `adding` jobs per queue, or refuses it whole with
+    /// [`StoreError::QueueFull`] when a queue would pass its depth bound
+    /// (ojs-backpressure.md §5.1, §9.3); the queues then at or past their warning
+    /// threshold are returned, for the answer's headers (§7.3).
+    ///
+    /// Costs nothing more for an unbounded queue whose settings this instance remembers
+    /// ([`Store::queue_settings`]); a bounded one adds its counters' read (one strongly
+    /// consistent BatchGetItem, as for stats). The depth is the counters' (available,
+    /// scheduled and retryable): in process they are caught up first, so the bound is
+    /// exact for one producer; on AWS they trail the table by the stream function's delay,
+    /// and enqueues racing within it are all judged against the depth before them. The
+    /// bound is a brake on producers, not a guarantee: it can be passed by what is
+    /// enqueued at once, never by an enqueue made after the counters saw the queue full.
+    pub async fn admit_enqueue(
+        &self,
+        adding: &[(&ojs_core::QueueName, u64)],
+    ) -> Result<Vec<QueuePressure>, StoreError> {
+        let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
+        let settings = self.queue_settings(&names).await?;
+        let mut pressed = Vec::new();
+        for (queue, n) in adding {
+            if settings
+                .get(queue.as_str())
+                .and_then(|st| st.backpressure)
+                .is_none()
+            {
+                continue;
+            }
+            // The counters' read carries the queue item too: its bound as it is now.
+            let stats = self.queue_stats(queue).await?;
+            let Some(bound) = stats.backpressure else {
+                continue;
+            };
+            let depth = stats.depth();
+            match bound.judge(depth, *n) {
+                Verdict::Full => {
+                    return Err(StoreError::QueueFull {
+                        queue: queue.as_str().to_owned(),
+                        depth,
+                        bound: bound.max_depth,
+                    })
+                }
+                Verdict::Pressure(pressure) => pressed.push(QueuePressure {
+                    queue: queue.as_str().to_owned(),
+                    depth: depth.saturating_add(*n),
+                    bound: bound.max_depth,
+                    pressure,
+                }),
+                Verdict::Clear => {}
+            }
+        }
+        Ok(pressed)
+    }
+
+    /// Admits an enqueue of `adding` jobs of tenants (per tenant: how many, and how many
+    /// of them scheduled), or refuses it whole with [`StoreError::TenantLimit`] when a
+    /// tenant would pass `max_queue_depth` or `max_scheduled` (§8.2). A tenant without
+    /// limits costs its settings' read, remembered per instance; one with limits adds one
+    /// strongly consistent Query of its counters. As for a queue's depth bound, the counts
+    /// trail the table by the stream's delay on AWS: enqueues racing within it can pass
+    /// the limit by what they add at once, never one made after the counts saw it full.
+    pub async fn admit_tenant_enqueue(
+        &self,
+        adding: &[(&TenantId, u64, u64)],
+    ) -> Result<(), StoreError> {
+        let tenants: Vec<&TenantId> = adding.iter().map(|(t, _, _)| *t).collect();
+        let configs = self.tenant_configs(&tenants).await?;
+        for (tenant, jobs, scheduled) in adding {
+            let Some(config) = configs.get(tenant.as_str()).filter(|c| c.limits_enqueue()) else {
+                continue;
+            };
+            let counts = self
+                .tenant_stats(tenant)
+                .await?
+                .map(|s| s.total)
+                .unwrap_or_default();
+            let checks = [
+                (
+                    "max_queue_depth",
+                    config.max_queue_depth,
+                    counts.depth(),
+                    *jobs,
+                ),
+                (
+                    "max_scheduled",
+                    config.max_scheduled,
+                    counts.scheduled,
+                    *scheduled,
+                ),
+            ];
+            for (limit, maximum, current, more) in checks {
+                let Some(maximum) = maximum else { continue };
+                if more > 0 && current.saturating_add(more) > maximum {
+                    return Err(StoreError::TenantLimit {
+                        tenant: tenant.to_string(),
+                        limit,
+                        current,
+                        maximum,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

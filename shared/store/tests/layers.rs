@@ -217,9 +217,6 @@ fn method_calls(text: &str) -> Vec<String> {
 const ALLOWED_UPWARD_CALLS: &[(&str, &str)] = &[
     // A finished job's workflow follow-up.
     ("engine/effects.rs", "after_terminal"),
-    // A discard into the dead letter queue writes its entry in the same transaction.
-    ("engine/settle.rs", "dead_entry_put"),
-    ("engine/settle.rs", "update_job_with"),
     // The timer message of a cron occurrence fires it.
     ("engine/timer.rs", "fire_cron"),
 ];

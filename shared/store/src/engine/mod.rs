@@ -13,6 +13,7 @@ pub(crate) mod backlog;
 pub(crate) mod batch;
 pub(crate) mod claim;
 pub(crate) mod concurrency;
+pub(crate) mod dead_entry;
 pub(crate) mod effects;
 pub(crate) mod jobs;
 pub(crate) mod pools;

@@ -217,8 +217,6 @@ fn method_calls(text: &str) -> Vec<String> {
 const ALLOWED_UPWARD_CALLS: &[(&str, &str)] = &[
     // A finished job's workflow follow-up.
     ("engine/effects.rs", "after_terminal"),
-    // The timer message of a cron occurrence fires it.
-    ("engine/timer.rs", "fire_cron"),
 ];
 
 fn all_upward_calls() -> Vec<(String, String, String)> {

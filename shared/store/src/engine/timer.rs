@@ -9,7 +9,6 @@ use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::stream::{self, StreamExt};
 use ojs_core::time::{self, Timestamp};
-use ojs_core::JobId;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -155,39 +154,6 @@ impl Store {
         if let Err(e) = timer.schedule(targets, now).await {
             tracing::warn!(error = %e, "timer not armed; the sweep will promote instead");
         }
-    }
-
-    /// Handles one timer message: waits out the sub-second remainder, then promotes the
-    /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
-    pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
-        let msg: TimerMessage = serde_json::from_str(body)
-            .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
-        let due = time::from_micros(msg.due_us)
-            .ok_or_else(|| StoreError::Corrupt("timer due time".into()))?;
-        let early = due - time::now();
-        if early > chrono::Duration::zero() {
-            if early > chrono::Duration::seconds(5) {
-                // Delivered far too early (a delay longer than SQS allows): re-arm.
-                self.arm_timer(vec![(msg.target, due)]).await;
-                return Ok(());
-            }
-            tokio::time::sleep(early.to_std().unwrap_or_default()).await;
-        }
-        let now = time::now();
-        match msg.target {
-            TimerTarget::Job { job_id } => {
-                let Ok(id) = JobId::parse(&job_id) else {
-                    return Ok(());
-                };
-                if let Some(job) = self.get_job(&id).await? {
-                    self.settle(&job, now).await?;
-                }
-            }
-            TimerTarget::Cron { name } => {
-                self.fire_cron(&name, now).await?;
-            }
-        }
-        Ok(())
     }
 
     /// The sweep's hand-over: jobs and cron occurrences that come within the timer's

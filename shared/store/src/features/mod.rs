@@ -12,6 +12,7 @@ pub(crate) mod idempotency;
 pub(crate) mod push;
 pub(crate) mod rate_limits;
 pub(crate) mod schemas;
+pub(crate) mod wakeups;
 pub(crate) mod webhooks;
 pub(crate) mod workers;
 pub(crate) mod workflow;

@@ -25,7 +25,6 @@ use engine::{
 };
 use features::{
     admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
-    workflow,
 };
 
 use std::collections::HashSet;
@@ -43,6 +42,7 @@ pub use claim::{FetchOutcome, FetchRequest, LimitState};
 pub use counts::QueueStats;
 pub use cron::CronEntry;
 pub use dead_letter::DeadLetterPage;
+pub use effects::StepOutcome;
 pub use error::StoreError;
 pub use events::{EventPage, EventQuery};
 pub use idempotency::KeyClaim;
@@ -68,7 +68,6 @@ pub use webhooks::{
     MAX_KEPT_BODY, MAX_LOG_PAGE, MAX_SUBSCRIPTIONS,
 };
 pub use workers::{Beat, Directive, WorkerInfo, WorkerState};
-pub use workflow::StepOutcome;
 
 /// Default of [`StoreConfig::sweep_budget`], in milliseconds.
 const DEFAULT_SWEEP_BUDGET_MS: u64 = 40_000;
@@ -256,6 +255,9 @@ pub struct Store {
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
     observers: Vec<Arc<dyn ChangeObserver>>,
+    /// Where the engine notes the jobs it finishes, in a scope opened by the layer above
+    /// ([`Store::following_up`]); none outside one.
+    follow_ups: Option<effects::FollowUps>,
     /// The bucket of requests too large for their item, when configured
     /// (`OJS_PAYLOAD_BUCKET`); without it such a request is refused as today.
     payloads: Option<Payloads>,
@@ -280,6 +282,7 @@ impl Store {
             queue_turn: Arc::default(),
             stream: None,
             observers: Vec::new(),
+            follow_ups: None,
             payloads: None,
         }
     }
@@ -426,6 +429,19 @@ impl Store {
         config.reject_paused_pushes = reject;
         self.config = Arc::new(config);
         self
+    }
+
+    /// This store noting the jobs its transitions finish in `scope`.
+    pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
+        Self {
+            follow_ups: Some(scope),
+            ..self.clone()
+        }
+    }
+
+    /// The follow-up scope this store notes finished jobs in, if it is one.
+    pub(crate) fn follow_ups(&self) -> Option<&effects::FollowUps> {
+        self.follow_ups.as_ref()
     }
 
     /// How many shards each queue has.

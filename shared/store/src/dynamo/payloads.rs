@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
+use crate::Store;
 
 /// The tag an object carries until its job's item is written.
 pub(crate) const PENDING_TAG: &str = "ojs-pending=1";
@@ -347,7 +348,7 @@ impl Payloads {
     }
 }
 
-impl crate::Store {
+impl Store {
     /// The job with its `args` and `meta` brought back from the payload bucket when its
     /// item keeps them there (one GET, checked); any other job as it is, without a call.
     /// What must be whole or nothing (FETCH, push delivery) goes through this or

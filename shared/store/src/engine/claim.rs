@@ -1045,7 +1045,7 @@ impl Store {
                     Refusal::Reschedule { at_us } => {
                         let at = ojs_core::time::from_micros(at_us)
                             .unwrap_or(now + chrono::Duration::seconds(1));
-                        self.reschedule_rate_limited(&job, at, now).await?;
+                        self.reschedule_rate_limited(&job, at).await?;
                     }
                     _ => self.drop_rate_limited(&job, now).await?,
                 }
@@ -1056,12 +1056,7 @@ impl Store {
 
     /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is
     /// expected to allow it (ojs-rate-limiting.md §6).
-    async fn reschedule_rate_limited(
-        &self,
-        job: &Job,
-        at: Timestamp,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
+    async fn reschedule_rate_limited(&self, job: &Job, at: Timestamp) -> Result<(), StoreError> {
         let mut spec = job.spec.clone();
         spec.scheduled_at = Some(at);
         // The request is rewritten in whichever form is smaller now; the other goes.
@@ -1087,7 +1082,7 @@ impl Store {
         match self.finish_update(out) {
             Ok(deferred) => {
                 let effects = Effects::of(Some(Before::of(job)), &deferred);
-                self.apply_effects(&deferred, effects, now).await;
+                self.apply_effects(&deferred, effects).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -1120,7 +1115,7 @@ impl Store {
         match self.finish_update(out) {
             Ok(dropped) => {
                 let effects = Effects::of(Some(Before::of(job)), &dropped);
-                self.apply_effects(&dropped, effects, now).await;
+                self.apply_effects(&dropped, effects).await;
                 Ok(())
             }
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
@@ -1131,7 +1126,7 @@ impl Store {
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
     /// come, and active jobs whose lease expired (one batch from each shard). Returns how
     /// many moved.
-    pub async fn promote_due(
+    pub(crate) async fn promote_due_in_scope(
         &self,
         queue: &QueueName,
         now: Timestamp,
@@ -1234,7 +1229,7 @@ impl Store {
                 let Some(job) = self.get_job(&id).await? else {
                     return Ok(None);
                 };
-                return Ok(self.settle(&job, now).await?.map(|j| (j, None)));
+                return Ok(self.settle_in_scope(&job, now).await?.map(|j| (j, None)));
             }
             _ => return Ok(None),
         }

@@ -8,12 +8,55 @@
 //! All are best effort, each repaired later if the request dies: a slot frees at its
 //! lease end, the sweep promotes what a timer missed and settles workflows.
 
+use std::sync::{Arc, Mutex};
+
 use ojs_core::time::Timestamp;
+
 use ojs_core::{Job, JobState};
 
 use crate::timer::TimerTarget;
-use crate::workflow::StepOutcome;
 use crate::Store;
+
+/// How a job ended, for its workflow's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Completed.
+    Completed,
+    /// Discarded.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// A job a transition finished, whose workflow and queued cron occurrence the layer above
+/// still has to move on.
+#[derive(Debug, Clone)]
+pub(crate) struct Finished {
+    pub job: Job,
+    pub outcome: StepOutcome,
+}
+
+/// The jobs finished through one store scope ([`Store::with_follow_ups`]), in the order
+/// they finished. The engine notes them here instead of calling up into the features;
+/// the scope's owner takes them and follows them up in a loop.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FollowUps(Arc<Mutex<Vec<Finished>>>);
+
+impl FollowUps {
+    fn note(&self, finished: Finished) {
+        if let Ok(mut list) = self.0.lock() {
+            list.push(finished);
+        }
+    }
+
+    /// What was noted since the last take.
+    pub(crate) fn take(&self) -> Vec<Finished> {
+        self.0
+            .lock()
+            .map(|mut list| std::mem::take(&mut *list))
+            .unwrap_or_default()
+    }
+}
 
 /// The job as a transition found it, as far as the effects need it.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +121,7 @@ impl Effects {
 
 impl Store {
     /// Applies what the transition of `after` set off (see [`Effects`]).
-    pub(crate) async fn apply_effects(&self, after: &Job, effects: Effects, now: Timestamp) {
+    pub(crate) async fn apply_effects(&self, after: &Job, effects: Effects) {
         if let Some(lease) = effects.release_slot {
             self.release_slot(after, lease).await;
         }
@@ -89,7 +132,20 @@ impl Store {
             self.arm_timer(vec![(target, at)]).await;
         }
         if let Some(outcome) = effects.finished {
-            self.after_terminal(after, outcome, now).await;
+            let finished = Finished {
+                job: after.clone(),
+                outcome,
+            };
+            match self.follow_ups() {
+                Some(scope) => scope.note(finished),
+                // Every entry point that can finish a job opens a scope (the layer test
+                // `finishing_entry_points_follow_up` lists them); were one missed, the
+                // sweep's workflow check would still move the workflow on.
+                None => tracing::error!(
+                    job_id = %after.id,
+                    "a job finished outside a follow-up scope; its workflow waits for the sweep"
+                ),
+            }
         }
     }
 }

@@ -100,7 +100,7 @@ pub struct FailOutcome {
 
 impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
-    pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
+    pub(crate) async fn put_job_in_scope(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         // Sizes are checked before anything is written (a refused job registers nothing).
         let body = self.offload_body(job)?;
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
@@ -193,9 +193,13 @@ impl Store {
 
     /// Cancels a non-terminal job in one conditional write (and, for a workflow step,
     /// tells its workflow).
-    pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+    pub(crate) async fn cancel_job_in_scope(
+        &self,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
         let job = self.write_cancel(id, now).await?;
-        self.apply_effects(&job, Effects::of(None, &job), now).await;
+        self.apply_effects(&job, Effects::of(None, &job)).await;
         Ok(self.shown_job(job).await)
     }
 
@@ -211,7 +215,7 @@ impl Store {
             finished: None,
             ..Effects::of(None, &job)
         };
-        self.apply_effects(&job, effects, now).await;
+        self.apply_effects(&job, effects).await;
         Ok(job)
     }
 
@@ -234,7 +238,11 @@ impl Store {
 
     /// Completes an active job. The answer shows the job whole ([`Store::shown_job`]), as
     /// do CANCEL's and FAIL's.
-    pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
+    pub(crate) async fn ack_job_in_scope(
+        &self,
+        ack: &AckRequest,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
         let wid = write_id();
         let mut write = JobWrite::new(
             Transition::Ack,
@@ -279,7 +287,7 @@ impl Store {
             state: JobState::Active,
             lease_us: None,
         };
-        self.apply_effects(&job, Effects::of(Some(before), &job), now)
+        self.apply_effects(&job, Effects::of(Some(before), &job))
             .await;
         Ok(self.shown_job(job).await)
     }
@@ -290,7 +298,7 @@ impl Store {
     /// Only the holder of the current attempt, as `fence` names it, can fail it: the
     /// write is conditional on the version read, which every claim (and every lease
     /// extension) moves, and on the attempt.
-    pub async fn fail_job(
+    pub(crate) async fn fail_job_in_scope(
         &self,
         id: &JobId,
         failure: &Failure,

@@ -169,7 +169,7 @@ impl Store {
                 old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
             })?,
         };
-        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated), now)
+        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated))
             .await;
         Ok(updated)
     }
@@ -179,7 +179,11 @@ impl Store {
     /// re-queued while attempts remain and given up otherwise; a scheduled or retryable
     /// job whose time has come becomes available. `None` when nothing was due or another
     /// writer moved the job first.
-    pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
+    pub(crate) async fn settle_in_scope(
+        &self,
+        job: &Job,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
         let st = &job.status;
         let result = match st.state {
             JobState::Active if st.deadline.is_some_and(|d| d <= now) => {
@@ -310,7 +314,7 @@ impl Store {
         .send()
         .await;
         let expired = self.finish_update(out)?;
-        self.apply_effects(&expired, Effects::of(Some(Before::of(job)), &expired), now)
+        self.apply_effects(&expired, Effects::of(Some(Before::of(job)), &expired))
             .await;
         Ok(expired)
     }
@@ -320,7 +324,7 @@ impl Store {
     /// request whole ([`Store::full_job`]). A payload that is missing or damaged does not
     /// hide the job: it is shown incomplete and says so ([`Store::shown_job`]); a payload
     /// store failing is an error (the request may be tried again).
-    pub async fn get_job_settled(
+    pub(crate) async fn get_job_settled_in_scope(
         &self,
         id: &ojs_core::JobId,
         now: Timestamp,
@@ -328,7 +332,7 @@ impl Store {
         let Some(job) = self.get_job(id).await? else {
             return Ok(None);
         };
-        let job = match self.settle(&job, now).await? {
+        let job = match self.settle_in_scope(&job, now).await? {
             Some(settled) => settled,
             // Lost a race with another writer: read what it wrote.
             None if is_overdue(&job, now) => match self.get_job(id).await? {

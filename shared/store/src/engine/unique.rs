@@ -181,7 +181,7 @@ impl Store {
                             stored = Some(job.rescheduled(at, now));
                         }
                     }
-                    match self.cancel_job(&existing.id, now).await {
+                    match self.cancel_job_in_scope(&existing.id, now).await {
                         Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
                         Err(e) => return Err(e),
                     }

@@ -97,7 +97,7 @@ impl Store {
             .value(":now", ts(&now))
             .apply(self.update(&job.id))?;
         let back = self.finish_update(req.send().await)?;
-        self.apply_effects(&back, Effects::of(Some(Before::of(job)), &back), now)
+        self.apply_effects(&back, Effects::of(Some(Before::of(job)), &back))
             .await;
         Ok(back)
     }

@@ -218,6 +218,14 @@ impl Store {
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.following_up(now, |store| async move {
+            store.fire_due_crons_in_scope(now).await
+        })
+        .await
+    }
+
+    /// [`Store::fire_due_crons`] within the caller's follow-up scope.
+    async fn fire_due_crons_in_scope(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
         let mut pages = self
             .table

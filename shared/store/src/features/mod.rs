@@ -8,6 +8,7 @@ pub(crate) mod api_keys;
 pub(crate) mod checkpoints;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
+pub(crate) mod follow_ups;
 pub(crate) mod idempotency;
 pub(crate) mod push;
 pub(crate) mod rate_limits;

@@ -390,6 +390,19 @@ impl Store {
         endpoint: &PushEntry,
         now: Timestamp,
     ) -> Result<PushClaim, StoreError> {
+        self.following_up(now, |store| async move {
+            store.claim_for_push_in_scope(ready, endpoint, now).await
+        })
+        .await
+    }
+
+    /// [`Store::claim_for_push`] within the caller's follow-up scope.
+    async fn claim_for_push_in_scope(
+        &self,
+        ready: &ReadyJob,
+        endpoint: &PushEntry,
+        now: Timestamp,
+    ) -> Result<PushClaim, StoreError> {
         let queue = &ready.job.spec.queue;
         let settings = self.queue_settings(std::slice::from_ref(queue)).await?;
         let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();

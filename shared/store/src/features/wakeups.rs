@@ -13,6 +13,14 @@ impl Store {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
     /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
     pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
+        self.following_up(ojs_core::time::now(), |store| async move {
+            store.handle_timer_in_scope(body).await
+        })
+        .await
+    }
+
+    /// [`Store::handle_timer`] within the caller's follow-up scope.
+    async fn handle_timer_in_scope(&self, body: &str) -> Result<(), StoreError> {
         let msg: TimerMessage = serde_json::from_str(body)
             .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
         let due = time::from_micros(msg.due_us)

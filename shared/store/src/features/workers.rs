@@ -434,11 +434,14 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
-        let admission = req
-            .worker_id
-            .as_deref()
-            .map(|id| -> Admission<'_> { Box::new(move || Box::pin(self.takes_jobs(id))) });
-        self.claim_jobs(req, now, admission).await
+        self.following_up(now, |store| async move {
+            let admission = req
+                .worker_id
+                .as_deref()
+                .map(|id| -> Admission<'_> { Box::new(|| Box::pin(store.takes_jobs(id))) });
+            store.claim_jobs(req, now, admission).await
+        })
+        .await
     }
 
     /// Whether FETCH may hand worker `id` new jobs ([`WorkerInfo::takes_jobs`]); an

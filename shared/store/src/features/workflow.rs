@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use std::time::Instant;
 
+use crate::effects::StepOutcome;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
 use crate::jobs::old_item;
@@ -28,17 +29,6 @@ use crate::keys;
 use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
-
-/// How a step ended, for the workflow's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepOutcome {
-    /// Completed.
-    Completed,
-    /// Discarded.
-    Failed,
-    /// Cancelled.
-    Cancelled,
-}
 
 fn wf_key(id: &str) -> Item {
     Item::from([

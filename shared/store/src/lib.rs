@@ -20,8 +20,8 @@ pub use dynamo::schema;
 use dynamo::table::Table;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
-    answer, backlog, batch, claim, concurrency, effects, jobs, pools, queues, settle, sweep,
-    tenant_config, timer, transition, unique, unread,
+    answer, backlog, batch, claim, concurrency, due, effects, fetch_memory, fetch_order, jobs,
+    pools, queues, settle, sweep, tenant_config, timer, transition, unique, unread,
 };
 use features::{
     admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
@@ -237,14 +237,14 @@ pub struct Store {
     /// Whether workers take new jobs, as this instance lately learnt it (FETCH obeys it).
     admissions: Arc<workers::Admissions>,
     /// Queues on which this instance lately lost claims (FETCH spreads over them).
-    contention: Arc<claim::Contention>,
+    contention: Arc<fetch_memory::Contention>,
     /// Queue shards whose due query this instance lately found empty (FETCH skips it).
-    quiet_due: Arc<claim::QuietDue>,
+    quiet_due: Arc<fetch_memory::QuietDue>,
     /// Which lane of a queue with tenants this instance's next FETCH for any tenant
     /// starts at (round robin).
     lane_turn: Arc<std::sync::atomic::AtomicUsize>,
     /// Lanes this instance's FETCH lately found empty (they take no first turn).
-    quiet_lanes: Arc<claim::QuietLanes>,
+    quiet_lanes: Arc<fetch_memory::QuietLanes>,
     /// Tenants' settings read by FETCH and PUSH, with when they were read.
     tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
     /// The scheduling pools as this instance lately listed them.

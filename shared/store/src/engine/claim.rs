@@ -4,31 +4,26 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
-use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
+use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::answer::{answer_bytes, AnswerBound};
-use crate::concurrency::Slot;
-use crate::effects::{Before, Effects};
+use crate::due::is_expired_available;
 use crate::error::StoreError;
+use crate::fetch_order::queue_order;
 use crate::item::{self, n, s, ts, Item};
 use crate::jobs::{old_item, write_id};
 use crate::keys;
-use crate::schema::{DUE_INDEX, READY_INDEX};
-use crate::transition::{JobWrite, Place, WriteParts};
+use crate::schema::READY_INDEX;
+use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
 
-/// How many due entries one sweep of a queue looks at.
-const DUE_BATCH: i32 = 25;
 /// How many times FETCH re-queries a queue whose candidates were all taken by others.
 const CLAIM_ROUNDS: usize = 4;
 /// Entries a FETCH reads beyond its count: the spare ones it moves on to when a
@@ -36,8 +31,6 @@ const CLAIM_ROUNDS: usize = 4;
 const PAGE_SPARE: usize = 8;
 /// Entries a FETCH reads beyond its count on a contended queue, to spread over.
 const CONTENDED_PAGE_SPARE: usize = 96;
-/// How long a queue counts as contended after this instance lost a claim on it.
-const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 /// Claims a FETCH may lose to other workers on one queue before it moves on. Each lost
 /// claim is a failed conditional write (one write unit) that another worker won: when
 /// fewer jobs wait than workers race for them, a FETCH that walked its whole page would
@@ -135,93 +128,6 @@ impl Fetching<'_> {
     }
 }
 
-/// Keys this instance noted lately, each with when: a bounded memory of one process.
-pub(crate) struct Recent<K>(Mutex<HashMap<K, Instant>>);
-
-impl<K> Default for Recent<K> {
-    fn default() -> Self {
-        Self(Mutex::new(HashMap::new()))
-    }
-}
-
-impl<K: Eq + std::hash::Hash + Clone> Recent<K> {
-    /// Most keys remembered (the map is cleared past it).
-    const MAX_QUEUES: usize = 1_000;
-
-    fn note(&self, key: &K) {
-        if let Ok(mut map) = self.0.lock() {
-            if map.len() >= Self::MAX_QUEUES && !map.contains_key(key) {
-                map.clear();
-            }
-            map.insert(key.clone(), Instant::now());
-        }
-    }
-
-    fn within(&self, key: &K, memory: Duration) -> bool {
-        self.0
-            .lock()
-            .is_ok_and(|map| map.get(key).is_some_and(|at| at.elapsed() < memory))
-    }
-}
-
-/// Lanes of a queue with tenants in which this instance's FETCH for any tenant lately
-/// found no job, each with the lane turn it was found so: for [`QUIET_LANE_TURNS`] turns
-/// it takes no first turn and comes after the others (still read when they leave room),
-/// so an empty lane (often the default tenant's) gives its turns to the lanes with work
-/// by their weights, not all to the lane after it. Counted in turns, not time: a job
-/// pushed into it elsewhere waits at most that many FETCHes of this instance that found
-/// work in other lanes; one this instance pushes ends its quiet at once.
-#[derive(Default)]
-pub(crate) struct QuietLanes(Mutex<HashMap<crate::keys::Lane, usize>>);
-
-/// How many lane turns a lane found empty stays behind the others.
-const QUIET_LANE_TURNS: usize = 16;
-
-impl QuietLanes {
-    fn note(&self, lane: &crate::keys::Lane, turn: usize) {
-        if let Ok(mut map) = self.0.lock() {
-            if map.len() >= 1_000 && !map.contains_key(lane) {
-                map.clear();
-            }
-            map.insert(lane.clone(), turn);
-        }
-    }
-
-    fn quiet(&self, lane: &crate::keys::Lane, turn: usize) -> bool {
-        self.0.lock().is_ok_and(|map| {
-            map.get(lane)
-                .is_some_and(|at| turn.wrapping_sub(*at) < QUIET_LANE_TURNS)
-        })
-    }
-
-    pub(crate) fn forget(&self, lane: &crate::keys::Lane) {
-        if let Ok(mut map) = self.0.lock() {
-            map.remove(lane);
-        }
-    }
-}
-
-/// Queues on which this instance lately lost a claim to another worker. A FETCH of such a
-/// queue spreads over the first priority's candidates instead of writing to the head that
-/// every racing worker writes to (32 workers lost about 6 claims per job that way).
-pub(crate) type Contention = Recent<QueueName>;
-
-impl Contention {
-    fn lost_on(&self, queue: &QueueName) {
-        self.note(queue);
-    }
-
-    fn recent(&self, queue: &QueueName) -> bool {
-        self.within(queue, CONTENTION_MEMORY)
-    }
-}
-
-/// Shards of a queue whose due entries this instance lately found none of: a FETCH
-/// within [`crate::StoreConfig::quiet_due_memory`] of that skips the due query (one
-/// DynamoDB call, about a quarter of a FETCH's CPU) and claims from the ready index at
-/// once.
-pub(crate) type QuietDue = Recent<(QueueName, u16)>;
-
 /// Moves to `from` a candidate picked (by `pick`, from the range it is given) among the
 /// ones from `from` on that share `candidates[from]`'s priority. Racing workers so spread
 /// over the jobs of the highest priority waiting instead of all writing to its head, and
@@ -285,7 +191,7 @@ impl Candidate {
 }
 
 /// Outcome of one claim attempt.
-enum Claim {
+pub(crate) enum Claim {
     Won(Box<Job>),
     /// Someone else claimed it after this FETCH began: a competitor.
     Lost,
@@ -307,9 +213,9 @@ enum Claim {
 #[derive(Default)]
 pub(crate) struct FullLimits {
     /// Concurrency keys.
-    concurrency: HashMap<String, i64>,
+    pub(crate) concurrency: HashMap<String, i64>,
     /// Windows, by key and length.
-    windows: HashMap<(String, i64), i64>,
+    pub(crate) windows: HashMap<(String, i64), i64>,
 }
 
 /// What FETCH found.
@@ -479,67 +385,6 @@ impl Store {
             limit,
             saw_ready: run.saw_ready,
         })
-    }
-
-    /// The strategy a FETCH over several queues follows: the pool's holding its queues,
-    /// else its own; `None` for strict order (or a pool list that cannot be read now: the
-    /// FETCH is served in its own order rather than refused).
-    async fn scheduling_of(&self, req: &FetchRequest) -> Option<ojs_core::pool::Scheduling> {
-        let pooled = match self.pool_for(&req.queues).await {
-            Ok(pool) => pool.map(|p| p.scheduling),
-            Err(e) => {
-                tracing::warn!(error = %e, "scheduling pools unread; the FETCH's own order");
-                None
-            }
-        };
-        pooled
-            .or_else(|| req.scheduling.clone())
-            .filter(|s| s.strategy != ojs_core::pool::Strategy::Strict && req.queues.len() > 1)
-    }
-
-    /// The lanes of `queue` a FETCH for `scope` reads, in order: one tenant's own; for any
-    /// tenant, every lane of the queue starting at the one this instance's turn picks by
-    /// the tenants' `weights` (ojs-multi-tenancy.md §7.1-7.2: over any run of turns as
-    /// long as the weights' sum, each lane comes first as often as its weight, whatever
-    /// its backlog). A queue without tenants has the one lane it had.
-    fn fetch_lanes(
-        &self,
-        queue: &QueueName,
-        tenants: &[ojs_core::tenant::TenantId],
-        scope: &ojs_core::tenant::Scope,
-        weights: &HashMap<String, u64>,
-    ) -> Vec<crate::keys::Lane> {
-        match scope {
-            ojs_core::tenant::Scope::One(tenant) => vec![crate::keys::Lane {
-                queue: queue.clone(),
-                tenant: tenant.clone(),
-            }],
-            ojs_core::tenant::Scope::Any => {
-                let lanes = crate::keys::Lane::all_of(queue, tenants);
-                if lanes.len() < 2 {
-                    return lanes;
-                }
-                let turn = self
-                    .lane_turn
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (mut live, quiet): (Vec<_>, Vec<_>) = lanes
-                    .into_iter()
-                    .partition(|l| !self.quiet_lanes.quiet(l, turn));
-                let weight = |l: &crate::keys::Lane| {
-                    l.tenant
-                        .as_ref()
-                        .and_then(|t| weights.get(t.as_str()))
-                        .copied()
-                        .unwrap_or(1)
-                };
-                let w: Vec<u64> = live.iter().map(weight).collect();
-                if !live.is_empty() {
-                    live.rotate_left(first_by_weight(&w, turn as u64));
-                }
-                live.extend(quiet);
-                live
-            }
-        }
     }
 
     /// Claims from one lane of a queue, up to the request's count. A sharded queue is
@@ -880,124 +725,11 @@ impl Store {
         }
     }
 
-    /// A claim that must fit the job's rate limits: concurrency slots and window
-    /// counters are taken in the same transaction as the claim, so a start is counted
-    /// exactly when it happens, across every Lambda instance. A refused job stays
-    /// available, or is rescheduled or dropped as its `on_limit` says.
-    #[allow(clippy::too_many_arguments)]
-    async fn claim_limited(
-        &self,
-        c: &Candidate,
-        policies: &[&RateLimitPolicy],
-        first_is_queue: bool,
-        claim: WriteParts,
-        (lease_until_us, now): (i64, Timestamp),
-        full_limits: &mut FullLimits,
-    ) -> Result<Claim, StoreError> {
-        let now_us = now.timestamp_micros();
-        // Concurrency first: a full key needs no transaction at all.
-        let mut slots = Vec::new();
-        let mut full = Vec::new();
-        for (p, policy) in policies.iter().enumerate() {
-            if policy.concurrency.is_none() {
-                continue;
-            }
-            if let Some(at) = full_limits.concurrency.get(&policy.key) {
-                full.push((p, *at));
-                continue;
-            }
-            match self
-                .concurrency_slot(policy, &c.id.to_string(), lease_until_us, now_us)
-                .await?
-            {
-                Slot::Free(update) => slots.push(*update),
-                // Expected to free when the earliest holder's lease ends.
-                Slot::Full { frees_at_us } => {
-                    let at = frees_at_us.unwrap_or(now_us + 1_000_000);
-                    full_limits.concurrency.insert(policy.key.clone(), at);
-                    full.push((p, at));
-                }
-            }
-        }
-        if !full.is_empty() {
-            return self.refused(c, policies, first_is_queue, &full, now).await;
-        }
-        // Each window once: one transaction may not touch an item twice.
-        let windows = rate_limit::merged_windows(policies);
-        let mut reads = Vec::with_capacity(windows.len());
-        let mut full = Vec::new();
-        for w in &windows {
-            let id = (w.key.clone(), w.len_us);
-            let fits_at_us = match full_limits.windows.get(&id) {
-                Some(at) => *at,
-                None => {
-                    let read = self.read_window(w, now_us).await?;
-                    let at = read.assessment.fits_at_us;
-                    if read.assessment.remaining > 0 {
-                        reads.push(read);
-                        continue;
-                    }
-                    full_limits.windows.insert(id, at);
-                    at
-                }
-            };
-            full.extend(w.policies.iter().map(|p| (*p, fits_at_us)));
-        }
-        // A full window needs no transaction either.
-        if !full.is_empty() {
-            return self.refused(c, policies, first_is_queue, &full, now).await;
-        }
-        let mut tx = self.table.transact_write();
-        for (w, read) in windows.iter().zip(&reads) {
-            let start = self.record_start(w, read)?;
-            tx = tx.transact_items(TransactWriteItem::builder().update(start).build());
-        }
-        for slot in slots {
-            tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
-        }
-        let wid = claim.values.get(":wid").cloned();
-        let claim = Update::builder()
-            .table_name(self.table())
-            .set_key(Some(item::job_key(&c.id)))
-            .update_expression(claim.update)
-            .condition_expression(claim.condition)
-            .set_expression_attribute_names(Some(claim.names))
-            .set_expression_attribute_values(Some(claim.values))
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
-        match self.table.metered(Kind::Write, tx.send().await) {
-            Ok(_) => {
-                // Transactions return no item: read the claimed job back.
-                Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
-                    Some(job) => Claim::Won(Box::new(job)),
-                    None => Claim::Lost,
-                })
-            }
-            Err(e) => {
-                let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
-                    e.as_service_error()
-                else {
-                    // No answer after the SDK's retries: the claim may have landed, and
-                    // then the job is ours to deliver, not to leave to its lease.
-                    let cause = StoreError::from_sdk(e);
-                    return match self.read_back_claim(&c.id, wid.as_ref()).await {
-                        Ok(Some(job)) => Ok(Claim::Won(Box::new(job))),
-                        _ => Err(cause),
-                    };
-                };
-                // A start recorded by another claimer since the window was read, a slot
-                // lost to a racing claimer or a job claimed by someone else: a lost race.
-                Ok(Claim::Lost)
-            }
-        }
-    }
-
     /// The job a claim transaction wrote, read back (review #19d): delivered only while
     /// it is still active under this claim's write id (a CANCEL may come between the
     /// transaction and the read), and the read is tried again before giving up, since a
     /// claimed job that is not delivered loses an attempt when its lease ends.
-    async fn read_back_claim(
+    pub(crate) async fn read_back_claim(
         &self,
         id: &JobId,
         wid: Option<&aws_sdk_dynamodb::types::AttributeValue>,
@@ -1020,176 +752,6 @@ impl Store {
         Err(last.unwrap_or(StoreError::NotFound))
     }
 
-    /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)
-    /// does: end the queue for this FETCH (a queue limit), or leave the job available,
-    /// reschedule it or drop it, as the refusing policies say (drop wins, then reschedule).
-    async fn refused(
-        &self,
-        c: &Candidate,
-        policies: &[&RateLimitPolicy],
-        first_is_queue: bool,
-        refused: &[(usize, i64)],
-        now: Timestamp,
-    ) -> Result<Claim, StoreError> {
-        let decision = rate_limit::refusal(policies, first_is_queue, refused);
-        if decision == Refusal::QueueLimited {
-            return Ok(Claim::QueueLimited);
-        }
-        if decision == Refusal::Wait {
-            return Ok(Claim::Refused);
-        }
-        // Read again: the job may have moved since its ready entry was read.
-        if let Some(job) = self.get_job(&c.id).await? {
-            if job.status.state == JobState::Available {
-                match decision {
-                    Refusal::Reschedule { at_us } => {
-                        let at = ojs_core::time::from_micros(at_us)
-                            .unwrap_or(now + chrono::Duration::seconds(1));
-                        self.reschedule_rate_limited(&job, at).await?;
-                    }
-                    _ => self.drop_rate_limited(&job, now).await?,
-                }
-            }
-        }
-        Ok(Claim::Refused)
-    }
-
-    /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is
-    /// expected to allow it (ojs-rate-limiting.md §6).
-    async fn reschedule_rate_limited(&self, job: &Job, at: Timestamp) -> Result<(), StoreError> {
-        let mut spec = job.spec.clone();
-        spec.scheduled_at = Some(at);
-        // The request is rewritten in whichever form is smaller now; the other goes.
-        let (spec_attr, spec_value) = crate::item::spec_attribute(&spec);
-        let other = if spec_attr == crate::item::SPEC_JSON {
-            crate::item::SPEC_DEFLATED
-        } else {
-            crate::item::SPEC_JSON
-        };
-        let write = JobWrite::new(
-            Transition::Defer,
-            Place::Due {
-                pk: self.due_pk(&job.spec.queue, &job.id),
-                sk: keys::job_due_sk(job, &at),
-            },
-        )
-        .version(job.status.version)
-        .set(format!("{spec_attr} = :spec"))
-        .remove("enqueued_at")
-        .remove(other)
-        .value(":spec", spec_value);
-        let out = write.apply(self.update(&job.id))?.send().await;
-        match self.finish_update(out) {
-            Ok(deferred) => {
-                let effects = Effects::of(Some(Before::of(job)), &deferred);
-                self.apply_effects(&deferred, effects).await;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// `on_limit: drop`: discard a job its rate limit refused.
-    async fn drop_rate_limited(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
-        let failure = ojs_core::failure::Failure {
-            error_type: "rate_limited".into(),
-            message: "dropped: its rate limit was reached (on_limit: drop)".into(),
-            retryable: false,
-            reported: serde_json::Map::new(),
-            retry_after: None,
-        };
-        let error = failure.to_job_error(job.status.attempt, &now);
-        let write = JobWrite::new(
-            Transition::Drop,
-            Place::Retained {
-                ttl: self.expiry(&now),
-            },
-        )
-        .version(job.status.version)
-        .set("discarded_at = :now, #error = :error")
-        .name("#error", "error")
-        .value(":now", ts(&now))
-        .value(":error", crate::item::json(&error));
-        let out = write.apply(self.update(&job.id))?.send().await;
-        match self.finish_update(out) {
-            Ok(dropped) => {
-                let effects = Effects::of(Some(Before::of(job)), &dropped);
-                self.apply_effects(&dropped, effects).await;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
-    /// come, and active jobs whose lease expired (one batch from each shard). Returns how
-    /// many moved.
-    pub(crate) async fn promote_due_in_scope(
-        &self,
-        queue: &QueueName,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        let mut moved = 0;
-        for shard in 0..self.queue_shards() {
-            moved += self.promote_due_shard(queue, shard, now).await?;
-        }
-        Ok(moved)
-    }
-
-    /// One batch of [`Store::promote_due`] from one shard of the queue.
-    async fn promote_due_shard(
-        &self,
-        queue: &QueueName,
-        shard: u16,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        let out = self
-            .table
-            .query_index(&DUE_INDEX)
-            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-            .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)))
-            .expression_attribute_values(":upper", s(keys::due_upper_bound(&now)))
-            .limit(DUE_BATCH)
-            .send()
-            .await;
-        let out = self.table.tally(Kind::Read, out)?;
-        if out.items().is_empty() {
-            self.quiet_due.note(&(queue.clone(), shard));
-        }
-        let due: Vec<(JobId, String, JobState)> = out
-            .items()
-            .iter()
-            .filter_map(|i| {
-                let id = id_of(i)?;
-                let due_sk = i.get("gsi2sk")?.as_s().ok()?.clone();
-                let state: JobState = i.get("state")?.as_s().ok()?.parse().ok()?;
-                Some((id, due_sk, state))
-            })
-            .collect();
-        let results = join_all(
-            due.iter()
-                .map(|(id, sk, state)| self.make_available(queue, *id, sk.clone(), *state, now)),
-        )
-        .await;
-        let mut moved = Vec::new();
-        let mut failure = None;
-        for ((id, _, _), r) in due.iter().zip(results) {
-            match r {
-                Ok(Some((job, _))) => moved.push(job),
-                Ok(None) => {}
-                // One job that cannot be moved never holds up the others.
-                Err(StoreError::Corrupt(why)) => self.set_aside(id, &why).await,
-                Err(e) => failure = Some(e),
-            }
-        }
-        match failure {
-            Some(e) if moved.is_empty() => Err(e),
-            _ => Ok(moved.len()),
-        }
-    }
-
     /// Takes a job the server can no longer read (an item that fails today's validation)
     /// out of the ready and due indexes, with the reason recorded on the item
     /// (`set_aside`), so it stops blocking FETCH and the sweep. Logged as an error: an
@@ -1204,138 +766,11 @@ impl Store {
             tracing::warn!(job_id = %id, error = %e, "job not set aside; tried again when met again");
         }
     }
-
-    /// One conditional move of a due job to `available`, with the state it left when this
-    /// move is still to be counted (a settled job was counted by its settlement). `None`
-    /// if another sweep or a worker got there first.
-    async fn make_available(
-        &self,
-        queue: &QueueName,
-        id: JobId,
-        due_sk: String,
-        state: JobState,
-        now: Timestamp,
-    ) -> Result<Option<(Job, Option<JobState>)>, StoreError> {
-        let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
-        let lane = crate::keys::Lane {
-            queue: queue.clone(),
-            tenant: keys::tenant_from_due_sk(&due_sk),
-        };
-        match state {
-            JobState::Scheduled | JobState::Retryable => {}
-            JobState::Active | JobState::Available => {
-                // A lease, an execution deadline or an expiry passed: read the job to
-                // apply its policy, then write under the version read.
-                let Some(job) = self.get_job(&id).await? else {
-                    return Ok(None);
-                };
-                return Ok(self.settle_in_scope(&job, now).await?.map(|j| (j, None)));
-            }
-            _ => return Ok(None),
-        }
-        // Promoted on the due entry read, without reading the item: its expiry (if any)
-        // is listed by a second write once the job is known.
-        let req = JobWrite::new(
-            Transition::Promote,
-            Place::Ready {
-                pk: self.ready_pk(&lane, &id),
-                sk: keys::ready_sk(priority, &now, &id),
-                expiry: None,
-            },
-        )
-        .from(state)
-        .when("gsi2sk = :duesk")
-        .set("enqueued_at = :now")
-        .remove("next_attempt_at")
-        .value(":duesk", s(due_sk))
-        .value(":now", ts(&now))
-        .apply(self.update(&id))?;
-        match self.finish_update(req.send().await) {
-            Ok(job) => {
-                self.watch_expiry(&job).await?;
-                Ok(Some((job, Some(state))))
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
 }
 
-/// The order a FETCH serves `queues` in, and each queue's share of `count` in its first
-/// pass: without `scheduling`, the FETCH's own order and all of the count each; with it,
-/// starting at the queue turn `turn` picks by weight, and shares proportional to the
-/// weights (at least one each), so one FETCH of several jobs mixes its queues too.
-fn queue_order<'q>(
-    queues: &'q [QueueName],
-    scheduling: Option<&ojs_core::pool::Scheduling>,
-    count: usize,
-    turn: u64,
-) -> (Vec<&'q QueueName>, Vec<usize>) {
-    let Some(s) = scheduling else {
-        return (queues.iter().collect(), vec![count; queues.len()]);
-    };
-    let weights: Vec<u64> = queues
-        .iter()
-        .map(|q| match s.strategy {
-            ojs_core::pool::Strategy::Weighted => s.weight_of(q).max(1),
-            _ => 1,
-        })
-        .collect();
-    let total: u64 = weights.iter().sum::<u64>().max(1);
-    let first = first_by_weight(&weights, turn);
-    let mut order: Vec<(&QueueName, usize)> = queues
-        .iter()
-        .zip(&weights)
-        .map(|(q, w)| {
-            let share = (count as u64 * w).div_ceil(total).max(1);
-            (q, usize::try_from(share).unwrap_or(count))
-        })
-        .collect();
-    order.rotate_left(first);
-    order.into_iter().unzip()
-}
-
-/// The lane turn `turn` starts at, of lanes weighing `weights`: turns are spread over the
-/// weights' sum by a stride prime to it, so every run of `sum` turns gives each lane its
-/// weight's count of first places, interleaved rather than in one block.
-fn first_by_weight(weights: &[u64], turn: u64) -> usize {
-    let total: u64 = weights.iter().map(|w| (*w).max(1)).sum();
-    if total == 0 {
-        return 0;
-    }
-    let gcd = |mut a: u64, mut b: u64| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a
-    };
-    let mut stride = (total * 618 / 1000).max(1);
-    while gcd(stride, total) != 1 {
-        stride += 1;
-    }
-    let mut point = (turn % total) * stride % total;
-    for (i, w) in weights.iter().enumerate() {
-        let w = (*w).max(1);
-        if point < w {
-            return i;
-        }
-        point -= w;
-    }
-    0
-}
-
-fn id_of(item: &Item) -> Option<JobId> {
+pub(crate) fn id_of(item: &Item) -> Option<JobId> {
     let pk = item.get("pk")?.as_s().ok()?;
     JobId::parse(pk.strip_prefix("JOB#")?).ok()
-}
-
-fn is_expired_available(old: &Item, now: &Timestamp) -> bool {
-    let available = item::state_of(old) == Some(JobState::Available);
-    let expires = old
-        .get("expires_us")
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<i64>().ok());
-    available && expires.is_some_and(|e| e <= now.timestamp_micros())
 }
 
 #[cfg(test)]
@@ -1396,123 +831,5 @@ mod tests {
         let other =
             Candidate::for_push(id, crate::keys::ready_sk(8, &time::now(), &id), None, None);
         assert_ne!(priority_of(&c), priority_of(&other));
-    }
-
-    #[test]
-    fn a_queue_counts_as_contended_for_a_while_after_a_lost_claim() {
-        let contention = Contention::default();
-        let q = QueueName::parse("q").unwrap_or_else(|_| QueueName::default_queue());
-        let other = QueueName::default_queue();
-        assert!(!contention.recent(&q));
-        contention.lost_on(&q);
-        assert!(contention.recent(&q));
-        assert!(!contention.recent(&other));
-        if let Ok(mut map) = contention.0.lock() {
-            map.insert(q.clone(), Instant::now() - CONTENTION_MEMORY);
-        }
-        assert!(!contention.recent(&q));
-    }
-
-    #[test]
-    fn the_contention_memory_stays_bounded() {
-        let contention = Contention::default();
-        for i in 0..Contention::MAX_QUEUES + 5 {
-            let q =
-                QueueName::parse(&format!("q{i}")).unwrap_or_else(|_| QueueName::default_queue());
-            contention.lost_on(&q);
-        }
-        let len = contention.0.lock().map(|m| m.len()).unwrap_or_default();
-        assert!(len <= Contention::MAX_QUEUES, "{len}");
-        assert!(len >= 5, "{len}");
-    }
-
-    #[test]
-    fn lanes_come_first_as_often_as_their_weight_and_interleaved() {
-        for weights in [
-            vec![1, 1, 1],
-            vec![1, 10, 5],
-            vec![3],
-            vec![2, 2],
-            vec![1, 1000],
-        ] {
-            let total: u64 = weights.iter().sum();
-            let mut firsts = vec![0_u64; weights.len()];
-            for turn in 7..7 + total {
-                firsts[first_by_weight(&weights, turn)] += 1;
-            }
-            assert_eq!(firsts, weights, "one cycle of turns");
-        }
-        // Interleaved: with weights 1 and 1, turns alternate; a heavy lane never holds
-        // every turn of a long run while a light one waits a whole cycle.
-        let alternate: Vec<usize> = (0..4).map(|t| first_by_weight(&[1, 1], t)).collect();
-        assert_eq!(alternate, vec![0, 1, 0, 1]);
-        let light = (0..16)
-            .filter(|t| first_by_weight(&[1, 10, 5], *t) == 0)
-            .count();
-        assert!(light >= 1, "the light lane comes first in 16 turns");
-        assert_eq!(first_by_weight(&[], 3), 0);
-        // The stride is the golden section of the sum (3 of 5), so a heavy lane's first
-        // places are spread: 0, 1, 1, 2, 1 rather than 0, 1, 1, 1, 2.
-        let spread: Vec<usize> = (0..5).map(|t| first_by_weight(&[1, 3, 1], t)).collect();
-        assert_eq!(spread, vec![0, 1, 1, 2, 1]);
-    }
-
-    #[test]
-    fn a_scheduled_fetch_starts_by_turns_and_shares_its_count() {
-        use ojs_core::pool::{Scheduling, Strategy};
-        let qs: Vec<QueueName> = ["a", "b", "c"]
-            .iter()
-            .filter_map(|q| QueueName::parse(q).ok())
-            .collect();
-        let names = |o: &[&QueueName]| o.iter().map(|q| q.as_str()).collect::<Vec<_>>().join("");
-        let (order, shares) = queue_order(&qs, None, 4, 9);
-        assert_eq!((names(&order), shares), ("abc".to_owned(), vec![4, 4, 4]));
-        let rr = Scheduling {
-            strategy: Strategy::RoundRobin,
-            weights: Vec::new(),
-        };
-        let starts: Vec<String> = (0..3)
-            .map(|t| names(&queue_order(&qs, Some(&rr), 1, t).0))
-            .collect();
-        assert_eq!(starts, vec!["abc", "bca", "cab"]);
-        assert_eq!(queue_order(&qs, Some(&rr), 4, 0).1, vec![2, 2, 2]);
-        let weighted = Scheduling {
-            strategy: Strategy::Weighted,
-            weights: vec![(qs[0].clone(), 7), (qs[1].clone(), 3)],
-        };
-        let (order, shares) = queue_order(&qs[..2], Some(&weighted), 10, 0);
-        assert_eq!((names(&order), shares), ("ab".to_owned(), vec![7, 3]));
-        let firsts = (0..10)
-            .filter(|t| queue_order(&qs[..2], Some(&weighted), 1, *t).0[0].as_str() == "a")
-            .count();
-        assert_eq!(firsts, 7);
-    }
-
-    #[test]
-    fn a_lane_found_empty_stays_behind_for_its_turns_then_comes_back() {
-        let lane = crate::keys::Lane::default_of(&QueueName::default_queue());
-        let quiet = QuietLanes::default();
-        assert!(!quiet.quiet(&lane, 5));
-        quiet.note(&lane, 5);
-        assert!(quiet.quiet(&lane, 5) && quiet.quiet(&lane, 5 + QUIET_LANE_TURNS - 1));
-        assert!(!quiet.quiet(&lane, 5 + QUIET_LANE_TURNS));
-        quiet.forget(&lane);
-        assert!(!quiet.quiet(&lane, 6));
-        // Bounded: past 1,000 lanes the memory starts again.
-        quiet.note(&lane, 7);
-        let other = |i: usize| crate::keys::Lane {
-            queue: QueueName::default_queue(),
-            tenant: ojs_core::tenant::TenantId::parse(&format!("t{i}"))
-                .ok()
-                .flatten(),
-        };
-        for i in 0..999 {
-            quiet.note(&other(i), 7);
-        }
-        assert!(quiet.quiet(&lane, 8), "1,000 lanes are remembered");
-        quiet.note(&other(0), 8);
-        assert!(quiet.quiet(&lane, 8), "a lane noted again is no new one");
-        quiet.note(&other(1_000), 8);
-        assert!(!quiet.quiet(&lane, 8) && quiet.quiet(&other(1_000), 8));
     }
 }

@@ -1,0 +1,238 @@
+//! What a FETCH does with a candidate its limits refuse: a rate limit's window full, a
+//! concurrency key's slots taken. Claimed under the limit's item in one transaction, or
+//! left, deferred (`on_limit: reschedule`) or dropped (`on_limit: discard`) as the job's
+//! policy says (ojs-rate-limiting.md §6).
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
+use ojs_core::time::Timestamp;
+use ojs_core::{Job, JobState, Transition};
+
+use crate::claim::{Candidate, Claim, FullLimits};
+use crate::concurrency::Slot;
+use crate::effects::{Before, Effects};
+use crate::error::StoreError;
+use crate::item::{self, ts};
+use crate::keys;
+use crate::transition::{JobWrite, Place, WriteParts};
+use crate::usage::Kind;
+use crate::Store;
+
+impl Store {
+    /// A claim that must fit the job's rate limits: concurrency slots and window
+    /// counters are taken in the same transaction as the claim, so a start is counted
+    /// exactly when it happens, across every Lambda instance. A refused job stays
+    /// available, or is rescheduled or dropped as its `on_limit` says.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim_limited(
+        &self,
+        c: &Candidate,
+        policies: &[&RateLimitPolicy],
+        first_is_queue: bool,
+        claim: WriteParts,
+        (lease_until_us, now): (i64, Timestamp),
+        full_limits: &mut FullLimits,
+    ) -> Result<Claim, StoreError> {
+        let now_us = now.timestamp_micros();
+        // Concurrency first: a full key needs no transaction at all.
+        let mut slots = Vec::new();
+        let mut full = Vec::new();
+        for (p, policy) in policies.iter().enumerate() {
+            if policy.concurrency.is_none() {
+                continue;
+            }
+            if let Some(at) = full_limits.concurrency.get(&policy.key) {
+                full.push((p, *at));
+                continue;
+            }
+            match self
+                .concurrency_slot(policy, &c.id.to_string(), lease_until_us, now_us)
+                .await?
+            {
+                Slot::Free(update) => slots.push(*update),
+                // Expected to free when the earliest holder's lease ends.
+                Slot::Full { frees_at_us } => {
+                    let at = frees_at_us.unwrap_or(now_us + 1_000_000);
+                    full_limits.concurrency.insert(policy.key.clone(), at);
+                    full.push((p, at));
+                }
+            }
+        }
+        if !full.is_empty() {
+            return self.refused(c, policies, first_is_queue, &full, now).await;
+        }
+        // Each window once: one transaction may not touch an item twice.
+        let windows = rate_limit::merged_windows(policies);
+        let mut reads = Vec::with_capacity(windows.len());
+        let mut full = Vec::new();
+        for w in &windows {
+            let id = (w.key.clone(), w.len_us);
+            let fits_at_us = match full_limits.windows.get(&id) {
+                Some(at) => *at,
+                None => {
+                    let read = self.read_window(w, now_us).await?;
+                    let at = read.assessment.fits_at_us;
+                    if read.assessment.remaining > 0 {
+                        reads.push(read);
+                        continue;
+                    }
+                    full_limits.windows.insert(id, at);
+                    at
+                }
+            };
+            full.extend(w.policies.iter().map(|p| (*p, fits_at_us)));
+        }
+        // A full window needs no transaction either.
+        if !full.is_empty() {
+            return self.refused(c, policies, first_is_queue, &full, now).await;
+        }
+        let mut tx = self.table.transact_write();
+        for (w, read) in windows.iter().zip(&reads) {
+            let start = self.record_start(w, read)?;
+            tx = tx.transact_items(TransactWriteItem::builder().update(start).build());
+        }
+        for slot in slots {
+            tx = tx.transact_items(TransactWriteItem::builder().update(slot).build());
+        }
+        let wid = claim.values.get(":wid").cloned();
+        let claim = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(item::job_key(&c.id)))
+            .update_expression(claim.update)
+            .condition_expression(claim.condition)
+            .set_expression_attribute_names(Some(claim.names))
+            .set_expression_attribute_values(Some(claim.values))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
+        match self.table.metered(Kind::Write, tx.send().await) {
+            Ok(_) => {
+                // Transactions return no item: read the claimed job back.
+                Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
+                    Some(job) => Claim::Won(Box::new(job)),
+                    None => Claim::Lost,
+                })
+            }
+            Err(e) => {
+                let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
+                    e.as_service_error()
+                else {
+                    // No answer after the SDK's retries: the claim may have landed, and
+                    // then the job is ours to deliver, not to leave to its lease.
+                    let cause = StoreError::from_sdk(e);
+                    return match self.read_back_claim(&c.id, wid.as_ref()).await {
+                        Ok(Some(job)) => Ok(Claim::Won(Box::new(job))),
+                        _ => Err(cause),
+                    };
+                };
+                // A start recorded by another claimer since the window was read, a slot
+                // lost to a racing claimer or a job claimed by someone else: a lost race.
+                Ok(Claim::Lost)
+            }
+        }
+    }
+
+    /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)
+    /// does: end the queue for this FETCH (a queue limit), or leave the job available,
+    /// reschedule it or drop it, as the refusing policies say (drop wins, then reschedule).
+    async fn refused(
+        &self,
+        c: &Candidate,
+        policies: &[&RateLimitPolicy],
+        first_is_queue: bool,
+        refused: &[(usize, i64)],
+        now: Timestamp,
+    ) -> Result<Claim, StoreError> {
+        let decision = rate_limit::refusal(policies, first_is_queue, refused);
+        if decision == Refusal::QueueLimited {
+            return Ok(Claim::QueueLimited);
+        }
+        if decision == Refusal::Wait {
+            return Ok(Claim::Refused);
+        }
+        // Read again: the job may have moved since its ready entry was read.
+        if let Some(job) = self.get_job(&c.id).await? {
+            if job.status.state == JobState::Available {
+                match decision {
+                    Refusal::Reschedule { at_us } => {
+                        let at = ojs_core::time::from_micros(at_us)
+                            .unwrap_or(now + chrono::Duration::seconds(1));
+                        self.reschedule_rate_limited(&job, at).await?;
+                    }
+                    _ => self.drop_rate_limited(&job, now).await?,
+                }
+            }
+        }
+        Ok(Claim::Refused)
+    }
+
+    /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is
+    /// expected to allow it (ojs-rate-limiting.md §6).
+    async fn reschedule_rate_limited(&self, job: &Job, at: Timestamp) -> Result<(), StoreError> {
+        let mut spec = job.spec.clone();
+        spec.scheduled_at = Some(at);
+        // The request is rewritten in whichever form is smaller now; the other goes.
+        let (spec_attr, spec_value) = crate::item::spec_attribute(&spec);
+        let other = if spec_attr == crate::item::SPEC_JSON {
+            crate::item::SPEC_DEFLATED
+        } else {
+            crate::item::SPEC_JSON
+        };
+        let write = JobWrite::new(
+            Transition::Defer,
+            Place::Due {
+                pk: self.due_pk(&job.spec.queue, &job.id),
+                sk: keys::job_due_sk(job, &at),
+            },
+        )
+        .version(job.status.version)
+        .set(format!("{spec_attr} = :spec"))
+        .remove("enqueued_at")
+        .remove(other)
+        .value(":spec", spec_value);
+        let out = write.apply(self.update(&job.id))?.send().await;
+        match self.finish_update(out) {
+            Ok(deferred) => {
+                let effects = Effects::of(Some(Before::of(job)), &deferred);
+                self.apply_effects(&deferred, effects).await;
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `on_limit: drop`: discard a job its rate limit refused.
+    async fn drop_rate_limited(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+        let failure = ojs_core::failure::Failure {
+            error_type: "rate_limited".into(),
+            message: "dropped: its rate limit was reached (on_limit: drop)".into(),
+            retryable: false,
+            reported: serde_json::Map::new(),
+            retry_after: None,
+        };
+        let error = failure.to_job_error(job.status.attempt, &now);
+        let write = JobWrite::new(
+            Transition::Drop,
+            Place::Retained {
+                ttl: self.expiry(&now),
+            },
+        )
+        .version(job.status.version)
+        .set("discarded_at = :now, #error = :error")
+        .name("#error", "error")
+        .value(":now", ts(&now))
+        .value(":error", crate::item::json(&error));
+        let out = write.apply(self.update(&job.id))?.send().await;
+        match self.finish_update(out) {
+            Ok(dropped) => {
+                let effects = Effects::of(Some(Before::of(job)), &dropped);
+                self.apply_effects(&dropped, effects).await;
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

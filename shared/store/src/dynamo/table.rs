@@ -10,8 +10,11 @@ use aws_sdk_dynamodb::types::{
     StreamViewType, TimeToLiveSpecification,
 };
 
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+
 use crate::error::StoreError;
 use crate::item::s;
+use crate::item::Item;
 use crate::schema::{KeyDef, Projection, INDEXES, PRIMARY, TTL_ATTRIBUTE};
 use crate::usage::{Usage, UsageSnapshot};
 use std::sync::Arc;
@@ -75,6 +78,17 @@ impl Table {
     /// stream consumer's catch-up marks).
     pub(crate) fn untallied(&self) -> &aws_sdk_dynamodb::Client {
         &self.client
+    }
+
+    /// The transaction item writing `item`, on condition that no item has its key yet.
+    pub(crate) fn put_new(&self, item: Item) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(self.name())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     /// DynamoDB calls and capacity consumed through this table so far.

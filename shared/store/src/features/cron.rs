@@ -350,7 +350,10 @@ impl Store {
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
             self.register_lane(&crate::keys::Lane::of(job)).await?;
-            items.push(self.put_new(item::job_to_item(job, self.queue_shards()))?);
+            items.push(
+                self.table
+                    .put_new(item::job_to_item(job, self.queue_shards()))?,
+            );
             if let Some(prev) = waits_for {
                 // Link it behind the previous job, which must still be unfinished: if it
                 // finished meanwhile, the transaction fails and the next sweep fires

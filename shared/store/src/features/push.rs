@@ -250,7 +250,7 @@ impl Store {
         };
         let mut items = Vec::new();
         for pk in entry_pks(&endpoint.queues) {
-            items.push(self.put_new(entry.to_item(pk))?);
+            items.push(self.table.put_new(entry.to_item(pk))?);
         }
         items.push(self.count_update(listed, listed + 1)?);
         self.write_registry(items).await?;

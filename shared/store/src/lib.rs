@@ -20,8 +20,8 @@ pub use dynamo::schema;
 use dynamo::table::Table;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
 use engine::{
-    answer, backlog, batch, claim, concurrency, due, effects, fetch_memory, fetch_order, jobs,
-    pools, queues, settle, sweep, tenant_config, timer, transition, unique, unread,
+    answer, backlog, batch, claim, concurrency, due, effects, fetch_memory, fetch_order, job_item,
+    jobs, pools, queues, settle, sweep, tenant_config, timer, transition, unique, unread,
 };
 use features::{
     admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
@@ -234,7 +234,7 @@ pub struct Store {
     known_queues: Arc<Mutex<HashSet<String>>>,
     /// Queue settings read by FETCH, with when they were read.
     settings_cache: Arc<Mutex<queues::SettingsCache>>,
-    /// Whether workers take new jobs, as this instance lately learnt it (FETCH obeys it).
+    /// Whether workers take new job_item, jobs, as this instance lately learnt it (FETCH obeys it).
     admissions: Arc<workers::Admissions>,
     /// Queues on which this instance lately lost claims (FETCH spreads over them).
     contention: Arc<fetch_memory::Contention>,

@@ -416,3 +416,126 @@ fn the_reach_checker_splits_methods_and_sees_their_calls() {
         ]
     );
 }
+
+/// For each file, the other files whose `Store` methods it calls (a method defined in two
+/// files is left out, as for the upward calls).
+fn file_calls(files: &[(String, String)]) -> HashMap<String, Vec<String>> {
+    let mut owner: HashMap<String, Option<String>> = HashMap::new();
+    for (rel, text) in files {
+        for m in store_methods(text) {
+            owner
+                .entry(m)
+                .and_modify(|o| *o = None)
+                .or_insert(Some(rel.clone()));
+        }
+    }
+    let mut calls = HashMap::new();
+    for (rel, text) in files {
+        let mut to: Vec<String> = method_calls(text)
+            .into_iter()
+            .filter_map(|m| owner.get(&m).cloned().flatten())
+            .filter(|f| f != rel)
+            .collect();
+        to.sort();
+        to.dedup();
+        calls.insert(rel.clone(), to);
+    }
+    calls
+}
+
+/// The files that call each other round a cycle: each file from which some call path
+/// comes back to it, as "a -> b -> ... -> a".
+fn call_cycles(calls: &HashMap<String, Vec<String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut names: Vec<&String> = calls.keys().collect();
+    names.sort();
+    for start in names {
+        // Breadth-first from `start`, keeping each file's predecessor.
+        let mut before: HashMap<&String, &String> = HashMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        while let Some(at) = queue.pop_front() {
+            for next in calls.get(at).into_iter().flatten() {
+                if next == start {
+                    let mut path = vec![start.clone()];
+                    let mut cur = at;
+                    while cur != start {
+                        path.push(cur.clone());
+                        cur = before[cur];
+                    }
+                    path[1..].reverse();
+                    path.push(start.clone());
+                    found.push(path.join(" -> "));
+                    queue.clear();
+                    break;
+                }
+                if !before.contains_key(next) {
+                    before.insert(next, at);
+                    queue.push_back(next);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// No two store files call each other's methods round a cycle (issue #30: the 8-file
+/// cycle settle -> dead_letter -> jobs -> settle ... is gone, and stays gone): each
+/// file can be read knowing only the files it calls.
+#[test]
+fn no_method_cycle_between_store_files() {
+    let mut paths = Vec::new();
+    files(&src(), &mut paths);
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            (
+                p.strip_prefix(src())
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                std::fs::read_to_string(p).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let calls = file_calls(&files);
+    assert!(
+        calls.values().map(Vec::len).sum::<usize>() > 50,
+        "calls between files found: {calls:?}"
+    );
+    let cycles = call_cycles(&calls);
+    assert!(
+        cycles.is_empty(),
+        "store files calling each other round a cycle:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_checker_finds_a_planted_cycle() {
+    let file = |name: &str, defines: &str, calls: &str| {
+        (
+            name.to_owned(),
+            format!(
+                "impl Store {{\n    fn {defines}(&self) {{\n        self.{calls}();\n    }}\n}}\n"
+            ),
+        )
+    };
+    let calls = file_calls(&[
+        file("a.rs", "a", "b"),
+        file("b.rs", "b", "c"),
+        file("c.rs", "c", "x"),
+    ]);
+    assert!(call_cycles(&calls).is_empty());
+    let calls = file_calls(&[
+        file("a.rs", "a", "b"),
+        file("b.rs", "b", "c"),
+        file("c.rs", "c", "a"),
+    ]);
+    assert_eq!(
+        call_cycles(&calls),
+        [
+            "a.rs -> b.rs -> c.rs -> a.rs",
+            "b.rs -> c.rs -> a.rs -> b.rs",
+            "c.rs -> a.rs -> b.rs -> c.rs"
+        ]
+    );
+}

@@ -17,11 +17,10 @@ use crate::due::is_expired_available;
 use crate::error::StoreError;
 use crate::fetch_order::queue_order;
 use crate::item::{self, n, s, ts, Item};
-use crate::jobs::{old_item, write_id};
+use crate::job_item::{old_item, write_id};
 use crate::keys;
 use crate::schema::READY_INDEX;
 use crate::transition::{JobWrite, Place};
-use crate::usage::Kind;
 use crate::Store;
 
 /// How many times FETCH re-queries a queue whose candidates were all taken by others.
@@ -722,48 +721,6 @@ impl Store {
                 Ok(if stale { Claim::Stale } else { Claim::Lost })
             }
             Err(e) => Err(e),
-        }
-    }
-
-    /// The job a claim transaction wrote, read back (review #19d): delivered only while
-    /// it is still active under this claim's write id (a CANCEL may come between the
-    /// transaction and the read), and the read is tried again before giving up, since a
-    /// claimed job that is not delivered loses an attempt when its lease ends.
-    pub(crate) async fn read_back_claim(
-        &self,
-        id: &JobId,
-        wid: Option<&aws_sdk_dynamodb::types::AttributeValue>,
-    ) -> Result<Option<Job>, StoreError> {
-        let mut last = None;
-        for pause_ms in [0, 20, 100] {
-            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
-            match self.table.read_item(item::job_key(id)).await {
-                Ok(Some(item))
-                    if wid.is_some()
-                        && item.get("write_id") == wid
-                        && item::state_of(&item) == Some(JobState::Active) =>
-                {
-                    return item::job_from_item(&item).map(Some)
-                }
-                Ok(_) => return Ok(None),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(StoreError::NotFound))
-    }
-
-    /// Takes a job the server can no longer read (an item that fails today's validation)
-    /// out of the ready and due indexes, with the reason recorded on the item
-    /// (`set_aside`), so it stops blocking FETCH and the sweep. Logged as an error: an
-    /// operator decides what to do with it.
-    pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
-        tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
-        let out = crate::transition::set_aside(why.to_owned())
-            .apply(self.table.update_item().set_key(Some(item::job_key(id))))
-            .send()
-            .await;
-        if let Err(e) = self.table.tally_existing(Kind::Write, out) {
-            tracing::warn!(job_id = %id, error = %e, "job not set aside; tried again when met again");
         }
     }
 }

@@ -88,7 +88,7 @@ impl Store {
                 let old = first.and_then(|r| r.item());
                 match old {
                     Some(old) if old.get("write_id") == Some(wid) => item::job_from_item(old),
-                    _ => Err(crate::jobs::conflict_from_old(old)),
+                    _ => Err(crate::job_item::conflict_from_old(old)),
                 }
             }
         }

@@ -18,6 +18,7 @@ use crate::keys;
 use crate::transition::{JobWrite, Place, WriteParts};
 use crate::usage::Kind;
 use crate::Store;
+use ojs_core::JobId;
 
 impl Store {
     /// A claim that must fit the job's rate limits: concurrency slots and window
@@ -234,5 +235,34 @@ impl Store {
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Store {
+    /// The job a claim transaction wrote, read back (review #19d): delivered only while
+    /// it is still active under this claim's write id (a CANCEL may come between the
+    /// transaction and the read), and the read is tried again before giving up, since a
+    /// claimed job that is not delivered loses an attempt when its lease ends.
+    pub(crate) async fn read_back_claim(
+        &self,
+        id: &JobId,
+        wid: Option<&aws_sdk_dynamodb::types::AttributeValue>,
+    ) -> Result<Option<Job>, StoreError> {
+        let mut last = None;
+        for pause_ms in [0, 20, 100] {
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+            match self.table.read_item(item::job_key(id)).await {
+                Ok(Some(item))
+                    if wid.is_some()
+                        && item.get("write_id") == wid
+                        && item::state_of(&item) == Some(JobState::Active) =>
+                {
+                    return item::job_from_item(&item).map(Some)
+                }
+                Ok(_) => return Ok(None),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(StoreError::NotFound))
     }
 }

@@ -11,6 +11,7 @@
 pub(crate) mod answer;
 pub(crate) mod backlog;
 pub(crate) mod batch;
+pub(crate) mod cancel;
 pub(crate) mod claim;
 pub(crate) mod concurrency;
 pub(crate) mod dead_entry;
@@ -18,6 +19,7 @@ pub(crate) mod due;
 pub(crate) mod effects;
 pub(crate) mod fetch_memory;
 pub(crate) mod fetch_order;
+pub(crate) mod job_item;
 pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod pools;

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
-use crate::item::{self, json as json_attr, n, s, ts};
+use crate::item::{self, json as json_attr, n, ts};
 use crate::keys;
 use crate::transition::{JobWrite, Place};
 use crate::Store;
@@ -75,7 +75,7 @@ impl Store {
         outcome: FailureOutcome,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let wid = crate::jobs::write_id();
+        let wid = crate::job_item::write_id();
         // The stored entry carries the write id too (read back without it): a retried
         // write finds its own entry in the history even after later transitions have
         // replaced `write_id` (the retry may come seconds later, after the job was
@@ -351,42 +351,7 @@ impl Store {
     }
 }
 
-impl Store {
-    /// Due-index entries of partition `pk` due in `[from, to]`: (job id or cron name, due).
-    pub(crate) async fn due_between(
-        &self,
-        pk: &str,
-        from: &Timestamp,
-        to: &Timestamp,
-    ) -> Result<Vec<(String, Timestamp)>, StoreError> {
-        let query = self
-            .table
-            .query_index(&crate::schema::DUE_INDEX)
-            .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
-            .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
-            .limit(1000);
-        let items = self.table.pages(query).items().await?;
-        Ok(items
-            .iter()
-            .filter(|i| {
-                // Active leases are the sweep's business, not the timer's.
-                i.get("state")
-                    .and_then(|v| v.as_s().ok())
-                    .is_none_or(|st| st != JobState::Active.as_str())
-            })
-            .filter_map(|i| {
-                let sk = i.get("gsi2sk")?.as_s().ok()?;
-                let (us, rest) = sk.split_once('#')?;
-                let due = time::from_micros(us.parse().ok()?)?;
-                // Job keys end in the id; cron keys are the name.
-                let target = rest.rsplit('#').next()?.to_owned();
-                Some((target, due))
-            })
-            .collect())
-    }
-}
+impl Store {}
 
 /// When a waiting job becomes available.
 fn due_at(job: &Job) -> Option<Timestamp> {

@@ -9,9 +9,12 @@ use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::stream::{self, StreamExt};
 use ojs_core::time::{self, Timestamp};
+use ojs_core::JobState;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
+use crate::item::s;
+use crate::keys;
 use crate::Store;
 
 /// SQS's longest message delay.
@@ -321,4 +324,41 @@ where
     R: std::fmt::Debug,
 {
     move |e| StoreError::Backend(format!("{what}: {}", DisplayErrorContext(&e)))
+}
+
+impl Store {
+    /// Due-index entries of partition `pk` due in `[from, to]`: (job id or cron name, due).
+    pub(crate) async fn due_between(
+        &self,
+        pk: &str,
+        from: &Timestamp,
+        to: &Timestamp,
+    ) -> Result<Vec<(String, Timestamp)>, StoreError> {
+        let query = self
+            .table
+            .query_index(&crate::schema::DUE_INDEX)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":from", s(format!("{:016}", from.timestamp_micros())))
+            .expression_attribute_values(":to", s(keys::due_upper_bound(to)))
+            .limit(1000);
+        let items = self.table.pages(query).items().await?;
+        Ok(items
+            .iter()
+            .filter(|i| {
+                // Active leases are the sweep's business, not the timer's.
+                i.get("state")
+                    .and_then(|v| v.as_s().ok())
+                    .is_none_or(|st| st != JobState::Active.as_str())
+            })
+            .filter_map(|i| {
+                let sk = i.get("gsi2sk")?.as_s().ok()?;
+                let (us, rest) = sk.split_once('#')?;
+                let due = time::from_micros(us.parse().ok()?)?;
+                // Job keys end in the id; cron keys are the name.
+                let target = rest.rsplit('#').next()?.to_owned();
+                Some((target, due))
+            })
+            .collect())
+    }
 }

@@ -19,10 +19,13 @@ use ojs_core::{Job, JobState, Transition};
 
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
+use crate::item;
 use crate::item::{n, ts};
 use crate::settle::FailureOutcome;
 use crate::transition::JobWrite;
+use crate::usage::Kind;
 use crate::Store;
+use ojs_core::JobId;
 
 /// The error type a job whose payload is missing or damaged fails with.
 pub const PAYLOAD_UNREADABLE: &str = "payload_unreadable";
@@ -118,5 +121,22 @@ impl Store {
         };
         let outcome = FailureOutcome::GiveUp(job.spec.retry.on_exhaustion);
         self.record_failure(job, &failure, outcome, now).await
+    }
+}
+
+impl Store {
+    /// Takes a job the server can no longer read (an item that fails today's validation)
+    /// out of the ready and due indexes, with the reason recorded on the item
+    /// (`set_aside`), so it stops blocking FETCH and the sweep. Logged as an error: an
+    /// operator decides what to do with it.
+    pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
+        tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
+        let out = crate::transition::set_aside(why.to_owned())
+            .apply(self.table.update_item().set_key(Some(item::job_key(id))))
+            .send()
+            .await;
+        if let Err(e) = self.table.tally_existing(Kind::Write, out) {
+            tracing::warn!(job_id = %id, error = %e, "job not set aside; tried again when met again");
+        }
     }
 }

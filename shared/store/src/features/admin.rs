@@ -206,7 +206,7 @@ impl Store {
                 current: Some(from),
             });
         }
-        let wid = crate::jobs::write_id();
+        let wid = crate::job_item::write_id();
         let out = JobWrite::new(Transition::Revive, self.ready_place(&job, &now))
             .from(from)
             .version(job.status.version)

@@ -53,7 +53,7 @@ impl Store {
                 .transpose()?
                 .flatten()
                 .ok_or_else(|| StoreError::Corrupt("a checkpoint save returned none".into())),
-            Err(e) if is_condition_failure(&e) => Err(refusal(crate::jobs::old_item(&e), save)),
+            Err(e) if is_condition_failure(&e) => Err(refusal(crate::job_item::old_item(&e), save)),
             Err(e) => Err(StoreError::from_sdk(e)),
         }
     }

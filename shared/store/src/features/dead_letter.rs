@@ -130,7 +130,7 @@ impl Store {
             return Err(StoreError::NotFound);
         };
         let job = item::job_from_item(&item)?;
-        let wid = crate::jobs::write_id();
+        let wid = crate::job_item::write_id();
         let req = JobWrite::new(Transition::RetryDead, self.ready_place(&job, &now))
             .version(job.status.version)
             .when("dead_sk = :sk")

@@ -8,12 +8,9 @@ use std::time::Instant;
 
 use crate::effects::StepOutcome;
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
 use crate::keys;
 
-use super::{
-    fired_callbacks, job_ids, num, wf_key, workflow_state, CHECK_AFTER, MAX_CHECK_INTERVAL,
-};
+use super::{fired_callbacks, job_ids, wf_key, workflow_state};
 use crate::Store;
 
 impl Store {
@@ -113,31 +110,5 @@ impl Store {
             _ => true,
         };
         self.reschedule_check(wf_id, &item, settled, now).await
-    }
-
-    /// Moves a workflow's next check out (1 minute, doubling to at most 15), or ends its
-    /// checks once it is settled.
-    pub(crate) async fn reschedule_check(
-        &self,
-        wf_id: &str,
-        item: &Item,
-        settled: bool,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        let req = self
-            .wf_update(wf_id)
-            .condition_expression("attribute_exists(pk)");
-        let req = if settled {
-            req.update_expression("REMOVE gsi2pk, gsi2sk")
-        } else {
-            let checks = u32::try_from(num(item, "checks")).unwrap_or(0);
-            let wait = CHECK_AFTER * 2u32.saturating_pow(checks.min(4));
-            let at = ojs_core::time::after(now, wait.min(MAX_CHECK_INTERVAL));
-            req.update_expression("SET gsi2pk = :pk, gsi2sk = :sk ADD checks :one")
-                .expression_attribute_values(":pk", s(keys::workflow_due_pk(wf_id)))
-                .expression_attribute_values(":sk", s(keys::workflow_due_sk(&at, wf_id)))
-                .expression_attribute_values(":one", n(1))
-        };
-        self.update_unless_done(req).await
     }
 }

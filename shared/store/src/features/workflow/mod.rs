@@ -24,9 +24,11 @@ use serde_json::Value;
 
 use crate::effects::StepOutcome;
 use crate::error::StoreError;
-use crate::item::{s, Item};
+use crate::item::{n, s, Item};
+use crate::keys;
 use crate::usage::Kind;
 use crate::Store;
+use ojs_core::time::Timestamp;
 
 mod callbacks;
 mod check;
@@ -166,4 +168,32 @@ pub(crate) fn job_ids(item: &Item) -> Vec<JobId> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+impl Store {
+    /// Moves a workflow's next check out (1 minute, doubling to at most 15), or ends its
+    /// checks once it is settled.
+    pub(crate) async fn reschedule_check(
+        &self,
+        wf_id: &str,
+        item: &Item,
+        settled: bool,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let req = self
+            .wf_update(wf_id)
+            .condition_expression("attribute_exists(pk)");
+        let req = if settled {
+            req.update_expression("REMOVE gsi2pk, gsi2sk")
+        } else {
+            let checks = u32::try_from(num(item, "checks")).unwrap_or(0);
+            let wait = CHECK_AFTER * 2u32.saturating_pow(checks.min(4));
+            let at = ojs_core::time::after(now, wait.min(MAX_CHECK_INTERVAL));
+            req.update_expression("SET gsi2pk = :pk, gsi2sk = :sk ADD checks :one")
+                .expression_attribute_values(":pk", s(keys::workflow_due_pk(wf_id)))
+                .expression_attribute_values(":sk", s(keys::workflow_due_sk(&at, wf_id)))
+                .expression_attribute_values(":one", n(1))
+        };
+        self.update_unless_done(req).await
+    }
 }

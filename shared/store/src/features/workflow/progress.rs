@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::effects::StepOutcome;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
-use crate::jobs::old_item;
+use crate::job_item::old_item;
 use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
 

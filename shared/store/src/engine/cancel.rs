@@ -7,9 +7,8 @@ use ojs_core::{Job, JobId, Transition};
 
 use crate::effects::Effects;
 use crate::error::StoreError;
-use crate::item::ts;
 use crate::job_item::write_id;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::Store;
 
 impl Store {
@@ -50,9 +49,9 @@ impl Store {
                 ttl: self.expiry(&now),
             },
         )
-        .set("cancelled_from = #state, cancelled_at = :now, write_id = :wid")
-        .value(":now", ts(&now))
-        .value(":wid", wid.clone())
+        .set("cancelled_from = #state")
+        .stamp(Field::CancelledAt, &now)
+        .write_id(&wid)
         .apply(self.update(id))?;
         let out = req.send().await;
         self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))

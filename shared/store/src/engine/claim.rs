@@ -16,11 +16,11 @@ use crate::answer::{answer_bytes, AnswerBound};
 use crate::due::is_expired_available;
 use crate::error::StoreError;
 use crate::fetch_order::queue_order;
-use crate::item::{self, n, s, ts, Item};
+use crate::item::{self, n, s, Item};
 use crate::job_item::{old_item, write_id};
 use crate::keys;
 use crate::schema::READY_INDEX;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::Store;
 
 /// How many times FETCH re-queries a queue whose candidates were all taken by others.
@@ -643,22 +643,17 @@ impl Store {
                 sk: keys::due_sk(&due, priority, lane.tenant.as_ref(), &c.id),
             },
         )
-        .set("attempt = attempt + :one, started_at = :now, lease_until = :lease, write_id = :wid")
+        .set("attempt = attempt + :one")
+        .value(":one", n(1))
+        .stamp(Field::StartedAt, &now)
+        .lease_until(&lease_until)
+        .write_id(&wid)
         .when("gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)")
         .value(":rsk", s(c.ready_sk.clone()))
         .value(":nowus", n(now.timestamp_micros()))
-        .value(":now", ts(&now))
-        .value(":one", n(1))
-        .value(":lease", n(lease_until.timestamp_micros()))
-        .value(":wid", wid.clone());
         // The new attempt's holder is the claimer, or nobody: a claim without a worker id
         // never inherits a previous holder's, whose late calls would then pass its fence.
-        write = match &req.worker_id {
-            Some(w) => write
-                .set("worker_id = :worker")
-                .value(":worker", s(w.clone())),
-            None => write.remove("worker_id"),
-        };
+        .worker(req.worker_id.as_deref());
         write = match deadline {
             Some(d) => write
                 .set("deadline_us = :deadline")

@@ -8,10 +8,10 @@ use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::claim::id_of;
 use crate::error::StoreError;
-use crate::item::{self, s, ts, Item};
+use crate::item::{self, s, Item};
 use crate::keys;
 use crate::schema::DUE_INDEX;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
 use crate::Store;
 
@@ -126,10 +126,9 @@ impl Store {
         )
         .from(state)
         .when("gsi2sk = :duesk")
-        .set("enqueued_at = :now")
-        .remove("next_attempt_at")
+        .stamp(Field::EnqueuedAt, &now)
+        .clear(Field::NextAttemptAt)
         .value(":duesk", s(due_sk))
-        .value(":now", ts(&now))
         .apply(self.update(&id))?;
         match self.finish_update(req.send().await) {
             Ok(job) => {

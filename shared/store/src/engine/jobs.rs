@@ -13,10 +13,10 @@ use serde_json::Value;
 
 use crate::effects::{Before, Effects};
 use crate::error::{is_condition_failure, StoreError};
-use crate::item::{self, json, n, s, ts, Item};
+use crate::item::{self, n, s, ts, Item};
 use crate::job_item::{old_item, write_id};
 use crate::settle::FailureOutcome;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::unique::PushOutcome;
 use crate::usage::Kind;
 use crate::Store;
@@ -188,24 +188,16 @@ impl Store {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let wid = write_id();
-        let mut write = JobWrite::new(
+        let write = JobWrite::new(
             Transition::Ack,
             Place::Retained {
                 ttl: self.expiry(&now),
             },
         )
-        .set("completed_at = :now, write_id = :wid")
-        .remove("#error")
-        .name("#error", "error")
-        .name("#result", "result")
-        .value(":now", ts(&now))
-        .value(":wid", wid.clone());
-        write = match &ack.result {
-            Some(result) => write
-                .set("#result = :result")
-                .value(":result", json(result)),
-            None => write.remove("#result"),
-        };
+        .stamp(Field::CompletedAt, &now)
+        .write_id(&wid)
+        .clear(Field::Error)
+        .result(ack.result.as_ref());
         // Only the current attempt's holder completes it: what the ACK names of its
         // attempt is part of the condition, so a claim between any read and this write
         // cannot slip through.

@@ -13,9 +13,9 @@ use crate::claim::{Candidate, Claim, FullLimits};
 use crate::concurrency::Slot;
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
-use crate::item::{self, ts};
+use crate::item::{self};
 use crate::keys;
-use crate::transition::{JobWrite, Place, WriteParts};
+use crate::transition::{Field, JobWrite, Place, WriteParts};
 use crate::usage::Kind;
 use crate::Store;
 use ojs_core::JobId;
@@ -189,7 +189,7 @@ impl Store {
         )
         .version(job.status.version)
         .set(format!("{spec_attr} = :spec"))
-        .remove("enqueued_at")
+        .clear(Field::EnqueuedAt)
         .remove(other)
         .value(":spec", spec_value);
         let out = write.apply(self.update(&job.id))?.send().await;
@@ -221,10 +221,8 @@ impl Store {
             },
         )
         .version(job.status.version)
-        .set("discarded_at = :now, #error = :error")
-        .name("#error", "error")
-        .value(":now", ts(&now))
-        .value(":error", crate::item::json(&error));
+        .stamp(Field::DiscardedAt, &now)
+        .error(&error);
         let out = write.apply(self.update(&job.id))?.send().await;
         match self.finish_update(out) {
             Ok(dropped) => {

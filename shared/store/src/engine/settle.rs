@@ -15,7 +15,7 @@ use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item::{self, json as json_attr, n, ts};
 use crate::keys;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::Store;
 
 /// What a failed attempt leads to.
@@ -131,12 +131,11 @@ impl Store {
         let mut write = JobWrite::new(transition, place)
             .version(job.status.version)
             .when("attempt = :attempt")
-            .set(format!("#error = :error, {errors}, write_id = :wid"))
-            .name("#error", "error")
             .value(":attempt", n(job.status.attempt))
-            .value(":error", json_attr(&error))
+            .error(&error)
+            .set(errors)
             .value(":errors", history)
-            .value(":wid", wid.clone());
+            .write_id(&wid);
         if kept < MAX_KEPT_ERRORS {
             write = write.value(":empty", AttributeValue::L(Vec::new()));
         }
@@ -145,13 +144,10 @@ impl Store {
                 .set("next_attempt_at = :next, retry_delay_ms = :delay")
                 .value(":next", ts(&time::after(now, delay)))
                 .value(":delay", n(delay.as_millis())),
-            FailureOutcome::Requeue => write
-                .set("enqueued_at = :now")
-                .remove("started_at")
-                .value(":now", ts(&now)),
+            FailureOutcome::Requeue => write.stamp(Field::EnqueuedAt, &now).clear(Field::StartedAt),
             FailureOutcome::GiveUp(_) => write
-                .set("completed_at = :now, discarded_at = :now")
-                .value(":now", ts(&now)),
+                .stamp(Field::CompletedAt, &now)
+                .stamp(Field::DiscardedAt, &now),
         };
         let req = write.apply(self.update(&job.id))?;
         // Our own landed write, retried by the SDK, is known by its write id (review #19e:
@@ -245,9 +241,8 @@ impl Store {
         let out = JobWrite::new(Transition::Promote, self.ready_place(job, &now))
             .from(job.status.state)
             .version(job.status.version)
-            .set("enqueued_at = :now")
-            .remove("next_attempt_at")
-            .value(":now", ts(&now))
+            .stamp(Field::EnqueuedAt, &now)
+            .clear(Field::NextAttemptAt)
             .apply(self.update(&job.id))?
             .send()
             .await;
@@ -306,10 +301,8 @@ impl Store {
         )
         .from(job.status.state)
         .version(job.status.version)
-        .set("discarded_at = :now, #error = :error")
-        .name("#error", "error")
-        .value(":now", ts(&now))
-        .value(":error", json_attr(&expired_error(&now)))
+        .stamp(Field::DiscardedAt, &now)
+        .error(&expired_error(&now))
         .apply(self.update(&job.id))?
         .send()
         .await;

@@ -13,10 +13,12 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
+use ojs_core::time::Timestamp;
 use ojs_core::{Due, JobState, Transition};
+use serde_json::Value;
 
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{json, n, s, ts, Item};
 
 /// Attributes that describe the holder of an `active` attempt; a job leaving `active`
 /// loses them, so a later claim never inherits a previous holder.
@@ -64,6 +66,52 @@ pub(crate) struct JobWrite {
     conditions: Vec<String>,
     names: HashMap<String, String>,
     values: Item,
+}
+
+/// An attribute of a job item that a transition's caller stamps with a time or clears;
+/// the expression text for it is written here only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    EnqueuedAt,
+    StartedAt,
+    CompletedAt,
+    CancelledAt,
+    DiscardedAt,
+    NextAttemptAt,
+    DepsLeft,
+    WorkerId,
+    Error,
+    Result,
+    Errors,
+    CancelledFrom,
+    RetryDelayMs,
+}
+
+impl Field {
+    /// The attribute's name on the item.
+    fn attribute(self) -> &'static str {
+        match self {
+            Field::EnqueuedAt => "enqueued_at",
+            Field::StartedAt => "started_at",
+            Field::CompletedAt => "completed_at",
+            Field::CancelledAt => "cancelled_at",
+            Field::DiscardedAt => "discarded_at",
+            Field::NextAttemptAt => "next_attempt_at",
+            Field::DepsLeft => "deps_left",
+            Field::WorkerId => "worker_id",
+            Field::Error => "error",
+            Field::Result => "result",
+            Field::Errors => "errors",
+            Field::CancelledFrom => "cancelled_from",
+            Field::RetryDelayMs => "retry_delay_ms",
+        }
+    }
+
+    /// How an expression names it: through a placeholder, since DynamoDB reserves some
+    /// of these words (`result`, ...); the placeholder is the attribute's name behind `#`.
+    fn placeholder(self) -> String {
+        format!("#{}", self.attribute())
+    }
 }
 
 /// The parts of an update expression, for an UpdateItem or a transaction's Update.
@@ -133,6 +181,86 @@ impl JobWrite {
         self.names
             .insert(placeholder.to_owned(), attribute.to_owned());
         self
+    }
+
+    /// Sets `field` to the time `at` (a stamp such as `completed_at`).
+    pub(crate) fn stamp(self, field: Field, at: &Timestamp) -> Self {
+        let (name, value) = (field.placeholder(), format!(":{}", field.attribute()));
+        self.set(format!("{name} = {value}"))
+            .name(&name, field.attribute())
+            .value(&value, ts(at))
+    }
+
+    /// Removes `field` from the item.
+    pub(crate) fn clear(self, field: Field) -> Self {
+        let name = field.placeholder();
+        self.remove(name.clone()).name(&name, field.attribute())
+    }
+
+    /// Starts the job over as if new (a dead job retried, a finished one revived): attempt
+    /// 0, enqueued `now`, and every trace of earlier attempts removed.
+    pub(crate) fn restart(self, now: &Timestamp) -> Self {
+        [
+            Field::Errors,
+            Field::Error,
+            Field::Result,
+            Field::CompletedAt,
+            Field::DiscardedAt,
+            Field::CancelledAt,
+            Field::CancelledFrom,
+            Field::NextAttemptAt,
+            Field::RetryDelayMs,
+            Field::StartedAt,
+        ]
+        .into_iter()
+        .fold(self.attempt(0).stamp(Field::EnqueuedAt, now), Self::clear)
+    }
+
+    /// Records the write's id (`write_id`), by which a retry of it recognises it landed.
+    pub(crate) fn write_id(self, wid: &AttributeValue) -> Self {
+        self.set("write_id = :wid").value(":wid", wid.clone())
+    }
+
+    /// Sets the job's last error.
+    pub(crate) fn error(self, error: &Value) -> Self {
+        self.json_field(Field::Error, error)
+    }
+
+    /// Sets the job's result, or removes a result left from before when there is none.
+    pub(crate) fn result(self, result: Option<&Value>) -> Self {
+        match result {
+            Some(r) => self.json_field(Field::Result, r),
+            None => self.clear(Field::Result),
+        }
+    }
+
+    /// Sets the attempt's holder, or removes it when the attempt has none.
+    pub(crate) fn worker(self, worker_id: Option<&str>) -> Self {
+        match worker_id {
+            Some(w) => self
+                .set("worker_id = :worker")
+                .value(":worker", s(w.to_owned())),
+            None => self.clear(Field::WorkerId),
+        }
+    }
+
+    /// Sets the attempt count.
+    pub(crate) fn attempt(self, attempt: u32) -> Self {
+        self.set("attempt = :set_attempt")
+            .value(":set_attempt", n(attempt))
+    }
+
+    /// Sets the attempt's lease end.
+    pub(crate) fn lease_until(self, until: &Timestamp) -> Self {
+        self.set("lease_until = :lease")
+            .value(":lease", n(until.timestamp_micros()))
+    }
+
+    fn json_field(self, field: Field, v: &Value) -> Self {
+        let (name, value) = (field.placeholder(), format!(":{}", field.attribute()));
+        self.set(format!("{name} = {value}"))
+            .name(&name, field.attribute())
+            .value(&value, json(v))
     }
 
     /// The expression, or an error when the write would break the state machine: no
@@ -472,6 +600,89 @@ mod tests {
         assert!(removed.contains("#error"));
         assert_eq!(p.names["#error"], "error");
         assert_eq!(p.names["#state"], "state");
+        Ok(())
+    }
+
+    #[test]
+    fn the_typed_setters_write_their_attributes_through_placeholders() -> Result<(), StoreError> {
+        let now = ojs_core::time::now();
+        let p = JobWrite::new(Transition::Ack, Place::Retained { ttl: n(5) })
+            .stamp(Field::CompletedAt, &now)
+            .write_id(&s("w1"))
+            .clear(Field::Error)
+            .result(Some(&serde_json::json!({"ok": true})))
+            .parts()?;
+        assert!(
+            p.update.contains("#completed_at = :completed_at"),
+            "{}",
+            p.update
+        );
+        assert!(p.update.contains("write_id = :wid"));
+        assert!(p.update.contains("#result = :result"));
+        assert_eq!(p.names["#completed_at"], "completed_at");
+        assert_eq!(p.names["#result"], "result");
+        assert_eq!(p.values[":completed_at"], ts(&now));
+        assert_eq!(p.values[":wid"], s("w1"));
+        assert_eq!(p.values[":result"], json(&serde_json::json!({"ok": true})));
+        assert!(removed(&p).split(", ").any(|a| a == "#error"));
+        // No result: one left from before goes.
+        let p = JobWrite::new(Transition::Ack, Place::Retained { ttl: n(5) })
+            .result(None)
+            .parts()?;
+        assert!(removed(&p).split(", ").any(|a| a == "#result"));
+        assert_eq!(p.names["#result"], "result");
+        Ok(())
+    }
+
+    #[test]
+    fn a_claim_names_its_holder_or_clears_one_left_behind() -> Result<(), StoreError> {
+        let now = ojs_core::time::now();
+        let p = JobWrite::new(Transition::Claim, due())
+            .lease_until(&now)
+            .worker(Some("w-7"))
+            .parts()?;
+        assert!(p.update.contains("lease_until = :lease"));
+        assert!(p.update.contains("worker_id = :worker"));
+        assert_eq!(p.values[":lease"], n(now.timestamp_micros()));
+        assert_eq!(p.values[":worker"], s("w-7"));
+        let p = JobWrite::new(Transition::Claim, due())
+            .worker(None)
+            .parts()?;
+        assert!(removed(&p).split(", ").any(|a| a == "#worker_id"));
+        assert!(!p.values.contains_key(":worker"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_restart_is_a_new_job_with_no_trace_of_earlier_attempts() -> Result<(), StoreError> {
+        let now = ojs_core::time::now();
+        let p = JobWrite::new(Transition::Revive, ready(false))
+            .restart(&now)
+            .parts()?;
+        assert!(p.update.contains("attempt = :set_attempt"));
+        assert_eq!(p.values[":set_attempt"], n(0));
+        assert!(p.update.contains("#enqueued_at = :enqueued_at"));
+        assert_eq!(p.values[":enqueued_at"], ts(&now));
+        let removed: Vec<&str> = removed(&p).split(", ").collect();
+        for gone in [
+            "errors",
+            "error",
+            "result",
+            "completed_at",
+            "discarded_at",
+            "cancelled_at",
+            "cancelled_from",
+            "next_attempt_at",
+            "retry_delay_ms",
+            "started_at",
+        ] {
+            let placeholder = format!("#{gone}");
+            assert!(
+                removed.contains(&placeholder.as_str()),
+                "{gone}: {removed:?}"
+            );
+            assert_eq!(p.names[&placeholder], gone);
+        }
         Ok(())
     }
 }

@@ -20,9 +20,9 @@ use ojs_core::{Job, JobState, Transition};
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item;
-use crate::item::{n, ts};
+use crate::item::n;
 use crate::settle::FailureOutcome;
-use crate::transition::JobWrite;
+use crate::transition::{Field, JobWrite};
 use crate::usage::Kind;
 use crate::Store;
 use ojs_core::JobId;
@@ -93,11 +93,10 @@ impl Store {
             .from(JobState::Active)
             .version(job.status.version)
             .when("attempt = :attempt")
-            .set("attempt = :before, enqueued_at = :now")
-            .remove("started_at")
             .value(":attempt", n(job.status.attempt))
-            .value(":before", n(job.status.attempt.saturating_sub(1)))
-            .value(":now", ts(&now))
+            .attempt(job.status.attempt.saturating_sub(1))
+            .stamp(Field::EnqueuedAt, &now)
+            .clear(Field::StartedAt)
             .apply(self.update(&job.id))?;
         let back = self.finish_update(req.send().await)?;
         self.apply_effects(&back, Effects::of(Some(Before::of(job)), &back))

@@ -22,7 +22,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::error::{is_condition_failure, StoreError};
-use crate::item::{self, n, s, ts, Item};
+use crate::item::{self, s, ts, Item};
 use crate::keys;
 use crate::transition::JobWrite;
 use crate::usage::Kind;
@@ -210,16 +210,8 @@ impl Store {
         let out = JobWrite::new(Transition::Revive, self.ready_place(&job, &now))
             .from(from)
             .version(job.status.version)
-            .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
-            .remove(
-                "errors, #error, #result, completed_at, discarded_at, cancelled_at, \
-             cancelled_from, next_attempt_at, retry_delay_ms, started_at",
-            )
-            .name("#error", "error")
-            .name("#result", "result")
-            .value(":zero", n(0))
-            .value(":now", ts(&now))
-            .value(":wid", wid.clone())
+            .restart(&now)
+            .write_id(&wid)
             .apply(self.update(id))?
             .send()
             .await;

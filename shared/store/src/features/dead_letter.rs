@@ -15,7 +15,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::error::StoreError;
-use crate::item::{self, n, s, ts, Item};
+use crate::item::{self, s, Item};
 use crate::keys;
 use crate::transition::JobWrite;
 use crate::Store;
@@ -134,17 +134,9 @@ impl Store {
         let req = JobWrite::new(Transition::RetryDead, self.ready_place(&job, &now))
             .version(job.status.version)
             .when("dead_sk = :sk")
-            .set("attempt = :zero, enqueued_at = :now, write_id = :wid")
-            .remove(
-                "errors, #error, #result, completed_at, discarded_at, next_attempt_at, \
-             retry_delay_ms, started_at",
-            )
-            .name("#error", "error")
-            .name("#result", "result")
             .value(":sk", s(sk.clone()))
-            .value(":wid", wid.clone())
-            .value(":zero", n(0))
-            .value(":now", ts(&now))
+            .restart(&now)
+            .write_id(&wid)
             .apply(self.update(id))?;
         let entry = self.dead_entry_delete(&sk)?;
         let job = self.update_job_with(id, req, entry, &wid).await?;

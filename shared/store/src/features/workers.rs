@@ -335,8 +335,7 @@ impl Store {
             },
         )
         .version(job.status.version)
-        .set("lease_until = :lease")
-        .value(":lease", n(lease.timestamp_micros()));
+        .lease_until(&lease);
         if let Some(report) = progress {
             let after = report.applied_to(job.status.progress.as_ref(), job.status.attempt, now);
             write = write

@@ -12,7 +12,7 @@ use crate::effects::StepOutcome;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
 use crate::job_item::old_item;
-use crate::transition::{JobWrite, Place};
+use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
 
 use super::{
@@ -297,9 +297,8 @@ impl Store {
         let id = &job.id;
         let out = JobWrite::new(Transition::Activate, self.ready_place(job, &now))
             .version(job.status.version)
-            .set("enqueued_at = :now")
-            .remove("deps_left")
-            .value(":now", ts(&now))
+            .stamp(Field::EnqueuedAt, &now)
+            .clear(Field::DepsLeft)
             .apply(self.update(id))?
             .send()
             .await;
@@ -363,8 +362,7 @@ impl Store {
             },
         )
         .from(JobState::Pending)
-        .set("cancelled_at = :now")
-        .value(":now", ts(&now))
+        .stamp(Field::CancelledAt, &now)
         .apply(self.update(id))?
         .send()
         .await;

@@ -313,3 +313,76 @@ async fn the_stream_line_of_a_large_traced_job_names_its_trace() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// The store's entry points run in spans naming their job (and queue), inside the
+/// request's span: a line the engine logs while it PUSHes, FETCHes or ACKs a job carries
+/// the job's id, its queue and the request's id, so a job's lines can be followed from
+/// the HTTP functions into the engine (issue #30). Seen here through each span's close
+/// event, which lists the spans it is nested in.
+#[tokio::test]
+async fn engine_spans_name_the_job_inside_the_request_span() -> anyhow::Result<()> {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_span_list(true)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let app = TestApp::spawn().await?;
+    let pushed = app
+        .push(json!({"type": "t.spans", "args": [], "options": {"queue": "spanned"}}))
+        .await?;
+    let id = pushed.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ojs_tests::after_index_lag().await;
+    let fetched = app.fetch(json!({"queues": ["spanned"]})).await?;
+    assert_eq!(fetched.body["jobs"][0]["id"], id.as_str());
+    let acked = app.ack(json!({"job_id": id})).await?;
+    assert_eq!(acked.status, 200);
+    app.teardown().await;
+    let text = String::from_utf8(lines.0.lock().map(|b| b.clone()).unwrap_or_default())?;
+    let closed: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "close")
+        .collect();
+    let request_id_of = |reply: &ojs_tests::Reply| {
+        reply
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for (name, field, value, reply) in [
+        ("push", "job_id", id.as_str(), &pushed),
+        ("push", "queue", "spanned", &pushed),
+        ("ack", "job_id", id.as_str(), &acked),
+    ] {
+        let line = closed
+            .iter()
+            .find(|l| l["span"]["name"] == name && l["span"][field] == value)
+            .ok_or_else(|| anyhow::anyhow!("no {name} span with {field} {value} in {text}"))?;
+        let outer = line["spans"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == "request"))
+            .ok_or_else(|| anyhow::anyhow!("the {name} span is in no request span: {line}"))?;
+        assert_eq!(outer["request_id"], request_id_of(reply).as_str(), "{line}");
+    }
+    let fetch = closed
+        .iter()
+        .find(|l| l["span"]["name"] == "fetch")
+        .ok_or_else(|| anyhow::anyhow!("no fetch span in {text}"))?;
+    assert!(
+        fetch["span"]["queues"]
+            .as_str()
+            .is_some_and(|q| q.contains("spanned")),
+        "{fetch}"
+    );
+    Ok(())
+}

@@ -165,6 +165,7 @@ impl Store {
     /// the payload bucket, as a job pushed alone does ([`Store::new_job_item`]): the
     /// objects are put first, then the transactions; the objects are untagged when the
     /// batch landed and deleted when it did not.
+    #[tracing::instrument(name = "push_batch", level = "error", skip_all, fields(jobs = jobs.len()))]
     pub async fn put_batch(&self, jobs: &[Job]) -> Result<(), BatchError> {
         // Sizes are checked before anything is written (a refused batch writes nothing).
         let bodies = jobs

@@ -14,6 +14,7 @@ use crate::Store;
 impl Store {
     /// Cancels a non-terminal job in one conditional write (and, for a workflow step,
     /// tells its workflow).
+    #[tracing::instrument(name = "cancel", level = "error", skip_all, fields(job_id = %id))]
     pub(crate) async fn cancel_job_in_scope(
         &self,
         id: &JobId,

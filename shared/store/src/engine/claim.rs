@@ -247,6 +247,7 @@ impl Store {
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
     /// then FIFO, for a worker `admission` lets take jobs (any, without one). Never
     /// returns a job that another worker holds.
+    #[tracing::instrument(name = "fetch", level = "error", skip_all, fields(queues = ?req.queues))]
     pub(crate) async fn claim_jobs(
         &self,
         req: &FetchRequest,

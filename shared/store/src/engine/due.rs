@@ -22,6 +22,7 @@ impl Store {
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
     /// come, and active jobs whose lease expired (one batch from each shard). Returns how
     /// many moved.
+    #[tracing::instrument(name = "promote_due", level = "error", skip_all, fields(queue = %queue))]
     pub(crate) async fn promote_due_in_scope(
         &self,
         queue: &QueueName,

@@ -99,6 +99,7 @@ pub struct FailOutcome {
 
 impl Store {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
+    #[tracing::instrument(name = "push", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
     pub(crate) async fn put_job_in_scope(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         // Sizes are checked before anything is written (a refused job registers nothing).
         let body = self.offload_body(job)?;
@@ -182,6 +183,7 @@ impl Store {
 
     /// Completes an active job. The answer shows the job whole ([`Store::shown_job`]), as
     /// do CANCEL's and FAIL's.
+    #[tracing::instrument(name = "ack", level = "error", skip_all, fields(job_id = %ack.id))]
     pub(crate) async fn ack_job_in_scope(
         &self,
         ack: &AckRequest,
@@ -234,6 +236,7 @@ impl Store {
     /// Only the holder of the current attempt, as `fence` names it, can fail it: the
     /// write is conditional on the version read, which every claim (and every lease
     /// extension) moves, and on the attempt.
+    #[tracing::instrument(name = "fail", level = "error", skip_all, fields(job_id = %id))]
     pub(crate) async fn fail_job_in_scope(
         &self,
         id: &JobId,

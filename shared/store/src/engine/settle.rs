@@ -175,6 +175,7 @@ impl Store {
     /// re-queued while attempts remain and given up otherwise; a scheduled or retryable
     /// job whose time has come becomes available. `None` when nothing was due or another
     /// writer moved the job first.
+    #[tracing::instrument(name = "settle", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
     pub(crate) async fn settle_in_scope(
         &self,
         job: &Job,

@@ -312,6 +312,7 @@ impl Store {
     /// release of a cron occurrence queued behind this job (`overlap_policy: enqueue`).
     /// The transition itself has succeeded, so a failure here is not the caller's: it is
     /// logged, and the sweep completes a workflow's part ([`Store::check_workflows`]).
+    #[tracing::instrument(name = "follow_up", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
     pub(crate) async fn after_terminal(&self, job: &Job, outcome: StepOutcome, now: Timestamp) {
         // Every write of the follow-up is conditional on not having happened, so a
         // throttled or failed one is simply tried again: left to the sweep, a workflow

@@ -15,10 +15,10 @@ use crate::jobs::{AckRequest, FailOutcome, Fence};
 use crate::unique::PushOutcome;
 use crate::Store;
 
-/// Rounds of follow-ups one scope runs at most: a follow-up's own transitions can finish
-/// more jobs (a workflow cancelling its waiting steps), whose follow-ups come next; the
-/// bound keeps a damaged workflow from looping a request forever (the sweep's workflow
-/// check finishes what is left).
+/// Rounds of follow-ups one scope runs at most: a job a follow-up's own transition
+/// finishes is followed up in the next round (none does today: a workflow cancels its
+/// waiting steps quietly and records them itself); the bound keeps a damaged workflow from
+/// looping a request forever (the sweep's workflow check finishes what is left).
 const MAX_ROUNDS: usize = 16;
 
 /// The engine's entry points that can finish a job, each in a scope of its own: what it

@@ -409,8 +409,11 @@ async fn thirty_two_workers_and_eight_producers_lose_nothing_and_never_share_a_l
     }
     let pushed_in = started.elapsed();
     // Generous (8 jobs/s passes; a debug build on a busy 2-core machine does ~15-25): a
-    // stuck job fails the test instead of hanging it.
-    let deadline = started + Duration::from_secs(60 + jobs as u64 / 8);
+    // stuck job fails the test instead of hanging it. A machine so loaded that the pushes
+    // alone took long gets as much more: settling a job takes a FETCH and an ACK (and
+    // retries) where pushing took one request, so four times the push phase, plus a minute.
+    let deadline = started
+        + Duration::from_secs(60 + jobs as u64 / 8).max(pushed_in * 4 + Duration::from_secs(60));
     while with(&ledger, |l| l.settled < jobs) && Instant::now() < deadline {
         if workers.iter().any(|w| w.is_finished()) {
             break;

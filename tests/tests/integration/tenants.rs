@@ -266,6 +266,65 @@ async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyho
     Ok(())
 }
 
+/// A queue's own rate limit is the queue's, whichever lane a FETCH for any tenant is
+/// claiming from: once it refuses a start, the FETCH leaves the queue instead of trying
+/// each of its other tenants' lanes (a ready query and a refused window transaction each).
+/// Measured as the calls of a refused FETCH on a queue of six tenants against one of two:
+/// equal but for the empty default lane, which a FETCH may visit first.
+#[tokio::test]
+async fn a_queues_rate_limit_refusal_ends_the_queue_not_one_lane() -> anyhow::Result<()> {
+    let app = TestApp::spawn_rules_only().await?;
+    let mut refused_calls = Vec::new();
+    for (q, tenants) in [("tn-rl-2", 2), ("tn-rl-6", 6)] {
+        let r = app
+            .call(
+                Method::PUT,
+                &format!("/ojs/v1/admin/queues/{q}/config"),
+                Some(json!({"rate_limit": {"limit": 1, "period": "PT1M"}})),
+            )
+            .await?;
+        assert_eq!(r.status, 200, "{}", r.body);
+        for t in 0..tenants {
+            for i in 0..2 {
+                push_as(
+                    &app,
+                    Some(&format!("rl-{t}")),
+                    json!({"type": "tn.t", "args": [i], "options": {"queue": q}}),
+                )
+                .await?;
+            }
+        }
+        ojs_tests::after_index_lag().await;
+        // The window's one start.
+        let first = fetch_as(&app, None, q, 4).await?;
+        assert_eq!(
+            first.body["jobs"].as_array().map(Vec::len),
+            Some(1),
+            "{}",
+            first.body
+        );
+        let before = app.store.usage().calls;
+        let refused = call_as(
+            &app,
+            None,
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": [q], "count": 4, "worker_id": "tn-w"})),
+        )
+        .await?;
+        refused_calls.push(app.store.usage().calls - before);
+        assert_eq!(refused.status, 429, "{}", refused.body);
+    }
+    assert!(
+        refused_calls[1] <= refused_calls[0] + 1,
+        "a refused FETCH of six tenants made {} calls, of two {}",
+        refused_calls[1],
+        refused_calls[0]
+    );
+    app.teardown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_tenants_scheduled_job_comes_due_in_its_own_lane() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;

@@ -90,6 +90,9 @@ struct Fetching<'a> {
     target: usize,
     /// Whether the lane being claimed from listed any job.
     saw_candidates: bool,
+    /// Whether the queue being claimed from refused a start by its own rate limit: its
+    /// other lanes would be refused as well, so the FETCH moves on to the next queue.
+    queue_limited: bool,
 }
 
 impl Fetching<'_> {
@@ -267,6 +270,7 @@ impl Store {
             ends: Instant::now() + self.config.fetch_budget,
             target: req.count,
             saw_candidates: false,
+            queue_limited: false,
         };
         let settings = self.queue_settings(&req.queues).await?;
         // A FETCH for any tenant weighs the tenants of its queues (1 each unless set).
@@ -313,8 +317,9 @@ impl Store {
                 let queue_limit = queue_settings.rate_limit.as_ref();
                 let lanes = self.fetch_lanes(queue, &queue_settings.tenants, &req.tenant, &weights);
                 let shared = lanes.len() > 1;
+                run.queue_limited = false;
                 for lane in lanes {
-                    if run.done(run.target) || run.admitted == Some(false) {
+                    if run.done(run.target) || run.admitted == Some(false) || run.queue_limited {
                         break;
                     }
                     run.saw_candidates = false;
@@ -517,7 +522,10 @@ impl Store {
                         // the same priority next instead of following them down the list.
                         spread(&mut candidates, next, priority_of, rand::random_range);
                     }
-                    Claim::QueueLimited => return Ok(true),
+                    Claim::QueueLimited => {
+                        run.queue_limited = true;
+                        return Ok(true);
+                    }
                 }
                 if run.done(run.target) {
                     break;

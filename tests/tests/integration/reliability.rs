@@ -103,8 +103,14 @@ async fn backoff_schedules_follow_the_spec_formulas() -> anyhow::Result<()> {
             )
             .await?,
         );
+        // A FETCH made right after a NACK that found the retry already due (a slow
+        // machine) is the next attempt's.
+        let mut claimed_early = None;
         for want in expected {
-            let mut fetched = app.fetch(json!({"queues": [queue]})).await?;
+            let mut fetched = match claimed_early.take() {
+                Some(early) => early,
+                None => app.fetch(json!({"queues": [queue]})).await?,
+            };
             for _ in 0..60 {
                 if fetched.body["jobs"]
                     .as_array()
@@ -116,6 +122,9 @@ async fn backoff_schedules_follow_the_spec_formulas() -> anyhow::Result<()> {
                 fetched = app.fetch(json!({"queues": [queue]})).await?;
             }
             assert_eq!(fetched.body["jobs"][0]["id"], id.as_str(), "{strategy}");
+            // The retry is due `want` ms after the server took the NACK, which is after
+            // this instant: a FETCH answered sooner than that was decided before it.
+            let before_nack = std::time::Instant::now();
             let nack = app
                 .nack(json!({"job_id": id, "error": {"code": "x", "message": "again"}}))
                 .await?;
@@ -131,11 +140,13 @@ async fn backoff_schedules_follow_the_spec_formulas() -> anyhow::Result<()> {
             assert_eq!(nack.body["job"]["retry_delay_ms"], want, "{strategy}");
             if want >= 400 {
                 let early = app.fetch(json!({"queues": [queue]})).await?;
-                assert_eq!(
-                    early.body["jobs"],
-                    json!([]),
-                    "{strategy}: fetched before its time"
-                );
+                if early.body["jobs"].as_array().is_some_and(|j| !j.is_empty()) {
+                    assert!(
+                        before_nack.elapsed() >= Duration::from_millis(want.unsigned_abs()),
+                        "{strategy}: fetched before its time"
+                    );
+                    claimed_early = Some(early);
+                }
             }
         }
     }

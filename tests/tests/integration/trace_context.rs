@@ -152,6 +152,21 @@ async fn a_push_delivery_carries_the_jobs_trace() -> anyhow::Result<()> {
 #[derive(Clone, Default)]
 struct Lines(Arc<Mutex<Vec<u8>>>);
 
+impl Lines {
+    /// Everything written so far.
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().map(|b| b.clone()).unwrap_or_default()).into_owned()
+    }
+
+    /// The lines written so far that are JSON, parsed.
+    fn parsed(&self) -> Vec<Value> {
+        self.text()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
 impl std::io::Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if let Ok(mut b) = self.0.lock() {
@@ -190,11 +205,8 @@ async fn a_traced_jobs_request_lines_name_its_trace() -> anyhow::Result<()> {
     assert_eq!(fetched.body["jobs"][0]["id"], id.as_str());
     assert_eq!(app.ack(json!({"job_id": id})).await?.status, 200);
     app.teardown().await;
-    let text = String::from_utf8(lines.0.lock().map(|b| b.clone()).unwrap_or_default())?;
-    let parsed: Vec<Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let text = lines.text();
+    let parsed = lines.parsed();
     let requests: Vec<&Value> = parsed
         .iter()
         .filter(|l| l["fields"]["message"] == "request" && l["fields"]["job_id"] == id.as_str())
@@ -283,10 +295,9 @@ async fn the_stream_line_of_a_large_traced_job_names_its_trace() -> anyhow::Resu
         json!({"traceparent": format!("00-{LARGE_TRACE_ID}-b7ad6b7169203331-01")})
     );
     let change_traces = || -> Vec<String> {
-        let text = String::from_utf8(lines.0.lock().map(|b| b.clone()).unwrap_or_default())
-            .unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        lines
+            .parsed()
+            .into_iter()
             .filter(|l| l["fields"]["message"] == "job change")
             .filter_map(|l| l["fields"]["trace_id"].as_str().map(str::to_owned))
             .collect()
@@ -345,10 +356,10 @@ async fn engine_spans_name_the_job_inside_the_request_span() -> anyhow::Result<(
     let acked = app.ack(json!({"job_id": id})).await?;
     assert_eq!(acked.status, 200);
     app.teardown().await;
-    let text = String::from_utf8(lines.0.lock().map(|b| b.clone()).unwrap_or_default())?;
-    let closed: Vec<Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let text = lines.text();
+    let closed: Vec<Value> = lines
+        .parsed()
+        .into_iter()
         .filter(|l| l["fields"]["message"] == "close")
         .collect();
     let request_id_of = |reply: &ojs_tests::Reply| {

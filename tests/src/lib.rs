@@ -390,12 +390,26 @@ impl TestApp {
     /// Like [`TestApp::spawn`], behind a strict layer of its own configured as `config`, with
     /// FETCH looking again after twice its index lag, as a deployment is configured.
     pub async fn spawn_behind(config: strict_proxy::StrictConfig) -> anyhow::Result<Self> {
+        Self::spawn_behind_on(config, |store| store).await
+    }
+
+    /// Like [`TestApp::spawn_rules_only`] over the store `adjust` makes of the fresh one
+    /// (e.g. one that remembers no settings, so that each FETCH's calls are the same
+    /// however long the test's steps take).
+    pub async fn spawn_rules_only_on(adjust: impl FnOnce(Store) -> Store) -> anyhow::Result<Self> {
+        Self::spawn_behind_on(strict_proxy::StrictConfig::rules_only(), adjust).await
+    }
+
+    async fn spawn_behind_on(
+        config: strict_proxy::StrictConfig,
+        adjust: impl FnOnce(Store) -> Store,
+    ) -> anyhow::Result<Self> {
         default_local_env();
         let recheck = config.index_lag * 2;
         let proxy =
             strict_proxy::StrictProxy::start(&fault_proxy::raw_dynamodb_endpoint(), config).await?;
         let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
-        let store = fault_proxy::store_through(&proxy.url, &table).await;
+        let store = adjust(fault_proxy::store_through(&proxy.url, &table).await);
         store.ensure_table().await?;
         let http = HttpConfig {
             fetch_recheck: recheck,

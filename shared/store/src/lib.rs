@@ -370,6 +370,15 @@ impl Store {
         self
     }
 
+    /// The same store trusting a due query that found nothing for `memory`; see
+    /// [`StoreConfig::quiet_due_memory`].
+    pub fn with_quiet_due_memory(mut self, memory: Duration) -> Self {
+        let mut config = (*self.config).clone();
+        config.quiet_due_memory = memory;
+        self.config = Arc::new(config);
+        self
+    }
+
     /// The same store with each FETCH's answer bounded by `bound`; see
     /// [`StoreConfig::fetch_answer`].
     pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {

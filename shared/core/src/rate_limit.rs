@@ -160,26 +160,36 @@ impl SlidingWindow {
         let counted = self.counted(counts, now_us);
         let total: u64 = counted.iter().map(|(_, c)| c).sum();
         let limit = u64::from(self.limit);
-        // The next start fits once the oldest buckets have left the window until fewer
-        // than `limit` starts remain counted.
-        let mut left = total;
-        let mut fits_at_us = now_us;
-        for (bucket, c) in &counted {
-            if left < limit {
-                break;
-            }
-            left -= c;
-            fits_at_us = self.leaves_at(*bucket);
-        }
         WindowAssessment {
             remaining: u32::try_from(limit.saturating_sub(total)).unwrap_or(0),
-            fits_at_us,
+            fits_at_us: self.fits_at_us(counts, now_us, 1).unwrap_or(now_us),
             clear_at_us: counted
                 .iter()
                 .rev()
                 .find(|(_, c)| *c > 0)
                 .map_or(now_us, |(b, _)| self.leaves_at(*b)),
         }
+    }
+
+    /// When `n` more starts fit, epoch microseconds (`now_us` when they do now): once
+    /// the oldest buckets have left the window until at most `limit - n` starts remain
+    /// counted. `None` when `n` is over the limit: they never fit at once.
+    pub fn fits_at_us(&self, counts: &[(i64, u64)], now_us: i64, n: u64) -> Option<i64> {
+        let limit = u64::from(self.limit);
+        if n > limit {
+            return None;
+        }
+        let counted = self.counted(counts, now_us);
+        let mut left: u64 = counted.iter().map(|(_, c)| c).sum();
+        let mut at = now_us;
+        for (bucket, c) in &counted {
+            if left + n <= limit {
+                break;
+            }
+            left -= c;
+            at = self.leaves_at(*bucket);
+        }
+        Some(at)
     }
 
     /// The window of `key` whose counter item has sort key `sk` (`S#<length µs>`, as
@@ -216,11 +226,16 @@ impl SlidingWindow {
     /// The buckets to store once a start at `now_us` is admitted: the counted ones
     /// (older buckets are dropped, no later start counts them) and this start.
     pub fn with_start(&self, counts: &[(i64, u64)], now_us: i64) -> Vec<(i64, u64)> {
+        self.with_starts(counts, now_us, 1)
+    }
+
+    /// [`SlidingWindow::with_start`] for `n` starts at once (a batch enqueue).
+    pub fn with_starts(&self, counts: &[(i64, u64)], now_us: i64, n: u64) -> Vec<(i64, u64)> {
         let mut out = self.counted(counts, now_us);
         let bucket = self.bucket(now_us);
         match out.iter_mut().find(|(b, _)| *b == bucket) {
-            Some((_, c)) => *c += 1,
-            None => out.push((bucket, 1)),
+            Some((_, c)) => *c += n,
+            None => out.push((bucket, n)),
         }
         out
     }
@@ -456,6 +471,29 @@ mod tests {
             "q",
         )
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn n_starts_fit_once_enough_buckets_have_left() {
+        let w = SlidingWindow {
+            key: "k".into(),
+            len_us: 1_000_000,
+            limit: 3,
+            policies: Vec::new(),
+        };
+        // Buckets of 100 ms: a start at 1.0 s and one at 1.2 s, seen at 1.5 s.
+        let counts = [(10, 1), (12, 1)];
+        let now = 1_500_000;
+        assert_eq!(w.fits_at_us(&counts, now, 1), Some(now));
+        assert_eq!(w.fits_at_us(&counts, now, 2), Some(w.leaves_at(10)));
+        assert_eq!(w.fits_at_us(&counts, now, 3), Some(w.leaves_at(12)));
+        assert_eq!(w.fits_at_us(&counts, now, 4), None, "over the limit");
+        assert_eq!(w.assess(&counts, now).fits_at_us, now);
+        assert_eq!(
+            w.with_starts(&counts, now, 2),
+            vec![(10, 1), (12, 1), (15, 2)]
+        );
+        assert_eq!(w.with_starts(&[(15, 1)], now, 3), vec![(15, 4)]);
     }
 
     #[test]

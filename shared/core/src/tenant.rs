@@ -7,6 +7,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::error::OjsError;
+use crate::rate_limit::{Window, MAX_CONCURRENCY};
 
 /// The request header that names the tenant a request acts for (§5.3).
 pub const TENANT_HEADER: &str = "X-OJS-Tenant";
@@ -174,6 +175,23 @@ pub struct TenantConfig {
     pub max_queue_depth: Option<u64>,
     /// Most scheduled jobs it may have (§8.1).
     pub max_scheduled: Option<u64>,
+    /// Most of its jobs active at once, across every queue (§8.1; 0 holds all back), at
+    /// most [`MAX_CONCURRENCY`]: its holders share one storage item, as a rate limit
+    /// key's do.
+    pub max_concurrency: Option<u32>,
+    /// Most enqueues per period (§8.1), counted in a sliding window.
+    pub max_enqueue_rate: Option<Window>,
+}
+
+/// Partition key part of a tenant's `max_concurrency` holders: `#` is outside both the
+/// tenant and the rate limit key patterns, so no job's own key can name this item.
+pub fn concurrency_key(tenant: &TenantId) -> String {
+    format!("tenant#{tenant}")
+}
+
+/// Partition key part of a tenant's `max_enqueue_rate` window (see [`concurrency_key`]).
+pub fn enqueue_key(tenant: &TenantId) -> String {
+    format!("tenant-enqueue#{tenant}")
 }
 
 impl TenantConfig {
@@ -225,10 +243,13 @@ impl TenantConfig {
             if let Some(v) = l.get("max_scheduled") {
                 out.max_scheduled = bounded(v, &at("max_scheduled"), 0, u64::MAX >> 11)?;
             }
-            for k in ["max_concurrency", "max_enqueue_rate"] {
-                if l.get(k).is_some_and(|v| !v.is_null()) {
-                    return Err(unsupported(k, &at(k)));
-                }
+            if let Some(v) = l.get("max_concurrency") {
+                out.max_concurrency =
+                    bounded(v, &at("max_concurrency"), 0, u64::from(MAX_CONCURRENCY))?
+                        .map(|c| u32::try_from(c).unwrap_or(MAX_CONCURRENCY));
+            }
+            if let Some(v) = l.get("max_enqueue_rate") {
+                out.max_enqueue_rate = enqueue_rate(v, &at("max_enqueue_rate"))?;
             }
         }
         Ok(out)
@@ -241,9 +262,41 @@ impl TenantConfig {
             "limits": {
                 "max_queue_depth": self.max_queue_depth,
                 "max_scheduled": self.max_scheduled,
+                "max_concurrency": self.max_concurrency,
+                "max_enqueue_rate": self.max_enqueue_rate.map(|w| serde_json::json!({
+                    "limit": w.limit,
+                    "period": crate::duration::format(w.period),
+                })),
             },
         })
     }
+}
+
+/// `max_enqueue_rate`: `{"limit": n, "period": "PT1M"}` (n from 1, a period longer than
+/// zero and at most a day), or null.
+fn enqueue_rate(v: &Value, path: &str) -> Result<Option<Window>, OjsError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let bad = || {
+        OjsError::invalid_request(
+            "must be {\"limit\": a positive integer, \"period\": an ISO 8601 duration longer than zero, at most P1D}, or null",
+        )
+        .with_path(path)
+    };
+    let limit = v
+        .get("limit")
+        .and_then(Value::as_u64)
+        .and_then(|l| u32::try_from(l).ok())
+        .filter(|l| *l > 0)
+        .ok_or_else(bad)?;
+    let period = v
+        .get("period")
+        .and_then(Value::as_str)
+        .and_then(crate::duration::parse)
+        .filter(|p| !p.is_zero() && *p <= std::time::Duration::from_secs(86_400))
+        .ok_or_else(bad)?;
+    Ok(Some(Window { limit, period }))
 }
 
 fn bounded(v: &Value, path: &str, min: u64, max: u64) -> Result<Option<u64>, OjsError> {
@@ -262,13 +315,20 @@ fn bounded(v: &Value, path: &str, min: u64, max: u64) -> Result<Option<u64>, Ojs
 fn unsupported(field: &str, path: &str) -> OjsError {
     OjsError::new(
         crate::error::ErrorCode::Unsupported,
-        format!("{field} is not enforced by this server; it takes fairness_weight, max_queue_depth and max_scheduled"),
+        format!("{field} is not enforced by this server; it takes fairness_weight, max_queue_depth, max_scheduled, max_concurrency and max_enqueue_rate"),
     )
     .with_path(path)
 }
 
-/// The 429 of an enqueue a tenant limit refuses (§8.2).
-pub fn limit_exceeded(tenant: &str, limit: &str, current: u64, maximum: u64) -> OjsError {
+/// The 429 of an enqueue a tenant limit refuses (§8.2), to be tried again after
+/// `retry_after_secs`.
+pub fn limit_exceeded(
+    tenant: &str,
+    limit: &str,
+    current: u64,
+    maximum: u64,
+    retry_after_secs: u64,
+) -> OjsError {
     OjsError::new(
         crate::error::ErrorCode::TenantLimitExceeded,
         format!("Tenant '{tenant}' has exceeded {limit} ({maximum})"),
@@ -277,7 +337,7 @@ pub fn limit_exceeded(tenant: &str, limit: &str, current: u64, maximum: u64) -> 
     .with_detail("limit", limit)
     .with_detail("current", current)
     .with_detail("maximum", maximum)
-    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+    .with_detail("retry_after_seconds", retry_after_secs)
 }
 
 #[cfg(test)]
@@ -398,11 +458,23 @@ mod tests {
             (json!({"fairness_weight": 0}), false),
             (json!({"fairness_weight": 1001}), false),
             (json!({"fairness_weight": "x"}), false),
-            (json!({"limits": {"max_concurrency": 3}}), false),
+            (json!({"limits": {"max_concurrency": 101}}), false),
+            (json!({"max_concurrency": -1}), true),
+            (json!({"max_concurrency": "3"}), true),
             (
-                json!({"max_enqueue_rate": {"limit": 1, "period": "PT1M"}}),
+                json!({"max_enqueue_rate": {"limit": 0, "period": "PT1M"}}),
                 true,
             ),
+            (
+                json!({"max_enqueue_rate": {"limit": 1, "period": "P2D"}}),
+                true,
+            ),
+            (
+                json!({"max_enqueue_rate": {"limit": 1, "period": "PT0S"}}),
+                true,
+            ),
+            (json!({"max_enqueue_rate": {"limit": 1}}), true),
+            (json!({"max_enqueue_rate": 5}), true),
             (json!({"priority_boost": 1}), false),
             (json!({"limits": 3}), false),
             (json!({"max_queue_depth": -1}), true),
@@ -413,10 +485,72 @@ mod tests {
                 "{bad}"
             );
         }
-        let e = limit_exceeded("acme", "max_queue_depth", 5, 5);
+        let e = limit_exceeded("acme", "max_queue_depth", 5, 5, 7);
         assert_eq!(e.code.http_status(), 429);
         assert_eq!(e.code.as_str(), "TENANT_LIMIT_EXCEEDED");
         assert_eq!(e.details.get("maximum"), Some(&json!(5)));
+        assert_eq!(e.details.get("retry_after_seconds"), Some(&json!(7)));
+    }
+
+    #[test]
+    fn concurrency_and_enqueue_rate_limits_are_taken_and_shown() {
+        let c = TenantConfig::merged(
+            &TenantConfig::default(),
+            &json!({"limits": {"max_concurrency": 0,
+                               "max_enqueue_rate": {"limit": 5, "period": "PT1M"}}}),
+            false,
+        )
+        .unwrap_or_default();
+        assert_eq!(c.max_concurrency, Some(0));
+        let rate = Window {
+            limit: 5,
+            period: std::time::Duration::from_secs(60),
+        };
+        assert_eq!(c.max_enqueue_rate, Some(rate));
+        assert!(!c.limits_enqueue(), "a rate is not judged against counts");
+        let shown = c.to_json();
+        assert_eq!(shown["limits"]["max_concurrency"], json!(0));
+        assert_eq!(
+            shown["limits"]["max_enqueue_rate"],
+            json!({"limit": 5, "period": "PT60S"})
+        );
+        // The largest concurrency and the longest and shortest periods are taken.
+        let edge = TenantConfig::merged(
+            &c,
+            &json!({"max_concurrency": MAX_CONCURRENCY,
+                    "max_enqueue_rate": {"limit": 1, "period": "P1D"}}),
+            true,
+        )
+        .unwrap_or_default();
+        assert_eq!(edge.max_concurrency, Some(MAX_CONCURRENCY));
+        assert_eq!(
+            edge.max_enqueue_rate.map(|w| w.period),
+            Some(std::time::Duration::from_secs(86_400))
+        );
+        let short = TenantConfig::merged(
+            &c,
+            &json!({"max_enqueue_rate": {"limit": 1, "period": "PT0.5S"}}),
+            true,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            short.max_enqueue_rate.map(|w| w.period),
+            Some(std::time::Duration::from_millis(500))
+        );
+        // Null removes them.
+        let none = TenantConfig::merged(
+            &c,
+            &json!({"max_concurrency": null, "max_enqueue_rate": null}),
+            true,
+        )
+        .unwrap_or_default();
+        assert_eq!((none.max_concurrency, none.max_enqueue_rate), (None, None));
+        let acme = TenantId::parse("acme").ok().flatten();
+        let keys = acme.map(|t| (concurrency_key(&t), enqueue_key(&t)));
+        assert_eq!(
+            keys,
+            Some(("tenant#acme".into(), "tenant-enqueue#acme".into()))
+        );
     }
 
     #[test]
@@ -466,11 +600,13 @@ mod tests {
             fairness_weight: None,
             max_queue_depth: Some(3),
             max_scheduled: None,
+            ..TenantConfig::default()
         }
         .to_json();
         assert_eq!(
             view,
-            json!({"fairness_weight": 1, "limits": {"max_queue_depth": 3, "max_scheduled": null}})
+            json!({"fairness_weight": 1, "limits": {"max_queue_depth": 3, "max_scheduled": null,
+                   "max_concurrency": null, "max_enqueue_rate": null}})
         );
     }
 }

@@ -79,7 +79,10 @@ impl From<StoreError> for ApiError {
                 limit,
                 current,
                 maximum,
-            } => ojs_core::tenant::limit_exceeded(&tenant, limit, current, maximum),
+                retry_after_secs,
+            } => {
+                ojs_core::tenant::limit_exceeded(&tenant, limit, current, maximum, retry_after_secs)
+            }
             StoreError::LimitReached(why) => OjsError::new(ErrorCode::ValidationError, why),
             StoreError::Concurrent(what) => OjsError::conflict(format!(
                 "{what} changed while this request was made; retry it"

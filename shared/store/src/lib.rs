@@ -520,19 +520,28 @@ impl Store {
 /// quick retries with backoff for throttling, and bounded attempt/operation timeouts so
 /// a stuck connection turns into a 503 instead of a Lambda timeout.
 pub fn client_for(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
-    client_with_timeouts(sdk, Duration::from_secs(3), Duration::from_secs(8))
+    client_with_timeouts(
+        sdk,
+        REQUEST_PATH_ATTEMPTS,
+        Duration::from_secs(3),
+        Duration::from_secs(8),
+    )
 }
 
-/// [`client_for`] with other timeouts: an attempt's, and the whole call's with its retries
-/// (tests on DynamoDB Local, whose multi-megabyte transactions can take seconds where
-/// DynamoDB takes milliseconds).
+/// Attempts [`client_for`] makes of one DynamoDB call.
+pub const REQUEST_PATH_ATTEMPTS: u32 = 3;
+
+/// [`client_for`] with other attempts and timeouts: an attempt's, and the whole call's
+/// with its retries (tests on DynamoDB Local, whose multi-megabyte transactions can take
+/// seconds where DynamoDB takes milliseconds).
 pub fn client_with_timeouts(
     sdk: &aws_config::SdkConfig,
+    attempts: u32,
     attempt: Duration,
     operation: Duration,
 ) -> aws_sdk_dynamodb::Client {
     let retry = aws_config::retry::RetryConfig::standard()
-        .with_max_attempts(3)
+        .with_max_attempts(attempts)
         .with_initial_backoff(Duration::from_millis(25))
         .with_max_backoff(Duration::from_millis(500));
     let timeouts = aws_config::timeout::TimeoutConfig::builder()

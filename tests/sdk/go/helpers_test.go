@@ -33,8 +33,11 @@ const (
 	gracePeriod  = 2 * time.Second
 )
 
-// httpClient bounds every SDK request (the SDK's default client has no timeout).
-var httpClient = &http.Client{Timeout: 10 * time.Second}
+// httpClient bounds every SDK request (the SDK's default client has no timeout) at
+// API Gateway's 29 s, the longest a deployed worker waits: a FETCH given up sooner
+// (10 s here once, on a machine busy beside the suite) strands what it claimed until
+// the lease ends, and the test waiting for that job fails.
+var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 func serverURL(t *testing.T) string {
 	t.Helper()

@@ -659,12 +659,12 @@ async fn a_tenant_at_its_limit_is_refused_until_an_operator_raises_it() -> anyho
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.body["error"]["details"]["limit"], "max_scheduled");
     push_as(&app, Some("lim"), job.clone()).await?;
-    // Limits the server does not enforce are refused, not stored.
+    // Settings the server does not enforce are refused, not stored.
     let r = app
         .call(
             Method::PUT,
-            "/ojs/v1/admin/tenants/lim/limits",
-            Some(json!({"max_concurrency": 5})),
+            "/ojs/v1/admin/tenants/lim",
+            Some(json!({"priority_boost": 5})),
         )
         .await?;
     assert_eq!(r.status, 422, "{}", r.body);

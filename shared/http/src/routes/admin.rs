@@ -611,6 +611,9 @@ fn tenant_view(t: &ojs_store::TenantStats, config: &ojs_core::tenant::TenantConf
         "limits": {
             "max_queue_depth": {"limit": config.max_queue_depth, "current": t.total.depth()},
             "max_scheduled": {"limit": config.max_scheduled, "current": t.total.scheduled},
+            // Active jobs as counted; the slots taken are the item the claims keep.
+            "max_concurrency": {"limit": config.max_concurrency, "current": t.total.active},
+            "max_enqueue_rate": settings["limits"]["max_enqueue_rate"],
         },
     })
 }

@@ -201,6 +201,7 @@ fn log_refusal(e: &ojs_store::StoreError) {
         limit,
         current,
         maximum,
+        ..
     } = e
     {
         tracing::info!(event = "tenant.limit_exceeded", %tenant, limit, current, maximum, "enqueue rejected: tenant limit");

@@ -77,6 +77,8 @@ pub enum StoreError {
         current: u64,
         /// The limit.
         maximum: u64,
+        /// When the producer may try again, seconds.
+        retry_after_secs: u64,
     },
     /// The item would exceed DynamoDB's 400 KB item limit (or the job's share of it):
     /// the request itself is too large, retrying it cannot help.

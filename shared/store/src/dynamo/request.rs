@@ -43,6 +43,26 @@ impl Table {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
+    /// Sends `update`, built for a transaction, as an UpdateItem of its own: `None` when
+    /// its condition failed (one write, tallied).
+    pub(crate) async fn update_alone(
+        &self,
+        update: &aws_sdk_dynamodb::types::Update,
+    ) -> Result<Option<()>, StoreError> {
+        let out = self
+            .update_item()
+            .set_key(Some(update.key().clone()))
+            .update_expression(update.update_expression())
+            .set_condition_expression(update.condition_expression().map(str::to_owned))
+            .set_expression_attribute_names(update.expression_attribute_names().cloned())
+            .set_expression_attribute_values(update.expression_attribute_values().cloned())
+            .send()
+            .await;
+        Ok(self
+            .tally_conditional(crate::usage::Kind::Write, out)?
+            .map(|_| ()))
+    }
+
     /// A DeleteItem on the table.
     pub(crate) fn delete_item(&self) -> DeleteItemFluentBuilder {
         self.client

@@ -203,11 +203,38 @@ pub(crate) enum Claim {
     Stale,
     /// The queue's own rate limit refused it: no other candidate of the queue can start.
     QueueLimited,
+    /// Its tenant's `max_concurrency` refused it: no other candidate of the lane can
+    /// start (the lane is the tenant's).
+    TenantLimited,
     /// Its `expires_at` had passed: expired on the spot, no competitor.
     Expired,
     /// Its own rate limit refused it (it waits, or was rescheduled or dropped as its
     /// `on_limit` says): no competitor, and the candidates behind it may still start.
     Refused,
+}
+
+/// The limits every candidate of one lane is claimed under besides its own rate limit.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LaneLimits {
+    /// The queue's rate limit: a refusal ends the queue for the FETCH.
+    pub(crate) queue: Option<RateLimitPolicy>,
+    /// The tenant's `max_concurrency`: a refusal ends the lane.
+    pub(crate) tenant: Option<RateLimitPolicy>,
+}
+
+impl Store {
+    /// The limits of `lane` whose queue's rate limit is `queue` (the tenant's settings
+    /// as this instance remembers them).
+    pub(crate) async fn lane_limits(
+        &self,
+        lane: &crate::keys::Lane,
+        queue: Option<&RateLimitPolicy>,
+    ) -> Result<LaneLimits, StoreError> {
+        Ok(LaneLimits {
+            queue: queue.cloned(),
+            tenant: self.tenant_slot_policy(lane.tenant.as_ref()).await?,
+        })
+    }
 }
 
 /// Limits found full during one FETCH, and when each frees (epoch µs): later candidates
@@ -322,10 +349,26 @@ impl Store {
                     if run.done(run.target) || run.admitted == Some(false) || run.queue_limited {
                         break;
                     }
+                    let limits = match self.lane_limits(&lane, queue_limit).await {
+                        Ok(limits) => limits,
+                        Err(e) if run.claimed.is_empty() => return Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, claimed = run.claimed.len(), "FETCH stopped early");
+                            break 'passes;
+                        }
+                    };
+                    // A tenant found at its `max_concurrency` in this FETCH (in another
+                    // queue) has nothing to start here either: not even its ready query.
+                    if limits
+                        .tenant
+                        .as_ref()
+                        .is_some_and(|t| run.full_limits.concurrency.contains_key(&t.key))
+                    {
+                        run.saw_ready = true;
+                        continue;
+                    }
                     run.saw_candidates = false;
-                    let claimed = self
-                        .claim_from(&lane, req, now, queue_limit, &mut run)
-                        .await;
+                    let claimed = self.claim_from(&lane, req, now, &limits, &mut run).await;
                     if shared && claimed.is_ok() {
                         if run.saw_candidates {
                             self.quiet_lanes.forget(&lane);
@@ -399,7 +442,7 @@ impl Store {
         lane: &crate::keys::Lane,
         req: &FetchRequest,
         now: Timestamp,
-        queue_limit: Option<&RateLimitPolicy>,
+        limits: &LaneLimits,
         run: &mut Fetching<'_>,
     ) -> Result<(), StoreError> {
         run.losses_on_queue = 0;
@@ -415,7 +458,7 @@ impl Store {
             }
             let shard = (first + k) % shards;
             let queue_done = self
-                .claim_from_shard(lane, shard, req, now, queue_limit, run)
+                .claim_from_shard(lane, shard, req, now, limits, run)
                 .await?;
             if queue_done {
                 break;
@@ -424,15 +467,16 @@ impl Store {
         Ok(())
     }
 
-    /// Claims from one shard of a queue. True when the queue is done for this FETCH: its
-    /// own rate limit refused a start, or other workers won [`LOSSES_PER_QUEUE`] claims.
+    /// Claims from one shard of a lane. True when the lane is done for this FETCH: its
+    /// queue's or its tenant's limit refused a start, or other workers won
+    /// [`LOSSES_PER_QUEUE`] claims.
     async fn claim_from_shard(
         &self,
         lane: &crate::keys::Lane,
         shard: u16,
         req: &FetchRequest,
         now: Timestamp,
-        queue_limit: Option<&RateLimitPolicy>,
+        limits: &LaneLimits,
         run: &mut Fetching<'_>,
     ) -> Result<bool, StoreError> {
         let queue = &lane.queue;
@@ -480,7 +524,7 @@ impl Store {
                     Some(why) => Err(StoreError::Corrupt(why.clone())),
                     None => {
                         run.attempts += 1;
-                        self.claim(lane, c, req, now, queue_limit, &mut run.full_limits)
+                        self.claim(lane, c, req, now, limits, &mut run.full_limits)
                             .await
                     }
                 };
@@ -526,6 +570,7 @@ impl Store {
                         run.queue_limited = true;
                         return Ok(true);
                     }
+                    Claim::TenantLimited => return Ok(true),
                 }
                 if run.done(run.target) {
                     break;
@@ -546,16 +591,19 @@ impl Store {
         c: &Candidate,
         req: &FetchRequest,
         now: Timestamp,
-        queue_limit: Option<&RateLimitPolicy>,
+        limits: &LaneLimits,
     ) -> Result<Option<Job>, StoreError> {
         match self
-            .claim(lane, c, req, now, queue_limit, &mut FullLimits::default())
+            .claim(lane, c, req, now, limits, &mut FullLimits::default())
             .await?
         {
             Claim::Won(job) => Ok(Some(*job)),
-            Claim::Lost | Claim::Stale | Claim::QueueLimited | Claim::Expired | Claim::Refused => {
-                Ok(None)
-            }
+            Claim::Lost
+            | Claim::Stale
+            | Claim::QueueLimited
+            | Claim::TenantLimited
+            | Claim::Expired
+            | Claim::Refused => Ok(None),
         }
     }
 
@@ -621,7 +669,7 @@ impl Store {
         c: &Candidate,
         req: &FetchRequest,
         now: Timestamp,
-        queue_limit: Option<&RateLimitPolicy>,
+        limits: &LaneLimits,
         full_limits: &mut FullLimits,
     ) -> Result<Claim, StoreError> {
         // A claim is stamped when it is made, not when its FETCH began: a FETCH that
@@ -670,17 +718,27 @@ impl Store {
             None => write.remove("deadline_us"),
         };
         let parts = write.parts()?;
-        // The queue's limit first: its refusal ends the queue for this FETCH.
-        let policies: Vec<&RateLimitPolicy> = queue_limit
-            .into_iter()
+        // The queue's limit first: its refusal ends the queue for this FETCH; then the
+        // tenant's, whose refusal ends the lane.
+        let policies: Vec<&RateLimitPolicy> = limits
+            .queue
+            .iter()
+            .chain(limits.tenant.as_ref())
             .chain(c.rate_limit.as_ref())
             .collect();
         if !policies.is_empty() {
+            let shared = crate::engine::limits::Shared {
+                queue: limits.queue.is_some(),
+                tenant_at: limits
+                    .tenant
+                    .as_ref()
+                    .map(|_| usize::from(limits.queue.is_some())),
+            };
             return self
                 .claim_limited(
                     c,
                     &policies,
-                    queue_limit.is_some(),
+                    shared,
                     parts,
                     (lease_until.timestamp_micros(), now),
                     full_limits,

@@ -10,11 +10,19 @@
 //!   extends it first.
 //! - A worker that dies never releases: its entry ends with its lease, the same moment
 //!   the job itself becomes reclaimable, so a crash holds a slot for at most one lease.
+//!
+//! A tenant's `max_concurrency` (ojs-multi-tenancy.md §8.1) is such a key,
+//! `RL#tenant#{id}`, taken by every claim of the tenant's jobs while its settings (as
+//! this instance remembers them, [`crate::StoreConfig::queue_settings_ttl`]) set one.
+//! Releases and heartbeats follow the settings too: a limit set while jobs were active
+//! finds them holding nothing (a failed conditional write each), and one removed leaves
+//! its holders to end with their leases.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
-use ojs_core::rate_limit::RateLimitPolicy;
+use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
+use ojs_core::tenant::{self, TenantId};
 use ojs_core::time::Timestamp;
 use ojs_core::Job;
 
@@ -52,6 +60,42 @@ pub(crate) fn policy_of(job: &Job) -> Option<RateLimitPolicy> {
 }
 
 impl Store {
+    /// The concurrency policy of `tenant`'s `max_concurrency`, when its settings have one
+    /// (remembered per instance; the default tenant has no settings).
+    pub(crate) async fn tenant_slot_policy(
+        &self,
+        tenant: Option<&TenantId>,
+    ) -> Result<Option<RateLimitPolicy>, StoreError> {
+        let Some(tenant) = tenant else {
+            return Ok(None);
+        };
+        let configs = self.tenant_configs(&[tenant]).await?;
+        Ok(configs
+            .get(tenant.as_str())
+            .and_then(|c| c.max_concurrency)
+            .map(|limit| RateLimitPolicy {
+                key: tenant::concurrency_key(tenant),
+                concurrency: Some(limit),
+                rate: None,
+                throttle: None,
+                on_limit: OnLimit::Wait,
+            }))
+    }
+
+    /// The slot keys `job` holds while active: its own rate limit's and its tenant's.
+    async fn slot_keys_of(&self, job: &Job) -> Vec<String> {
+        let mut keys: Vec<String> = policy_of(job).map(|p| p.key).into_iter().collect();
+        match self.tenant_slot_policy(job.tenant().as_ref()).await {
+            Ok(Some(p)) => keys.push(p.key),
+            Ok(None) => {}
+            // Its slot then frees at lease end.
+            Err(e) => {
+                tracing::warn!(job_id = %job.id, error = %e, "tenant settings unread; its slot is left to its lease")
+            }
+        }
+        keys
+    }
+
     /// Reads `policy`'s holders and prepares the update taking a slot for `job_id` until
     /// `lease_until_us` (one strongly consistent GetItem).
     pub(crate) async fn concurrency_slot(
@@ -179,35 +223,21 @@ impl Store {
         else {
             return Ok(Some(false));
         };
-        let out = self
-            .table
-            .update_item()
-            .set_key(Some(update.key().clone()))
-            .update_expression(update.update_expression())
-            .set_condition_expression(update.condition_expression().map(str::to_owned))
-            .set_expression_attribute_names(update.expression_attribute_names().cloned())
-            .set_expression_attribute_values(update.expression_attribute_values().cloned())
-            .send()
-            .await;
         // A racing taker moved the version: `None`, read again.
-        Ok(self
-            .table
-            .tally_conditional(Kind::Write, out)?
-            .map(|_| true))
+        Ok(self.table.update_alone(&update).await?.map(|()| true))
     }
 
-    /// Gives back `job`'s slot, if its rate limit has a concurrency limit: every
-    /// transition out of `active` does (ACK, FAIL, CANCEL, and the timeout and lease-end
-    /// paths, review #17). `attempt_lease_us` is the lease of the attempt that ends, when
-    /// the job may be claimed again at once (a retry without delay): the entry is removed
-    /// only while it is that attempt's, never the next one's. Best effort: if this fails,
-    /// the slot frees itself when the lease ends.
+    /// Gives back `job`'s slots, if its rate limit or its tenant has a concurrency
+    /// limit: every transition out of `active` does (ACK, FAIL, CANCEL, and the timeout
+    /// and lease-end paths, review #17). `attempt_lease_us` is the lease of the attempt
+    /// that ends, when the job may be claimed again at once (a retry without delay): the
+    /// entry is removed only while it is that attempt's, never the next one's. Best
+    /// effort: if this fails, the slot frees itself when the lease ends.
     pub(crate) async fn release_slot(&self, job: &Job, attempt_lease_us: Option<i64>) {
-        let Some(policy) = policy_of(job) else {
-            return;
-        };
-        self.release_holder(&policy.key, &job.id.to_string(), attempt_lease_us)
-            .await;
+        for key in self.slot_keys_of(job).await {
+            self.release_holder(&key, &job.id.to_string(), attempt_lease_us)
+                .await;
+        }
     }
 
     /// Removes `holder` from `key`'s holders (only while its lease is `lease_us`, when
@@ -255,21 +285,20 @@ impl Store {
         job: &Job,
         lease_until: &Timestamp,
     ) -> Result<(), StoreError> {
-        let Some(policy) = policy_of(job) else {
-            return Ok(());
-        };
-        let out = self
-            .table
-            .update_item()
-            .set_key(Some(holders_key(&policy.key)))
-            .update_expression("SET holders.#job = :lease")
-            .condition_expression("attribute_exists(holders.#job)")
-            .expression_attribute_names("#job", job.id.to_string())
-            .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
-            .send()
-            .await;
-        if self.table.tally_conditional(Kind::Write, out)?.is_none() {
-            tracing::warn!(job_id = %job.id, "concurrency slot already ended; the lease is extended alone");
+        for key in self.slot_keys_of(job).await {
+            let out = self
+                .table
+                .update_item()
+                .set_key(Some(holders_key(&key)))
+                .update_expression("SET holders.#job = :lease")
+                .condition_expression("attribute_exists(holders.#job)")
+                .expression_attribute_names("#job", job.id.to_string())
+                .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
+                .send()
+                .await;
+            if self.table.tally_conditional(Kind::Write, out)?.is_none() {
+                tracing::warn!(job_id = %job.id, %key, "concurrency slot already ended; the lease is extended alone");
+            }
         }
         Ok(())
     }

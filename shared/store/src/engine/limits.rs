@@ -20,6 +20,15 @@ use crate::usage::Kind;
 use crate::Store;
 use ojs_core::JobId;
 
+/// Which of a claim's policies are the lane's rather than the job's own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shared {
+    /// The first policy is the queue's rate limit.
+    pub(crate) queue: bool,
+    /// The index of the tenant's `max_concurrency` policy, when it has one.
+    pub(crate) tenant_at: Option<usize>,
+}
+
 impl Store {
     /// A claim that must fit the job's rate limits: concurrency slots and window
     /// counters are taken in the same transaction as the claim, so a start is counted
@@ -30,7 +39,7 @@ impl Store {
         &self,
         c: &Candidate,
         policies: &[&RateLimitPolicy],
-        first_is_queue: bool,
+        shared: Shared,
         claim: WriteParts,
         (lease_until_us, now): (i64, Timestamp),
         full_limits: &mut FullLimits,
@@ -61,7 +70,7 @@ impl Store {
             }
         }
         if !full.is_empty() {
-            return self.refused(c, policies, first_is_queue, &full, now).await;
+            return self.refused(c, policies, shared, &full, now).await;
         }
         // Each window once: one transaction may not touch an item twice.
         let windows = rate_limit::merged_windows(policies);
@@ -86,7 +95,7 @@ impl Store {
         }
         // A full window needs no transaction either.
         if !full.is_empty() {
-            return self.refused(c, policies, first_is_queue, &full, now).await;
+            return self.refused(c, policies, shared, &full, now).await;
         }
         let mut tx = self.table.transact_write();
         for (w, read) in windows.iter().zip(&reads) {
@@ -135,19 +144,28 @@ impl Store {
     }
 
     /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)
-    /// does: end the queue for this FETCH (a queue limit), or leave the job available,
-    /// reschedule it or drop it, as the refusing policies say (drop wins, then reschedule).
+    /// does: end the queue for this FETCH (a queue limit), end the lane (the tenant's
+    /// limit: the job waits), or leave the job available, reschedule it or drop it, as
+    /// the refusing policies say (drop wins, then reschedule).
     async fn refused(
         &self,
         c: &Candidate,
         policies: &[&RateLimitPolicy],
-        first_is_queue: bool,
+        shared: Shared,
         refused: &[(usize, i64)],
         now: Timestamp,
     ) -> Result<Claim, StoreError> {
-        let decision = rate_limit::refusal(policies, first_is_queue, refused);
+        let decision = rate_limit::refusal(policies, shared.queue, refused);
         if decision == Refusal::QueueLimited {
             return Ok(Claim::QueueLimited);
+        }
+        // A tenant at its limit is not the job's doing: it waits, whatever its own
+        // `on_limit` says.
+        if shared
+            .tenant_at
+            .is_some_and(|t| refused.iter().any(|(p, _)| *p == t))
+        {
+            return Ok(Claim::TenantLimited);
         }
         if decision == Refusal::Wait {
             return Ok(Claim::Refused);

@@ -5,8 +5,9 @@
 //! PUSH of a tenant's job reads that tenant's limits, and its counts only when it has one.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use ojs_core::rate_limit::{Window, MAX_CONCURRENCY};
 use ojs_core::tenant::{TenantConfig, TenantId};
 use ojs_core::time;
 
@@ -31,10 +32,23 @@ fn config_of(item: &Item) -> TenantConfig {
             .and_then(|v| v.as_n().ok())
             .and_then(|v| v.parse::<u64>().ok())
     };
+    let max_enqueue_rate = match (num("enqueue_limit"), num("enqueue_period_us")) {
+        (Some(limit), Some(period_us)) if limit > 0 && period_us > 0 => Some(Window {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            period: Duration::from_micros(period_us),
+        }),
+        _ => None,
+    };
     TenantConfig {
         fairness_weight: num("weight"),
         max_queue_depth: num("max_queue_depth"),
         max_scheduled: num("max_scheduled"),
+        max_concurrency: num("max_concurrency").map(|c| {
+            u32::try_from(c)
+                .unwrap_or(MAX_CONCURRENCY)
+                .min(MAX_CONCURRENCY)
+        }),
+        max_enqueue_rate,
     }
 }
 
@@ -63,10 +77,17 @@ impl Store {
         let mut item = tenant_key(tenant.as_str());
         item.insert("tenant".into(), s(tenant.as_str()));
         item.insert("updated_at".into(), ts(&time::now()));
+        let rate = config.max_enqueue_rate;
         for (k, v) in [
             ("weight", config.fairness_weight),
             ("max_queue_depth", config.max_queue_depth),
             ("max_scheduled", config.max_scheduled),
+            ("max_concurrency", config.max_concurrency.map(u64::from)),
+            ("enqueue_limit", rate.map(|w| u64::from(w.limit))),
+            (
+                "enqueue_period_us",
+                rate.map(|w| u64::try_from(w.period.as_micros()).unwrap_or(u64::MAX)),
+            ),
         ] {
             if let Some(v) = v {
                 item.insert(k.into(), n(v));
@@ -209,6 +230,9 @@ mod tests {
         let mut item = tenant_key("acme");
         item.insert("weight".into(), n(7));
         item.insert("max_scheduled".into(), n(3));
+        item.insert("max_concurrency".into(), n(4));
+        item.insert("enqueue_limit".into(), n(10));
+        item.insert("enqueue_period_us".into(), n(60_000_000));
         item.insert("junk".into(), AttributeValue::Bool(true));
         assert_eq!(tenant_of(&item).as_deref(), Some("acme"));
         assert_eq!(
@@ -217,7 +241,21 @@ mod tests {
                 fairness_weight: Some(7),
                 max_queue_depth: None,
                 max_scheduled: Some(3),
+                max_concurrency: Some(4),
+                max_enqueue_rate: Some(Window {
+                    limit: 10,
+                    period: Duration::from_secs(60),
+                }),
             }
+        );
+        // A concurrency past the largest is read as the largest; a rate missing its
+        // period is no rate.
+        item.insert("max_concurrency".into(), n(1_000));
+        item.remove("enqueue_period_us");
+        let c = config_of(&item);
+        assert_eq!(
+            (c.max_concurrency, c.max_enqueue_rate),
+            (Some(MAX_CONCURRENCY), None)
         );
     }
 }

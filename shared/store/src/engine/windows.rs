@@ -30,6 +30,13 @@ pub(crate) struct WindowRead {
     pub assessment: WindowAssessment,
 }
 
+impl WindowRead {
+    /// When `n` more starts fit `window` as read ([`SlidingWindow::fits_at_us`]).
+    pub(crate) fn fits_at_us(&self, window: &SlidingWindow, n: u64) -> Option<i64> {
+        window.fits_at_us(&self.counts, self.at_us, n)
+    }
+}
+
 fn window_key(window: &SlidingWindow) -> Item {
     Item::from([
         ("pk".to_owned(), s(format!("RL#{}", window.key))),
@@ -77,8 +84,18 @@ impl Store {
         window: &SlidingWindow,
         read: &WindowRead,
     ) -> Result<Update, StoreError> {
+        self.record_starts(window, read, 1)
+    }
+
+    /// [`Store::record_start`] for `starts` starts at once.
+    pub(crate) fn record_starts(
+        &self,
+        window: &SlidingWindow,
+        read: &WindowRead,
+        starts: u64,
+    ) -> Result<Update, StoreError> {
         let buckets: HashMap<String, AttributeValue> = window
-            .with_start(&read.counts, read.at_us)
+            .with_starts(&read.counts, read.at_us, starts)
             .into_iter()
             .map(|(b, c)| (b.to_string(), n(c)))
             .collect();

@@ -409,6 +409,10 @@ impl Store {
         if queue_settings.paused {
             return Ok(PushClaim::NotNow);
         }
+        let lane = crate::keys::Lane::of(&ready.job);
+        let limits = self
+            .lane_limits(&lane, queue_settings.rate_limit.as_ref())
+            .await?;
         let rate_limit =
             match &ready.job.spec.rate_limit {
                 Some(rl) => Some(RateLimitPolicy::from_stored(rl, queue.as_str()).map_err(
@@ -440,15 +444,7 @@ impl Store {
             ready.job.spec.timeout_ms,
             rate_limit,
         );
-        let claimed = self
-            .claim_one(
-                &crate::keys::Lane::of(&ready.job),
-                &candidate,
-                &req,
-                now,
-                queue_settings.rate_limit.as_ref(),
-            )
-            .await;
+        let claimed = self.claim_one(&lane, &candidate, &req, now, &limits).await;
         // The endpoint is sent the whole request (its args may be in the payload bucket).
         // A damaged payload fails the job for good, as FETCH does; a failing payload
         // store leaves it leased, and the sweep reclaims it when the delivery's lease

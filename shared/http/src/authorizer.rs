@@ -251,7 +251,7 @@ mod tests {
         for (method, path, tenant) in [
             ("POST", "/ojs/v1/jobs", Some("beta")),
             ("POST", "/ojs/v1/jobs", Some("_default")),
-            ("GET", "/ojs/v1/dead-letter", None),
+            ("GET", "/ojs/v1/admin/dead-letter", None),
             ("GET", "/ojs/v1/queues", Some("acme")),
         ] {
             assert_eq!(

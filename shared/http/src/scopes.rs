@@ -504,8 +504,8 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
 }
 
 /// The routes a key bound to a tenant may call: those that act for the request's tenant
-/// only (crate::extract::Tenant). The rest (listings, registrations, dead letter, events,
-/// cron, the admin API) are not filtered by tenant, so such a key is refused them.
+/// only (crate::extract::Tenant). The rest (listings, registrations, events, cron, the
+/// admin API) are not filtered by tenant, so such a key is refused them.
 const TENANT_ROUTES: &[(&str, &str)] = &[
     ("POST", "/ojs/v1/jobs"),
     ("POST", "/ojs/v1/jobs/batch"),
@@ -523,6 +523,9 @@ const TENANT_ROUTES: &[(&str, &str)] = &[
     ("POST", "/ojs/v1/workflows"),
     ("GET", "/ojs/v1/queues/{name}"),
     ("GET", "/ojs/v1/queues/{name}/stats"),
+    ("GET", "/ojs/v1/dead-letter"),
+    ("POST", "/ojs/v1/dead-letter/{id}/retry"),
+    ("DELETE", "/ojs/v1/dead-letter/{id}"),
 ];
 
 /// Ok when a key bound to a tenant (`tenant`) may make the request, else the 403: a key of

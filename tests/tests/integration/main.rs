@@ -46,6 +46,7 @@ mod shutdown;
 mod smoke;
 mod stream_once;
 mod table_definition;
+mod tenant_dead_letter;
 mod tenant_limits;
 mod tenants;
 mod trace_context;

@@ -548,10 +548,25 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r.job_ids(), vec![mine], "{}", r.body);
     // Routes that do not keep to one tenant's jobs are closed to it.
-    for path in ["/ojs/v1/queues", "/ojs/v1/dead-letter", "/ojs/v1/cron"] {
+    for path in [
+        "/ojs/v1/queues",
+        "/ojs/v1/admin/dead-letter",
+        "/ojs/v1/cron",
+    ] {
         let r = keyed_as(&app, Some(&acme), None, Method::GET, path, None).await?;
         assert_eq!(r.status, 403, "{path}: {}", r.body);
     }
+    // The dead letter queue keeps to its tenant's jobs (tenant_dead_letter.rs).
+    let r = keyed_as(
+        &app,
+        Some(&acme),
+        None,
+        Method::GET,
+        "/ojs/v1/dead-letter",
+        None,
+    )
+    .await?;
+    assert_eq!(r.status, 200, "{}", r.body);
     // A tenant's key takes data scopes only.
     let refused = ojs_http::key_admin::administer_keys(
         &app.store,

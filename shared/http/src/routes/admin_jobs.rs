@@ -331,7 +331,12 @@ pub(crate) async fn list_dead_letter(
     } else {
         let page = app
             .store
-            .list_dead_letter(filter.queue.as_ref(), paging.per_page, paging.offset())
+            .list_dead_letter(
+                filter.queue.as_ref(),
+                &ojs_core::tenant::Scope::Any,
+                paging.per_page,
+                paging.offset(),
+            )
             .await?;
         let mut jobs = page.jobs;
         paging.sort(&mut jobs);
@@ -354,7 +359,12 @@ fn dead_view(job: &Job) -> Value {
 async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError> {
     let page = app
         .store
-        .list_dead_letter(filter.queue.as_ref(), MAX_LISTED, 0)
+        .list_dead_letter(
+            filter.queue.as_ref(),
+            &ojs_core::tenant::Scope::Any,
+            MAX_LISTED,
+            0,
+        )
         .await?;
     Ok(page
         .jobs
@@ -382,7 +392,12 @@ pub(crate) async fn retry_dead_letter(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = super::dead_letter::retry(&app, &id).await?;
+    let job = super::dead_letter::retry(
+        &app,
+        &crate::extract::Tenant(ojs_core::tenant::Scope::Any),
+        &id,
+    )
+    .await?;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 

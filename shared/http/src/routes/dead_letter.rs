@@ -13,6 +13,7 @@ use serde_json::json;
 use super::queues::Page;
 use super::reply;
 use crate::error::ApiError;
+use crate::extract::Tenant;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -38,8 +39,11 @@ fn not_in_dead_letter(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
     }
 }
 
+/// `GET /ojs/v1/dead-letter`: the dead-lettered jobs of the request's tenant (all of
+/// them for a request naming none).
 async fn list_dead_letter(
     State(app): State<AppState>,
+    tenant: Tenant,
     Query(p): Query<DeadLetterParams>,
 ) -> Result<Response, ApiError> {
     let (limit, offset) = p.page.parse()?;
@@ -51,7 +55,7 @@ async fn list_dead_letter(
         .transpose()?;
     let page = app
         .store
-        .list_dead_letter(queue.as_ref(), limit, offset)
+        .list_dead_letter(queue.as_ref(), &tenant.0, limit, offset)
         .await?;
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
     // are brought back (one that cannot be read is shown incomplete, and says so).
@@ -75,10 +79,11 @@ async fn list_dead_letter(
 }
 
 /// Retries the dead-lettered job a path names (a 404 when it is not in the dead letter
-/// queue), for this group's endpoint and the admin API's, which answer it each in its own
-/// shape.
-pub(crate) async fn retry(app: &AppState, id: &str) -> Result<Job, ApiError> {
+/// queue, or is another tenant's), for this group's endpoint and the admin API's, which
+/// answer it each in its own shape.
+pub(crate) async fn retry(app: &AppState, tenant: &Tenant, id: &str) -> Result<Job, ApiError> {
     let id = JobId::parse(id)?;
+    super::tenant_owns(app, tenant, &id).await?;
     app.store
         .retry_dead_letter(&id, time::now())
         .await
@@ -87,9 +92,10 @@ pub(crate) async fn retry(app: &AppState, id: &str) -> Result<Job, ApiError> {
 
 async fn retry_dead_letter(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = retry(&app, &id).await?;
+    let job = retry(&app, &tenant, &id).await?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 
@@ -97,9 +103,10 @@ async fn retry_dead_letter(
 /// binding's endpoint table gives it.
 pub(crate) async fn delete_dead_letter(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = discard(&app, &id).await?;
+    let id = discard(&app, &tenant, &id).await?;
     Ok(reply(
         StatusCode::OK,
         json!({ "deleted": true, "job_id": id.to_string() }),
@@ -113,13 +120,15 @@ pub(crate) async fn delete_dead_letter_admin(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    discard(&app, &id).await?;
+    discard(&app, &Tenant(ojs_core::tenant::Scope::Any), &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Deletes dead letter job `id` (one transaction of the job and its entry).
-async fn discard(app: &AppState, id: &str) -> Result<JobId, ApiError> {
+/// Deletes dead letter job `id` (one transaction of the job and its entry), when
+/// `tenant` sees it.
+async fn discard(app: &AppState, tenant: &Tenant, id: &str) -> Result<JobId, ApiError> {
     let id = JobId::parse(id)?;
+    super::tenant_owns(app, tenant, &id).await?;
     app.store
         .delete_dead_letter(&id)
         .await

@@ -14,18 +14,26 @@ use crate::item::{self, s};
 use crate::keys;
 use crate::Store;
 
+/// The attribute of a dead letter entry naming its job's tenant.
+pub(crate) const DEAD_TENANT: &str = "tenant";
+
 impl Store {
-    /// The transaction item writing the dead letter entry `sk` of job `id`.
+    /// The transaction item writing the dead letter entry `sk` of `job`, with its tenant
+    /// (none for the default tenant's), which a tenant's listing filters on.
     pub(crate) fn dead_entry_put(
         &self,
         sk: &str,
-        id: &JobId,
+        job: &Job,
     ) -> Result<TransactWriteItem, StoreError> {
-        let put = Put::builder()
+        let mut put = Put::builder()
             .table_name(self.table())
             .item("pk", s(keys::DEAD_PK))
             .item("sk", s(sk))
-            .item("job_id", s(id.to_string()))
+            .item("job_id", s(job.id.to_string()));
+        if let Some(tenant) = job.tenant() {
+            put = put.item(DEAD_TENANT, s(tenant.as_str()));
+        }
+        let put = put
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         Ok(TransactWriteItem::builder().put(put).build())

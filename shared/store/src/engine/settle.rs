@@ -158,7 +158,7 @@ impl Store {
             // listing (a strongly consistent Query) shows the job once FAIL has answered.
             FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => {
                 let sk = keys::dead_sk(&job.spec.queue, &now, &job.id);
-                let entry = self.dead_entry_put(&sk, &job.id)?;
+                let entry = self.dead_entry_put(&sk, job)?;
                 self.update_job_with(&job.id, req, entry, &wid).await?
             }
             _ => self.finish_own_update(req.send().await, |old| {

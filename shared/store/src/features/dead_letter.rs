@@ -6,14 +6,18 @@
 //! a Scan), so a job is listed as soon as the FAIL that dead-lettered it has answered (a
 //! GSI, as before, lags: the conformance case L1-RTR-007 lists right after the FAIL).
 //! Dead-lettering is rare, so the one partition shared by these entries stays far below
-//! a partition's 1,000 writes a second.
+//! a partition's 1,000 writes a second. An entry names its job's tenant, and a tenant's
+//! listing filters on it (the Query reads, and pays for, every entry of the queue or of
+//! all queues; what it returns and counts are the tenant's).
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{Delete, Select, TransactWriteItem};
+use ojs_core::tenant::Scope;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
+use crate::engine::dead_entry::DEAD_TENANT;
 use crate::error::StoreError;
 use crate::item::{self, s, Item};
 use crate::keys;
@@ -31,14 +35,16 @@ pub struct DeadLetterPage {
 }
 
 impl Store {
-    /// Dead-lettered jobs, optionally of one queue, `offset`/`limit` paginated.
+    /// Dead-lettered jobs, optionally of one queue, of the tenants `tenant` sees,
+    /// `offset`/`limit` paginated.
     pub async fn list_dead_letter(
         &self,
         queue: Option<&QueueName>,
+        tenant: &Scope,
         limit: usize,
         offset: usize,
     ) -> Result<DeadLetterPage, StoreError> {
-        let total = self.count_dead(queue).await?;
+        let total = self.count_dead(queue, tenant).await?;
         if offset >= total {
             return Ok(DeadLetterPage {
                 jobs: Vec::new(),
@@ -47,7 +53,7 @@ impl Store {
         }
         let wanted = offset.saturating_add(limit);
         let mut keys: Vec<Item> = Vec::new();
-        let mut pages = self.table.pages(self.dead_query(queue));
+        let mut pages = self.table.pages(self.dead_query(queue, tenant));
         while keys.len() < wanted {
             let limit = i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000);
             let Some(out) = pages.next_limited(Some(limit)).await? else {
@@ -61,20 +67,32 @@ impl Store {
         let page: Vec<Item> = keys.into_iter().skip(offset).take(limit).collect();
         let mut jobs = self.batch_get_jobs(page).await?;
         // An entry whose job is gone or no longer dead-lettered (it cannot be, as both
-        // change in one transaction; this guards against a hand-edited table) is left out.
-        jobs.retain(|j| j.status.dead_letter);
+        // change in one transaction; this guards against a hand-edited table) is left out,
+        // as is one of another tenant (an entry written before entries named tenants).
+        jobs.retain(|j| j.status.dead_letter && tenant.sees(j.tenant().as_ref()));
         Ok(DeadLetterPage { jobs, total })
     }
 
     fn dead_query(
         &self,
         queue: Option<&QueueName>,
+        tenant: &Scope,
     ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
-        let req = self
+        let mut req = self
             .table
             .query_table()
             .consistent_read(true)
             .expression_attribute_values(":pk", s(keys::DEAD_PK));
+        req = match tenant {
+            Scope::Any => req,
+            Scope::One(None) => req
+                .filter_expression("attribute_not_exists(#tenant)")
+                .expression_attribute_names("#tenant", DEAD_TENANT),
+            Scope::One(Some(t)) => req
+                .filter_expression("#tenant = :tenant")
+                .expression_attribute_names("#tenant", DEAD_TENANT)
+                .expression_attribute_values(":tenant", s(t.as_str())),
+        };
         match queue {
             Some(q) => req
                 .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
@@ -83,11 +101,15 @@ impl Store {
         }
     }
 
-    async fn count_dead(&self, queue: Option<&QueueName>) -> Result<usize, StoreError> {
+    async fn count_dead(
+        &self,
+        queue: Option<&QueueName>,
+        tenant: &Scope,
+    ) -> Result<usize, StoreError> {
         let mut total = 0usize;
         let mut pages = self
             .table
-            .pages(self.dead_query(queue).select(Select::Count));
+            .pages(self.dead_query(queue, tenant).select(Select::Count));
         while let Some(out) = pages.next().await? {
             total += usize::try_from(out.count()).unwrap_or(0);
         }

@@ -429,6 +429,12 @@ impl TestApp {
         Ok(app)
     }
 
+    /// What this app's own strict layer saw ([`TestApp::spawn_rules_only`] and the like;
+    /// `None` for an app on the process's shared layer): requests by operation, faults.
+    pub fn strict_report(&self) -> Option<strict_proxy::StrictReport> {
+        self._proxy.as_ref().map(strict_proxy::StrictProxy::report)
+    }
+
     /// Like [`TestApp::spawn`], plus the scheduler sweep every second, as `make dev` runs it
     /// (cron occurrences fire; overdue jobs move without any request). Tests that count
     /// DynamoDB calls use [`TestApp::spawn`] so the sweep does not disturb the counts.

@@ -359,8 +359,12 @@ async fn query_pages_are_cut_short_and_pagination_sees_every_item_once() {
 
 #[tokio::test]
 async fn a_gsi_lags_behind_the_table() {
+    // Long enough that the writes and queries below fit in it on a busy machine (400 ms
+    // did not once in CI: the new entry showed); they are timed, and a run that took
+    // longer proves nothing about the lag and says so.
+    let lag = Duration::from_secs(2);
     let config = StrictConfig {
-        index_lag: Duration::from_millis(400),
+        index_lag: lag,
         ..StrictConfig::rules_only()
     };
     let (proxy, c, t) = setup(config).await;
@@ -390,10 +394,11 @@ async fn a_gsi_lags_behind_the_table() {
         .send()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(lag + Duration::from_millis(50)).await;
     assert_eq!(ids(&query(None).await.unwrap()), ["old"]);
     // A new entry is invisible during the lag; a removed one (the item leaves the sparse
     // index) is still there, as it was.
+    let written = std::time::Instant::now();
     let mut new = key("new");
     new.insert("gpk".into(), s("P"));
     new.insert("gsk".into(), s("2"));
@@ -413,9 +418,18 @@ async fn a_gsi_lags_behind_the_table() {
         .await
         .unwrap();
     let out = query(None).await.unwrap();
-    assert_eq!(ids(&out), ["old"]);
-    assert_eq!(out.items()[0]["state"].as_s().unwrap(), "available");
-    assert_eq!(query(Some(Select::Count)).await.unwrap().count(), 1);
+    let count = query(Some(Select::Count)).await.unwrap().count();
+    let concluded = written.elapsed() < lag;
+    if concluded {
+        assert_eq!(ids(&out), ["old"]);
+        assert_eq!(out.items()[0]["state"].as_s().unwrap(), "available");
+        assert_eq!(count, 1);
+    } else {
+        eprintln!(
+            "the writes and queries took {:?}, past the lag: nothing to conclude",
+            written.elapsed()
+        );
+    }
     // The table itself is current.
     let got = c
         .get_item()
@@ -426,10 +440,11 @@ async fn a_gsi_lags_behind_the_table() {
         .await
         .unwrap();
     assert!(got.item().unwrap().get("gpk").is_none());
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(lag + Duration::from_millis(50)).await;
     assert_eq!(ids(&query(None).await.unwrap()), ["new"]);
     let r = proxy.report();
-    assert!(r.lag_hidden >= 1 && r.lag_shown >= 1, "{}", r.summary());
+    assert!(r.lag_shown >= 1, "{}", r.summary());
+    assert!(!concluded || r.lag_hidden >= 1, "{}", r.summary());
     let _ = c.delete_table().table_name(&t).send().await;
 }
 

@@ -311,3 +311,48 @@ async fn heartbeats_keep_a_tenants_slot_with_the_lease() -> anyhow::Result<()> {
     app.teardown().await;
     Ok(())
 }
+
+/// A FETCH that finds a tenant at its limit leaves its lane at once: one due and one
+/// ready query for each of the queue's two lanes (the default tenant's, empty, and the
+/// limited tenant's), however many of its jobs wait; a FETCH that went on past the
+/// refusal read the tenant's lane again for each of its claim rounds (7 queries). On a
+/// store that remembers nothing, so that each FETCH reads the same whatever the time
+/// between them.
+#[tokio::test]
+async fn a_fetch_leaves_a_tenant_at_its_limit_at_once() -> anyhow::Result<()> {
+    let app = TestApp::spawn_rules_only_on(|store| {
+        store
+            .with_queue_settings_ttl(std::time::Duration::ZERO)
+            .with_quiet_due_memory(std::time::Duration::ZERO)
+    })
+    .await?;
+    let queries = |app: &TestApp| {
+        app.strict_report()
+            .and_then(|r| r.by_operation.get("Query").copied())
+            .unwrap_or_default()
+    };
+    let mut calls = Vec::new();
+    for (q, waiting) in [("tl-few", 2), ("tl-many", 40)] {
+        let tenant = format!("tf-{waiting}");
+        set_limits(&app, &tenant, json!({"max_concurrency": 1})).await?;
+        for i in 0..waiting {
+            push(&app, job(&tenant, q, i)).await?;
+        }
+        ojs_tests::after_index_lag().await;
+        assert_eq!(fetch(&app, &[q], 1).await?.len(), 1);
+        let (before, queried) = (app.store.usage().calls, queries(&app));
+        assert!(fetch(&app, &[q], 10).await?.is_empty());
+        assert_eq!(
+            queries(&app) - queried,
+            4,
+            "queries of a refused FETCH, {waiting} jobs of the tenant"
+        );
+        calls.push(app.store.usage().calls - before);
+    }
+    assert_eq!(
+        calls[0], calls[1],
+        "a refused FETCH's calls with 1 job waiting, then 39"
+    );
+    app.teardown().await;
+    Ok(())
+}

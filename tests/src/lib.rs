@@ -300,6 +300,20 @@ async fn aws_config_load() -> aws_config::SdkConfig {
     aws_config::load_from_env().await
 }
 
+/// Sends `req` and reads its answer: status, headers, and the body as JSON (null when it
+/// is not JSON).
+pub async fn reply(req: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
+    let res = req.send().await?;
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let bytes = res.bytes().await?;
+    Ok(Reply {
+        status,
+        headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}
+
 impl TestApp {
     /// Serves every endpoint group on a random loopback port over a fresh table.
     pub async fn spawn() -> anyhow::Result<Self> {
@@ -613,24 +627,29 @@ impl TestApp {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Reply> {
+        self.call_as(None, method, path, body).await
+    }
+
+    /// [`TestApp::call`] for `tenant` (its `X-OJS-Tenant` header), if any.
+    pub async fn call_as(
+        &self,
+        tenant: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Reply> {
         let mut req = self
             .client
             .request(method, format!("{}{path}", self.base_url));
+        if let Some(t) = tenant {
+            req = req.header(ojs_core::tenant::TENANT_HEADER, t);
+        }
         if let Some(b) = body {
             req = req
                 .header("content-type", "application/openjobspec+json")
                 .body(b.to_string());
         }
-        let res = req.send().await?;
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let bytes = res.bytes().await?;
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Reply {
-            status,
-            headers,
-            body,
-        })
+        reply(req).await
     }
 
     /// PUSH.

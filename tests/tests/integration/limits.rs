@@ -29,15 +29,7 @@ async fn send(
     if let Some(c) = coding {
         req = req.header("content-encoding", c);
     }
-    let res = req.send().await?;
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.bytes().await?;
-    Ok(Reply {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    })
+    ojs_tests::reply(req).await
 }
 
 /// The job INFO answers for `id`.

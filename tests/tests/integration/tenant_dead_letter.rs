@@ -11,21 +11,7 @@ async fn as_tenant(
     method: Method,
     path: &str,
 ) -> anyhow::Result<Reply> {
-    let mut req = app
-        .client
-        .request(method, format!("{}{path}", app.base_url));
-    if let Some(t) = tenant {
-        req = req.header("X-OJS-Tenant", t);
-    }
-    let res = req.send().await?;
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.bytes().await?;
-    Ok(Reply {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    })
+    app.call_as(tenant, method, path, None).await
 }
 
 /// The ids and total of a dead letter listing.

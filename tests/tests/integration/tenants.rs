@@ -43,15 +43,7 @@ async fn keyed_as(
             .header("content-type", "application/openjobspec+json")
             .body(b.to_string());
     }
-    let res = req.send().await?;
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.bytes().await?;
-    Ok(Reply {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    })
+    ojs_tests::reply(req).await
 }
 
 async fn push_as(app: &TestApp, tenant: Option<&str>, job: Value) -> anyhow::Result<String> {

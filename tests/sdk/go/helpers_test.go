@@ -100,7 +100,7 @@ func waitJobState(t *testing.T, c *ojs.Client, id string, timeout time.Duration,
 	t.Helper()
 	var job *ojs.Job
 	ok, last := waitFor(timeout, 200*time.Millisecond, func() (bool, string) {
-		j, err := c.GetJob(ctxFor(t, 10*time.Second), id)
+		j, err := c.GetJob(ctxFor(t, 30*time.Second), id)
 		if err != nil {
 			return false, "GetJob error: " + err.Error()
 		}

@@ -13,5 +13,5 @@ fi
 cd "$HERE"
 # Scenarios run in parallel (own queues); -timeout bounds the whole run even if
 # the server hangs. -count=1: never reuse a cached result against a live server.
-"$GO" test -count=1 -json -timeout 170s -parallel 24 "$@" ./... 2>&1 \
+"$GO" test -count=1 -json -timeout 300s -parallel 24 "$@" ./... 2>&1 \
   | "$GO_VENV/bin/python" "$HERE/summarize.py"

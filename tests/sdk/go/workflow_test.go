@@ -21,7 +21,7 @@ func waitWorkflow(t *testing.T, c *ojs.Client, id string, timeout time.Duration)
 	t.Helper()
 	var wf *ojs.Workflow
 	ok, last := waitFor(timeout, 250*time.Millisecond, func() (bool, string) {
-		w, err := c.GetWorkflow(ctxFor(t, 10*time.Second), id)
+		w, err := c.GetWorkflow(ctxFor(t, 30*time.Second), id)
 		if err != nil {
 			return false, "GetWorkflow: " + err.Error()
 		}
@@ -49,7 +49,7 @@ func stepStates(wf *ojs.Workflow) map[string]string {
 func TestWorkflowChain(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
-	ctx := ctxFor(t, 40*time.Second)
+	ctx := ctxFor(t, 60*time.Second)
 	q := uniqueName("chain")
 
 	rec := &recorder{}
@@ -117,7 +117,7 @@ func TestWorkflowChain(t *testing.T) {
 func TestWorkflowGroup(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
-	ctx := ctxFor(t, 40*time.Second)
+	ctx := ctxFor(t, 60*time.Second)
 	q := uniqueName("group")
 
 	rec := &recorder{}
@@ -163,7 +163,7 @@ func TestWorkflowGroup(t *testing.T) {
 // fail for good. It returns the finished workflow and the job types that ran.
 func runBatch(t *testing.T, prefix string, failJob bool) (*ojs.Workflow, []string) {
 	c := newClient(t)
-	ctx := ctxFor(t, 40*time.Second)
+	ctx := ctxFor(t, 60*time.Second)
 	q := uniqueName(prefix)
 
 	rec := &recorder{}
@@ -235,7 +235,7 @@ func TestWorkflowBatchOneFails(t *testing.T) {
 func TestWorkflowCancel(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := ctxFor(t, 60*time.Second)
 	q := uniqueName("wfcancel")
 
 	wf, err := c.CreateWorkflow(ctx, ojs.Chain(

@@ -30,7 +30,7 @@ export function rand() {
 }
 
 export function newClient(extra = {}) {
-  return new OJSClient({ url: OJS_URL, timeout: 10_000, ...extra });
+  return new OJSClient({ url: OJS_URL, timeout: 30_000, ...extra });
 }
 
 /**
@@ -77,7 +77,7 @@ export function waitForState(client, id, states, timeout = 10_000) {
  */
 export class RecordingTransport {
   constructor(url = OJS_URL) {
-    this.inner = new HttpTransport({ url, timeout: 10_000 });
+    this.inner = new HttpTransport({ url, timeout: 30_000 });
     this.log = [];
   }
 

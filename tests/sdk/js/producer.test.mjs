@@ -317,7 +317,7 @@ describe('queues: list, stats, pause, resume', () => {
 
   it('after resume() the worker runs both jobs', async () => {
     await client.queues.resume(queue);
-    await waitFor(() => seen.length >= 2, { timeout: 8_000, what: 'both jobs to run after resume' });
+    await waitFor(() => seen.length >= 2, { timeout: 30_000, what: 'both jobs to run after resume' });
     await worker.stop();
     assert.deepEqual([...seen].sort(), [1, 2]);
     const entry = (await client.queues.list()).find((q) => q.name === queue);

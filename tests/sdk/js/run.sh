@@ -25,7 +25,7 @@ trap 'rm -f "$COUNTS"' EXIT
 # The three files run in parallel (they use disjoint queues); each file's scenarios run
 # in order. Every wait inside is bounded; `timeout` is the backstop for the 3-minute cap.
 cd "$HERE"
-timeout --kill-after=5 170 node --test --test-concurrency=3 --test-timeout=120000 \
+timeout --kill-after=5 300 node --test --test-concurrency=3 --test-timeout=120000 \
   --test-reporter=spec --test-reporter-destination=stdout \
   --test-reporter=./count-reporter.mjs --test-reporter-destination="$COUNTS" \
   producer.test.mjs workflow.test.mjs worker.test.mjs

@@ -88,7 +88,7 @@ describe('worker: fail, retry with backoff, then succeed', () => {
       queue,
       retry: { maxAttempts: 3, initialInterval: 'PT1S', backoffCoefficient: 2, jitter: false },
     });
-    done = await waitForState(client, job.id, ['completed', 'discarded'], 15_000).catch((e) => e);
+    done = await waitForState(client, job.id, ['completed', 'discarded'], 40_000).catch((e) => e);
     await worker.stop();
   });
 
@@ -132,8 +132,8 @@ describe('worker: exhaustion and the dead letter queue', () => {
     a = await client.enqueue('flaky.export', { n: 'a' }, { queue, retry });
     b = await client.enqueue('flaky.export', { n: 'b' }, { queue, retry });
     [afterA, afterB] = await Promise.all([
-      waitForState(client, a.id, ['discarded', 'completed'], 15_000),
-      waitForState(client, b.id, ['discarded', 'completed'], 15_000),
+      waitForState(client, a.id, ['discarded', 'completed'], 30_000),
+      waitForState(client, b.id, ['discarded', 'completed'], 30_000),
     ]);
   });
 
@@ -155,13 +155,13 @@ describe('worker: exhaustion and the dead letter queue', () => {
     await waitFor(async () => {
       const ids = (await client.queues.listDeadLetter()).map((j) => j.id);
       return ids.includes(a.id) && ids.includes(b.id);
-    }, { timeout: 5_000, what: 'both jobs in the dead letter list' });
+    }, { timeout: 30_000, what: 'both jobs in the dead letter list' });
   });
 
   it('retryDeadLetter() re-enqueues the job: it runs again and completes', async () => {
     healed = true;
     await client.queues.retryDeadLetter(a.id);
-    const done = await waitForState(client, a.id, 'completed', 10_000);
+    const done = await waitForState(client, a.id, 'completed', 30_000);
     assert.equal(calls.get(a.id), 3);
     assert.deepEqual(done.result, { exported: true });
     const ids = (await client.queues.listDeadLetter()).map((j) => j.id);
@@ -186,7 +186,7 @@ describe('worker: delayed job', () => {
     const job = await client.enqueue('reminder.send', { n: 1 }, { queue, delay: '3s' });
     assert.equal(job.state, 'scheduled');
     const due = ts(job.scheduled_at);
-    await waitFor(() => ranAt, { timeout: 10_000, what: 'the delayed job to run' });
+    await waitFor(() => ranAt, { timeout: 30_000, what: 'the delayed job to run' });
     await worker.stop();
     assert.ok(ranAt >= due - 100, `ran ${due - ranAt} ms before scheduled_at`);
     // Never early; "on time" allows the poll interval plus a loaded machine.
@@ -205,7 +205,7 @@ describe('worker: priority', () => {
     const worker = newWorker({ queues: [queue], concurrency: 1 });
     worker.register('prio.job', async (ctx) => { order.push(ctx.job.args[0].priority); });
     await worker.start();
-    await waitFor(() => order.length >= 5, { timeout: 10_000, what: '5 jobs to run' });
+    await waitFor(() => order.length >= 5, { timeout: 30_000, what: '5 jobs to run' });
     await worker.stop();
     assert.deepEqual(order, [10, 8, 5, 3, 1]);
   });
@@ -230,7 +230,7 @@ describe('worker: lease expiry and redelivery', () => {
     });
     await hung.start();
     job = await client.enqueue('lease.job', { n: 1 }, { queue });
-    await waitFor(() => hungAt, { timeout: 5_000, what: 'worker A to take the job' });
+    await waitFor(() => hungAt, { timeout: 30_000, what: 'worker A to take the job' });
 
     const healthy = newWorker({ queues: [queue], concurrency: 1 });
     healthy.register('lease.job', async (ctx) => {
@@ -238,7 +238,7 @@ describe('worker: lease expiry and redelivery', () => {
       return { by: 'B' };
     });
     await healthy.start();
-    done = await waitForState(client, job.id, ['completed', 'discarded'], 15_000).catch((e) => e);
+    done = await waitForState(client, job.id, ['completed', 'discarded'], 30_000).catch((e) => e);
     await Promise.all([healthy.stop(), hung.stop()]);
   });
 
@@ -273,23 +273,25 @@ describe('worker: heartbeat keeps the lease of a long job', () => {
   let done;
 
   before(async () => {
-    // Visibility 1.5 s, heartbeat every 0.4 s, handler 3.5 s: without working heartbeats
-    // the lease expires and the second worker below gets the job.
+    // Visibility 10 s, heartbeat every 0.4 s, handler 12 s: without working heartbeats
+    // the lease expires and the second worker below gets the job. Only a stall of 10 s
+    // between two heartbeats that land lets it lapse (1.5 s was too little for a CI
+    // machine running every SDK suite at once, where one request took 6 s).
     const slow = newWorker({
-      queues: [queue], concurrency: 1, visibilityTimeout: 1_500, heartbeatInterval: 400, transport,
+      queues: [queue], concurrency: 1, visibilityTimeout: 10_000, heartbeatInterval: 400, transport,
     });
     slow.register('long.job', async () => {
       invocations++;
-      await sleep(3_500);
+      await sleep(12_000);
       return { done: true };
     });
     await slow.start();
     const job = await client.enqueue('long.job', [], { queue });
-    await waitFor(() => invocations > 0, { timeout: 5_000, what: 'the slow worker to take the job' });
+    await waitFor(() => invocations > 0, { timeout: 30_000, what: 'the slow worker to take the job' });
     const other = newWorker({ queues: [queue], concurrency: 1 });
     other.register('long.job', async () => { invocations++; return { done: 'twice' }; });
     await other.start();
-    done = await waitForState(client, job.id, ['completed', 'discarded'], 15_000).catch((e) => e);
+    done = await waitForState(client, job.id, ['completed', 'discarded'], 40_000).catch((e) => e);
     await Promise.all([slow.stop(), other.stop()]);
   });
 
@@ -336,7 +338,7 @@ describe('worker: handlers that honour ctx.signal (README example)', () => {
   ]) {
     it(`a 300 ms job with ${label} is not aborted and completes on attempt 1`, async () => {
       const job = await client.enqueue('report.generate', { id: 1 }, { queue, ...options });
-      const done = await waitForState(client, job.id, ['completed', 'retryable', 'discarded'], 10_000);
+      const done = await waitForState(client, job.id, ['completed', 'retryable', 'discarded'], 30_000);
       assert.equal(done.state, 'completed', `seen by handler: ${JSON.stringify(seen.get(job.id))}`);
       assert.equal(done.attempt, 1);
     });

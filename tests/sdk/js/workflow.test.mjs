@@ -55,7 +55,7 @@ describe('workflow: chain', () => {
   });
 
   it('steps run one at a time, in order', async () => {
-    await waitFor(() => runs.length >= 3 && runs.every((r) => r.end), { timeout: 15_000, what: '3 steps to run' });
+    await waitFor(() => runs.length >= 3 && runs.every((r) => r.end), { timeout: 30_000, what: '3 steps to run' });
     await sleep(300); // a 4th invocation would be a redelivery
     assert.deepEqual(runs.map((r) => r.n), [1, 2, 3]);
     assert.ok(runs[1].start >= runs[0].end && runs[2].start >= runs[1].end, `overlap: ${JSON.stringify(runs)}`);
@@ -97,15 +97,15 @@ describe('workflow: chain with a failing step', () => {
   });
 
   it('the step after the failed step never runs', async () => {
-    await waitFor(() => brokenJobId, { timeout: 10_000, what: 'the failing step to run' });
-    await waitForState(client, brokenJobId, 'discarded', 15_000);
+    await waitFor(() => brokenJobId, { timeout: 30_000, what: 'the failing step to run' });
+    await waitForState(client, brokenJobId, 'discarded', 30_000);
     await sleep(1_000);
     assert.equal(ran[0], 'first');
     assert.ok(!ran.includes('third'), `ran: ${JSON.stringify(ran)}`);
   });
 
   it('getWorkflow() reports failed, 1 failed job', async () => {
-    const wf = await waitForWorkflow(created?.id, ['completed', 'failed', 'cancelled'], 5_000);
+    const wf = await waitForWorkflow(created?.id, ['completed', 'failed', 'cancelled'], 30_000);
     assert.equal(wf.state, 'failed');
     assert.equal(wf.metadata?.failed_count, 1, `metadata: ${JSON.stringify(wf.metadata)}`);
   });
@@ -139,7 +139,7 @@ describe('workflow: group', () => {
   });
 
   it('all three jobs run', async () => {
-    await waitFor(() => ran.length >= 3, { timeout: 10_000, what: 'the 3 group jobs to run' });
+    await waitFor(() => ran.length >= 3, { timeout: 30_000, what: 'the 3 group jobs to run' });
     await sleep(300);
     assert.deepEqual([...ran].sort(), ['csv', 'pdf', 'xlsx']);
   });
@@ -185,7 +185,7 @@ describe('workflow: batch, all jobs succeed', () => {
 
   it('the jobs, on_complete and on_success run; on_failure does not', async () => {
     await waitFor(() => ran.includes('batch.report') && ran.includes('batch.celebrate'), {
-      timeout: 10_000, what: 'on_complete and on_success callbacks',
+      timeout: 30_000, what: 'on_complete and on_success callbacks',
     });
     await sleep(500);
     assert.deepEqual([...ran].sort(), ['batch.celebrate', 'batch.report', 'user1@example.com', 'user2@example.com']);
@@ -234,7 +234,7 @@ describe('workflow: batch with a failing job', () => {
 
   it('on_complete and on_failure run, on_success does not', async () => {
     await waitFor(() => ran.includes('batch.report') && ran.includes('batch.alert'), {
-      timeout: 20_000, what: 'on_complete and on_failure callbacks',
+      timeout: 30_000, what: 'on_complete and on_failure callbacks',
     });
     await sleep(500);
     assert.ok(!ran.includes('batch.celebrate'), `ran: ${JSON.stringify(ran)}`);

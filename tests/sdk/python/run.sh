@@ -25,7 +25,7 @@ export OJS_TALLY="$TALLY"
 cd "$HERE"
 # Outer guard: the suite budget (conftest.py) and per-test timeout (pytest.ini) keep the
 # run well below this; it only stops a wedged interpreter.
-timeout -k 5 230 "$VENV/bin/python" -m pytest "$@"
+timeout -k 5 330 "$VENV/bin/python" -m pytest "$@"
 rc=$?
 
 # Counts from the tally conftest.py writes after every test: a test that never ran

@@ -248,12 +248,12 @@ async def test_queue_list_pause_resume_stats(client: ojs.Client, transport) -> N
 
         return probe
 
-    await wait_until(stats_show("active", 2), timeout=5, what="stats: active, 2 available")
+    await wait_until(stats_show("active", 2), timeout=30, what="stats: active, 2 available")
 
     paused = await client.pause_queue(queue)
     assert "_raw" not in paused, f"SDK did not parse the pause reply: {paused!r}"
     assert paused.get("status") == "paused"
-    await wait_until(stats_show("paused", 2), timeout=5, what="stats: paused")
+    await wait_until(stats_show("paused", 2), timeout=30, what="stats: paused")
     names = {q.name: q for q in await client.list_queues()}
     assert names[queue].status == "paused"
     # A paused queue hands out nothing.
@@ -261,7 +261,7 @@ async def test_queue_list_pause_resume_stats(client: ojs.Client, transport) -> N
 
     resumed = await client.resume_queue(queue)
     assert resumed.get("status") == "active"
-    await wait_until(stats_show("active", 2), timeout=5, what="stats: active again")
+    await wait_until(stats_show("active", 2), timeout=30, what="stats: active again")
     got = await transport.fetch([queue], count=1, worker_id="py-resume-probe")
     assert [j.id for j in got] == [a.id]
     await transport.ack(a.id, result={"ok": True})

@@ -159,7 +159,7 @@ async def test_dead_letter_list_retry_delete(client: ojs.Client) -> None:
     a, b = await _exhaust(client, queue, DeadLetterRetryPolicy(max_attempts=2, **FAST_RETRY), 2)
 
     dead = await wait_until(
-        lambda: _probe_dead(client, queue, {a, b}), timeout=5, what="both jobs dead-lettered"
+        lambda: _probe_dead(client, queue, {a, b}), timeout=30, what="both jobs dead-lettered"
     )
     assert {a, b} <= set(dead)
 
@@ -191,7 +191,7 @@ async def test_delayed_job_runs_on_time(client: ojs.Client) -> None:
     job = await client.enqueue("py.delayed", [], queue=queue, delay_until=when)
     assert job.state == ojs.JobState.SCHEDULED
     async with running_worker([queue], {"py.delayed": handler}) as w:
-        done = await wait_job_state(client, job.id, {"completed"}, timeout=10)
+        done = await wait_job_state(client, job.id, {"completed"}, timeout=30)
         w.assert_no_transport_errors()
     assert len(ran_at) == 1
     early = (target - ran_at[0]).total_seconds()
@@ -216,7 +216,7 @@ async def test_priority_order_with_concurrency_one(client: ojs.Client) -> None:
     await asyncio.sleep(int(os.environ.get("OJS_INDEX_LAG_MS", "0")) / 1000)
     async with running_worker([queue], {"py.prio": handler}, concurrency=1) as w:
         for j in jobs:
-            await wait_job_state(client, j.id, {"completed"}, timeout=10)
+            await wait_job_state(client, j.id, {"completed"}, timeout=30)
         w.assert_no_transport_errors()
     assert order == sorted(prios, reverse=True), order
 
@@ -237,7 +237,7 @@ async def test_expired_lease_is_redelivered(client: ojs.Client, transport) -> No
         got = await transport.fetch([queue], count=1, worker_id="py-lease-b", visibility_timeout_ms=30000)
         return bool(got), got
 
-    again = await wait_until(probe, timeout=10, interval=0.2, what="redelivery after the lease expired")
+    again = await wait_until(probe, timeout=30, interval=0.2, what="redelivery after the lease expired")
     waited = time.monotonic() - claimed_at
     assert [j.id for j in again] == [job.id]
     assert waited >= 0.9, f"redelivered {waited:.2f}s after the claim, before the 1s lease ran out"
@@ -249,27 +249,33 @@ async def test_expired_lease_is_redelivered(client: ojs.Client, transport) -> No
 
 
 async def test_heartbeat_keeps_lease(client: ojs.Client, transport) -> None:
-    # A handler running 3 s under a 1.5 s visibility timeout: the Worker's heartbeats
-    # (every 0.3 s) must keep the job leased, so it is neither redelivered nor lost.
+    # A handler outlasting its 10 s visibility timeout by 1.5 s: the Worker's heartbeats
+    # (every 0.3 s) must keep the job leased, so it is neither redelivered nor lost. Only
+    # a stall of 10 s between two heartbeats that land lets the lease lapse (a CI machine
+    # running every SDK suite at once took 6 s over one request); 1.5 s was too little.
+    lease = 10.0
     queue = unique_queue("beat")
     calls: Counter[str] = Counter()
 
     async def slow(ctx: ojs.JobContext):
         calls[ctx.job_id] += 1
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(lease + 1.5)
         return {"slow": True}
 
     job = await client.enqueue("py.slow", [], queue=queue)
     async with running_worker(
-        [queue], {"py.slow": slow}, heartbeat_interval=0.3, visibility_timeout_ms=1500
+        [queue],
+        {"py.slow": slow},
+        heartbeat_interval=0.3,
+        visibility_timeout_ms=int(lease * 1000),
     ) as w:
         await wait_until(
-            lambda: _ready(calls[job.id] == 1), timeout=5, what="the slow handler to start"
+            lambda: _ready(calls[job.id] == 1), timeout=15, what="the slow handler to start"
         )
-        await asyncio.sleep(2.2)  # past the first 1.5 s lease
+        await asyncio.sleep(lease + 0.7)  # past the first lease
         stolen = await transport.fetch([queue], count=1, worker_id="py-thief")
         assert stolen == [], f"job redelivered while its worker heartbeated: {stolen!r}"
-        done = await wait_job_state(client, job.id, {"completed"}, timeout=10)
+        done = await wait_job_state(client, job.id, {"completed"}, timeout=30)
         w.assert_no_transport_errors()
     assert calls[job.id] == 1
     assert done.result == {"slow": True}
@@ -299,7 +305,7 @@ async def test_many_jobs_exactly_once(client: ojs.Client) -> None:
 
     async with running_worker([queue], {"py.bulk": handler}, concurrency=8, poll_interval=0.05) as w:
         await wait_until(
-            lambda: _ready(ids <= set(calls)), timeout=60, interval=0.2,
+            lambda: _ready(ids <= set(calls)), timeout=100, interval=0.2,
             what=f"all {total} jobs handled",
         )
         await asyncio.sleep(1.0)  # room for any duplicate delivery to show up

@@ -132,7 +132,7 @@ async def test_batch_fires_the_right_callbacks(client: ojs.Client) -> None:
         # All parts succeeded, so on_failure must not fire: give it time to show up.
         await asyncio.sleep(1.5)
         w.assert_no_transport_errors()
-        done = await _wait_workflow(client, wf.id, {"completed", "failed", "cancelled"}, timeout=5)
+        done = await _wait_workflow(client, wf.id, {"completed", "failed", "cancelled"}, timeout=30)
     assert sorted(r for r in ran if r.startswith("chunk-")) == ["chunk-1", "chunk-101"]
     assert "py.wf.on_failure" not in ran, f"on_failure ran although every job succeeded: {ran}"
     # Callbacks run after every parallel job.
@@ -158,7 +158,7 @@ async def test_workflow_default_options(client: ojs.Client) -> None:
         )
     )
     async with running_worker([queue], {"py.wf.opt": step}, concurrency=2) as w:
-        done = await _wait_workflow(client, wf.id, {"completed", "failed", "cancelled"}, timeout=10)
+        done = await _wait_workflow(client, wf.id, {"completed", "failed", "cancelled"}, timeout=30)
         w.assert_no_transport_errors()
     assert done.state == "completed"
     assert sorted(ran) == [0, 1]

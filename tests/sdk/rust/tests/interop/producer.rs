@@ -401,7 +401,7 @@ async fn cron() {
 /// a 422 `queue_paused`; the SDK is fine either way, so the suite checks neither.)
 #[tokio::test]
 async fn queues_pause_resume() {
-    bounded(30, async {
+    bounded(60, async {
         let c = client();
         let q = early_name("queue");
         c.enqueue("rs.queue.probe", json!({"n": 0}))

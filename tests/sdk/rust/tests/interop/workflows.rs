@@ -256,7 +256,7 @@ async fn workflow_batch() {
 /// without its own queue runs on the workflow's queue.
 #[tokio::test]
 async fn workflow_default_options() {
-    bounded(30, async {
+    bounded(60, async {
         let c = client();
         let q = queue("wfopts");
         let t = "rs.wf.opts.step";

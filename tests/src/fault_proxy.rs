@@ -292,6 +292,25 @@ impl FaultProxy {
     }
 }
 
+/// A store on `table` whose DynamoDB client goes through `proxy_url` with one attempt
+/// per call and 30 s for it: a request the proxy holds ([`Fault::Hold`]) is neither
+/// timed out nor sent again, however slow the machine, so a test decides what happens
+/// while it waits.
+pub fn patient_store_through(sdk: &aws_config::SdkConfig, table: &str) -> Store {
+    let patient = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    Store::new(
+        aws_sdk_dynamodb::Client::from_conf(patient),
+        StoreConfig::for_table(table),
+    )
+}
+
 /// A store on `table` whose DynamoDB client goes through `proxy_url`, built with the
 /// product's own [`ojs_store::client_for`] so its retry and timeout settings apply.
 pub async fn store_through(proxy_url: &str, table: &str) -> Store {

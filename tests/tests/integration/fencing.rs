@@ -386,3 +386,78 @@ async fn a_named_ojs_worker_cannot_complete_a_cloudq_reservation() -> anyhow::Re
     app.teardown().await;
     Ok(())
 }
+
+/// A holder's FAIL lands though its own heartbeats extend the lease between its read and
+/// its write: each extension moves the job's version, which a worker's FAIL must not
+/// depend on (a worker beating every few hundred milliseconds on a slow table had its
+/// FAIL refused as "not the holder" and the job left active until its lease ended). The
+/// FAIL's store talks through a proxy that holds each of its writes until a heartbeat
+/// has extended the lease; three extensions used to exhaust its three tries.
+#[tokio::test]
+async fn a_holders_fail_lands_though_its_own_heartbeats_move_the_job() -> anyhow::Result<()> {
+    use ojs_tests::fault_proxy::{raw_dynamodb_endpoint, Fault, FaultProxy, Filter};
+    let direct = ojs_tests::fresh_store().await?;
+    let app = TestApp::spawn_on_store(direct.clone()).await?;
+    let queue = "fence-beating";
+    let id = id_of(
+        &app.push(
+            json!({"type": "beat.job", "args": [], "options": {"queue": queue,
+            "retry": {"max_attempts": 3, "initial_interval": "PT60S"}}}),
+        )
+        .await?,
+    )?;
+    let got = app
+        .fetch(json!({"queues": [queue], "worker_id": "w", "visibility_timeout_ms": 600_000}))
+        .await?;
+    ensure!(fetched(&got)?["attempt"] == 1);
+
+    let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
+    proxy.set_hang(Duration::from_secs(60));
+    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, direct.table());
+    proxy.script(Filter::op("UpdateItem"), &[Fault::Hold; 3]);
+    let job_id = ojs_core::JobId::parse(&id)?;
+    let mut fail = tokio::spawn(async move {
+        let failure = ojs_core::failure::Failure {
+            error_type: "boom".into(),
+            message: "boom".into(),
+            retryable: true,
+            reported: serde_json::Map::new(),
+            retry_after: None,
+        };
+        let fence = ojs_store::Fence {
+            worker_id: Some("w"),
+            attempt: None,
+        };
+        slow.fail_job(&job_id, &failure, fence, false, ojs_core::time::now())
+            .await
+    });
+    // Every write the FAIL sends waits for a heartbeat of the holder's first (the ones
+    // after its own transition extend nothing and change nothing).
+    let (mut held, mut extended) = (0, Vec::new());
+    let outcome = loop {
+        tokio::select! {
+            done = &mut fail => break done?,
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+        if 3 - proxy.scripted_left() > held {
+            held += 1;
+            extended.push(heartbeat(&app, json!({"worker_id": "w", "active_jobs": [id]})).await?);
+            proxy.release(1);
+        }
+    };
+    proxy.heal();
+    proxy.release(3);
+    ensure!(
+        extended.first() == Some(&json!([id])),
+        "the first heartbeat did not extend the lease: {extended:?}"
+    );
+    let failed = outcome.map_err(|e| anyhow::anyhow!("FAIL after {held} held writes: {e}"))?;
+    ensure!(
+        failed.job.status.state == ojs_core::JobState::Retryable,
+        "{:?}",
+        failed.job.status
+    );
+    app.teardown().await;
+    Ok(())
+}

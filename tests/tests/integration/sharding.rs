@@ -377,19 +377,8 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
     proxy.set_hang(Duration::from_secs(20));
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
-    let patient = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_config::timeout::TimeoutConfig::builder()
-                .operation_attempt_timeout(Duration::from_secs(30))
-                .build(),
-        )
-        .build();
-    let slow = ojs_store::Store::new(
-        aws_sdk_dynamodb::Client::from_conf(patient),
-        ojs_store::StoreConfig::for_table(rival.table()),
-    )
-    .with_fetch_budget(Duration::from_secs(60));
+    let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, rival.table())
+        .with_fetch_budget(Duration::from_secs(60));
     let request = |queues: &[&str], worker: &str| -> anyhow::Result<ojs_store::FetchRequest> {
         Ok(ojs_store::FetchRequest {
             queues: queues

@@ -15,7 +15,7 @@ use crate::effects::{Before, Effects};
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item};
 use crate::job_item::{old_item, write_id};
-use crate::settle::FailureOutcome;
+use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite, Place};
 use crate::unique::PushOutcome;
 use crate::usage::Kind;
@@ -234,8 +234,8 @@ impl Store {
     /// next attempt time, or `discarded` (into the dead letter queue when the policy says
     /// so). With `requeue`, the worker releases the job: it is available again at once.
     /// Only the holder of the current attempt, as `fence` names it, can fail it: the
-    /// write is conditional on the version read, which every claim (and every lease
-    /// extension) moves, and on the attempt.
+    /// write is conditional on the job being active at the attempt read and on the fence,
+    /// not on the version, which the holder's own heartbeats move.
     #[tracing::instrument(name = "fail", level = "error", skip_all, fields(job_id = %id))]
     pub(crate) async fn fail_job_in_scope(
         &self,
@@ -263,10 +263,10 @@ impl Store {
             // A FAIL that found attempt n fails attempt n or nothing, even when the
             // caller named no attempt and the job is reclaimed before a second try.
             fence.attempt = Some(job.status.attempt);
-            match self.fail_read(&job, failure, requeue, now).await {
-                // The job moved between the read and the write while still active: a
-                // heartbeat extended it, or it was reclaimed. Read again; the fence
-                // decides on what is there now.
+            match self.fail_read(&job, failure, fence, requeue, now).await {
+                // The job is still active but not at the attempt or holder read: it was
+                // reclaimed between the read and the write. Read again; the fence decides
+                // on what is there now.
                 Err(StoreError::Conflict {
                     current: Some(JobState::Active),
                 }) if tries < 3 => continue,
@@ -287,11 +287,12 @@ impl Store {
         }
     }
 
-    /// FAIL of `job` as read (active, and held by the caller).
+    /// FAIL of `job` as read (active, and held by the caller as `fence` names it).
     async fn fail_read(
         &self,
         job: &Job,
         failure: &Failure,
+        fence: Fence<'_>,
         requeue: bool,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
@@ -308,7 +309,9 @@ impl Store {
                 FailDecision::GiveUp(exhaustion) => FailureOutcome::GiveUp(exhaustion),
             }
         };
-        let job = self.record_failure(job, failure, outcome, now).await?;
+        let job = self
+            .record_failure(job, failure, outcome, FailureGuard::Holder(fence), now)
+            .await?;
         Ok(FailOutcome { job })
     }
 }

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item::{self, json as json_attr, n, ts};
+use crate::jobs::Fence;
 use crate::keys;
 use crate::transition::{Field, JobWrite, Place};
 use crate::Store;
@@ -28,6 +29,19 @@ pub(crate) enum FailureOutcome {
     Requeue,
     /// `discarded`, into the dead letter queue for [`OnExhaustion::DeadLetter`].
     GiveUp(OnExhaustion),
+}
+
+/// What a failure's write holds to besides the job being `active` at the attempt read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FailureGuard<'a> {
+    /// The version read: the server settles an attempt (its lease or deadline passed, its
+    /// payload unreadable) only if nothing moved the job since, so a heartbeat that
+    /// extended the lease in between wins.
+    Version,
+    /// The caller's fence: a worker's FAIL, which its own heartbeats and progress reports
+    /// must not turn away by moving the version between its read and its write. The
+    /// attempt and state conditions keep a reclaim, a settlement or a cancel out.
+    Holder(Fence<'a>),
 }
 
 /// Errors kept in a job's `errors` history (the latest ones).
@@ -73,6 +87,7 @@ impl Store {
         job: &Job,
         failure: &Failure,
         outcome: FailureOutcome,
+        guard: FailureGuard<'_>,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let wid = crate::job_item::write_id();
@@ -85,8 +100,9 @@ impl Store {
             e.insert(item::WRITE_MARK.into(), w.clone().into());
         }
         // The history keeps the latest MAX_KEPT_ERRORS, so a job failing without end
-        // still fits its item and can always be failed, reclaimed or discarded. Under the
-        // version condition the list read is the list replaced.
+        // still fits its item and can always be failed, reclaimed or discarded. The list
+        // read is the list replaced: only a failure changes it, and a failure moves the
+        // job out of `active` at this attempt, which the condition requires.
         let kept = job.status.errors.len();
         let (history, errors) = if kept + 1 > MAX_KEPT_ERRORS {
             let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
@@ -129,7 +145,6 @@ impl Store {
             ),
         };
         let mut write = JobWrite::new(transition, place)
-            .version(job.status.version)
             .when("attempt = :attempt")
             .value(":attempt", n(job.status.attempt))
             .error(&error)
@@ -139,6 +154,10 @@ impl Store {
         if kept < MAX_KEPT_ERRORS {
             write = write.value(":empty", AttributeValue::L(Vec::new()));
         }
+        write = match guard {
+            FailureGuard::Version => write.version(job.status.version),
+            FailureGuard::Holder(fence) => fence.guard(write),
+        };
         write = match outcome {
             FailureOutcome::Retry(delay) => write
                 .set("next_attempt_at = :next, retry_delay_ms = :delay")
@@ -203,7 +222,8 @@ impl Store {
                         FailDecision::Retry(delay) => FailureOutcome::Retry(delay),
                         FailDecision::GiveUp(e) => FailureOutcome::GiveUp(e),
                     };
-                self.record_failure(job, &failure, outcome, now).await
+                self.record_failure(job, &failure, outcome, FailureGuard::Version, now)
+                    .await
             }
             JobState::Active if st.lease_until.is_some_and(|l| l <= now) => {
                 let failure = Failure {
@@ -218,7 +238,8 @@ impl Store {
                 } else {
                     FailureOutcome::Requeue
                 };
-                self.record_failure(job, &failure, outcome, now).await
+                self.record_failure(job, &failure, outcome, FailureGuard::Version, now)
+                    .await
             }
             JobState::Scheduled | JobState::Available | JobState::Retryable | JobState::Pending
                 if job.spec.expires_at.is_some_and(|e| e <= now) =>

@@ -21,7 +21,7 @@ use crate::effects::{Before, Effects};
 use crate::error::StoreError;
 use crate::item;
 use crate::item::n;
-use crate::settle::FailureOutcome;
+use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite};
 use crate::usage::Kind;
 use crate::Store;
@@ -119,7 +119,8 @@ impl Store {
             retry_after: None,
         };
         let outcome = FailureOutcome::GiveUp(job.spec.retry.on_exhaustion);
-        self.record_failure(job, &failure, outcome, now).await
+        self.record_failure(job, &failure, outcome, FailureGuard::Version, now)
+            .await
     }
 }
 

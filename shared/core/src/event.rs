@@ -53,6 +53,9 @@ pub struct Event {
     pub kind: EventKind,
     /// The job's queue.
     pub queue: String,
+    /// The job's tenant (`None`: the default tenant), which decides the webhook
+    /// subscriptions scoped to a tenant that receive it (ojs-webhooks.md §9.3).
+    pub tenant: Option<crate::tenant::TenantId>,
     /// The full event envelope.
     pub body: Value,
 }
@@ -140,6 +143,7 @@ impl Event {
             id,
             kind,
             queue: job.spec.queue.as_str().to_owned(),
+            tenant: job.tenant(),
             body,
         }
     }

@@ -504,8 +504,9 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
 }
 
 /// The routes a key bound to a tenant may call: those that act for the request's tenant
-/// only (crate::extract::Tenant). The rest (listings, registrations, events, cron, the
-/// admin API) are not filtered by tenant, so such a key is refused them.
+/// only (crate::extract::Tenant), webhook subscriptions included (a tenant's receive its
+/// jobs' events only). The rest (listings, push endpoints, events, cron, the admin API)
+/// are not filtered by tenant, so such a key is refused them.
 const TENANT_ROUTES: &[(&str, &str)] = &[
     ("POST", "/ojs/v1/jobs"),
     ("POST", "/ojs/v1/jobs/batch"),
@@ -526,6 +527,17 @@ const TENANT_ROUTES: &[(&str, &str)] = &[
     ("GET", "/ojs/v1/dead-letter"),
     ("POST", "/ojs/v1/dead-letter/{id}/retry"),
     ("DELETE", "/ojs/v1/dead-letter/{id}"),
+    ("GET", "/ojs/v1/webhooks/subscriptions"),
+    ("POST", "/ojs/v1/webhooks/subscriptions"),
+    ("GET", "/ojs/v1/webhooks/subscriptions/{id}"),
+    ("PATCH", "/ojs/v1/webhooks/subscriptions/{id}"),
+    ("DELETE", "/ojs/v1/webhooks/subscriptions/{id}"),
+    ("POST", "/ojs/v1/webhooks/subscriptions/{id}/rotate-secret"),
+    ("POST", "/ojs/v1/webhooks/subscriptions/{id}/test"),
+    ("GET", "/ojs/v1/webhooks/subscriptions/{id}/deliveries"),
+    ("GET", "/ojs/v1/webhooks/deliveries"),
+    ("GET", "/ojs/v1/webhooks/deliveries/{id}"),
+    ("POST", "/ojs/v1/webhooks/deliveries/{id}/retry"),
 ];
 
 /// Ok when a key bound to a tenant (`tenant`) may make the request, else the 403: a key of

@@ -242,10 +242,10 @@ impl WebhookDispatcher {
         for event in events {
             let kind = event.kind.as_str();
             let job_type = event.body["data"]["job_type"].as_str();
-            for sub in subs
-                .iter()
-                .filter(|s| s.subscription.takes(kind, Some(&event.queue), job_type))
-            {
+            for sub in subs.iter().filter(|s| {
+                s.receives_tenant(event.tenant.as_ref())
+                    && s.subscription.takes(kind, Some(&event.queue), job_type)
+            }) {
                 out.push((std::sync::Arc::clone(sub), event));
             }
         }

@@ -973,7 +973,13 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         true,
     )?;
     let hook = store
-        .put_webhook(&sub, "whsec_iam".into(), None, ojs_core::time::now())
+        .put_webhook(
+            &sub,
+            "whsec_iam".into(),
+            None,
+            &Default::default(),
+            ojs_core::time::now(),
+        )
         .await?;
     store.list_webhooks(true).await?;
     store.get_webhook(&hook.id).await?;
@@ -1400,6 +1406,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             )?,
             "whsec_iam".into(),
             None,
+            &Default::default(),
             ojs_core::time::now(),
         )
         .await?;
@@ -1661,6 +1668,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             )?,
             "whsec_iam_keys".into(),
             by.as_deref(),
+            &Default::default(),
             ojs_core::time::now(),
         )
         .await?;

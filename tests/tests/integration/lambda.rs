@@ -208,7 +208,13 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let hook = store
-        .put_webhook(&subscription, "s".repeat(32), None, ojs_core::time::now())
+        .put_webhook(
+            &subscription,
+            "s".repeat(32),
+            None,
+            &Default::default(),
+            ojs_core::time::now(),
+        )
         .await?;
     let mut stream = start(
         "stream",

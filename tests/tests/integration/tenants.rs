@@ -457,6 +457,7 @@ async fn each_tenants_jobs_are_counted() -> anyhow::Result<()> {
 async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_config(ojs_http::HttpConfig {
         auth: ojs_http::AuthMode::ApiKey,
+        push_allow_private: true,
         ..ojs_http::HttpConfig::default()
     })
     .await?;
@@ -559,13 +560,41 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(r.status, 200, "{}", r.body);
-    // A tenant's key takes data scopes only.
+    // A tenant's key takes no admin scope; with ojs:config:write it manages its tenant's
+    // webhook subscriptions (webhooks.rs) and no other configuration.
     let refused = ojs_http::key_admin::administer_keys(
         &app.store,
         &json!({"action": "create", "name": "x", "tenant": "acme", "scopes": ["ojs:admin:read"]}),
     )
     .await;
     assert!(refused.is_err(), "{refused:?}");
+    let hooks = ojs_http::key_admin::administer_keys(
+        &app.store,
+        &json!({"action": "create", "name": "acme-hooks", "tenant": "acme",
+                "scopes": ["ojs:config:write"]}),
+    )
+    .await?["key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = keyed_as(
+        &app,
+        Some(&hooks),
+        None,
+        Method::POST,
+        "/ojs/v1/webhooks/subscriptions",
+        Some(json!({"url": "http://127.0.0.1:9/ojs", "events": ["job.completed"]})),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["tenant_id"], "acme", "{}", r.body);
+    for (method, path) in [
+        (Method::GET, "/ojs/v1/cron"),
+        (Method::GET, "/ojs/v1/push/endpoints"),
+    ] {
+        let r = keyed_as(&app, Some(&hooks), None, method, path, None).await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+    }
     app.teardown().await;
     Ok(())
 }

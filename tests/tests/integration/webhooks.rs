@@ -871,7 +871,13 @@ async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> any
     )?;
     let entry = app
         .store
-        .put_webhook(&sub, "whsec_cost".into(), None, ojs_core::time::now())
+        .put_webhook(
+            &sub,
+            "whsec_cost".into(),
+            None,
+            &Default::default(),
+            ojs_core::time::now(),
+        )
         .await?;
     if let Ok(mut s) = receiver.secret.lock() {
         *s = entry.secret.clone();
@@ -1039,6 +1045,165 @@ async fn a_traced_jobs_events_carry_its_traceparent() -> anyhow::Result<()> {
     assert_eq!(first.body["tracestate"], "v=1", "{}", first.body);
     assert_eq!(header(first, "traceparent"), TRACE);
     assert_eq!(header(first, "tracestate"), "v=1");
+    app.teardown().await;
+    Ok(())
+}
+
+/// Pushes a job for `tenant` (the `X-OJS-Tenant` header; `None`: no tenant), has a worker
+/// of every tenant fetch and complete it; returns its id.
+async fn run_tenants_job(
+    app: &TestApp,
+    tenant: Option<&str>,
+    queue: &str,
+) -> anyhow::Result<String> {
+    let job = json!({"type": "report.build", "args": [], "options": {"queue": queue}});
+    let pushed = app
+        .call_as(tenant, Method::POST, "/ojs/v1/jobs", Some(job))
+        .await?;
+    anyhow::ensure!(pushed.status == 201, "{:?}", pushed.body);
+    let id = pushed.body["job"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let fetched = app
+            .fetch(json!({"queues": [queue], "worker_id": "w1"}))
+            .await?;
+        if fetched.body["jobs"][0]["id"] == id.as_str() {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < until, "fetch: {:?}", fetched.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let acked = app
+        .ack(json!({"job_id": id, "result": {"ok": true}, "worker_id": "w1"}))
+        .await?;
+    anyhow::ensure!(acked.status == 200, "ack: {:?}", acked.body);
+    Ok(id)
+}
+
+/// ojs-webhooks.md §9.3: a subscription made for a tenant receives that tenant's jobs'
+/// events only (the default tenant's too is a tenant), and requests for another tenant
+/// neither list, read, change, rotate, test nor delete it; an operator's subscription
+/// receives every tenant's and an operator sees every subscription.
+#[tokio::test]
+async fn a_tenants_subscription_receives_its_own_jobs_events_and_is_its_own() -> anyhow::Result<()>
+{
+    let app = TestApp::spawn_with_webhooks(config(&[1000])).await?;
+    let q = "wh-tenants";
+    let events = json!(["job.completed"]);
+    let mut receivers = Vec::new();
+    let mut subs = Vec::new();
+    for tenant in [Some("acme"), Some("_default"), None] {
+        let receiver = Receiver::default();
+        let url = receiver.start().await?;
+        let r = app
+            .call_as(
+                tenant,
+                Method::POST,
+                SUBS,
+                Some(json!({"url": url, "events": events, "filter": {"queues": [q]}})),
+            )
+            .await?;
+        anyhow::ensure!(r.status == 201, "{tenant:?}: {} {:?}", r.status, r.body);
+        assert_eq!(r.body["tenant_id"], json!(tenant), "{:?}", r.body);
+        if let Ok(mut s) = receiver.secret.lock() {
+            *s = r.body["secret"].as_str().unwrap_or_default().to_owned();
+        }
+        receivers.push(receiver);
+        subs.push(r.body["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let (acme, default, operator) = (&receivers[0], &receivers[1], &receivers[2]);
+
+    let acme_job = run_tenants_job(&app, Some("acme"), q).await?;
+    let globex_job = run_tenants_job(&app, Some("globex"), q).await?;
+    let plain_job = run_tenants_job(&app, None, q).await?;
+    let all = operator.wait_for(3, Duration::from_secs(30)).await;
+    let subjects = |got: &[Got]| -> Vec<String> {
+        let mut s: Vec<String> = got
+            .iter()
+            .map(|g| g.body["subject"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        s.sort();
+        s
+    };
+    let mut every = vec![acme_job.clone(), globex_job, plain_job.clone()];
+    every.sort();
+    assert_eq!(subjects(&all), every, "the operator's subscription");
+    acme.wait_for(1, Duration::from_secs(30)).await;
+    default.wait_for(1, Duration::from_secs(30)).await;
+    // The dispatcher handles each stream batch's events together: what the operator's
+    // subscription got, the others got or never will.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(subjects(&acme.got()), [acme_job], "acme's subscription");
+    assert_eq!(
+        subjects(&default.got()),
+        [plain_job],
+        "the default tenant's subscription"
+    );
+    assert!(acme.got().iter().all(|g| g.signed));
+
+    // Another tenant's requests do not see acme's subscription.
+    let acme_sub = &subs[0];
+    let listed = |r: &ojs_tests::Reply| -> Vec<String> {
+        let mut ids: Vec<String> = r.body["subscriptions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let r = app.call_as(Some("globex"), Method::GET, SUBS, None).await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert!(listed(&r).is_empty(), "{:?}", r.body);
+    let r = app.call_as(Some("acme"), Method::GET, SUBS, None).await?;
+    assert_eq!(listed(&r), std::slice::from_ref(acme_sub), "{:?}", r.body);
+    let mut everyone = subs.clone();
+    everyone.sort();
+    assert_eq!(listed(&app.call(Method::GET, SUBS, None).await?), everyone);
+    let one = format!("{SUBS}/{acme_sub}");
+    for (method, path, body) in [
+        (Method::GET, one.clone(), None),
+        (Method::PATCH, one.clone(), Some(json!({"active": false}))),
+        (Method::POST, format!("{one}/rotate-secret"), None),
+        (Method::POST, format!("{one}/test"), None),
+        (Method::GET, format!("{one}/deliveries"), None),
+        (
+            Method::GET,
+            format!("/ojs/v1/webhooks/deliveries?subscription_id={acme_sub}"),
+            None,
+        ),
+        (Method::DELETE, one.clone(), None),
+    ] {
+        let r = app
+            .call_as(Some("globex"), method.clone(), &path, body)
+            .await?;
+        assert_eq!(r.status, 404, "{method} {path}: {:?}", r.body);
+    }
+    // A delivery looked up without its subscription: only among the tenant's own.
+    let delivery = header(&acme.got()[0], "x-ojs-delivery-id");
+    let path = format!("/ojs/v1/webhooks/deliveries/{delivery}");
+    let r = app
+        .call_as(Some("globex"), Method::GET, &path, None)
+        .await?;
+    assert_eq!(r.status, 404, "{:?}", r.body);
+    let r = app.call_as(Some("acme"), Method::GET, &path, None).await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["subscription_id"], acme_sub.as_str(), "{:?}", r.body);
+    let r = app.call_as(Some("acme"), Method::GET, &one, None).await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.body["active"], true,
+        "globex's PATCH changed it: {:?}",
+        r.body
+    );
+    let r = app
+        .call_as(Some("acme"), Method::DELETE, &one, None)
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
     app.teardown().await;
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! ojs-keys create <name> [--scopes ojs:admin:read,ojs:data:read] [--tenant <id>]
 //!                          issue a key; prints it once (only its hash is stored); without
 //!                          --scopes a data key (ojs:data:read, ojs:data:write); with
-//!                          --tenant bound to that tenant (data scopes only)
+//!                          --tenant bound to that tenant (it may hold data scopes, and
+//!                          ojs:config:write for its own webhook subscriptions)
 //! ojs-keys list            ids, names, creation and revocation times
 //! ojs-keys revoke <id> [--disable-registrations]
 //!                          revoke one key (effective within a minute everywhere); with the

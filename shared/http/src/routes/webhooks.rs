@@ -1,5 +1,7 @@
 //! Webhook subscriptions (ojs-webhooks.md §6, §10): create, list, get, update, delete,
-//! rotate the secret, send a test event, and the delivery log. The signing secret is
+//! rotate the secret, send a test event, and the delivery log. A subscription made for one
+//! tenant (its key's, or its `X-OJS-Tenant`) receives that tenant's jobs' events only, and
+//! only requests for that tenant see it (§9.3). The signing secret is
 //! generated here and answered once, on create (and on rotation); no other answer or log
 //! line carries it. A URL is checked when set (its host must resolve, and only to public
 //! addresses unless `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
@@ -18,7 +20,7 @@ use serde_json::{json, Value};
 use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody, OptionalJsonBody};
+use crate::extract::{Caller, JsonBody, OptionalJsonBody, Tenant};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -76,9 +78,24 @@ fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
     }
 }
 
-async fn existing(app: &AppState, id: &str) -> Result<WebhookEntry, ApiError> {
+/// Subscription `id`, if the request's tenant may see it: another tenant's is unknown
+/// (ojs-webhooks.md §9.3), as another tenant's job is.
+async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEntry, ApiError> {
     check_id(id)?;
-    app.store.get_webhook(id).await?.ok_or_else(|| unknown(id))
+    app.store
+        .get_webhook(id)
+        .await?
+        .filter(|entry| entry.visible_to(&tenant.0))
+        .ok_or_else(|| unknown(id))
+}
+
+/// For a change made without reading the subscription first: a request acting for one
+/// tenant reads it to learn whether it may (one GetItem); an operator's makes none.
+async fn check_visible(app: &AppState, id: &str, tenant: &Tenant) -> Result<(), ApiError> {
+    match tenant.0 {
+        ojs_core::tenant::Scope::Any => check_id(id),
+        ojs_core::tenant::Scope::One(_) => existing(app, id, tenant).await.map(|_| ()),
+    }
 }
 
 /// The resolved addresses of a URL's host, checked as push endpoints' are.
@@ -97,6 +114,7 @@ async fn check_address(url: &str, allow_private: bool) -> Result<(), ApiError> {
 async fn create_subscription(
     State(app): State<AppState>,
     Caller(by): Caller,
+    tenant: Tenant,
     JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
@@ -117,6 +135,7 @@ async fn create_subscription(
             &subscription,
             secret.unwrap_or_else(new_secret),
             by.as_deref(),
+            &tenant.0,
             time::now(),
         )
         .await?;
@@ -139,10 +158,12 @@ fn with_subscription(view: Value) -> Value {
 
 async fn list_subscriptions(
     State(app): State<AppState>,
+    tenant: Tenant,
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let all = app.store.list_webhooks(true).await?;
+    let mut all = app.store.list_webhooks(true).await?;
+    all.retain(|entry| entry.visible_to(&tenant.0));
     let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
     Ok(reply(
         StatusCode::OK,
@@ -153,19 +174,21 @@ async fn list_subscriptions(
 
 async fn get_subscription(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let entry = existing(&app, &id).await?;
+    let entry = existing(&app, &id, &tenant).await?;
     Ok(reply(StatusCode::OK, with_subscription(entry.view())))
 }
 
 async fn update_subscription(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
-    let entry = existing(&app, &id).await?;
+    let entry = existing(&app, &id, &tenant).await?;
     let next = entry.subscription.patched(&body, allow_private)?;
     if next.url != entry.subscription.url {
         check_address(&next.url, allow_private).await?;
@@ -194,9 +217,10 @@ async fn update_subscription(
 
 async fn delete_subscription(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    check_visible(&app, &id, &tenant).await?;
     app.store
         .delete_webhook(&id)
         .await
@@ -210,10 +234,11 @@ async fn delete_subscription(
 /// (`grace_period_seconds`, 0 to retire a leaked secret at once), a day by default.
 async fn rotate_secret(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    check_visible(&app, &id, &tenant).await?;
     let grace = rotation_grace(body.as_ref())?;
     let now = time::now();
     let secret = new_secret();
@@ -238,9 +263,10 @@ async fn rotate_secret(
 /// §6.6: one synthetic `webhook.test` delivery, answered with its outcome.
 async fn test_subscription(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let entry = existing(&app, &id).await?;
+    let entry = existing(&app, &id, &tenant).await?;
     let sent = app.webhooks()?.test(&entry).await;
     let body: String = sent.body.chars().take(1024).collect();
     Ok(reply(
@@ -297,12 +323,13 @@ impl LogPage {
 
 async fn list_subscription_deliveries(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     Query(page): Query<LogPage>,
 ) -> Result<Response, ApiError> {
     let limit = page.limit()?;
     page.check_cursor()?;
-    let entry = existing(&app, &id).await?;
+    let entry = existing(&app, &id, &tenant).await?;
     deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
 }
 
@@ -310,6 +337,7 @@ async fn list_subscription_deliveries(
 /// required: the log is kept per subscription, so a listing is one Query).
 async fn list_deliveries(
     State(app): State<AppState>,
+    tenant: Tenant,
     Query(page): Query<LogPage>,
 ) -> Result<Response, ApiError> {
     let limit = page.limit()?;
@@ -319,7 +347,7 @@ async fn list_deliveries(
             OjsError::invalid_request("subscription_id is required").with_path("$.subscription_id"),
         ));
     };
-    let entry = existing(&app, id).await?;
+    let entry = existing(&app, id, &tenant).await?;
     deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
 }
 
@@ -365,17 +393,19 @@ async fn find_delivery(
     app: &AppState,
     id: &str,
     lookup: &DeliveryLookup,
+    tenant: &Tenant,
 ) -> Result<Found, ApiError> {
     if !super::is_prefixed_uuid(id, "del_") {
         return Err(unknown_delivery(id));
     }
     let subs = match &lookup.subscription_id {
-        Some(sub) => vec![existing(app, sub).await?.id],
+        Some(sub) => vec![existing(app, sub, tenant).await?.id],
         None => app
             .store
             .list_webhooks(true)
             .await?
             .into_iter()
+            .filter(|e| e.visible_to(&tenant.0))
             .map(|e| e.id)
             .collect(),
     };
@@ -388,10 +418,11 @@ async fn find_delivery(
 /// `GET /ojs/v1/webhooks/deliveries/{id}`: every attempt of one delivery, oldest first.
 async fn get_delivery(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     Query(lookup): Query<DeliveryLookup>,
 ) -> Result<Response, ApiError> {
-    let (sub, attempts, _) = find_delivery(&app, &id, &lookup).await?;
+    let (sub, attempts, _) = find_delivery(&app, &id, &lookup, &tenant).await?;
     let last = attempts.last().cloned().unwrap_or(Value::Null);
     Ok(reply(
         StatusCode::OK,
@@ -411,10 +442,11 @@ async fn get_delivery(
 /// AWS) under the same delivery id.
 async fn retry_delivery(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
     Query(lookup): Query<DeliveryLookup>,
 ) -> Result<Response, ApiError> {
-    let (sub, attempts, dead) = find_delivery(&app, &id, &lookup).await?;
+    let (sub, attempts, dead) = find_delivery(&app, &id, &lookup, &tenant).await?;
     let status = attempts
         .last()
         .map(|a| a["status"].clone())

@@ -401,6 +401,7 @@ mod tests {
             id: format!("evt_{id:04}"),
             kind: ojs_core::event::EventKind::Completed,
             queue: "q".into(),
+            tenant: None,
             body: serde_json::json!({"id": format!("evt_{id:04}"), "type": "job.completed",
                 "data": {"job_id": "j", "result": "x".repeat(result_bytes)}}),
         }

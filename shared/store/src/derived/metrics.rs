@@ -68,6 +68,7 @@ mod tests {
             id: "evt_x".into(),
             kind,
             queue: queue.into(),
+            tenant: None,
             body: Value::Null,
         }
     }

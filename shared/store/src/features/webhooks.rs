@@ -16,6 +16,7 @@
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValue;
+use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
 use serde_json::{json, Value};
@@ -82,6 +83,10 @@ pub struct WebhookEntry {
     /// The id of the API key that created it (None: keys were off, or before keys were
     /// recorded).
     pub created_by: Option<String>,
+    /// The tenant whose jobs' events it receives, set by the request that created it
+    /// (its key's tenant, or its `X-OJS-Tenant`; ojs-webhooks.md §9.3), never changed:
+    /// [`Scope::Any`] for an operator's, which receives every tenant's.
+    pub tenant: Scope,
     /// When it was last changed.
     pub updated_at: String,
 }
@@ -95,8 +100,22 @@ impl WebhookEntry {
             o.insert("created_at".into(), json!(self.created_at));
             o.insert("created_by".into(), json!(self.created_by));
             o.insert("updated_at".into(), json!(self.updated_at));
+            if let Scope::One(t) = &self.tenant {
+                o.insert("tenant_id".into(), json!(Scope::name(t.as_ref())));
+            }
         }
         v
+    }
+
+    /// Whether a request acting for `scope` may see and manage it: an operator's request
+    /// (any tenant) every subscription, a tenant's only those it created.
+    pub fn visible_to(&self, scope: &Scope) -> bool {
+        matches!(scope, Scope::Any) || *scope == self.tenant
+    }
+
+    /// Whether it receives an event of a job of `tenant` (`None`: the default tenant).
+    pub fn receives_tenant(&self, tenant: Option<&TenantId>) -> bool {
+        self.tenant.sees(tenant)
     }
 
     /// The secrets deliveries are signed with at `now` (Unix seconds): the current one,
@@ -128,6 +147,9 @@ impl WebhookEntry {
         if let Some(by) = &self.created_by {
             item.insert("created_by".into(), s(by.clone()));
         }
+        if let Scope::One(t) = &self.tenant {
+            item.insert("tenant".into(), s(Scope::name(t.as_ref()).to_owned()));
+        }
         item
     }
 
@@ -145,6 +167,12 @@ impl WebhookEntry {
                 .map(|p| (p.clone(), get_n(item, "prev_until").unwrap_or(0))),
             created_at: get(item, "created_at").cloned().unwrap_or_default(),
             created_by: get(item, "created_by").cloned(),
+            tenant: match get(item, "tenant") {
+                None => Scope::Any,
+                Some(raw) => Scope::One(TenantId::parse(raw).map_err(|e| {
+                    StoreError::Corrupt(format!("webhook subscription tenant: {}", e.message))
+                })?),
+            },
             updated_at: get(item, "updated_at").cloned().unwrap_or_default(),
         })
     }
@@ -262,6 +290,7 @@ impl Store {
         subscription: &Subscription,
         secret: String,
         created_by: Option<&str>,
+        tenant: &Scope,
         now: Timestamp,
     ) -> Result<WebhookEntry, StoreError> {
         let at = time::format(&now);
@@ -272,6 +301,7 @@ impl Store {
             previous_secret: None,
             created_at: at.clone(),
             created_by: created_by.map(str::to_owned),
+            tenant: tenant.clone(),
             updated_at: at,
         };
         let out = self

@@ -12,6 +12,9 @@ use crate::push::PushTarget;
 
 /// Most subscriptions a server takes (their listing is one Query of one partition).
 pub const MAX_SUBSCRIPTIONS: usize = 100;
+/// Most subscriptions made for one tenant (ojs-webhooks.md §9.3): its share of
+/// [`MAX_SUBSCRIPTIONS`], so that one tenant of a shared stack cannot take them all.
+pub const MAX_SUBSCRIPTIONS_PER_TENANT: usize = 20;
 /// Longest subscription URL.
 pub const MAX_URL_LEN: usize = 2048;
 /// Most event patterns, queues or job types in a subscription.

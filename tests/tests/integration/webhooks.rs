@@ -1207,3 +1207,57 @@ async fn a_tenants_subscription_receives_its_own_jobs_events_and_is_its_own() ->
     app.teardown().await;
     Ok(())
 }
+
+/// A tenant holds at most its share of the stack's subscriptions (20 of 100), so one
+/// tenant of a shared stack cannot take them all: its 21st is 400 and names the cap,
+/// while another tenant and an operator still subscribe.
+#[tokio::test]
+async fn a_tenant_holds_at_most_its_share_of_subscriptions() -> anyhow::Result<()> {
+    let app = TestApp::spawn_with_webhooks(config(&[1000])).await?;
+    let body = json!({"url": "http://127.0.0.1:9/hook", "events": ["job.completed"]});
+    let create = |tenant: Option<&'static str>| {
+        let body = body.clone();
+        let app = &app;
+        async move { app.call_as(tenant, Method::POST, SUBS, Some(body)).await }
+    };
+    for i in 0..ojs_core::webhook::MAX_SUBSCRIPTIONS_PER_TENANT {
+        let r = create(Some("acme")).await?;
+        anyhow::ensure!(
+            r.status == 201,
+            "acme's #{}: {} {:?}",
+            i + 1,
+            r.status,
+            r.body
+        );
+    }
+    let r = create(Some("acme")).await?;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["tenant_id"], "acme",
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.body["error"]["details"]["maximum"], 20, "{:?}", r.body);
+    for tenant in [Some("globex"), None] {
+        let r = create(tenant).await?;
+        assert_eq!(r.status, 201, "{tenant:?}: {:?}", r.body);
+    }
+    // A deleted one gives its place back.
+    let mine = app.call_as(Some("acme"), Method::GET, SUBS, None).await?;
+    let first = mine.body["subscriptions"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = app
+        .call_as(
+            Some("acme"),
+            Method::DELETE,
+            &format!("{SUBS}/{first}"),
+            None,
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(create(Some("acme")).await?.status, 201);
+    app.teardown().await;
+    Ok(())
+}

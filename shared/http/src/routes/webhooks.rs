@@ -11,7 +11,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use ojs_core::webhook::{new_secret, rotation_grace, Subscription, MAX_SUBSCRIPTIONS};
+use ojs_core::webhook::{
+    new_secret, rotation_grace, Subscription, MAX_SUBSCRIPTIONS, MAX_SUBSCRIPTIONS_PER_TENANT,
+};
 use ojs_core::{time, ErrorCode, OjsError};
 use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG_PAGE};
 use serde::Deserialize;
@@ -121,13 +123,33 @@ async fn create_subscription(
     let secret = ojs_core::webhook::take_caller_secret(&mut body)?;
     let subscription = Subscription::from_json(&body, allow_private)?;
     check_address(&subscription.url, allow_private).await?;
-    if app.store.list_webhooks(true).await?.len() >= MAX_SUBSCRIPTIONS {
+    let subscriptions = app.store.list_webhooks(true).await?;
+    if subscriptions.len() >= MAX_SUBSCRIPTIONS {
         return Err(ApiError(OjsError::new(
             ErrorCode::InvalidRequest,
             format!(
                 "at most {MAX_SUBSCRIPTIONS} webhook subscriptions may exist; delete one first"
             ),
         )));
+    }
+    if let ojs_core::tenant::Scope::One(t) = &tenant.0 {
+        let held = subscriptions
+            .iter()
+            .filter(|entry| entry.tenant == tenant.0)
+            .count();
+        if held >= MAX_SUBSCRIPTIONS_PER_TENANT {
+            let name = ojs_core::tenant::Scope::name(t.as_ref());
+            return Err(ApiError(
+                OjsError::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "tenant {name} has {held} webhook subscriptions, the most one tenant may have; delete one first"
+                    ),
+                )
+                .with_detail("tenant_id", name)
+                .with_detail("maximum", MAX_SUBSCRIPTIONS_PER_TENANT),
+            ));
+        }
     }
     let entry = app
         .store

@@ -396,6 +396,19 @@ impl Dispatcher {
             self.inner.config.allow_private,
         )
         .await;
+        // The endpoint's health is known with its answer: the breaker learns it before the
+        // job is settled, so a delivery that starts once the job shows this outcome finds
+        // the circuit as the answer left it (learnt after the settlement, a fifth failure
+        // let one more delivery through within the cooldown).
+        let delivery_error = match &answer {
+            PushAnswer::Failed(f) => {
+                f.retryable && f.reported.get("error_class") == Some(&"delivery_error".into())
+            }
+            PushAnswer::Completed(_) => false,
+        };
+        if self.inner.breakers.record(&endpoint.id, delivery_error) {
+            tracing::warn!(endpoint = %endpoint.id, failures = breaker::TRIP_AFTER, "push circuit opened: no delivery to this endpoint for the cooldown");
+        }
         let worker = endpoint.worker_id();
         let fence = Fence {
             worker_id: Some(&worker),
@@ -439,17 +452,10 @@ impl Dispatcher {
             }
         }
         store.release_push_slot(endpoint, &slot).await;
-        let delivery_error = match &answer {
-            PushAnswer::Failed(f) => {
-                if disables(&f.error_type) {
-                    self.disable(endpoint, &f.message).await;
-                }
-                f.retryable && f.reported.get("error_class") == Some(&"delivery_error".into())
+        if let PushAnswer::Failed(f) = &answer {
+            if disables(&f.error_type) {
+                self.disable(endpoint, &f.message).await;
             }
-            PushAnswer::Completed(_) => false,
-        };
-        if self.inner.breakers.record(&endpoint.id, delivery_error) {
-            tracing::warn!(endpoint = %endpoint.id, failures = breaker::TRIP_AFTER, "push circuit opened: no delivery to this endpoint for the cooldown");
         }
     }
 

@@ -320,19 +320,8 @@ async fn a_first_try_overtaken_by_its_retry_answers_with_the_retrys_job() -> any
     proxy.set_hang(Duration::from_secs(20));
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     // One attempt per call and time to spare: the held write must not become a retry.
-    let patient = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_config::timeout::TimeoutConfig::builder()
-                .operation_attempt_timeout(Duration::from_secs(30))
-                .build(),
-        )
-        .build();
-    let slow = ojs_store::Store::new(
-        aws_sdk_dynamodb::Client::from_conf(patient),
-        ojs_store::StoreConfig::for_table(base.table()),
-    )
-    .with_queue_settings_ttl(Duration::from_secs(600));
+    let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, base.table())
+        .with_queue_settings_ttl(Duration::from_secs(600));
     let first_app = Arc::new(TestApp::spawn_on_store_without_stream(slow).await?);
     // The queue registered and its settings remembered: the first try's PutItems are
     // its key's claim, then its job.

@@ -916,16 +916,20 @@ async fn rate_and_throttle_of_one_period_deliver_within_the_strictest_limit() ->
             .await?;
         assert_eq!(r.status, 201, "{:?}", r.body);
     }
-    // One FETCH claims at one instant, in one window: one start, not ten, not none.
+    // One FETCH starts one job per window it claims in: not ten, not none. (A FETCH that
+    // outlasts its second on a busy machine claims again in the next window: CI of
+    // abe6533 saw starts at :49.0 and :50.2 in one FETCH. Whatever the FETCHes, the
+    // starts fall in distinct seconds, checked below.)
     let first = app.fetch(json!({"queues": ["sp"], "count": 10})).await?;
     assert_eq!(first.status, 200, "{:?}", first.body);
-    assert_eq!(
-        first.body["jobs"].as_array().map(Vec::len),
-        Some(1),
-        "{:?}",
-        first.body
-    );
-    let mut started = vec![first.body["jobs"][0]["started_at"].clone()];
+    let mut started: Vec<Value> = first.body["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|j| j["started_at"].clone())
+        .collect();
+    assert!(!started.is_empty(), "{:?}", first.body);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
     while started.len() < 3 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;

@@ -9,8 +9,9 @@ use serde_json::{Map, Number, Value};
 use crate::v1::{JobEnvelope, JobError, JobState, RetryPolicy, UniquePolicy};
 use crate::{time, value, wire, ProtoError};
 
-/// The JSON member that carries top-level Protobuf fields this schema does not know,
-/// as base64url (no padding) of their exact wire bytes.
+/// The JSON member that carries the Protobuf fields this schema does not know, as
+/// base64url (no padding) of their exact wire bytes: a member of the envelope for its
+/// own fields, of `retry`, `unique` or `error` for that message's.
 pub const UNKNOWN_FIELDS_KEY: &str = "x-ojs-proto-unknown-fields";
 
 /// The JSON names of `JobEnvelope`'s typed fields. An `extensions` entry under one of
@@ -78,46 +79,192 @@ fn is_known_field(number: u32) -> bool {
     matches!(number, 1..=21 | 100..=104 | 200)
 }
 
-/// A job envelope as the generated message plus the top-level fields the generated
-/// message does not know (spec 9.2 requires keeping them).
+/// A submessage of `JobEnvelope` whose unknown fields are kept like the envelope's own
+/// (spec 9.2 asks for all of them; prost keeps none, so they are split off by hand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nested {
+    Retry,
+    Unique,
+    Error,
+}
+
+impl Nested {
+    /// In field-number order, the order [`Envelope::encode`] writes them in.
+    const ALL: [Self; 3] = [Self::Retry, Self::Unique, Self::Error];
+
+    /// Its field number in `JobEnvelope`.
+    fn field(self) -> u32 {
+        match self {
+            Self::Retry => 11,
+            Self::Unique => 12,
+            Self::Error => 20,
+        }
+    }
+
+    fn of_field(number: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|n| n.field() == number)
+    }
+
+    /// Its JSON member.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Unique => "unique",
+            Self::Error => "error",
+        }
+    }
+
+    fn message_name(self) -> &'static str {
+        match self {
+            Self::Retry => "RetryPolicy",
+            Self::Unique => "UniquePolicy",
+            Self::Error => "JobError",
+        }
+    }
+
+    /// Whether its own schema knows field `number`: each numbers its fields from 1
+    /// without gaps (RetryPolicy 1-7, UniquePolicy 1-3, JobError 1-6).
+    fn knows(self, number: u32) -> bool {
+        let last = match self {
+            Self::Retry => 7,
+            Self::Unique => 3,
+            Self::Error => 6,
+        };
+        (1..=last).contains(&number)
+    }
+}
+
+/// A job envelope as the generated message plus the fields the generated messages do
+/// not know, top-level and inside `retry`, `unique` and `error` (spec 9.2 requires
+/// keeping them).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Envelope {
     /// The fields this schema knows.
     pub message: JobEnvelope,
     /// Unknown top-level fields, exactly as they were on the wire, in wire order.
     pub unknown_fields: Vec<u8>,
+    /// Unknown fields of `message.retry` (a `RetryPolicy`), as they were on the wire, in
+    /// wire order. Encoded inside the `retry` field, which is then written even if
+    /// `message.retry` is `None`.
+    pub retry_unknown_fields: Vec<u8>,
+    /// Unknown fields of `message.unique` (a `UniquePolicy`), likewise.
+    pub unique_unknown_fields: Vec<u8>,
+    /// Unknown fields of `message.error` (a `JobError`), likewise.
+    pub error_unknown_fields: Vec<u8>,
 }
 
 impl From<JobEnvelope> for Envelope {
     fn from(message: JobEnvelope) -> Self {
         Self {
             message,
-            unknown_fields: Vec::new(),
+            ..Self::default()
         }
     }
 }
 
 impl Envelope {
-    /// Decodes one `JobEnvelope`, keeping its unknown fields.
+    /// Decodes one `JobEnvelope`, keeping its unknown fields and those of its `retry`,
+    /// `unique` and `error`.
     pub fn decode(bytes: &[u8]) -> Result<Self, ProtoError> {
         let fields = wire::split_fields(bytes).map_err(|r| ProtoError::decode("JobEnvelope", r))?;
-        let mut unknown_fields = Vec::new();
-        for field in fields.iter().filter(|f| !is_known_field(f.number)) {
-            unknown_fields.extend_from_slice(field.raw);
-        }
         let message =
             JobEnvelope::decode(bytes).map_err(|e| ProtoError::decode("JobEnvelope", e))?;
-        Ok(Self {
-            message,
-            unknown_fields,
-        })
+        let mut envelope = Self::from(message);
+        for field in &fields {
+            if !is_known_field(field.number) {
+                envelope.unknown_fields.extend_from_slice(field.raw);
+                continue;
+            }
+            // prost has checked that the field is length-delimited. A submessage may
+            // occur more than once (the occurrences merge): every occurrence's unknown
+            // fields are kept, in wire order.
+            let Some(nested) = Nested::of_field(field.number) else {
+                continue;
+            };
+            let inner = wire::split_fields(field.payload).map_err(|r| {
+                ProtoError::decode(
+                    "JobEnvelope",
+                    format!("{} (field {}): {r}", nested.name(), nested.field()),
+                )
+            })?;
+            let unknown = envelope.nested_unknown_mut(nested);
+            for f in inner.iter().filter(|f| !nested.knows(f.number)) {
+                unknown.extend_from_slice(f.raw);
+            }
+        }
+        Ok(envelope)
     }
 
-    /// Encodes the envelope: the known fields, then the unknown ones.
+    /// Encodes the envelope: the known fields in field-number order, the submessages
+    /// with their unknown fields after their known ones, then the top-level unknown
+    /// fields.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = self.message.encode_to_vec();
+        let nested: Vec<Nested> = Nested::ALL
+            .into_iter()
+            .filter(|n| !self.nested_unknown(*n).is_empty())
+            .collect();
+        let mut out = if nested.is_empty() {
+            self.message.encode_to_vec()
+        } else {
+            self.encode_with_nested_unknown(&nested)
+        };
         out.extend_from_slice(&self.unknown_fields);
         out
+    }
+
+    /// The known fields, with the submessages `nested` written by hand: prost cannot put
+    /// unknown fields inside them.
+    fn encode_with_nested_unknown(&self, nested: &[Nested]) -> Vec<u8> {
+        let mut rest = self.message.clone();
+        let mut written = Vec::new();
+        for &n in nested {
+            let mut payload = match n {
+                Nested::Retry => rest.retry.take().unwrap_or_default().encode_to_vec(),
+                Nested::Unique => rest.unique.take().unwrap_or_default().encode_to_vec(),
+                Nested::Error => rest.error.take().unwrap_or_default().encode_to_vec(),
+            };
+            payload.extend_from_slice(self.nested_unknown(n));
+            let mut field = Vec::new();
+            wire::write_varint(u64::from(n.field() << 3 | 2), &mut field);
+            wire::push_delimited(&payload, &mut field);
+            written.push((n.field(), field));
+        }
+        insert_in_order(&rest.encode_to_vec(), written)
+    }
+
+    fn nested_unknown(&self, nested: Nested) -> &[u8] {
+        match nested {
+            Nested::Retry => &self.retry_unknown_fields,
+            Nested::Unique => &self.unique_unknown_fields,
+            Nested::Error => &self.error_unknown_fields,
+        }
+    }
+
+    fn nested_unknown_mut(&mut self, nested: Nested) -> &mut Vec<u8> {
+        match nested {
+            Nested::Retry => &mut self.retry_unknown_fields,
+            Nested::Unique => &mut self.unique_unknown_fields,
+            Nested::Error => &mut self.error_unknown_fields,
+        }
+    }
+
+    /// A submessage's JSON members with its unknown fields as [`UNKNOWN_FIELDS_KEY`];
+    /// present when either is (as the encoding writes the field).
+    fn with_nested_unknown(
+        &self,
+        nested: Nested,
+        typed: Option<Map<String, Value>>,
+    ) -> Option<Map<String, Value>> {
+        let unknown = self.nested_unknown(nested);
+        if unknown.is_empty() {
+            return typed;
+        }
+        let mut members = typed.unwrap_or_default();
+        members.insert(
+            UNKNOWN_FIELDS_KEY.into(),
+            wire::base64url_encode(unknown).into(),
+        );
+        Some(members)
     }
 
     /// The envelope of a JSON job object. Fails only when `json` is not an object:
@@ -129,7 +276,8 @@ impl Envelope {
                 expected: "a JSON object",
             });
         };
-        let mut m = JobEnvelope::default();
+        let mut envelope = Self::default();
+        let m = &mut envelope.message;
         let mut ext = BTreeMap::new();
         let mut blob = None;
         for (key, v) in members {
@@ -156,8 +304,22 @@ impl Envelope {
                 "timeout" => fit_i32(v, &mut m.timeout),
                 "scheduled_at" => fit_time(v, &mut m.scheduled_at),
                 "expires_at" => fit_time(v, &mut m.expires_at),
-                "retry" => fit_object(v, key, &mut m.retry, &mut ext, fit_retry_member),
-                "unique" => fit_object(v, key, &mut m.unique, &mut ext, fit_unique_member),
+                "retry" => fit_object(
+                    v,
+                    Nested::Retry,
+                    &mut m.retry,
+                    &mut envelope.retry_unknown_fields,
+                    &mut ext,
+                    fit_retry_member,
+                ),
+                "unique" => fit_object(
+                    v,
+                    Nested::Unique,
+                    &mut m.unique,
+                    &mut envelope.unique_unknown_fields,
+                    &mut ext,
+                    fit_unique_member,
+                ),
                 "schema" => fit_string(v, &mut m.schema),
                 "state" => match v.as_str().and_then(state_from_name) {
                     Some(s) => {
@@ -171,7 +333,14 @@ impl Envelope {
                 "enqueued_at" => fit_time(v, &mut m.enqueued_at),
                 "started_at" => fit_time(v, &mut m.started_at),
                 "completed_at" => fit_time(v, &mut m.completed_at),
-                "error" => fit_object(v, key, &mut m.error, &mut ext, fit_error_member),
+                "error" => fit_object(
+                    v,
+                    Nested::Error,
+                    &mut m.error,
+                    &mut envelope.error_unknown_fields,
+                    &mut ext,
+                    fit_error_member,
+                ),
                 "result" => {
                     m.result = Some(value::to_proto(v));
                     true
@@ -191,12 +360,12 @@ impl Envelope {
                 ext.insert(key.clone(), value::to_proto(v));
             }
         }
-        let mut unknown_fields = Vec::new();
         if let Some(v) = blob {
-            match v.as_str().and_then(wire::base64url_decode) {
-                Some(bytes) if is_unknown_blob(&bytes, m.state != 0) => unknown_fields = bytes,
+            let state_set = m.state != 0;
+            match unknown_blob(v, |f| is_unknown_top_level(f, state_set)) {
+                Some(bytes) => envelope.unknown_fields = bytes,
                 // Not ours after all: an ordinary unknown member.
-                _ => {
+                None => {
                     ext.insert(UNKNOWN_FIELDS_KEY.into(), value::to_proto(v));
                 }
             }
@@ -205,10 +374,7 @@ impl Envelope {
             .into_iter()
             .map(|(name, v)| (extension_key(&name), v))
             .collect();
-        Ok(Self {
-            message: m,
-            unknown_fields,
-        })
+        Ok(envelope)
     }
 
     /// The JSON job object of the envelope. Fails when a value has no JSON form (NaN,
@@ -260,8 +426,10 @@ impl Envelope {
             "expires_at",
             time_json(m.expires_at.as_ref(), "expires_at")?,
         )?;
-        out.put_object("retry", m.retry.as_ref().map(retry_json).transpose()?)?;
-        out.put_object("unique", m.unique.as_ref().map(unique_json))?;
+        let retry = m.retry.as_ref().map(retry_json).transpose()?;
+        out.put_object("retry", self.with_nested_unknown(Nested::Retry, retry))?;
+        let unique = m.unique.as_ref().map(unique_json);
+        out.put_object("unique", self.with_nested_unknown(Nested::Unique, unique))?;
         out.put("schema", string_json(&m.schema))?;
         let state = JobState::try_from(m.state).ok().and_then(state_name);
         out.put("state", state.map(Value::from))?;
@@ -282,7 +450,8 @@ impl Envelope {
             "completed_at",
             time_json(m.completed_at.as_ref(), "completed_at")?,
         )?;
-        out.put_object("error", m.error.as_ref().map(error_json))?;
+        let error = m.error.as_ref().map(error_json);
+        out.put_object("error", self.with_nested_unknown(Nested::Error, error))?;
         let result = m.result.as_ref().map(value::to_json).transpose();
         out.put("result", result.map_err(|e| e.within("result"))?)?;
         out.put("total_timeout", m.total_timeout.map(Value::from))?;
@@ -339,14 +508,27 @@ impl TryFrom<&JobEnvelope> for Value {
 impl TryFrom<&Value> for JobEnvelope {
     type Error = ProtoError;
 
-    /// Fails when the JSON carries unknown Protobuf fields, which `JobEnvelope` cannot
-    /// hold: use [`Envelope`] to keep them.
+    /// Fails when the JSON carries unknown Protobuf fields, top-level or inside `retry`,
+    /// `unique` or `error`, which `JobEnvelope` cannot hold: use [`Envelope`] to keep
+    /// them.
     fn try_from(json: &Value) -> Result<Self, ProtoError> {
         let envelope = Envelope::from_json(json)?;
         if !envelope.unknown_fields.is_empty() {
             return Err(ProtoError::field(
                 UNKNOWN_FIELDS_KEY,
                 "JobEnvelope cannot hold unknown fields; convert to Envelope instead",
+            ));
+        }
+        if let Some(n) = Nested::ALL
+            .into_iter()
+            .find(|n| !envelope.nested_unknown(*n).is_empty())
+        {
+            return Err(ProtoError::field(
+                format!("{}.{UNKNOWN_FIELDS_KEY}", n.name()),
+                format!(
+                    "{} cannot hold unknown fields; convert to Envelope instead",
+                    n.message_name()
+                ),
             ));
         }
         Ok(envelope.message)
@@ -408,23 +590,52 @@ fn collision(name: &str) -> ProtoError {
     )
 }
 
-/// Whether `bytes` is a valid unknown-fields blob: complete fields none of which this
-/// schema knows, except a `state` (14) with an enum value it does not know (only when
-/// the JSON set no state itself).
-fn is_unknown_blob(bytes: &[u8], state_set: bool) -> bool {
-    let Ok(fields) = wire::split_fields(bytes) else {
-        return false;
-    };
-    fields.iter().all(|f| {
-        if !is_known_field(f.number) {
-            return true;
+/// The bytes of an unknown-fields member: base64url text of one or more complete
+/// fields, each of which `unknown` accepts. `None` for anything else, which is then an
+/// ordinary member (a blob naming no field would not come back).
+fn unknown_blob(v: &Value, unknown: impl Fn(&wire::RawField<'_>) -> bool) -> Option<Vec<u8>> {
+    let bytes = wire::base64url_decode(v.as_str()?)?;
+    let fields = wire::split_fields(&bytes).ok()?;
+    (!fields.is_empty() && fields.iter().all(unknown)).then_some(bytes)
+}
+
+/// Whether a top-level field belongs in the envelope's unknown fields: one this schema
+/// does not know, or a `state` (14) with an enum value it does not know (only when the
+/// JSON set no state itself).
+fn is_unknown_top_level(f: &wire::RawField<'_>, state_set: bool) -> bool {
+    if !is_known_field(f.number) {
+        return true;
+    }
+    f.number == STATE_FIELD
+        && f.wire_type == 0
+        && !state_set
+        && wire::read_varint(f.payload).is_ok_and(|(v, _)| JobState::try_from(v as i32).is_err())
+}
+
+/// `known` (prost's encoding, its fields in number order) with each of `fields`
+/// (number, encoded field; in number order) before the first known field of a higher
+/// number, as a protobuf encoder writing them itself would place them.
+fn insert_in_order(known: &[u8], fields: Vec<(u32, Vec<u8>)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(known.len() + fields.iter().map(|f| f.1.len()).sum::<usize>());
+    let known_fields = match wire::split_fields(known) {
+        Ok(known_fields) => known_fields,
+        // Never for prost's own output; appending would still be valid protobuf.
+        Err(_) => {
+            out.extend_from_slice(known);
+            Vec::new()
         }
-        f.number == STATE_FIELD
-            && f.wire_type == 0
-            && !state_set
-            && wire::read_varint(f.payload)
-                .is_ok_and(|(v, _)| JobState::try_from(v as i32).is_err())
-    })
+    };
+    let mut fields = fields.into_iter().peekable();
+    for k in known_fields {
+        while let Some((_, field)) = fields.next_if(|(number, _)| *number < k.number) {
+            out.extend_from_slice(&field);
+        }
+        out.extend_from_slice(k.raw);
+    }
+    for (_, field) in fields {
+        out.extend_from_slice(&field);
+    }
+    out
 }
 
 fn fit_string(v: &Value, slot: &mut String) -> bool {
@@ -477,12 +688,14 @@ fn fit_time(v: &Value, slot: &mut Option<Timestamp>) -> bool {
     }
 }
 
-/// Puts an object's members that fit into `slot`'s message and the others into
-/// `extensions[key]`; a non-object does not fit at all.
+/// Puts an object's members that fit into `slot`'s message, its unknown-fields member
+/// (when it holds fields unknown to that message) into `unknown`, and the others into
+/// `extensions[nested.name()]`; a non-object does not fit at all.
 fn fit_object<T: Default>(
     v: &Value,
-    key: &str,
+    nested: Nested,
     slot: &mut Option<T>,
+    unknown: &mut Vec<u8>,
     ext: &mut BTreeMap<String, prost_types::Value>,
     fit_member: fn(&str, &Value, &mut T) -> bool,
 ) -> bool {
@@ -492,13 +705,22 @@ fn fit_object<T: Default>(
     let mut message = T::default();
     let mut rest = Map::new();
     for (k, member) in members {
+        if k == UNKNOWN_FIELDS_KEY {
+            if let Some(bytes) = unknown_blob(member, |f| !nested.knows(f.number)) {
+                *unknown = bytes;
+                continue;
+            }
+        }
         if !fit_member(k, member, &mut message) {
             rest.insert(k.clone(), member.clone());
         }
     }
     *slot = Some(message);
     if !rest.is_empty() {
-        ext.insert(key.to_owned(), value::to_proto(&Value::Object(rest)));
+        ext.insert(
+            nested.name().to_owned(),
+            value::to_proto(&Value::Object(rest)),
+        );
     }
     true
 }
@@ -649,4 +871,56 @@ fn state_name(state: JobState) -> Option<&'static str> {
         JobState::Cancelled => "cancelled",
         JobState::Discarded => "discarded",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1::{JobError, RetryPolicy, UniquePolicy};
+
+    /// [`Nested::knows`] names exactly the fields of the generated messages: each set
+    /// in full encodes to exactly the numbers it claims to know.
+    #[test]
+    fn nested_schemas_know_the_generated_fields() -> Result<(), String> {
+        let s = || "x".to_owned();
+        let retry = RetryPolicy {
+            max_attempts: Some(1),
+            initial_interval: s(),
+            backoff_coefficient: Some(1.5),
+            max_interval: s(),
+            jitter: Some(true),
+            non_retryable_errors: vec![s()],
+            on_exhaustion: s(),
+        };
+        let unique = UniquePolicy {
+            keys: vec![s()],
+            period: s(),
+            on_conflict: s(),
+        };
+        let error = JobError {
+            r#type: s(),
+            message: s(),
+            backtrace: s(),
+            timeout_kind: s(),
+            limit_seconds: Some(1),
+            elapsed_seconds: Some(1),
+        };
+        for (nested, bytes) in [
+            (Nested::Retry, retry.encode_to_vec()),
+            (Nested::Unique, unique.encode_to_vec()),
+            (Nested::Error, error.encode_to_vec()),
+        ] {
+            let numbers: Vec<u32> = wire::split_fields(&bytes)?
+                .iter()
+                .map(|f| f.number)
+                .collect();
+            let known: Vec<u32> = (0..64).filter(|n| nested.knows(*n)).collect();
+            assert_eq!(numbers, known, "{nested:?}");
+            assert_eq!(Nested::of_field(nested.field()), Some(nested));
+        }
+        for number in [0, 1, 10, 13, 19, 21, 200] {
+            assert_eq!(Nested::of_field(number), None, "{number}");
+        }
+        Ok(())
+    }
 }

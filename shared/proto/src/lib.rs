@@ -47,14 +47,21 @@
 //!    keeps its name; any other travels as `x-ojs-{name}` (`x-ojs-timeout_ms`), and so
 //!    does one named `x-ojs-...` itself, so that every name comes back exactly
 //!    ([`extension_key`], [`json_name`]). A key without the prefix names its member.
-//! 4. **Unknown Protobuf fields** (spec 9.2): top-level fields whose numbers this
-//!    schema does not know are kept as raw bytes ([`Envelope::unknown_fields`]) and, in
-//!    JSON, as the member [`UNKNOWN_FIELDS_KEY`] (`x-ojs-proto-unknown-fields`), the
-//!    base64url text (no padding, the JSON format's binary encoding) of their exact
-//!    wire bytes; converting back appends them after the known fields. A `state` enum
-//!    value this schema does not know is kept the same way. Unknown fields nested
-//!    inside `retry`, `unique`, `error` or the well-known types are dropped (prost keeps
-//!    no unknown fields), and so are unknown fields of a `BatchEnqueueRequest` itself.
+//! 4. **Unknown Protobuf fields** (spec 9.2): fields whose numbers this schema does not
+//!    know are kept as raw bytes, top-level ones ([`Envelope::unknown_fields`]) and
+//!    those inside `retry`, `unique` and `error` ([`Envelope::retry_unknown_fields`]
+//!    etc.; prost keeps none, so they are split off by hand). In JSON they are the
+//!    member [`UNKNOWN_FIELDS_KEY`] (`x-ojs-proto-unknown-fields`) of the envelope or of
+//!    that object: the base64url text (no padding, the JSON format's binary encoding)
+//!    of their exact wire bytes. Converting back appends them after the known fields of
+//!    their message (a submessage stays in its field-number place). A submessage sent
+//!    more than once (the occurrences merge) keeps every occurrence's unknown fields, in
+//!    order, and comes back as one. A `state` enum value this schema does not know is
+//!    kept the same way. A member of that name that is not such a blob (not base64url,
+//!    empty, naming a field its message knows) is an ordinary member (see 3). A bare
+//!    `JobEnvelope` cannot hold unknown fields: `JobEnvelope::try_from(&json)` fails on
+//!    any, nested ones included. Unknown fields inside the well-known types are dropped,
+//!    and so are those of a `BatchEnqueueRequest` itself and of a `BatchEnqueueResponse`.
 //! 5. **Numbers** in `args`, `meta`, `result` and `extensions` are
 //!    `google.protobuf.Value` doubles (spec 10.1). Integers within +-(2^53 - 1) are exact
 //!    and come back as JSON integers. Integers beyond that cannot be doubles without

@@ -4,7 +4,7 @@
 mod common;
 
 use anyhow::{anyhow, Result};
-use ojs_proto::v1::{JobEnvelope, JobError, JobState, RetryPolicy};
+use ojs_proto::v1::{JobEnvelope, JobError, JobState, RetryPolicy, UniquePolicy};
 use ojs_proto::{
     batch_request_to_json, batch_response_to_json, decode_delimited_jobs, encode_delimited_jobs,
     json_to_batch_request, json_to_batch_response, json_to_proto, proto_to_json, Envelope,
@@ -181,6 +181,8 @@ fn what_a_typed_field_cannot_hold_is_kept_verbatim() -> Result<()> {
         json!({"args": [], "retry": {}, "unique": {}, "error": {}}),
         json!({"args": [], "x-ojs-proto-unknown-fields": "not base64 at all!"}),
         json!({"args": [], "x-ojs-proto-unknown-fields": "EgJoaQ"}),
+        // Names no field at all: not an unknown-fields blob either.
+        json!({"args": [], "x-ojs-proto-unknown-fields": ""}),
     ];
     for job in kept {
         assert_eq!(round_trip(&job)?, job, "{job}");
@@ -217,6 +219,276 @@ fn unknown_protobuf_fields_survive_json() -> Result<()> {
     let decoded = JobEnvelope::decode(back.as_slice())?;
     assert_eq!(decoded.state, 42);
     assert_eq!(proto_to_json(&back)?, json);
+    Ok(())
+}
+
+/// Field 9 (varint 7) and field 15 (length-delimited "abc"): unknown to `RetryPolicy`
+/// (1-7), `UniquePolicy` (1-3) and `JobError` (1-6) alike.
+const NESTED_UNKNOWN: &[u8] = &[0x48, 0x07, 0x7a, 0x03, b'a', b'b', b'c'];
+/// base64url of [`NESTED_UNKNOWN`].
+const NESTED_UNKNOWN_TEXT: &str = "SAd6A2FiYw";
+
+/// JobEnvelope field `number` (length-delimited) holding `payload`.
+fn submessage(number: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = if number < 16 {
+        vec![number << 3 | 2]
+    } else {
+        vec![(number << 3 | 2) | 0x80, number >> 4]
+    };
+    out.push(u8::try_from(payload.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Spec 9.2 inside `retry`, `unique` and `error`: their unknown fields come back as the
+/// object's `x-ojs-proto-unknown-fields` and are re-encoded after the message's known
+/// fields, the submessage in its field-number place, so the bytes are the same.
+#[test]
+fn unknown_fields_inside_retry_unique_and_error_survive_json() -> Result<()> {
+    let retry = RetryPolicy {
+        max_attempts: Some(3),
+        ..Default::default()
+    };
+    let unique = UniquePolicy {
+        period: "PT1H".into(),
+        ..Default::default()
+    };
+    let error = JobError {
+        r#type: "Timeout".into(),
+        ..Default::default()
+    };
+    let cases = [
+        (
+            11,
+            "retry",
+            retry.encode_to_vec(),
+            json!({"max_attempts": 3}),
+        ),
+        (
+            12,
+            "unique",
+            unique.encode_to_vec(),
+            json!({"period": "PT1H"}),
+        ),
+        (
+            20,
+            "error",
+            error.encode_to_vec(),
+            json!({"type": "Timeout"}),
+        ),
+    ];
+    // Fields on both sides of 11, 12 and 20: type (3), result (21), total_timeout (100).
+    let before = JobEnvelope {
+        r#type: "t".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let after = JobEnvelope {
+        result: Some(string_value("r")),
+        total_timeout: Some(5),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    for (number, name, known, members) in cases {
+        let bytes = [
+            &before[..],
+            &submessage(number, &[&known[..], NESTED_UNKNOWN].concat()),
+            &after,
+        ]
+        .concat();
+        let json = proto_to_json(&bytes)?;
+        let mut expected = members.clone();
+        expected[UNKNOWN_FIELDS_KEY] = NESTED_UNKNOWN_TEXT.into();
+        assert_eq!(json[name], expected, "{name}");
+        assert!(json.get(UNKNOWN_FIELDS_KEY).is_none(), "{json}");
+        assert_eq!(json_to_proto(&json)?, bytes, "{name}");
+        // prost alone reads the known fields and skips the others.
+        let decoded = JobEnvelope::decode(bytes.as_slice())?;
+        assert_eq!(Value::try_from(&decoded)?[name], members, "{name}");
+    }
+
+    // All three at once, with top-level unknown fields too (field 22, "future").
+    let schema = JobEnvelope {
+        schema: "s".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let top_unknown = [&[0xb2, 0x01, 0x06][..], b"future"].concat();
+    let bytes = [
+        &before[..],
+        &submessage(11, &[&retry.encode_to_vec(), NESTED_UNKNOWN].concat()),
+        &submessage(12, NESTED_UNKNOWN),
+        &schema,
+        &submessage(20, &[&error.encode_to_vec(), &NESTED_UNKNOWN[..2]].concat()),
+        &after,
+        &top_unknown,
+    ]
+    .concat();
+    let envelope = Envelope::decode(&bytes)?;
+    assert_eq!(envelope.retry_unknown_fields, NESTED_UNKNOWN);
+    assert_eq!(envelope.unique_unknown_fields, NESTED_UNKNOWN);
+    assert_eq!(envelope.error_unknown_fields, &NESTED_UNKNOWN[..2]);
+    assert_eq!(envelope.unknown_fields, top_unknown);
+    assert_eq!(envelope.encode(), bytes);
+    let json = envelope.to_json()?;
+    assert_eq!(
+        json["unique"],
+        json!({ UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT })
+    );
+    assert_eq!(json["error"][UNKNOWN_FIELDS_KEY], "SAc");
+    assert_eq!(json[UNKNOWN_FIELDS_KEY], "sgEGZnV0dXJl");
+    assert_eq!(Envelope::from_json(&json)?, envelope);
+    assert_eq!(json_to_proto(&json)?, bytes);
+    Ok(())
+}
+
+/// A submessage may occur more than once on the wire (the occurrences merge): the
+/// unknown fields of every occurrence are kept, in order, and come back in one field.
+#[test]
+fn a_repeated_submessage_keeps_every_occurrences_unknown_fields() -> Result<()> {
+    let first = RetryPolicy {
+        max_attempts: Some(3),
+        ..Default::default()
+    };
+    let second = RetryPolicy {
+        initial_interval: "PT1S".into(),
+        ..Default::default()
+    };
+    let bytes = [
+        submessage(
+            11,
+            &[&first.encode_to_vec()[..], &NESTED_UNKNOWN[..2]].concat(),
+        ),
+        submessage(
+            11,
+            &[&second.encode_to_vec()[..], &NESTED_UNKNOWN[2..]].concat(),
+        ),
+    ]
+    .concat();
+    let json = proto_to_json(&bytes)?;
+    assert_eq!(
+        json["retry"],
+        json!({"max_attempts": 3, "initial_interval": "PT1S", UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT})
+    );
+    let merged = RetryPolicy {
+        max_attempts: Some(3),
+        initial_interval: "PT1S".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        json_to_proto(&json)?,
+        submessage(11, &[&merged.encode_to_vec()[..], NESTED_UNKNOWN].concat())
+    );
+    Ok(())
+}
+
+/// A nested `x-ojs-proto-unknown-fields` is only bytes again when it is base64url of
+/// fields unknown to that message; anything else is an ordinary member, carried as today.
+#[test]
+fn a_nested_unknown_fields_member_naming_known_fields_stays_a_member() -> Result<()> {
+    // (member, last field number its schema knows: varint 1 as that field, then the next)
+    let cases = [
+        ("retry", "OAE", "QAE"),
+        ("unique", "GAE", "IAE"),
+        ("error", "MAE", "OAE"),
+    ];
+    for (name, last_known, first_unknown) in cases {
+        for kept in [
+            json!(last_known),
+            json!("CAU"),    // field 1
+            json!("SAcIBQ"), // field 9, then field 1
+            json!(""),
+            json!("SAd6A2FiYw=="),
+            json!("not base64!"),
+            json!(42),
+            json!({"a": 1}),
+        ] {
+            let job = json!({"args": [], name: { "x": 1, UNKNOWN_FIELDS_KEY: kept }});
+            let envelope = Envelope::from_json(&job)?;
+            assert!(
+                envelope.retry_unknown_fields.is_empty()
+                    && envelope.unique_unknown_fields.is_empty()
+                    && envelope.error_unknown_fields.is_empty(),
+                "{job}"
+            );
+            let keys: Vec<_> = envelope.message.extensions.keys().collect();
+            assert_eq!(keys, [&format!("x-ojs-{name}")], "{job}");
+            assert_eq!(round_trip(&job)?, job);
+        }
+        let job = json!({"args": [], name: { UNKNOWN_FIELDS_KEY: first_unknown }});
+        let envelope = Envelope::from_json(&job)?;
+        assert!(envelope.message.extensions.is_empty(), "{job}");
+        assert_eq!(round_trip(&job)?, job);
+    }
+    Ok(())
+}
+
+/// `JobEnvelope` alone has no place for unknown fields, nested ones included: converting
+/// JSON that carries some is an error naming them, not a silent loss.
+#[test]
+fn a_job_envelope_cannot_take_json_with_unknown_fields() -> Result<()> {
+    for (job, field, message) in [
+        (
+            json!({"args": [], UNKNOWN_FIELDS_KEY: "sgEGZnV0dXJl"}),
+            "x-ojs-proto-unknown-fields",
+            "JobEnvelope",
+        ),
+        (
+            json!({"args": [], "retry": {"max_attempts": 3, UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT}}),
+            "retry.x-ojs-proto-unknown-fields",
+            "RetryPolicy",
+        ),
+        (
+            json!({"args": [], "unique": {UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT}}),
+            "unique.x-ojs-proto-unknown-fields",
+            "UniquePolicy",
+        ),
+        (
+            json!({"args": [], "error": {"type": "E", UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT}}),
+            "error.x-ojs-proto-unknown-fields",
+            "JobError",
+        ),
+    ] {
+        let err = JobEnvelope::try_from(&job).err().map(|e| e.to_string());
+        assert_eq!(
+            err,
+            Some(format!(
+                "{field}: {message} cannot hold unknown fields; convert to Envelope instead"
+            ))
+        );
+        assert!(Envelope::try_from(&job).is_ok());
+    }
+    let plain = json!({"args": [], "retry": {"max_attempts": 3, UNKNOWN_FIELDS_KEY: "CAU"}});
+    assert_eq!(
+        JobEnvelope::try_from(&plain)?,
+        Envelope::from_json(&plain)?.message
+    );
+    Ok(())
+}
+
+/// Unknown fields set for a submessage the message lacks still travel: the field is
+/// written with them alone, and reads back as present.
+#[test]
+fn nested_unknown_fields_without_their_message_are_written_anyway() -> Result<()> {
+    let envelope = Envelope {
+        unique_unknown_fields: NESTED_UNKNOWN.to_vec(),
+        ..Default::default()
+    };
+    let bytes = envelope.encode();
+    assert_eq!(
+        bytes,
+        [
+            JobEnvelope::default().encode_to_vec(),
+            submessage(12, NESTED_UNKNOWN)
+        ]
+        .concat()
+    );
+    let json = envelope.to_json()?;
+    assert_eq!(
+        json,
+        json!({"args": [], "unique": { UNKNOWN_FIELDS_KEY: NESTED_UNKNOWN_TEXT }})
+    );
+    assert_eq!(json_to_proto(&json)?, bytes);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Property tests: JSON -> proto -> JSON and proto -> JSON -> proto over generated
-//! envelopes, including members the typed fields cannot hold and unknown fields.
+//! envelopes, including members the typed fields cannot hold and unknown fields (top-level
+//! and inside `retry`, `unique` and `error`).
 
 use chrono::{DateTime, SecondsFormat};
 use ojs_proto::v1::{JobEnvelope, JobError, RetryPolicy, UniquePolicy};
@@ -117,21 +118,52 @@ fn strings_member() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// An unknown-fields member for a message whose schema knows fields 1 to `last_known`
+/// (`None` for the envelope): mostly base64url of fields it does not know, else what is
+/// not such a blob and stays an ordinary member (a blob naming a known field, mixed
+/// ones, an empty blob, text that is not base64url, a non-string).
+fn unknown_fields_member(last_known: Option<u64>) -> impl Strategy<Value = Value> {
+    let unknown = match last_known {
+        Some(last) => nested_unknown_fields(last).boxed(),
+        None => unknown_fields().boxed(),
+    };
+    // At the top level up to 13: a state (14) the schema does not know is kept as an
+    // unknown field, but re-encoded from its int32 value.
+    let known = fields_numbered(1..=last_known.unwrap_or(13));
+    prop_oneof![
+        6 => unknown.clone().prop_filter("not empty", |b| !b.is_empty())
+            .prop_map(|b| Value::from(base64url(&b))),
+        1 => (known, unknown).prop_map(|(k, u)| Value::from(base64url(&[u, k].concat()))),
+        1 => Just(Value::from("")),
+        1 => Just(Value::from("CAE=")),
+        1 => json_leaf(),
+    ]
+}
+
 type Member = (&'static str, BoxedStrategy<Value>);
 
-/// An object with some of `members` and maybe an unknown member or a non-object.
-fn object_member(members: Vec<Member>) -> impl Strategy<Value = Value> {
+/// An object with some of `members` and maybe an unknown member, an unknown-fields member
+/// for a schema knowing fields 1 to `last_known`, or a non-object.
+fn object_member(members: Vec<Member>, last_known: u64) -> impl Strategy<Value = Value> {
     let fields: Vec<_> = members
         .into_iter()
         .map(|(name, s)| option::of(s).prop_map(move |v| v.map(|v| (name.to_owned(), v))))
         .collect();
-    let object = (fields, option::of((key(), json_value()))).prop_map(|(fields, extra)| {
-        let mut o: Map<String, Value> = fields.into_iter().flatten().collect();
-        if let Some((k, v)) = extra {
-            o.entry(k).or_insert(v);
-        }
-        Value::Object(o)
-    });
+    let object = (
+        fields,
+        option::of((key(), json_value())),
+        option::of(unknown_fields_member(Some(last_known))),
+    )
+        .prop_map(|(fields, extra, blob)| {
+            let mut o: Map<String, Value> = fields.into_iter().flatten().collect();
+            if let Some((k, v)) = extra {
+                o.entry(k).or_insert(v);
+            }
+            if let Some(blob) = blob {
+                o.insert(UNKNOWN_FIELDS_KEY.into(), blob);
+            }
+            Value::Object(o)
+        });
     prop_oneof![6 => object, 1 => json_leaf()]
 }
 
@@ -143,15 +175,18 @@ fn retry_member() -> impl Strategy<Value = Value> {
         1 => Just(serde_json::json!(2.0)),
         1 => int_member(),
     ];
-    object_member(vec![
-        ("max_attempts", int_member().boxed()),
-        ("initial_interval", string_member().boxed()),
-        ("backoff_coefficient", backoff.boxed()),
-        ("max_interval", string_member().boxed()),
-        ("jitter", json_leaf().boxed()),
-        ("non_retryable_errors", strings_member().boxed()),
-        ("on_exhaustion", string_member().boxed()),
-    ])
+    object_member(
+        vec![
+            ("max_attempts", int_member().boxed()),
+            ("initial_interval", string_member().boxed()),
+            ("backoff_coefficient", backoff.boxed()),
+            ("max_interval", string_member().boxed()),
+            ("jitter", json_leaf().boxed()),
+            ("non_retryable_errors", strings_member().boxed()),
+            ("on_exhaustion", string_member().boxed()),
+        ],
+        7,
+    )
 }
 
 fn state_member() -> impl Strategy<Value = Value> {
@@ -190,19 +225,25 @@ fn canonical_envelope() -> impl Strategy<Value = Value> {
         option::of(retry_member()),
     )
         .boxed();
-    let unique = object_member(vec![
-        ("keys", strings_member().boxed()),
-        ("period", string_member().boxed()),
-        ("on_conflict", string_member().boxed()),
-    ]);
-    let error = object_member(vec![
-        ("type", string_member().boxed()),
-        ("message", string_member().boxed()),
-        ("backtrace", string_member().boxed()),
-        ("timeout_kind", string_member().boxed()),
-        ("limit_seconds", int_member().boxed()),
-        ("elapsed_seconds", int_member().boxed()),
-    ]);
+    let unique = object_member(
+        vec![
+            ("keys", strings_member().boxed()),
+            ("period", string_member().boxed()),
+            ("on_conflict", string_member().boxed()),
+        ],
+        3,
+    );
+    let error = object_member(
+        vec![
+            ("type", string_member().boxed()),
+            ("message", string_member().boxed()),
+            ("backtrace", string_member().boxed()),
+            ("timeout_kind", string_member().boxed()),
+            ("limit_seconds", int_member().boxed()),
+            ("elapsed_seconds", int_member().boxed()),
+        ],
+        6,
+    );
     let system = (
         option::of(unique),
         option::of(string_member()),
@@ -213,6 +254,7 @@ fn canonical_envelope() -> impl Strategy<Value = Value> {
         option::of(json_value()),
         vec(option::of(int_member()), 5),
         btree_map(key(), json_value(), 0..4),
+        option::of(unknown_fields_member(None)),
     )
         .boxed();
     (core, system).prop_map(|(core, system)| {
@@ -246,7 +288,8 @@ fn canonical_envelope() -> impl Strategy<Value = Value> {
         put("scheduled_at", scheduled);
         put("expires_at", expires);
         put("retry", retry);
-        let (unique, schema, state, attempt, stamps, error, result, known_ext, extra) = system;
+        let (unique, schema, state, attempt, stamps, error, result, known_ext, extra, blob) =
+            system;
         put("unique", unique);
         put("schema", schema);
         put("state", state);
@@ -269,6 +312,7 @@ fn canonical_envelope() -> impl Strategy<Value = Value> {
         for (name, v) in ext_names.into_iter().zip(known_ext) {
             put(name, v);
         }
+        put(UNKNOWN_FIELDS_KEY, blob);
         for (k, v) in extra {
             if !TYPED_FIELDS.contains(&k.as_str()) && k != UNKNOWN_FIELDS_KEY {
                 o.insert(k, v);
@@ -330,22 +374,64 @@ fn extension_key() -> impl Strategy<Value = String> {
 
 /// Top-level fields with numbers this schema does not know.
 fn unknown_fields() -> impl Strategy<Value = Vec<u8>> {
-    let number = prop_oneof![22u64..100, 105u64..200, 201u64..100_000];
-    let field = (number, 0u8..4, vec(any::<u8>(), 0..12), any::<u64>()).prop_map(
+    vec(
+        fields_numbered(prop_oneof![22u64..100, 105u64..200, 201u64..100_000]),
+        0..3,
+    )
+    .prop_map(|fields| fields.concat())
+}
+
+/// Fields of a submessage whose schema knows fields 1 to `last_known`, with numbers it
+/// does not know, up to the largest valid one.
+fn nested_unknown_fields(last_known: u64) -> impl Strategy<Value = Vec<u8>> {
+    let number = prop_oneof![
+        4 => last_known + 1..40,
+        2 => 40u64..100_000,
+        1 => Just((1u64 << 29) - 1),
+    ];
+    vec(fields_numbered(number), 0..3).prop_map(|fields| fields.concat())
+}
+
+/// One field numbered by `number`, of any wire type: varint, fixed64, length-delimited,
+/// a group (holding a varint and a length-delimited field) or fixed32.
+fn fields_numbered(number: impl Strategy<Value = u64>) -> impl Strategy<Value = Vec<u8>> {
+    (number, 0u8..5, vec(any::<u8>(), 0..12), any::<u64>()).prop_map(
         |(number, kind, bytes, varint)| {
-            let mut out = Vec::new();
+            let delimited = |bytes: Vec<u8>| [encode_varint(bytes.len() as u64), bytes].concat();
             let (wire_type, payload): (u64, Vec<u8>) = match kind {
                 0 => (0, encode_varint(varint)),
                 1 => (1, varint.to_le_bytes().to_vec()),
-                2 => (2, [encode_varint(bytes.len() as u64), bytes].concat()),
+                2 => (2, delimited(bytes)),
+                3 => {
+                    let inner = [
+                        vec![0x08],
+                        encode_varint(varint),
+                        vec![0x12],
+                        delimited(bytes),
+                        encode_varint(number << 3 | 4),
+                    ];
+                    (3, inner.concat())
+                }
                 _ => (5, (varint as u32).to_le_bytes().to_vec()),
             };
-            out.extend(encode_varint(number << 3 | wire_type));
-            out.extend(payload);
-            out
+            [encode_varint(number << 3 | wire_type), payload].concat()
         },
-    );
-    vec(field, 0..3).prop_map(|fields| fields.concat())
+    )
+}
+
+/// base64url without padding, written independently of the crate's.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits: Vec<bool> = bytes
+        .iter()
+        .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1 == 1))
+        .collect();
+    bits.chunks(6)
+        .map(|six| {
+            let n = (0..6).fold(0, |n, i| n << 1 | usize::from(six.get(i) == Some(&true)));
+            char::from(ALPHABET[n])
+        })
+        .collect()
 }
 
 fn encode_varint(mut v: u64) -> Vec<u8> {
@@ -411,14 +497,15 @@ fn proto_envelope() -> impl Strategy<Value = Envelope> {
                 elapsed_seconds,
             },
         );
+    // Unknown fields only inside a submessage that is there: JSON can only send them so.
     let core = (
         (text(), text(), text(), text()),
         vec(proto_value(), 0..5),
         btree_map(key(), proto_value(), 0..3),
         (option::of(any::<i32>()), option::of(any::<i32>())),
         (proto_timestamp(), proto_timestamp()),
-        option::of(retry),
-        option::of(unique),
+        option::of((retry, nested_unknown_fields(7))),
+        option::of((unique, nested_unknown_fields(3))),
         text(),
     )
         .boxed();
@@ -426,7 +513,7 @@ fn proto_envelope() -> impl Strategy<Value = Envelope> {
         prop_oneof![8 => 0i32..=8, 1 => any::<i32>()],
         option::of(any::<i32>()),
         vec(proto_timestamp(), 4),
-        option::of(error),
+        option::of((error, nested_unknown_fields(6))),
         option::of(proto_value()),
         vec(option::of(any::<i32>()), 5),
         btree_map(extension_key(), proto_value(), 0..3),
@@ -449,6 +536,9 @@ fn proto_envelope() -> impl Strategy<Value = Envelope> {
             4] = stamps.try_into().unwrap_or_default();
         let [total_timeout, enqueue_ttl, grace_period, heartbeat_timeout, result_ttl]: [Option<i32>;
             5] = known_ext.try_into().unwrap_or_default();
+        let (retry, retry_unknown_fields) = retry.unzip();
+        let (unique, unique_unknown_fields) = unique.unzip();
+        let (error, error_unknown_fields) = error.unzip();
         Envelope {
             message: JobEnvelope {
                 specversion,
@@ -480,6 +570,9 @@ fn proto_envelope() -> impl Strategy<Value = Envelope> {
                 extensions,
             },
             unknown_fields: unknown,
+            retry_unknown_fields: retry_unknown_fields.unwrap_or_default(),
+            unique_unknown_fields: unique_unknown_fields.unwrap_or_default(),
+            error_unknown_fields: error_unknown_fields.unwrap_or_default(),
         }
     })
 }

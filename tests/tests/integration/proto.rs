@@ -432,6 +432,114 @@ async fn a_jobs_timeout_unknown_members_and_extension_keys_are_as_the_seeds_say(
     Ok(())
 }
 
+/// Spec 9.2 inside `retry` and `unique`: fields a newer schema adds to `RetryPolicy` and
+/// `UniquePolicy` (any wire type), pushed in Protobuf, come back byte for byte from an
+/// INFO in Protobuf. The server holds them as the objects' `x-ojs-proto-unknown-fields`
+/// member, which its JSON store keeps like any unknown member.
+#[tokio::test]
+async fn unknown_fields_inside_retry_and_unique_survive_a_push_and_info_in_protobuf(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    // RetryPolicy knows 1-7: field 9 varint 7, field 15 "abc", field 8 fixed32.
+    let retry_unknown = [0x48, 0x07, 0x7a, 0x03, b'a', b'b', b'c', 0x45, 1, 2, 3, 4].to_vec();
+    // UniquePolicy knows 1-3: field 4 a group {1: 1}, field 100 fixed64.
+    let unique_unknown = [
+        &[0x23, 0x08, 0x01, 0x24, 0xa1, 0x06][..],
+        &[1, 2, 3, 4, 5, 6, 7, 8],
+    ]
+    .concat();
+    let mut envelope = ojs_proto::Envelope::from_json(&json!({
+        "type": "proto.nested", "queue": "pnested", "args": [1],
+        "retry": {"max_attempts": 4, "backoff_coefficient": 2.0},
+        "unique": {"keys": ["type"], "period": "PT1H"},
+    }))?;
+    envelope.retry_unknown_fields = retry_unknown.clone();
+    envelope.unique_unknown_fields = unique_unknown.clone();
+    let pushed = raw(
+        &app,
+        Method::POST,
+        "/ojs/v1/jobs",
+        Some(PROTO),
+        Some(PROTO),
+        envelope.encode(),
+    )
+    .await?;
+    assert_eq!(
+        pushed.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&pushed.body)
+    );
+    let id = ojs_proto::Envelope::decode(&pushed.body)?.message.id;
+    let json_view = app.info(&id).await?.body["job"].clone();
+    assert_eq!(json_view["retry"]["max_attempts"], 4, "{json_view}");
+    assert_eq!(json_view["unique"]["period"], "PT1H", "{json_view}");
+
+    let info = info_in_proto(&app, &id).await?;
+    assert_eq!(info.status, 200);
+    assert_eq!(content_type(&info), PROTO);
+    for answer in [&pushed.body, &info.body] {
+        // Read off the wire without the crate: each submessage ends with its unknown
+        // fields, after the known ones.
+        let retry = field_payload(answer, 11).context("no retry field")?;
+        let unique = field_payload(answer, 12).context("no unique field")?;
+        assert!(retry.ends_with(&retry_unknown), "retry {retry:?}");
+        assert!(unique.ends_with(&unique_unknown), "unique {unique:?}");
+        // ...and through the crate, whose known fields are what was sent.
+        let back = ojs_proto::Envelope::decode(answer)?;
+        assert_eq!(back.retry_unknown_fields, retry_unknown);
+        assert_eq!(back.unique_unknown_fields, unique_unknown);
+        let retry_policy = back.message.retry.context("retry")?;
+        assert_eq!(retry_policy.max_attempts, Some(4));
+        assert_eq!(
+            back.message.unique.map(|u| u.period).as_deref(),
+            Some("PT1H")
+        );
+    }
+    app.teardown().await;
+    Ok(())
+}
+
+/// The payload of the single length-delimited top-level field `number` of a message
+/// whose top-level fields are varints, fixed-width or length-delimited.
+fn field_payload(mut message: &[u8], number: u64) -> Option<&[u8]> {
+    fn varint(buf: &mut &[u8]) -> Option<u64> {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let (byte, rest) = buf.split_first()?;
+            *buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+    let mut found = None;
+    while !message.is_empty() {
+        let key = varint(&mut message)?;
+        let size = match key & 7 {
+            0 => {
+                varint(&mut message)?;
+                0
+            }
+            1 => 8,
+            2 => usize::try_from(varint(&mut message)?).ok()?,
+            5 => 4,
+            _ => return None,
+        };
+        let (payload, rest) = message.split_at_checked(size)?;
+        if key >> 3 == number && key & 7 == 2 {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(payload);
+        }
+        message = rest;
+    }
+    found
+}
+
 /// A FETCH answered in Protobuf is bounded by its Protobuf form (#32): a number in
 /// `args` takes 11 bytes there (a `google.protobuf.Value`) and the binary body travels
 /// base64-encoded, so jobs whose JSON answer fits can pass the limit in Protobuf. The

@@ -69,7 +69,7 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "schema": "openjobspec.v1",
                 "extension_uris": EXTENSIONS.iter().map(|(_, uri)| *uri).collect::<Vec<_>>(),
                 "custom_extensions_prefix": "x-ojs-",
-                "unknown_fields": "preserved at the top level of a JobEnvelope",
+                "unknown_fields": "preserved in a JobEnvelope: top-level and inside retry, unique and error",
             },
             "authentication": {
                 "required": auth_required,

@@ -318,6 +318,94 @@ async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Resul
     Ok(())
 }
 
+/// The dead letter listing answered in Protobuf is bounded by its own bytes (#32): jobs
+/// whose JSON page fits whole can be several times larger as base64 Protobuf. The page
+/// keeps every job, in order: whole while the rest fit without their args and meta, the
+/// rest without them and saying so; the JSON page of the same jobs stays whole.
+#[tokio::test]
+async fn a_dead_letter_page_answered_in_protobuf_stays_within_its_bound() -> anyhow::Result<()> {
+    // About 40 KB of JSON per job (20,000 zeros), about 293 KB as base64 Protobuf.
+    let bound = ojs_store::AnswerBound {
+        bytes: 700_000,
+        reserve: 100_000,
+    };
+    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
+    let app = TestApp::spawn_on_store(store).await?;
+    let zeros = vec![0; 20_000];
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .push(
+                json!({"type": "proto.dead", "args": [i, zeros], "queue": "pdead",
+                "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}),
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(r.body["job"]["id"].as_str().context("id")?.to_owned());
+    }
+    let mut failed = 0;
+    while failed < ids.len() {
+        let r = app.fetch(json!({"queues": ["pdead"], "count": 3})).await?;
+        let got = r.job_ids();
+        anyhow::ensure!(
+            !got.is_empty(),
+            "nothing to fetch after {failed}: {}",
+            r.body
+        );
+        for id in got {
+            let f = app
+                .call(
+                    Method::POST,
+                    "/ojs/v1/workers/nack",
+                    Some(json!({"job_id": id, "error": {"message": "no"}})),
+                )
+                .await?;
+            assert_eq!(f.status, 200, "{}", f.body);
+            failed += 1;
+        }
+    }
+    ojs_tests::after_index_lag().await;
+    let path = "/ojs/v1/dead-letter?queue=pdead&limit=3";
+    let page = raw(&app, Method::GET, path, None, Some(PROTO), Vec::new()).await?;
+    assert_eq!(page.status, 200, "{}", String::from_utf8_lossy(&page.body));
+    let carried = page.body.len().div_ceil(3) * 4;
+    assert!(carried <= bound.bytes, "{carried} bytes base64-encoded");
+    let jobs = ojs_proto::decode_delimited_jobs(&page.body)?;
+    let listed: Vec<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(sorted, want, "every dead job listed");
+    // A Protobuf envelope always has args (empty when left out): whole means the zeros.
+    let whole: Vec<bool> = jobs
+        .iter()
+        .map(|j| j["args"][1].as_array().map(Vec::len) == Some(20_000))
+        .collect();
+    assert_eq!(
+        whole,
+        [true, true, false],
+        "two fit whole, in order ({carried} bytes)"
+    );
+    assert_eq!(jobs[2]["args"], json!([]), "{}", jobs[2]);
+    assert_eq!(jobs[2]["x-ojs-payload"]["resolved"], false, "{}", jobs[2]);
+    assert_eq!(jobs[2]["x-ojs-payload"]["errors_omitted"], 1, "{}", jobs[2]);
+
+    let json_page = app.call(Method::GET, path, None).await?;
+    assert_eq!(json_page.status, 200, "{}", json_page.body);
+    let listed = json_page.body["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(listed.len(), 3);
+    assert!(
+        listed.iter().all(|j| j.get("args").is_some()),
+        "the JSON page fits whole"
+    );
+    app.teardown().await;
+    Ok(())
+}
+
 /// The seed audit's findings on a job's shape (#32): its timeout is the Protobuf form's
 /// field 8 (`timeout`, seconds) beside `x-ojs-timeout_ms`; the
 /// `extensions` map holds only `x-{vendor}-{name}` keys; members the server does not know

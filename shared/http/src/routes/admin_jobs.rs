@@ -343,7 +343,37 @@ pub(crate) async fn list_dead_letter(
         let listed = paging.offset() + jobs.len();
         (jobs.iter().map(dead_view).collect(), page.total.max(listed))
     };
+    let items = within_answer_bound(items, app.store.answer_bound().bytes);
     Ok(reply(StatusCode::OK, paging.listing(items, total)))
+}
+
+/// A page of dead letter entries within `bound` bytes: a job keeps up to 20 errors of
+/// 6 KiB each, so a page of 100 could pass Lambda's 6 MB answer. Entries keep their
+/// history while the rest fit without theirs; the others show their last `error` and
+/// how many were left out (`errors_omitted`; the job's detail shows them all).
+fn within_answer_bound(items: Vec<Value>, bound: usize) -> Vec<Value> {
+    let sized = items
+        .into_iter()
+        .map(|v| {
+            let bytes = crate::views::json_bytes(&v);
+            (v, bytes)
+        })
+        .collect();
+    crate::views::fit(sized, bound, crate::views::json_bytes, |v| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            let errors = o.insert("errors".into(), Value::Array(Vec::new()));
+            o.insert(
+                "errors_omitted".into(),
+                errors
+                    .as_ref()
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+                    .into(),
+            );
+        }
+        v
+    })
 }
 
 /// A dead letter entry: the job summary with its last error and discard time.
@@ -508,4 +538,38 @@ pub(crate) async fn purge_queue(
         StatusCode::OK,
         json!({"purged_count": purged, "states": names}),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: usize, errors: usize) -> Value {
+        let error = json!({"type": "boom", "message": "x".repeat(6_000)});
+        json!({"id": id, "errors": vec![error.clone(); errors], "error": error})
+    }
+
+    #[test]
+    fn a_dead_letter_page_leaves_out_error_histories_past_the_bound() {
+        // 20 errors of 6 KB: about 120 KB an entry.
+        let page: Vec<Value> = (0..5).map(|i| entry(i, 20)).collect();
+        let whole = crate::views::json_bytes(&page[0]);
+        assert!(whole > 120_000, "{whole}");
+        let all = within_answer_bound(page.clone(), 5 * whole);
+        assert_eq!(all, page, "a page that fits is whole");
+
+        let bound = 2 * whole + 3 * 7_000;
+        let out = within_answer_bound(page.clone(), bound);
+        assert_eq!(out.len(), 5);
+        let kept: Vec<usize> = out
+            .iter()
+            .map(|v| v["errors"].as_array().map_or(0, Vec::len))
+            .collect();
+        assert_eq!(kept, [20, 20, 0, 0, 0], "whole first, in order");
+        assert!(out.iter().map(crate::views::json_bytes).sum::<usize>() <= bound);
+        assert_eq!(out[4]["errors_omitted"], 20);
+        assert_eq!(out[4]["error"], page[4]["error"], "the last error stays");
+        assert_eq!(out[4]["id"], 4);
+        assert!(out[0].get("errors_omitted").is_none());
+    }
 }

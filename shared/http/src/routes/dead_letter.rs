@@ -4,7 +4,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use ojs_core::{time, Job, JobId, OjsError, QueueName};
 use ojs_store::StoreError;
 use serde::Deserialize;
@@ -14,6 +14,7 @@ use super::queues::Page;
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::Tenant;
+use crate::negotiate::Format;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -44,6 +45,7 @@ fn not_in_dead_letter(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
 async fn list_dead_letter(
     State(app): State<AppState>,
     tenant: Tenant,
+    format: Option<Extension<Format>>,
     Query(p): Query<DeadLetterParams>,
 ) -> Result<Response, ApiError> {
     let (limit, offset) = p.page.parse()?;
@@ -60,7 +62,8 @@ async fn list_dead_letter(
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
     // are brought back (one that cannot be read is shown incomplete, and says so).
     let jobs = app.store.shown_jobs(page.jobs).await;
-    let jobs = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes);
+    let format = format.map_or(Format::Json, |Extension(f)| f);
+    let jobs = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes, format);
     // The total is counted from the index before the page is read, and the index may lag:
     // a short page ends the list, and a full one never reports fewer than it listed.
     let listed = offset.saturating_add(jobs.len());

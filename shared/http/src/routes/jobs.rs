@@ -423,7 +423,13 @@ async fn all_of(app: &AppState, ids: &[JobId]) -> Result<Option<Vec<Job>>, ApiEr
 fn batch_answer(app: &AppState, jobs: &[Job], pressed: &[ojs_store::QueuePressure]) -> Response {
     // A batch body of 5 MiB full of escaped characters answered whole would pass
     // Lambda's 6 MB, and the producer would see an error for jobs that were enqueued.
-    let out = crate::views::bounded_views(jobs, app.store.answer_bound().bytes);
+    // Counted as JSON: a Protobuf batch answer (`BatchEnqueueResponse`) carries only each
+    // job's index, id and outcome.
+    let out = crate::views::bounded_views(
+        jobs,
+        app.store.answer_bound().bytes,
+        crate::negotiate::Format::Json,
+    );
     let mut res = reply(
         StatusCode::CREATED,
         json!({ "jobs": out, "count": jobs.len() }),

@@ -257,6 +257,13 @@ pub mod ops {
     pub const ACK: &str = "ACK";
     /// FAIL with attempts left (job becomes retryable).
     pub const FAIL_RETRY: &str = "FAIL (will retry)";
+    /// PUSH of one job less than a second after another PUSH to its queue by the same
+    /// instance: the queue's settings are remembered (`OJS_QUEUE_SETTINGS_TTL_MS`), as
+    /// under steady traffic, where each instance serves many requests a second.
+    pub const PUSH_WARM: &str = "PUSH (queue settings remembered)";
+    /// FETCH claiming one job less than a second after another FETCH of the same worker
+    /// by the same instance: the worker's state is remembered, as under steady traffic.
+    pub const FETCH_1_WARM: &str = "FETCH (1 job, worker state remembered)";
     /// PUSH with `scheduled_at` 1.5 s ahead.
     pub const PUSH_SCHEDULED: &str = "PUSH scheduled";
     /// The timer function promoting the scheduled job.
@@ -303,6 +310,9 @@ pub fn args_of(size: usize) -> Value {
         return json!(["x".repeat(size.saturating_sub(4))]);
     }
     let mut lines: Vec<Value> = Vec::new();
+    // The form's length kept as lines are added (each adds itself and a comma but the
+    // first): serializing the whole order per line made a 1 MB order take minutes.
+    let mut len = with(&[], "").to_string().len();
     loop {
         let line = json!({
             "sku": format!("SKU-{:05}", next() % 100_000),
@@ -310,13 +320,15 @@ pub fn args_of(size: usize) -> Value {
             "price": format!("{}.{:02}", next() % 500, next() % 100),
             "customer": format!("cus_{:012x}", next() & 0xffff_ffff_ffff),
         });
-        lines.push(line);
-        if with(&lines, "").to_string().len() > size {
-            lines.pop();
+        let grown = len + line.to_string().len() + usize::from(!lines.is_empty());
+        if grown > size {
             break;
         }
+        len = grown;
+        lines.push(line);
     }
-    let missing = size - with(&lines, "").to_string().len();
+    debug_assert_eq!(len, with(&lines, "").to_string().len());
+    let missing = size - len;
     let mut note = String::new();
     while note.len() < missing {
         let word = WORDS[usize::try_from(next() % 16).unwrap_or(0)];
@@ -329,6 +341,27 @@ pub fn args_of(size: usize) -> Value {
 
 fn job(queue: &str, size: usize) -> Value {
     json!({"type": "bench.job", "args": args_of(size), "options": {"queue": queue}})
+}
+
+/// PUSH, FETCH of that one job, and its ACK by worker `bench`: the calls of each.
+async fn lifecycle(b: &Bench, q: &str, size: usize) -> anyhow::Result<[Vec<CallRecord>; 3]> {
+    let (r, push) = b.measure(b.app.push(job(q, size))).await?;
+    ok(&r, "PUSH")?;
+    let id = id_of(&r)?;
+    let (r, fetch) = b
+        .measure(b.app.fetch(json!({"queues": [q], "worker_id": "bench"})))
+        .await?;
+    if r.job_ids() != [id.clone()] {
+        bail!("FETCH did not return the pushed job: {}", r.body);
+    }
+    let (r, ack) = b
+        .measure(
+            b.app
+                .ack(json!({"job_id": id, "worker_id": "bench", "result": {"ok": true}})),
+        )
+        .await?;
+    ok(&r, "ACK")?;
+    Ok([push, fetch, ack])
 }
 
 fn ok(reply: &Reply, what: &str) -> anyhow::Result<()> {
@@ -561,6 +594,8 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         let mut push = Samples::default();
         let mut fetch1 = Samples::default();
         let mut ack = Samples::default();
+        let mut push_warm = Samples::default();
+        let mut fetch1_warm = Samples::default();
         let mut fail = Samples::default();
         let mut fetch10 = Samples::default();
         let mut batch = Samples::default();
@@ -571,26 +606,11 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         let mut stream100 = Samples::default();
         for _ in 0..reps {
             b.measure_stream().await;
-            // PUSH, FETCH 1, ACK.
-            let (r, calls) = b.measure(b.app.push(job(&q, size))).await?;
-            ok(&r, "PUSH")?;
-            push.add(calls);
-            let id = id_of(&r)?;
-            let (r, calls) = b
-                .measure(b.app.fetch(json!({"queues": [q], "worker_id": "bench"})))
-                .await?;
-            if r.job_ids() != [id.clone()] {
-                bail!("FETCH did not return the pushed job: {}", r.body);
-            }
-            fetch1.add(calls);
-            let (r, calls) = b
-                .measure(
-                    b.app
-                        .ack(json!({"job_id": id, "worker_id": "bench", "result": {"ok": true}})),
-                )
-                .await?;
-            ok(&r, "ACK")?;
-            ack.add(calls);
+            // PUSH, FETCH 1, ACK, alone: a trickle, nothing remembered.
+            let [p, f, a] = lifecycle(b, &q, size).await?;
+            push.add(p);
+            fetch1.add(f);
+            ack.add(a);
             stream1.add(b.measure_stream().await);
             // FETCH of the now empty queue.
             let (r, calls) = b.measure(b.app.fetch(json!({"queues": [q]}))).await?;
@@ -626,6 +646,16 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             fail.add(calls);
             // The retry would come back on the next FETCH of this queue: cancel it.
             ok(&b.app.cancel(&id).await?, "CANCEL of the retryable job")?;
+            // PUSH, FETCH 1, ACK under steady traffic: an unmeasured lifecycle just before
+            // leaves what an instance remembers for a second (the queue's settings, the
+            // worker's state) as a busy instance has it. Their stream records are drained
+            // unmeasured below; the steady lifecycle takes its stream work from stream100.
+            lifecycle(b, &q, size).await?;
+            let [p, f, a] = lifecycle(b, &q, size).await?;
+            push_warm.add(p);
+            fetch1_warm.add(f);
+            // ACK remembers nothing: one more sample of it.
+            ack.add(a);
             // Batch PUSH of 100, drained by FETCHes of 10 and ACKs.
             b.measure_stream().await;
             let jobs: Vec<Value> = (0..BATCH_PUSH).map(|_| job(&q_batch, size)).collect();
@@ -706,6 +736,8 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         let push = push.cost(ops::PUSH, size, 1, u);
         let fetch1 = fetch1.cost(ops::FETCH_1, size, 1, u);
         let ack = ack.cost(ops::ACK, size, 1, u);
+        let push_warm = push_warm.cost(ops::PUSH_WARM, size, 1, u);
+        let fetch1_warm = fetch1_warm.cost(ops::FETCH_1_WARM, size, 1, u);
         let batch = batch.cost(ops::BATCH_PUSH, size, BATCH_PUSH, u);
         let fetch10 = fetch10.cost(ops::FETCH_10, size, BATCH_FETCH, u);
         let sched = sched.cost(ops::PUSH_SCHEDULED, size, 1, u);
@@ -721,9 +753,14 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             // A single lifecycle's records reach the stream function alone (a trickle);
             // batched traffic fills stream batches.
             single: single_path + PerJob::of(&stream1, 0.0),
-            single_steady: single_path + PerJob::of(&stream100, 0.0),
+            // Under steady traffic each instance serves many requests a second, so what it
+            // remembers for a second is remembered.
+            single_steady: PerJob::of(&push_warm, 1.0)
+                + PerJob::of(&fetch1_warm, 1.0)
+                + PerJob::of(&ack, 1.0)
+                + PerJob::of(&stream100, 0.0),
             batched: batched_path + PerJob::of(&stream100, 0.0),
-            shared_key_writes: shared_key_writes(&[&push, &fetch1, &ack, &stream100]),
+            shared_key_writes: shared_key_writes(&[&push_warm, &fetch1_warm, &ack, &stream100]),
             scheduled: PerJob::of(&sched, 1.0)
                 + PerJob::of(&promote, 0.0)
                 + PerJob::of(&fetch1, 1.0)
@@ -732,8 +769,10 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
         });
         ops_out.extend([
             push,
+            push_warm,
             batch,
             fetch1,
+            fetch1_warm,
             fetch10,
             empty.cost(ops::FETCH_EMPTY, size, 1, u),
             ack,
@@ -753,7 +792,7 @@ mod tests {
 
     #[test]
     fn args_have_the_exact_size_and_compress_like_real_payloads() {
-        for size in [10, 60, 100, 1_024, 10_240] {
+        for size in [10, 60, 100, 1_024, 10_240, 300 * 1_024, 1_000_000] {
             let args = args_of(size);
             let text = args.to_string();
             assert_eq!(text.len(), size, "{text}");

@@ -283,8 +283,17 @@ pub fn scenarios(
             size,
             &single,
         ));
-        let mut steady = single.clone();
-        steady[3] = stream(stream100);
+        // Under steady traffic each instance serves many requests a second, so what it
+        // remembers for a second (the queue's settings, the worker's state) is
+        // remembered: the warm PUSH and FETCH (the cold ones when a report lacks them).
+        let push_warm = get(ops::PUSH_WARM).unwrap_or(push);
+        let fetch1_warm = get(ops::FETCH_1_WARM).unwrap_or(fetch1);
+        let steady = [
+            Step::of(push_warm, cpu_of(ops::PUSH)),
+            Step::of(fetch1_warm, cpu_of(ops::FETCH_1)),
+            Step::of(ack, cpu_of(ops::ACK)),
+            stream(stream100),
+        ];
         out.push(price(
             prices,
             "steady",

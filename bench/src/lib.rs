@@ -12,6 +12,7 @@ pub mod cold_start;
 pub mod cost;
 pub mod cpu;
 pub mod env;
+pub mod large;
 pub mod meter;
 pub mod push;
 pub mod report;

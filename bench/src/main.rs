@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use ojs_bench::{
-    capacity, cold_start, cost, cpu, env, push, report, tenants, throughput, timer, versus,
+    capacity, cold_start, cost, cpu, env, large, push, report, tenants, throughput, timer, versus,
 };
 
-const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push,timer,tenants] [--workers 1,8,32] [--no-build] [--prices PATH]
+const USAGE: &str = "usage: ojs-bench [--quick] [--json PATH] [--only capacity,cost,throughput,cold,cpu,push,timer,tenants,large] [--workers 1,8,32] [--no-build] [--prices PATH]
 
   --quick      smaller samples (about a minute); the full run takes several minutes
   --json PATH  also write the results as JSON to PATH
@@ -54,6 +54,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "push",
             "timer",
             "tenants",
+            "large",
         ]
         .map(String::from)
         .to_vec(),
@@ -226,6 +227,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let large = if on("large") {
+        let t = step("large jobs (1 KiB, 300 KiB, 1 MB of args)");
+        let r = large::run(if args.quick { 5 } else { 20 }).await?;
+        done(t);
+        Some(r)
+    } else {
+        None
+    };
     let cold = if on("cold") {
         let t = step("cold starts");
         let c = cold_start::run(&functions, cold_runs).await?;
@@ -259,6 +268,7 @@ async fn main() -> anyhow::Result<()> {
         push,
         timer,
         tenants,
+        large,
         targets,
     };
     println!("{}", report::render(&report));

@@ -99,6 +99,9 @@ pub struct Report {
     /// Section 8.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenants: Option<crate::tenants::TenantReport>,
+    /// Section 9: large jobs' latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub large: Option<crate::large::LargeReport>,
     /// Targets.
     pub targets: Vec<Target>,
 }
@@ -426,6 +429,33 @@ fn render_tenants(o: &mut String, r: &crate::tenants::TenantReport) {
     }
 }
 
+fn render_large(o: &mut String, r: &crate::large::LargeReport) {
+    let _ = writeln!(o, "\n== 9. Large jobs ==");
+    let _ = writeln!(
+        o,
+        "Method: PUSH, FETCH (1 job) and ACK one lifecycle at a time, each timed at the client over loopback; jobs over 256 KiB keep args and meta in S3 (moto here). DynamoDB figures are the request path's, per lifecycle."
+    );
+    let _ = writeln!(
+        o,
+        "{:>10} {:>7} | {:>16} {:>16} {:>16} | {:>6} {:>6} {:>6}",
+        "args", "samples", "PUSH p50/max ms", "FETCH p50/max", "ACK p50/max", "calls", "RCU", "WCU"
+    );
+    for l in &r.rows {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>7} | {:>16} {:>16} {:>16} | {:>6.2} {:>6.2} {:>6.2}",
+            l.args_bytes,
+            l.samples,
+            format!("{:.0} / {:.0}", l.push_p50_ms, l.push_max_ms),
+            format!("{:.0} / {:.0}", l.fetch_p50_ms, l.fetch_max_ms),
+            format!("{:.0} / {:.0}", l.ack_p50_ms, l.ack_max_ms),
+            l.calls,
+            l.read_units,
+            l.write_units
+        );
+    }
+}
+
 fn render_push(o: &mut String, p: &crate::push::PushReport) {
     let _ = writeln!(
         o,
@@ -486,6 +516,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(tenants) = &r.tenants {
         render_tenants(&mut o, tenants);
+    }
+    if let Some(large) = &r.large {
+        render_large(&mut o, large);
     }
     let _ = writeln!(o, "\n== Targets (issues #9 and #17) ==");
     let _ = writeln!(

@@ -88,7 +88,10 @@ pub(crate) fn router() -> Router<AppState> {
             axum::routing::put(put_tenant_limits),
         )
         .route("/ojs/v1/admin/tenants/{id}/stats", get(get_tenant))
-        .route("/ojs/v1/admin/tenants/{id}/jobs", get(list_tenant_jobs))
+        .route(
+            "/ojs/v1/admin/tenants/{id}/jobs",
+            get(super::admin_jobs::list_tenant_jobs),
+        )
         .route("/ojs/v1/admin/scheduling/stats", get(scheduling_stats))
         .route(
             "/ojs/v1/admin/keys/{id}/registrations",
@@ -763,16 +766,6 @@ async fn get_tenant(
         StatusCode::OK,
         tenant_view(&stats, &config.unwrap_or_default()),
     ))
-}
-
-/// `GET /ojs/v1/admin/tenants/{id}/jobs`: not built (a tenant's jobs are listed per
-/// queue by the job listing, which does not filter by tenant yet).
-async fn list_tenant_jobs(Path(id): Path<String>) -> Result<Response, ApiError> {
-    Err(OjsError::new(
-        ErrorCode::Unsupported,
-        format!("listing the jobs of tenant {id:.64} is not built; GET /ojs/v1/admin/tenants/{id:.64}/stats counts them"),
-    )
-    .into())
 }
 
 /// `GET /ojs/v1/admin/scheduling/stats` (ojs-fair-scheduling.md §10.2): FETCH takes the

@@ -5,6 +5,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{ErrorCode, Job, JobId, JobState, OjsError, QueueName};
 use ojs_store::{StoreError, MAX_LISTED};
@@ -95,12 +96,29 @@ pub(crate) async fn list_jobs(
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
     let (filter, paging) = p.parse()?;
-    let states = states_of(&filter, &LISTED_STATES);
+    listing(&app, &filter, &paging).await
+}
+
+/// `GET /ojs/v1/admin/tenants/{id}/jobs` (the dashboard's tenant page): the job listing
+/// of one tenant (`_default`: the jobs of none), with the same query parameters; the
+/// path's tenant stands over a `tenant` parameter.
+pub(crate) async fn list_tenant_jobs(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let (mut filter, paging) = p.parse()?;
+    filter.tenant = Scope::One(TenantId::parse(&id)?);
+    listing(&app, &filter, &paging).await
+}
+
+async fn listing(app: &AppState, filter: &Filter, paging: &Paging) -> Result<Response, ApiError> {
+    let states = states_of(filter, &LISTED_STATES);
     let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
-        let mut jobs = find_jobs(&app, &filter, &states).await?;
+        let mut jobs = find_jobs(app, filter, &states).await?;
         paging.page_of(&mut jobs, summary)
     } else {
-        let mut ids = find_ids(&app, &filter, &states).await?;
+        let mut ids = find_ids(app, filter, &states).await?;
         paging.sort_ids(&mut ids);
         let total = ids.len();
         let page: Vec<JobId> = ids

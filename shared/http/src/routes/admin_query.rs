@@ -3,6 +3,7 @@
 
 use std::cmp::Ordering;
 
+use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState, OjsError, QueueName};
 use serde::Deserialize;
@@ -21,6 +22,8 @@ pub(crate) struct RawFilter {
     pub job_type: Option<String>,
     pub since: Option<String>,
     pub until: Option<String>,
+    /// A tenant's id (`_default`: the jobs of no tenant).
+    pub tenant: Option<String>,
 }
 
 /// A job type filter: exact, or a prefix (`email.*`).
@@ -54,6 +57,8 @@ pub(crate) struct Filter {
     pub job_type: Option<TypeMatch>,
     pub since: Option<Timestamp>,
     pub until: Option<Timestamp>,
+    /// The tenant whose jobs pass (`Any`: every tenant's).
+    pub tenant: Scope,
 }
 
 fn present(v: &Option<String>) -> Option<&str> {
@@ -93,15 +98,24 @@ impl RawFilter {
             job_type: present(&self.job_type).map(TypeMatch::parse),
             since: at(&self.since, "since")?,
             until: at(&self.until, "until")?,
+            tenant: match present(&self.tenant) {
+                Some(raw) => Scope::One(
+                    TenantId::parse(raw).map_err(|e| e.with_path(&format!("{path}.tenant")))?,
+                ),
+                None => Scope::Any,
+            },
         })
     }
 }
 
 impl Filter {
-    /// Whether the filter needs each job's own fields (type, creation time), so that a
-    /// listing must read every job it found, not only one page of them.
+    /// Whether the filter needs each job's own fields (type, creation time, tenant), so
+    /// that a listing must read every job it found, not only one page of them.
     pub(crate) fn needs_jobs(&self) -> bool {
-        self.job_type.is_some() || self.since.is_some() || self.until.is_some()
+        self.job_type.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+            || self.tenant != Scope::Any
     }
 
     /// Whether `job` passes the filter (its current state included).
@@ -114,6 +128,7 @@ impl Filter {
                 .is_none_or(|t| t.matches(job.spec.job_type.as_str()))
             && self.since.is_none_or(|t| job.status.created_at > t)
             && self.until.is_none_or(|t| job.status.created_at < t)
+            && self.tenant.sees(job.tenant().as_ref())
     }
 }
 
@@ -338,6 +353,42 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_filter_passes_that_tenants_jobs_only() {
+        let of = |tenant: Option<&str>| {
+            let mut body = json!({"type": "t", "args": []});
+            if let Some(t) = tenant {
+                body["meta"] = json!({"tenant_id": t});
+            }
+            let new = NewJob::from_json(body).unwrap_or_else(|e| panic!("{e}"));
+            Job::enqueue(new, time::now())
+        };
+        let filter = |raw: &str| {
+            RawFilter {
+                tenant: Some(raw.into()),
+                ..Default::default()
+            }
+            .parse("$")
+        };
+        let acme = filter("acme").unwrap_or_else(|e| panic!("{e}"));
+        assert!(acme.needs_jobs(), "a job's tenant is on the job");
+        assert!(acme.matches(&of(Some("acme"))));
+        assert!(!acme.matches(&of(Some("beta"))));
+        assert!(!acme.matches(&of(None)));
+        let default = filter("_default").unwrap_or_else(|e| panic!("{e}"));
+        assert!(default.needs_jobs());
+        assert!(default.matches(&of(None)));
+        assert!(!default.matches(&of(Some("acme"))));
+        let any = filter(" ").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!any.needs_jobs());
+        assert!(any.matches(&of(Some("acme"))) && any.matches(&of(None)));
+        let bad = filter("no tenant!").err().map(|e| e.details);
+        assert!(
+            bad.is_some_and(|d| Value::Object(d).to_string().contains("$.tenant")),
+            "a bad tenant names its field"
+        );
+    }
+
+    #[test]
     fn filters_parse_and_refuse_what_cannot_be_listed() {
         let raw = RawFilter {
             queue: Some("email".into()),
@@ -345,6 +396,7 @@ mod tests {
             job_type: Some("email.*".into()),
             since: Some("2026-01-01T00:00:00Z".into()),
             until: Some(" ".into()),
+            tenant: None,
         };
         let f = raw.parse("$").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(f.state, Some(JobState::Discarded));

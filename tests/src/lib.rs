@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use ojs_http::{app, AppState, Group, HttpConfig};
 use ojs_store::{Store, StoreConfig};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A running server with its own table.
 pub struct TestApp {
@@ -674,6 +674,32 @@ impl TestApp {
     pub async fn nack(&self, body: Value) -> anyhow::Result<Reply> {
         self.call(reqwest::Method::POST, "/ojs/v1/workers/nack", Some(body))
             .await
+    }
+
+    /// FETCHes `queue` (`count` at a time) and FAILs each job fetched until `n` FAILs have
+    /// answered 200: with `max_attempts: 1`, the jobs' way to the dead letter queue. An
+    /// error when a FETCH finds nothing first, or a FAIL is refused.
+    pub async fn fail_each(&self, queue: &str, count: usize, n: usize) -> anyhow::Result<()> {
+        let mut failed = 0;
+        while failed < n {
+            let r = self
+                .fetch(json!({"queues": [queue], "count": count}))
+                .await?;
+            let got = r.job_ids();
+            anyhow::ensure!(
+                !got.is_empty(),
+                "nothing to fetch after {failed} failed: {}",
+                r.body
+            );
+            for id in got {
+                let f = self
+                    .nack(json!({"job_id": id, "error": {"message": "no"}}))
+                    .await?;
+                anyhow::ensure!(f.status == 200, "FAIL of {id}: {} {}", f.status, f.body);
+                failed += 1;
+            }
+        }
+        Ok(())
     }
 
     /// INFO.

@@ -281,27 +281,7 @@ async fn a_dead_letter_page_of_large_jobs_stays_under_lambdas_response_limit() -
         assert_eq!(r.status, 201, "{}", r.body);
         ids.push(r.body["job"]["id"].as_str().unwrap_or_default().to_owned());
     }
-    let mut failed = 0;
-    while failed < ids.len() {
-        let r = app.fetch(json!({"queues": ["dying"], "count": 6})).await?;
-        let got = r.job_ids();
-        anyhow::ensure!(
-            !got.is_empty(),
-            "nothing to fetch after {failed} failed: {}",
-            r.body
-        );
-        for id in got {
-            let f = app
-                .call(
-                    reqwest::Method::POST,
-                    "/ojs/v1/workers/nack",
-                    Some(json!({"job_id": id, "error": {"message": "no"}})),
-                )
-                .await?;
-            assert_eq!(f.status, 200, "{}", f.body);
-            failed += 1;
-        }
-    }
+    app.fail_each("dying", 6, ids.len()).await?;
     ojs_tests::after_index_lag().await;
     let page = app
         .call(reqwest::Method::GET, "/ojs/v1/dead-letter?limit=6", None)

@@ -318,19 +318,25 @@ async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Resul
     Ok(())
 }
 
+/// A server whose answers are bounded at 700 KB, with that bound: a job of 20,000 zeros
+/// is about 40 KB of JSON and about 293 KB as base64 Protobuf, so three fit in JSON and
+/// two in Protobuf.
+async fn spawn_with_tight_bound() -> anyhow::Result<(TestApp, ojs_store::AnswerBound)> {
+    let bound = ojs_store::AnswerBound {
+        bytes: 700_000,
+        reserve: 100_000,
+    };
+    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
+    Ok((TestApp::spawn_on_store(store).await?, bound))
+}
+
 /// The dead letter listing answered in Protobuf is bounded by its own bytes (#32): jobs
 /// whose JSON page fits whole can be several times larger as base64 Protobuf. The page
 /// keeps every job, in order: whole while the rest fit without their args and meta, the
 /// rest without them and saying so; the JSON page of the same jobs stays whole.
 #[tokio::test]
 async fn a_dead_letter_page_answered_in_protobuf_stays_within_its_bound() -> anyhow::Result<()> {
-    // About 40 KB of JSON per job (20,000 zeros), about 293 KB as base64 Protobuf.
-    let bound = ojs_store::AnswerBound {
-        bytes: 700_000,
-        reserve: 100_000,
-    };
-    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
-    let app = TestApp::spawn_on_store(store).await?;
+    let (app, bound) = spawn_with_tight_bound().await?;
     let zeros = vec![0; 20_000];
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -343,27 +349,7 @@ async fn a_dead_letter_page_answered_in_protobuf_stays_within_its_bound() -> any
         assert_eq!(r.status, 201, "{}", r.body);
         ids.push(r.body["job"]["id"].as_str().context("id")?.to_owned());
     }
-    let mut failed = 0;
-    while failed < ids.len() {
-        let r = app.fetch(json!({"queues": ["pdead"], "count": 3})).await?;
-        let got = r.job_ids();
-        anyhow::ensure!(
-            !got.is_empty(),
-            "nothing to fetch after {failed}: {}",
-            r.body
-        );
-        for id in got {
-            let f = app
-                .call(
-                    Method::POST,
-                    "/ojs/v1/workers/nack",
-                    Some(json!({"job_id": id, "error": {"message": "no"}})),
-                )
-                .await?;
-            assert_eq!(f.status, 200, "{}", f.body);
-            failed += 1;
-        }
-    }
+    app.fail_each("pdead", 3, ids.len()).await?;
     ojs_tests::after_index_lag().await;
     let path = "/ojs/v1/dead-letter?queue=pdead&limit=3";
     let page = raw(&app, Method::GET, path, None, Some(PROTO), Vec::new()).await?;
@@ -636,13 +622,7 @@ fn field_payload(mut message: &[u8], number: u64) -> Option<&[u8]> {
 #[tokio::test]
 async fn a_fetch_answered_in_protobuf_stays_within_its_bound_and_gives_back_the_rest(
 ) -> anyhow::Result<()> {
-    // About 40 KB of JSON per job (20,000 zeros), about 293 KB in the Protobuf answer.
-    let bound = ojs_store::AnswerBound {
-        bytes: 700_000,
-        reserve: 100_000,
-    };
-    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
-    let app = TestApp::spawn_on_store(store).await?;
+    let (app, bound) = spawn_with_tight_bound().await?;
     let zeros = vec![0; 20_000];
     let mut ids = Vec::new();
     for i in 0..3 {

@@ -17,18 +17,17 @@ mod features;
 use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
-use dynamo::table::Table;
 use dynamo::{batch_read, error, item, keys, payloads, usage};
+pub use engine::Engine;
 use engine::{
-    answer, backlog, batch, claim, concurrency, due, effects, fetch_memory, fetch_order, job_item,
-    jobs, pools, queues, settle, sweep, tenant_config, timer, transition, unique, unread,
+    answer, backlog, batch, claim, concurrency, due, effects, fetch_order, job_item, jobs, queues,
+    settle, sweep, timer, transition, unique, unread,
 };
 use features::{
     admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
 };
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use admin::{DeadLetterStats, Maintenance, MAX_LISTED};
@@ -221,70 +220,46 @@ impl StoreConfig {
     }
 }
 
-/// The job store. Cheap to clone; build one per cold start and share it.
+/// The job store: the façade the HTTP layer and the functions hold. It owns the engine
+/// ([`Engine`]), which owns the table; the change stream's side and the features are
+/// methods over it. Cheap to clone; build one per cold start and share it.
 #[derive(Clone)]
 pub struct Store {
-    /// The table, the one way to DynamoDB.
-    table: Table,
-    config: Arc<StoreConfig>,
-    /// The timer queue, when configured.
-    timer: Option<Timer>,
-    /// Queues this instance has already registered, so PUSH writes the queue item once
-    /// per queue per cold start rather than on every job.
-    known_queues: Arc<Mutex<HashSet<String>>>,
-    /// Queue settings read by FETCH, with when they were read.
-    settings_cache: Arc<Mutex<queues::SettingsCache>>,
-    /// Whether workers take new job_item, jobs, as this instance lately learnt it (FETCH obeys it).
+    /// The engine (table, settings, per-instance memories); everything here uses it, it
+    /// uses nothing here.
+    pub(crate) engine: Engine,
+    /// Whether workers take new jobs, as this instance lately learnt it (FETCH obeys it).
     admissions: Arc<workers::Admissions>,
-    /// Queues on which this instance lately lost claims (FETCH spreads over them).
-    contention: Arc<fetch_memory::Contention>,
-    /// Queue shards whose due query this instance lately found empty (FETCH skips it).
-    quiet_due: Arc<fetch_memory::QuietDue>,
-    /// Which lane of a queue with tenants this instance's next FETCH for any tenant
-    /// starts at (round robin).
-    lane_turn: Arc<std::sync::atomic::AtomicUsize>,
-    /// Lanes this instance's FETCH lately found empty (they take no first turn).
-    quiet_lanes: Arc<fetch_memory::QuietLanes>,
-    /// Tenants' settings read by FETCH and PUSH, with when they were read.
-    tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
-    /// The scheduling pools as this instance lately listed them.
-    pool_cache: Arc<Mutex<pools::PoolCache>>,
-    /// Which queue of a pooled FETCH this instance's next one starts at.
-    queue_turn: Arc<std::sync::atomic::AtomicUsize>,
     /// The in-process change stream consumer (`make dev`, tests); none on AWS.
     stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
     observers: Vec<Arc<dyn ChangeObserver>>,
-    /// Where the engine notes the jobs it finishes, in a scope opened by the layer above
-    /// ([`Store::following_up`]); none outside one.
-    follow_ups: Option<effects::FollowUps>,
-    /// The bucket of requests too large for their item, when configured
-    /// (`OJS_PAYLOAD_BUCKET`); without it such a request is refused as today.
-    payloads: Option<Payloads>,
+}
+
+/// The store reads through to its engine: the engine's public operations (PUSH, FETCH,
+/// ACK, FAIL, CANCEL, INFO, queue settings) are the store's.
+impl std::ops::Deref for Store {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 impl Store {
     /// A store over `client` with `config`.
     pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
         Self {
-            table: Table::new(client, &config.table),
-            config: Arc::new(config),
-            timer: None,
-            known_queues: Arc::new(Mutex::new(HashSet::new())),
-            settings_cache: Arc::default(),
+            engine: Engine::new(client, config),
             admissions: Arc::default(),
-            contention: Arc::default(),
-            quiet_due: Arc::default(),
-            lane_turn: Arc::default(),
-            quiet_lanes: Arc::default(),
-            tenant_config_cache: Arc::default(),
-            pool_cache: Arc::default(),
-            queue_turn: Arc::default(),
             stream: None,
             observers: Vec::new(),
-            follow_ups: None,
-            payloads: None,
         }
+    }
+
+    /// The engine this store holds.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// A store configured from the standard AWS environment (`AWS_ENDPOINT_URL*`,
@@ -310,81 +285,79 @@ impl Store {
 
     /// Keeps requests too large for their item in this bucket.
     pub fn with_payloads(mut self, payloads: Payloads) -> Self {
-        self.payloads = Some(payloads);
+        self.engine.payloads = Some(payloads);
         self
-    }
-
-    /// The bucket of large requests, when configured.
-    pub fn payloads(&self) -> Option<&Payloads> {
-        self.payloads.as_ref()
     }
 
     /// Arms second-accurate timers through this SQS queue.
     pub fn with_timer(mut self, timer: Timer) -> Self {
-        self.timer = Some(timer);
+        self.engine.timer = Some(timer);
         self
     }
 
     /// The same store with each queue spread over `shards` partitions (clamped to
     /// 1..=[`MAX_QUEUE_SHARDS`]); see [`StoreConfig::queue_shards`].
     pub fn with_queue_shards(mut self, shards: u16) -> Self {
-        let mut config = (*self.config).clone();
-        config.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS);
-        self.config = Arc::new(config);
+        self.engine
+            .reconfigured(|c| c.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS));
         self
     }
 
     /// The same store with each sweep bounded by `budget`; see
     /// [`StoreConfig::sweep_budget`].
     pub fn with_sweep_budget(mut self, budget: Duration) -> Self {
-        let mut config = (*self.config).clone();
-        config.sweep_budget = budget;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.sweep_budget = budget);
         self
     }
 
     /// The same store with each FETCH's claim attempts bounded by `budget`; see
     /// [`StoreConfig::fetch_budget`].
     pub fn with_fetch_budget(mut self, budget: Duration) -> Self {
-        let mut config = (*self.config).clone();
-        config.fetch_budget = budget;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.fetch_budget = budget);
         self
     }
 
     /// The same store repairing a queue shard's counters only once they stood still for
     /// `quiet`; see [`StoreConfig::counter_heal_quiet`].
     pub fn with_counter_heal_quiet(mut self, quiet: Duration) -> Self {
-        let mut config = (*self.config).clone();
-        config.counter_heal_quiet = quiet;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.counter_heal_quiet = quiet);
         self
     }
 
     /// The same store remembering queue settings for `ttl`; see
     /// [`StoreConfig::queue_settings_ttl`].
     pub fn with_queue_settings_ttl(mut self, ttl: Duration) -> Self {
-        let mut config = (*self.config).clone();
-        config.queue_settings_ttl = ttl;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.queue_settings_ttl = ttl);
         self
     }
 
     /// The same store trusting a due query that found nothing for `memory`; see
     /// [`StoreConfig::quiet_due_memory`].
     pub fn with_quiet_due_memory(mut self, memory: Duration) -> Self {
-        let mut config = (*self.config).clone();
-        config.quiet_due_memory = memory;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.quiet_due_memory = memory);
         self
     }
 
     /// The same store with each FETCH's answer bounded by `bound`; see
     /// [`StoreConfig::fetch_answer`].
     pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {
-        let mut config = (*self.config).clone();
-        config.fetch_answer = bound;
-        self.config = Arc::new(config);
+        self.engine.reconfigured(|c| c.fetch_answer = bound);
+        self
+    }
+
+    /// The same store printing EMF metrics in `namespace` (none: metrics off); see
+    /// [`StoreConfig::metrics_namespace`].
+    pub fn with_metrics_namespace(mut self, namespace: Option<&str>) -> Self {
+        self.engine
+            .reconfigured(|c| c.metrics_namespace = namespace.map(str::to_owned));
+        self
+    }
+
+    /// The same store refusing (or taking) pushes to paused queues; see
+    /// [`StoreConfig::reject_paused_pushes`].
+    pub fn with_paused_push_rejected(mut self, reject: bool) -> Self {
+        self.engine
+            .reconfigured(|c| c.reject_paused_pushes = reject);
         self
     }
 
@@ -431,88 +404,29 @@ impl Store {
         }
     }
 
-    /// The same store refusing (or taking) pushes to paused queues; see
-    /// [`StoreConfig::reject_paused_pushes`].
-    pub fn with_paused_push_rejected(mut self, reject: bool) -> Self {
-        let mut config = (*self.config).clone();
-        config.reject_paused_pushes = reject;
-        self.config = Arc::new(config);
-        self
-    }
-
     /// This store noting the jobs its transitions finish in `scope`.
     pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
         Self {
-            follow_ups: Some(scope),
+            engine: self.engine.with_follow_ups(scope),
             ..self.clone()
         }
-    }
-
-    /// The follow-up scope this store notes finished jobs in, if it is one.
-    pub(crate) fn follow_ups(&self) -> Option<&effects::FollowUps> {
-        self.follow_ups.as_ref()
-    }
-
-    /// How many shards each queue has.
-    pub fn queue_shards(&self) -> u16 {
-        self.config.queue_shards
-    }
-
-    /// The ready-index partition that holds `id` when it is available.
-    pub(crate) fn ready_pk(&self, lane: &keys::Lane, id: &ojs_core::JobId) -> String {
-        keys::ready_pk(lane, keys::shard_of(id, self.queue_shards()))
-    }
-
-    /// The due-index partition that holds `id` when it waits for a time.
-    pub(crate) fn due_pk(&self, queue: &ojs_core::QueueName, id: &ojs_core::JobId) -> String {
-        keys::due_pk(queue, keys::shard_of(id, self.queue_shards()))
-    }
-
-    /// The timer queue, when configured.
-    pub fn timer(&self) -> Option<&Timer> {
-        self.timer.as_ref()
-    }
-
-    /// How long one sweep may run ([`StoreConfig::sweep_budget`]).
-    pub fn sweep_budget(&self) -> Duration {
-        self.config.sweep_budget
-    }
-
-    /// How many bytes of jobs one answer may carry ([`StoreConfig::fetch_answer`]).
-    pub fn answer_bound(&self) -> AnswerBound {
-        self.config.fetch_answer
-    }
-
-    /// The table name.
-    pub fn table(&self) -> &str {
-        self.table.name()
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits
     /// until it is active; a table made before the stream was part of the schema gets
     /// the stream. True when this call created the table.
     pub async fn ensure_table(&self) -> Result<bool, StoreError> {
-        self.table.ensure().await
+        self.engine.table.ensure().await
     }
 
     /// Deletes the table (tests clean up after themselves).
     pub async fn delete_table(&self) -> Result<(), StoreError> {
-        self.table.delete().await
+        self.engine.table.delete().await
     }
 
     /// Checks that the table answers a read (one eventually consistent GetItem).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.table.ping().await
-    }
-
-    /// The CloudWatch namespace metrics are printed under (`OJS_METRICS=emf`), if any.
-    pub fn metrics_namespace(&self) -> Option<&str> {
-        self.config.metrics_namespace.as_deref()
-    }
-
-    /// DynamoDB calls and capacity consumed by this store so far.
-    pub fn usage(&self) -> UsageSnapshot {
-        self.table.usage()
+        self.engine.table.ping().await
     }
 }
 

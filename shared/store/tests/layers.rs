@@ -143,13 +143,24 @@ fn the_checker_sees_paths_and_groups_but_not_comments() {
     );
 }
 
-/// The `Store` methods each file defines (`fn` lines inside `impl Store {` blocks, which
-/// rustfmt opens and closes at the line's start), outside its tests.
+/// The store's layer types: the façade and the engine it owns.
+const LAYER_TYPES: [&str; 2] = ["Store", "Engine"];
+
+/// Whether `line` opens an `impl` block of one of the [`LAYER_TYPES`].
+fn opens_layer_impl(line: &str) -> bool {
+    LAYER_TYPES
+        .iter()
+        .any(|t| line.starts_with(&format!("impl {t} {{")))
+}
+
+/// The methods of the store's layer types each file defines (`fn` lines inside
+/// `impl Store {` or `impl Engine {` blocks, which rustfmt opens and closes at the
+/// line's start), outside its tests.
 fn store_methods(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut inside = false;
     for line in code_lines(text) {
-        if line.starts_with("impl Store {") {
+        if opens_layer_impl(line) {
             inside = true;
         } else if inside && line.starts_with('}') {
             inside = false;
@@ -292,6 +303,55 @@ fn the_call_checker_sees_methods_of_impl_store_blocks_and_their_calls() {
     let text = "impl Store {\n    pub async fn a(&self) {\n        self.b().await; // self.c()\n        self.h::<u8>(); v.iter().count(); myself.k();\n        Ok(self\n            .m())\n    }\n    pub(crate) fn d() {}\n}\nfn e() {}\n#[cfg(test)]\nmod tests { fn f() { self.g(); } }";
     assert_eq!(store_methods(text), ["a", "d"]);
     assert_eq!(method_calls(text), ["b", "h", "m"]);
+    let engine = "impl Engine {\n    fn x(&self) {}\n}\nimpl Other {\n    fn y(&self) {}\n}\n";
+    assert_eq!(store_methods(engine), ["x"]);
+}
+
+/// The DynamoDB layer and the engine never name the façade (`Store`): they are methods of
+/// `Engine`, which holds nothing above it, so a call from the engine up into the change
+/// stream's side or a feature does not compile.
+#[test]
+fn the_engine_never_names_the_facade() {
+    let mut found = Vec::new();
+    for layer in ["dynamo", "engine"] {
+        let mut paths = Vec::new();
+        files(&src().join(layer), &mut paths);
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for (n, line) in code_lines(&text).iter().enumerate() {
+                if names_store(line) {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the engine names the façade:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Whether `line` names the type `Store` (not `StoreError`, `StoreConfig`, `MyStore`, nor
+/// a variant `Store(..)` of an error of the engine's).
+fn names_store(line: &str) -> bool {
+    line.match_indices("Store").any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + "Store".len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '(')
+    })
+}
+
+#[test]
+fn the_facade_checker_sees_the_type_and_only_it() {
+    assert!(names_store("use crate::Store;"));
+    assert!(names_store("impl Store {"));
+    assert!(names_store("fn f(s: &Store) {}"));
+    assert!(!names_store("Err(StoreError::Conflict)"));
+    assert!(!names_store("let c: StoreConfig = x;"));
+    assert!(!names_store("Err(BatchError::Store(e))"));
+    assert!(!names_store("struct MyStore;"));
 }
 
 /// Each `Store` method with whether it is public and the methods it calls on `self`.
@@ -306,7 +366,7 @@ fn store_method_bodies(text: &str) -> Vec<(String, bool, Vec<String>)> {
         }
     };
     for line in code_lines(text) {
-        if line.starts_with("impl Store {") {
+        if opens_layer_impl(line) {
             inside = true;
             continue;
         }

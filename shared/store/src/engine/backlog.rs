@@ -24,12 +24,13 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::QueueName;
 use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::s;
 use crate::keys;
 use crate::schema::READY_INDEX;
 use crate::usage::Kind;
-use crate::{Store, SweepReport};
+use crate::SweepReport;
 
 /// Metric name of the per-queue head age.
 pub const OLDEST_READY_JOB_AGE: &str = "OldestReadyJobAge";
@@ -40,16 +41,7 @@ fn enqueued_at(ready_sk: &str) -> Option<Timestamp> {
     time::from_micros(micros)
 }
 
-impl Store {
-    /// The same store printing EMF metrics in `namespace` (none: metrics off); see
-    /// [`crate::StoreConfig::metrics_namespace`].
-    pub fn with_metrics_namespace(mut self, namespace: Option<&str>) -> Self {
-        let mut config = (*self.config).clone();
-        config.metrics_namespace = namespace.map(str::to_owned);
-        self.config = std::sync::Arc::new(config);
-        self
-    }
-
+impl Engine {
     /// Per queue of `queues`, how long the head of its ready index has waited at `now`
     /// (the oldest head over its shards), or `None` when nothing is ready.
     pub async fn ready_head_ages(

@@ -10,10 +10,10 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 use ojs_core::unique::UniquePolicy;
 use ojs_core::{Job, JobState};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
 use crate::payloads::PayloadRef;
-use crate::Store;
 
 /// Items one DynamoDB transaction may hold.
 const TX_ITEMS: usize = 100;
@@ -160,9 +160,9 @@ enum ChunkOutcome {
     Failed(StoreError),
 }
 
-impl Store {
+impl Engine {
     /// Stores every job or none. A job too large for its item keeps its args and meta in
-    /// the payload bucket, as a job pushed alone does ([`Store::new_job_item`]): the
+    /// the payload bucket, as a job pushed alone does ([`Engine::new_job_item`]): the
     /// objects are put first, then the transactions; the objects are untagged when the
     /// batch landed and deleted when it did not.
     #[tracing::instrument(name = "push_batch", level = "error", skip_all, fields(jobs = jobs.len()))]
@@ -267,7 +267,7 @@ impl Store {
         })
     }
 
-    /// The items of new jobs ([`Store::new_job_item`], payload puts concurrently), with
+    /// The items of new jobs ([`Engine::new_job_item`], payload puts concurrently), with
     /// each one's payload reference; when a put fails, the objects put are deleted again.
     pub(crate) async fn new_job_items(
         &self,
@@ -299,7 +299,7 @@ impl Store {
         Ok((items, payloads))
     }
 
-    /// [`Store::settle_offload`] of each job's payload: `written(index)` says whether
+    /// [`Engine::settle_offload`] of each job's payload: `written(index)` says whether
     /// its item is (or may be) stored.
     pub(crate) async fn settle_offloads(
         &self,

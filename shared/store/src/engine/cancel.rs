@@ -6,12 +6,12 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, Transition};
 
 use crate::effects::Effects;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::job_item::write_id;
 use crate::transition::{Field, JobWrite, Place};
-use crate::Store;
 
-impl Store {
+impl Engine {
     /// Cancels a non-terminal job in one conditional write (and, for a workflow step,
     /// tells its workflow).
     #[tracing::instrument(name = "cancel", level = "error", skip_all, fields(job_id = %id))]

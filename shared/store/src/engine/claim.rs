@@ -14,6 +14,7 @@ use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::answer::{answer_bytes, AnswerBound};
 use crate::due::is_expired_available;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::fetch_order::queue_order;
 use crate::item::{self, n, s, Item};
@@ -21,7 +22,6 @@ use crate::job_item::{old_item, write_id};
 use crate::keys;
 use crate::schema::READY_INDEX;
 use crate::transition::{Field, JobWrite, Place};
-use crate::Store;
 
 /// How many times FETCH re-queries a queue whose candidates were all taken by others.
 const CLAIM_ROUNDS: usize = 4;
@@ -222,7 +222,7 @@ pub(crate) struct LaneLimits {
     pub(crate) tenant: Option<RateLimitPolicy>,
 }
 
-impl Store {
+impl Engine {
     /// The limits of `lane` whose queue's rate limit is `queue` (the tenant's settings
     /// as this instance remembers them).
     pub(crate) async fn lane_limits(
@@ -273,7 +273,7 @@ pub struct LimitState {
     pub reset_at: Timestamp,
 }
 
-impl Store {
+impl Engine {
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
     /// then FIFO, for a worker `admission` lets take jobs (any, without one). Never
     /// returns a job that another worker holds.

@@ -26,12 +26,12 @@ use ojs_core::tenant::{self, TenantId};
 use ojs_core::time::Timestamp;
 use ojs_core::Job;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::usage::Kind;
-use crate::Store;
 
-/// How many times [`Store::take_slot`] reads a slot item again after losing its version
+/// How many times [`Engine::take_slot`] reads a slot item again after losing its version
 /// to a racing taker.
 const TAKE_ROUNDS: usize = 5;
 
@@ -59,7 +59,7 @@ pub(crate) fn policy_of(job: &Job) -> Option<RateLimitPolicy> {
         .filter(|p| p.concurrency.is_some())
 }
 
-impl Store {
+impl Engine {
     /// The concurrency policy of `tenant`'s `max_concurrency`, when its settings have one
     /// (remembered per instance; the default tenant has no settings).
     pub(crate) async fn tenant_slot_policy(
@@ -209,7 +209,7 @@ impl Store {
         Ok(false)
     }
 
-    /// One round of [`Store::take_slot`]: `None` when a racing taker won the version.
+    /// One round of [`Engine::take_slot`]: `None` when a racing taker won the version.
     async fn try_take_slot(
         &self,
         policy: &RateLimitPolicy,

@@ -9,15 +9,15 @@ use aws_sdk_dynamodb::types::{
 };
 use ojs_core::{Job, JobId};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, s};
 use crate::keys;
-use crate::Store;
 
 /// The attribute of a dead letter entry naming its job's tenant.
 pub(crate) const DEAD_TENANT: &str = "tenant";
 
-impl Store {
+impl Engine {
     /// The transaction item writing the dead letter entry `sk` of `job`, with its tenant
     /// (none for the default tenant's), which a tenant's listing filters on.
     pub(crate) fn dead_entry_put(

@@ -7,18 +7,18 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::claim::id_of;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, s, Item};
 use crate::keys;
 use crate::schema::DUE_INDEX;
 use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
-use crate::Store;
 
 /// How many due entries one sweep of a queue looks at.
 const DUE_BATCH: i32 = 25;
 
-impl Store {
+impl Engine {
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
     /// come, and active jobs whose lease expired (one batch from each shard). Returns how
     /// many moved.

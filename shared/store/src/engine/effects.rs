@@ -14,8 +14,8 @@ use ojs_core::time::Timestamp;
 
 use ojs_core::{Job, JobState};
 
+use crate::engine::Engine;
 use crate::timer::TimerTarget;
-use crate::Store;
 
 /// How a job ended, for its workflow's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub(crate) struct Finished {
     pub outcome: StepOutcome,
 }
 
-/// The jobs finished through one store scope ([`Store::with_follow_ups`]), in the order
+/// The jobs finished through one store scope ([`Engine::with_follow_ups`]), in the order
 /// they finished. The engine notes them here instead of calling up into the features;
 /// the scope's owner takes them and follows them up in a loop.
 #[derive(Debug, Clone, Default)]
@@ -119,7 +119,7 @@ impl Effects {
     }
 }
 
-impl Store {
+impl Engine {
     /// Applies what the transition of `after` set off (see [`Effects`]).
     pub(crate) async fn apply_effects(&self, after: &Job, effects: Effects) {
         if let Some(lease) = effects.release_slot {

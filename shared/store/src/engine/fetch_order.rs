@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use ojs_core::QueueName;
 
 use crate::claim::FetchRequest;
-use crate::Store;
+use crate::engine::Engine;
 
-impl Store {
+impl Engine {
     /// The strategy a FETCH over several queues follows: the pool's holding its queues,
     /// else its own; `None` for strict order (or a pool list that cannot be read now: the
     /// FETCH is served in its own order rather than refused).

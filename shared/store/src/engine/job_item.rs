@@ -10,12 +10,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId};
 
+use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, Item};
 use crate::usage::Kind;
-use crate::Store;
 
-impl Store {
+impl Engine {
     /// Reads a job with a strongly consistent read.
     pub async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.table
@@ -49,7 +49,7 @@ impl Store {
         }
     }
 
-    /// Like [`Store::finish_update`], except that a failed condition whose current item
+    /// Like [`Engine::finish_update`], except that a failed condition whose current item
     /// satisfies `ours` was our own earlier attempt: the SDK retried a write that landed
     /// but whose answer was lost. That item is the result, not a conflict.
     pub(crate) fn finish_own_update(
@@ -74,7 +74,7 @@ impl Store {
 }
 
 /// A fresh id for one transition, stored with it as `write_id`, so that a retry of the
-/// write can recognise it (see [`Store::finish_own_update`]).
+/// write can recognise it (see [`Engine::finish_own_update`]).
 pub(crate) fn write_id() -> AttributeValue {
     s(uuid::Uuid::new_v4().simple().to_string())
 }

@@ -12,6 +12,7 @@ use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
 use crate::effects::{Before, Effects};
+use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item};
 use crate::job_item::{old_item, write_id};
@@ -19,7 +20,6 @@ use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite, Place};
 use crate::unique::PushOutcome;
 use crate::usage::Kind;
-use crate::Store;
 use ojs_core::unique::UniquePolicy;
 
 /// An ACK.
@@ -97,7 +97,7 @@ pub struct FailOutcome {
     pub job: Job,
 }
 
-impl Store {
+impl Engine {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
     #[tracing::instrument(name = "push", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
     pub(crate) async fn put_job_in_scope(&self, job: &Job) -> Result<PushOutcome, StoreError> {
@@ -163,7 +163,7 @@ impl Store {
     }
 
     /// Reads a job with a strongly consistent read, its request whole
-    /// ([`Store::full_job`]): what GET answers.
+    /// ([`Engine::full_job`]): what GET answers.
     pub async fn get_full_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         match self.get_job(id).await? {
             Some(job) => self.full_job(job).await.map(Some),
@@ -181,7 +181,7 @@ impl Store {
         }
     }
 
-    /// Completes an active job. The answer shows the job whole ([`Store::shown_job`]), as
+    /// Completes an active job. The answer shows the job whole ([`Engine::shown_job`]), as
     /// do CANCEL's and FAIL's.
     #[tracing::instrument(name = "ack", level = "error", skip_all, fields(job_id = %ack.id))]
     pub(crate) async fn ack_job_in_scope(

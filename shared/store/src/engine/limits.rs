@@ -12,12 +12,12 @@ use ojs_core::{Job, JobState, Transition};
 use crate::claim::{Candidate, Claim, FullLimits};
 use crate::concurrency::Slot;
 use crate::effects::{Before, Effects};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self};
 use crate::keys;
 use crate::transition::{Field, JobWrite, Place, WriteParts};
 use crate::usage::Kind;
-use crate::Store;
 use ojs_core::JobId;
 
 /// Which of a claim's policies are the lane's rather than the job's own.
@@ -29,7 +29,7 @@ pub(crate) struct Shared {
     pub(crate) tenant_at: Option<usize>,
 }
 
-impl Store {
+impl Engine {
     /// A claim that must fit the job's rate limits: concurrency slots and window
     /// counters are taken in the same transaction as the claim, so a start is counted
     /// exactly when it happens, across every Lambda instance. A refused job stays
@@ -254,7 +254,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Engine {
     /// The job a claim transaction wrote, read back (review #19d): delivered only while
     /// it is still active under this claim's write id (a CANCEL may come between the
     /// transaction and the read), and the read is tried again before giving up, since a

@@ -22,6 +22,7 @@ pub(crate) mod fetch_order;
 pub(crate) mod job_item;
 pub(crate) mod jobs;
 pub(crate) mod limits;
+pub(crate) mod offload;
 pub(crate) mod pools;
 pub(crate) mod queues;
 pub(crate) mod settle;
@@ -32,3 +33,146 @@ pub(crate) mod transition;
 pub(crate) mod unique;
 pub(crate) mod unread;
 pub(crate) mod windows;
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::answer::AnswerBound;
+use crate::dynamo::table::Table;
+use crate::keys;
+use crate::payloads::Payloads;
+use crate::timer::Timer;
+use crate::usage::UsageSnapshot;
+use crate::StoreConfig;
+
+/// The engine: the table, the settings and the per-instance memories of what PUSH and
+/// FETCH obey. Everything above holds one (cheap to clone); it holds nothing above it, so
+/// no engine method can call into the change stream's side or a feature.
+#[derive(Clone)]
+pub struct Engine {
+    /// The table, the one way to DynamoDB.
+    pub(crate) table: Table,
+    pub(crate) config: Arc<StoreConfig>,
+    /// The timer queue, when configured.
+    pub(crate) timer: Option<Timer>,
+    /// Queues this instance has already registered, so PUSH writes the queue item once
+    /// per queue per cold start rather than on every job.
+    pub(crate) known_queues: Arc<Mutex<HashSet<String>>>,
+    /// Queue settings read by FETCH, with when they were read.
+    pub(crate) settings_cache: Arc<Mutex<queues::SettingsCache>>,
+    /// Queues on which this instance lately lost claims (FETCH spreads over them).
+    pub(crate) contention: Arc<fetch_memory::Contention>,
+    /// Queue shards whose due query this instance lately found empty (FETCH skips it).
+    pub(crate) quiet_due: Arc<fetch_memory::QuietDue>,
+    /// Which lane of a queue with tenants this instance's next FETCH for any tenant
+    /// starts at (round robin).
+    pub(crate) lane_turn: Arc<AtomicUsize>,
+    /// Lanes this instance's FETCH lately found empty (they take no first turn).
+    pub(crate) quiet_lanes: Arc<fetch_memory::QuietLanes>,
+    /// Tenants' settings read by FETCH and PUSH, with when they were read.
+    pub(crate) tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
+    /// The scheduling pools as this instance lately listed them.
+    pub(crate) pool_cache: Arc<Mutex<pools::PoolCache>>,
+    /// Which queue of a pooled FETCH this instance's next one starts at.
+    pub(crate) queue_turn: Arc<AtomicUsize>,
+    /// Where the engine notes the jobs it finishes, in a scope opened by the layer above
+    /// ([`Engine::with_follow_ups`]); none outside one.
+    pub(crate) follow_ups: Option<effects::FollowUps>,
+    /// The bucket of requests too large for their item, when configured
+    /// (`OJS_PAYLOAD_BUCKET`); without it such a request is refused.
+    pub(crate) payloads: Option<Payloads>,
+}
+
+impl Engine {
+    /// An engine over `client` with `config`.
+    pub(crate) fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
+        Self {
+            table: Table::new(client, &config.table),
+            config: Arc::new(config),
+            timer: None,
+            known_queues: Arc::default(),
+            settings_cache: Arc::default(),
+            contention: Arc::default(),
+            quiet_due: Arc::default(),
+            lane_turn: Arc::default(),
+            quiet_lanes: Arc::default(),
+            tenant_config_cache: Arc::default(),
+            pool_cache: Arc::default(),
+            queue_turn: Arc::default(),
+            follow_ups: None,
+            payloads: None,
+        }
+    }
+
+    /// The same engine with its settings changed by `change`.
+    pub(crate) fn reconfigured(&mut self, change: impl FnOnce(&mut StoreConfig)) {
+        let mut config = (*self.config).clone();
+        change(&mut config);
+        self.config = Arc::new(config);
+    }
+
+    /// This engine noting the jobs its transitions finish in `scope`.
+    pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
+        Self {
+            follow_ups: Some(scope),
+            ..self.clone()
+        }
+    }
+
+    /// The follow-up scope this engine notes finished jobs in, if it is one.
+    pub(crate) fn follow_ups(&self) -> Option<&effects::FollowUps> {
+        self.follow_ups.as_ref()
+    }
+
+    /// The bucket of large requests, when configured.
+    pub fn payloads(&self) -> Option<&Payloads> {
+        self.payloads.as_ref()
+    }
+
+    /// How many shards each queue has.
+    pub fn queue_shards(&self) -> u16 {
+        self.config.queue_shards
+    }
+
+    /// The ready-index partition that holds `id` when it is available.
+    pub(crate) fn ready_pk(&self, lane: &keys::Lane, id: &ojs_core::JobId) -> String {
+        keys::ready_pk(lane, keys::shard_of(id, self.queue_shards()))
+    }
+
+    /// The due-index partition that holds `id` when it waits for a time.
+    pub(crate) fn due_pk(&self, queue: &ojs_core::QueueName, id: &ojs_core::JobId) -> String {
+        keys::due_pk(queue, keys::shard_of(id, self.queue_shards()))
+    }
+
+    /// The timer queue, when configured.
+    pub fn timer(&self) -> Option<&Timer> {
+        self.timer.as_ref()
+    }
+
+    /// How long one sweep may run ([`StoreConfig::sweep_budget`]).
+    pub fn sweep_budget(&self) -> Duration {
+        self.config.sweep_budget
+    }
+
+    /// How many bytes of jobs one answer may carry ([`StoreConfig::fetch_answer`]).
+    pub fn answer_bound(&self) -> AnswerBound {
+        self.config.fetch_answer
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// The CloudWatch namespace metrics are printed under (`OJS_METRICS=emf`), if any.
+    pub fn metrics_namespace(&self) -> Option<&str> {
+        self.config.metrics_namespace.as_deref()
+    }
+
+    /// DynamoDB calls and capacity consumed by this engine so far.
+    pub fn usage(&self) -> UsageSnapshot {
+        self.table.usage()
+    }
+}

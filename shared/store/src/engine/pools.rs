@@ -10,10 +10,10 @@ use ojs_core::pool::Pool;
 use ojs_core::time;
 use ojs_core::QueueName;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// Partition of every pool.
 const POOLS_PK: &str = "POOLS";
@@ -35,7 +35,7 @@ fn pool_of(item: &Item) -> Option<Pool> {
 /// The pools as last listed, with when.
 pub(crate) type PoolCache = Option<(Instant, Vec<Pool>)>;
 
-impl Store {
+impl Engine {
     /// Stores `pool` (one PutItem); true when it is new. This instance follows it at
     /// once, others within the settings' time to live.
     pub async fn put_pool(&self, pool: &Pool) -> Result<bool, StoreError> {

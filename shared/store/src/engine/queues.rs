@@ -9,11 +9,11 @@ use ojs_core::backpressure::Backpressure;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, ts};
 use crate::keys;
 use crate::usage::Kind;
-use crate::Store;
 
 /// A queue as listed by `GET /ojs/v1/queues`.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +26,7 @@ pub struct QueueInfo {
     pub paused: bool,
 }
 
-impl Store {
+impl Engine {
     /// Records that `queue` exists (idempotent; skipped when this instance already did).
     pub(crate) async fn register_queue(&self, queue: &str) -> Result<(), StoreError> {
         let known = self
@@ -96,7 +96,7 @@ impl Store {
         Ok(())
     }
 
-    /// The lanes of each of `queues` (settings as [`Store::queue_settings`] remembers
+    /// The lanes of each of `queues` (settings as [`Engine::queue_settings`] remembers
     /// them).
     pub(crate) async fn lanes(
         &self,
@@ -173,7 +173,7 @@ pub(crate) type SettingsCache = HashMap<String, (Instant, QueueSettings)>;
 /// Most queues whose settings one instance remembers (the cache is emptied when full).
 const SETTINGS_CACHE_CAP: usize = 10_000;
 
-impl Store {
+impl Engine {
     /// Pauses or resumes a queue (creating its registry item if the queue is new).
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<QueueInfo, StoreError> {
         let now = time::now();
@@ -247,7 +247,7 @@ impl Store {
     }
 
     /// With `OJS_PAUSED_QUEUE_PUSH=reject`: [`StoreError::QueuePaused`] when one of
-    /// `queues` is paused (settings as [`Store::queue_settings`] remembers them). Without
+    /// `queues` is paused (settings as [`Engine::queue_settings`] remembers them). Without
     /// it, nothing to check: a paused queue takes jobs and only stops delivering them.
     pub(crate) async fn refuse_if_paused(&self, queues: &[&str]) -> Result<(), StoreError> {
         if !self.config.reject_paused_pushes {

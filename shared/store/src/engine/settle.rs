@@ -12,12 +12,12 @@ use ojs_core::{Job, JobState, Transition};
 use serde_json::json;
 
 use crate::effects::{Before, Effects};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, json as json_attr, n, ts};
 use crate::jobs::Fence;
 use crate::keys;
 use crate::transition::{Field, JobWrite, Place};
-use crate::Store;
 
 /// What a failed attempt leads to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,7 +77,7 @@ fn bounded_error(error: serde_json::Value) -> serde_json::Value {
     serde_json::Value::Object(kept)
 }
 
-impl Store {
+impl Engine {
     /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
     /// the version and attempt read) and emits the matching events. The job leaves
     /// `active`, so it leaves its holder too: `worker_id` is removed, and the next claim
@@ -336,8 +336,8 @@ impl Store {
 
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job
     /// still active after its lease or deadline, or waiting after its time; the job's
-    /// request whole ([`Store::full_job`]). A payload that is missing or damaged does not
-    /// hide the job: it is shown incomplete and says so ([`Store::shown_job`]); a payload
+    /// request whole ([`Engine::full_job`]). A payload that is missing or damaged does not
+    /// hide the job: it is shown incomplete and says so ([`Engine::shown_job`]); a payload
     /// store failing is an error (the request may be tried again).
     pub(crate) async fn get_job_settled_in_scope(
         &self,
@@ -365,8 +365,6 @@ impl Store {
         }
     }
 }
-
-impl Store {}
 
 /// When a waiting job becomes available.
 fn due_at(job: &Job) -> Option<Timestamp> {

@@ -4,7 +4,7 @@
 //! `ojs_runtime::Scheduler`, from named services:
 //!
 //! 1. fire due cron occurrences ([`Store::fire_due_crons`]);
-//! 2. hand work due within the timer's range to the SQS timer ([`Store::hand_over_to_timer`]);
+//! 2. hand work due within the timer's range to the SQS timer ([`Engine::hand_over_to_timer`]);
 //! 3. per queue: promote due jobs, reclaim expired leases, time out overdue attempts and
 //!    discard expired jobs ([`Store::promote_due`], what FETCH does for its own queues);
 //! 4. check running workflows ([`Store::check_workflows`]);
@@ -12,11 +12,11 @@
 
 use ojs_core::QueueName;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, Item};
 use crate::keys;
 use crate::usage::Kind;
-use crate::Store;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +48,7 @@ fn cursor_key() -> Item {
     ])
 }
 
-impl Store {
+impl Engine {
     /// The queue the last sweep stopped at, when its budget ran out before the last queue.
     pub async fn sweep_cursor(&self) -> Result<Option<String>, StoreError> {
         Ok(self
@@ -58,7 +58,7 @@ impl Store {
             .and_then(|i| i.get("next_queue").and_then(|v| v.as_s().ok()).cloned()))
     }
 
-    /// The names of the known queues ([`Store::list_queues`]) that parse, in its order.
+    /// The names of the known queues ([`Engine::list_queues`]) that parse, in its order.
     pub async fn queue_names(&self) -> Result<Vec<QueueName>, StoreError> {
         Ok(self
             .list_queues()

@@ -11,10 +11,10 @@ use ojs_core::rate_limit::{Window, MAX_CONCURRENCY};
 use ojs_core::tenant::{TenantConfig, TenantId};
 use ojs_core::time;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// Partition of every tenant's settings.
 const TENANTS_PK: &str = "TENANTS";
@@ -66,7 +66,7 @@ pub(crate) type ConfigCache = HashMap<String, (Instant, TenantConfig)>;
 /// Most tenants whose settings one instance remembers (emptied when full).
 const CONFIG_CACHE_CAP: usize = 10_000;
 
-impl Store {
+impl Engine {
     /// Stores `config` as `tenant`'s settings (one PutItem; this instance obeys it at
     /// once, others within the settings' time to live).
     pub async fn put_tenant_config(

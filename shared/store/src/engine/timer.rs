@@ -12,10 +12,10 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::JobState;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::s;
 use crate::keys;
-use crate::Store;
 
 /// SQS's longest message delay.
 pub const MAX_DELAY: Duration = Duration::from_secs(900);
@@ -138,7 +138,7 @@ impl Timer {
     }
 }
 
-impl Store {
+impl Engine {
     /// Arms the timer for targets due within 15 minutes. Without a timer queue configured
     /// (or when SQS fails) the sweep and FETCH still promote the work, a little later, so
     /// a failure here is logged, not returned.
@@ -146,7 +146,7 @@ impl Store {
         self.arm_timer_at(targets, time::now()).await;
     }
 
-    /// [`Store::arm_timer`] with an explicit clock (the sweep passes its own `now`).
+    /// [`Engine::arm_timer`] with an explicit clock (the sweep passes its own `now`).
     async fn arm_timer_at(&self, targets: Vec<(TimerTarget, Timestamp)>, now: Timestamp) {
         let Some(timer) = &self.timer else {
             return;
@@ -235,88 +235,6 @@ impl Store {
     }
 }
 
-impl Store {
-    /// Consumes the timer queue forever, handling each message like the
-    /// timer function does and deleting it once handled. For the local server and tests,
-    /// where no SQS event source mapping exists.
-    pub async fn consume_timer_queue(&self) {
-        let Some(timer) = self.timer.clone() else {
-            return;
-        };
-        loop {
-            let received = timer
-                .client
-                .receive_message()
-                .queue_url(&timer.queue_url)
-                .max_number_of_messages(10)
-                // Short polls: moto only returns a message that became visible during a
-                // long poll when the poll ends, which would add up to a second.
-                .wait_time_seconds(0)
-                .send()
-                .await;
-            let messages = match received {
-                Ok(out) => out.messages.unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "timer queue receive failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            if messages.is_empty() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            // One task per message, so a message waiting out its last fraction of a
-            // second never holds back the next receive.
-            for m in messages {
-                let store = self.clone();
-                let timer = timer.clone();
-                tokio::spawn(async move {
-                    let handled = match m.body() {
-                        Some(body) => match store.handle_timer(body).await {
-                            Ok(()) | Err(StoreError::Corrupt(_)) => true,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "timer message failed; it will be redelivered");
-                                false
-                            }
-                        },
-                        None => true,
-                    };
-                    if let (true, Some(receipt)) = (handled, m.receipt_handle()) {
-                        let _ = timer
-                            .client
-                            .delete_message()
-                            .queue_url(&timer.queue_url)
-                            .receipt_handle(receipt)
-                            .send()
-                            .await;
-                    }
-                });
-            }
-        }
-    }
-
-    /// Creates (or finds) an SQS queue named `name` and arms timers through it. Used by the
-    /// local server and tests; on AWS the queue comes from the template.
-    pub async fn with_local_timer_queue(
-        self,
-        sdk: &aws_config::SdkConfig,
-        name: &str,
-    ) -> Result<Self, StoreError> {
-        let client = aws_sdk_sqs::Client::new(sdk);
-        let out = client
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .map_err(sqs_failure("creating timer queue"))?;
-        let url = out
-            .queue_url()
-            .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
-            .to_owned();
-        Ok(self.with_timer(Timer::new(client, url)))
-    }
-}
-
 /// Maps a failed SQS call to a backend error, `what` naming the call.
 fn sqs_failure<E, R>(what: &'static str) -> impl FnOnce(SdkError<E, R>) -> StoreError
 where
@@ -326,7 +244,7 @@ where
     move |e| StoreError::Backend(format!("{what}: {}", DisplayErrorContext(&e)))
 }
 
-impl Store {
+impl Engine {
     /// Due-index entries of partition `pk` due in `[from, to]`: (job id or cron name, due).
     pub(crate) async fn due_between(
         &self,

@@ -10,10 +10,10 @@ use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
 use ojs_core::{Job, JobId, JobState};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// What PUSH did.
 #[derive(Debug, Clone)]
@@ -49,8 +49,8 @@ pub(crate) fn lock_item(key: &str, job: &JobId, policy: &UniquePolicy, now: Time
 /// Lock conflicts a PUSH resolves (stale locks, replaced holders) before giving up.
 const MAX_ROUNDS: usize = 4;
 
-impl Store {
-    /// Stores a job under a uniqueness policy; `body` ([`Store::offload_body`]) puts its
+impl Engine {
+    /// Stores a job under a uniqueness policy; `body` ([`Engine::offload_body`]) puts its
     /// args and meta in the payload bucket first, kept only if the job is stored.
     pub(crate) async fn put_unique(
         &self,

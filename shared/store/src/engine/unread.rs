@@ -10,7 +10,7 @@
 //!
 //! The other claimed jobs of the FETCH are delivered either way. A FETCH that claimed
 //! more than its answer can carry in the form it is sent in gives the rest back the same
-//! way ([`Store::give_back_claimed`]).
+//! way ([`Engine::give_back_claimed`]).
 
 use futures::future::join_all;
 use ojs_core::failure::Failure;
@@ -18,19 +18,19 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
 use crate::effects::{Before, Effects};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item;
 use crate::item::n;
 use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite};
 use crate::usage::Kind;
-use crate::Store;
 use ojs_core::JobId;
 
 /// The error type a job whose payload is missing or damaged fails with.
 pub const PAYLOAD_UNREADABLE: &str = "payload_unreadable";
 
-impl Store {
+impl Engine {
     /// The claimed jobs whole, in their order, without those whose payload cannot be
     /// read: each of those is given back or failed (see the module).
     pub(crate) async fn deliverable(&self, claimed: Vec<Job>, now: Timestamp) -> Vec<Job> {
@@ -124,7 +124,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Engine {
     /// Takes a job the server can no longer read (an item that fails today's validation)
     /// out of the ready and due indexes, with the reason recorded on the item
     /// (`set_aside`), so it stops blocking FETCH and the sweep. Logged as an error: an

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use ojs_core::rate_limit::{SlidingWindow, WindowAssessment};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
-use crate::Store;
 
 /// A window as a claim found it.
 pub(crate) struct WindowRead {
@@ -44,7 +44,7 @@ fn window_key(window: &SlidingWindow) -> Item {
     ])
 }
 
-impl Store {
+impl Engine {
     /// Reads `window` for a start at `now_us`.
     pub(crate) async fn read_window(
         &self,
@@ -87,7 +87,7 @@ impl Store {
         self.record_starts(window, read, 1)
     }
 
-    /// [`Store::record_start`] for `starts` starts at once.
+    /// [`Engine::record_start`] for `starts` starts at once.
     pub(crate) fn record_starts(
         &self,
         window: &SlidingWindow,

@@ -166,7 +166,7 @@ impl Store {
 
     /// The jobs of `ids` that exist, in the order given (strongly consistent reads, 100
     /// keys a call), as read: one keeping its args and meta in the payload bucket is
-    /// incomplete until [`Store::shown_jobs`] brings them back.
+    /// incomplete until [`Engine::shown_jobs`] brings them back.
     pub async fn get_jobs(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
         let how = crate::batch_read::BatchRead {
             consistent: true,

@@ -18,7 +18,7 @@ impl Store {
     /// threshold are returned, for the answer's headers (§7.3).
     ///
     /// Costs nothing more for an unbounded queue whose settings this instance remembers
-    /// ([`Store::queue_settings`]); a bounded one adds its counters' read (one strongly
+    /// ([`Engine::queue_settings`]); a bounded one adds its counters' read (one strongly
     /// consistent BatchGetItem, as for stats). The depth is the counters' (available,
     /// scheduled and retryable): in process they are caught up first, so the bound is
     /// exact for one producer; on AWS they trail the table by the stream function's delay,

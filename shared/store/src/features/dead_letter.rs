@@ -28,7 +28,7 @@ use crate::Store;
 #[derive(Debug, Clone)]
 pub struct DeadLetterPage {
     /// The jobs, oldest discard first, as read: one keeping its args and meta in the
-    /// payload bucket is incomplete until [`Store::shown_jobs`] brings them back.
+    /// payload bucket is incomplete until [`Engine::shown_jobs`] brings them back.
     pub jobs: Vec<Job>,
     /// How many dead-lettered jobs match the filter.
     pub total: usize,

@@ -26,7 +26,7 @@ const MAX_ROUNDS: usize = 16;
 /// `finishing_entry_points_follow_up` finds any public method that could finish a job
 /// outside one.
 impl Store {
-    /// PUSH: [`Store::put_job_in_scope`] (a unique policy's `replace` cancels the job it
+    /// PUSH: [`Engine::put_job_in_scope`] (a unique policy's `replace` cancels the job it
     /// replaces).
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         self.following_up(time::now(), |store| async move {
@@ -35,7 +35,7 @@ impl Store {
         .await
     }
 
-    /// CANCEL: [`Store::cancel_job_in_scope`].
+    /// CANCEL: [`Engine::cancel_job_in_scope`].
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         self.following_up(now, |store| async move {
             store.cancel_job_in_scope(id, now).await
@@ -43,7 +43,7 @@ impl Store {
         .await
     }
 
-    /// ACK: [`Store::ack_job_in_scope`].
+    /// ACK: [`Engine::ack_job_in_scope`].
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
         self.following_up(now, |store| async move {
             store.ack_job_in_scope(ack, now).await
@@ -51,7 +51,7 @@ impl Store {
         .await
     }
 
-    /// FAIL: [`Store::fail_job_in_scope`].
+    /// FAIL: [`Engine::fail_job_in_scope`].
     pub async fn fail_job(
         &self,
         id: &JobId,
@@ -68,7 +68,7 @@ impl Store {
         .await
     }
 
-    /// [`Store::settle_in_scope`]: an overdue job moved on (a lease or deadline passed,
+    /// [`Engine::settle_in_scope`]: an overdue job moved on (a lease or deadline passed,
     /// a time come, the job expired).
     pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
         self.following_up(
@@ -78,7 +78,7 @@ impl Store {
         .await
     }
 
-    /// INFO: [`Store::get_job_settled_in_scope`] (an overdue job is settled first).
+    /// INFO: [`Engine::get_job_settled_in_scope`] (an overdue job is settled first).
     pub async fn get_job_settled(
         &self,
         id: &JobId,
@@ -90,7 +90,7 @@ impl Store {
         .await
     }
 
-    /// [`Store::promote_due_in_scope`]: a queue's due jobs made available (expired ones
+    /// [`Engine::promote_due_in_scope`]: a queue's due jobs made available (expired ones
     /// discarded).
     pub async fn promote_due(
         &self,

@@ -8,6 +8,8 @@ use ojs_core::JobId;
 use crate::error::StoreError;
 use crate::timer::{TimerMessage, TimerTarget};
 use crate::Store;
+use crate::Timer;
+use std::time::Duration;
 
 impl Store {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
@@ -49,5 +51,91 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+impl Store {
+    /// Consumes the timer queue forever, handling each message like the
+    /// timer function does and deleting it once handled. For the local server and tests,
+    /// where no SQS event source mapping exists.
+    pub async fn consume_timer_queue(&self) {
+        let Some(timer) = self.timer.clone() else {
+            return;
+        };
+        loop {
+            let received = timer
+                .client()
+                .receive_message()
+                .queue_url(timer.queue_url())
+                .max_number_of_messages(10)
+                // Short polls: moto only returns a message that became visible during a
+                // long poll when the poll ends, which would add up to a second.
+                .wait_time_seconds(0)
+                .send()
+                .await;
+            let messages = match received {
+                Ok(out) => out.messages.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "timer queue receive failed");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if messages.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // One task per message, so a message waiting out its last fraction of a
+            // second never holds back the next receive.
+            for m in messages {
+                let store = self.clone();
+                let timer = timer.clone();
+                tokio::spawn(async move {
+                    let handled = match m.body() {
+                        Some(body) => match store.handle_timer(body).await {
+                            Ok(()) | Err(StoreError::Corrupt(_)) => true,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "timer message failed; it will be redelivered");
+                                false
+                            }
+                        },
+                        None => true,
+                    };
+                    if let (true, Some(receipt)) = (handled, m.receipt_handle()) {
+                        let _ = timer
+                            .client()
+                            .delete_message()
+                            .queue_url(timer.queue_url())
+                            .receipt_handle(receipt)
+                            .send()
+                            .await;
+                    }
+                });
+            }
+        }
+    }
+
+    /// Creates (or finds) an SQS queue named `name` and arms timers through it. Used by the
+    /// local server and tests; on AWS the queue comes from the template.
+    pub async fn with_local_timer_queue(
+        self,
+        sdk: &aws_config::SdkConfig,
+        name: &str,
+    ) -> Result<Self, StoreError> {
+        let client = aws_sdk_sqs::Client::new(sdk);
+        let out = client
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| {
+                StoreError::Backend(format!(
+                    "creating timer queue: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        let url = out
+            .queue_url()
+            .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
+            .to_owned();
+        Ok(self.with_timer(Timer::new(client, url)))
     }
 }

@@ -425,7 +425,7 @@ impl Store {
     }
 
     /// Claims up to `count` jobs from the queues, in queue order, each queue by priority
-    /// then FIFO ([`Store::claim_jobs`]). Never returns a job that another worker holds,
+    /// then FIFO ([`Engine::claim_jobs`]). Never returns a job that another worker holds,
     /// nor any to a named worker that is not running ([`Store::takes_jobs`], asked only
     /// once a job was found).
     pub async fn fetch(

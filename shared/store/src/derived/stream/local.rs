@@ -114,7 +114,7 @@ impl LocalStream {
         // Its own usage: a store's usage is what its requests cost, as on AWS, where the
         // stream function pays for the effects.
         let mut own = store.clone();
-        own.table = own.table.with_own_tally();
+        own.engine.table = own.engine.table.with_own_tally();
         own.stream = None;
         let consumer = Arc::new(Self {
             client,

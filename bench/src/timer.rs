@@ -73,7 +73,7 @@ pub async fn run(jobs: usize) -> anyhow::Result<TimerReport> {
         tokio::time::sleep(Duration::from_millis(100)).await;
         lateness.clear();
         for id in &ids {
-            let Some(job) = app.store.get_job(id).await? else {
+            let Some(job) = app.store.engine().get_job(id).await? else {
                 bail!("job {id} vanished");
             };
             if job.status.state == JobState::Available {

@@ -40,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     // The bucket of large job requests (OJS_PAYLOAD_BUCKET), made here as the table is.
-    if let Some(payloads) = store.payloads() {
+    if let Some(payloads) = store.engine().payloads() {
         if let Err(e) = payloads.ensure_bucket().await {
             eprintln!(
                 "ojs-local: cannot create or read bucket {}: {e}",
@@ -89,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // The timer queue: the one named by OJS_TIMER_QUEUE_URL, else one created on the local
     // SQS endpoint; consumed in-process as the timer function would be on AWS.
-    if store.timer().is_none() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {
+    if store.engine().timer().is_none() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {
         let sdk = aws_config::load_from_env().await;
         let name = format!("{}-timer", store.table());
         store = store
@@ -97,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("creating the local timer queue")?;
     }
-    if store.timer().is_some() {
+    if store.engine().timer().is_some() {
         let consumer = store.clone();
         tokio::spawn(async move { consumer.consume_timer_queue().await });
     }

@@ -229,7 +229,7 @@ impl WebhookDispatcher {
             .into_iter()
             .map(std::sync::Arc::new)
             .collect();
-        if let Some(namespace) = self.inner.store.metrics_namespace() {
+        if let Some(namespace) = self.inner.store.engine().metrics_namespace() {
             let active = subs.iter().filter(|s| s.subscription.active).count();
             let doc = crate::metrics::subscriptions_document(
                 namespace,
@@ -342,7 +342,7 @@ impl WebhookDispatcher {
             event, subscription = %sub.id, delivery_id = %d.id, event_type = d.event_type,
             attempt, status = sent.status, ms = sent.duration_ms, outcome = label, "webhook attempt"
         );
-        if let Some(namespace) = store.metrics_namespace() {
+        if let Some(namespace) = store.engine().metrics_namespace() {
             let measured = crate::metrics::Attempt {
                 event_type: d.event_type,
                 subscription_id: &sub.id,

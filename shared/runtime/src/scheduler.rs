@@ -65,7 +65,7 @@ impl Scheduler {
             futures::join!(self.sweep(now), redrive, self.nudge(now));
         let sweep = sweep?;
         // Backlog metrics for the alarms; a failure here must not fail the tick.
-        if let Err(e) = self.store.emit_sweep_metrics(&sweep, now).await {
+        if let Err(e) = self.store.engine().emit_sweep_metrics(&sweep, now).await {
             failed(Service::BacklogMetrics, &e);
         }
         Ok(TickReport {
@@ -105,7 +105,7 @@ impl Scheduler {
     /// and, with time left, counter repair.
     pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport, StoreError> {
         let store = &self.store;
-        let deadline = Instant::now() + store.sweep_budget();
+        let deadline = Instant::now() + store.engine().sweep_budget();
         let mut report = SweepReport::default();
         match store.fire_due_crons(now).await {
             Ok(n) => report.fired = n,
@@ -119,6 +119,7 @@ impl Scheduler {
         // need the rest); its sends stop at the deadline.
         let read_by = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
         match store
+            .engine()
             .hand_over_to_timer(&order, now, read_by, deadline)
             .await
         {

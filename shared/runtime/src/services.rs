@@ -82,12 +82,12 @@ impl<'a> QueueSweep<'a> {
     pub async fn order(
         &self,
     ) -> Result<(Vec<QueueName>, Result<Option<String>, StoreError>), StoreError> {
-        let cursor = self.store.sweep_cursor().await;
+        let cursor = self.store.engine().sweep_cursor().await;
         if let Err(e) = &cursor {
             tracing::warn!(service = Service::QueueSweep.name(), error = %e, "sweep cursor unreadable; starting at the first queue");
         }
         let at = cursor.as_ref().ok().and_then(|c| c.as_deref());
-        let queues = rotate(self.store.queue_names().await?, at);
+        let queues = rotate(self.store.engine().queue_names().await?, at);
         Ok((queues, cursor))
     }
 
@@ -119,7 +119,7 @@ impl<'a> QueueSweep<'a> {
             }
         }
         if stopped_at.is_some() || cursor.is_some() {
-            if let Err(e) = self.store.set_sweep_cursor(stopped_at).await {
+            if let Err(e) = self.store.engine().set_sweep_cursor(stopped_at).await {
                 tracing::warn!(service = Service::QueueSweep.name(), error = %e, "sweep cursor not saved; the next sweep starts at the first queue");
                 done.failures += 1;
             }

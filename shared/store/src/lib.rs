@@ -236,16 +236,6 @@ pub struct Store {
     observers: Vec<Arc<dyn ChangeObserver>>,
 }
 
-/// The store reads through to its engine: the engine's public operations (PUSH, FETCH,
-/// ACK, FAIL, CANCEL, INFO, queue settings) are the store's.
-impl std::ops::Deref for Store {
-    type Target = Engine;
-
-    fn deref(&self) -> &Engine {
-        &self.engine
-    }
-}
-
 impl Store {
     /// A store over `client` with `config`.
     pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
@@ -410,6 +400,16 @@ impl Store {
             engine: self.engine.with_follow_ups(scope),
             ..self.clone()
         }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.engine.table()
+    }
+
+    /// DynamoDB calls and capacity consumed by this store so far.
+    pub fn usage(&self) -> UsageSnapshot {
+        self.engine.usage()
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

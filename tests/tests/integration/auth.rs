@@ -116,11 +116,11 @@ async fn requests_without_a_valid_key_get_401_and_write_nothing() -> anyhow::Res
     }
     let job_id = ojs_core::JobId::parse(&id)?;
     assert!(
-        app.store.get_job(&job_id).await?.is_none(),
+        app.store.engine().get_job(&job_id).await?.is_none(),
         "a refused push was written"
     );
     assert!(
-        app.store.list_queues().await?.is_empty(),
+        app.store.engine().list_queues().await?.is_empty(),
         "a refused push made a queue"
     );
 

@@ -87,7 +87,7 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
         .map_err(|e| anyhow::anyhow!(e.message))?;
     // The ages are read from the ready index: once it shows the FETCH above.
     ojs_tests::after_index_lag().await;
-    let ages = store.ready_head_ages(&queues, now).await?;
+    let ages = store.engine().ready_head_ages(&queues, now).await?;
     let expect_fifo = (now - enqueued_at(&app, &first).await?).to_std()?;
     let expect_prio = (now - enqueued_at(&app, &urgent).await?).to_std()?;
     assert_eq!(ages[0], (queues[0].clone(), Some(expect_fifo)));
@@ -100,7 +100,7 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
         failures: 1,
         ..SweepReport::default()
     };
-    let docs = store.emit_sweep_metrics(&report, now).await?;
+    let docs = store.engine().emit_sweep_metrics(&report, now).await?;
     let age_of = |q: &str| {
         docs.iter()
             .find(|d| d["Queue"] == q)
@@ -122,12 +122,14 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
     }
     // A clean sweep adds no sweep document.
     let clean = store
+        .engine()
         .emit_sweep_metrics(&SweepReport::default(), now)
         .await?;
     assert!(clean.iter().all(|d| d.get("SweepFailures").is_none()));
     // Metrics off: nothing printed, nothing read.
     assert!(store
         .with_metrics_namespace(None)
+        .engine()
         .emit_sweep_metrics(&report, now)
         .await?
         .is_empty());

@@ -45,7 +45,11 @@ async fn get(app: &TestApp, id: &str) -> anyhow::Result<Reply> {
 
 /// The checkpoint attributes still on the job's item, read from the table itself.
 async fn stored_checkpoint(app: &TestApp, id: &str) -> anyhow::Result<Option<u64>> {
-    let job = app.store.get_job(&ojs_core::JobId::parse(id)?).await?;
+    let job = app
+        .store
+        .engine()
+        .get_job(&ojs_core::JobId::parse(id)?)
+        .await?;
     Ok(job.and_then(|j| j.status.checkpoint).map(|c| c.sequence))
 }
 

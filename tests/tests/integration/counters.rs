@@ -334,6 +334,7 @@ async fn replay_creation(app: &TestApp, id: &str) -> anyhow::Result<()> {
     let id = ojs_core::JobId::parse(id).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job = app
         .store
+        .engine()
         .get_job(&id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no job {id}"))?;

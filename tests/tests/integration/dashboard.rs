@@ -212,6 +212,7 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
     // What the clicks did, seen by the server.
     let job = app
         .store
+        .engine()
         .get_job(&JobId::parse(&failed)?)
         .await?
         .context("the retried job is gone")?;

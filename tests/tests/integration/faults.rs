@@ -47,6 +47,7 @@ impl Rig {
     async fn state(&self, id: &str) -> anyhow::Result<Option<String>> {
         Ok(self
             .direct
+            .engine()
             .get_job(&JobId::parse(id)?)
             .await?
             .map(|j| j.status.state.as_str().to_owned()))
@@ -427,7 +428,7 @@ async fn a_claim_whose_answer_is_lost_is_reclaimed_once_after_its_lease() -> any
             let lost = app.fetch(body).await?;
             assert!(backend_error(&lost), "{} {:?}", lost.status, lost.body);
         }
-        let held = rig.direct.get_job(&JobId::parse(&id)?).await?;
+        let held = rig.direct.engine().get_job(&JobId::parse(&id)?).await?;
         let held = held.map(|j| (j.status.state.as_str(), j.status.worker_id));
         assert_eq!(
             held,
@@ -778,7 +779,7 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
             problems.push(format!("{id} ended {state}"));
             continue;
         }
-        let Some(job) = rig.direct.get_job(&JobId::parse(id)?).await? else {
+        let Some(job) = rig.direct.engine().get_job(&JobId::parse(id)?).await? else {
             continue;
         };
         let attempt = u64::from(job.status.attempt);
@@ -815,7 +816,7 @@ async fn under_ten_percent_faults_answers_are_true_and_nothing_is_lost_duplicate
         }
     }
     for (id, a) in &ledger.failed {
-        let job = rig.direct.get_job(&JobId::parse(id)?).await?;
+        let job = rig.direct.engine().get_job(&JobId::parse(id)?).await?;
         let recorded = job.is_some_and(|j| {
             j.status
                 .errors

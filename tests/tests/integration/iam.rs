@@ -578,6 +578,7 @@ async fn job_for_endpoint(
         .await?;
     setup
         .store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&id(&pushed.body))?)
         .await?
         .with_context(|| format!("the job pushed to {queue}"))
@@ -1592,6 +1593,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     invoke_server.abort();
     let settled = setup
         .store
+        .engine()
         .get_job(&invoked_job.id)
         .await?
         .context("the job for the function")?;
@@ -1602,6 +1604,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     );
     let settled = setup
         .store
+        .engine()
         .get_job(&pushed_job.id)
         .await?
         .context("the pushed job")?;

@@ -474,6 +474,7 @@ async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() ->
             })
             .context("a push offer")?;
         let job = store
+            .engine()
             .get_job(&ojs_core::JobId::parse(&id).map_err(|e| anyhow::anyhow!("{e:?}"))?)
             .await?
             .context("the offered job")?;
@@ -551,6 +552,7 @@ async fn with_api_keys_on_a_function_refuses_keyless_events_and_writes_nothing(
         assert_eq!(body["error"]["code"], "unauthenticated");
     }
     assert!(store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&id)?)
         .await?
         .is_none());
@@ -633,6 +635,7 @@ async fn push_scheduled(store: &ojs_store::Store, delay_ms: i64) -> anyhow::Resu
 
 async fn state_of(store: &ojs_store::Store, id: &str) -> anyhow::Result<String> {
     let job = store
+        .engine()
         .get_job(&ojs_core::JobId::parse(id)?)
         .await?
         .context("job missing")?;

@@ -262,7 +262,12 @@ async fn a_fetch_whose_payload_store_fails_delivers_the_rest_and_gives_the_job_b
     let ids: Vec<String> = outcome.jobs.iter().map(|j| j.id.to_string()).collect();
     assert_eq!(ids, vec![small.body["job"]["id"].as_str().unwrap_or("?")]);
     // Given back at once, its attempt not counted, no holder.
-    let back = app.store.get_job(&large.id).await?.context("gone")?;
+    let back = app
+        .store
+        .engine()
+        .get_job(&large.id)
+        .await?
+        .context("gone")?;
     assert_eq!(back.status.state, JobState::Available);
     assert_eq!(back.status.attempt, 0);
     assert!(back.status.worker_id.is_none() && back.status.lease_until.is_none());
@@ -468,7 +473,7 @@ async fn a_batch_offloads_its_large_jobs_as_push_does_all_or_nothing() -> anyhow
             .map_err(|e| anyhow::anyhow!("{e}"))
     })
     .collect::<anyhow::Result<_>>()?;
-    assert!(down.put_batch(&jobs).await.is_err());
+    assert!(down.engine().put_batch(&jobs).await.is_err());
     assert_eq!(app.info(&small_id).await?.status, 404);
     app.teardown().await;
     Ok(())
@@ -496,8 +501,8 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     proxy.script(Filter::Any, &[Fault::DropAfter]);
     let once = put_large(&faulty, envelope("s3-lost-once"), &text).await?;
     assert_eq!(proxy.scripted_left(), 0, "the fault was met");
-    let read = store.get_job(&once.id).await?.context("stored")?;
-    let read = store.full_job(read).await?;
+    let read = store.engine().get_job(&once.id).await?.context("stored")?;
+    let read = store.engine().full_job(read).await?;
     assert!(
         read.spec.args == vec![Value::String(text.clone())],
         "the job is whole"
@@ -512,7 +517,7 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     assert!(failed.is_err(), "{failed:?}");
     proxy.heal();
     assert!(
-        store.get_job(&job.id).await?.is_none(),
+        store.engine().get_job(&job.id).await?.is_none(),
         "no job names a lost object"
     );
     assert!(
@@ -543,7 +548,11 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
         "the claim read its payload and met the faults"
     );
     proxy.heal();
-    let back = store.get_job(&once.id).await?.context("still there")?;
+    let back = store
+        .engine()
+        .get_job(&once.id)
+        .await?
+        .context("still there")?;
     assert_eq!(
         back.status.state,
         JobState::Available,

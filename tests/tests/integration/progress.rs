@@ -64,6 +64,7 @@ async fn the_holder_reports_progress_that_never_goes_down_and_extends_its_lease(
     );
     let lease_before = app
         .store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&id)?)
         .await?
         .and_then(|j| j.status.lease_until);
@@ -82,6 +83,7 @@ async fn the_holder_reports_progress_that_never_goes_down_and_extends_its_lease(
     );
     let lease_after = app
         .store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&id)?)
         .await?
         .and_then(|j| j.status.lease_until);

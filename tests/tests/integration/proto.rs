@@ -311,7 +311,7 @@ async fn unservable_formats_get_406_and_415_and_write_nothing() -> anyhow::Resul
         );
     }
     assert!(
-        app.store.list_queues().await?.is_empty(),
+        app.store.engine().list_queues().await?.is_empty(),
         "a refused request wrote a job"
     );
     app.teardown().await;

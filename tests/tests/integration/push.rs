@@ -698,7 +698,7 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     let app = TestApp::spawn_with_push_from_stream_only().await?;
     let fake = Fake::default();
     let (ids, polled) = waiting_on_a_paused_queue(&app, &fake, "nudged").await?;
-    app.store.set_paused("nudged", false).await?;
+    app.store.engine().set_paused("nudged", false).await?;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     for id in &ids {
         assert_eq!(app.info(id).await?.body["job"]["state"], "available");

@@ -373,6 +373,7 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
     let sweep_cost = store.usage() - u1;
     assert_eq!(report.moved, 2, "{report:?}");
     let raw = store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&leased)?)
         .await?
         .map(|j| j.status.state);
@@ -382,6 +383,7 @@ async fn the_sweep_moves_due_jobs_without_any_fetch() -> anyhow::Result<()> {
         "reclaimed by the sweep itself"
     );
     let raw = store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&failing)?)
         .await?
         .map(|j| j.status.state);

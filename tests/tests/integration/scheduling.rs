@@ -40,7 +40,7 @@ async fn the_timer_alone_promotes_delayed_jobs_never_early() -> anyhow::Result<(
         || async {
             let mut promoted = Vec::new();
             for id in &ids {
-                if let Some(job) = app.store.get_job(id).await? {
+                if let Some(job) = app.store.engine().get_job(id).await? {
                     if job.status.state == ojs_core::JobState::Available {
                         let j = job.to_json();
                         promoted.push((
@@ -77,7 +77,7 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
     let store = store.with_local_timer_queue(&sdk, &name).await?;
     let app = TestApp::spawn_on_store(store).await?;
     let delayed = |app: &TestApp| {
-        let timer = app.store.timer().cloned();
+        let timer = app.store.engine().timer().cloned();
         async move {
             let timer = timer.ok_or_else(|| anyhow::anyhow!("no timer"))?;
             let attrs = timer
@@ -126,6 +126,7 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
     );
     let raw = app
         .store
+        .engine()
         .get_job(&ojs_core::JobId::parse(&id_of(&pushed))?)
         .await?
         .map(|j| j.status.state);
@@ -143,6 +144,7 @@ async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<
 async fn delayed_timers(app: &TestApp) -> anyhow::Result<u32> {
     let timer = app
         .store
+        .engine()
         .timer()
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no timer"))?;
@@ -370,6 +372,7 @@ async fn the_sweep_discards_expired_jobs_nobody_fetched() -> anyhow::Result<()> 
     assert_eq!(report.moved, 1, "{report:?}");
     let job = app
         .store
+        .engine()
         .get_job(&id)
         .await?
         .map(|j| j.to_json())

@@ -896,6 +896,7 @@ async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> any
     let id = ojs_core::JobId::parse(pushed.body["job"]["id"].as_str().unwrap_or_default())?;
     let job = app
         .store
+        .engine()
         .get_job(&id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no job"))?;

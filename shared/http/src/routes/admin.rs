@@ -125,7 +125,7 @@ fn add(total: &mut QueueStats, st: &QueueStats) {
 
 /// Every queue with its counts (one counter read per queue).
 async fn queues_with_stats(app: &AppState) -> Result<Vec<(QueueInfo, QueueStats)>, ApiError> {
-    with_stats(app, app.store.list_queues().await?).await
+    with_stats(app, app.store.engine().list_queues().await?).await
 }
 
 /// Each of `queues` with its counts (one counter read per queue).
@@ -319,7 +319,7 @@ async fn list_queues(
     Query(p): Query<super::admin_query::RawPaging>,
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
-    let queues = app.store.list_queues().await?;
+    let queues = app.store.engine().list_queues().await?;
     let total = queues.len();
     let page = queues
         .into_iter()
@@ -341,6 +341,7 @@ async fn get_queue(
     let queue = QueueName::parse(&name)?;
     let info = app
         .store
+        .engine()
         .list_queues()
         .await?
         .into_iter()
@@ -402,7 +403,12 @@ async fn configure_queue(
         .transpose()?;
     match fields.get("rate_limit") {
         None => {}
-        Some(Value::Null) => app.store.set_queue_rate_limit(queue.as_str(), None).await?,
+        Some(Value::Null) => {
+            app.store
+                .engine()
+                .set_queue_rate_limit(queue.as_str(), None)
+                .await?
+        }
         Some(rl) => {
             let limit = rl["limit"].as_u64().filter(|l| *l > 0).ok_or_else(|| {
                 OjsError::invalid_request("rate_limit.limit must be a positive integer")
@@ -415,12 +421,14 @@ async fn configure_queue(
             let spec = json!({"rate": {"limit": limit, "period": period}});
             let policy = ojs_core::rate_limit::RateLimitPolicy::for_queue(&spec, queue.as_str())?;
             app.store
+                .engine()
                 .set_queue_rate_limit(queue.as_str(), Some(&policy))
                 .await?;
         }
     }
     if let Some(bound) = bound {
         app.store
+            .engine()
             .set_queue_backpressure(queue.as_str(), bound.as_ref())
             .await?;
     }
@@ -513,7 +521,7 @@ async fn get_config(State(app): State<AppState>) -> Result<Response, ApiError> {
         json!({
             "backend": "dynamodb",
             "table": app.store.table(),
-            "queue_shards": app.store.queue_shards(),
+            "queue_shards": app.store.engine().queue_shards(),
             "auth": match app.config.auth { crate::AuthMode::Off => "off", crate::AuthMode::ApiKey => "api-key" },
             "fetch_recheck_ms": u64::try_from(app.config.fetch_recheck.as_millis()).unwrap_or(u64::MAX),
             "cors_allowed_origins": app.config.cors_origins,
@@ -661,13 +669,16 @@ async fn set_tenant(
     limits_only: bool,
 ) -> Result<Response, ApiError> {
     let tenant = tenant_id(id)?;
-    let before = app.store.get_tenant_config(&tenant).await?;
+    let before = app.store.engine().get_tenant_config(&tenant).await?;
     let config = ojs_core::tenant::TenantConfig::merged(
         &before.clone().unwrap_or_default(),
         body,
         limits_only,
     )?;
-    app.store.put_tenant_config(&tenant, &config).await?;
+    app.store
+        .engine()
+        .put_tenant_config(&tenant, &config)
+        .await?;
     let stats = app
         .store
         .tenant_stats(&tenant)
@@ -691,7 +702,7 @@ async fn delete_tenant(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let tenant = tenant_id(&id)?;
-    if !app.store.delete_tenant_config(&tenant).await? {
+    if !app.store.engine().delete_tenant_config(&tenant).await? {
         return Err(OjsError::not_found(format!("tenant {tenant} has no settings")).into());
     }
     Ok(reply(
@@ -708,8 +719,13 @@ async fn list_tenants(
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
     // Tenants that had jobs, and those with settings but no job yet.
-    let mut configs: std::collections::BTreeMap<String, ojs_core::tenant::TenantConfig> =
-        app.store.list_tenant_configs().await?.into_iter().collect();
+    let mut configs: std::collections::BTreeMap<String, ojs_core::tenant::TenantConfig> = app
+        .store
+        .engine()
+        .list_tenant_configs()
+        .await?
+        .into_iter()
+        .collect();
     let mut all: Vec<(ojs_store::TenantStats, ojs_core::tenant::TenantConfig)> = app
         .store
         .list_tenants()
@@ -753,7 +769,7 @@ async fn get_tenant(
                 "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
             )
         })?;
-    let config = app.store.get_tenant_config(&tenant).await?;
+    let config = app.store.engine().get_tenant_config(&tenant).await?;
     let stats = match app.store.tenant_stats(&tenant).await? {
         Some(stats) => stats,
         None if config.is_some() => ojs_store::TenantStats {
@@ -787,6 +803,7 @@ async fn scheduling_stats(State(app): State<AppState>) -> Result<Response, ApiEr
         .collect();
     let pools: Vec<Value> = app
         .store
+        .engine()
         .list_pools()
         .await?
         .iter()

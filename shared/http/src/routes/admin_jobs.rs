@@ -56,6 +56,7 @@ async fn find_ids(
         Some(q) => vec![q.clone()],
         None => app
             .store
+            .engine()
             .list_queues()
             .await?
             .into_iter()
@@ -145,6 +146,7 @@ fn job_not_found(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
 async fn stored_job(app: &AppState, id: &str) -> Result<Job, ApiError> {
     let id = JobId::parse(id)?;
     app.store
+        .engine()
         .get_job(&id)
         .await?
         .ok_or_else(|| ApiError(no_such_job(&id)))
@@ -156,7 +158,11 @@ pub(crate) async fn get_job(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = app.store.shown_job(stored_job(&app, &id).await?).await;
+    let job = app
+        .store
+        .engine()
+        .shown_job(stored_job(&app, &id).await?)
+        .await;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 
@@ -361,7 +367,7 @@ pub(crate) async fn list_dead_letter(
         let listed = paging.offset() + jobs.len();
         (jobs.iter().map(dead_view).collect(), page.total.max(listed))
     };
-    let items = within_answer_bound(items, app.store.answer_bound().bytes);
+    let items = within_answer_bound(items, app.store.engine().answer_bound().bytes);
     Ok(reply(StatusCode::OK, paging.listing(items, total)))
 }
 

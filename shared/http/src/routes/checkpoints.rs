@@ -71,6 +71,7 @@ async fn get_checkpoint(
     let id = JobId::parse(&id)?;
     let job = app
         .store
+        .engine()
         .get_job(&id)
         .await?
         .ok_or_else(|| super::no_such_job(&id))?;

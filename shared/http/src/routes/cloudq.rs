@@ -237,7 +237,7 @@ async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, Api
     let not_found = || OjsError::not_found(format!("no job {id} in queue {queue}"));
     let job_id = JobId::parse(id).map_err(|_| not_found())?;
     // An id means something only under its own queue.
-    match app.store.get_job(&job_id).await? {
+    match app.store.engine().get_job(&job_id).await? {
         Some(job) if job.spec.queue == queue => {}
         _ => return Err(not_found().into()),
     }

@@ -61,9 +61,9 @@ async fn list_dead_letter(
         .await?;
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
     // are brought back (one that cannot be read is shown incomplete, and says so).
-    let jobs = app.store.shown_jobs(page.jobs).await;
+    let jobs = app.store.engine().shown_jobs(page.jobs).await;
     let format = format.map_or(Format::Json, |Extension(f)| f);
-    let jobs = crate::views::bounded_views(&jobs, app.store.answer_bound().bytes, format);
+    let jobs = crate::views::bounded_views(&jobs, app.store.engine().answer_bound().bytes, format);
     // The total is counted from the index before the page is read, and the index may lag:
     // a short page ends the list, and a full one never reports fewer than it listed.
     let listed = offset.saturating_add(jobs.len());

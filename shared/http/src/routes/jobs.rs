@@ -113,7 +113,7 @@ struct Pushed {
 async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, ApiError> {
     let keyed = attempt != Try::Plain;
     if attempt == Try::Again {
-        if let Some(found) = app.store.get_full_job(&job.id).await? {
+        if let Some(found) = app.store.engine().get_full_job(&job.id).await? {
             return Ok(created(found, &[]));
         }
     }
@@ -151,7 +151,7 @@ async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, 
 }
 
 async fn found_again(app: &AppState, id: &JobId) -> Result<Pushed, ApiError> {
-    match app.store.get_full_job(id).await? {
+    match app.store.engine().get_full_job(id).await? {
         Some(found) => Ok(created(found, &[])),
         None => Err(StoreError::Duplicate.into()),
     }
@@ -174,7 +174,12 @@ fn created(job: Job, pressed: &[ojs_store::QueuePressure]) -> Pushed {
 /// The first answer of an idempotent PUSH again: its status, and its job as it is now.
 async fn replay_one(app: &AppState, status: u16, ids: &[JobId]) -> Result<Response, ApiError> {
     let id = ids.first().ok_or_else(jobs_gone)?;
-    let job = app.store.get_full_job(id).await?.ok_or_else(jobs_gone)?;
+    let job = app
+        .store
+        .engine()
+        .get_full_job(id)
+        .await?
+        .ok_or_else(jobs_gone)?;
     let response = if status == 200 {
         reply(StatusCode::OK, pushed(&job))
     } else {
@@ -385,7 +390,7 @@ async fn push_batch(app: &AppState, jobs: &[Job], attempt: Try) -> Result<Respon
         .await
         .inspect_err(log_refusal)?;
     admit_tenants(app, jobs).await?;
-    let put = app.store.put_batch(jobs).await;
+    let put = app.store.engine().put_batch(jobs).await;
     if attempt != Try::Plain && matches!(put, Err(ojs_store::BatchError::Conflict { .. })) {
         // Another try wrote them meanwhile.
         if let Some(found) = all_of(app, &ids).await? {
@@ -416,7 +421,7 @@ async fn all_of(app: &AppState, ids: &[JobId]) -> Result<Option<Vec<Job>>, ApiEr
     if found.len() != ids.len() {
         return Ok(None);
     }
-    Ok(Some(app.store.shown_jobs(found).await))
+    Ok(Some(app.store.engine().shown_jobs(found).await))
 }
 
 /// The 201 of a batch PUSH.
@@ -427,7 +432,7 @@ fn batch_answer(app: &AppState, jobs: &[Job], pressed: &[ojs_store::QueuePressur
     // job's index, id and outcome.
     let out = crate::views::bounded_views(
         jobs,
-        app.store.answer_bound().bytes,
+        app.store.engine().answer_bound().bytes,
         crate::negotiate::Format::Json,
     );
     let mut res = reply(

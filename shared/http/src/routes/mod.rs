@@ -46,7 +46,7 @@ pub(crate) async fn tenant_owns(
     if tenant.0 == ojs_core::tenant::Scope::Any {
         return Ok(());
     }
-    match app.store.get_job(id).await? {
+    match app.store.engine().get_job(id).await? {
         Some(job) if tenant.sees(&job) => Ok(()),
         _ => Err(no_such_job(id).into()),
     }

@@ -28,6 +28,7 @@ pub(crate) fn router() -> Router<AppState> {
 async fn list_pools(State(app): State<AppState>) -> Result<Response, ApiError> {
     let pools: Vec<Value> = app
         .store
+        .engine()
         .list_pools()
         .await?
         .iter()
@@ -49,6 +50,7 @@ async fn get_pool(
 ) -> Result<Response, ApiError> {
     let pool = app
         .store
+        .engine()
         .list_pools()
         .await?
         .into_iter()
@@ -67,7 +69,7 @@ async fn put_pool(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let pool = ojs_core::pool::Pool::from_json(&name, &body)?;
-    let created = app.store.put_pool(&pool).await?;
+    let created = app.store.engine().put_pool(&pool).await?;
     tracing::info!(event = "scheduling.rebalanced", pool = %name, strategy = pool.scheduling.strategy.as_str(), "pool set");
     let status = if created {
         StatusCode::CREATED
@@ -81,7 +83,7 @@ async fn delete_pool(
     State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !app.store.delete_pool(&name).await? {
+    if !app.store.engine().delete_pool(&name).await? {
         return Err(no_pool(&name));
     }
     Ok(reply(

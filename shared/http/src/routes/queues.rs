@@ -174,7 +174,11 @@ async fn set_paused(
     paused: bool,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
-    let q = app.store.set_paused(queue.as_str(), paused).await?;
+    let q = app
+        .store
+        .engine()
+        .set_paused(queue.as_str(), paused)
+        .await?;
     tracing::info!(queue = %q.name, paused, "queue state changed");
     if !paused {
         // Best effort: what this misses, the scheduler's nudge delivers later.
@@ -280,7 +284,7 @@ async fn list_queues(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let queues = app.store.list_queues().await?;
+    let queues = app.store.engine().list_queues().await?;
     let (items, pagination) = page_of(&queues, page, |q| {
         json!({
             "name": q.name,
@@ -319,6 +323,7 @@ async fn set_rate_limit(
         .into());
     }
     app.store
+        .engine()
         .set_queue_rate_limit(queue.as_str(), Some(&policy))
         .await?;
     Ok(reply(
@@ -332,7 +337,10 @@ async fn clear_rate_limit(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
-    app.store.set_queue_rate_limit(queue.as_str(), None).await?;
+    app.store
+        .engine()
+        .set_queue_rate_limit(queue.as_str(), None)
+        .await?;
     Ok(reply(
         StatusCode::OK,
         json!({"queue": {"name": name, "rate_limit": null}}),

@@ -98,7 +98,7 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 // Depth bounds with the reject strategy (ojs-backpressure.md).
                 "backpressure": true,
             },
-            "limits": limits(app.store.payloads().is_some()),
+            "limits": limits(app.store.engine().payloads().is_some()),
         }),
     )
 }
@@ -221,7 +221,7 @@ fn label(v: &str) -> String {
 /// names and volumes are an operator's view); a scraper sends the key as a bearer token.
 async fn get_metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
     use std::fmt::Write as _;
-    let queues = app.store.list_queues().await?;
+    let queues = app.store.engine().list_queues().await?;
     let mut live = String::new();
     let mut finished = String::new();
     let mut paused = String::new();

@@ -186,7 +186,7 @@ async fn fetch_jobs(
     }
     let mut jobs: Vec<Value> = outcome.jobs.iter().map(|j| j.to_json()).collect();
     if format.is_some_and(|Extension(f)| f == Format::Proto) {
-        let kept = within_proto_bound(&jobs, app.store.answer_bound().bytes);
+        let kept = within_proto_bound(&jobs, app.store.engine().answer_bound().bytes);
         if kept < jobs.len() {
             jobs.truncate(kept);
             let over = outcome.jobs.split_off(kept);
@@ -194,7 +194,10 @@ async fn fetch_jobs(
                 given_back = over.len(),
                 "a FETCH answered in Protobuf would pass the response limit; its last jobs are given back"
             );
-            app.store.give_back_claimed(over, time::now()).await;
+            app.store
+                .engine()
+                .give_back_claimed(over, time::now())
+                .await;
         }
     }
     let Some(limit) = outcome.limit else {
@@ -660,6 +663,7 @@ async fn get_progress(
     let id = JobId::parse(&id)?;
     let job = app
         .store
+        .engine()
         .get_job(&id)
         .await?
         .filter(|job| tenant.sees(job))

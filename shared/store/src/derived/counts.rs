@@ -226,7 +226,7 @@ impl Store {
     /// An empty set of moves for this store's settings.
     pub(crate) fn moves(&self) -> Moves {
         Moves {
-            shards: self.queue_shards(),
+            shards: self.engine.queue_shards(),
             per_item: BTreeMap::new(),
             tenants: Default::default(),
         }
@@ -238,7 +238,7 @@ impl Store {
         &self,
         mut moves: Moves,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let tenants = std::mem::take(&mut moves.tenants).updates(self.table())?;
+        let tenants = std::mem::take(&mut moves.tenants).updates(self.engine.table())?;
         let queues: Result<Vec<_>, _> = moves
             .per_item
             .into_iter()
@@ -258,7 +258,7 @@ impl Store {
                     values.insert(format!(":d{i}"), n(delta));
                 }
                 let update = Update::builder()
-                    .table_name(self.table())
+                    .table_name(self.engine.table())
                     .set_key(Some(counts_key(&keys::queue_counts_sk(&queue, shard))))
                     .update_expression(format!("ADD {}", adds.join(", ")))
                     .set_expression_attribute_names(Some(names))
@@ -286,7 +286,7 @@ impl Store {
     /// index; their count is left as it is.
     pub async fn recount_queue(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         self.catch_up().await;
-        for shard in 0..self.queue_shards() {
+        for shard in 0..self.engine.queue_shards() {
             let mut counted = QueueStats::default();
             self.count_shard(queue, shard, &mut counted).await?;
             let req = self.update_counters(&keys::queue_counts_sk(queue.as_str(), shard));
@@ -296,7 +296,7 @@ impl Store {
                 .update_expression(format!("SET {}", sets.join(", ")))
                 .send()
                 .await;
-            self.table.tally(Kind::Write, out)?;
+            self.engine.table.tally(Kind::Write, out)?;
         }
         self.read_counters(queue).await
     }
@@ -322,7 +322,7 @@ impl Store {
         let shards: Vec<(&QueueName, u16, String)> = queues
             .iter()
             .flat_map(|q| {
-                (0..self.queue_shards())
+                (0..self.engine.queue_shards())
                     .map(move |shard| (q, shard, keys::queue_counts_sk(q.as_str(), shard)))
             })
             .collect();
@@ -377,7 +377,7 @@ impl Store {
                 .expression_attribute_values(":at", n(now_ms))
                 .send()
                 .await;
-            self.table.tally(Kind::Write, out)?;
+            self.engine.table.tally(Kind::Write, out)?;
             return Ok(false);
         }
         if num("checked_moves") == Some(moves.unwrap_or(0)) {
@@ -386,7 +386,7 @@ impl Store {
         // Still since `seen_at`, but maybe only because the stream has not caught up with
         // the shard's last moves yet, which the indexes already show.
         let quiet_ms =
-            i64::try_from(self.config.counter_heal_quiet.as_millis()).unwrap_or(i64::MAX);
+            i64::try_from(self.engine.config.counter_heal_quiet.as_millis()).unwrap_or(i64::MAX);
         if now_ms.saturating_sub(num("seen_at").unwrap_or(now_ms)) < quiet_ms {
             return Ok(false);
         }
@@ -419,7 +419,7 @@ impl Store {
             .update_expression(format!("SET {}", sets.join(", ")))
             .send()
             .await;
-        match self.table.tally_conditional(Kind::Write, out)? {
+        match self.engine.table.tally_conditional(Kind::Write, out)? {
             Some(_) => {
                 if !drifted.is_empty() {
                     tracing::warn!(queue = %queue, shard, drift = %drifted.join(", "), "job counters repaired from the indexes");
@@ -433,7 +433,8 @@ impl Store {
 
     /// An UpdateItem of the counter item `sk`.
     fn update_counters(&self, sk: &str) -> UpdateItemFluentBuilder {
-        self.table
+        self.engine
+            .table
             .update_item()
             .key("pk", s(keys::QUEUES_PK))
             .key("sk", s(sk))
@@ -445,7 +446,7 @@ impl Store {
         // At most 1 + MAX_QUEUE_SHARDS (65) keys: within one BatchGetItem's 100.
         let keys: Vec<_> = std::iter::once(counts_key(&keys::queue_sk(queue.as_str())))
             .chain(
-                (0..self.queue_shards())
+                (0..self.engine.queue_shards())
                     .map(|shard| counts_key(&keys::queue_counts_sk(queue.as_str(), shard))),
             )
             .collect();
@@ -473,7 +474,7 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.table.batch_get(keys, &how).await
+        self.engine.table.batch_get(keys, &how).await
     }
 
     /// Replaces the indexed live counts of `stats` with counts from the indexes, shard by
@@ -485,7 +486,7 @@ impl Store {
         stats: &mut QueueStats,
     ) -> Result<(), StoreError> {
         let mut counted = QueueStats::default();
-        for shard in 0..self.queue_shards() {
+        for shard in 0..self.engine.queue_shards() {
             self.count_shard(queue, shard, &mut counted).await?;
         }
         stats.available = counted.available;
@@ -503,24 +504,26 @@ impl Store {
         stats: &mut QueueStats,
     ) -> Result<(), StoreError> {
         // The shard's available jobs are in every tenant's lane of the queue.
-        for lane in self.lanes(std::slice::from_ref(queue)).await? {
+        for lane in self.engine.lanes(std::slice::from_ref(queue)).await? {
             let ready = self
+                .engine
                 .table
                 .query_index(&crate::schema::READY_INDEX)
                 .key_condition_expression("gsi1pk = :pk")
                 .expression_attribute_values(":pk", s(keys::ready_pk(&lane, shard)))
                 .select(Select::Count);
-            let mut pages = self.table.pages(ready);
+            let mut pages = self.engine.table.pages(ready);
             while let Some(out) = pages.next().await? {
                 stats.available += u64::try_from(out.count()).unwrap_or(0);
             }
         }
         let due = self
+            .engine
             .table
             .query_index(&crate::schema::DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk")
             .expression_attribute_values(":pk", s(keys::due_pk(queue, shard)));
-        let mut pages = self.table.pages(due);
+        let mut pages = self.engine.table.pages(due);
         while let Some(out) = pages.next().await? {
             for i in out.items() {
                 match i

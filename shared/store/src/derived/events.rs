@@ -129,7 +129,7 @@ fn pages_from(after: &str) -> Option<String> {
 impl Store {
     /// Prints the CloudWatch EMF lines of `events` when metrics are on.
     pub(crate) fn print_metrics(&self, events: &[Event]) {
-        if let Some(namespace) = &self.config.metrics_namespace {
+        if let Some(namespace) = &self.engine.config.metrics_namespace {
             let now_ms = time::now().timestamp_millis();
             for doc in crate::metrics::emf_documents(namespace, events, now_ms) {
                 println!("{doc}");
@@ -144,11 +144,11 @@ impl Store {
         &self,
         events: &[Event],
     ) -> Result<Vec<(TransactWriteItem, usize)>, StoreError> {
-        if !self.config.events || events.is_empty() {
+        if !self.engine.config.events || events.is_empty() {
             return Ok(Vec::new());
         }
         let ttl = time::now().timestamp()
-            + i64::try_from(self.config.event_retention.as_secs()).unwrap_or(86_400);
+            + i64::try_from(self.engine.config.event_retention.as_secs()).unwrap_or(86_400);
         let mut per_queue: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
         for e in events {
             per_queue.entry(e.queue.as_str()).or_default().push(e);
@@ -159,7 +159,7 @@ impl Store {
                 let packed = miniz_oxide::deflate::compress_to_vec(&text, 6);
                 let bytes = packed.len();
                 let put = Put::builder()
-                    .table_name(self.table())
+                    .table_name(self.engine.table())
                     .item("pk", s(keys::events_pk(queue)))
                     .item("sk", s(format!("evt_{}", uuid::Uuid::now_v7())))
                     .item("events", AttributeValue::B(Blob::new(packed)))
@@ -177,7 +177,8 @@ impl Store {
     pub async fn list_events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
         self.catch_up().await;
         let queues = if q.queues.is_empty() {
-            self.list_queues()
+            self.engine
+                .list_queues()
                 .await?
                 .into_iter()
                 .map(|qi| qi.name)
@@ -240,7 +241,10 @@ impl Store {
             return Ok(None);
         };
         for queue in queues {
-            let mut pages = self.table.pages(self.events_query(queue, Some(&from)));
+            let mut pages = self
+                .engine
+                .table
+                .pages(self.events_query(queue, Some(&from)));
             for _ in 0..MAX_PAGES {
                 let Some(out) = pages.next().await? else {
                     break;
@@ -259,6 +263,7 @@ impl Store {
     /// The page items of `queue`, from the key `from` on, four to a page.
     fn events_query(&self, queue: &str, from: Option<&String>) -> QueryFluentBuilder {
         let req = self
+            .engine
             .table
             .query_table()
             .expression_attribute_values(":pk", s(keys::events_pk(queue)))
@@ -279,7 +284,10 @@ impl Store {
     ) -> Result<(Vec<(Position, Value)>, bool), StoreError> {
         let mut found = Vec::new();
         let from = after.and_then(After::first_page);
-        let mut pages = self.table.pages(self.events_query(queue, from.as_ref()));
+        let mut pages = self
+            .engine
+            .table
+            .pages(self.events_query(queue, from.as_ref()));
         // Whether the last page read has more after it.
         let mut unread = false;
         for _ in 0..MAX_PAGES {

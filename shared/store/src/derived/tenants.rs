@@ -126,13 +126,14 @@ impl Store {
     async fn read_tenant_counts(&self, prefix: &str) -> Result<Vec<TenantStats>, StoreError> {
         self.catch_up().await;
         let query = self
+            .engine
             .table
             .query_table()
             .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
             .expression_attribute_values(":pk", s(keys::QUEUES_PK))
             .expression_attribute_values(":prefix", s(prefix))
             .consistent_read(true);
-        let items = self.table.pages(query).items().await?;
+        let items = self.engine.table.pages(query).items().await?;
         let mut by_tenant: BTreeMap<String, TenantStats> = BTreeMap::new();
         for item in &items {
             let Some((tenant, queue)) = item

@@ -101,6 +101,7 @@ impl Store {
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
         let out = self
+            .engine
             .table
             .put_item()
             .set_item(Some(item))
@@ -108,7 +109,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        if let Err(e) = self.table.metered(Kind::Write, out) {
+        if let Err(e) = self.engine.table.metered(Kind::Write, out) {
             if !is_condition_failure(&e) {
                 return Err(StoreError::from_sdk(e));
             }
@@ -136,7 +137,8 @@ impl Store {
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
     /// is seen by the next lookup).
     pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        self.table
+        self.engine
+            .table
             .read_item(api_key_key(id))
             .await?
             .as_ref()
@@ -146,7 +148,8 @@ impl Store {
 
     /// Every key record, sorted by id.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.table
+        self.engine
+            .table
             .query_partition(API_KEYS_PK, true)
             .await?
             .iter()
@@ -158,6 +161,7 @@ impl Store {
     /// revoking twice keeps the first revocation time).
     pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
         let out = self
+            .engine
             .table
             .update_item()
             .set_key(Some(api_key_key(id)))
@@ -166,7 +170,7 @@ impl Store {
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
             .send()
             .await;
-        self.table.tally_existing(Kind::Write, out)?;
+        self.engine.table.tally_existing(Kind::Write, out)?;
         Ok(())
     }
 }

@@ -35,6 +35,7 @@ impl Store {
     ) -> Result<Checkpoint, StoreError> {
         let (update, conditions, values) = save_expression(save, now);
         let out = self
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -46,7 +47,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match self.table.metered(Kind::Write, out) {
+        match self.engine.table.metered(Kind::Write, out) {
             Ok(out) => out
                 .attributes()
                 .map(item::checkpoint_of)
@@ -62,6 +63,7 @@ impl Store {
     /// there was one or not (idempotent); NotFound when there is no job `id`.
     pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
         let out = self
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -69,7 +71,10 @@ impl Store {
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
-        self.table.tally_existing(Kind::Write, out).map(|_| ())
+        self.engine
+            .table
+            .tally_existing(Kind::Write, out)
+            .map(|_| ())
     }
 }
 

@@ -250,7 +250,7 @@ impl Store {
         };
         let mut items = Vec::new();
         for pk in entry_pks(&endpoint.queues) {
-            items.push(self.table.put_new(entry.to_item(pk))?);
+            items.push(self.engine.table.put_new(entry.to_item(pk))?);
         }
         items.push(self.count_update(listed, listed + 1)?);
         self.write_registry(items).await?;
@@ -260,7 +260,7 @@ impl Store {
     /// The registry count's move from `listed` (what the listing just found) to `to`.
     fn count_update(&self, listed: usize, to: usize) -> Result<TransactWriteItem, StoreError> {
         let update = Update::builder()
-            .table_name(self.table())
+            .table_name(self.engine.table())
             .key("pk", s(COUNT_PK))
             .key("sk", s(COUNT_PK))
             .update_expression("SET n = :to")
@@ -276,7 +276,7 @@ impl Store {
     /// Writes a registry transaction; a refused condition means another write of the
     /// registry went first.
     async fn write_registry(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
-        match self.table.transact(items).await {
+        match self.engine.table.transact(items).await {
             Err(e) if crate::error::cancellation_codes(&e).is_some() => {
                 Err(StoreError::Concurrent("the push endpoint registry".into()))
             }
@@ -290,7 +290,8 @@ impl Store {
             ("pk".to_owned(), s(PUSH_PK)),
             ("sk".to_owned(), s(entry_sk(id))),
         ]);
-        self.table
+        self.engine
+            .table
             .read_item(key)
             .await?
             .as_ref()
@@ -301,7 +302,8 @@ impl Store {
     /// Every registration, oldest first (one strongly consistent Query; bounded by
     /// [`MAX_PUSH_ENDPOINTS`]).
     pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
-        self.table
+        self.engine
+            .table
             .query_partition(PUSH_PK, true)
             .await?
             .iter()
@@ -312,7 +314,11 @@ impl Store {
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
     /// path's lookup). Unreadable items are skipped with a warning.
     pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
-        let items = self.table.query_partition(&queue_pk(queue), false).await?;
+        let items = self
+            .engine
+            .table
+            .query_partition(&queue_pk(queue), false)
+            .await?;
         Ok(crate::item::readable_items(
             &items,
             PushEntry::from_item,
@@ -332,7 +338,7 @@ impl Store {
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let update = Update::builder()
-                .table_name(self.table())
+                .table_name(self.engine.table())
                 .key("pk", s(pk))
                 .key("sk", s(entry_sk(&entry.id)))
                 .update_expression("SET disabled_at = :at, disabled_reason = :why")
@@ -346,7 +352,7 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             items.push(TransactWriteItem::builder().update(update).build());
         }
-        match self.table.transact(items).await {
+        match self.engine.table.transact(items).await {
             // Deleted meanwhile, or disabled by another delivery first: nothing to do.
             Err(e) if crate::error::cancellation_codes(&e).is_some() => Ok(()),
             out => out.map_err(StoreError::from_sdk),
@@ -365,7 +371,7 @@ impl Store {
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let delete = Delete::builder()
-                .table_name(self.table())
+                .table_name(self.engine.table())
                 .key("pk", s(pk))
                 .key("sk", s(entry_sk(id)))
                 .build()
@@ -404,13 +410,17 @@ impl Store {
         now: Timestamp,
     ) -> Result<PushClaim, StoreError> {
         let queue = &ready.job.spec.queue;
-        let settings = self.queue_settings(std::slice::from_ref(queue)).await?;
+        let settings = self
+            .engine
+            .queue_settings(std::slice::from_ref(queue))
+            .await?;
         let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
         if queue_settings.paused {
             return Ok(PushClaim::NotNow);
         }
         let lane = crate::keys::Lane::of(&ready.job);
         let limits = self
+            .engine
             .lane_limits(&lane, queue_settings.rate_limit.as_ref())
             .await?;
         let rate_limit =
@@ -425,6 +435,7 @@ impl Store {
         let slot = endpoint.slot_policy();
         let lease_until_us = time::after_ms(now, lease_ms).timestamp_micros();
         if !self
+            .engine
             .take_slot(&slot, &holder, lease_until_us, now.timestamp_micros())
             .await?
         {
@@ -444,17 +455,20 @@ impl Store {
             ready.job.spec.timeout_ms,
             rate_limit,
         );
-        let claimed = self.claim_one(&lane, &candidate, &req, now, &limits).await;
+        let claimed = self
+            .engine
+            .claim_one(&lane, &candidate, &req, now, &limits)
+            .await;
         // The endpoint is sent the whole request (its args may be in the payload bucket).
         // A damaged payload fails the job for good, as FETCH does; a failing payload
         // store leaves it leased, and the sweep reclaims it when the delivery's lease
         // ends (giving it back at once would make the change stream offer it again at
         // once, in a loop as long as S3 fails).
         let claimed = match claimed {
-            Ok(Some(job)) => match self.try_full_job(job).await {
+            Ok(Some(job)) => match self.engine.try_full_job(job).await {
                 Ok(job) => Ok(Some(job)),
                 Err((job, e @ StoreError::Corrupt(_))) => {
-                    self.settle_unread(job, e, now).await;
+                    self.engine.settle_unread(job, e, now).await;
                     Ok(None)
                 }
                 Err((_, e)) => Err(e),
@@ -467,7 +481,8 @@ impl Store {
                 slot: SlotHold(holder),
             }),
             other => {
-                self.release_holder(&slot.key, &holder, Some(lease_until_us))
+                self.engine
+                    .release_holder(&slot.key, &holder, Some(lease_until_us))
                     .await;
                 other.map(|_| PushClaim::NotNow)
             }
@@ -477,7 +492,8 @@ impl Store {
     /// Gives back a delivery's in-flight slot at `endpoint` (one or two UpdateItems; best
     /// effort: a slot not given back ends with the delivery's lease).
     pub async fn release_push_slot(&self, endpoint: &PushEntry, slot: &SlotHold) {
-        self.release_holder(&endpoint.slot_policy().key, &slot.0, None)
+        self.engine
+            .release_holder(&endpoint.slot_policy().key, &slot.0, None)
             .await;
     }
 
@@ -558,6 +574,7 @@ impl Store {
     /// Marks `ready` as nudged, if it is still available at the same index entry.
     async fn nudge(&self, ready: &ReadyJob, now: Timestamp) -> Result<bool, StoreError> {
         let out = self
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(&ready.job.id)))
@@ -571,6 +588,7 @@ impl Store {
             .send()
             .await;
         Ok(self
+            .engine
             .table
             .tally_conditional(crate::usage::Kind::Write, out)?
             .is_some())
@@ -579,7 +597,7 @@ impl Store {
     /// Job `id` if it is available (one strongly consistent GetItem): a planned push
     /// offer taken from the delivery queue.
     pub async fn ready_job(&self, id: &JobId) -> Result<Option<ReadyJob>, StoreError> {
-        let Some(raw) = self.table.read_item(item::job_key(id)).await? else {
+        let Some(raw) = self.engine.table.read_item(item::job_key(id)).await? else {
             return Ok(None);
         };
         if item::state_of(&raw) != Some(JobState::Available) {
@@ -607,16 +625,16 @@ impl Store {
     ) -> Result<Vec<ReadyJob>, StoreError> {
         let cutoff = before.timestamp_micros();
         let mut out = Vec::new();
-        let lanes = self.lanes(std::slice::from_ref(queue)).await?;
+        let lanes = self.engine.lanes(std::slice::from_ref(queue)).await?;
         for (lane, shard) in lanes
             .iter()
-            .flat_map(|lane| (0..self.queue_shards()).map(move |shard| (lane, shard)))
+            .flat_map(|lane| (0..self.engine.queue_shards()).map(move |shard| (lane, shard)))
         {
             let page = i32::try_from(limit.saturating_sub(out.len())).unwrap_or(25);
             if page == 0 {
                 break;
             }
-            for c in self.ready_candidates(lane, shard, page).await? {
+            for c in self.engine.ready_candidates(lane, shard, page).await? {
                 let enqueued_us = c
                     .ready_sk
                     .split('#')
@@ -625,7 +643,7 @@ impl Store {
                 if enqueued_us.is_some_and(|us| us > cutoff) {
                     continue;
                 }
-                let Some(raw) = self.table.read_item(item::job_key(&c.id)).await? else {
+                let Some(raw) = self.engine.table.read_item(item::job_key(&c.id)).await? else {
                     continue;
                 };
                 if item::state_of(&raw) != Some(JobState::Available) {

@@ -101,13 +101,19 @@ impl Store {
                 item.insert("created_by".into(), s(by.to_owned()));
             }
             let out = self
+                .engine
                 .table
                 .put_item()
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(pk)")
                 .send()
                 .await;
-            if self.table.tally_conditional(Kind::Write, out)?.is_some() {
+            if self
+                .engine
+                .table
+                .tally_conditional(Kind::Write, out)?
+                .is_some()
+            {
                 return Ok(SchemaPut::Created(SchemaEntry {
                     doc: doc.clone(),
                     created_at: time::format(&now),
@@ -127,7 +133,8 @@ impl Store {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        self.table
+        self.engine
+            .table
             .read_item(schema_key(uri))
             .await?
             .as_ref()
@@ -137,7 +144,8 @@ impl Store {
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.table
+        self.engine
+            .table
             .query_partition(SCHEMAS_PK, true)
             .await?
             .iter()
@@ -156,6 +164,7 @@ impl Store {
         let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
         let mut versions = Vec::new();
         for item in self
+            .engine
             .table
             .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
             .await?
@@ -171,7 +180,8 @@ impl Store {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        self.table
+        self.engine
+            .table
             .delete_returning(schema_key(uri))
             .await?
             .as_ref()

@@ -102,7 +102,7 @@ impl Store {
                 (Ok(old), Ok(new)) => {
                     if let Some(new) = &new {
                         trace_change(new);
-                        if self.config.events {
+                        if self.engine.config.events {
                             record.events =
                                 render_events(old.as_ref(), new, change.at.unwrap_or(now));
                         }
@@ -156,7 +156,7 @@ impl Store {
                 }
             }
         }
-        self.delete_payloads(payloads).await;
+        self.engine.delete_payloads(payloads).await;
         for observer in &self.observers {
             observer.observe(changes);
         }
@@ -167,7 +167,7 @@ impl Store {
     /// it: a counter item per queue shard, pages per queue by their JSON bytes (deflate
     /// only shrinks them), the marker. At least one.
     fn run_len(&self, rest: &[Record]) -> usize {
-        let shards = self.queue_shards();
+        let shards = self.engine.queue_shards();
         let mut counters = std::collections::BTreeSet::new();
         let mut tenant_counters = std::collections::BTreeSet::new();
         let mut page_bytes: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -230,7 +230,7 @@ impl Store {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let Err(err) = self.table.transact(actions.clone()).await else {
+            let Err(err) = self.engine.table.transact(actions.clone()).await else {
                 self.print_metrics(&events);
                 return Ok(Outcome::Applied(events.len()));
             };
@@ -263,7 +263,7 @@ impl Store {
         records: usize,
     ) -> Result<TransactWriteItem, StoreError> {
         let put = Put::builder()
-            .table_name(self.table())
+            .table_name(self.engine.table())
             .item("pk", s(keys::stream_run_pk(first)))
             .item("sk", s(keys::STREAM_RUN_SK))
             .item("last", s(last))
@@ -282,6 +282,7 @@ impl Store {
             ("sk".to_owned(), s(keys::STREAM_RUN_SK)),
         ]);
         Ok(self
+            .engine
             .table
             .read_item(key)
             .await?

@@ -106,11 +106,11 @@ impl LocalStream {
         if let Some(existing) = consumers()
             .lock()
             .ok()
-            .and_then(|m| m.get(store.table()).and_then(Weak::upgrade))
+            .and_then(|m| m.get(store.engine.table()).and_then(Weak::upgrade))
         {
             return Ok(existing);
         }
-        let stream_arn = store.table.stream_arn().await?;
+        let stream_arn = store.engine.table.stream_arn().await?;
         // Its own usage: a store's usage is what its requests cost, as on AWS, where the
         // stream function pays for the effects.
         let mut own = store.clone();
@@ -128,7 +128,7 @@ impl LocalStream {
         // Position on the stream now, so that nothing written after `attach` is missed.
         consumer.shards.lock().await.refresh(&consumer).await?;
         if let Ok(mut m) = consumers().lock() {
-            m.insert(store.table().to_owned(), Arc::downgrade(&consumer));
+            m.insert(store.engine.table().to_owned(), Arc::downgrade(&consumer));
         }
         let Some(interval) = background else {
             return Ok(consumer);
@@ -172,10 +172,11 @@ impl LocalStream {
     async fn mark(&self) -> Result<u64, StoreError> {
         let out = self
             .store
+            .engine
             .table
             .untallied()
             .update_item()
-            .table_name(self.store.table())
+            .table_name(self.store.engine.table())
             .key("pk", AttributeValue::S(keys::LOCAL_MARK_PK.to_owned()))
             .key("sk", AttributeValue::S(keys::LOCAL_MARK_SK.to_owned()))
             .update_expression("ADD #n :one")

@@ -57,7 +57,7 @@ pub(crate) fn text(item: &Item, k: &str) -> Option<String> {
 impl Store {
     /// An UpdateItem of workflow `wf_id`'s item.
     pub(crate) fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
-        self.table.update_item().set_key(Some(wf_key(wf_id)))
+        self.engine.table.update_item().set_key(Some(wf_key(wf_id)))
     }
 
     /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item
@@ -68,6 +68,7 @@ impl Store {
     ) -> Result<Option<Item>, StoreError> {
         let out = req.return_values(ReturnValue::AllNew).send().await;
         Ok(self
+            .engine
             .table
             .tally_conditional(Kind::Write, out)?
             .and_then(|out| out.attributes().cloned()))
@@ -79,7 +80,8 @@ impl Store {
         &self,
         req: UpdateItemFluentBuilder,
     ) -> Result<(), StoreError> {
-        self.table
+        self.engine
+            .table
             .tally_conditional(Kind::Write, req.send().await)
             .map(|_| ())
     }

@@ -16,6 +16,7 @@ impl Store {
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
         let item = self
+            .engine
             .table
             .read_item(wf_key(id))
             .await?
@@ -35,7 +36,8 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.table
+        self.engine
+            .table
             .batch_get(keys, &how)
             .await?
             .iter()

@@ -32,6 +32,7 @@ pub async fn apply_batch(
     }
     let outcome = async {
         let applied = store
+            .derived()
             .apply_changes(&changes)
             .await
             .map_err(|e| e.to_string())?;

@@ -137,7 +137,7 @@ impl Scheduler {
         }
         // Counters are reports, not state: healing runs last and only with time left.
         if Instant::now() < deadline {
-            match store.heal_counters(&order).await {
+            match store.derived().heal_counters(&order).await {
                 Ok(n) => report.healed = n,
                 Err(e) => report.failures += failed(Service::CounterHealing, &e),
             }

@@ -14,6 +14,7 @@ mod features;
 
 // Every module keeps its crate-root name (`crate::claim`, `crate::item`, ...); where it
 // lives says its layer: `dynamo` <- `engine` <- `derived`, `features`.
+pub use derived::Derived;
 use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
@@ -131,7 +132,7 @@ pub struct StoreConfig {
     /// ojs-queue-config.md and the conformance suite (L4-PAUSE-001) expect. Off by default.
     pub reject_paused_pushes: bool,
     /// How long a queue shard's counters must have stood still before the sweep counts
-    /// the shard from the indexes and repairs them ([`Store::heal_counters`]). The
+    /// the shard from the indexes and repairs them ([`crate::Derived::heal_counters`]). The
     /// indexes show a job's move at once, its counter `ADD` comes when the stream is
     /// applied: a repair made while the stream lags behind the shard's last moves counts
     /// them twice. Ten minutes by default, far past the stream's second of lag on AWS
@@ -225,31 +226,30 @@ impl StoreConfig {
 /// methods over it. Cheap to clone; build one per cold start and share it.
 #[derive(Clone)]
 pub struct Store {
-    /// The engine (table, settings, per-instance memories); everything here uses it, it
-    /// uses nothing here.
-    pub(crate) engine: Engine,
+    /// The change stream's side, which owns the engine (table, settings, per-instance
+    /// memories); the features here use both, neither uses anything here.
+    derived: Derived,
     /// Whether workers take new jobs, as this instance lately learnt it (FETCH obeys it).
     admissions: Arc<workers::Admissions>,
-    /// The in-process change stream consumer (`make dev`, tests); none on AWS.
-    stream: Option<Arc<LocalStream>>,
-    /// What sees each applied batch of changes (push and webhook delivery, in process).
-    observers: Vec<Arc<dyn ChangeObserver>>,
 }
 
 impl Store {
     /// A store over `client` with `config`.
     pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
         Self {
-            engine: Engine::new(client, config),
+            derived: Derived::new(Engine::new(client, config)),
             admissions: Arc::default(),
-            stream: None,
-            observers: Vec::new(),
         }
     }
 
     /// The engine this store holds.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.derived.engine
+    }
+
+    /// The change stream's side this store holds.
+    pub fn derived(&self) -> &Derived {
+        &self.derived
     }
 
     /// A store configured from the standard AWS environment (`AWS_ENDPOINT_URL*`,
@@ -275,20 +275,21 @@ impl Store {
 
     /// Keeps requests too large for their item in this bucket.
     pub fn with_payloads(mut self, payloads: Payloads) -> Self {
-        self.engine.payloads = Some(payloads);
+        self.derived.engine.payloads = Some(payloads);
         self
     }
 
     /// Arms second-accurate timers through this SQS queue.
     pub fn with_timer(mut self, timer: Timer) -> Self {
-        self.engine.timer = Some(timer);
+        self.derived.engine.timer = Some(timer);
         self
     }
 
     /// The same store with each queue spread over `shards` partitions (clamped to
     /// 1..=[`MAX_QUEUE_SHARDS`]); see [`StoreConfig::queue_shards`].
     pub fn with_queue_shards(mut self, shards: u16) -> Self {
-        self.engine
+        self.derived
+            .engine
             .reconfigured(|c| c.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS));
         self
     }
@@ -296,49 +297,60 @@ impl Store {
     /// The same store with each sweep bounded by `budget`; see
     /// [`StoreConfig::sweep_budget`].
     pub fn with_sweep_budget(mut self, budget: Duration) -> Self {
-        self.engine.reconfigured(|c| c.sweep_budget = budget);
+        self.derived
+            .engine
+            .reconfigured(|c| c.sweep_budget = budget);
         self
     }
 
     /// The same store with each FETCH's claim attempts bounded by `budget`; see
     /// [`StoreConfig::fetch_budget`].
     pub fn with_fetch_budget(mut self, budget: Duration) -> Self {
-        self.engine.reconfigured(|c| c.fetch_budget = budget);
+        self.derived
+            .engine
+            .reconfigured(|c| c.fetch_budget = budget);
         self
     }
 
     /// The same store repairing a queue shard's counters only once they stood still for
     /// `quiet`; see [`StoreConfig::counter_heal_quiet`].
     pub fn with_counter_heal_quiet(mut self, quiet: Duration) -> Self {
-        self.engine.reconfigured(|c| c.counter_heal_quiet = quiet);
+        self.derived
+            .engine
+            .reconfigured(|c| c.counter_heal_quiet = quiet);
         self
     }
 
     /// The same store remembering queue settings for `ttl`; see
     /// [`StoreConfig::queue_settings_ttl`].
     pub fn with_queue_settings_ttl(mut self, ttl: Duration) -> Self {
-        self.engine.reconfigured(|c| c.queue_settings_ttl = ttl);
+        self.derived
+            .engine
+            .reconfigured(|c| c.queue_settings_ttl = ttl);
         self
     }
 
     /// The same store trusting a due query that found nothing for `memory`; see
     /// [`StoreConfig::quiet_due_memory`].
     pub fn with_quiet_due_memory(mut self, memory: Duration) -> Self {
-        self.engine.reconfigured(|c| c.quiet_due_memory = memory);
+        self.derived
+            .engine
+            .reconfigured(|c| c.quiet_due_memory = memory);
         self
     }
 
     /// The same store with each FETCH's answer bounded by `bound`; see
     /// [`StoreConfig::fetch_answer`].
     pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {
-        self.engine.reconfigured(|c| c.fetch_answer = bound);
+        self.derived.engine.reconfigured(|c| c.fetch_answer = bound);
         self
     }
 
     /// The same store printing EMF metrics in `namespace` (none: metrics off); see
     /// [`StoreConfig::metrics_namespace`].
     pub fn with_metrics_namespace(mut self, namespace: Option<&str>) -> Self {
-        self.engine
+        self.derived
+            .engine
             .reconfigured(|c| c.metrics_namespace = namespace.map(str::to_owned));
         self
     }
@@ -346,7 +358,8 @@ impl Store {
     /// The same store refusing (or taking) pushes to paused queues; see
     /// [`StoreConfig::reject_paused_pushes`].
     pub fn with_paused_push_rejected(mut self, reject: bool) -> Self {
-        self.engine
+        self.derived
+            .engine
             .reconfigured(|c| c.reject_paused_pushes = reject);
         self
     }
@@ -354,14 +367,15 @@ impl Store {
     /// The same store consuming its table's change stream in this process
     /// ([`LocalStream`]): `make dev` and tests, where no stream function runs.
     /// `from_start`: apply what the stream already holds (a table just created);
-    /// `background`: read the stream at this interval too, not only on [`Store::catch_up`].
+    /// `background`: read the stream at this interval too, not only on [`crate::Derived::catch_up`].
     pub async fn with_local_stream(
         mut self,
         client: aws_sdk_dynamodbstreams::Client,
         from_start: bool,
         background: Option<Duration>,
     ) -> Result<Self, StoreError> {
-        self.stream = Some(LocalStream::attach(&self, client, from_start, background).await?);
+        self.derived.stream =
+            Some(LocalStream::attach(&self.derived, client, from_start, background).await?);
         Ok(self)
     }
 
@@ -369,64 +383,48 @@ impl Store {
     /// `observer` too, after the observers added before (add them before
     /// [`Store::with_local_stream`], which takes a copy).
     pub fn with_change_observer(mut self, observer: Arc<dyn ChangeObserver>) -> Self {
-        self.observers.push(observer);
+        self.derived.observers.push(observer);
         self
     }
 
-    /// Reads of data derived from the change stream (queue stats, events) call this
-    /// first: with an in-process consumer it applies every change written so far, so a
-    /// process reads its own writes' effects; on AWS (no consumer here) it does nothing
-    /// and the data lag the stream function by about a second.
+    /// [`Derived::catch_up`]: with an in-process stream consumer, applies every change
+    /// written so far.
     pub async fn catch_up(&self) {
-        if let Some(stream) = &self.stream {
-            // In a task of its own: a request dropped by its client must not stop a drain
-            // between a batch's writes and the move of the stream position.
-            let stream = Arc::clone(stream);
-            match tokio::spawn(async move { stream.catch_up().await }).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "catching up with the change stream failed")
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "catching up with the change stream panicked")
-                }
-            }
-        }
+        self.derived.catch_up().await
     }
 
     /// This store noting the jobs its transitions finish in `scope`.
     pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
-        Self {
-            engine: self.engine.with_follow_ups(scope),
-            ..self.clone()
-        }
+        let mut scoped = self.clone();
+        scoped.derived.engine = self.derived.engine.with_follow_ups(scope);
+        scoped
     }
 
     /// The table name.
     pub fn table(&self) -> &str {
-        self.engine.table()
+        self.derived.engine.table()
     }
 
     /// DynamoDB calls and capacity consumed by this store so far.
     pub fn usage(&self) -> UsageSnapshot {
-        self.engine.usage()
+        self.derived.engine.usage()
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits
     /// until it is active; a table made before the stream was part of the schema gets
     /// the stream. True when this call created the table.
     pub async fn ensure_table(&self) -> Result<bool, StoreError> {
-        self.engine.table.ensure().await
+        self.derived.engine.table.ensure().await
     }
 
     /// Deletes the table (tests clean up after themselves).
     pub async fn delete_table(&self) -> Result<(), StoreError> {
-        self.engine.table.delete().await
+        self.derived.engine.table.delete().await
     }
 
     /// Checks that the table answers a read (one eventually consistent GetItem).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.engine.table.ping().await
+        self.derived.engine.table.ping().await
     }
 }
 

@@ -471,6 +471,7 @@ async fn pause_retry_cancel_bulk_and_purge() -> anyhow::Result<()> {
     );
     assert_eq!(
         app.store
+            .derived()
             .queue_stats(&ojs_core::QueueName::parse("adm-b")?)
             .await?
             .available,
@@ -789,6 +790,7 @@ async fn scopes_decide_who_may_call_what() -> anyhow::Result<()> {
     assert_eq!(s, 403);
     assert!(
         !app.store
+            .derived()
             .queue_stats(&ojs_core::QueueName::parse("sq")?)
             .await?
             .paused

@@ -33,10 +33,13 @@ fn ids_of(reply: &Reply) -> Vec<String> {
 /// The queue's counts as its counters hold them, checked against a count of the indexes.
 async fn counted(store: &Store, queue: &str, phase: &str) -> anyhow::Result<QueueStats> {
     let q = QueueName::parse(queue).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let from_counters = store.queue_stats(&q).await?;
+    let from_counters = store.derived().queue_stats(&q).await?;
     let mut from_indexes = from_counters.clone();
     ojs_tests::after_index_lag().await;
-    store.count_from_indexes(&q, &mut from_indexes).await?;
+    store
+        .derived()
+        .count_from_indexes(&q, &mut from_indexes)
+        .await?;
     assert_eq!(
         from_counters, from_indexes,
         "{phase}: counters of {queue} disagree with its indexes"
@@ -282,7 +285,7 @@ async fn stats_read_one_batch_of_counter_items_whatever_the_backlog() -> anyhow:
     let q = QueueName::parse("cb").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     // The stream consumer's writes are its own (the stream function's on AWS).
     let before = app.store.usage();
-    let s = app.store.queue_stats(&q).await?;
+    let s = app.store.derived().queue_stats(&q).await?;
     let cost = app.store.usage() - before;
     assert_eq!(s.available, 300);
     assert_eq!(cost.calls, 1, "stats must be one BatchGetItem");
@@ -302,14 +305,26 @@ async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyh
     let app = TestApp::spawn_on_store(store).await?;
     let q = QueueName::parse("hq").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     pushed_with_one_counted_thrice(&app, "hq", 3).await?;
-    assert_eq!(app.store.queue_stats(&q).await?.available, 5);
+    assert_eq!(app.store.derived().queue_stats(&q).await?.available, 5);
     ojs_tests::after_index_lag().await;
     for _ in 0..3 {
-        assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
+        assert_eq!(
+            app.store
+                .derived()
+                .heal_counters(std::slice::from_ref(&q))
+                .await?,
+            0
+        );
     }
-    assert_eq!(app.store.queue_stats(&q).await?.available, 5);
+    assert_eq!(app.store.derived().queue_stats(&q).await?.available, 5);
     let eager = app.store.clone().with_counter_heal_quiet(Duration::ZERO);
-    assert_eq!(eager.heal_counters(std::slice::from_ref(&q)).await?, 1);
+    assert_eq!(
+        eager
+            .derived()
+            .heal_counters(std::slice::from_ref(&q))
+            .await?,
+        1
+    );
     assert_eq!(counted(&app.store, "hq", "repaired").await?.available, 3);
     app.teardown().await;
     Ok(())
@@ -339,6 +354,7 @@ async fn replay_creation(app: &TestApp, id: &str) -> anyhow::Result<()> {
         .await?
         .ok_or_else(|| anyhow::anyhow!("no job {id}"))?;
     app.store
+        .derived()
         .apply_changes(&[Change::between(None, Some(&job))])
         .await?;
     Ok(())
@@ -401,31 +417,49 @@ async fn the_sweep_repairs_the_counters_of_a_quiet_shard() -> anyhow::Result<()>
     let q = QueueName::parse("ch").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job = |i: i32| json!({"type": "heal.job", "args": [i], "options": {"queue": "ch"}});
     pushed_with_one_counted_thrice(&app, "ch", 4).await?;
-    let s = app.store.queue_stats(&q).await?;
+    let s = app.store.derived().queue_stats(&q).await?;
     assert_eq!(s.available, 6, "the counters took two moves twice");
 
     // First sight of the shard: busy as far as the sweep knows, left alone.
     let now = ojs_core::time::now();
     ojs_tests::after_index_lag().await;
     assert_eq!(ojs_tests::sweep(&app.store, now).await?.healed, 0);
-    assert_eq!(app.store.queue_stats(&q).await?.available, 6);
+    assert_eq!(app.store.derived().queue_stats(&q).await?.available, 6);
     // Quiet since: counted and repaired.
     assert_eq!(ojs_tests::sweep(&app.store, now).await?.healed, 1);
     let s = counted(&app.store, "ch", "after the repair").await?;
     assert_eq!(s.available, 4);
     // Checked at this state: the next look is one read, no count.
     let before = app.store.usage();
-    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
+    assert_eq!(
+        app.store
+            .derived()
+            .heal_counters(std::slice::from_ref(&q))
+            .await?,
+        0
+    );
     assert_eq!((app.store.usage() - before).calls, 1);
 
     // Busy again (a move) with another double count: left alone while busy, repaired
     // once quiet.
     let again = push(&app, job(5)).await?;
     replay_creation(&app, &again).await?;
-    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 0);
-    assert_eq!(app.store.queue_stats(&q).await?.available, 6);
+    assert_eq!(
+        app.store
+            .derived()
+            .heal_counters(std::slice::from_ref(&q))
+            .await?,
+        0
+    );
+    assert_eq!(app.store.derived().queue_stats(&q).await?.available, 6);
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.heal_counters(std::slice::from_ref(&q)).await?, 1);
+    assert_eq!(
+        app.store
+            .derived()
+            .heal_counters(std::slice::from_ref(&q))
+            .await?,
+        1
+    );
     assert_eq!(
         counted(&app.store, "ch", "after the second repair")
             .await?

@@ -222,10 +222,15 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
         "retried from the dead letter page"
     );
     assert!(!job.status.dead_letter);
-    let web = app.store.queue_stats(&QueueName::parse("web")?).await?;
+    let web = app
+        .store
+        .derived()
+        .queue_stats(&QueueName::parse("web")?)
+        .await?;
     assert!(web.paused, "paused from the queues page");
     assert!(
         !app.store
+            .derived()
             .queue_stats(&QueueName::parse("other")?)
             .await?
             .paused

@@ -20,6 +20,7 @@ async fn listed(
     after: Option<&str>,
 ) -> anyhow::Result<(Vec<Value>, Option<String>)> {
     let page = store
+        .derived()
         .list_events(&EventQuery {
             queues: vec![queue.to_owned()],
             after: after.map(str::to_owned),
@@ -51,6 +52,7 @@ async fn an_event_stored_late_still_follows_a_cursor_taken_before_it() -> anyhow
 
     // The later transition is stored first.
     store
+        .derived()
         .apply_changes(&[Change::between(None, Some(&second))])
         .await?;
     let (events, cursor) = listed(&store, queue, None).await?;
@@ -61,6 +63,7 @@ async fn an_event_stored_late_still_follows_a_cursor_taken_before_it() -> anyhow
 
     // Then the earlier one, whose id sorts before the one already read.
     store
+        .derived()
         .apply_changes(&[Change::between(None, Some(&first))])
         .await?;
     let (after_cursor, next) = listed(&store, queue, Some(&cursor)).await?;
@@ -76,6 +79,7 @@ async fn an_event_stored_late_still_follows_a_cursor_taken_before_it() -> anyhow
 
     // The first batch delivered again stores its event again, under the same id.
     store
+        .derived()
         .apply_changes(&[Change::between(None, Some(&first))])
         .await?;
     let (again, _) = listed(&store, queue, Some(&next)).await?;

@@ -1520,12 +1520,12 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .enumerate()
         .map(|(i, c)| c.with_sequence(format!("{}", 7_000_000_000_000_000_000_u64 + i as u64)))
         .collect();
-    let applied = store.apply_changes(&changes).await?;
+    let applied = store.derived().apply_changes(&changes).await?;
     anyhow::ensure!(
         applied.jobs == 6 && applied.unreadable == 0 && applied.events > 0,
         "stream batch: {applied:?}"
     );
-    let again = store.apply_changes(&changes).await?;
+    let again = store.derived().apply_changes(&changes).await?;
     anyhow::ensure!(
         again.replayed == 6 && again.events == 0,
         "stream batch again: {again:?}"

@@ -318,7 +318,7 @@ async fn the_stream_function_counts_a_batch_and_hands_back_one_it_cannot_apply(
     };
     assert_eq!(res, json!({"batchItemFailures": []}));
     // Read without a consumer of this process's own: what the function counted.
-    let stats = store.queue_stats(&queue).await?;
+    let stats = store.derived().queue_stats(&queue).await?;
     assert_eq!(stats.available, 2, "{stats:?}");
     // A batch it cannot apply (the table is gone) goes back whole, from its first record,
     // for Lambda to retry or bisect; it is not skipped.
@@ -458,7 +458,7 @@ async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() ->
         0
     );
     let push_q = ojs_core::QueueName::parse("push-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    assert_eq!(store.queue_stats(&push_q).await?.available, 2);
+    assert_eq!(store.derived().queue_stats(&push_q).await?.available, 2);
 
     let offers = drain_queue(&sqs, &queue_url).await?;
     assert_eq!(offers.len(), 3, "{offers:?}");

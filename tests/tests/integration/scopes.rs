@@ -162,6 +162,7 @@ async fn a_producers_or_workers_key_cannot_reroute_jobs_or_change_a_queue() -> a
     assert!(app.store.list_schemas().await?.is_empty());
     assert!(
         !app.store
+            .derived()
             .queue_stats(&ojs_core::QueueName::parse("payments")?)
             .await?
             .paused

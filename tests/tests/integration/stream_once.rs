@@ -38,7 +38,7 @@ async fn counters_match_the_table(store: &Store, phase: &str) -> anyhow::Result<
     anyhow::ensure!(!table.is_empty(), "{phase}: no jobs");
     for (queue, states) in &table {
         let q = QueueName::parse(queue).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let s = store.queue_stats(&q).await?;
+        let s = store.derived().queue_stats(&q).await?;
         let held = BTreeMap::from([
             ("available", s.available),
             ("scheduled", s.scheduled),
@@ -68,6 +68,7 @@ async fn listed_event_ids(store: &Store, queues: &[String]) -> anyhow::Result<Ve
     let mut after = None;
     loop {
         let page = store
+            .derived()
             .list_events(&EventQuery {
                 queues: queues.to_vec(),
                 after: after.clone(),
@@ -209,15 +210,15 @@ async fn a_stream_batch_delivered_again_changes_nothing_twice() -> anyhow::Resul
     let half = changes.len() / 2;
     let store = &app.store;
 
-    let first = store.apply_changes(&changes[..half]).await?;
+    let first = store.derived().apply_changes(&changes[..half]).await?;
     assert_eq!(first.replayed, 0);
-    let again = store.apply_changes(&changes[..half]).await?;
+    let again = store.derived().apply_changes(&changes[..half]).await?;
     assert_eq!((again.replayed, again.events), (first.jobs, 0), "{again:?}");
     // Grown: the first half is skipped, the rest applied.
-    let grown = store.apply_changes(&changes).await?;
+    let grown = store.derived().apply_changes(&changes).await?;
     assert_eq!(grown.replayed, first.jobs, "{grown:?}");
     assert!(grown.events > 0);
-    let last = store.apply_changes(&changes).await?;
+    let last = store.derived().apply_changes(&changes).await?;
     assert_eq!(
         last,
         Applied {
@@ -268,7 +269,7 @@ async fn writes_whose_answers_were_lost_are_not_applied_twice() -> anyhow::Resul
     for fault in [Fault::ServerErrorAfter, Fault::DropAfter, Fault::HangAfter] {
         proxy.script(transactions.clone(), &[fault]);
         let batch = &changes[from..from + step];
-        faulty.apply_changes(batch).await?;
+        faulty.derived().apply_changes(batch).await?;
         assert_eq!(proxy.scripted_left(), 0, "{fault:?} was not met");
         from += step;
     }
@@ -277,7 +278,10 @@ async fn writes_whose_answers_were_lost_are_not_applied_twice() -> anyhow::Resul
         transactions.clone(),
         &[Fault::TransactionConflict, Fault::TransactionConflict],
     );
-    faulty.apply_changes(&changes[from..from + step]).await?;
+    faulty
+        .derived()
+        .apply_changes(&changes[from..from + step])
+        .await?;
     assert_eq!(proxy.scripted_left(), 0);
     from += step;
     // The rest: its first run lands, every answer after it fails (the SDK's three
@@ -292,11 +296,11 @@ async fn writes_whose_answers_were_lost_are_not_applied_twice() -> anyhow::Resul
         ],
     );
     assert!(
-        faulty.apply_changes(rest).await.is_err(),
+        faulty.derived().apply_changes(rest).await.is_err(),
         "the batch should fail"
     );
     proxy.heal();
-    let redelivered = faulty.apply_changes(rest).await?;
+    let redelivered = faulty.derived().apply_changes(rest).await?;
     assert!(redelivered.replayed > 0, "{redelivered:?}");
     counters_match_the_table(&app.store, "after lost answers and a failed batch").await?;
     app.teardown().await;
@@ -325,7 +329,7 @@ async fn a_stats_request_dropped_mid_drain_counts_nothing_twice() -> anyhow::Res
     )
     .await?;
     proxy.script(Filter::op("TransactWriteItems"), &[Fault::HangAfter]);
-    let mut stats = Box::pin(store.queue_stats(&q));
+    let mut stats = Box::pin(store.derived().queue_stats(&q));
     // Dropped once the drain's transaction landed (the queue's counter item is in the
     // table), so while its answer is held back.
     let landed = || async {
@@ -349,7 +353,7 @@ async fn a_stats_request_dropped_mid_drain_counts_nothing_twice() -> anyhow::Res
     assert!(dropped, "the stats request ended before its write was held");
     drop(stats);
     counters_match_the_table(&store, "after a dropped stats request").await?;
-    assert_eq!(store.queue_stats(&q).await?.available, 20);
+    assert_eq!(store.derived().queue_stats(&q).await?.available, 20);
     app.teardown().await;
     Ok(())
 }

@@ -138,7 +138,7 @@ async fn with_stats(
         let Ok(name) = QueueName::parse(&q.name) else {
             continue;
         };
-        let st = app.store.queue_stats(&name).await?;
+        let st = app.store.derived().queue_stats(&name).await?;
         out.push((q, st));
     }
     Ok(out)
@@ -165,7 +165,7 @@ async fn events_since(
         after: Some(event_cursor_at(since)),
         limit: 10_000,
     };
-    Ok(app.store.list_events(&q).await?.events)
+    Ok(app.store.derived().list_events(&q).await?.events)
 }
 
 /// Jobs finished and failed in the last minute, from the lifecycle events.
@@ -347,7 +347,7 @@ async fn get_queue(
         .into_iter()
         .find(|q| q.name == name)
         .ok_or_else(|| OjsError::not_found(format!("queue {name} not found")))?;
-    let st = app.store.queue_stats(&queue).await?;
+    let st = app.store.derived().queue_stats(&queue).await?;
     let settings = app.store.admin_queue_settings(&queue).await?;
     let mut body = queue_view(&info, &st);
     body["configuration"] = json!({
@@ -681,6 +681,7 @@ async fn set_tenant(
         .await?;
     let stats = app
         .store
+        .derived()
         .tenant_stats(&tenant)
         .await?
         .unwrap_or_else(|| ojs_store::TenantStats {
@@ -728,6 +729,7 @@ async fn list_tenants(
         .collect();
     let mut all: Vec<(ojs_store::TenantStats, ojs_core::tenant::TenantConfig)> = app
         .store
+        .derived()
         .list_tenants()
         .await?
         .into_iter()
@@ -770,7 +772,7 @@ async fn get_tenant(
             )
         })?;
     let config = app.store.engine().get_tenant_config(&tenant).await?;
-    let stats = match app.store.tenant_stats(&tenant).await? {
+    let stats = match app.store.derived().tenant_stats(&tenant).await? {
         Some(stats) => stats,
         None if config.is_some() => ojs_store::TenantStats {
             tenant: tenant.to_string(),

@@ -65,7 +65,7 @@ async fn tenant_queue_stats(
     name: &str,
 ) -> Result<ojs_store::QueueStats, ApiError> {
     let queue = QueueName::parse(name)?;
-    let st = app.store.queue_stats(&queue).await?;
+    let st = app.store.derived().queue_stats(&queue).await?;
     if !st.registered {
         // No job was ever pushed to it and nothing set for it (the seed audit: 404, not
         // a queue of zeros that does not exist).
@@ -75,13 +75,14 @@ async fn tenant_queue_stats(
         Scope::Any => return Ok(st),
         Scope::One(Some(t)) => app
             .store
+            .derived()
             .tenant_stats(t)
             .await?
             .and_then(|ts| ts.queues.get(name).cloned())
             .unwrap_or_default(),
         Scope::One(None) => {
             let mut own = st.clone();
-            for ts in app.store.list_tenants().await? {
+            for ts in app.store.derived().list_tenants().await? {
                 if let Some(theirs) = ts.queues.get(name) {
                     own.subtract_counts(theirs);
                 }
@@ -105,7 +106,7 @@ async fn recount_queue(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let queue = QueueName::parse(&name)?;
-    let st = app.store.recount_queue(&queue).await?;
+    let st = app.store.derived().recount_queue(&queue).await?;
     tracing::info!(queue = %name, "queue counters recounted");
     Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
 }

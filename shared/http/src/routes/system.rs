@@ -229,7 +229,7 @@ async fn get_metrics(State(app): State<AppState>) -> Result<Response, ApiError> 
         let Ok(name) = ojs_core::QueueName::parse(&q.name) else {
             continue;
         };
-        let st = app.store.queue_stats(&name).await?;
+        let st = app.store.derived().queue_stats(&name).await?;
         let queue = label(&q.name);
         for (state, n) in [
             ("available", st.available),
@@ -324,7 +324,7 @@ async fn list_events(
         after: p.after.clone().filter(|a| !a.is_empty()),
         limit,
     };
-    let page = app.store.list_events(&query).await?;
+    let page = app.store.derived().list_events(&query).await?;
     Ok(reply(
         StatusCode::OK,
         json!({ "events": page.events, "cursor": page.cursor, "has_more": page.has_more }),

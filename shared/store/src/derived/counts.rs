@@ -13,7 +13,7 @@
 //! The stream delivers at least once, and a batch's `ADD`s are applied once
 //! (`stream/apply.rs`). A batch given up after its retries leaves a live counter off:
 //! the sweep repairs a shard once it has been quiet for one sweep
-//! ([`Store::heal_counters`]); [`Store::recount_queue`] sets the live counts from the
+//! ([`crate::Derived::heal_counters`]); [`crate::Derived::recount_queue`] sets the live counts from the
 //! indexes at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,11 +22,11 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{Select, TransactWriteItem, Update};
 use ojs_core::{time, Job, JobState, QueueName};
 
+use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::keys;
 use crate::usage::Kind;
-use crate::Store;
 
 /// Per-queue job counts, and whether the queue is paused and its depth bound (read with
 /// them).
@@ -134,7 +134,7 @@ fn is_live(state: JobState) -> bool {
 }
 
 /// Most live jobs (by its counters) in a shard the sweep's healing counts from the
-/// indexes; a larger shard waits for [`Store::recount_queue`].
+/// indexes; a larger shard waits for [`crate::Derived::recount_queue`].
 pub const HEAL_MAX_LIVE: u64 = 100_000;
 
 /// Live states whose counts the sparse indexes can give (pending jobs are in none).
@@ -222,7 +222,7 @@ impl Moves {
     }
 }
 
-impl Store {
+impl Derived {
     /// An empty set of moves for this store's settings.
     pub(crate) fn moves(&self) -> Moves {
         Moves {
@@ -248,7 +248,7 @@ impl Store {
                     return None;
                 }
                 // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
-                // quiet by it not changing (see [`Store::heal_counters`]).
+                // quiet by it not changing (see [`crate::Derived::heal_counters`]).
                 let mut adds = vec!["moves :one".to_owned()];
                 let mut names = HashMap::new();
                 let mut values = HashMap::from([(":one".to_owned(), n(1))]);
@@ -316,7 +316,7 @@ impl Store {
     /// A transition racing the count can still leave an error, but its own `ADD` changes
     /// `moves`, so the shard is counted again after its next quiet sweep: the counts
     /// converge. Shards with more than [`HEAL_MAX_LIVE`] live jobs are left to
-    /// [`Store::recount_queue`]. Returns how many shards were corrected.
+    /// [`crate::Derived::recount_queue`]. Returns how many shards were corrected.
     pub async fn heal_counters(&self, queues: &[QueueName]) -> Result<usize, StoreError> {
         self.catch_up().await;
         let shards: Vec<(&QueueName, u16, String)> = queues
@@ -347,7 +347,7 @@ impl Store {
         Ok(healed)
     }
 
-    /// One shard of [`Store::heal_counters`], from its counter item as read: whether its
+    /// One shard of [`crate::Derived::heal_counters`], from its counter item as read: whether its
     /// counts were corrected.
     async fn heal_shard(
         &self,

@@ -18,10 +18,10 @@ use ojs_core::event::Event;
 use ojs_core::time;
 use serde_json::Value;
 
+use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::{n, s};
 use crate::keys;
-use crate::Store;
 
 /// A query of `GET /ojs/v1/events`.
 #[derive(Debug, Clone, Default)]
@@ -126,7 +126,7 @@ fn pages_from(after: &str) -> Option<String> {
     ))
 }
 
-impl Store {
+impl Derived {
     /// Prints the CloudWatch EMF lines of `events` when metrics are on.
     pub(crate) fn print_metrics(&self, events: &[Event]) {
         if let Some(namespace) = &self.engine.config.metrics_namespace {

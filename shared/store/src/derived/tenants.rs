@@ -15,10 +15,10 @@ use ojs_core::tenant::TenantId;
 use ojs_core::QueueName;
 
 use crate::counts::QueueStats;
+use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::keys;
-use crate::Store;
 
 /// What every tenant counter item's sort key starts with (`~` sorts after every queue
 /// item; `#` is in neither a tenant id nor a queue name).
@@ -108,7 +108,7 @@ impl TenantStats {
     }
 }
 
-impl Store {
+impl Derived {
     /// The counts of `tenant`'s jobs (one strongly consistent Query of its counter items,
     /// after the local stream caught up); `None` when it never had a job.
     pub async fn tenant_stats(&self, tenant: &TenantId) -> Result<Option<TenantStats>, StoreError> {

@@ -344,7 +344,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         .ok_or_else(|| corrupt("pk"))?;
     let spec_json = spec_of(item)?.ok_or_else(|| corrupt("spec"))?;
     let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
-    // Args and meta kept in the payload bucket: the job says where, and `Store::full_job`
+    // Args and meta kept in the payload bucket: the job says where, and `Engine::full_job`
     // brings them (a half reference is corrupt, never an empty job).
     let payload = match item.contains_key(payloads::REF_ATTR) {
         true => Some(payload_ref_of(item).ok_or_else(|| corrupt("payload reference"))?),

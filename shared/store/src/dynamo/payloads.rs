@@ -12,9 +12,7 @@
 //! it failed. A process dying in between leaves a tagged object, which the bucket's
 //! lifecycle rule expires after a day (infra/template.yaml). A job item's deletion (TTL,
 //! purge, dead letter delete) reaches the change stream with its old image, and the
-//! stream consumer deletes the object it names ([`Store::apply_changes`]).
-//!
-//! [`Store::apply_changes`]: crate::Store::apply_changes
+//! stream consumer deletes the object it names ([`crate::Derived::apply_changes`]).
 
 use aws_sdk_s3::primitives::ByteStream;
 use ojs_core::job::JobSpec;

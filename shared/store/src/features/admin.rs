@@ -8,7 +8,7 @@
 //! - `scheduled`, `retryable`, `active`: the due index (`DUE#<queue>[#shard]`), whose
 //!   projected `state` is filtered on;
 //! - `completed`, `cancelled`, `discarded`: the lifecycle events of the queue
-//!   ([`Store::list_events`], whatever stores them), then the jobs by id;
+//!   ([`crate::Derived::list_events`], whatever stores them), then the jobs by id;
 //! - `pending` (workflow steps waiting) is in no index and cannot be listed.
 //!
 //! A listing reads at most [`MAX_LISTED`] ids per queue and state; docs/performance.md
@@ -86,7 +86,7 @@ impl Store {
         queue: &QueueName,
     ) -> Result<crate::QueueSettings, StoreError> {
         Ok(self
-            .engine
+            .engine()
             .queue_settings(std::slice::from_ref(queue))
             .await?
             .remove(queue.as_str())
@@ -109,7 +109,7 @@ impl Store {
                 after: None,
                 limit: cap,
             };
-            let page = self.list_events(&q).await?;
+            let page = self.derived().list_events(&q).await?;
             let mut seen = HashSet::new();
             return Ok(page
                 .events
@@ -119,12 +119,12 @@ impl Store {
                 .collect());
         }
         let mut ids = Vec::new();
-        let shards = self.engine.queue_shards();
+        let shards = self.engine().queue_shards();
         // Available jobs are in their tenants' lanes; waiting and active ones in the
         // queue's due partitions.
         let partitions: Vec<_> = match state {
             JobState::Available => self
-                .engine
+                .engine()
                 .lanes(std::slice::from_ref(queue))
                 .await?
                 .iter()
@@ -141,7 +141,7 @@ impl Store {
         };
         for (index, pk) in partitions {
             let mut query = self
-                .engine
+                .engine()
                 .table
                 .query_index(index)
                 .key_condition_expression(format!("{} = :pk", index.keys.partition))
@@ -152,7 +152,7 @@ impl Store {
                     .expression_attribute_names("#state", "state")
                     .expression_attribute_values(":state", s(state.as_str()));
             }
-            let mut pages = self.engine.table.pages(query);
+            let mut pages = self.engine().table.pages(query);
             while ids.len() < cap {
                 let limit = i32::try_from(cap - ids.len())
                     .unwrap_or(1000)
@@ -177,7 +177,7 @@ impl Store {
         };
         let keys: Vec<Item> = ids.iter().map(item::job_key).collect();
         let mut found: HashMap<JobId, Job> = HashMap::new();
-        for it in self.engine.table.batch_get(keys, &how).await? {
+        for it in self.engine().table.batch_get(keys, &how).await? {
             let job = item::job_from_item(&it)?;
             found.insert(job.id, job);
         }
@@ -193,7 +193,7 @@ impl Store {
     /// queue with it. Workflow steps are refused (their workflow already moved on).
     pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let item = self
-            .engine
+            .engine()
             .table
             .read_item(item::job_key(id))
             .await?
@@ -211,18 +211,18 @@ impl Store {
             });
         }
         let wid = crate::job_item::write_id();
-        let out = JobWrite::new(Transition::Revive, self.engine.ready_place(&job, &now))
+        let out = JobWrite::new(Transition::Revive, self.engine().ready_place(&job, &now))
             .from(from)
             .version(job.status.version)
             .restart(&now)
             .write_id(&wid)
-            .apply(self.engine.update(id))?
+            .apply(self.engine().update(id))?
             .send()
             .await;
         let job = self
-            .engine
+            .engine()
             .finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        Ok(self.engine.shown_job(job).await)
+        Ok(self.engine().shown_job(job).await)
     }
 
     /// Permanently deletes a finished (completed, cancelled or discarded) job; a
@@ -230,7 +230,7 @@ impl Store {
     /// such job, Conflict when it is not finished or is a workflow step.
     pub async fn admin_delete_job(&self, id: &JobId) -> Result<(), StoreError> {
         let item = self
-            .engine
+            .engine()
             .table
             .read_item(item::job_key(id))
             .await?
@@ -246,7 +246,7 @@ impl Store {
             });
         }
         let out = self
-            .engine
+            .engine()
             .table
             .delete_item()
             .set_key(Some(item::job_key(id)))
@@ -255,7 +255,7 @@ impl Store {
             .expression_attribute_values(":state", s(state.as_str()))
             .send()
             .await;
-        self.engine
+        self.engine()
             .table
             .tally_conditional(Kind::Write, out)?
             .map(|_| ())
@@ -268,13 +268,13 @@ impl Store {
         let mut oldest: Option<i64> = None;
         let mut newest: Option<i64> = None;
         let query = self
-            .engine
+            .engine()
             .table
             .query_table()
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", s(keys::DEAD_PK))
             .projection_expression("sk");
-        let mut pages = self.engine.table.pages(query);
+        let mut pages = self.engine().table.pages(query);
         while let Some(out) = pages.next().await? {
             for sk in out.items().iter().filter_map(|i| i.get("sk")?.as_s().ok()) {
                 let mut parts = sk.splitn(3, '#');
@@ -303,7 +303,7 @@ impl Store {
             ("pk".to_owned(), s(SYSTEM_PK)),
             ("sk".to_owned(), s(MAINTENANCE_SK)),
         ]);
-        let Some(item) = self.engine.table.read_item(key).await? else {
+        let Some(item) = self.engine().table.read_item(key).await? else {
             return Ok(Maintenance::default());
         };
         let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -336,9 +336,9 @@ impl Store {
         }
         let next = if enabled {
             let mut paused = Vec::new();
-            for q in self.engine.list_queues().await? {
+            for q in self.engine().list_queues().await? {
                 if !q.paused {
-                    self.engine.set_paused(&q.name, true).await?;
+                    self.engine().set_paused(&q.name, true).await?;
                     paused.push(q.name);
                 }
             }
@@ -351,7 +351,7 @@ impl Store {
             }
         } else {
             for q in &current.paused_queues {
-                self.engine.set_paused(q, false).await?;
+                self.engine().set_paused(q, false).await?;
             }
             Maintenance::default()
         };
@@ -373,7 +373,7 @@ impl Store {
                 item.insert(k.to_owned(), s(v.clone()));
             }
         }
-        self.engine.table.put_plain(item).await?;
+        self.engine().table.put_plain(item).await?;
         Ok(next)
     }
 
@@ -386,7 +386,7 @@ impl Store {
         stale_before: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
-            .engine
+            .engine()
             .table
             .delete_item()
             .set_key(Some(crate::workers::worker_key(id)))
@@ -399,7 +399,7 @@ impl Store {
             )
             .send()
             .await;
-        match self.engine.table.metered(Kind::Write, out) {
+        match self.engine().table.metered(Kind::Write, out) {
             Ok(_) => Ok(()),
             Err(e) => {
                 if is_condition_failure(&e) {

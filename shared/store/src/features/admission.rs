@@ -30,7 +30,7 @@ impl Store {
         adding: &[(&ojs_core::QueueName, u64)],
     ) -> Result<Vec<QueuePressure>, StoreError> {
         let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
-        let settings = self.engine.queue_settings(&names).await?;
+        let settings = self.engine().queue_settings(&names).await?;
         let mut pressed = Vec::new();
         for (queue, n) in adding {
             if settings
@@ -41,7 +41,7 @@ impl Store {
                 continue;
             }
             // The counters' read carries the queue item too: its bound as it is now.
-            let stats = self.queue_stats(queue).await?;
+            let stats = self.derived().queue_stats(queue).await?;
             let Some(bound) = stats.backpressure else {
                 continue;
             };
@@ -81,7 +81,7 @@ impl Store {
         adding: &[(&TenantId, u64, u64)],
     ) -> Result<(), StoreError> {
         let tenants: Vec<&TenantId> = adding.iter().map(|(t, _, _)| *t).collect();
-        let configs = self.engine.tenant_configs(&tenants).await?;
+        let configs = self.engine().tenant_configs(&tenants).await?;
         self.judge_tenant_counts(adding, &configs).await?;
         for (tenant, jobs, _) in adding {
             if let Some(rate) = configs
@@ -106,6 +106,7 @@ impl Store {
                 continue;
             };
             let counts = self
+                .derived()
                 .tenant_stats(tenant)
                 .await?
                 .map(|s| s.total)
@@ -162,7 +163,7 @@ impl Store {
         };
         for _ in 0..ENQUEUE_WINDOW_ROUNDS {
             let now_us = ojs_core::time::now().timestamp_micros();
-            let read = self.engine.read_window(&window, now_us).await?;
+            let read = self.engine().read_window(&window, now_us).await?;
             let remaining = u64::from(read.assessment.remaining);
             if remaining < n {
                 // More than the limit at once never fits: told to wait a whole period.
@@ -181,8 +182,8 @@ impl Store {
                         .max(1),
                 });
             }
-            let update = self.engine.record_starts(&window, &read, n)?;
-            if self.engine.table.update_alone(&update).await?.is_some() {
+            let update = self.engine().record_starts(&window, &read, n)?;
+            if self.engine().table.update_alone(&update).await?.is_some() {
                 return Ok(());
             }
         }

@@ -35,7 +35,7 @@ impl Store {
     ) -> Result<Checkpoint, StoreError> {
         let (update, conditions, values) = save_expression(save, now);
         let out = self
-            .engine
+            .engine()
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -47,7 +47,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match self.engine.table.metered(Kind::Write, out) {
+        match self.engine().table.metered(Kind::Write, out) {
             Ok(out) => out
                 .attributes()
                 .map(item::checkpoint_of)
@@ -63,7 +63,7 @@ impl Store {
     /// there was one or not (idempotent); NotFound when there is no job `id`.
     pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
         let out = self
-            .engine
+            .engine()
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -71,7 +71,7 @@ impl Store {
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
-        self.engine
+        self.engine()
             .table
             .tally_existing(Kind::Write, out)
             .map(|_| ())

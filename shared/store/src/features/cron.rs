@@ -123,7 +123,7 @@ impl Store {
             None => remove.push("created_by"),
         }
         let mut req = self
-            .engine
+            .engine()
             .table
             .update_item()
             .set_key(Some(cron_key(&cron.name)))
@@ -162,7 +162,7 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.engine.table.tally(Kind::Write, out)?;
+        let out = self.engine().table.tally(Kind::Write, out)?;
         let item = out
             .attributes()
             .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
@@ -172,7 +172,7 @@ impl Store {
             let target = crate::timer::TimerTarget::Cron {
                 name: cron.name.clone(),
             };
-            self.engine.arm_timer(vec![(target, next)]).await;
+            self.engine().arm_timer(vec![(target, next)]).await;
         }
         Ok((entry, created))
     }
@@ -182,7 +182,7 @@ impl Store {
     /// the others.
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
         Ok(self
-            .engine.table.query_partition(keys::CRON_PK, true)
+            .engine().table.query_partition(keys::CRON_PK, true)
             .await?
             .iter()
             .filter_map(|item| match entry_from_item(item) {
@@ -198,7 +198,7 @@ impl Store {
 
     /// Removes a registration; NotFound when there is none.
     pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
-        self.engine
+        self.engine()
             .table
             .delete_returning(cron_key(name))
             .await?
@@ -209,7 +209,7 @@ impl Store {
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
-        self.engine
+        self.engine()
             .table
             .read_item(cron_key(name))
             .await?
@@ -231,7 +231,7 @@ impl Store {
     async fn fire_due_crons_in_scope(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
         let mut pages = self
-            .engine
+            .engine()
             .table
             .pages(self.due_query(keys::CRON_DUE_PK, &now).limit(100));
         while let Some(out) = pages.next().await? {
@@ -257,7 +257,7 @@ impl Store {
     /// A Query of the entries of the due partition `pk` (in the due index) due at `now`
     /// or before.
     pub(crate) fn due_query(&self, pk: &str, now: &Timestamp) -> QueryFluentBuilder {
-        self.engine
+        self.engine()
             .table
             .query_index(&DUE_INDEX)
             .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
@@ -282,7 +282,7 @@ impl Store {
         let previous_running = match &entry.last_job_id {
             Some(id) => match ojs_core::JobId::parse(id) {
                 Ok(id) => self
-                    .engine
+                    .engine()
                     .get_job(&id)
                     .await?
                     .filter(|j| !j.status.state.is_terminal()),
@@ -323,7 +323,7 @@ impl Store {
         let mut set = vec!["last_run_at = :now", "version = version + :one"];
         let mut remove = Vec::new();
         let mut update = Update::builder()
-            .table_name(self.engine.table())
+            .table_name(self.engine().table())
             .set_key(Some(cron_key(&entry.cron.name)))
             .condition_expression("version = :version")
             .expression_attribute_values(":version", n(entry.version))
@@ -355,20 +355,20 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
-            self.engine
+            self.engine()
                 .register_lane(&crate::keys::Lane::of(job))
                 .await?;
             items.push(
-                self.engine
+                self.engine()
                     .table
-                    .put_new(item::job_to_item(job, self.engine.queue_shards()))?,
+                    .put_new(item::job_to_item(job, self.engine().queue_shards()))?,
             );
             if let Some(prev) = waits_for {
                 // Link it behind the previous job, which must still be unfinished: if it
                 // finished meanwhile, the transaction fails and the next sweep fires
                 // the occurrence as a plain enqueue.
                 let link = Update::builder()
-                    .table_name(self.engine.table())
+                    .table_name(self.engine().table())
                     .set_key(Some(item::job_key(&prev)))
                     .update_expression("SET next_job = :next")
                     .condition_expression(
@@ -386,7 +386,7 @@ impl Store {
                 items.push(TransactWriteItem::builder().update(link).build());
             }
         }
-        if let Err(e) = self.engine.table.transact(items).await {
+        if let Err(e) = self.engine().table.transact(items).await {
             let cancelled =
                 e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
             if cancelled {
@@ -399,7 +399,7 @@ impl Store {
             let target = crate::timer::TimerTarget::Cron {
                 name: entry.cron.name.clone(),
             };
-            self.engine.arm_timer(vec![(target, next)]).await;
+            self.engine().arm_timer(vec![(target, next)]).await;
         }
         if job.is_none() {
             tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")

@@ -30,7 +30,7 @@ impl Store {
     /// replaces).
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
         self.following_up(time::now(), |store| async move {
-            store.engine.put_job_in_scope(job).await
+            store.engine().put_job_in_scope(job).await
         })
         .await
     }
@@ -38,7 +38,7 @@ impl Store {
     /// CANCEL: [`Engine::cancel_job_in_scope`].
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         self.following_up(now, |store| async move {
-            store.engine.cancel_job_in_scope(id, now).await
+            store.engine().cancel_job_in_scope(id, now).await
         })
         .await
     }
@@ -46,7 +46,7 @@ impl Store {
     /// ACK: [`Engine::ack_job_in_scope`].
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
         self.following_up(now, |store| async move {
-            store.engine.ack_job_in_scope(ack, now).await
+            store.engine().ack_job_in_scope(ack, now).await
         })
         .await
     }
@@ -62,7 +62,7 @@ impl Store {
     ) -> Result<FailOutcome, StoreError> {
         self.following_up(now, |store| async move {
             store
-                .engine
+                .engine()
                 .fail_job_in_scope(id, failure, fence, requeue, now)
                 .await
         })
@@ -73,7 +73,7 @@ impl Store {
     /// a time come, the job expired).
     pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
         self.following_up(now, |store| async move {
-            store.engine.settle_in_scope(job, now).await
+            store.engine().settle_in_scope(job, now).await
         })
         .await
     }
@@ -85,7 +85,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
         self.following_up(now, |store| async move {
-            store.engine.get_job_settled_in_scope(id, now).await
+            store.engine().get_job_settled_in_scope(id, now).await
         })
         .await
     }
@@ -98,7 +98,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         self.following_up(now, |store| async move {
-            store.engine.promote_due_in_scope(queue, now).await
+            store.engine().promote_due_in_scope(queue, now).await
         })
         .await
     }
@@ -113,7 +113,7 @@ impl Store {
         F: FnOnce(Store) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.engine.follow_ups().is_some() {
+        if self.engine().follow_ups().is_some() {
             return call(self.clone()).await;
         }
         let scope = FollowUps::default();

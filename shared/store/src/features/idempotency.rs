@@ -97,7 +97,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<KeyClaim>, StoreError> {
         let out = self
-            .engine
+            .engine()
             .table
             .put_item()
             .set_item(Some(key_item(key)))
@@ -112,14 +112,14 @@ impl Store {
             .send()
             .await;
         if self
-            .engine
+            .engine()
             .table
             .tally_conditional(Kind::Write, out)?
             .is_some()
         {
             return Ok(Some(KeyClaim::Fresh));
         }
-        let Some(item) = self.engine.table.read_item(key_item(key)).await? else {
+        let Some(item) = self.engine().table.read_item(key_item(key)).await? else {
             return Ok(None);
         };
         if item
@@ -160,7 +160,7 @@ impl Store {
         other_ids: Option<&[JobId]>,
     ) -> Result<(), StoreError> {
         let req = self
-            .engine
+            .engine()
             .table
             .update_item()
             .set_key(Some(key_item(key)))
@@ -174,7 +174,7 @@ impl Store {
             None => req.update_expression("SET #status = :status"),
         };
         let out = req.send().await;
-        self.engine.table.tally_conditional(Kind::Write, out)?;
+        self.engine().table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 
@@ -187,7 +187,7 @@ impl Store {
         fingerprint: &str,
     ) -> Result<(), StoreError> {
         let out = self
-            .engine
+            .engine()
             .table
             .delete_item()
             .set_key(Some(key_item(key)))
@@ -196,7 +196,7 @@ impl Store {
             .expression_attribute_values(":fp", s(fingerprint))
             .send()
             .await;
-        self.engine.table.tally_conditional(Kind::Write, out)?;
+        self.engine().table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 }

@@ -39,7 +39,7 @@ impl Store {
     ) -> Result<RateLimitState, StoreError> {
         let mut state = RateLimitState::default();
         for item in self
-            .engine
+            .engine()
             .table
             .query_partition(&format!("RL#{key}"), true)
             .await?

@@ -101,7 +101,7 @@ impl Store {
                 item.insert("created_by".into(), s(by.to_owned()));
             }
             let out = self
-                .engine
+                .engine()
                 .table
                 .put_item()
                 .set_item(Some(item))
@@ -109,7 +109,7 @@ impl Store {
                 .send()
                 .await;
             if self
-                .engine
+                .engine()
                 .table
                 .tally_conditional(Kind::Write, out)?
                 .is_some()
@@ -133,7 +133,7 @@ impl Store {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        self.engine
+        self.engine()
             .table
             .read_item(schema_key(uri))
             .await?
@@ -144,7 +144,7 @@ impl Store {
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.engine
+        self.engine()
             .table
             .query_partition(SCHEMAS_PK, true)
             .await?
@@ -164,7 +164,7 @@ impl Store {
         let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
         let mut versions = Vec::new();
         for item in self
-            .engine
+            .engine()
             .table
             .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
             .await?
@@ -180,7 +180,7 @@ impl Store {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        self.engine
+        self.engine()
             .table
             .delete_returning(schema_key(uri))
             .await?

@@ -31,7 +31,7 @@ impl Store {
         if early > chrono::Duration::zero() {
             if early > chrono::Duration::seconds(5) {
                 // Delivered far too early (a delay longer than SQS allows): re-arm.
-                self.engine.arm_timer(vec![(msg.target, due)]).await;
+                self.engine().arm_timer(vec![(msg.target, due)]).await;
                 return Ok(());
             }
             tokio::time::sleep(early.to_std().unwrap_or_default()).await;
@@ -42,7 +42,7 @@ impl Store {
                 let Ok(id) = JobId::parse(&job_id) else {
                     return Ok(());
                 };
-                if let Some(job) = self.engine.get_job(&id).await? {
+                if let Some(job) = self.engine().get_job(&id).await? {
                     self.settle(&job, now).await?;
                 }
             }
@@ -58,7 +58,7 @@ impl Store {
     /// timer function does and deleting it once handled. For the local server and tests,
     /// where no SQS event source mapping exists.
     pub async fn consume_timer_queue(&self) {
-        let Some(timer) = self.engine.timer.clone() else {
+        let Some(timer) = self.engine().timer.clone() else {
             return;
         };
         loop {

@@ -243,7 +243,7 @@ impl Store {
                 .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
                 .send()
                 .await;
-            self.engine.table.tally(Kind::Write, out)
+            self.engine().table.tally(Kind::Write, out)
         };
         let extensions = join_all(jobs.iter().map(|(id, attempt)| {
             let fence = Fence {
@@ -285,7 +285,7 @@ impl Store {
         visibility_timeout_ms: Option<u64>,
         now: Timestamp,
     ) -> Result<Extension, StoreError> {
-        let Some(job) = self.engine.get_job(id).await? else {
+        let Some(job) = self.engine().get_job(id).await? else {
             return Ok(Extension::NotHeld);
         };
         match self
@@ -325,12 +325,12 @@ impl Store {
         // not cost the worker that while of its new lease.
         let lease = time::after_ms(now.max(time::now()), ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
-        self.engine.extend_slot(job, &lease).await?;
+        self.engine().extend_slot(job, &lease).await?;
         // The fence is in the condition too, not only in the read above.
         let mut write = JobWrite::new(
             Transition::Extend,
             Place::Due {
-                pk: self.engine.due_pk(&job.spec.queue, id),
+                pk: self.engine().due_pk(&job.spec.queue, id),
                 sk: keys::due_sk(&due, job.spec.priority, job.tenant().as_ref(), id),
             },
         )
@@ -344,10 +344,10 @@ impl Store {
         }
         let out = fence
             .guard(write)
-            .apply(self.engine.update(id))?
+            .apply(self.engine().update(id))?
             .send()
             .await;
-        match self.engine.finish_update(out) {
+        match self.engine().finish_update(out) {
             Ok(written) => Ok(Extension::Extended {
                 requested: Directive::requested_by(job),
                 job: Box::new(written),
@@ -381,7 +381,11 @@ impl Store {
         };
         // A report racing another extension of the same job reads it again (bounded).
         for _ in 0..PROGRESS_TRIES {
-            let job = self.engine.get_job(id).await?.ok_or(StoreError::NotFound)?;
+            let job = self
+                .engine()
+                .get_job(id)
+                .await?
+                .ok_or(StoreError::NotFound)?;
             match self
                 .extend_held(&job, fence, None, Some(report), now)
                 .await?
@@ -408,7 +412,7 @@ impl Store {
             .send()
             .await;
         let worker = self
-            .engine
+            .engine()
             .table
             .tally_existing(Kind::Write, out)?
             .attributes()
@@ -423,7 +427,7 @@ impl Store {
     pub async fn worker(&self, id: &str) -> Result<Option<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
-            .engine
+            .engine()
             .table
             .read_item(worker_key(id))
             .await?
@@ -444,7 +448,7 @@ impl Store {
                 .worker_id
                 .as_deref()
                 .map(|id| -> Admission<'_> { Box::new(|| Box::pin(store.takes_jobs(id))) });
-            store.engine.claim_jobs(req, now, admission).await
+            store.engine().claim_jobs(req, now, admission).await
         })
         .await
     }
@@ -457,12 +461,12 @@ impl Store {
     /// draining through another instance is thus refused within that time plus
     /// replication; through this one at once.
     async fn takes_jobs(&self, id: &str) -> Result<bool, StoreError> {
-        let ttl = self.engine.config.queue_settings_ttl;
+        let ttl = self.engine().config.queue_settings_ttl;
         if let Some(known) = self.admissions.recall(id, ttl) {
             return Ok(known);
         }
         let out = self
-            .engine
+            .engine()
             .table
             .get_item()
             .set_key(Some(worker_key(id)))
@@ -472,7 +476,7 @@ impl Store {
             .await;
         let now = time::now().timestamp();
         let takes = self
-            .engine
+            .engine()
             .table
             .tally(Kind::Read, out)?
             .item()
@@ -486,7 +490,7 @@ impl Store {
 
     /// An UpdateItem of worker `id`'s item, answering with the item as written.
     fn worker_update(&self, id: &str) -> UpdateItemFluentBuilder {
-        self.engine
+        self.engine()
             .table
             .update_item()
             .set_key(Some(worker_key(id)))
@@ -497,7 +501,7 @@ impl Store {
     pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
-            .engine
+            .engine()
             .table
             .query_partition(keys::WORKERS_PK, false)
             .await?

@@ -20,10 +20,10 @@ use ojs_core::{time, Job};
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
 use super::{Applied, Change};
+use crate::derived::Derived;
 use crate::error::{cancellation_codes, StoreError};
 use crate::item::{self, n, s, Item};
 use crate::keys;
-use crate::Store;
 
 /// Most actions of one TransactWriteItems.
 const MAX_ACTIONS: usize = 100;
@@ -74,7 +74,7 @@ pub(crate) fn comes_after(a: &str, b: &str) -> bool {
     (a.len(), a) > (b.len(), b)
 }
 
-impl Store {
+impl Derived {
     /// Applies the effects of a batch of changes, in stream order: the events they imply
     /// and their counter moves, exactly once per record that has a sequence number. An
     /// error means the batch must come again: the runs that landed are skipped then.

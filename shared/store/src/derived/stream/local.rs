@@ -2,7 +2,7 @@
 //! Streams API (DynamoDB Local serves it; a record is readable as soon as its write has
 //! answered), in the role the stream function plays on AWS.
 //!
-//! It reads in the background (`make dev`), and [`Store::catch_up`] reads to the end of
+//! It reads in the background (`make dev`), and [`crate::Derived::catch_up`] reads to the end of
 //! the stream before a read of derived data (queue stats, events), so a test or a
 //! developer sees their own writes' effects at once. On AWS the same reads lag the stream by about a
 //! second instead (`docs/architecture.md`).
@@ -16,10 +16,10 @@ use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, ShardIterato
 use aws_sdk_dynamodbstreams::Client;
 
 use super::Change;
+use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::Item;
 use crate::keys;
-use crate::Store;
 
 /// How often the list of stream shards is read again (DynamoDB rolls shards over).
 const SHARD_REFRESH: Duration = Duration::from_secs(30);
@@ -56,7 +56,7 @@ const MARK_PAUSE: Duration = Duration::from_millis(50);
 pub struct LocalStream {
     client: Client,
     /// The store the effects are written through (without a stream of its own).
-    store: Store,
+    derived: Derived,
     stream_arn: String,
     shards: tokio::sync::Mutex<Shards>,
 }
@@ -96,9 +96,9 @@ impl LocalStream {
     /// The consumer of `store`'s table stream through `client`, started if this process
     /// has none yet. `from_start`: read what the stream already holds (a table just
     /// created); otherwise only changes from now on. `background`: also read the stream
-    /// at this interval, not only when [`Store::catch_up`] asks.
+    /// at this interval, not only when [`crate::Derived::catch_up`] asks.
     pub async fn attach(
-        store: &Store,
+        derived: &Derived,
         client: Client,
         from_start: bool,
         background: Option<Duration>,
@@ -106,19 +106,19 @@ impl LocalStream {
         if let Some(existing) = consumers()
             .lock()
             .ok()
-            .and_then(|m| m.get(store.engine.table()).and_then(Weak::upgrade))
+            .and_then(|m| m.get(derived.engine.table()).and_then(Weak::upgrade))
         {
             return Ok(existing);
         }
-        let stream_arn = store.engine.table.stream_arn().await?;
+        let stream_arn = derived.engine.table.stream_arn().await?;
         // Its own usage: a store's usage is what its requests cost, as on AWS, where the
         // stream function pays for the effects.
-        let mut own = store.clone();
+        let mut own = derived.clone();
         own.engine.table = own.engine.table.with_own_tally();
         own.stream = None;
         let consumer = Arc::new(Self {
             client,
-            store: own,
+            derived: own,
             stream_arn,
             shards: tokio::sync::Mutex::new(Shards {
                 from_start,
@@ -128,7 +128,7 @@ impl LocalStream {
         // Position on the stream now, so that nothing written after `attach` is missed.
         consumer.shards.lock().await.refresh(&consumer).await?;
         if let Ok(mut m) = consumers().lock() {
-            m.insert(store.engine.table().to_owned(), Arc::downgrade(&consumer));
+            m.insert(derived.engine.table().to_owned(), Arc::downgrade(&consumer));
         }
         let Some(interval) = background else {
             return Ok(consumer);
@@ -171,12 +171,12 @@ impl LocalStream {
     /// whose change record shows where "now" is in the stream.
     async fn mark(&self) -> Result<u64, StoreError> {
         let out = self
-            .store
+            .derived
             .engine
             .table
             .untallied()
             .update_item()
-            .table_name(self.store.engine.table())
+            .table_name(self.derived.engine.table())
             .key("pk", AttributeValue::S(keys::LOCAL_MARK_PK.to_owned()))
             .key("sk", AttributeValue::S(keys::LOCAL_MARK_SK.to_owned()))
             .update_expression("ADD #n :one")
@@ -314,7 +314,7 @@ impl LocalStream {
                 // On failure the position stays at the round's start, and the next drain
                 // reads the same records again (the marks of the runs that landed skip
                 // them: `apply.rs`).
-                if let Err(e) = self.store.apply_changes(&changes).await {
+                if let Err(e) = self.derived.apply_changes(&changes).await {
                     position.failures += 1;
                     if position.failures < MAX_ATTEMPTS {
                         return Err(e);

@@ -5,7 +5,7 @@
 //! counters (one `ADD` per queue shard per batch). No partition key shared by many jobs
 //! takes a write per job.
 //!
-//! On AWS the stream function hands each batch to [`Store::apply_changes`]; locally
+//! On AWS the stream function hands each batch to [`crate::Derived::apply_changes`]; locally
 //! ([`local`]) an in-process poller reads DynamoDB Local's Streams API and does the same.
 //! Delivery is at least once, application exactly once ([`apply`]): a batch's counter
 //! moves and event pages are written in one transaction with a marker of the records
@@ -82,7 +82,7 @@ impl Change {
         self
     }
 
-    /// The lifecycle events this change of a job implies, as [`Store::apply_changes`]
+    /// The lifecycle events this change of a job implies, as [`crate::Derived::apply_changes`]
     /// stores them (same ids): webhook deliveries send them. `now` stands for the time
     /// of the write when neither the job nor the record tells it. None for another item,
     /// a deletion, or a record that cannot be read.

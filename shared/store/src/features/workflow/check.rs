@@ -29,7 +29,7 @@ impl Store {
             let query = self
                 .due_query(&keys::workflow_due_shard_pk(shard), &now)
                 .limit(50);
-            let mut pages = self.engine.table.pages(query);
+            let mut pages = self.engine().table.pages(query);
             loop {
                 if Instant::now() >= budget {
                     return Ok(checked);
@@ -63,7 +63,7 @@ impl Store {
         wf_id: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let jobs = self.step_jobs(&item).await?;
@@ -97,11 +97,11 @@ impl Store {
                 self.record_callback(wf_id, &name, outcome).await?;
             }
         }
-        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         self.settle_workflow(wf_id, &item, now).await?;
-        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let settled = match workflow_state(&item) {

@@ -57,7 +57,10 @@ pub(crate) fn text(item: &Item, k: &str) -> Option<String> {
 impl Store {
     /// An UpdateItem of workflow `wf_id`'s item.
     pub(crate) fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
-        self.engine.table.update_item().set_key(Some(wf_key(wf_id)))
+        self.engine()
+            .table
+            .update_item()
+            .set_key(Some(wf_key(wf_id)))
     }
 
     /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item
@@ -68,7 +71,7 @@ impl Store {
     ) -> Result<Option<Item>, StoreError> {
         let out = req.return_values(ReturnValue::AllNew).send().await;
         Ok(self
-            .engine
+            .engine()
             .table
             .tally_conditional(Kind::Write, out)?
             .and_then(|out| out.attributes().cloned()))
@@ -80,7 +83,7 @@ impl Store {
         &self,
         req: UpdateItemFluentBuilder,
     ) -> Result<(), StoreError> {
-        self.engine
+        self.engine()
             .table
             .tally_conditional(Kind::Write, req.send().await)
             .map(|_| ())

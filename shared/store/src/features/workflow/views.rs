@@ -16,7 +16,7 @@ impl Store {
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
         let item = self
-            .engine
+            .engine()
             .table
             .read_item(wf_key(id))
             .await?
@@ -36,7 +36,7 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.engine
+        self.engine()
             .table
             .batch_get(keys, &how)
             .await?

@@ -98,9 +98,10 @@ try {
   });
   await page.screenshot({ path: path.join(shots, 'job.png'), fullPage: true });
 
-  // 4. The sidebar offers the webhooks and schemas pages (the manifest's capabilities),
-  // which list what the operator registered; the workers page shows a draining worker.
-  for (const name of ['Webhooks', 'Schemas', 'Workers']) {
+  // 4. The sidebar offers the webhooks, schemas and tenants pages (the manifest's
+  // capabilities), which list what the operator registered; the workers page shows a
+  // draining worker.
+  for (const name of ['Webhooks', 'Schemas', 'Workers', 'Tenants']) {
     await page.getByRole('link', { name: new RegExp(name) }).first().waitFor();
   }
   await page.goto(`${base}/webhooks`);
@@ -121,6 +122,12 @@ try {
     return rows.some((r) => r.includes(expect.worker.id) && r.includes(expect.worker.state)) || rows;
   });
   await page.screenshot({ path: path.join(shots, 'workers.png'), fullPage: true });
+  await page.goto(`${base}/tenants`);
+  await waitFor('tenant listed', async () => {
+    const rows = await page.locator('table tbody tr').allInnerTexts();
+    return rows.some((r) => r.includes(expect.tenant)) || rows;
+  });
+  await page.screenshot({ path: path.join(shots, 'tenants.png'), fullPage: true });
 
   // 5. Retrying a dead letter job from its page (the server's state is checked after).
   await page.goto(`${base}/dead-letter`);

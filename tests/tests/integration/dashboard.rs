@@ -1,7 +1,7 @@
 //! The official OJS dashboard (../shared/clients/ojs-admin-ui, built unmodified by
 //! `scripts/dashboard.sh build`) in headless Chromium against a seeded server: the
 //! overview's counts, a queue's job list, a job's envelope and errors, the webhooks,
-//! schemas and workers pages (a draining worker), then retrying a dead letter job and
+//! schemas, workers (a draining worker) and tenants pages, then retrying a dead letter job and
 //! pausing a queue from the pages, checked on the server afterwards; with API keys
 //! required and the dashboard holding the operator's scopes.
 //! The browser part is tests/browser/dashboard.mjs; screenshots go to
@@ -151,6 +151,16 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
     )
     .await?;
     anyhow::ensure!(r.status().is_success(), "schema: {}", r.text().await?);
+    // A tenant with settings and no job yet: listed on the tenants page, which the sidebar
+    // offers because the manifest claims `multi_tenancy`.
+    let tenant = "acme-corp";
+    let r = as_operator(
+        reqwest::Method::PUT,
+        &format!("/ojs/v1/admin/tenants/{tenant}"),
+        json!({"fairness_weight": 2}),
+    )
+    .await?;
+    anyhow::ensure!(r.status().is_success(), "tenant: {}", r.text().await?);
     // Lifecycle events (which list finished jobs) may land a moment after the answer.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
@@ -183,6 +193,7 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
         "webhook": hook,
         "schema": {"type": "report.build", "version": "v2.1.0"},
         "worker": {"id": "browser-test", "state": "drain"},
+        "tenant": tenant,
     });
     let shots = root.join("artifacts/dashboard");
     let started = std::time::Instant::now();

@@ -403,9 +403,29 @@ async fn jobs_over_the_stored_request_are_413_everywhere_and_write_nothing() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_manifest_states_the_limits_in_force() -> anyhow::Result<()> {
+async fn the_manifest_states_the_limits_and_capabilities_in_force() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;
     let m = app.call(Method::GET, "/ojs/manifest", None).await?;
+    // The dashboard's sidebar shows a page when `capabilities` names it (Sidebar.tsx's
+    // `capability`, hasCapability: `=== true`); the tenants page by `multi_tenancy`.
+    let caps = &m.body["capabilities"];
+    for name in [
+        "multi_tenancy",
+        "webhooks",
+        "job_versioning",
+        "events",
+        "dead_letter",
+    ] {
+        anyhow::ensure!(caps[name] == json!(true), "{name}: {caps}");
+    }
+    // The extension itself is not claimed: its events and per-tenant metrics are not built.
+    anyhow::ensure!(
+        !m.body["extensions"]
+            .as_array()
+            .is_some_and(|e| e.contains(&json!("multi-tenancy"))),
+        "{}",
+        m.body["extensions"]
+    );
     let limits = &m.body["limits"];
     anyhow::ensure!(limits["max_envelope_bytes"] == 262_144, "{limits}");
     anyhow::ensure!(limits["max_request_body_bytes"] == 1_048_576, "{limits}");

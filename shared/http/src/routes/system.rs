@@ -97,6 +97,11 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
                 "job_versioning": true,
                 // Depth bounds with the reject strategy (ojs-backpressure.md).
                 "backpressure": true,
+                // Tenants kept apart, limited and listed (ojs-multi-tenancy.md; README,
+                // "Multi-tenancy"): the dashboard shows its tenants page by this name. Not
+                // the extension's claim (`extensions`): tenant events and per-tenant
+                // metric labels (its §11, MT-006) are not built.
+                "multi_tenancy": true,
             },
             "limits": limits(app.store.engine().payloads().is_some()),
         }),
@@ -107,7 +112,8 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
 /// passes but for the cases `conformance.rs` lists), by name and by the URI
 /// ojs-extension-lifecycle.md §11 gives it. Not here: bulk operations (only batch enqueue
 /// and idempotency keys of it), encryption and middleware (client-side), tenancy and fair
-/// scheduling (not built), serverless (push delivery is built, but its draft names no URI).
+/// scheduling (built but for their events and per-tenant metrics; the tenants page's
+/// capability is claimed), serverless (push delivery is built, but its draft names no URI).
 const EXTENSIONS: [(&str, &str); 13] = [
     ("admin-api", "urn:ojs:ext:admin-api"),
     ("backpressure", "urn:ojs:ext:backpressure"),

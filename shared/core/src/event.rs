@@ -68,6 +68,12 @@ impl Event {
         data.insert("job_id".into(), job.id.to_string().into());
         data.insert("job_type".into(), job.spec.job_type.as_str().into());
         data.insert("queue".into(), job.spec.queue.as_str().into());
+        // A tenant's job names its tenant (the default tenant's names none, as before), so
+        // the events listing can keep to a tenant and a receiver can tell whose job it is.
+        let tenant = job.tenant();
+        if let Some(t) = &tenant {
+            data.insert(crate::tenant::META_KEY.into(), t.as_str().into());
+        }
         let mut put = |k: &str, v: Value| {
             data.insert(k.into(), v);
         };
@@ -143,7 +149,7 @@ impl Event {
             id,
             kind,
             queue: job.spec.queue.as_str().to_owned(),
-            tenant: job.tenant(),
+            tenant,
             body,
         }
     }
@@ -188,6 +194,25 @@ mod tests {
         assert!(e.body["data"]["duration_ms"].is_i64());
         assert_eq!(e.body["data"]["attempt"], 1);
         assert!(e.id.starts_with("evt_"));
+    }
+
+    #[test]
+    fn a_tenants_job_names_its_tenant_in_the_event_data() {
+        let of = |meta: Value| {
+            let new = NewJob::from_json(json!({"type": "t", "args": [], "meta": meta}));
+            Job::enqueue(new.unwrap_or_else(|e| panic!("{e}")), time::now())
+        };
+        let e = Event::for_job(
+            EventKind::Enqueued,
+            &of(json!({"tenant_id": "acme"})),
+            &time::now(),
+            "ojs://test/api",
+        );
+        assert_eq!(e.body["data"]["tenant_id"], "acme");
+        assert_eq!(e.tenant.as_ref().map(|t| t.as_str()), Some("acme"));
+        let e = Event::for_job(EventKind::Enqueued, &of(json!({})), &time::now(), "ojs://t");
+        assert!(e.body["data"].get("tenant_id").is_none(), "{}", e.body);
+        assert_eq!(e.tenant, None);
     }
 
     #[test]

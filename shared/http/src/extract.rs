@@ -258,6 +258,67 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
     }
 }
 
+/// The tenant a listing keeps to (the events listing, the admin job and dead letter
+/// listings): its `tenant` parameter (`_default`: the jobs of none; absent or blank:
+/// every tenant's), within the tenant the request acts for ([`Tenant`]). A key bound to
+/// a tenant lists its own tenant's alone, a parameter naming another being 403; a request
+/// whose `X-OJS-Tenant` names one tenant and whose parameter another is 400.
+pub struct ListingTenant {
+    acts_for: ojs_core::tenant::Scope,
+    bound: bool,
+}
+
+impl ListingTenant {
+    /// The tenants listed, given the `tenant` parameter `raw` (`path` names it in a 400).
+    pub fn scope(
+        &self,
+        raw: Option<&str>,
+        path: &str,
+    ) -> Result<ojs_core::tenant::Scope, ApiError> {
+        use ojs_core::tenant::Scope;
+        let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else {
+            return Ok(self.acts_for.clone());
+        };
+        let named = ojs_core::tenant::TenantId::parse(raw).map_err(|e| e.with_path(path))?;
+        match &self.acts_for {
+            Scope::One(own) if *own != named => {
+                let own = Scope::name(own.as_ref());
+                let named = Scope::name(named.as_ref());
+                Err(ApiError(if self.bound {
+                    OjsError::new(
+                        ErrorCode::Forbidden,
+                        format!("this API key acts for tenant {own} only; {path} names {named:?}"),
+                    )
+                    .with_detail("tenant", own)
+                } else {
+                    OjsError::invalid_request(format!(
+                        "{} names tenant {own}; {path} names {named:?}",
+                        ojs_core::tenant::TENANT_HEADER
+                    ))
+                    .with_path(path)
+                }))
+            }
+            _ => Ok(Scope::One(named)),
+        }
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ListingTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Tenant(acts_for) = Tenant::from_request_parts(parts, state).await?;
+        let bound = parts
+            .extensions
+            .get::<crate::auth::Principal>()
+            .is_some_and(|p| p.tenant.is_some());
+        Ok(Self { acts_for, bound })
+    }
+}
+
 /// The request's W3C trace context headers (`traceparent`, `tracestate`), as sent: a job
 /// created by the request adopts them when its `meta` has no trace of its own
 /// ([`ojs_core::trace::adopt`]).
@@ -347,5 +408,46 @@ mod tests {
         let (body, pulled) = counted_body(100);
         assert!(read_limited(body, Some(100_000), 10_000).await.is_err());
         assert_eq!(pulled.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_listings_tenant_is_its_parameter_within_the_requests_tenant() {
+        use ojs_core::tenant::{Scope, TenantId};
+        let id = |t: &str| TenantId::parse(t).unwrap_or_else(|e| panic!("{e}"));
+        let listing = |acts_for: Scope, bound: bool| ListingTenant { acts_for, bound };
+        let code = |r: Result<Scope, ApiError>| r.err().map(|e| e.0.code.http_status());
+        // An operator: every tenant, or the one named (`_default`: the jobs of none).
+        let any = listing(Scope::Any, false);
+        assert_eq!(any.scope(None, "$.tenant").ok(), Some(Scope::Any));
+        assert_eq!(any.scope(Some(" "), "$.tenant").ok(), Some(Scope::Any));
+        assert_eq!(
+            any.scope(Some("acme"), "$.tenant").ok(),
+            Some(Scope::One(id("acme")))
+        );
+        assert_eq!(
+            any.scope(Some("_default"), "$.tenant").ok(),
+            Some(Scope::One(None))
+        );
+        let bad = any.scope(Some("no tenant!"), "$.tenant").err();
+        assert!(
+            bad.is_some_and(|e| Value::Object(e.0.details).to_string().contains("$.tenant")),
+            "a bad tenant names its parameter"
+        );
+        // A key bound to acme: acme's alone, another named is 403.
+        let acme = listing(Scope::One(id("acme")), true);
+        assert_eq!(
+            acme.scope(None, "$.tenant").ok(),
+            Some(Scope::One(id("acme")))
+        );
+        assert_eq!(
+            acme.scope(Some("acme"), "$.tenant").ok(),
+            Some(Scope::One(id("acme")))
+        );
+        assert_eq!(code(acme.scope(Some("beta"), "$.tenant")), Some(403));
+        assert_eq!(code(acme.scope(Some("_default"), "$.tenant")), Some(403));
+        // An X-OJS-Tenant header naming one tenant and the parameter another: 400.
+        let header = listing(Scope::One(None), false);
+        assert_eq!(code(header.scope(Some("acme"), "$.tenant")), Some(400));
+        assert_eq!(header.scope(None, "$.tenant").ok(), Some(Scope::One(None)));
     }
 }

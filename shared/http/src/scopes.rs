@@ -505,9 +505,11 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
 
 /// The routes a key bound to a tenant may call: those that act for the request's tenant
 /// only (crate::extract::Tenant), webhook subscriptions included (a tenant's receive its
-/// jobs' events only). The rest (listings, push endpoints, events, cron, the admin API)
-/// are not filtered by tenant, so such a key is refused them.
+/// jobs' events only), and the events listing (crate::extract::ListingTenant). The rest
+/// (queue listings, push endpoints, cron, the admin API) are not filtered by tenant, so
+/// such a key is refused them.
 const TENANT_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/ojs/v1/events"),
     ("POST", "/ojs/v1/jobs"),
     ("POST", "/ojs/v1/jobs/batch"),
     ("GET", "/ojs/v1/jobs/{id}"),

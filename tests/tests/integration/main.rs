@@ -48,6 +48,7 @@ mod stream_once;
 mod table_definition;
 mod tenant_dead_letter;
 mod tenant_limits;
+mod tenant_listings;
 mod tenants;
 mod trace_context;
 mod webhooks;

@@ -164,6 +164,7 @@ async fn events_since(
         queues,
         after: Some(event_cursor_at(since)),
         limit: 10_000,
+        tenant: ojs_core::tenant::Scope::Any,
     };
     Ok(app.store.derived().list_events(&q).await?.events)
 }

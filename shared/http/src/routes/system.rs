@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::reply;
 use crate::conformance::{CONFORMANCE_EXCEPTIONS, CONFORMANCE_LEVEL};
 use crate::error::ApiError;
+use crate::extract::ListingTenant;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -294,6 +295,7 @@ struct EventParams {
     queues: Option<String>,
     after: Option<String>,
     limit: Option<String>,
+    tenant: Option<String>,
 }
 
 fn list(raw: &Option<String>) -> Vec<String> {
@@ -308,10 +310,17 @@ fn list(raw: &Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `GET /ojs/v1/events` (ojs-events.md §6.4): the lifecycle events stored, by `types`,
+/// `queues`, `tenant` (`_default`: the jobs of none; a key bound to a tenant, or an
+/// `X-OJS-Tenant` header, lists that tenant's alone: crate::extract::ListingTenant) and
+/// `after`, at most `limit`. A tenant's filter applies to the page items the listing reads
+/// anyway, as `types` does: no read more.
 async fn list_events(
     State(app): State<AppState>,
+    listing: ListingTenant,
     Query(p): Query<EventParams>,
 ) -> Result<Response, ApiError> {
+    let tenant = listing.scope(p.tenant.as_deref(), "$.tenant")?;
     let limit = match &p.limit {
         None => 100,
         Some(raw) => raw
@@ -329,6 +338,7 @@ async fn list_events(
         queues,
         after: p.after.clone().filter(|a| !a.is_empty()),
         limit,
+        tenant,
     };
     let page = app.store.derived().list_events(&query).await?;
     Ok(reply(

@@ -36,6 +36,8 @@ pub struct EventQuery {
     pub after: Option<String>,
     /// Most events returned.
     pub limit: usize,
+    /// Only events of this tenant's jobs (`data.tenant_id`; none: the default tenant's).
+    pub tenant: ojs_core::tenant::Scope,
 }
 
 /// The answer to an [`EventQuery`].
@@ -305,7 +307,10 @@ impl Derived {
                         || doc["type"]
                             .as_str()
                             .is_some_and(|t| q.types.iter().any(|w| w == t));
-                    if typed && after.is_none_or(|a| a.selects(&at, &id)) {
+                    let tenant = doc["data"][ojs_core::tenant::META_KEY].as_str();
+                    let tenant = tenant.and_then(|t| ojs_core::tenant::TenantId::parse(t).ok());
+                    let owned = q.tenant.sees(tenant.flatten().as_ref());
+                    if typed && owned && after.is_none_or(|a| a.selects(&at, &id)) {
                         found.push((at, doc));
                     }
                 }

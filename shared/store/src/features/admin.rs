@@ -108,6 +108,7 @@ impl Store {
                 queues: vec![queue.as_str().to_owned()],
                 after: None,
                 limit: cap,
+                tenant: Default::default(),
             };
             let page = self.derived().list_events(&q).await?;
             let mut seen = HashSet::new();

@@ -1,0 +1,142 @@
+//! Listings as a tenant sees them (ojs-multi-tenancy.md §4: every read keeps to the
+//! request's tenant): the events listing by `?tenant=` and for a key bound to a tenant.
+
+use ojs_core::tenant::TenantId;
+use ojs_http::auth::{issue_key, issue_tenant_key};
+use ojs_tests::{Reply, TestApp};
+use serde_json::{json, Value};
+
+/// A GET of `path` with API key `key`, naming `tenant` in `X-OJS-Tenant` if given.
+async fn get(app: &TestApp, key: &str, tenant: Option<&str>, path: &str) -> anyhow::Result<Reply> {
+    let mut req = app
+        .client
+        .get(format!("{}{path}", app.base_url))
+        .bearer_auth(key);
+    if let Some(t) = tenant {
+        req = req.header(ojs_core::tenant::TENANT_HEADER, t);
+    }
+    ojs_tests::reply(req).await
+}
+
+/// PUSH of `job` with `key`, for `tenant` if given; the job's id.
+async fn push(
+    app: &TestApp,
+    key: &str,
+    tenant: Option<&str>,
+    job: &Value,
+) -> anyhow::Result<String> {
+    let mut req = app
+        .client
+        .post(format!("{}/ojs/v1/jobs", app.base_url))
+        .bearer_auth(key)
+        .header("content-type", "application/openjobspec+json")
+        .body(job.to_string());
+    if let Some(t) = tenant {
+        req = req.header(ojs_core::tenant::TENANT_HEADER, t);
+    }
+    let r = ojs_tests::reply(req).await?;
+    anyhow::ensure!(r.status == 201, "push: {} {}", r.status, r.body);
+    Ok(r.body["job"]["id"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The jobs (subjects) of an events answer, sorted and each once, and their
+/// `data.tenant_id`s.
+fn subjects(r: &Reply) -> (Vec<String>, Vec<Value>) {
+    let events = r.body["events"].as_array().cloned().unwrap_or_default();
+    let mut jobs: Vec<String> = events
+        .iter()
+        .filter_map(|e| e["subject"].as_str().map(str::to_owned))
+        .collect();
+    jobs.sort();
+    jobs.dedup();
+    let tenants = events
+        .iter()
+        .map(|e| e["data"]["tenant_id"].clone())
+        .collect();
+    (jobs, tenants)
+}
+
+fn sorted(ids: &[&String]) -> Vec<String> {
+    let mut v: Vec<String> = ids.iter().map(|s| (*s).clone()).collect();
+    v.sort();
+    v
+}
+
+/// Spawns a server requiring API keys, with a key bound to tenant `acme` (a data key) and
+/// an operator's key of every tenant (a data key: the events need `ojs:data:read`).
+async fn spawn_with_keys() -> anyhow::Result<(TestApp, String, String)> {
+    let app = TestApp::spawn_with_config(ojs_http::HttpConfig {
+        auth: ojs_http::AuthMode::ApiKey,
+        ..ojs_http::HttpConfig::default()
+    })
+    .await?;
+    let acme = TenantId::parse("acme")?;
+    let acme = issue_tenant_key(&app.store, "acme-app", None, acme.as_ref())
+        .await?
+        .key;
+    let ops = issue_key(&app.store, "ops").await?.key;
+    Ok((app, acme, ops))
+}
+
+#[tokio::test]
+async fn the_events_listing_keeps_to_a_tenant() -> anyhow::Result<()> {
+    let (app, acme, ops) = spawn_with_keys().await?;
+    let q = "tl-events";
+    let job = json!({"type": "tl.t", "args": [], "options": {"queue": q}});
+    let a = push(&app, &acme, None, &job).await?;
+    let b = push(&app, &ops, Some("beta"), &job).await?;
+    let d = push(&app, &ops, None, &job).await?;
+    let path = format!("/ojs/v1/events?queues={q}");
+
+    // A key bound to acme lists acme's events alone, with or without ?tenant=acme, over
+    // one queue or all; another tenant named is 403.
+    for path in [
+        path.clone(),
+        format!("{path}&tenant=acme"),
+        "/ojs/v1/events".to_owned(),
+    ] {
+        let r = get(&app, &acme, None, &path).await?;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let (jobs, tenants) = subjects(&r);
+        assert_eq!(jobs, vec![a.clone()], "{path}: {}", r.body);
+        assert!(tenants.iter().all(|t| t == "acme"), "{}", r.body);
+    }
+    for other in ["beta", "_default"] {
+        let r = get(&app, &acme, None, &format!("{path}&tenant={other}")).await?;
+        assert_eq!(r.status, 403, "{other}: {}", r.body);
+        assert_eq!(r.body["error"]["details"]["tenant"], "acme", "{}", r.body);
+    }
+
+    // An operator lists every tenant's, or the one ?tenant= names (_default: of none).
+    let listed = |tenant: Option<&'static str>, param: &'static str| {
+        let (app, ops, path) = (&app, &ops, &path);
+        async move {
+            let r = get(app, ops, tenant, &format!("{path}{param}")).await?;
+            anyhow::ensure!(r.status == 200, "{param}: {} {}", r.status, r.body);
+            Ok::<_, anyhow::Error>(subjects(&r))
+        }
+    };
+    assert_eq!(listed(None, "").await?.0, sorted(&[&a, &b, &d]));
+    let (jobs, tenants) = listed(None, "&tenant=beta").await?;
+    assert_eq!((jobs, tenants[0].clone()), (vec![b.clone()], json!("beta")));
+    let (jobs, tenants) = listed(None, "&tenant=_default").await?;
+    assert_eq!(jobs, vec![d.clone()]);
+    assert!(tenants.iter().all(Value::is_null), "{tenants:?}");
+    // X-OJS-Tenant keeps a request to its tenant too; naming another in ?tenant= is 400.
+    assert_eq!(listed(Some("acme"), "").await?.0, vec![a.clone()]);
+    assert_eq!(
+        listed(Some("beta"), "&tenant=beta").await?.0,
+        vec![b.clone()]
+    );
+    let r = get(&app, &ops, Some("acme"), &format!("{path}&tenant=beta")).await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = get(&app, &ops, None, &format!("{path}&tenant=no%20tenant!")).await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["validation_errors"][0]["path"], "$.tenant",
+        "{}",
+        r.body
+    );
+    app.teardown().await;
+    Ok(())
+}

@@ -82,9 +82,11 @@ fn scopes_of(command: &Value) -> Result<Option<Scopes>, KeyAdminError> {
 }
 
 /// The `tenant` of a create command: absent or null (a key of any tenant), or the tenant
-/// the key is bound to. Such a key takes data scopes and `ojs:config:write`, not the admin
-/// ones: of the configuration routes it reaches only its tenant's webhook subscriptions
-/// (`scopes::check_tenant` closes the rest to it), and the admin API is not the tenant's.
+/// the key is bound to. Such a key takes data scopes, `ojs:config:write` and
+/// `ojs:admin:read`, not the admin writes: of the configuration routes it reaches only its
+/// tenant's webhook subscriptions, of the admin API only the job and dead letter listings
+/// and a job's view, kept to its tenant's jobs (`scopes::check_tenant` closes the rest to
+/// it); the admin writes act on every tenant's jobs.
 fn tenant_of(
     command: &Value,
     scopes: Option<Scopes>,
@@ -105,10 +107,10 @@ fn tenant_of(
                 "'tenant' names the default tenant; a key for its jobs only is not offered".into(),
             )
         })?;
-    let admin = [Scope::AdminRead, Scope::AdminWrite, Scope::AdminPurge];
+    let admin = [Scope::AdminWrite, Scope::AdminPurge];
     if scopes.is_some_and(|s| admin.into_iter().any(|a| s.has(a))) {
         return Err(KeyAdminError::BadCommand(
-            "a tenant's key takes data scopes and ojs:config:write only (ojs:data:*, and its tenant's webhook subscriptions): the admin API is not filtered by tenant".into(),
+            "a tenant's key takes data scopes, ojs:config:write and ojs:admin:read only (ojs:data:*, its tenant's webhook subscriptions, the admin job and dead letter listings of its tenant's jobs): the admin writes are not filtered by tenant".into(),
         ));
     }
     Ok(Some(tenant))
@@ -200,8 +202,8 @@ mod tests {
             json!({"action": "create", "name": "a", "tenant": "a b"}),
             json!({"action": "create", "name": "a", "tenant": 5}),
             json!({"action": "create", "name": "a", "tenant": "_default"}),
-            json!({"action": "create", "name": "a", "tenant": "acme", "scopes": ["ojs:admin:read"]}),
             json!({"action": "create", "name": "a", "tenant": "acme", "scopes": ["ojs:admin:write"]}),
+            json!({"action": "create", "name": "a", "tenant": "acme", "scopes": ["ojs:admin:read", "ojs:admin:purge"]}),
             json!({"action": "revoke"}),
             json!({"action": "revoke", "id": "x", "disable_registrations": "yes"}),
             json!({"action": "registrations"}),

@@ -505,11 +505,17 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
 
 /// The routes a key bound to a tenant may call: those that act for the request's tenant
 /// only (crate::extract::Tenant), webhook subscriptions included (a tenant's receive its
-/// jobs' events only), and the events listing (crate::extract::ListingTenant). The rest
-/// (queue listings, push endpoints, cron, the admin API) are not filtered by tenant, so
-/// such a key is refused them.
+/// jobs' events only), and the listings that keep to the request's tenant
+/// (crate::extract::ListingTenant: the events, and with `ojs:admin:read` the admin job
+/// and dead letter listings and a job's admin view). The rest (queue listings, push
+/// endpoints, cron, the rest of the admin API) are not filtered by tenant, so such a key
+/// is refused them.
 const TENANT_ROUTES: &[(&str, &str)] = &[
     ("GET", "/ojs/v1/events"),
+    ("GET", "/ojs/v1/admin/jobs"),
+    ("GET", "/ojs/v1/admin/jobs/{id}"),
+    ("GET", "/ojs/v1/admin/dead-letter"),
+    ("GET", "/ojs/v1/admin/tenants/{id}/jobs"),
     ("POST", "/ojs/v1/jobs"),
     ("POST", "/ojs/v1/jobs/batch"),
     ("GET", "/ojs/v1/jobs/{id}"),

@@ -1,5 +1,6 @@
 //! Listings as a tenant sees them (ojs-multi-tenancy.md §4: every read keeps to the
-//! request's tenant): the events listing by `?tenant=` and for a key bound to a tenant.
+//! request's tenant): the events listing by `?tenant=` and for a key bound to a tenant,
+//! and the admin job and dead letter listings for a tenant's key with `ojs:admin:read`.
 
 use ojs_core::tenant::TenantId;
 use ojs_http::auth::{issue_key, issue_tenant_key};
@@ -137,6 +138,141 @@ async fn the_events_listing_keeps_to_a_tenant() -> anyhow::Result<()> {
         "{}",
         r.body
     );
+    app.teardown().await;
+    Ok(())
+}
+
+/// The ids of an admin listing's `items`, sorted, once `want` of them are listed (the
+/// indexes lag a little), or as last listed.
+async fn admin_ids(
+    app: &TestApp,
+    key: &str,
+    path: &str,
+    want: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let r = get(app, key, None, path).await?;
+        anyhow::ensure!(r.status == 200, "{path}: {} {}", r.status, r.body);
+        ids = r.body["items"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        if ids.len() == want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(ids)
+}
+
+#[tokio::test]
+async fn a_tenants_key_lists_its_own_jobs_in_the_admin_listings() -> anyhow::Result<()> {
+    let (app, _, ops) = spawn_with_keys().await?;
+    // A tenant's key may hold ojs:admin:read (not the admin writes).
+    let created = ojs_http::key_admin::administer_keys(
+        &app.store,
+        &json!({"action": "create", "name": "acme-dash", "tenant": "acme",
+                "scopes": ["ojs:admin:read", "ojs:data:write"]}),
+    )
+    .await?;
+    let acme = created["key"].as_str().unwrap_or_default().to_owned();
+    let admin = ojs_http::auth::issue_scoped_key(
+        &app.store,
+        "ops-admin",
+        Some(ojs_http::scopes::Scopes::of(&[
+            ojs_http::scopes::Scope::AdminRead,
+        ])),
+    )
+    .await?
+    .key;
+    let (q, dq) = ("tl-admin", "tl-dead");
+    let job = json!({"type": "tl.t", "args": [], "options": {"queue": q}});
+    let dying = json!({"type": "tl.t", "args": [], "options": {"queue": dq,
+        "retry": {"max_attempts": 1, "on_exhaustion": "dead_letter"}}});
+    let a1 = push(&app, &acme, None, &job).await?;
+    let a2 = push(&app, &acme, None, &job).await?;
+    let b = push(&app, &ops, Some("beta"), &job).await?;
+    let d = push(&app, &ops, None, &job).await?;
+    let a_dead = push(&app, &acme, None, &dying).await?;
+    let b_dead = push(&app, &ops, Some("beta"), &dying).await?;
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .client
+        .post(format!("{}/ojs/v1/workers/fetch", app.base_url))
+        .bearer_auth(&ops)
+        .json(&json!({"queues": [dq], "count": 2, "worker_id": "tl-w"}));
+    let fetched = ojs_tests::reply(fetched).await?;
+    assert_eq!(fetched.job_ids().len(), 2, "{}", fetched.body);
+    for id in [&a_dead, &b_dead] {
+        let nack = app
+            .client
+            .post(format!("{}/ojs/v1/workers/nack", app.base_url))
+            .bearer_auth(&ops)
+            .json(&json!({"job_id": id, "error": {"message": "no"}}));
+        let r = ojs_tests::reply(nack).await?;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
+    // acme's key lists acme's jobs alone: of a queue, of every queue, by its tenant's page.
+    let mine = sorted(&[&a1, &a2]);
+    for path in [
+        format!("/ojs/v1/admin/jobs?queue={q}"),
+        format!("/ojs/v1/admin/jobs?queue={q}&tenant=acme"),
+        format!("/ojs/v1/admin/tenants/acme/jobs?queue={q}"),
+    ] {
+        assert_eq!(admin_ids(&app, &acme, &path, 2).await?, mine, "{path}");
+    }
+    let all_mine = sorted(&[&a1, &a2, &a_dead]);
+    let path = "/ojs/v1/admin/jobs";
+    assert_eq!(admin_ids(&app, &acme, path, 3).await?, all_mine, "{path}");
+    let path = "/ojs/v1/admin/dead-letter";
+    assert_eq!(admin_ids(&app, &acme, path, 1).await?, vec![a_dead.clone()]);
+    let r = get(&app, &acme, None, &format!("/ojs/v1/admin/jobs/{a1}")).await?;
+    assert_eq!((r.status, &r.body["id"]), (200, &json!(a1)), "{}", r.body);
+    // Another tenant's jobs: 403 to name, 404 to look at.
+    for path in [
+        format!("/ojs/v1/admin/jobs?queue={q}&tenant=beta"),
+        "/ojs/v1/admin/jobs?tenant=_default".to_owned(),
+        "/ojs/v1/admin/dead-letter?tenant=beta".to_owned(),
+        "/ojs/v1/admin/tenants/beta/jobs".to_owned(),
+        "/ojs/v1/admin/tenants/_default/jobs".to_owned(),
+    ] {
+        let r = get(&app, &acme, None, &path).await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert_eq!(r.body["error"]["details"]["tenant"], "acme", "{}", r.body);
+    }
+    for id in [&b, &d, &b_dead] {
+        let r = get(&app, &acme, None, &format!("/ojs/v1/admin/jobs/{id}")).await?;
+        assert_eq!(r.status, 404, "{id}: {}", r.body);
+    }
+    // The rest of the admin API is not kept to a tenant: closed to its key.
+    for path in [
+        "/ojs/v1/admin/queues",
+        "/ojs/v1/admin/stats",
+        "/ojs/v1/admin/tenants",
+        "/ojs/v1/admin/tenants/acme",
+        "/ojs/v1/admin/dead-letter/stats",
+        "/ojs/v1/admin/workers",
+    ] {
+        let r = get(&app, &acme, None, path).await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+    }
+
+    // An operator's listings are every tenant's, as before.
+    let path = format!("/ojs/v1/admin/jobs?queue={q}");
+    let all = sorted(&[&a1, &a2, &b, &d]);
+    assert_eq!(admin_ids(&app, &admin, &path, 4).await?, all);
+    let path = "/ojs/v1/admin/dead-letter";
+    let dead = sorted(&[&a_dead, &b_dead]);
+    assert_eq!(admin_ids(&app, &admin, path, 2).await?, dead);
+    let r = get(&app, &admin, None, &format!("/ojs/v1/admin/jobs/{b}")).await?;
+    assert_eq!(r.status, 200, "{}", r.body);
     app.teardown().await;
     Ok(())
 }

@@ -560,11 +560,12 @@ async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(r.status, 200, "{}", r.body);
-    // A tenant's key takes no admin scope; with ojs:config:write it manages its tenant's
-    // webhook subscriptions (webhooks.rs) and no other configuration.
+    // A tenant's key takes no admin write (its reads: tenant_listings.rs); with
+    // ojs:config:write it manages its tenant's webhook subscriptions (webhooks.rs) and no
+    // other configuration.
     let refused = ojs_http::key_admin::administer_keys(
         &app.store,
-        &json!({"action": "create", "name": "x", "tenant": "acme", "scopes": ["ojs:admin:read"]}),
+        &json!({"action": "create", "name": "x", "tenant": "acme", "scopes": ["ojs:admin:write"]}),
     )
     .await;
     assert!(refused.is_err(), "{refused:?}");

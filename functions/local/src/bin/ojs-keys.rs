@@ -4,8 +4,9 @@
 //! ojs-keys create <name> [--scopes ojs:admin:read,ojs:data:read] [--tenant <id>]
 //!                          issue a key; prints it once (only its hash is stored); without
 //!                          --scopes a data key (ojs:data:read, ojs:data:write); with
-//!                          --tenant bound to that tenant (it may hold data scopes, and
-//!                          ojs:config:write for its own webhook subscriptions)
+//!                          --tenant bound to that tenant (it may hold data scopes,
+//!                          ojs:config:write for its own webhook subscriptions, and
+//!                          ojs:admin:read for the admin listings of its own jobs)
 //! ojs-keys list            ids, names, creation and revocation times
 //! ojs-keys revoke <id> [--disable-registrations]
 //!                          revoke one key (effective within a minute everywhere); with the

@@ -5,7 +5,6 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{ErrorCode, Job, JobId, JobState, OjsError, QueueName};
 use ojs_store::{StoreError, MAX_LISTED};
@@ -15,7 +14,7 @@ use serde_json::{json, Value};
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
 use super::{no_such_job, reply};
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, ListingTenant, Tenant};
 use crate::AppState;
 
 /// States a listing without a state filter looks in.
@@ -41,8 +40,12 @@ pub(crate) struct ListParams {
 }
 
 impl ListParams {
-    fn parse(&self) -> Result<(Filter, Paging), OjsError> {
-        Ok((self.filter.parse("$")?, self.paging.parse()?))
+    /// The filter and page; the filter's tenant is the `tenant` parameter within the
+    /// request's tenant (a key bound to a tenant lists its own tenant's jobs alone).
+    fn parse(&self, listing: &ListingTenant) -> Result<(Filter, Paging), ApiError> {
+        let mut filter = self.filter.parse("$")?;
+        filter.tenant = listing.scope(self.filter.tenant.as_deref(), "$.tenant")?;
+        Ok((filter, self.paging.parse()?))
     }
 }
 
@@ -94,22 +97,24 @@ fn states_of(filter: &Filter, default: &[JobState]) -> Vec<JobState> {
 /// `GET /ojs/v1/admin/jobs`.
 pub(crate) async fn list_jobs(
     State(app): State<AppState>,
+    tenant: ListingTenant,
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let (filter, paging) = p.parse()?;
+    let (filter, paging) = p.parse(&tenant)?;
     listing(&app, &filter, &paging).await
 }
 
 /// `GET /ojs/v1/admin/tenants/{id}/jobs` (the dashboard's tenant page): the job listing
 /// of one tenant (`_default`: the jobs of none), with the same query parameters; the
-/// path's tenant stands over a `tenant` parameter.
+/// path's tenant stands over a `tenant` parameter (a key bound to another tenant: 403).
 pub(crate) async fn list_tenant_jobs(
     State(app): State<AppState>,
+    tenant: ListingTenant,
     Path(id): Path<String>,
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let (mut filter, paging) = p.parse()?;
-    filter.tenant = Scope::One(TenantId::parse(&id)?);
+    let (mut filter, paging) = p.parse(&tenant)?;
+    filter.tenant = tenant.scope(Some(&id), "$.id")?;
     listing(&app, &filter, &paging).await
 }
 
@@ -153,16 +158,18 @@ async fn stored_job(app: &AppState, id: &str) -> Result<Job, ApiError> {
 }
 
 /// `GET /ojs/v1/admin/jobs/{id}`: the job whole, or, when its payload cannot be read,
-/// shown incomplete and saying so (an operator looks at such a job too).
+/// shown incomplete and saying so (an operator looks at such a job too). Another
+/// tenant's job is 404 to a request acting for one tenant (a key bound to it).
 pub(crate) async fn get_job(
     State(app): State<AppState>,
+    tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = app
-        .store
-        .engine()
-        .shown_job(stored_job(&app, &id).await?)
-        .await;
+    let job = stored_job(&app, &id).await?;
+    if !tenant.sees(&job) {
+        return Err(ApiError(no_such_job(&job.id)));
+    }
+    let job = app.store.engine().shown_job(job).await;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 
@@ -342,13 +349,14 @@ pub(crate) async fn bulk_jobs(
     Ok(reply(StatusCode::OK, report.body(&action)))
 }
 
-/// `GET /ojs/v1/admin/dead-letter` (§11.1): dead-lettered jobs, filterable by queue and
-/// type, paginated as the job listing.
+/// `GET /ojs/v1/admin/dead-letter` (§11.1): dead-lettered jobs, filterable by queue,
+/// type and tenant, paginated as the job listing.
 pub(crate) async fn list_dead_letter(
     State(app): State<AppState>,
+    tenant: ListingTenant,
     Query(p): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let (filter, paging) = p.parse()?;
+    let (filter, paging) = p.parse(&tenant)?;
     let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
         let mut jobs = dead_jobs(&app, &filter).await?;
         paging.page_of(&mut jobs, dead_view)
@@ -413,12 +421,7 @@ fn dead_view(job: &Job) -> Value {
 async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError> {
     let page = app
         .store
-        .list_dead_letter(
-            filter.queue.as_ref(),
-            &ojs_core::tenant::Scope::Any,
-            MAX_LISTED,
-            0,
-        )
+        .list_dead_letter(filter.queue.as_ref(), &filter.tenant, MAX_LISTED, 0)
         .await?;
     Ok(page
         .jobs

@@ -91,6 +91,7 @@ pub async fn issue_tenant_key(
     let names: Option<Vec<String>> =
         scopes.map(|s| s.names().into_iter().map(str::to_owned).collect());
     let record = store
+        .api_keys()
         .put_scoped_api_key(
             &id,
             name,
@@ -316,7 +317,7 @@ impl Authenticator {
                 None => Err(unauthenticated("the API key is not valid")),
             };
         }
-        let record = self.store.get_api_key(id).await.map_err(|e| {
+        let record = self.store.api_keys().get_api_key(id).await.map_err(|e| {
             tracing::error!(cause = %e, "reading API key records");
             OjsError::new(ErrorCode::BackendError, "cannot check the API key; retry")
         })?;

@@ -28,6 +28,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .map(|e| e.view())
         .collect();
     let webhooks: Vec<Value> = store
+        .webhooks()
         .list_webhooks(true)
         .await?
         .iter()
@@ -42,6 +43,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .map(|c| c.to_json())
         .collect();
     let schemas: Vec<Value> = store
+        .schemas()
         .list_schemas()
         .await?
         .iter()
@@ -72,13 +74,14 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
         }
     }
     let mut webhooks = Vec::new();
-    for entry in store.list_webhooks(true).await? {
+    for entry in store.webhooks().list_webhooks(true).await? {
         if entry.created_by.as_deref() != by || !entry.subscription.active {
             continue;
         }
         let mut inactive = entry.subscription.clone();
         inactive.active = false;
         match store
+            .webhooks()
             .update_webhook(&entry.id, &inactive, Some(&entry.updated_at), now)
             .await
         {

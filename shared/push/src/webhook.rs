@@ -224,6 +224,7 @@ impl WebhookDispatcher {
         let subs: Vec<std::sync::Arc<WebhookEntry>> = self
             .inner
             .store
+            .webhooks()
             .list_webhooks(false)
             .await?
             .into_iter()
@@ -262,7 +263,13 @@ impl WebhookDispatcher {
         event_id: &str,
         body: &str,
     ) -> Result<(), ojs_store::StoreError> {
-        match self.inner.store.get_webhook(subscription_id).await? {
+        match self
+            .inner
+            .store
+            .webhooks()
+            .get_webhook(subscription_id)
+            .await?
+        {
             Some(sub) if sub.subscription.active => {
                 let delivery = Delivery {
                     id: delivery_id.to_owned(),
@@ -322,7 +329,7 @@ impl WebhookDispatcher {
                         attempt: attempt + 1,
                         due_us: due.timestamp_micros(),
                     };
-                    if let Err(e) = store.schedule_webhook_retry(&pending).await {
+                    if let Err(e) = store.webhooks().schedule_webhook_retry(&pending).await {
                         tracing::warn!(delivery_id = %d.id, error = %e, "webhook retry not recorded: the delivery is dropped");
                         outcome = Outcome::Dead;
                     } else {
@@ -368,7 +375,7 @@ impl WebhookDispatcher {
             // Kept with a dead delivery for its manual retry.
             body: (outcome == Outcome::Dead).then(|| d.body.to_owned()),
         };
-        if let Err(e) = store.log_webhook_attempt(&logged, now).await {
+        if let Err(e) = store.webhooks().log_webhook_attempt(&logged, now).await {
             tracing::warn!(delivery_id = %d.id, error = %e, "webhook attempt not logged");
         }
         outcome
@@ -477,6 +484,7 @@ impl WebhookDispatcher {
                 break;
             }
             let due = match store
+                .webhooks()
                 .claim_due_webhook_retries(time::now(), REDRIVE_PAGE)
                 .await
             {
@@ -498,7 +506,7 @@ impl WebhookDispatcher {
 
     async fn retry(&self, p: &PendingDelivery) {
         let store = &self.inner.store;
-        match store.get_webhook(&p.subscription_id).await {
+        match store.webhooks().get_webhook(&p.subscription_id).await {
             Ok(Some(sub)) if sub.subscription.active => {
                 let event_id = serde_json::from_str::<Value>(&p.body)
                     .ok()
@@ -521,7 +529,7 @@ impl WebhookDispatcher {
                 return;
             }
         }
-        if let Err(e) = store.finish_webhook_retry(p).await {
+        if let Err(e) = store.webhooks().finish_webhook_retry(p).await {
             tracing::warn!(delivery_id = %p.delivery_id, error = %e, "webhook retry not removed: it may be attempted again");
         }
     }
@@ -581,7 +589,13 @@ impl WebhookDispatcher {
             next_attempt_at: None,
             body: None,
         };
-        if let Err(e) = self.inner.store.log_webhook_attempt(&logged, now).await {
+        if let Err(e) = self
+            .inner
+            .store
+            .webhooks()
+            .log_webhook_attempt(&logged, now)
+            .await
+        {
             tracing::warn!(error = %e, "webhook test attempt not logged");
         }
         sent

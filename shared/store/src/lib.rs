@@ -24,9 +24,7 @@ use engine::{
     answer, backlog, batch, claim, concurrency, due, effects, fetch_order, job_item, jobs, queues,
     settle, sweep, timer, transition, unique, unread,
 };
-use features::{
-    admin, api_keys, cron, dead_letter, idempotency, push, rate_limits, schemas, webhooks, workers,
-};
+use features::{admin, cron, push, rate_limits, schemas, webhooks, workers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,17 +33,25 @@ pub use admin::{DeadLetterStats, Maintenance, MAX_LISTED};
 pub use answer::{
     answer_bytes, enveloped_bytes, AnswerBound, LAMBDA_RESPONSE_BYTES, LARGEST_JOB_ANSWER,
 };
-pub use api_keys::ApiKeyRecord;
 pub use backlog::OLDEST_READY_JOB_AGE;
 pub use batch::BatchError;
 pub use claim::{FetchOutcome, FetchRequest, LimitState};
 pub use counts::QueueStats;
 pub use cron::CronEntry;
-pub use dead_letter::DeadLetterPage;
 pub use effects::StepOutcome;
 pub use error::StoreError;
 pub use events::{EventPage, EventQuery};
-pub use idempotency::KeyClaim;
+pub use features::admission::Admission;
+pub use features::api_keys::ApiKeyRecord;
+pub use features::api_keys::ApiKeys;
+pub use features::checkpoints::Checkpoints;
+pub use features::dead_letter::DeadLetter;
+pub use features::dead_letter::DeadLetterPage;
+pub use features::idempotency::IdempotencyKeys;
+pub use features::idempotency::KeyClaim;
+pub use features::rate_limits::RateLimits;
+pub use features::schemas::Schemas;
+pub use features::webhooks::Webhooks;
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::{Lane, MAX_QUEUE_SHARDS};
@@ -408,6 +414,46 @@ impl Store {
     /// DynamoDB calls and capacity consumed by this store so far.
     pub fn usage(&self) -> UsageSnapshot {
         self.derived.engine.usage()
+    }
+
+    /// API keys: their records, scopes, tenants and revocation.
+    pub fn api_keys(&self) -> ApiKeys<'_> {
+        ApiKeys::new(self.engine())
+    }
+
+    /// Checkpoints of running jobs (ojs-durable-execution.md).
+    pub fn checkpoints(&self) -> Checkpoints<'_> {
+        Checkpoints::new(self.engine())
+    }
+
+    /// The dead letter queue: listing, retry and deletion of its entries.
+    pub fn dead_letter(&self) -> DeadLetter<'_> {
+        DeadLetter::new(self.engine())
+    }
+
+    /// Idempotency keys of PUSH and batch PUSH.
+    pub fn idempotency_keys(&self) -> IdempotencyKeys<'_> {
+        IdempotencyKeys::new(self.engine())
+    }
+
+    /// What a rate limit key's limiter items hold (ojs-rate-limiting.md §10.1).
+    pub fn rate_limits(&self) -> RateLimits<'_> {
+        RateLimits::new(self.engine())
+    }
+
+    /// Schema registrations (ojs-http-binding.md §15).
+    pub fn schemas(&self) -> Schemas<'_> {
+        Schemas::new(self.engine())
+    }
+
+    /// Webhook subscriptions, their pending retries and their delivery log.
+    pub fn webhooks(&self) -> Webhooks<'_> {
+        Webhooks::new(self.engine())
+    }
+
+    /// Admission of enqueues: queue depth bounds and tenant quotas, judged on the counters.
+    pub fn admission(&self) -> Admission<'_> {
+        Admission::new(self.derived())
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

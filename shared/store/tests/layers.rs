@@ -147,11 +147,26 @@ fn the_checker_sees_paths_and_groups_but_not_comments() {
 /// that one owns.
 const LAYER_TYPES: [&str; 3] = ["Store", "Derived", "Engine"];
 
-/// Whether `line` opens an `impl` block of one of the [`LAYER_TYPES`].
+/// The feature services: views over the layer below that the façade hands out.
+const SERVICES: [&str; 8] = [
+    "ApiKeys",
+    "Checkpoints",
+    "DeadLetter",
+    "IdempotencyKeys",
+    "RateLimits",
+    "Schemas",
+    "Webhooks",
+    "Admission",
+];
+
+/// Whether `line` opens an `impl` block of one of the [`LAYER_TYPES`] or [`SERVICES`].
 fn opens_layer_impl(line: &str) -> bool {
     LAYER_TYPES
         .iter()
         .any(|t| line.starts_with(&format!("impl {t} {{")))
+        || SERVICES
+            .iter()
+            .any(|t| line.starts_with(&format!("impl {t}<'_> {{")))
 }
 
 /// The methods of the store's layer types each file defines (`fn` lines inside
@@ -304,8 +319,8 @@ fn the_call_checker_sees_methods_of_impl_store_blocks_and_their_calls() {
     let text = "impl Store {\n    pub async fn a(&self) {\n        self.b().await; // self.c()\n        self.h::<u8>(); v.iter().count(); myself.k();\n        Ok(self\n            .m())\n    }\n    pub(crate) fn d() {}\n}\nfn e() {}\n#[cfg(test)]\nmod tests { fn f() { self.g(); } }";
     assert_eq!(store_methods(text), ["a", "d"]);
     assert_eq!(method_calls(text), ["b", "h", "m"]);
-    let engine = "impl Engine {\n    fn x(&self) {}\n}\nimpl Other {\n    fn y(&self) {}\n}\n";
-    assert_eq!(store_methods(engine), ["x"]);
+    let engine = "impl Engine {\n    fn x(&self) {}\n}\nimpl Other {\n    fn y(&self) {}\n}\nimpl Webhooks<'_> {\n    fn z(&self) {}\n}\n";
+    assert_eq!(store_methods(engine), ["x", "z"]);
 }
 
 /// The DynamoDB layer, the engine and the change stream's side never name the façade

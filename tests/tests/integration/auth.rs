@@ -160,7 +160,7 @@ async fn discovery_and_health_need_no_key() -> anyhow::Result<()> {
 async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_config(keyed()).await?;
     let key = issue_key(&app.store, "revoked").await?;
-    let listed = app.store.list_api_keys().await?;
+    let listed = app.store.api_keys().list_api_keys().await?;
     assert_eq!(listed.len(), 1);
     assert!(listed[0].hash.starts_with("$argon2id$"));
     assert!(
@@ -168,6 +168,7 @@ async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
         "the secret is stored"
     );
     app.store
+        .api_keys()
         .revoke_api_key(&key.record.id, ojs_core::time::now())
         .await?;
     let id = uuid::Uuid::now_v7().to_string();
@@ -178,6 +179,7 @@ async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
     // Revoking an unknown key is a not-found, not a silent success.
     assert!(app
         .store
+        .api_keys()
         .revoke_api_key("000000000000", ojs_core::time::now())
         .await
         .is_err());

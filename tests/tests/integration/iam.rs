@@ -974,6 +974,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         true,
     )?;
     let hook = store
+        .webhooks()
         .put_webhook(
             &sub,
             "whsec_iam".into(),
@@ -982,9 +983,10 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             ojs_core::time::now(),
         )
         .await?;
-    store.list_webhooks(true).await?;
-    store.get_webhook(&hook.id).await?;
+    store.webhooks().list_webhooks(true).await?;
+    store.webhooks().get_webhook(&hook.id).await?;
     store
+        .webhooks()
         .update_webhook(
             &hook.id,
             &sub,
@@ -993,9 +995,11 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         )
         .await?;
     store
+        .webhooks()
         .rotate_webhook_secret(&hook.id, "whsec_iam2".into(), 0, ojs_core::time::now())
         .await?;
     store
+        .webhooks()
         .log_webhook_attempt(
             &ojs_store::DeliveryAttempt {
                 delivery_id: "del_iam".into(),
@@ -1013,12 +1017,17 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             ojs_core::time::now(),
         )
         .await?;
-    store.webhook_deliveries(&hook.id, 10, None).await?;
     store
+        .webhooks()
+        .webhook_deliveries(&hook.id, 10, None)
+        .await?;
+    store
+        .webhooks()
         .find_webhook_delivery("del_iam", std::slice::from_ref(&hook.id))
         .await?;
     // A manual retry of a dead delivery records its pending retry.
     store
+        .webhooks()
         .schedule_webhook_retry(&ojs_store::PendingDelivery {
             delivery_id: "del_iam".into(),
             subscription_id: hook.id.clone(),
@@ -1028,7 +1037,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             due_us: ojs_core::time::now().timestamp_micros() + 3_600_000_000,
         })
         .await?;
-    store.delete_webhook(&hook.id).await?;
+    store.webhooks().delete_webhook(&hook.id).await?;
     expect(
         "rate limit inspect",
         s.call(Method::GET, "/ojs/v1/rate-limits/iam-key", None)
@@ -1400,6 +1409,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     // the claim, the log line, the next retry) and removed.
     let hook = setup
         .store
+        .webhooks()
         .put_webhook(
             &ojs_core::webhook::Subscription::from_json(
                 &json!({"url": "http://127.0.0.1:9/iam", "events": ["job.*"]}),
@@ -1413,6 +1423,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .await?;
     setup
         .store
+        .webhooks()
         .schedule_webhook_retry(&ojs_store::PendingDelivery {
             delivery_id: "del_iam_retry".into(),
             subscription_id: hook.id.clone(),
@@ -1664,6 +1675,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         )
         .await?;
     store
+        .webhooks()
         .put_webhook(
             &ojs_core::webhook::Subscription::from_json(
                 &json!({"url": "http://127.0.0.1:9/keys", "events": ["job.*"]}),

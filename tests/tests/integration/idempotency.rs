@@ -165,6 +165,7 @@ async fn a_try_after_one_that_died_makes_or_finds_the_same_job() -> anyhow::Resu
     let planned = ojs_core::JobId::generate();
     let claim = app
         .store
+        .idempotency_keys()
         .claim_idempotency_key(&key, &fingerprint(&body), &[planned], now)
         .await?;
     assert_eq!(claim, ojs_store::KeyClaim::Fresh);
@@ -183,6 +184,7 @@ async fn a_try_after_one_that_died_makes_or_finds_the_same_job() -> anyhow::Resu
     let written_id = ojs_core::JobId::parse(written.body["job"]["id"].as_str().unwrap_or(""))?;
     let claim = app
         .store
+        .idempotency_keys()
         .claim_idempotency_key(&key, &fingerprint(&body), &[written_id], now)
         .await?;
     assert_eq!(claim, ojs_store::KeyClaim::Fresh);

@@ -208,6 +208,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let hook = store
+        .webhooks()
         .put_webhook(
             &subscription,
             "s".repeat(32),

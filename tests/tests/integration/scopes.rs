@@ -159,7 +159,7 @@ async fn a_producers_or_workers_key_cannot_reroute_jobs_or_change_a_queue() -> a
     .await?;
     assert_eq!(subs["subscriptions"], json!([]), "{subs}");
     assert!(app.store.list_crons().await?.is_empty());
-    assert!(app.store.list_schemas().await?.is_empty());
+    assert!(app.store.schemas().list_schemas().await?.is_empty());
     assert!(
         !app.store
             .derived()

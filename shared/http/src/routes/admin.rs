@@ -547,6 +547,7 @@ fn schema_view(e: &ojs_store::SchemaEntry) -> Value {
 async fn list_schemas(State(app): State<AppState>) -> Result<Response, ApiError> {
     let schemas: Vec<Value> = app
         .store
+        .schemas()
         .list_schemas()
         .await?
         .iter()
@@ -565,7 +566,7 @@ async fn get_schema(
     Path(job_type): Path<String>,
 ) -> Result<Response, ApiError> {
     if ojs_core::JobType::parse(&job_type).is_ok() {
-        let versions = app.store.list_schema_versions(&job_type).await?;
+        let versions = app.store.schemas().list_schema_versions(&job_type).await?;
         if let Some(latest) = versions.first() {
             return Ok(reply(
                 StatusCode::OK,
@@ -575,6 +576,7 @@ async fn get_schema(
     }
     let found = app
         .store
+        .schemas()
         .list_schemas()
         .await?
         .into_iter()

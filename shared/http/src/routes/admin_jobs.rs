@@ -363,6 +363,7 @@ pub(crate) async fn list_dead_letter(
     } else {
         let page = app
             .store
+            .dead_letter()
             .list_dead_letter(
                 filter.queue.as_ref(),
                 &ojs_core::tenant::Scope::Any,
@@ -421,6 +422,7 @@ fn dead_view(job: &Job) -> Value {
 async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError> {
     let page = app
         .store
+        .dead_letter()
         .list_dead_letter(filter.queue.as_ref(), &filter.tenant, MAX_LISTED, 0)
         .await?;
     Ok(page
@@ -500,7 +502,7 @@ pub(crate) async fn purge_dead_letter(
         if before.is_some_and(|b| !older(job.status.discarded_at, b)) {
             continue;
         }
-        match app.store.delete_dead_letter(&job.id).await {
+        match app.store.dead_letter().delete_dead_letter(&job.id).await {
             Ok(()) | Err(StoreError::NotFound) => purged += 1,
             Err(e) => return Err(e.into()),
         }

@@ -51,7 +51,12 @@ async fn save_checkpoint(
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
     let save = CheckpointSave::from_body(&body)?;
-    let saved = match app.store.save_checkpoint(&id, &save, time::now()).await {
+    let saved = match app
+        .store
+        .checkpoints()
+        .save_checkpoint(&id, &save, time::now())
+        .await
+    {
         Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
         other => other?,
     };
@@ -89,7 +94,7 @@ async fn delete_checkpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    match app.store.delete_checkpoint(&id).await {
+    match app.store.checkpoints().delete_checkpoint(&id).await {
         Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
         other => other?,
     }

@@ -57,6 +57,7 @@ async fn list_dead_letter(
         .transpose()?;
     let page = app
         .store
+        .dead_letter()
         .list_dead_letter(queue.as_ref(), &tenant.0, limit, offset)
         .await?;
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
@@ -88,6 +89,7 @@ pub(crate) async fn retry(app: &AppState, tenant: &Tenant, id: &str) -> Result<J
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
     app.store
+        .dead_letter()
         .retry_dead_letter(&id, time::now())
         .await
         .map_err(not_in_dead_letter(&id))
@@ -133,6 +135,7 @@ async fn discard(app: &AppState, tenant: &Tenant, id: &str) -> Result<JobId, Api
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
     app.store
+        .dead_letter()
         .delete_dead_letter(&id)
         .await
         .map_err(not_in_dead_letter(&id))?;

@@ -75,6 +75,7 @@ impl Idempotent {
     ) -> Result<KeyClaim, ApiError> {
         match app
             .store
+            .idempotency_keys()
             .claim_idempotency_key(&self.key, &self.fingerprint, ids, now)
             .await?
         {
@@ -97,11 +98,13 @@ impl Idempotent {
         let done = match outcome {
             Ok((status, other_ids)) => {
                 app.store
+                    .idempotency_keys()
                     .record_idempotent_answer(&self.key, status, other_ids)
                     .await
             }
             Err(status) if status < 500 => {
                 app.store
+                    .idempotency_keys()
                     .release_idempotency_key(&self.key, &self.fingerprint)
                     .await
             }

@@ -82,6 +82,7 @@ async fn admit_tenants(app: &AppState, jobs: &[Job]) -> Result<(), ApiError> {
     }
     let adding: Vec<_> = per_tenant.iter().map(|(t, (n, s))| (t, *n, *s)).collect();
     app.store
+        .admission()
         .admit_tenant_enqueue(&adding)
         .await
         .inspect_err(log_refusal)
@@ -119,6 +120,7 @@ async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, 
     }
     let pressed = app
         .store
+        .admission()
         .admit_enqueue(&[(&job.spec.queue, 1)])
         .await
         .inspect_err(log_refusal)?;
@@ -386,6 +388,7 @@ async fn push_batch(app: &AppState, jobs: &[Job], attempt: Try) -> Result<Respon
     let adding: Vec<(&ojs_core::QueueName, u64)> = per_queue.into_iter().collect();
     let pressed = app
         .store
+        .admission()
         .admit_enqueue(&adding)
         .await
         .inspect_err(log_refusal)?;

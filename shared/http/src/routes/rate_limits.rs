@@ -44,6 +44,7 @@ async fn inspect_rate_limit(
     let now = time::now();
     let state = app
         .store
+        .rate_limits()
         .rate_limit_state(&key, now.timestamp_micros())
         .await?;
     let windows: Vec<Value> = state

@@ -79,7 +79,7 @@ async fn register_schema_version(
     let job_type = JobType::parse(&job_type)?;
     let version = schema_registry::parse_version(&version)?;
     let doc = SchemaDoc::versioned(&job_type, version, body)?;
-    match app.store.put_schema(&doc, by.as_deref(), time::now()).await {
+    match app.store.schemas().put_schema(&doc, by.as_deref(), time::now()).await {
         Ok(SchemaPut::Created(entry)) => {
             tracing::info!(uri = %doc.uri, "schema version registered");
             Ok(reply(StatusCode::CREATED, version_view(&entry)))
@@ -107,6 +107,7 @@ async fn get_schema_version(
     let uri = key_of(&job_type, &version).ok_or_else(|| no_version(&job_type, &version))?;
     let entry = app
         .store
+        .schemas()
         .get_schema(&uri)
         .await?
         .filter(|e| e.doc.registry_version(&job_type).is_some())
@@ -121,10 +122,15 @@ async fn delete_schema_version(
     Path((job_type, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let uri = key_of(&job_type, &version).ok_or_else(|| no_version(&job_type, &version))?;
-    let entry = app.store.delete_schema(&uri).await.map_err(|e| match e {
-        StoreError::NotFound => no_version(&job_type, &version),
-        other => other.into(),
-    })?;
+    let entry = app
+        .store
+        .schemas()
+        .delete_schema(&uri)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => no_version(&job_type, &version),
+            other => other.into(),
+        })?;
     tracing::info!(uri = %entry.doc.uri, "schema version deleted");
     Ok(reply(
         StatusCode::OK,
@@ -146,7 +152,7 @@ async fn list_schema_versions(
     if JobType::parse(&job_type).is_err() {
         return Err(no_versions(&job_type));
     }
-    let versions = app.store.list_schema_versions(&job_type).await?;
+    let versions = app.store.schemas().list_schema_versions(&job_type).await?;
     if versions.is_empty() {
         return Err(no_versions(&job_type));
     }

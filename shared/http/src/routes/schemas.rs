@@ -61,7 +61,12 @@ async fn register_schema(
         )
         .with_detail("uri", uri)
     };
-    match app.store.put_schema(&doc, by.as_deref(), time::now()).await {
+    match app
+        .store
+        .schemas()
+        .put_schema(&doc, by.as_deref(), time::now())
+        .await
+    {
         Ok(SchemaPut::Created(entry)) => {
             tracing::info!(uri = %doc.uri, "schema registered");
             Ok(reply(
@@ -84,7 +89,7 @@ async fn list_schemas(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let all = app.store.list_schemas().await?;
+    let all = app.store.schemas().list_schemas().await?;
     let (schemas, pagination) = page_of(&all, page, |e| e.summary());
     Ok(reply(
         StatusCode::OK,
@@ -99,6 +104,7 @@ async fn get_schema(
     check_uri(&uri)?;
     let entry = app
         .store
+        .schemas()
         .get_schema(&uri)
         .await?
         .ok_or_else(|| unknown(&uri))?;
@@ -110,10 +116,15 @@ async fn delete_schema(
     Path(uri): Path<String>,
 ) -> Result<Response, ApiError> {
     check_uri(&uri)?;
-    let entry = app.store.delete_schema(&uri).await.map_err(|e| match e {
-        StoreError::NotFound => unknown(&uri),
-        other => other.into(),
-    })?;
+    let entry = app
+        .store
+        .schemas()
+        .delete_schema(&uri)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => unknown(&uri),
+            other => other.into(),
+        })?;
     tracing::info!(uri = %entry.doc.uri, "schema deleted");
     Ok(reply(
         StatusCode::OK,
@@ -141,6 +152,7 @@ pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiEr
     }
     let entry = app
         .store
+        .schemas()
         .get_schema(uri)
         .await?
         .ok_or_else(|| schema_registry::unregistered_error(uri))?;
@@ -160,7 +172,7 @@ async fn check_version(app: &AppState, job: &NewJob) -> Result<(), ApiError> {
     let Some(uri) = schema_registry::versioned_uri(job_type, &version) else {
         return Ok(());
     };
-    let Some(entry) = app.store.get_schema(&uri).await? else {
+    let Some(entry) = app.store.schemas().get_schema(&uri).await? else {
         return Ok(());
     };
     if entry.doc.registry_version(job_type).is_none() {

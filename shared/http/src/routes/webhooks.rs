@@ -85,6 +85,7 @@ fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
 async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEntry, ApiError> {
     check_id(id)?;
     app.store
+        .webhooks()
         .get_webhook(id)
         .await?
         .filter(|entry| entry.visible_to(&tenant.0))
@@ -123,7 +124,7 @@ async fn create_subscription(
     let secret = ojs_core::webhook::take_caller_secret(&mut body)?;
     let subscription = Subscription::from_json(&body, allow_private)?;
     check_address(&subscription.url, allow_private).await?;
-    let subscriptions = app.store.list_webhooks(true).await?;
+    let subscriptions = app.store.webhooks().list_webhooks(true).await?;
     if subscriptions.len() >= MAX_SUBSCRIPTIONS {
         return Err(ApiError(OjsError::new(
             ErrorCode::InvalidRequest,
@@ -153,6 +154,7 @@ async fn create_subscription(
     }
     let entry = app
         .store
+        .webhooks()
         .put_webhook(
             &subscription,
             secret.unwrap_or_else(new_secret),
@@ -184,7 +186,7 @@ async fn list_subscriptions(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let mut all = app.store.list_webhooks(true).await?;
+    let mut all = app.store.webhooks().list_webhooks(true).await?;
     all.retain(|entry| entry.visible_to(&tenant.0));
     let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
     Ok(reply(
@@ -217,13 +219,14 @@ async fn update_subscription(
     }
     let updated = match app
         .store
+        .webhooks()
         .update_webhook(&id, &next, Some(&entry.updated_at), time::now())
         .await
     {
         Ok(u) => u,
         // Deleted, or changed since it was read (its fields are not overwritten).
         Err(StoreError::NotFound) => {
-            return Err(match app.store.get_webhook(&id).await? {
+            return Err(match app.store.webhooks().get_webhook(&id).await? {
                 None => unknown(&id),
                 Some(_) => ApiError(
                     OjsError::conflict("the subscription changed meanwhile; read it and try again")
@@ -244,6 +247,7 @@ async fn delete_subscription(
 ) -> Result<Response, ApiError> {
     check_visible(&app, &id, &tenant).await?;
     app.store
+        .webhooks()
         .delete_webhook(&id)
         .await
         .map_err(not_found_as(&id))?;
@@ -267,6 +271,7 @@ async fn rotate_secret(
     let grace_until = now.timestamp() + grace;
     let entry = app
         .store
+        .webhooks()
         .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
         .await
         .map_err(not_found_as(&id))?;
@@ -384,6 +389,7 @@ async fn deliveries_of(
     let from = cursor.map(|c| c.replace('~', "#"));
     let (deliveries, next) = app
         .store
+        .webhooks()
         .webhook_deliveries(id, limit, from.as_deref())
         .await?;
     let next = next.map(|c| c.replace('#', "~"));
@@ -424,6 +430,7 @@ async fn find_delivery(
         Some(sub) => vec![existing(app, sub, tenant).await?.id],
         None => app
             .store
+            .webhooks()
             .list_webhooks(true)
             .await?
             .into_iter()
@@ -432,6 +439,7 @@ async fn find_delivery(
             .collect(),
     };
     app.store
+        .webhooks()
         .find_webhook_delivery(id, &subs)
         .await?
         .ok_or_else(|| unknown_delivery(id))
@@ -492,7 +500,10 @@ async fn retry_delivery(
         attempt: dead.attempt + 1,
         due_us: now.timestamp_micros(),
     };
-    app.store.schedule_webhook_retry(&pending).await?;
+    app.store
+        .webhooks()
+        .schedule_webhook_retry(&pending)
+        .await?;
     tracing::info!(delivery_id = %id, subscription = %sub, "webhook delivery retried by hand");
     Ok(reply(
         StatusCode::ACCEPTED,

@@ -200,7 +200,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound)?;
         if item.contains_key("dead_sk") {
-            return self.retry_dead_letter(id, now).await;
+            return self.dead_letter().retry_dead_letter(id, now).await;
         }
         let job = item::job_from_item(&item)?;
         let from = job.status.state;
@@ -237,7 +237,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound)?;
         if item.contains_key("dead_sk") {
-            return self.delete_dead_letter(id).await;
+            return self.dead_letter().delete_dead_letter(id).await;
         }
         let job = item::job_from_item(&item)?;
         let state = job.status.state;

@@ -7,11 +7,23 @@ use ojs_core::backpressure::Verdict;
 use ojs_core::rate_limit::{SlidingWindow, Window};
 use ojs_core::tenant::{self, TenantId};
 
+use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::queues::QueuePressure;
-use crate::Store;
 
-impl Store {
+/// Admission of enqueues: queue depth bounds and tenant quotas, judged on the counters.
+pub struct Admission<'a> {
+    derived: &'a Derived,
+}
+
+impl<'a> Admission<'a> {
+    /// The service over `derived`.
+    pub(crate) fn new(derived: &'a Derived) -> Self {
+        Self { derived }
+    }
+}
+
+impl Admission<'_> {
     /// Admits an enqueue of `adding` jobs per queue, or refuses it whole with
     /// [`StoreError::QueueFull`] when a queue would pass its depth bound
     /// (ojs-backpressure.md §5.1, §9.3); the queues then at or past their warning
@@ -30,7 +42,7 @@ impl Store {
         adding: &[(&ojs_core::QueueName, u64)],
     ) -> Result<Vec<QueuePressure>, StoreError> {
         let names: Vec<ojs_core::QueueName> = adding.iter().map(|(q, _)| (*q).clone()).collect();
-        let settings = self.engine().queue_settings(&names).await?;
+        let settings = self.derived.engine.queue_settings(&names).await?;
         let mut pressed = Vec::new();
         for (queue, n) in adding {
             if settings
@@ -41,7 +53,7 @@ impl Store {
                 continue;
             }
             // The counters' read carries the queue item too: its bound as it is now.
-            let stats = self.derived().queue_stats(queue).await?;
+            let stats = self.derived.queue_stats(queue).await?;
             let Some(bound) = stats.backpressure else {
                 continue;
             };
@@ -81,7 +93,7 @@ impl Store {
         adding: &[(&TenantId, u64, u64)],
     ) -> Result<(), StoreError> {
         let tenants: Vec<&TenantId> = adding.iter().map(|(t, _, _)| *t).collect();
-        let configs = self.engine().tenant_configs(&tenants).await?;
+        let configs = self.derived.engine.tenant_configs(&tenants).await?;
         self.judge_tenant_counts(adding, &configs).await?;
         for (tenant, jobs, _) in adding {
             if let Some(rate) = configs
@@ -106,7 +118,7 @@ impl Store {
                 continue;
             };
             let counts = self
-                .derived()
+                .derived
                 .tenant_stats(tenant)
                 .await?
                 .map(|s| s.total)
@@ -163,7 +175,7 @@ impl Store {
         };
         for _ in 0..ENQUEUE_WINDOW_ROUNDS {
             let now_us = ojs_core::time::now().timestamp_micros();
-            let read = self.engine().read_window(&window, now_us).await?;
+            let read = self.derived.engine.read_window(&window, now_us).await?;
             let remaining = u64::from(read.assessment.remaining);
             if remaining < n {
                 // More than the limit at once never fits: told to wait a whole period.
@@ -182,8 +194,15 @@ impl Store {
                         .max(1),
                 });
             }
-            let update = self.engine().record_starts(&window, &read, n)?;
-            if self.engine().table.update_alone(&update).await?.is_some() {
+            let update = self.derived.engine.record_starts(&window, &read, n)?;
+            if self
+                .derived
+                .engine
+                .table
+                .update_alone(&update)
+                .await?
+                .is_some()
+            {
                 return Ok(());
             }
         }

@@ -8,10 +8,10 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use ojs_core::time::{self, Timestamp};
 
+use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// Partition of every API key record.
 const API_KEYS_PK: &str = "APIKEYS";
@@ -62,7 +62,19 @@ fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
     })
 }
 
-impl Store {
+/// API keys: their records, scopes, tenants and revocation.
+pub struct ApiKeys<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> ApiKeys<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl ApiKeys<'_> {
     /// Stores a new key record without scopes (a data key); see
     /// [`Store::put_scoped_api_key`].
     pub async fn put_api_key(
@@ -101,7 +113,7 @@ impl Store {
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
         let out = self
-            .engine()
+            .engine
             .table
             .put_item()
             .set_item(Some(item))
@@ -109,7 +121,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        if let Err(e) = self.engine().table.metered(Kind::Write, out) {
+        if let Err(e) = self.engine.table.metered(Kind::Write, out) {
             if !is_condition_failure(&e) {
                 return Err(StoreError::from_sdk(e));
             }
@@ -137,7 +149,7 @@ impl Store {
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
     /// is seen by the next lookup).
     pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .read_item(api_key_key(id))
             .await?
@@ -148,7 +160,7 @@ impl Store {
 
     /// Every key record, sorted by id.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .query_partition(API_KEYS_PK, true)
             .await?
@@ -161,7 +173,7 @@ impl Store {
     /// revoking twice keeps the first revocation time).
     pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(api_key_key(id)))
@@ -170,7 +182,7 @@ impl Store {
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
             .send()
             .await;
-        self.engine().table.tally_existing(Kind::Write, out)?;
+        self.engine.table.tally_existing(Kind::Write, out)?;
         Ok(())
     }
 }

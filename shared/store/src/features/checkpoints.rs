@@ -13,12 +13,24 @@ use ojs_core::checkpoint::{Checkpoint, CheckpointSave};
 use ojs_core::time::Timestamp;
 use ojs_core::{JobId, JobState};
 
+use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item, CHECKPOINT_ATTRS};
 use crate::usage::Kind;
-use crate::Store;
 
-impl Store {
+/// Checkpoints of running jobs (ojs-durable-execution.md).
+pub struct Checkpoints<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Checkpoints<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Checkpoints<'_> {
     /// Saves `save` as job `id`'s checkpoint: one conditional UpdateItem. The sequence
     /// is the stored one plus one (1 when there is none), computed by the write itself,
     /// so concurrent saves get distinct numbers and the last one written is kept.
@@ -35,7 +47,7 @@ impl Store {
     ) -> Result<Checkpoint, StoreError> {
         let (update, conditions, values) = save_expression(save, now);
         let out = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -47,7 +59,7 @@ impl Store {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match self.engine().table.metered(Kind::Write, out) {
+        match self.engine.table.metered(Kind::Write, out) {
             Ok(out) => out
                 .attributes()
                 .map(item::checkpoint_of)
@@ -63,7 +75,7 @@ impl Store {
     /// there was one or not (idempotent); NotFound when there is no job `id`.
     pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
@@ -71,7 +83,7 @@ impl Store {
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
-        self.engine()
+        self.engine
             .table
             .tally_existing(Kind::Write, out)
             .map(|_| ())

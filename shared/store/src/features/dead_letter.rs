@@ -18,11 +18,11 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::engine::dead_entry::DEAD_TENANT;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, s, Item};
 use crate::keys;
 use crate::transition::JobWrite;
-use crate::Store;
 
 /// One page of the dead letter queue.
 #[derive(Debug, Clone)]
@@ -34,7 +34,19 @@ pub struct DeadLetterPage {
     pub total: usize,
 }
 
-impl Store {
+/// The dead letter queue: listing, retry and deletion of its entries.
+pub struct DeadLetter<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> DeadLetter<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl DeadLetter<'_> {
     /// Dead-lettered jobs, optionally of one queue, of the tenants `tenant` sees,
     /// `offset`/`limit` paginated.
     pub async fn list_dead_letter(
@@ -53,7 +65,7 @@ impl Store {
         }
         let wanted = offset.saturating_add(limit);
         let mut keys: Vec<Item> = Vec::new();
-        let mut pages = self.engine().table.pages(self.dead_query(queue, tenant));
+        let mut pages = self.engine.table.pages(self.dead_query(queue, tenant));
         while keys.len() < wanted {
             let limit = i32::try_from(wanted - keys.len()).unwrap_or(1000).min(1000);
             let Some(out) = pages.next_limited(Some(limit)).await? else {
@@ -79,7 +91,7 @@ impl Store {
         tenant: &Scope,
     ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         let mut req = self
-            .engine()
+            .engine
             .table
             .query_table()
             .consistent_read(true)
@@ -109,7 +121,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let mut total = 0usize;
         let mut pages = self
-            .engine()
+            .engine
             .table
             .pages(self.dead_query(queue, tenant).select(Select::Count));
         while let Some(out) = pages.next().await? {
@@ -129,7 +141,7 @@ impl Store {
             ..Default::default()
         };
         let mut found: HashMap<String, Job> = HashMap::new();
-        for it in self.engine().table.batch_get(keys, &how).await? {
+        for it in self.engine.table.batch_get(keys, &how).await? {
             let job = item::job_from_item(&it)?;
             found.insert(crate::keys::job_pk(&job.id), job);
         }
@@ -146,7 +158,7 @@ impl Store {
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
     pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let item = self
-            .engine()
+            .engine
             .table
             .read_item(item::job_key(id))
             .await?
@@ -156,16 +168,16 @@ impl Store {
         };
         let job = item::job_from_item(&item)?;
         let wid = crate::job_item::write_id();
-        let req = JobWrite::new(Transition::RetryDead, self.engine().ready_place(&job, &now))
+        let req = JobWrite::new(Transition::RetryDead, self.engine.ready_place(&job, &now))
             .version(job.status.version)
             .when("dead_sk = :sk")
             .value(":sk", s(sk.clone()))
             .restart(&now)
             .write_id(&wid)
-            .apply(self.engine().update(id))?;
-        let entry = self.engine().dead_entry_delete(&sk)?;
-        let job = self.engine().update_job_with(id, req, entry, &wid).await?;
-        Ok(self.engine().shown_job(job).await)
+            .apply(self.engine.update(id))?;
+        let entry = self.engine.dead_entry_delete(&sk)?;
+        let job = self.engine.update_job_with(id, req, entry, &wid).await?;
+        Ok(self.engine.shown_job(job).await)
     }
 
     /// Permanently deletes a dead-lettered job, and its entry with it.
@@ -174,7 +186,7 @@ impl Store {
             return Err(StoreError::NotFound);
         };
         let delete = Delete::builder()
-            .table_name(self.engine().table())
+            .table_name(self.engine.table())
             .set_key(Some(item::job_key(id)))
             .condition_expression("#state = :discarded AND dead_sk = :sk")
             .expression_attribute_names("#state", "state")
@@ -184,9 +196,9 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let delete = TransactWriteItem::builder().delete(delete).build();
         match self
-            .engine()
+            .engine
             .table
-            .transact(vec![delete, self.engine().dead_entry_delete(&sk)?])
+            .transact(vec![delete, self.engine.dead_entry_delete(&sk)?])
             .await
         {
             Ok(()) => Ok(()),
@@ -210,7 +222,7 @@ impl Store {
     /// The dead letter key of job `id`, when it is dead-lettered.
     async fn dead_sk_of(&self, id: &JobId) -> Result<Option<String>, StoreError> {
         Ok(self
-            .engine()
+            .engine
             .table
             .read_item(item::job_key(id))
             .await?

@@ -13,10 +13,10 @@ use ojs_core::idempotency::{IdempotencyKey, WINDOW_SECS};
 use ojs_core::time::Timestamp;
 use ojs_core::JobId;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// What an idempotency key's item says about a request that carries it.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +65,19 @@ fn ids_of(item: &Item, field: &str) -> Vec<JobId> {
         .unwrap_or_default()
 }
 
-impl Store {
+/// Idempotency keys of PUSH and batch PUSH.
+pub struct IdempotencyKeys<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> IdempotencyKeys<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl IdempotencyKeys<'_> {
     /// Claims `key` for a request whose body has `fingerprint` and whose jobs will have
     /// `ids`: one conditional PutItem, and a strongly consistent GetItem when the key is
     /// taken.
@@ -97,7 +109,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<KeyClaim>, StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .put_item()
             .set_item(Some(key_item(key)))
@@ -112,14 +124,14 @@ impl Store {
             .send()
             .await;
         if self
-            .engine()
+            .engine
             .table
             .tally_conditional(Kind::Write, out)?
             .is_some()
         {
             return Ok(Some(KeyClaim::Fresh));
         }
-        let Some(item) = self.engine().table.read_item(key_item(key)).await? else {
+        let Some(item) = self.engine.table.read_item(key_item(key)).await? else {
             return Ok(None);
         };
         if item
@@ -160,7 +172,7 @@ impl Store {
         other_ids: Option<&[JobId]>,
     ) -> Result<(), StoreError> {
         let req = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(key_item(key)))
@@ -174,7 +186,7 @@ impl Store {
             None => req.update_expression("SET #status = :status"),
         };
         let out = req.send().await;
-        self.engine().table.tally_conditional(Kind::Write, out)?;
+        self.engine.table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 
@@ -187,7 +199,7 @@ impl Store {
         fingerprint: &str,
     ) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .delete_item()
             .set_key(Some(key_item(key)))
@@ -196,7 +208,7 @@ impl Store {
             .expression_attribute_values(":fp", s(fingerprint))
             .send()
             .await;
-        self.engine().table.tally_conditional(Kind::Write, out)?;
+        self.engine.table.tally_conditional(Kind::Write, out)?;
         Ok(())
     }
 }

@@ -4,8 +4,8 @@
 
 use ojs_core::rate_limit::SlidingWindow;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::Store;
 
 /// One sliding window of a key as its counter item holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,19 @@ pub struct RateLimitState {
     pub windows: Vec<WindowState>,
 }
 
-impl Store {
+/// What a rate limit key's limiter items hold (ojs-rate-limiting.md §10.1).
+pub struct RateLimits<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> RateLimits<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl RateLimits<'_> {
     /// The limiter state of `key` at `now_us` (one strongly consistent Query of its
     /// partition; a key no claim has used yet has no items and an empty state).
     pub async fn rate_limit_state(
@@ -39,7 +51,7 @@ impl Store {
     ) -> Result<RateLimitState, StoreError> {
         let mut state = RateLimitState::default();
         for item in self
-            .engine()
+            .engine
             .table
             .query_partition(&format!("RL#{key}"), true)
             .await?

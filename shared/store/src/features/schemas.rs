@@ -7,10 +7,10 @@ use ojs_core::schema_registry::{self, SchemaDoc};
 use ojs_core::time::{self, Timestamp};
 use serde_json::Value;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, ts, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 /// Partition of every schema registration.
 const SCHEMAS_PK: &str = "SCHEMAS";
@@ -82,7 +82,19 @@ fn entry_from_item(item: &Item) -> Result<SchemaEntry, StoreError> {
     })
 }
 
-impl Store {
+/// Schema registrations (ojs-http-binding.md §15).
+pub struct Schemas<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Schemas<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Schemas<'_> {
     /// Registers `doc` under its URI unless the URI is taken (one conditional PutItem;
     /// one more GetItem only when it is taken, to tell a replay from a conflict).
     pub async fn put_schema(
@@ -101,7 +113,7 @@ impl Store {
                 item.insert("created_by".into(), s(by.to_owned()));
             }
             let out = self
-                .engine()
+                .engine
                 .table
                 .put_item()
                 .set_item(Some(item))
@@ -109,7 +121,7 @@ impl Store {
                 .send()
                 .await;
             if self
-                .engine()
+                .engine
                 .table
                 .tally_conditional(Kind::Write, out)?
                 .is_some()
@@ -133,7 +145,7 @@ impl Store {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .read_item(schema_key(uri))
             .await?
@@ -144,7 +156,7 @@ impl Store {
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .query_partition(SCHEMAS_PK, true)
             .await?
@@ -164,7 +176,7 @@ impl Store {
         let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
         let mut versions = Vec::new();
         for item in self
-            .engine()
+            .engine
             .table
             .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
             .await?
@@ -180,7 +192,7 @@ impl Store {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        self.engine()
+        self.engine
             .table
             .delete_returning(schema_key(uri))
             .await?

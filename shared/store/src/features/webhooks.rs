@@ -21,10 +21,10 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
 use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::usage::Kind;
-use crate::Store;
 
 pub use ojs_core::webhook::MAX_SUBSCRIPTIONS;
 
@@ -282,7 +282,19 @@ impl DeliveryAttempt {
     }
 }
 
-impl Store {
+/// Webhook subscriptions, their pending retries and their delivery log.
+pub struct Webhooks<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Webhooks<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Webhooks<'_> {
     /// Stores a new subscription (one conditional PutItem). The API refuses subscriptions
     /// past [`MAX_SUBSCRIPTIONS`] before calling this.
     pub async fn put_webhook(
@@ -305,20 +317,20 @@ impl Store {
             updated_at: at,
         };
         let out = self
-            .engine()
+            .engine
             .table
             .put_item()
             .set_item(Some(entry.to_item()))
             .condition_expression("attribute_not_exists(pk)")
             .send()
             .await;
-        self.engine().table.tally(Kind::Write, out)?;
+        self.engine.table.tally(Kind::Write, out)?;
         Ok(entry)
     }
 
     /// Subscription `id`, if any (one strongly consistent GetItem).
     pub async fn get_webhook(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .read_item(sub_key(id))
             .await?
@@ -331,7 +343,7 @@ impl Store {
     /// [`MAX_SUBSCRIPTIONS`]). Unreadable items are skipped with a warning.
     pub async fn list_webhooks(&self, consistent: bool) -> Result<Vec<WebhookEntry>, StoreError> {
         let items = self
-            .engine()
+            .engine
             .table
             .query_partition(SUBS_PK, consistent)
             .await?;
@@ -361,7 +373,7 @@ impl Store {
             None => ("attribute_exists(pk)", None),
         };
         let req = self
-            .engine()
+            .engine
             .table
             .update_item()
             .update_expression("SET doc = :doc, updated_at = :at")
@@ -384,7 +396,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<WebhookEntry, StoreError> {
         let req = self
-            .engine()
+            .engine
             .table
             .update_item()
             .update_expression(
@@ -409,7 +421,7 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.engine().table.tally_existing(Kind::Write, out)?;
+        let out = self.engine.table.tally_existing(Kind::Write, out)?;
         WebhookEntry::from_item(out.attributes().unwrap_or(&Item::new()))
     }
 
@@ -417,14 +429,14 @@ impl Store {
     /// dropped by the redrive, which finds no subscription for them (§6.5).
     pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .delete_item()
             .set_key(Some(sub_key(id)))
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
-        self.engine()
+        self.engine
             .table
             .tally_existing(Kind::Write, out)
             .map(|_| ())
@@ -464,7 +476,7 @@ impl Store {
         if let Some(body) = a.body.as_ref().filter(|b| b.len() <= MAX_KEPT_BODY) {
             item.insert("body".into(), s(body.clone()));
         }
-        self.engine().table.put_plain(item).await
+        self.engine.table.put_plain(item).await
     }
 
     /// The latest attempts logged for subscription `id`, newest first (one Query of at
@@ -478,7 +490,7 @@ impl Store {
     ) -> Result<(Vec<Value>, Option<String>), StoreError> {
         let limit = limit.clamp(1, MAX_LOG_PAGE);
         let mut req = self
-            .engine()
+            .engine
             .table
             .query_table()
             .expression_attribute_values(":pk", s(log_pk(subscription_id)))
@@ -491,7 +503,7 @@ impl Store {
                 .expression_attribute_values(":before", s(b)),
             None => req.key_condition_expression("pk = :pk"),
         };
-        let out = self.engine().table.tally(Kind::Read, req.send().await)?;
+        let out = self.engine.table.tally(Kind::Read, req.send().await)?;
         let items = out.items();
         let next = out
             .last_evaluated_key()
@@ -516,7 +528,7 @@ impl Store {
             let prefix = prefix.clone();
             async move {
                 let items = self
-                    .engine()
+                    .engine
                     .table
                     .query_partition_prefix(&log_pk(sub), Some(&prefix), true)
                     .await?;
@@ -557,7 +569,7 @@ impl Store {
             ("due_us".to_owned(), n(p.due_us)),
             ("ttl".to_owned(), n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
         ]);
-        self.engine().table.put_plain(item).await
+        self.engine.table.put_plain(item).await
     }
 
     /// Up to `limit` retries due at `now`, each claimed for this caller (one Query, then
@@ -570,7 +582,7 @@ impl Store {
     ) -> Result<Vec<PendingDelivery>, StoreError> {
         let now_us = now.timestamp_micros();
         let out = self
-            .engine()
+            .engine
             .table
             .query_table()
             .key_condition_expression("pk = :pk AND sk < :upto")
@@ -580,7 +592,7 @@ impl Store {
             .limit(i32::try_from(limit).unwrap_or(25))
             .send()
             .await;
-        let out = self.engine().table.tally(Kind::Read, out)?;
+        let out = self.engine.table.tally(Kind::Read, out)?;
         let mut claimed = Vec::new();
         for item in out.items() {
             let Some(p) = PendingDelivery::from_item(item) else {
@@ -588,7 +600,7 @@ impl Store {
                 continue;
             };
             let claim = self
-                .engine().table.update_item()
+                .engine.table.update_item()
                 .set_key(Some(p.key()))
                 .update_expression("SET claimed_until = :until")
                 .condition_expression(
@@ -600,7 +612,7 @@ impl Store {
                 .await;
             // Taken by another redrive whose lease runs, or finished: skipped.
             if self
-                .engine()
+                .engine
                 .table
                 .tally_conditional(Kind::Write, claim)?
                 .is_some()
@@ -614,12 +626,12 @@ impl Store {
     /// Removes a pending retry once its attempt ended (one DeleteItem).
     pub async fn finish_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .delete_item()
             .set_key(Some(p.key()))
             .send()
             .await;
-        self.engine().table.tally(Kind::Write, out).map(|_| ())
+        self.engine.table.tally(Kind::Write, out).map(|_| ())
     }
 }

@@ -131,7 +131,7 @@ impl Scheduler {
         report.queues_left = swept.queues_left;
         report.moved = swept.moved;
         report.failures += swept.failures;
-        match store.check_workflows(now, deadline).await {
+        match store.workflows().check_workflows(now, deadline).await {
             Ok(n) => report.workflows = n,
             Err(e) => report.failures += failed(Service::WorkflowCheck, &e),
         }

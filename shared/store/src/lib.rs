@@ -52,6 +52,7 @@ pub use features::idempotency::KeyClaim;
 pub use features::rate_limits::RateLimits;
 pub use features::schemas::Schemas;
 pub use features::webhooks::Webhooks;
+pub use features::workflow::Workflows;
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::{Lane, MAX_QUEUE_SHARDS};
@@ -454,6 +455,11 @@ impl Store {
     /// Admission of enqueues: queue depth bounds and tenant quotas, judged on the counters.
     pub fn admission(&self) -> Admission<'_> {
         Admission::new(self.derived())
+    }
+
+    /// Workflows: creation, views, cancellation and the sweep's check.
+    pub fn workflows(&self) -> Workflows<'_> {
+        Workflows::new(self.engine())
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

@@ -148,7 +148,8 @@ fn the_checker_sees_paths_and_groups_but_not_comments() {
 const LAYER_TYPES: [&str; 3] = ["Store", "Derived", "Engine"];
 
 /// The feature services: views over the layer below that the façade hands out.
-const SERVICES: [&str; 8] = [
+const SERVICES: [&str; 9] = [
+    "Workflows",
     "ApiKeys",
     "Checkpoints",
     "DeadLetter",
@@ -222,9 +223,17 @@ fn method_calls(text: &str) -> Vec<String> {
         if prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
             continue;
         }
-        let Some(after_dot) = rest.trim_start().strip_prefix('.') else {
+        let Some(mut after_dot) = rest.trim_start().strip_prefix('.') else {
             continue;
         };
+        // Through the layer below: `self.engine.x(`, `self.derived().engine.x(`, ...
+        while let Some(next) = ["engine", "derived"].iter().find_map(|layer| {
+            let r = after_dot.strip_prefix(layer)?;
+            let r = r.strip_prefix("()").unwrap_or(r);
+            r.trim_start().strip_prefix('.')
+        }) {
+            after_dot = next;
+        }
         let name: String = after_dot
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -319,6 +328,8 @@ fn the_call_checker_sees_methods_of_impl_store_blocks_and_their_calls() {
     let text = "impl Store {\n    pub async fn a(&self) {\n        self.b().await; // self.c()\n        self.h::<u8>(); v.iter().count(); myself.k();\n        Ok(self\n            .m())\n    }\n    pub(crate) fn d() {}\n}\nfn e() {}\n#[cfg(test)]\nmod tests { fn f() { self.g(); } }";
     assert_eq!(store_methods(text), ["a", "d"]);
     assert_eq!(method_calls(text), ["b", "h", "m"]);
+    let below = "impl Store {\n    fn a(&self) {\n        self.engine().b();\n        self.derived.engine\n            .c();\n        self.engineer();\n    }\n}\n";
+    assert_eq!(method_calls(below), ["b", "c", "engineer"]);
     let engine = "impl Engine {\n    fn x(&self) {}\n}\nimpl Other {\n    fn y(&self) {}\n}\nimpl Webhooks<'_> {\n    fn z(&self) {}\n}\n";
     assert_eq!(store_methods(engine), ["x", "z"]);
 }

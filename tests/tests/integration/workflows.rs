@@ -205,14 +205,20 @@ async fn the_sweep_finishes_follow_ups_a_dying_request_left_undone_exactly_once(
     // The sweep's check (due a minute after creation) records a and releases b, once.
     let later = ojs_core::time::after(ojs_core::time::now(), std::time::Duration::from_secs(120));
     let budget = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    assert_eq!(app.store.check_workflows(later, budget).await?, 1);
+    assert_eq!(
+        app.store.workflows().check_workflows(later, budget).await?,
+        1
+    );
     let checked = view(&app, &wf).await?;
     assert_eq!(checked["steps_completed"], 1, "{checked}");
     assert_eq!(checked["state"], "running");
     // Checking again changes nothing: the next check is further out, and a forced one is
     // idempotent.
     let much_later = ojs_core::time::after(later, std::time::Duration::from_secs(3600));
-    app.store.check_workflows(much_later, budget).await?;
+    app.store
+        .workflows()
+        .check_workflows(much_later, budget)
+        .await?;
     assert_eq!(
         view(&app, &wf).await?["steps_completed"],
         1,

@@ -52,7 +52,11 @@ async fn create_workflow(
     let mut spec = WorkflowSpec::from_json(body)?;
     spec.adopt_tenant(&tenant.0)?;
     super::schemas::check_workflow(&app, &spec).await?;
-    let workflow = app.store.create_workflow(&spec, time::now()).await?;
+    let workflow = app
+        .store
+        .workflows()
+        .create_workflow(&spec, time::now())
+        .await?;
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
     Ok(reply(
         StatusCode::CREATED,
@@ -65,7 +69,12 @@ async fn get_workflow(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = workflow_id(&id)?;
-    let workflow = app.store.get_workflow(&id).await.map_err(not_found(&id))?;
+    let workflow = app
+        .store
+        .workflows()
+        .get_workflow(&id)
+        .await
+        .map_err(not_found(&id))?;
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 
@@ -76,6 +85,7 @@ async fn cancel_workflow(
     let id = workflow_id(&id)?;
     let workflow = app
         .store
+        .workflows()
         .cancel_workflow(&id, time::now())
         .await
         .map_err(not_found(&id))?;

@@ -14,11 +14,22 @@ use crate::keys;
 use crate::schema::DUE_INDEX;
 use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 
 /// How many due entries one sweep of a queue looks at.
 const DUE_BATCH: i32 = 25;
 
 impl Engine {
+    /// A Query of the entries of the due partition `pk` (in the due index) due at `now`
+    /// or before.
+    pub(crate) fn due_query(&self, pk: &str, now: &Timestamp) -> QueryFluentBuilder {
+        self.table
+            .query_index(&DUE_INDEX)
+            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":upper", s(keys::due_upper_bound(now)))
+    }
+
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
     /// come, and active jobs whose lease expired (one batch from each shard). Returns how
     /// many moved.

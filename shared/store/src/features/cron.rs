@@ -5,7 +5,6 @@
 //! creates the job: two sweeps racing on the same fire time produce exactly one job.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, TransactWriteItem, Update};
 use ojs_core::cron_job::{self, CronJob, Occurrence};
 use ojs_core::time::{self, Timestamp};
@@ -15,7 +14,6 @@ use serde_json::Value;
 use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
-use crate::schema::DUE_INDEX;
 use crate::usage::Kind;
 use crate::Store;
 
@@ -233,7 +231,7 @@ impl Store {
         let mut pages = self
             .engine()
             .table
-            .pages(self.due_query(keys::CRON_DUE_PK, &now).limit(100));
+            .pages(self.engine().due_query(keys::CRON_DUE_PK, &now).limit(100));
         while let Some(out) = pages.next().await? {
             for i in out.items() {
                 let Some(name) = i
@@ -252,17 +250,6 @@ impl Store {
             }
         }
         Ok(fired)
-    }
-
-    /// A Query of the entries of the due partition `pk` (in the due index) due at `now`
-    /// or before.
-    pub(crate) fn due_query(&self, pk: &str, now: &Timestamp) -> QueryFluentBuilder {
-        self.engine()
-            .table
-            .query_index(&DUE_INDEX)
-            .key_condition_expression("gsi2pk = :pk AND gsi2sk <= :upper")
-            .expression_attribute_values(":pk", s(pk))
-            .expression_attribute_values(":upper", s(keys::due_upper_bound(now)))
     }
 
     /// Fires the named registration's occurrence if it is due (the timer's entry point).

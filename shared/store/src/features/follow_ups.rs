@@ -11,6 +11,7 @@ use ojs_core::{Job, JobId, QueueName};
 
 use crate::effects::FollowUps;
 use crate::error::StoreError;
+use crate::features::workflow::Workflows;
 use crate::jobs::{AckRequest, FailOutcome, Fence};
 use crate::unique::PushOutcome;
 use crate::Store;
@@ -125,7 +126,9 @@ impl Store {
                 return out;
             }
             for f in finished {
-                scoped.after_terminal(&f.job, f.outcome, now).await;
+                Workflows::new(scoped.engine())
+                    .after_terminal(&f.job, f.outcome, now)
+                    .await;
             }
         }
         let left = scope.take();

@@ -11,9 +11,9 @@ use crate::error::StoreError;
 use crate::item::{self, n, s};
 
 use super::wf_key;
-use crate::Store;
+use super::Workflows;
 
-impl Store {
+impl Workflows<'_> {
     /// Enqueues the batch callbacks due, once: one transaction with a guard on the workflow
     /// (`attribute_not_exists(cb_fired)`) that also records which jobs they are.
     pub(crate) async fn fire_callbacks(
@@ -33,7 +33,7 @@ impl Store {
             .collect();
         for attempt in 0..4u32 {
             let guard = Update::builder()
-                .table_name(self.engine().table())
+                .table_name(self.engine.table())
                 .set_key(Some(wf_key(wf_id)))
                 .update_expression("SET cb_fired = :t, cb_jobs = :jobs, cb_total = :total")
                 .condition_expression("attribute_not_exists(cb_fired)")
@@ -44,17 +44,17 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             let mut items = vec![TransactWriteItem::builder().update(guard).build()];
             for job in &jobs {
-                self.engine()
+                self.engine
                     .register_lane(&crate::keys::Lane::of(job))
                     .await?;
-                let mut it = item::job_to_item(job, self.engine().queue_shards());
+                let mut it = item::job_to_item(job, self.engine.queue_shards());
                 it.insert("wf_id".into(), s(wf_id));
                 if let Some(name) = &job.status.workflow_callback {
                     it.insert("wf_cb".into(), s(name.as_str()));
                 }
-                items.push(self.engine().table.put_new(it)?);
+                items.push(self.engine.table.put_new(it)?);
             }
-            match self.engine().table.transact(items).await {
+            match self.engine.table.transact(items).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     // Only a failed guard means "fired already"; a conflict with another

@@ -10,10 +10,10 @@ use crate::effects::StepOutcome;
 use crate::error::StoreError;
 use crate::keys;
 
+use super::Workflows;
 use super::{fired_callbacks, job_ids, wf_key, workflow_state};
-use crate::Store;
 
-impl Store {
+impl Workflows<'_> {
     /// The sweep's repair of workflows whose follow-ups a dying request left undone: every
     /// running (or cancelled but unsettled) workflow carries a due entry in
     /// `DUE#~workflows#<n>`; each one due is checked ([`Store::check_workflow`]) and
@@ -27,9 +27,10 @@ impl Store {
         let mut checked = 0;
         for shard in 0..u64::from(keys::WORKFLOW_DUE_SHARDS) {
             let query = self
+                .engine
                 .due_query(&keys::workflow_due_shard_pk(shard), &now)
                 .limit(50);
-            let mut pages = self.engine().table.pages(query);
+            let mut pages = self.engine.table.pages(query);
             loop {
                 if Instant::now() >= budget {
                     return Ok(checked);
@@ -63,7 +64,7 @@ impl Store {
         wf_id: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let jobs = self.step_jobs(&item).await?;
@@ -97,11 +98,11 @@ impl Store {
                 self.record_callback(wf_id, &name, outcome).await?;
             }
         }
-        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         self.settle_workflow(wf_id, &item, now).await?;
-        let Some(item) = self.engine().table.read_item(wf_key(wf_id)).await? else {
+        let Some(item) = self.engine.table.read_item(wf_key(wf_id)).await? else {
             return Ok(());
         };
         let settled = match workflow_state(&item) {

@@ -14,10 +14,10 @@ use crate::item::{self, n, s, ts};
 use crate::keys;
 use crate::usage::Kind;
 
+use super::Workflows;
 use super::{wf_key, CHECK_AFTER};
-use crate::Store;
 
-impl Store {
+impl Workflows<'_> {
     /// Creates a workflow and all its step jobs in one transaction. Steps without
     /// dependencies are available at once; the others wait as `pending`.
     pub async fn create_workflow(
@@ -46,7 +46,7 @@ impl Store {
         // keeps its args and meta in the payload bucket, as a pushed job does.
         let bodies = jobs
             .iter()
-            .map(|j| self.engine().offload_body(j))
+            .map(|j| self.engine.offload_body(j))
             .collect::<Result<Vec<_>, _>>()?;
         // Each callback is checked now as it will fire: refused then, it would leave the
         // batch running forever.
@@ -82,29 +82,29 @@ impl Store {
             "job_ids".into(),
             AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
         );
-        let mut items = vec![self.engine().table.put_new(wf.clone())?];
+        let mut items = vec![self.engine.table.put_new(wf.clone())?];
         for job in &jobs {
-            self.engine()
+            self.engine
                 .register_lane(&crate::keys::Lane::of(job))
                 .await?;
         }
-        let (job_items, payloads) = self.engine().new_job_items(&jobs, bodies).await?;
+        let (job_items, payloads) = self.engine.new_job_items(&jobs, bodies).await?;
         for (i, (mut it, step)) in job_items.into_iter().zip(&spec.steps).enumerate() {
             it.insert("wf_id".into(), s(id.clone()));
             it.insert("wf_step".into(), n(i));
             if !step.depends_on.is_empty() {
                 it.insert("deps_left".into(), n(step.depends_on.len()));
             }
-            items.push(self.engine().table.put_new(it)?);
+            items.push(self.engine.table.put_new(it)?);
         }
-        let out = self.engine().table.transact(items).await;
+        let out = self.engine.table.transact(items).await;
         // Written when it succeeded, or when its answer was lost after it landed (the
         // workflow item is there): only then are the payloads kept.
         let written = match &out {
             Ok(_) => true,
             Err(_) => self.workflow_exists(&id).await,
         };
-        self.engine().settle_offloads(&payloads, |_| written).await;
+        self.engine.settle_offloads(&payloads, |_| written).await;
         match out {
             Ok(_) => Ok(view(&wf, &jobs)),
             Err(_) if written => Ok(view(&wf, &jobs)),
@@ -116,7 +116,7 @@ impl Store {
     /// read).
     pub(crate) async fn workflow_exists(&self, id: &str) -> bool {
         let out = self
-            .engine()
+            .engine
             .table
             .get_item()
             .set_key(Some(wf_key(id)))
@@ -124,6 +124,6 @@ impl Store {
             .projection_expression("pk")
             .send()
             .await;
-        matches!(self.engine().table.metered(Kind::Read, out), Ok(o) if o.item.is_some())
+        matches!(self.engine.table.metered(Kind::Read, out), Ok(o) if o.item.is_some())
     }
 }

@@ -23,11 +23,11 @@ use ojs_core::{JobId, JobState};
 use serde_json::Value;
 
 use crate::effects::StepOutcome;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::keys;
 use crate::usage::Kind;
-use crate::Store;
 use ojs_core::time::Timestamp;
 
 mod callbacks;
@@ -54,13 +54,23 @@ pub(crate) fn text(item: &Item, k: &str) -> Option<String> {
     item.get(k).and_then(|v| v.as_s().ok()).cloned()
 }
 
-impl Store {
+/// Workflows (chains, groups, batches): their creation, views, steps' progress,
+/// callbacks and the sweep's check. Holds the engine, through which every step moves.
+pub struct Workflows<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Workflows<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Workflows<'_> {
     /// An UpdateItem of workflow `wf_id`'s item.
     pub(crate) fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
-        self.engine()
-            .table
-            .update_item()
-            .set_key(Some(wf_key(wf_id)))
+        self.engine.table.update_item().set_key(Some(wf_key(wf_id)))
     }
 
     /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item
@@ -71,7 +81,7 @@ impl Store {
     ) -> Result<Option<Item>, StoreError> {
         let out = req.return_values(ReturnValue::AllNew).send().await;
         Ok(self
-            .engine()
+            .engine
             .table
             .tally_conditional(Kind::Write, out)?
             .and_then(|out| out.attributes().cloned()))
@@ -83,7 +93,7 @@ impl Store {
         &self,
         req: UpdateItemFluentBuilder,
     ) -> Result<(), StoreError> {
-        self.engine()
+        self.engine
             .table
             .tally_conditional(Kind::Write, req.send().await)
             .map(|_| ())
@@ -175,7 +185,7 @@ pub(crate) fn job_ids(item: &Item) -> Vec<JobId> {
         .unwrap_or_default()
 }
 
-impl Store {
+impl Workflows<'_> {
     /// Moves a workflow's next check out (1 minute, doubling to at most 15), or ends its
     /// checks once it is settled.
     pub(crate) async fn reschedule_check(

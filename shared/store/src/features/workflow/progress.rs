@@ -15,13 +15,13 @@ use crate::job_item::old_item;
 use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
 
+use super::Workflows;
 use super::{
     job_ids, num, progress_of, wf_key, workflow_doc, workflow_state, FOLLOW_UP_RETRIES,
     MAX_PARENT_RESULTS_BYTES,
 };
-use crate::Store;
 
-impl Store {
+impl Workflows<'_> {
     /// Cancels a running workflow and every step that has not finished.
     pub async fn cancel_workflow(&self, id: &str, now: Timestamp) -> Result<Value, StoreError> {
         let out = self
@@ -35,14 +35,14 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let item = match self.engine().table.metered(Kind::Write, out) {
+        let item = match self.engine.table.metered(Kind::Write, out) {
             Ok(out) => out.attributes().cloned().unwrap_or_default(),
             Err(e) => {
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
                     let item = self
-                        .engine()
+                        .engine
                         .table
                         .read_item(wf_key(id))
                         .await?
@@ -75,7 +75,7 @@ impl Store {
     /// Cancels one step without feeding the cancellation back into the workflow; `true`
     /// when this call cancelled it.
     pub(crate) async fn cancel_step(&self, id: &JobId, now: Timestamp) -> Result<bool, StoreError> {
-        match self.engine().cancel_job_quietly(id, now).await {
+        match self.engine.cancel_job_quietly(id, now).await {
             Ok(_) => Ok(true),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
             Err(e) => Err(e),
@@ -155,7 +155,7 @@ impl Store {
             }
         }
         // Read again: the cancellations above moved the counts.
-        match self.engine().table.read_item(wf_key(wf_id)).await? {
+        match self.engine.table.read_item(wf_key(wf_id)).await? {
             Some(item) => self.settle_workflow(wf_id, &item, now).await,
             None => Ok(()),
         }
@@ -215,7 +215,7 @@ impl Store {
         match self.workflow_update(req).await? {
             Some(item) => Ok(Some(item)),
             // Recorded already (or gone): the item as it stands.
-            None => self.engine().table.read_item(wf_key(wf_id)).await,
+            None => self.engine.table.read_item(wf_key(wf_id)).await,
         }
     }
 
@@ -246,7 +246,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .engine
             .update(id)
             .update_expression(
                 "ADD deps_left :minus, deps_done :parents \
@@ -274,7 +274,7 @@ impl Store {
                 old_item(e).cloned(),
             ),
         };
-        match self.engine().finish_update(out) {
+        match self.engine.finish_update(out) {
             Ok(_) | Err(StoreError::Conflict { .. }) => {}
             Err(StoreError::NotFound) => return Ok(()),
             Err(e) => return Err(e),
@@ -297,14 +297,14 @@ impl Store {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let id = &job.id;
-        let out = JobWrite::new(Transition::Activate, self.engine().ready_place(job, &now))
+        let out = JobWrite::new(Transition::Activate, self.engine.ready_place(job, &now))
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::DepsLeft)
-            .apply(self.engine().update(id))?
+            .apply(self.engine.update(id))?
             .send()
             .await;
-        match self.engine().finish_update(out) {
+        match self.engine.finish_update(out) {
             Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
@@ -339,7 +339,7 @@ impl Store {
             .as_deref()
             .and_then(|s| JobId::parse(s).ok())
         {
-            let activated = match self.engine().get_job(&next).await {
+            let activated = match self.engine.get_job(&next).await {
                 Ok(Some(waiting)) if waiting.status.state == JobState::Pending => {
                     self.activate_pending(&waiting, now).await
                 }
@@ -361,15 +361,15 @@ impl Store {
         let out = JobWrite::new(
             Transition::Cancel,
             Place::Retained {
-                ttl: self.engine().expiry(&now),
+                ttl: self.engine.expiry(&now),
             },
         )
         .from(JobState::Pending)
         .stamp(Field::CancelledAt, &now)
-        .apply(self.engine().update(id))?
+        .apply(self.engine.update(id))?
         .send()
         .await;
-        match self.engine().finish_update(out) {
+        match self.engine.finish_update(out) {
             Ok(_) => Ok(true),
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
             Err(e) => Err(e),

@@ -8,15 +8,15 @@ use serde_json::{json, Value};
 use crate::error::StoreError;
 use crate::item::{self, Item};
 
+use super::Workflows;
 use super::{fired_callbacks, ids_of_steps, job_ids, num, text, wf_key, workflow_state};
-use crate::Store;
 
-impl Store {
+impl Workflows<'_> {
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
         let item = self
-            .engine()
+            .engine
             .table
             .read_item(wf_key(id))
             .await?
@@ -36,7 +36,7 @@ impl Store {
             consistent: true,
             ..Default::default()
         };
-        self.engine()
+        self.engine
             .table
             .batch_get(keys, &how)
             .await?

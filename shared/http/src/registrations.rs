@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreError> {
     let by = Some(key_id);
     let push: Vec<Value> = store
+        .push_endpoints()
         .list_push_endpoints()
         .await?
         .iter()
@@ -36,6 +37,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .map(|w| w.view())
         .collect();
     let crons: Vec<Value> = store
+        .cron()
         .list_crons()
         .await?
         .iter()
@@ -67,9 +69,12 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
     let by = Some(key_id);
     let reason = format!("API key {key_id}, which registered it, was revoked");
     let mut push = Vec::new();
-    for entry in store.list_push_endpoints().await? {
+    for entry in store.push_endpoints().list_push_endpoints().await? {
         if entry.created_by.as_deref() == by && entry.disabled.is_none() {
-            store.disable_push_endpoint(&entry, &reason, now).await?;
+            store
+                .push_endpoints()
+                .disable_push_endpoint(&entry, &reason, now)
+                .await?;
             push.push(entry.id);
         }
     }
@@ -91,13 +96,13 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
         }
     }
     let mut crons = Vec::new();
-    for entry in store.list_crons().await? {
+    for entry in store.cron().list_crons().await? {
         if entry.created_by.as_deref() != by || !entry.cron.enabled {
             continue;
         }
         let mut disabled = entry.cron.clone();
         disabled.enabled = false;
-        store.put_cron(&disabled, by, now).await?;
+        store.cron().put_cron(&disabled, by, now).await?;
         crons.push(entry.cron.name);
     }
     tracing::info!(

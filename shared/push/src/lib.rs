@@ -230,7 +230,7 @@ impl Dispatcher {
             tracing::error!(%job_id, "push offer of a job id that does not parse: dropped");
             return Ok(false);
         };
-        match self.inner.store.ready_job(&id).await? {
+        match self.inner.store.push_endpoints().ready_job(&id).await? {
             Some(ready) => Ok(self.dispatch(ready).await),
             // Taken, cancelled or gone meanwhile: nothing to offer.
             None => Ok(false),
@@ -277,6 +277,7 @@ impl Dispatcher {
             let claimed = self
                 .inner
                 .store
+                .push_endpoints()
                 .claim_for_push(&ready, endpoint, time::now())
                 .await;
             if !matches!(claimed, Ok(PushClaim::Claimed { .. })) {
@@ -316,6 +317,7 @@ impl Dispatcher {
             let jobs = match self
                 .inner
                 .store
+                .push_endpoints()
                 .ready_jobs(queue, CATCH_UP_PAGE, before)
                 .await
             {
@@ -346,7 +348,13 @@ impl Dispatcher {
     /// on AWS not yet (the scheduler's 60 s could not wait for a 900 s delivery): there the
     /// next delivery on the queue, or a polling worker, takes such jobs.
     pub async fn catch_up_all(&self) -> usize {
-        let endpoints = match self.inner.store.list_push_endpoints().await {
+        let endpoints = match self
+            .inner
+            .store
+            .push_endpoints()
+            .list_push_endpoints()
+            .await
+        {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "push endpoints unreadable");
@@ -378,7 +386,13 @@ impl Dispatcher {
                 }
             }
         }
-        let list = Arc::new(self.inner.store.push_endpoints_of(queue).await?);
+        let list = Arc::new(
+            self.inner
+                .store
+                .push_endpoints()
+                .push_endpoints_of(queue)
+                .await?,
+        );
         if let Ok(mut cache) = self.inner.endpoints.lock() {
             cache.insert(queue.clone(), (Instant::now(), list.clone()));
         }
@@ -451,7 +465,10 @@ impl Dispatcher {
                 tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
             }
         }
-        store.release_push_slot(endpoint, &slot).await;
+        store
+            .push_endpoints()
+            .release_push_slot(endpoint, &slot)
+            .await;
         if let PushAnswer::Failed(f) = &answer {
             if disables(&f.error_type) {
                 self.disable(endpoint, &f.message).await;
@@ -466,6 +483,7 @@ impl Dispatcher {
         if let Err(e) = self
             .inner
             .store
+            .push_endpoints()
             .disable_push_endpoint(endpoint, why, time::now())
             .await
         {

@@ -45,10 +45,12 @@ pub use features::admission::Admission;
 pub use features::api_keys::ApiKeyRecord;
 pub use features::api_keys::ApiKeys;
 pub use features::checkpoints::Checkpoints;
+pub use features::cron::Cron;
 pub use features::dead_letter::DeadLetter;
 pub use features::dead_letter::DeadLetterPage;
 pub use features::idempotency::IdempotencyKeys;
 pub use features::idempotency::KeyClaim;
+pub use features::push::PushEndpoints;
 pub use features::rate_limits::RateLimits;
 pub use features::schemas::Schemas;
 pub use features::webhooks::Webhooks;
@@ -400,13 +402,6 @@ impl Store {
         self.derived.catch_up().await
     }
 
-    /// This store noting the jobs its transitions finish in `scope`.
-    pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
-        let mut scoped = self.clone();
-        scoped.derived.engine = self.derived.engine.with_follow_ups(scope);
-        scoped
-    }
-
     /// The table name.
     pub fn table(&self) -> &str {
         self.derived.engine.table()
@@ -460,6 +455,16 @@ impl Store {
     /// Workflows: creation, views, cancellation and the sweep's check.
     pub fn workflows(&self) -> Workflows<'_> {
         Workflows::new(self.engine())
+    }
+
+    /// Cron registrations and the firing of their due occurrences.
+    pub fn cron(&self) -> Cron<'_> {
+        Cron::new(self.engine())
+    }
+
+    /// Push endpoints: their registry, claims of jobs for delivery and the nudges of waiting jobs.
+    pub fn push_endpoints(&self) -> PushEndpoints<'_> {
+        PushEndpoints::new(self.engine())
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

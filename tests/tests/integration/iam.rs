@@ -567,6 +567,7 @@ async fn job_for_endpoint(
     });
     setup
         .store
+        .push_endpoints()
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
             None,
@@ -918,6 +919,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     )?;
     let registered = setup
         .store
+        .push_endpoints()
         .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     setup.push(push("wq", json!({}))).await?;
@@ -929,7 +931,11 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         &[200],
     )?;
     // The scheduler's nudge below is to find only its own job.
-    setup.store.delete_push_endpoint(&registered.id).await?;
+    setup
+        .store
+        .push_endpoints()
+        .delete_push_endpoint(&registered.id)
+        .await?;
     expect(
         "rate",
         s.call(
@@ -962,11 +968,15 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     });
     let endpoint = ojs_core::push::PushEndpoint::from_json(&push_registration, true)?;
     let entry = store
+        .push_endpoints()
         .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
-    store.list_push_endpoints().await?;
-    store.get_push_endpoint(&entry.id).await?;
-    store.delete_push_endpoint(&entry.id).await?;
+    store.push_endpoints().list_push_endpoints().await?;
+    store.push_endpoints().get_push_endpoint(&entry.id).await?;
+    store
+        .push_endpoints()
+        .delete_push_endpoint(&entry.id)
+        .await?;
     // Webhook subscriptions (served by the queues function): create, list, get, update,
     // rotate, the log of a test delivery and its listing, delete.
     let sub = ojs_core::webhook::Subscription::from_json(
@@ -1445,6 +1455,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     // index, the job read, its mark).
     setup
         .store
+        .push_endpoints()
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(
                 &json!({"endpoint": "https://example.com/ojs", "job_types": ["iam.nudge"],
@@ -1459,7 +1470,10 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .push(json!({"type": "iam.nudge", "queue": "iam-nudge", "args": []}))
         .await?;
     let now = ojs_core::time::now();
-    let nudged = store.nudge_waiting_pushes(now, now).await?;
+    let nudged = store
+        .push_endpoints()
+        .nudge_waiting_pushes(now, now)
+        .await?;
     anyhow::ensure!(nudged == 1, "push nudge: {nudged} nudged");
     used.insert("SchedulerFunction", recorder.take());
 
@@ -1626,6 +1640,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     );
     // The catch-up a delivery runs when jobs were left waiting (endpoints full).
     store
+        .push_endpoints()
         .ready_jobs(
             &ojs_core::QueueName::parse("iam-push")?,
             10,
@@ -1664,6 +1679,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     .await?;
     let by = created["id"].as_str().map(str::to_owned);
     store
+        .push_endpoints()
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(
                 &json!({"endpoint": "https://example.com/keys", "job_types": ["iam.keys"],
@@ -1688,6 +1704,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         )
         .await?;
     store
+        .cron()
         .put_cron(
             &ojs_core::cron_job::CronJob::from_json(json!({
                 "name": "iam-keys", "expression": "0 0 1 1 *",

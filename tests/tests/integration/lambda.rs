@@ -375,6 +375,7 @@ async fn register_endpoint(store: &ojs_store::Store, url: &str, queue: &str) -> 
         "config": {"signing_secret": "whsec_lambda_0123456789", "timeout_ms": 90_000},
     });
     store
+        .push_endpoints()
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?,
@@ -515,6 +516,7 @@ async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() ->
     assert_eq!(res["batchItemFailures"], json!([]));
     let hang_q = ojs_core::QueueName::parse("hang-q").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     assert!(store
+        .push_endpoints()
         .ready_jobs(&hang_q, 10, ojs_core::time::now())
         .await?
         .is_empty());
@@ -942,6 +944,7 @@ async fn a_jobs_trace_id_is_in_the_log_lines_of_its_push_stream_batch_delivery_a
         "config": {"signing_secret": "whsec_lambda_0123456789"},
     });
     store
+        .push_endpoints()
         .put_push_endpoint(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?,

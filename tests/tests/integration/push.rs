@@ -709,11 +709,18 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     let now = ojs_core::time::now();
     assert_eq!(
         app.store
+            .push_endpoints()
             .nudge_waiting_pushes(now, before_the_pushes)
             .await?,
         0
     );
-    assert_eq!(app.store.nudge_waiting_pushes(now, now).await?, 3);
+    assert_eq!(
+        app.store
+            .push_endpoints()
+            .nudge_waiting_pushes(now, now)
+            .await?,
+        3
+    );
     for id in &ids {
         let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
         assert_eq!(job["state"], "completed", "{job}");
@@ -742,6 +749,7 @@ async fn the_endpoint_cap_holds_under_racing_registrations() -> anyhow::Result<(
     for i in 0..cap - 2 {
         let endpoint = ojs_core::push::PushEndpoint::from_json(&body(i), true)?;
         app.store
+            .push_endpoints()
             .put_push_endpoint(&endpoint, None, ojs_core::time::now())
             .await?;
     }
@@ -979,10 +987,16 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     body["config"]["max_concurrency"] = json!(2);
     let endpoint = ojs_core::push::PushEndpoint::from_json(&body, true)?;
     app.store
+        .push_endpoints()
         .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     let queue = ojs_core::QueueName::parse("twice")?;
-    let entry = app.store.push_endpoints_of(&queue).await?.remove(0);
+    let entry = app
+        .store
+        .push_endpoints()
+        .push_endpoints_of(&queue)
+        .await?
+        .remove(0);
     for i in 0..3 {
         app.push(json!({"type": "twice.job", "queue": "twice", "args": [i]}))
             .await?;
@@ -992,6 +1006,7 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     let ready = loop {
         let ready = app
             .store
+            .push_endpoints()
             .ready_jobs(&queue, 10, ojs_core::time::now())
             .await?;
         if ready.len() == 3 || Instant::now() > deadline {
@@ -1001,13 +1016,29 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     };
     assert_eq!(ready.len(), 3);
     let now = ojs_core::time::now;
-    let first = app.store.claim_for_push(&ready[0], &entry, now()).await?;
+    let first = app
+        .store
+        .push_endpoints()
+        .claim_for_push(&ready[0], &entry, now())
+        .await?;
     assert!(matches!(first, ojs_store::PushClaim::Claimed { .. }));
-    let again = app.store.claim_for_push(&ready[0], &entry, now()).await?;
+    let again = app
+        .store
+        .push_endpoints()
+        .claim_for_push(&ready[0], &entry, now())
+        .await?;
     assert!(matches!(again, ojs_store::PushClaim::NotNow));
-    let second = app.store.claim_for_push(&ready[1], &entry, now()).await?;
+    let second = app
+        .store
+        .push_endpoints()
+        .claim_for_push(&ready[1], &entry, now())
+        .await?;
     assert!(matches!(second, ojs_store::PushClaim::Claimed { .. }));
-    let third = app.store.claim_for_push(&ready[2], &entry, now()).await?;
+    let third = app
+        .store
+        .push_endpoints()
+        .claim_for_push(&ready[2], &entry, now())
+        .await?;
     assert!(
         matches!(third, ojs_store::PushClaim::Full),
         "a third delivery in flight while max_concurrency is 2"

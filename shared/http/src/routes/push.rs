@@ -57,6 +57,7 @@ async fn register_push_endpoint(
         })?;
     let entry = app
         .store
+        .push_endpoints()
         .put_push_endpoint(&endpoint, by.as_deref(), time::now())
         .await?;
     tracing::info!(id = %entry.id, "push endpoint registered");
@@ -69,6 +70,7 @@ async fn register_push_endpoint(
 async fn list_push_endpoints(State(app): State<AppState>) -> Result<Response, ApiError> {
     let all: Vec<Value> = app
         .store
+        .push_endpoints()
         .list_push_endpoints()
         .await?
         .iter()
@@ -84,6 +86,7 @@ async fn get_push_endpoint(
     check_id(&id)?;
     let entry = app
         .store
+        .push_endpoints()
         .get_push_endpoint(&id)
         .await?
         .ok_or_else(|| unknown(&id))?;
@@ -97,6 +100,7 @@ async fn delete_push_endpoint(
     check_id(&id)?;
     let entry = app
         .store
+        .push_endpoints()
         .delete_push_endpoint(&id)
         .await
         .map_err(|e| match e {

@@ -185,6 +185,7 @@ async fn set_paused(
         // Best effort: what this misses, the scheduler's nudge delivers later.
         if let Err(e) = app
             .store
+            .push_endpoints()
             .nudge_resumed_queue(&queue, ojs_core::time::now())
             .await
         {

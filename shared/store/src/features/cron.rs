@@ -11,11 +11,12 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
 use serde_json::Value;
 
+use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
+use crate::features::follow_ups::following_up;
 use crate::item::{self, n, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
-use crate::Store;
 
 /// A registration with its system-managed state.
 #[derive(Debug, Clone)]
@@ -90,7 +91,19 @@ fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
     })
 }
 
-impl Store {
+/// Cron registrations and the firing of their due occurrences.
+pub struct Cron<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Cron<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Cron<'_> {
     /// Registers (or replaces) a cron job. Returns the entry and whether it was new.
     pub async fn put_cron(
         &self,
@@ -121,7 +134,7 @@ impl Store {
             None => remove.push("created_by"),
         }
         let mut req = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(cron_key(&cron.name)))
@@ -160,7 +173,7 @@ impl Store {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.engine().table.tally(Kind::Write, out)?;
+        let out = self.engine.table.tally(Kind::Write, out)?;
         let item = out
             .attributes()
             .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
@@ -170,7 +183,7 @@ impl Store {
             let target = crate::timer::TimerTarget::Cron {
                 name: cron.name.clone(),
             };
-            self.engine().arm_timer(vec![(target, next)]).await;
+            self.engine.arm_timer(vec![(target, next)]).await;
         }
         Ok((entry, created))
     }
@@ -180,7 +193,7 @@ impl Store {
     /// the others.
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
         Ok(self
-            .engine().table.query_partition(keys::CRON_PK, true)
+            .engine.table.query_partition(keys::CRON_PK, true)
             .await?
             .iter()
             .filter_map(|item| match entry_from_item(item) {
@@ -196,7 +209,7 @@ impl Store {
 
     /// Removes a registration; NotFound when there is none.
     pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
-        self.engine()
+        self.engine
             .table
             .delete_returning(cron_key(name))
             .await?
@@ -207,7 +220,7 @@ impl Store {
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .read_item(cron_key(name))
             .await?
@@ -219,8 +232,8 @@ impl Store {
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.following_up(now, |store| async move {
-            store.fire_due_crons_in_scope(now).await
+        following_up(self.engine, now, |engine| async move {
+            Cron::new(&engine).fire_due_crons_in_scope(now).await
         })
         .await
     }
@@ -229,9 +242,9 @@ impl Store {
     async fn fire_due_crons_in_scope(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
         let mut pages = self
-            .engine()
+            .engine
             .table
-            .pages(self.engine().due_query(keys::CRON_DUE_PK, &now).limit(100));
+            .pages(self.engine.due_query(keys::CRON_DUE_PK, &now).limit(100));
         while let Some(out) = pages.next().await? {
             for i in out.items() {
                 let Some(name) = i
@@ -269,7 +282,7 @@ impl Store {
         let previous_running = match &entry.last_job_id {
             Some(id) => match ojs_core::JobId::parse(id) {
                 Ok(id) => self
-                    .engine()
+                    .engine
                     .get_job(&id)
                     .await?
                     .filter(|j| !j.status.state.is_terminal()),
@@ -280,7 +293,11 @@ impl Store {
         let occurrence = entry.cron.overlap.occurrence(previous_running.is_some());
         if let (Occurrence::CancelPreviousAndEnqueue, Some(prev)) = (occurrence, &previous_running)
         {
-            match self.cancel_job(&prev.id, now).await {
+            match following_up(self.engine, now, |engine| async move {
+                engine.cancel_job_in_scope(&prev.id, now).await
+            })
+            .await
+            {
                 Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
                 Err(e) => return Err(e),
             }
@@ -310,7 +327,7 @@ impl Store {
         let mut set = vec!["last_run_at = :now", "version = version + :one"];
         let mut remove = Vec::new();
         let mut update = Update::builder()
-            .table_name(self.engine().table())
+            .table_name(self.engine.table())
             .set_key(Some(cron_key(&entry.cron.name)))
             .condition_expression("version = :version")
             .expression_attribute_values(":version", n(entry.version))
@@ -342,20 +359,20 @@ impl Store {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
-            self.engine()
+            self.engine
                 .register_lane(&crate::keys::Lane::of(job))
                 .await?;
             items.push(
-                self.engine()
+                self.engine
                     .table
-                    .put_new(item::job_to_item(job, self.engine().queue_shards()))?,
+                    .put_new(item::job_to_item(job, self.engine.queue_shards()))?,
             );
             if let Some(prev) = waits_for {
                 // Link it behind the previous job, which must still be unfinished: if it
                 // finished meanwhile, the transaction fails and the next sweep fires
                 // the occurrence as a plain enqueue.
                 let link = Update::builder()
-                    .table_name(self.engine().table())
+                    .table_name(self.engine.table())
                     .set_key(Some(item::job_key(&prev)))
                     .update_expression("SET next_job = :next")
                     .condition_expression(
@@ -373,7 +390,7 @@ impl Store {
                 items.push(TransactWriteItem::builder().update(link).build());
             }
         }
-        if let Err(e) = self.engine().table.transact(items).await {
+        if let Err(e) = self.engine.table.transact(items).await {
             let cancelled =
                 e.code() == Some("TransactionCanceledException") || is_condition_failure(&e);
             if cancelled {
@@ -386,7 +403,7 @@ impl Store {
             let target = crate::timer::TimerTarget::Cron {
                 name: entry.cron.name.clone(),
             };
-            self.engine().arm_timer(vec![(target, next)]).await;
+            self.engine.arm_timer(vec![(target, next)]).await;
         }
         if job.is_none() {
             tracing::info!(cron = %entry.cron.name, "cron occurrence skipped: previous job still running")

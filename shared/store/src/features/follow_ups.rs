@@ -1,7 +1,7 @@
 //! What follows a finished job, run by the layer above the engine: the engine notes each
-//! job a transition finishes in the scope the entry point opened ([`Store::following_up`]),
+//! job a transition finishes in the scope the entry point opened ([`following_up`]),
 //! and the scope's owner moves each one's workflow and queued cron occurrence on
-//! ([`Store::after_terminal`]) in a loop, never by the engine calling up into features.
+//! ([`crate::Workflows::after_terminal`]) in a loop, never by the engine calling up into features.
 
 use std::future::Future;
 
@@ -10,6 +10,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, QueueName};
 
 use crate::effects::FollowUps;
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::workflow::Workflows;
 use crate::jobs::{AckRequest, FailOutcome, Fence};
@@ -30,24 +31,24 @@ impl Store {
     /// PUSH: [`Engine::put_job_in_scope`] (a unique policy's `replace` cancels the job it
     /// replaces).
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
-        self.following_up(time::now(), |store| async move {
-            store.engine().put_job_in_scope(job).await
+        following_up(self.engine(), time::now(), |engine| async move {
+            engine.put_job_in_scope(job).await
         })
         .await
     }
 
     /// CANCEL: [`Engine::cancel_job_in_scope`].
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.following_up(now, |store| async move {
-            store.engine().cancel_job_in_scope(id, now).await
+        following_up(self.engine(), now, |engine| async move {
+            engine.cancel_job_in_scope(id, now).await
         })
         .await
     }
 
     /// ACK: [`Engine::ack_job_in_scope`].
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
-        self.following_up(now, |store| async move {
-            store.engine().ack_job_in_scope(ack, now).await
+        following_up(self.engine(), now, |engine| async move {
+            engine.ack_job_in_scope(ack, now).await
         })
         .await
     }
@@ -61,9 +62,8 @@ impl Store {
         requeue: bool,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
-        self.following_up(now, |store| async move {
-            store
-                .engine()
+        following_up(self.engine(), now, |engine| async move {
+            engine
                 .fail_job_in_scope(id, failure, fence, requeue, now)
                 .await
         })
@@ -73,8 +73,8 @@ impl Store {
     /// [`Engine::settle_in_scope`]: an overdue job moved on (a lease or deadline passed,
     /// a time come, the job expired).
     pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
-        self.following_up(now, |store| async move {
-            store.engine().settle_in_scope(job, now).await
+        following_up(self.engine(), now, |engine| async move {
+            engine.settle_in_scope(job, now).await
         })
         .await
     }
@@ -85,8 +85,8 @@ impl Store {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
-        self.following_up(now, |store| async move {
-            store.engine().get_job_settled_in_scope(id, now).await
+        following_up(self.engine(), now, |engine| async move {
+            engine.get_job_settled_in_scope(id, now).await
         })
         .await
     }
@@ -98,46 +98,44 @@ impl Store {
         queue: &QueueName,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.following_up(now, |store| async move {
-            store.engine().promote_due_in_scope(queue, now).await
+        following_up(self.engine(), now, |engine| async move {
+            engine.promote_due_in_scope(queue, now).await
         })
         .await
     }
 }
 
-impl Store {
-    /// Runs `call` with a store that notes the jobs it finishes, then follows each of them
-    /// up (at `now`) before answering. Inside a scope already (a feature that calls an
-    /// entry point), the call joins it and the outer scope follows up.
-    pub(crate) async fn following_up<T, F, Fut>(&self, now: Timestamp, call: F) -> T
-    where
-        F: FnOnce(Store) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        if self.engine().follow_ups().is_some() {
-            return call(self.clone()).await;
-        }
-        let scope = FollowUps::default();
-        let scoped = self.with_follow_ups(scope.clone());
-        let out = call(scoped.clone()).await;
-        for _ in 0..MAX_ROUNDS {
-            let finished = scope.take();
-            if finished.is_empty() {
-                return out;
-            }
-            for f in finished {
-                Workflows::new(scoped.engine())
-                    .after_terminal(&f.job, f.outcome, now)
-                    .await;
-            }
-        }
-        let left = scope.take();
-        if !left.is_empty() {
-            tracing::warn!(
-                jobs = left.len(),
-                "follow-ups left to the sweep after {MAX_ROUNDS} rounds"
-            );
-        }
-        out
+/// Runs `call` with an engine that notes the jobs it finishes, then follows each of them
+/// up (at `now`) before answering: its workflow moves on. Inside a scope already (a
+/// feature that calls an entry point), the call joins it and the outer scope follows up.
+pub(crate) async fn following_up<T, F, Fut>(engine: &Engine, now: Timestamp, call: F) -> T
+where
+    F: FnOnce(Engine) -> Fut,
+    Fut: Future<Output = T>,
+{
+    if engine.follow_ups().is_some() {
+        return call(engine.clone()).await;
     }
+    let scope = FollowUps::default();
+    let scoped = engine.with_follow_ups(scope.clone());
+    let out = call(scoped.clone()).await;
+    for _ in 0..MAX_ROUNDS {
+        let finished = scope.take();
+        if finished.is_empty() {
+            return out;
+        }
+        for f in finished {
+            Workflows::new(&scoped)
+                .after_terminal(&f.job, f.outcome, now)
+                .await;
+        }
+    }
+    let left = scope.take();
+    if !left.is_empty() {
+        tracing::warn!(
+            jobs = left.len(),
+            "follow-ups left to the sweep after {MAX_ROUNDS} rounds"
+        );
+    }
+    out
 }

@@ -17,9 +17,10 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName};
 use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::StoreError;
+use crate::features::follow_ups::following_up;
 use crate::item::{self, s, Item};
-use crate::Store;
 
 /// Partition of every registration (the API's listing).
 const PUSH_PK: &str = "PUSH";
@@ -224,7 +225,19 @@ pub fn served_queues(endpoints: &[PushEntry]) -> Vec<&QueueName> {
     queues
 }
 
-impl Store {
+/// Push endpoints: their registry, claims of jobs for delivery and the nudges of waiting jobs.
+pub struct PushEndpoints<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> PushEndpoints<'a> {
+    /// The service over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl PushEndpoints<'_> {
     /// Stores a new registration under a fresh id: its listing item, one item per queue
     /// and the registry's count, in one transaction (2 + queues writes, after one Query of
     /// the listing). [`StoreError::LimitReached`] past [`MAX_PUSH_ENDPOINTS`];
@@ -250,7 +263,7 @@ impl Store {
         };
         let mut items = Vec::new();
         for pk in entry_pks(&endpoint.queues) {
-            items.push(self.engine().table.put_new(entry.to_item(pk))?);
+            items.push(self.engine.table.put_new(entry.to_item(pk))?);
         }
         items.push(self.count_update(listed, listed + 1)?);
         self.write_registry(items).await?;
@@ -260,7 +273,7 @@ impl Store {
     /// The registry count's move from `listed` (what the listing just found) to `to`.
     fn count_update(&self, listed: usize, to: usize) -> Result<TransactWriteItem, StoreError> {
         let update = Update::builder()
-            .table_name(self.engine().table())
+            .table_name(self.engine.table())
             .key("pk", s(COUNT_PK))
             .key("sk", s(COUNT_PK))
             .update_expression("SET n = :to")
@@ -276,7 +289,7 @@ impl Store {
     /// Writes a registry transaction; a refused condition means another write of the
     /// registry went first.
     async fn write_registry(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
-        match self.engine().table.transact(items).await {
+        match self.engine.table.transact(items).await {
             Err(e) if crate::error::cancellation_codes(&e).is_some() => {
                 Err(StoreError::Concurrent("the push endpoint registry".into()))
             }
@@ -290,7 +303,7 @@ impl Store {
             ("pk".to_owned(), s(PUSH_PK)),
             ("sk".to_owned(), s(entry_sk(id))),
         ]);
-        self.engine()
+        self.engine
             .table
             .read_item(key)
             .await?
@@ -302,7 +315,7 @@ impl Store {
     /// Every registration, oldest first (one strongly consistent Query; bounded by
     /// [`MAX_PUSH_ENDPOINTS`]).
     pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
-        self.engine()
+        self.engine
             .table
             .query_partition(PUSH_PK, true)
             .await?
@@ -315,7 +328,7 @@ impl Store {
     /// path's lookup). Unreadable items are skipped with a warning.
     pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
         let items = self
-            .engine()
+            .engine
             .table
             .query_partition(&queue_pk(queue), false)
             .await?;
@@ -338,7 +351,7 @@ impl Store {
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let update = Update::builder()
-                .table_name(self.engine().table())
+                .table_name(self.engine.table())
                 .key("pk", s(pk))
                 .key("sk", s(entry_sk(&entry.id)))
                 .update_expression("SET disabled_at = :at, disabled_reason = :why")
@@ -352,7 +365,7 @@ impl Store {
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             items.push(TransactWriteItem::builder().update(update).build());
         }
-        match self.engine().table.transact(items).await {
+        match self.engine.table.transact(items).await {
             // Deleted meanwhile, or disabled by another delivery first: nothing to do.
             Err(e) if crate::error::cancellation_codes(&e).is_some() => Ok(()),
             out => out.map_err(StoreError::from_sdk),
@@ -371,7 +384,7 @@ impl Store {
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let delete = Delete::builder()
-                .table_name(self.engine().table())
+                .table_name(self.engine.table())
                 .key("pk", s(pk))
                 .key("sk", s(entry_sk(id)))
                 .build()
@@ -396,8 +409,10 @@ impl Store {
         endpoint: &PushEntry,
         now: Timestamp,
     ) -> Result<PushClaim, StoreError> {
-        self.following_up(now, |store| async move {
-            store.claim_for_push_in_scope(ready, endpoint, now).await
+        following_up(self.engine, now, |engine| async move {
+            PushEndpoints::new(&engine)
+                .claim_for_push_in_scope(ready, endpoint, now)
+                .await
         })
         .await
     }
@@ -411,7 +426,7 @@ impl Store {
     ) -> Result<PushClaim, StoreError> {
         let queue = &ready.job.spec.queue;
         let settings = self
-            .engine()
+            .engine
             .queue_settings(std::slice::from_ref(queue))
             .await?;
         let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
@@ -420,7 +435,7 @@ impl Store {
         }
         let lane = crate::keys::Lane::of(&ready.job);
         let limits = self
-            .engine()
+            .engine
             .lane_limits(&lane, queue_settings.rate_limit.as_ref())
             .await?;
         let rate_limit =
@@ -435,7 +450,7 @@ impl Store {
         let slot = endpoint.slot_policy();
         let lease_until_us = time::after_ms(now, lease_ms).timestamp_micros();
         if !self
-            .engine()
+            .engine
             .take_slot(&slot, &holder, lease_until_us, now.timestamp_micros())
             .await?
         {
@@ -456,7 +471,7 @@ impl Store {
             rate_limit,
         );
         let claimed = self
-            .engine()
+            .engine
             .claim_one(&lane, &candidate, &req, now, &limits)
             .await;
         // The endpoint is sent the whole request (its args may be in the payload bucket).
@@ -465,10 +480,10 @@ impl Store {
         // ends (giving it back at once would make the change stream offer it again at
         // once, in a loop as long as S3 fails).
         let claimed = match claimed {
-            Ok(Some(job)) => match self.engine().try_full_job(job).await {
+            Ok(Some(job)) => match self.engine.try_full_job(job).await {
                 Ok(job) => Ok(Some(job)),
                 Err((job, e @ StoreError::Corrupt(_))) => {
-                    self.engine().settle_unread(job, e, now).await;
+                    self.engine.settle_unread(job, e, now).await;
                     Ok(None)
                 }
                 Err((_, e)) => Err(e),
@@ -481,7 +496,7 @@ impl Store {
                 slot: SlotHold(holder),
             }),
             other => {
-                self.engine()
+                self.engine
                     .release_holder(&slot.key, &holder, Some(lease_until_us))
                     .await;
                 other.map(|_| PushClaim::NotNow)
@@ -492,7 +507,7 @@ impl Store {
     /// Gives back a delivery's in-flight slot at `endpoint` (one or two UpdateItems; best
     /// effort: a slot not given back ends with the delivery's lease).
     pub async fn release_push_slot(&self, endpoint: &PushEntry, slot: &SlotHold) {
-        self.engine()
+        self.engine
             .release_holder(&endpoint.slot_policy().key, &slot.0, None)
             .await;
     }
@@ -574,7 +589,7 @@ impl Store {
     /// Marks `ready` as nudged, if it is still available at the same index entry.
     async fn nudge(&self, ready: &ReadyJob, now: Timestamp) -> Result<bool, StoreError> {
         let out = self
-            .engine()
+            .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(&ready.job.id)))
@@ -588,7 +603,7 @@ impl Store {
             .send()
             .await;
         Ok(self
-            .engine()
+            .engine
             .table
             .tally_conditional(crate::usage::Kind::Write, out)?
             .is_some())
@@ -597,7 +612,7 @@ impl Store {
     /// Job `id` if it is available (one strongly consistent GetItem): a planned push
     /// offer taken from the delivery queue.
     pub async fn ready_job(&self, id: &JobId) -> Result<Option<ReadyJob>, StoreError> {
-        let Some(raw) = self.engine().table.read_item(item::job_key(id)).await? else {
+        let Some(raw) = self.engine.table.read_item(item::job_key(id)).await? else {
             return Ok(None);
         };
         if item::state_of(&raw) != Some(JobState::Available) {
@@ -625,16 +640,16 @@ impl Store {
     ) -> Result<Vec<ReadyJob>, StoreError> {
         let cutoff = before.timestamp_micros();
         let mut out = Vec::new();
-        let lanes = self.engine().lanes(std::slice::from_ref(queue)).await?;
+        let lanes = self.engine.lanes(std::slice::from_ref(queue)).await?;
         for (lane, shard) in lanes
             .iter()
-            .flat_map(|lane| (0..self.engine().queue_shards()).map(move |shard| (lane, shard)))
+            .flat_map(|lane| (0..self.engine.queue_shards()).map(move |shard| (lane, shard)))
         {
             let page = i32::try_from(limit.saturating_sub(out.len())).unwrap_or(25);
             if page == 0 {
                 break;
             }
-            for c in self.engine().ready_candidates(lane, shard, page).await? {
+            for c in self.engine.ready_candidates(lane, shard, page).await? {
                 let enqueued_us = c
                     .ready_sk
                     .split('#')
@@ -643,7 +658,7 @@ impl Store {
                 if enqueued_us.is_some_and(|us| us > cutoff) {
                     continue;
                 }
-                let Some(raw) = self.engine().table.read_item(item::job_key(&c.id)).await? else {
+                let Some(raw) = self.engine.table.read_item(item::job_key(&c.id)).await? else {
                     continue;
                 };
                 if item::state_of(&raw) != Some(JobState::Available) {

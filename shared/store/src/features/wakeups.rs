@@ -5,7 +5,10 @@
 use ojs_core::time;
 use ojs_core::JobId;
 
+use crate::engine::Engine;
 use crate::error::StoreError;
+use crate::features::cron::Cron;
+use crate::features::follow_ups::following_up;
 use crate::timer::{TimerMessage, TimerTarget};
 use crate::Store;
 use crate::Timer;
@@ -15,44 +18,45 @@ impl Store {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
     /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
     pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
-        self.following_up(ojs_core::time::now(), |store| async move {
-            store.handle_timer_in_scope(body).await
+        following_up(self.engine(), time::now(), |engine| async move {
+            handle_timer_in_scope(&engine, body).await
         })
         .await
     }
-
-    /// [`Store::handle_timer`] within the caller's follow-up scope.
-    async fn handle_timer_in_scope(&self, body: &str) -> Result<(), StoreError> {
-        let msg: TimerMessage = serde_json::from_str(body)
-            .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
-        let due = time::from_micros(msg.due_us)
-            .ok_or_else(|| StoreError::Corrupt("timer due time".into()))?;
-        let early = due - time::now();
-        if early > chrono::Duration::zero() {
-            if early > chrono::Duration::seconds(5) {
-                // Delivered far too early (a delay longer than SQS allows): re-arm.
-                self.engine().arm_timer(vec![(msg.target, due)]).await;
-                return Ok(());
-            }
-            tokio::time::sleep(early.to_std().unwrap_or_default()).await;
-        }
-        let now = time::now();
-        match msg.target {
-            TimerTarget::Job { job_id } => {
-                let Ok(id) = JobId::parse(&job_id) else {
-                    return Ok(());
-                };
-                if let Some(job) = self.engine().get_job(&id).await? {
-                    self.settle(&job, now).await?;
-                }
-            }
-            TimerTarget::Cron { name } => {
-                self.fire_cron(&name, now).await?;
-            }
-        }
-        Ok(())
-    }
 }
+
+/// [`Store::handle_timer`] within the caller's follow-up scope.
+async fn handle_timer_in_scope(engine: &Engine, body: &str) -> Result<(), StoreError> {
+    let msg: TimerMessage = serde_json::from_str(body)
+        .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
+    let due = time::from_micros(msg.due_us)
+        .ok_or_else(|| StoreError::Corrupt("timer due time".into()))?;
+    let early = due - time::now();
+    if early > chrono::Duration::zero() {
+        if early > chrono::Duration::seconds(5) {
+            // Delivered far too early (a delay longer than SQS allows): re-arm.
+            engine.arm_timer(vec![(msg.target, due)]).await;
+            return Ok(());
+        }
+        tokio::time::sleep(early.to_std().unwrap_or_default()).await;
+    }
+    let now = time::now();
+    match msg.target {
+        TimerTarget::Job { job_id } => {
+            let Ok(id) = JobId::parse(&job_id) else {
+                return Ok(());
+            };
+            if let Some(job) = engine.get_job(&id).await? {
+                engine.settle_in_scope(&job, now).await?;
+            }
+        }
+        TimerTarget::Cron { name } => {
+            Cron::new(engine).fire_cron(&name, now).await?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Consumes the timer queue forever, handling each message like the
     /// timer function does and deleting it once handled. For the local server and tests,

@@ -15,6 +15,7 @@ use ojs_core::{Job, JobId, JobState, Transition};
 
 use crate::claim::{Admission, FetchOutcome, FetchRequest};
 use crate::error::StoreError;
+use crate::features::follow_ups::following_up;
 use crate::item::{n, s, ts, Item};
 use crate::jobs::Fence;
 use crate::keys;
@@ -443,12 +444,12 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
-        self.following_up(now, |store| async move {
+        following_up(self.engine(), now, |engine| async move {
             let admission = req
                 .worker_id
                 .as_deref()
-                .map(|id| -> Admission<'_> { Box::new(|| Box::pin(store.takes_jobs(id))) });
-            store.engine().claim_jobs(req, now, admission).await
+                .map(|id| -> Admission<'_> { Box::new(|| Box::pin(self.takes_jobs(id))) });
+            engine.claim_jobs(req, now, admission).await
         })
         .await
     }

@@ -34,7 +34,9 @@ Each check prints what it verified; the first failure exits 1 with the reason.
              STREAM_MAX_BATCHING_WINDOW s; its function's role reads that stream only
              (no stream action on "*") and may send to the destination; an IteratorAge
              alarm watches it; its event filter, if any, lets every job item's record
-             through (the keys of shared/store/src/dynamo/keys.rs JOB_PREFIX and JOB_SK)
+             through (the keys of shared/store/src/dynamo/keys.rs JOB_PREFIX and JOB_SK);
+             a function redrives the destination (told its URL, may receive and delete
+             its messages and read the stream's records again)
   routes     no ANY route (x-amazon-apigateway-any-method): behind the authorizer it
              would answer CORS preflights with 401 and be judged by the route key
              "ANY /..." (a read with a read-only key refused); each function's
@@ -511,6 +513,8 @@ PAYLOAD_ACTIONS = {
     "DeadLetterFunction": {"s3:GetObject"},
     "AdminFunction": {"s3:GetObject"},
     "StreamFunction": {"s3:DeleteObject"},
+    # The stream redrive applies given-up batches as StreamFunction does.
+    "SchedulerFunction": {"s3:DeleteObject"},
     "DeliveryFunction": {"s3:GetObject"},
 }
 PAYLOAD_RESOURCE = {"Fn::Sub": "${PayloadBucket.Arn}/jobs/*"}
@@ -658,6 +662,30 @@ def check_stream_filter(name, criteria, root):
              f"through ({json.dumps(want)}): events and counters would miss them")
 
 
+def redrivers_of(cfn, queue, stream_arn):
+    """The functions that redrive the batches a stream mapping gave up on: told the queue's
+    URL, allowed to take and delete its messages and to read the records again from the
+    stream (shared/store/src/derived/stream/redrive.rs)."""
+    out = []
+    for fn, f in resources(cfn, "AWS::Lambda::Function").items():
+        role = role_of(cfn, fn)
+        if role is None:
+            continue
+        allows = [st for st in statements(role) if st.get("Effect") == "Allow"]
+
+        def granted(action, resource):
+            return any(action in actions_of(st) and resource in resources_of(st) for st in allows)
+
+        env = f["Properties"].get("Environment", {}).get("Variables", {})
+        if (env.get("OJS_STREAM_FAILURES_QUEUE_URL") == {"Ref": queue}
+                and granted("sqs:ReceiveMessage", {"Fn::GetAtt": [queue, "Arn"]})
+                and granted("sqs:DeleteMessage", {"Fn::GetAtt": [queue, "Arn"]})
+                and granted("dynamodb:GetShardIterator", stream_arn)
+                and granted("dynamodb:GetRecords", stream_arn)):
+            out.append(fn)
+    return out
+
+
 def check_stream(cfn, root):
     schema = Path(root, "shared/store/src/dynamo/schema.rs").read_text(encoding="utf-8")
     m = re.search(r'pub const STREAM_VIEW: &str = "([A-Z_]+)";', schema)
@@ -749,7 +777,14 @@ def check_stream(cfn, root):
                 for ns, metric, dims in metric_of(alarm)
             ):
                 fail("stream", f"no IteratorAge alarm on {fn} (the stream's lag)")
-            checked.append(f"{table} -> {name} -> {fn} (on failure: {dest_queue})")
+            redrivers = redrivers_of(cfn, dest_queue, stream_arn) if dest_queue in queues else []
+            if dest_queue in queues and not redrivers:
+                fail("stream", f"no function redrives {dest_queue}: one must be told its URL "
+                     "(OJS_STREAM_FAILURES_QUEUE_URL), may sqs:ReceiveMessage and "
+                     f"sqs:DeleteMessage on it and dynamodb:GetShardIterator and GetRecords on "
+                     f"{table}'s stream, or a skipped batch's counter moves are lost for good")
+            checked.append(f"{table} -> {name} -> {fn} (on failure: {dest_queue}, "
+                           f"redriven by {', '.join(redrivers) or 'nobody'})")
     if not checked:
         fail("stream", "no table stream is consumed (events and counters would never be kept)")
     ok("stream", f"{want}; " + "; ".join(checked))

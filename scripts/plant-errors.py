@@ -143,6 +143,13 @@ def plants(src):
           "MaximumBatchingWindowInSeconds: 30", "stream")
     plant("stream-read-on-every-stream", "Resource: !GetAtt JobsTable.StreamArn", 'Resource: "*"', "stream")
     plant("stream-lag-not-alarmed", "MetricName: IteratorAge", "MetricName: Invocations", "stream")
+    # The redrive of given-up batches (SchedulerFunction): told the queue, allowed to read
+    # the records again.
+    plant("stream-not-redriven", "          OJS_STREAM_FAILURES_QUEUE_URL: !Ref StreamFailuresQueue\n",
+          "", "stream")
+    plant("stream-redrive-cannot-read",
+          "                - dynamodb:GetShardIterator\n                - dynamodb:GetRecords\n",
+          "                - dynamodb:GetShardIterator\n", "stream")
     # The build (the "build" check): one cargo build of every bin, each function its own bin.
     plant("function-built-alone", "      BuildMethod: makefile", "      BuildMethod: rust-cargolambda",
           "build")

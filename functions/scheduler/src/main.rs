@@ -1,11 +1,12 @@
 //! The scheduler Lambda function (EventBridge `rate(1 minute)`): wiring only. Each
 //! invocation is one `ojs_runtime::Scheduler::tick`, the same composition `make dev` runs
 //! every second: the sweep, the webhook retries that are due, the nudge of jobs left
-//! waiting for a push endpoint, and the backlog metrics.
+//! waiting for a push endpoint, the redrive of the stream batches the stream function
+//! gave up on (`OJS_STREAM_FAILURES_QUEUE_URL`), and the backlog metrics.
 
 use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
 use ojs_runtime::Scheduler;
-use ojs_store::Store;
+use ojs_store::{Store, StreamRedrive};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
@@ -15,7 +16,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let store = Store::from_env().await;
     let webhooks =
         ojs_push::WebhookDispatcher::new(store.clone(), ojs_push::WebhookConfig::from_env())?;
-    let scheduler = std::sync::Arc::new(Scheduler::new(store).with_webhooks(webhooks));
+    let mut scheduler = Scheduler::new(store).with_webhooks(webhooks);
+    match StreamRedrive::from_env(&aws_config::load_from_env().await) {
+        Some(redrive) => scheduler = scheduler.with_stream_redrive(redrive),
+        None => tracing::warn!(
+            "no OJS_STREAM_FAILURES_QUEUE_URL: given-up stream batches are not redriven"
+        ),
+    }
+    let scheduler = std::sync::Arc::new(scheduler);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let scheduler = std::sync::Arc::clone(&scheduler);
         let span = ojs_runtime::invocation_span(
@@ -27,12 +35,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         Box::pin(
             async move {
                 let r = scheduler.tick(ojs_core::time::now()).await?;
+                let redrive = r.stream_redrive;
                 tracing::info!(
                     queues = r.sweep.queues,
                     moved = r.sweep.moved,
                     healed = r.sweep.healed,
                     webhook_retries = r.webhook_retries,
                     push_nudges = r.push_nudges,
+                    stream_batches_redriven = redrive.batches,
+                    stream_batches_lost = redrive.lost,
+                    stream_batches_left = redrive.failed,
                     "tick"
                 );
                 Ok::<_, lambda_runtime::Error>(json!({
@@ -41,6 +53,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                     "healed": r.sweep.healed,
                     "webhook_retries": r.webhook_retries,
                     "push_nudges": r.push_nudges,
+                    "stream_batches_redriven": redrive.batches,
+                    "stream_batches_lost": redrive.lost,
+                    "stream_batches_left": redrive.failed,
                 }))
             }
             .instrument(span),

@@ -1,6 +1,6 @@
 //! One tick of the scheduler: the sweep's services one after another, each isolated (its
-//! failure is logged and counted, the others go on), beside the webhook retries and the
-//! push nudge, then the backlog metrics.
+//! failure is logged and counted, the others go on), beside the webhook retries, the push
+//! nudge and the redrive of given-up stream batches, then the backlog metrics.
 //!
 //! The sweep keeps a time budget ([`Store::sweep_budget`]): queues it had no time for
 //! are swept first by the next sweep.
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ojs_core::time::Timestamp;
 use ojs_push::WebhookDispatcher;
-use ojs_store::{Store, StoreError, SweepReport, PUSH_NUDGE_AFTER};
+use ojs_store::{RedriveReport, Store, StoreError, StreamRedrive, SweepReport, PUSH_NUDGE_AFTER};
 
 use crate::services::{QueueSweep, Service};
 
@@ -24,12 +24,16 @@ pub struct TickReport {
     /// Jobs put back on the change stream for their push endpoints; `None` when the
     /// nudge did not run in this tick (it runs at most every [`PUSH_NUDGE_AFTER`]).
     pub push_nudges: Option<usize>,
+    /// The redrive of the stream batches the stream function gave up on (nothing without
+    /// a failure queue).
+    pub stream_redrive: RedriveReport,
 }
 
 /// The periodic services of one stack, composed once.
 pub struct Scheduler {
     store: Store,
     webhooks: Option<WebhookDispatcher>,
+    stream_redrive: Option<StreamRedrive>,
     /// When this instance last nudged waiting pushes: a tick every second (the local
     /// server) must not re-mark the same waiting jobs every second.
     last_nudge: Mutex<Option<Instant>>,
@@ -41,6 +45,7 @@ impl Scheduler {
         Self {
             store,
             webhooks: None,
+            stream_redrive: None,
             last_nudge: Mutex::new(None),
         }
     }
@@ -51,8 +56,15 @@ impl Scheduler {
         self
     }
 
-    /// One tick at `now`: the sweep, the webhook retries and the push nudge at once (none
-    /// waits for the others), then the metrics. Only a sweep that could not start (the
+    /// The same, also applying the stream batches the stream function gave up on
+    /// (`StreamFailuresQueue`) through `redrive`.
+    pub fn with_stream_redrive(mut self, redrive: StreamRedrive) -> Self {
+        self.stream_redrive = Some(redrive);
+        self
+    }
+
+    /// One tick at `now`: the sweep, the webhook retries, the push nudge and the stream
+    /// redrive at once (none waits for the others), then the metrics. Only a sweep that could not start (the
     /// queue list unreadable) is an error.
     pub async fn tick(&self, now: Timestamp) -> Result<TickReport, StoreError> {
         let redrive = async {
@@ -61,8 +73,17 @@ impl Scheduler {
                 None => 0,
             }
         };
-        let (sweep, webhook_retries, push_nudges) =
-            futures::join!(self.sweep(now), redrive, self.nudge(now));
+        let stream_redrive = async {
+            match &self.stream_redrive {
+                Some(r) => {
+                    let deadline = Instant::now() + self.store.sweep_budget();
+                    r.run(&self.store, deadline).await
+                }
+                None => RedriveReport::default(),
+            }
+        };
+        let (sweep, webhook_retries, push_nudges, stream_redrive) =
+            futures::join!(self.sweep(now), redrive, self.nudge(now), stream_redrive);
         let sweep = sweep?;
         // Backlog metrics for the alarms; a failure here must not fail the tick.
         if let Err(e) = self.store.engine().emit_sweep_metrics(&sweep, now).await {
@@ -72,6 +93,7 @@ impl Scheduler {
             sweep,
             webhook_retries,
             push_nudges,
+            stream_redrive,
         })
     }
 

@@ -26,6 +26,9 @@ pub enum Service {
     CounterHealing,
     /// Webhook retries that are due are made (`ojs_push::WebhookDispatcher::redrive`).
     WebhookRedrive,
+    /// Stream batches the stream function gave up on are read again from the stream and
+    /// applied (`ojs_store::StreamRedrive`).
+    StreamRedrive,
     /// Jobs left waiting on a queue with push endpoints go back on the change stream
     /// ([`Store::nudge_waiting_pushes`]).
     PushNudge,
@@ -43,6 +46,7 @@ impl Service {
             Self::WorkflowCheck => "workflows",
             Self::CounterHealing => "counters",
             Self::WebhookRedrive => "webhook retries",
+            Self::StreamRedrive => "stream redrive",
             Self::PushNudge => "push nudges",
             Self::BacklogMetrics => "metrics",
         }
@@ -186,6 +190,7 @@ mod tests {
             Service::WorkflowCheck,
             Service::CounterHealing,
             Service::WebhookRedrive,
+            Service::StreamRedrive,
             Service::PushNudge,
             Service::BacklogMetrics,
         ];

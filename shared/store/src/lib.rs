@@ -65,6 +65,7 @@ pub use queues::{QueueInfo, QueuePressure, QueueSettings};
 pub use rate_limits::{RateLimitState, WindowState};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
+pub use stream::redrive::{RedriveReport, StreamRedrive};
 pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
 pub use tenants::TenantStats;

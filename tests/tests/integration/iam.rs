@@ -1475,6 +1475,49 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .nudge_waiting_pushes(now, now)
         .await?;
     anyhow::ensure!(nudged == 1, "push nudge: {nudged} nudged");
+    // The redrive of a stream batch given up on: its position taken off the failure queue,
+    // its records read again from the stream (not recorded: a Streams client) and applied
+    // (the transaction, and the marker read when a run was applied before; only the calls
+    // are checked here), the message deleted.
+    let (arn, records) = ojs_tests::stream_records(setup.store.table()).await?;
+    let mut batch: Vec<Value> = records
+        .into_iter()
+        .filter(super::stream_redrive::is_job_record)
+        .collect();
+    batch.drain(..batch.len().saturating_sub(2));
+    let streams =
+        ojs_store::streams_client_for(&sdk, &ojs_tests::fault_proxy::raw_dynamodb_endpoint());
+    let shard = super::stream_redrive::only_shard(&streams, &arn).await?;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let failures = sqs
+        .create_queue()
+        .queue_name(format!(
+            "ojs-iam-stream-failures-{}",
+            uuid::Uuid::now_v7().simple()
+        ))
+        .send()
+        .await?
+        .queue_url()
+        .context("the stream failure queue's URL")?
+        .to_owned();
+    sqs.send_message()
+        .queue_url(&failures)
+        .message_body(super::stream_redrive::invocation_record(
+            &arn, &shard, &batch,
+        ))
+        .send()
+        .await?;
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        sqs.config()
+            .to_builder()
+            .interceptor(ServiceRecorder::sharing(&recorder))
+            .build(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let redriven = ojs_store::StreamRedrive::new(sqs, streams, failures)
+        .run(&store, deadline)
+        .await;
+    anyhow::ensure!(redriven.batches == 1, "stream redrive: {redriven:?}");
     used.insert("SchedulerFunction", recorder.take());
 
     // ---- timer: a job due now and a cron occurrence.

@@ -45,6 +45,7 @@ mod sharding;
 mod shutdown;
 mod smoke;
 mod stream_once;
+mod stream_redrive;
 mod table_definition;
 mod tenant_dead_letter;
 mod tenant_limits;

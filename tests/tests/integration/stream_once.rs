@@ -18,7 +18,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 /// Every queue's job counts by state, counted in the table itself.
-async fn table_counts(table: &str) -> anyhow::Result<BTreeMap<String, BTreeMap<String, u64>>> {
+pub(crate) async fn table_counts(
+    table: &str,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, u64>>> {
     let mut counts: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for item in table_items(table).await? {
         let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -33,7 +35,7 @@ async fn table_counts(table: &str) -> anyhow::Result<BTreeMap<String, BTreeMap<S
 }
 
 /// Every counter of every queue the table holds jobs of equals a count of the table.
-async fn counters_match_the_table(store: &Store, phase: &str) -> anyhow::Result<()> {
+pub(crate) async fn counters_match_the_table(store: &Store, phase: &str) -> anyhow::Result<()> {
     let table = table_counts(store.table()).await?;
     anyhow::ensure!(!table.is_empty(), "{phase}: no jobs");
     for (queue, states) in &table {
@@ -98,7 +100,7 @@ async fn call(app: &TestApp, method: Method, path: &str, body: Value) -> anyhow:
 /// jobs made available, scheduled, claimed, completed, retried, discarded and cancelled,
 /// a workflow with pending steps, and one job in each of 60 queues (so a batch touches
 /// more counter items and event pages than one transaction holds). Returns the queues.
-async fn workload(app: &TestApp) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn workload(app: &TestApp) -> anyhow::Result<Vec<String>> {
     let q = "once";
     let later = ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::minutes(10)));
     let retry = json!({"max_attempts": 2, "initial_interval": "PT1M", "jitter": false});

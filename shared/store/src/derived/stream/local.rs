@@ -441,7 +441,7 @@ fn stream_error(e: impl std::error::Error + 'static) -> StoreError {
 }
 
 /// A stream record as the change it carries.
-fn change_of(r: &aws_sdk_dynamodbstreams::types::StreamRecord) -> Change {
+pub(super) fn change_of(r: &aws_sdk_dynamodbstreams::types::StreamRecord) -> Change {
     Change {
         old: r.old_image().map(item_of),
         new: r.new_image().map(item_of),

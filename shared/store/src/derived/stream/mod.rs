@@ -9,11 +9,14 @@
 //! ([`local`]) an in-process poller reads DynamoDB Local's Streams API and does the same.
 //! Delivery is at least once, application exactly once ([`apply`]): a batch's counter
 //! moves and event pages are written in one transaction with a marker of the records
-//! they cover, so a batch that comes again changes nothing twice.
+//! they cover, so a batch that comes again changes nothing twice. A batch the stream
+//! function gave up on is read again from the stream and applied the same way by
+//! [`redrive`].
 
 mod apply;
 mod json;
 pub mod local;
+pub mod redrive;
 
 use ojs_core::change::render_events;
 use ojs_core::event::Event;

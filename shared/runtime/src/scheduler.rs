@@ -76,8 +76,8 @@ impl Scheduler {
         let stream_redrive = async {
             match &self.stream_redrive {
                 Some(r) => {
-                    let deadline = Instant::now() + self.store.sweep_budget();
-                    r.run(&self.store, deadline).await
+                    let deadline = Instant::now() + self.store.engine().sweep_budget();
+                    r.run(self.store.derived(), deadline).await
                 }
                 None => RedriveReport::default(),
             }

@@ -1515,7 +1515,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let redriven = ojs_store::StreamRedrive::new(sqs, streams, failures)
-        .run(&store, deadline)
+        .run(store.derived(), deadline)
         .await;
     anyhow::ensure!(redriven.batches == 1, "stream redrive: {redriven:?}");
     used.insert("SchedulerFunction", recorder.take());

@@ -118,7 +118,12 @@ async fn tenant_counters_match(
         let id = TenantId::parse(tenant)
             .map_err(|e| anyhow::anyhow!("{e:?}"))?
             .context("a tenant")?;
-        let stats = app.store.tenant_stats(&id).await?.unwrap_or_default();
+        let stats = app
+            .store
+            .derived()
+            .tenant_stats(&id)
+            .await?
+            .unwrap_or_default();
         let s = stats.queues.get("redrive-t").cloned().unwrap_or_default();
         let held = BTreeMap::from([
             ("available", s.available),
@@ -308,7 +313,7 @@ async fn a_given_up_stream_batch_is_redriven_exactly_once() -> anyhow::Result<()
             ],
         );
         assert!(
-            faulty.apply_changes(&changes).await.is_err(),
+            faulty.derived().apply_changes(&changes).await.is_err(),
             "the batch should fail"
         );
         assert_eq!(proxy.scripted_left(), 0);
@@ -319,7 +324,7 @@ async fn a_given_up_stream_batch_is_redriven_exactly_once() -> anyhow::Result<()
     send_all(&sqs, &url, &messages).await?;
 
     let far = Instant::now() + Duration::from_secs(600);
-    let report = redrive.run(&app.store, far).await;
+    let report = redrive.run(app.store.derived(), far).await;
     assert_eq!(
         (report.batches, report.records, report.lost, report.failed),
         (messages.len(), jobs.len(), 0, 0),
@@ -342,7 +347,7 @@ async fn a_given_up_stream_batch_is_redriven_exactly_once() -> anyhow::Result<()
     // The same messages again (SQS delivers at least once): nothing changes.
     let derived = derived_items(&table).await?;
     send_all(&sqs, &url, &messages).await?;
-    let again = redrive.run(&app.store, far).await;
+    let again = redrive.run(app.store.derived(), far).await;
     assert_eq!(
         again,
         RedriveReport {
@@ -395,16 +400,17 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
         &[Fault::ServerError, Fault::ServerError, Fault::ServerError],
     );
     let far = Instant::now() + Duration::from_secs(600);
-    let report = redrive.run(&faulty, far).await;
+    let report = redrive.run(faulty.derived(), far).await;
     assert_eq!((report.batches, report.failed), (0, 1), "{report:?}");
     assert_eq!(queue_depth(&sqs, &url).await?, 1, "the message is kept");
     let stats = app
         .store
+        .derived()
         .queue_stats(&ojs_core::QueueName::parse(q).map_err(|e| anyhow::anyhow!("{e:?}"))?)
         .await?;
     assert_eq!(stats.available, 0, "nothing was applied");
 
-    let report = redrive.run(&app.store, far).await;
+    let report = redrive.run(app.store.derived(), far).await;
     assert_eq!(
         (report.batches, report.records, report.failed),
         (1, 3, 0),
@@ -413,6 +419,7 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
     assert_eq!(queue_depth(&sqs, &url).await?, 0);
     let stats = app
         .store
+        .derived()
         .queue_stats(&ojs_core::QueueName::parse(q).map_err(|e| anyhow::anyhow!("{e:?}"))?)
         .await?;
     assert_eq!(stats.available, 3);
@@ -426,7 +433,7 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
         &[gone.to_string(), json!({"hello": 1}).to_string()],
     )
     .await?;
-    let report = redrive.run(&app.store, far).await;
+    let report = redrive.run(app.store.derived(), far).await;
     assert_eq!(
         (report.batches, report.lost, report.failed),
         (0, 2, 0),
@@ -439,6 +446,7 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
     );
     let stats = app
         .store
+        .derived()
         .queue_stats(&ojs_core::QueueName::parse(q).map_err(|e| anyhow::anyhow!("{e:?}"))?)
         .await?;
     assert_eq!(stats.available, 3, "a lost batch changes nothing");

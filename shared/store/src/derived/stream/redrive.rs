@@ -8,7 +8,7 @@
 //!
 //! [`StreamRedrive::run`] takes those messages off the queue, reads each batch's records
 //! again from the stream (an iterator `AT_SEQUENCE_NUMBER` of the first one, pages until
-//! the last one) and applies them with [`Store::apply_changes`], the stream function's
+//! the last one) and applies them with [`Derived::apply_changes`], the stream function's
 //! own application: the batch starts at the same record as every delivery of it did, so
 //! the runs an earlier delivery landed meet their markers and are skipped (`apply.rs`).
 //! A message is deleted only once its batch is applied. One whose records the stream no
@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 
 use super::local::change_of;
 use super::Change;
+use crate::derived::Derived;
 use crate::error::StoreError;
-use crate::Store;
 
 /// The environment variable naming the queue of given-up batches (its URL).
 pub const QUEUE_URL_VAR: &str = "OJS_STREAM_FAILURES_QUEUE_URL";
@@ -171,9 +171,9 @@ impl StreamRedrive {
     }
 
     /// Takes the given-up batches off the queue until it is empty (or `deadline`, or
-    /// [`MAX_RECEIVES`] receives) and applies each through `store`. Never fails: what it
+    /// [`MAX_RECEIVES`] receives) and applies each through `derived`. Never fails: what it
     /// could not do is counted in the report and left for the next run.
-    pub async fn run(&self, store: &Store, deadline: Instant) -> RedriveReport {
+    pub async fn run(&self, derived: &Derived, deadline: Instant) -> RedriveReport {
         let mut report = RedriveReport::default();
         let mut seen = std::collections::HashSet::new();
         for _ in 0..MAX_RECEIVES {
@@ -208,7 +208,7 @@ impl StreamRedrive {
             }
             for message in fresh {
                 let body = message.body().unwrap_or_default();
-                let done = match self.redrive(store, body).await {
+                let done = match self.redrive(derived, body).await {
                     Ok((records, replayed)) => {
                         report.batches += 1;
                         report.records += records;
@@ -232,7 +232,7 @@ impl StreamRedrive {
             }
         }
         if report.lost > 0 {
-            if let Some(namespace) = store.metrics_namespace() {
+            if let Some(namespace) = derived.engine().metrics_namespace() {
                 println!("{}", lost_document(namespace, report.lost));
             }
         }
@@ -240,9 +240,9 @@ impl StreamRedrive {
     }
 
     /// Applies the batch a message names: its job records and those applied before.
-    async fn redrive(&self, store: &Store, body: &str) -> Result<(usize, usize), Failure> {
+    async fn redrive(&self, derived: &Derived, body: &str) -> Result<(usize, usize), Failure> {
         let info = BatchInfo::parse(body).map_err(Failure::Lost)?;
-        if !info.is_of_table(store.table()) {
+        if !info.is_of_table(derived.engine().table()) {
             return Err(Failure::Lost(format!(
                 "the batch is of another table's stream ({})",
                 info.stream_arn
@@ -256,7 +256,7 @@ impl StreamRedrive {
                 "a given-up stream batch read again has another number of job records"
             );
         }
-        let applied = store
+        let applied = derived
             .apply_changes(&changes)
             .await
             .map_err(Failure::Later)?;

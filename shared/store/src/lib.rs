@@ -41,6 +41,7 @@ pub use cron::CronEntry;
 pub use effects::StepOutcome;
 pub use error::StoreError;
 pub use events::{EventPage, EventQuery};
+pub use features::admin::Admin;
 pub use features::admission::Admission;
 pub use features::api_keys::ApiKeyRecord;
 pub use features::api_keys::ApiKeys;
@@ -466,6 +467,11 @@ impl Store {
     /// Push endpoints: their registry, claims of jobs for delivery and the nudges of waiting jobs.
     pub fn push_endpoints(&self) -> PushEndpoints<'_> {
         PushEndpoints::new(self.engine())
+    }
+
+    /// The admin API's queries and actions: job listings, retry and delete, dead letter stats, maintenance mode.
+    pub fn admin(&self) -> Admin<'_> {
+        Admin::new(self.derived())
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

@@ -122,6 +122,7 @@ async fn a_one_megabyte_job_is_kept_in_s3_served_whole_and_deleted_with_its_item
     app.store.catch_up().await;
     assert!(payloads.exists(&key).await?);
     app.store
+        .admin()
         .admin_delete_job(&ojs_core::JobId::parse(&id).map_err(|e| anyhow::anyhow!("{e}"))?)
         .await?;
     app.store.catch_up().await;
@@ -204,6 +205,7 @@ async fn a_job_that_fits_its_item_makes_no_s3_call() -> anyhow::Result<()> {
     let ack = app.ack(json!({"job_id": id, "worker_id": "w1"})).await?;
     assert_eq!(ack.status, 200);
     app.store
+        .admin()
         .admin_delete_job(&ojs_core::JobId::parse(&id).map_err(|e| anyhow::anyhow!("{e}"))?)
         .await?;
     app.store.catch_up().await;

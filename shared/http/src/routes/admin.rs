@@ -349,7 +349,7 @@ async fn get_queue(
         .find(|q| q.name == name)
         .ok_or_else(|| OjsError::not_found(format!("queue {name} not found")))?;
     let st = app.store.derived().queue_stats(&queue).await?;
-    let settings = app.store.admin_queue_settings(&queue).await?;
+    let settings = app.store.admin().admin_queue_settings(&queue).await?;
     let mut body = queue_view(&info, &st);
     body["configuration"] = json!({
         "rate_limit": settings.rate_limit.map(|r| r.to_json()),
@@ -446,6 +446,7 @@ async fn deregister_worker(
     super::workers::check_worker_id(&id)?;
     let stale_before = time::now() - chrono::Duration::seconds(STALE_AFTER_SECS);
     app.store
+        .admin()
         .deregister_worker(&id, stale_before)
         .await
         .map_err(|e| match e {
@@ -479,7 +480,7 @@ fn maintenance_view(m: &ojs_store::Maintenance) -> Value {
 }
 
 async fn get_maintenance(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let m = app.store.maintenance().await?;
+    let m = app.store.admin().maintenance().await?;
     Ok(reply(StatusCode::OK, maintenance_view(&m)))
 }
 
@@ -509,6 +510,7 @@ async fn set_maintenance(
     };
     let m = app
         .store
+        .admin()
         .set_maintenance(enabled, reason, ends_at, now)
         .await?;
     tracing::info!(enabled, "maintenance mode set");

@@ -69,7 +69,7 @@ async fn find_ids(
     let mut ids = Vec::new();
     for q in &queues {
         for s in states {
-            ids.extend(app.store.admin_job_ids(q, *s, MAX_LISTED).await?);
+            ids.extend(app.store.admin().admin_job_ids(q, *s, MAX_LISTED).await?);
         }
     }
     ids.sort();
@@ -85,7 +85,7 @@ async fn find_jobs(
     states: &[JobState],
 ) -> Result<Vec<Job>, ApiError> {
     let ids = find_ids(app, filter, states).await?;
-    let mut jobs = app.store.get_jobs(&ids).await?;
+    let mut jobs = app.store.admin().get_jobs(&ids).await?;
     jobs.retain(|j| filter.matches(j) && states.contains(&j.status.state));
     Ok(jobs)
 }
@@ -132,7 +132,7 @@ async fn listing(app: &AppState, filter: &Filter, paging: &Paging) -> Result<Res
             .skip(paging.offset())
             .take(paging.per_page)
             .collect();
-        let mut jobs = app.store.get_jobs(&page).await?;
+        let mut jobs = app.store.admin().get_jobs(&page).await?;
         // A job that moved since its index entry or event was read is left out.
         jobs.retain(|j| filter.matches(j) && states.contains(&j.status.state));
         (jobs.iter().map(summary).collect(), total)
@@ -196,6 +196,7 @@ pub(crate) async fn retry_job(
     let id = JobId::parse(&id)?;
     let job = app
         .store
+        .admin()
         .admin_retry_job(&id, time::now())
         .await
         .map_err(job_not_found(&id))?;
@@ -287,9 +288,14 @@ async fn apply(app: &AppState, action: &str, jobs: &[Job]) -> BulkReport {
     let now = time::now();
     for job in jobs {
         let outcome = match action {
-            "retry" => app.store.admin_retry_job(&job.id, now).await.map(drop),
+            "retry" => app
+                .store
+                .admin()
+                .admin_retry_job(&job.id, now)
+                .await
+                .map(drop),
             "cancel" => app.store.cancel_job(&job.id, now).await.map(drop),
-            _ => app.store.admin_delete_job(&job.id).await,
+            _ => app.store.admin().admin_delete_job(&job.id).await,
         };
         report.record(&job.id, outcome);
     }
@@ -434,7 +440,7 @@ async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError
 
 /// `GET /ojs/v1/admin/dead-letter/stats`.
 pub(crate) async fn dead_letter_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let st = app.store.dead_letter_stats().await?;
+    let st = app.store.admin().dead_letter_stats().await?;
     Ok(reply(
         StatusCode::OK,
         json!({
@@ -555,7 +561,7 @@ pub(crate) async fn purge_queue(
         if before.is_some_and(|b| !older(finished, b)) {
             continue;
         }
-        match app.store.admin_delete_job(&job.id).await {
+        match app.store.admin().admin_delete_job(&job.id).await {
             Ok(()) | Err(StoreError::NotFound) => purged += 1,
             // Retried or changed meanwhile: not purged.
             Err(StoreError::Conflict { .. }) => {}

@@ -434,6 +434,7 @@ async fn heartbeat(
         // read, for such a worker only); another tenant's job is as unknown as a gone one.
         let own: std::collections::HashSet<JobId> = app
             .store
+            .admin()
             .get_jobs(&jobs.iter().map(|(id, _)| *id).collect::<Vec<_>>())
             .await?
             .iter()

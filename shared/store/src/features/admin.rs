@@ -21,12 +21,14 @@ use ojs_core::event::EventKind;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
+use crate::derived::Derived;
 use crate::error::{is_condition_failure, StoreError};
+use crate::features::dead_letter::DeadLetter;
 use crate::item::{self, s, ts, Item};
 use crate::keys;
 use crate::transition::JobWrite;
 use crate::usage::Kind;
-use crate::{EventQuery, Store};
+use crate::EventQuery;
 
 /// Most job ids one listing collects per queue and state.
 pub const MAX_LISTED: usize = 1000;
@@ -79,14 +81,27 @@ pub struct Maintenance {
     pub paused_queues: Vec<String>,
 }
 
-impl Store {
+/// The admin API's queries and actions: job listings, retry and delete, dead letter stats, maintenance mode.
+pub struct Admin<'a> {
+    derived: &'a Derived,
+}
+
+impl<'a> Admin<'a> {
+    /// The service over `derived`.
+    pub(crate) fn new(derived: &'a Derived) -> Self {
+        Self { derived }
+    }
+}
+
+impl Admin<'_> {
     /// The settings of `queue` (paused, queue-wide rate limit), as FETCH reads them.
     pub async fn admin_queue_settings(
         &self,
         queue: &QueueName,
     ) -> Result<crate::QueueSettings, StoreError> {
         Ok(self
-            .engine()
+            .derived
+            .engine
             .queue_settings(std::slice::from_ref(queue))
             .await?
             .remove(queue.as_str())
@@ -110,7 +125,7 @@ impl Store {
                 limit: cap,
                 tenant: Default::default(),
             };
-            let page = self.derived().list_events(&q).await?;
+            let page = self.derived.list_events(&q).await?;
             let mut seen = HashSet::new();
             return Ok(page
                 .events
@@ -120,12 +135,13 @@ impl Store {
                 .collect());
         }
         let mut ids = Vec::new();
-        let shards = self.engine().queue_shards();
+        let shards = self.derived.engine.queue_shards();
         // Available jobs are in their tenants' lanes; waiting and active ones in the
         // queue's due partitions.
         let partitions: Vec<_> = match state {
             JobState::Available => self
-                .engine()
+                .derived
+                .engine
                 .lanes(std::slice::from_ref(queue))
                 .await?
                 .iter()
@@ -142,7 +158,8 @@ impl Store {
         };
         for (index, pk) in partitions {
             let mut query = self
-                .engine()
+                .derived
+                .engine
                 .table
                 .query_index(index)
                 .key_condition_expression(format!("{} = :pk", index.keys.partition))
@@ -153,7 +170,7 @@ impl Store {
                     .expression_attribute_names("#state", "state")
                     .expression_attribute_values(":state", s(state.as_str()));
             }
-            let mut pages = self.engine().table.pages(query);
+            let mut pages = self.derived.engine.table.pages(query);
             while ids.len() < cap {
                 let limit = i32::try_from(cap - ids.len())
                     .unwrap_or(1000)
@@ -178,7 +195,7 @@ impl Store {
         };
         let keys: Vec<Item> = ids.iter().map(item::job_key).collect();
         let mut found: HashMap<JobId, Job> = HashMap::new();
-        for it in self.engine().table.batch_get(keys, &how).await? {
+        for it in self.derived.engine.table.batch_get(keys, &how).await? {
             let job = item::job_from_item(&it)?;
             found.insert(job.id, job);
         }
@@ -194,13 +211,16 @@ impl Store {
     /// queue with it. Workflow steps are refused (their workflow already moved on).
     pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let item = self
-            .engine()
+            .derived
+            .engine
             .table
             .read_item(item::job_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
         if item.contains_key("dead_sk") {
-            return self.dead_letter().retry_dead_letter(id, now).await;
+            return DeadLetter::new(&self.derived.engine)
+                .retry_dead_letter(id, now)
+                .await;
         }
         let job = item::job_from_item(&item)?;
         let from = job.status.state;
@@ -212,18 +232,22 @@ impl Store {
             });
         }
         let wid = crate::job_item::write_id();
-        let out = JobWrite::new(Transition::Revive, self.engine().ready_place(&job, &now))
-            .from(from)
-            .version(job.status.version)
-            .restart(&now)
-            .write_id(&wid)
-            .apply(self.engine().update(id))?
-            .send()
-            .await;
+        let out = JobWrite::new(
+            Transition::Revive,
+            self.derived.engine.ready_place(&job, &now),
+        )
+        .from(from)
+        .version(job.status.version)
+        .restart(&now)
+        .write_id(&wid)
+        .apply(self.derived.engine.update(id))?
+        .send()
+        .await;
         let job = self
-            .engine()
+            .derived
+            .engine
             .finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        Ok(self.engine().shown_job(job).await)
+        Ok(self.derived.engine.shown_job(job).await)
     }
 
     /// Permanently deletes a finished (completed, cancelled or discarded) job; a
@@ -231,13 +255,16 @@ impl Store {
     /// such job, Conflict when it is not finished or is a workflow step.
     pub async fn admin_delete_job(&self, id: &JobId) -> Result<(), StoreError> {
         let item = self
-            .engine()
+            .derived
+            .engine
             .table
             .read_item(item::job_key(id))
             .await?
             .ok_or(StoreError::NotFound)?;
         if item.contains_key("dead_sk") {
-            return self.dead_letter().delete_dead_letter(id).await;
+            return DeadLetter::new(&self.derived.engine)
+                .delete_dead_letter(id)
+                .await;
         }
         let job = item::job_from_item(&item)?;
         let state = job.status.state;
@@ -247,7 +274,8 @@ impl Store {
             });
         }
         let out = self
-            .engine()
+            .derived
+            .engine
             .table
             .delete_item()
             .set_key(Some(item::job_key(id)))
@@ -256,7 +284,8 @@ impl Store {
             .expression_attribute_values(":state", s(state.as_str()))
             .send()
             .await;
-        self.engine()
+        self.derived
+            .engine
             .table
             .tally_conditional(Kind::Write, out)?
             .map(|_| ())
@@ -269,13 +298,14 @@ impl Store {
         let mut oldest: Option<i64> = None;
         let mut newest: Option<i64> = None;
         let query = self
-            .engine()
+            .derived
+            .engine
             .table
             .query_table()
             .key_condition_expression("pk = :pk")
             .expression_attribute_values(":pk", s(keys::DEAD_PK))
             .projection_expression("sk");
-        let mut pages = self.engine().table.pages(query);
+        let mut pages = self.derived.engine.table.pages(query);
         while let Some(out) = pages.next().await? {
             for sk in out.items().iter().filter_map(|i| i.get("sk")?.as_s().ok()) {
                 let mut parts = sk.splitn(3, '#');
@@ -304,7 +334,7 @@ impl Store {
             ("pk".to_owned(), s(SYSTEM_PK)),
             ("sk".to_owned(), s(MAINTENANCE_SK)),
         ]);
-        let Some(item) = self.engine().table.read_item(key).await? else {
+        let Some(item) = self.derived.engine.table.read_item(key).await? else {
             return Ok(Maintenance::default());
         };
         let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -337,9 +367,9 @@ impl Store {
         }
         let next = if enabled {
             let mut paused = Vec::new();
-            for q in self.engine().list_queues().await? {
+            for q in self.derived.engine.list_queues().await? {
                 if !q.paused {
-                    self.engine().set_paused(&q.name, true).await?;
+                    self.derived.engine.set_paused(&q.name, true).await?;
                     paused.push(q.name);
                 }
             }
@@ -352,7 +382,7 @@ impl Store {
             }
         } else {
             for q in &current.paused_queues {
-                self.engine().set_paused(q, false).await?;
+                self.derived.engine.set_paused(q, false).await?;
             }
             Maintenance::default()
         };
@@ -374,7 +404,7 @@ impl Store {
                 item.insert(k.to_owned(), s(v.clone()));
             }
         }
-        self.engine().table.put_plain(item).await?;
+        self.derived.engine.table.put_plain(item).await?;
         Ok(next)
     }
 
@@ -387,7 +417,8 @@ impl Store {
         stale_before: Timestamp,
     ) -> Result<(), StoreError> {
         let out = self
-            .engine()
+            .derived
+            .engine
             .table
             .delete_item()
             .set_key(Some(crate::workers::worker_key(id)))
@@ -400,7 +431,7 @@ impl Store {
             )
             .send()
             .await;
-        match self.engine().table.metered(Kind::Write, out) {
+        match self.derived.engine.table.metered(Kind::Write, out) {
             Ok(_) => Ok(()),
             Err(e) => {
                 if is_condition_failure(&e) {

@@ -55,6 +55,7 @@ pub use features::push::PushEndpoints;
 pub use features::rate_limits::RateLimits;
 pub use features::schemas::Schemas;
 pub use features::webhooks::Webhooks;
+pub use features::workers::Workers;
 pub use features::workflow::Workflows;
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
@@ -472,6 +473,11 @@ impl Store {
     /// The admin API's queries and actions: job listings, retry and delete, dead letter stats, maintenance mode.
     pub fn admin(&self) -> Admin<'_> {
         Admin::new(self.derived())
+    }
+
+    /// Workers: FETCH, heartbeats, progress, directives and the worker registry, with what this instance knows of which workers take jobs.
+    pub fn workers(&self) -> Workers<'_> {
+        Workers::new(self.engine(), &self.admissions)
     }
 
     /// Creates the table (with TTL and its change stream) unless it exists, and waits

@@ -1416,7 +1416,7 @@ async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> a
         let req = req.clone();
         async move {
             let before = store.usage().calls;
-            let out = store.fetch(&req, ojs_core::time::now()).await?;
+            let out = store.workers().fetch(&req, ojs_core::time::now()).await?;
             anyhow::ensure!(out.jobs.len() == 1, "fetched {:?}", out.jobs);
             Ok(store.usage().calls - before)
         }

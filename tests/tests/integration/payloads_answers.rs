@@ -258,7 +258,7 @@ async fn a_fetch_whose_payload_store_fails_delivers_the_rest_and_gives_the_job_b
         tenant: Default::default(),
         scheduling: None,
     };
-    let outcome = down.fetch(&req, ojs_core::time::now()).await?;
+    let outcome = down.workers().fetch(&req, ojs_core::time::now()).await?;
     let ids: Vec<String> = outcome.jobs.iter().map(|j| j.id.to_string()).collect();
     assert_eq!(ids, vec![small.body["job"]["id"].as_str().unwrap_or("?")]);
     // Given back at once, its attempt not counted, no holder.
@@ -538,7 +538,7 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     };
     ojs_tests::after_index_lag().await;
     proxy.script(Filter::Any, &[Fault::DropAfter; 8]);
-    let first = faulty.fetch(&req, ojs_core::time::now()).await?;
+    let first = faulty.workers().fetch(&req, ojs_core::time::now()).await?;
     assert!(
         first.jobs.is_empty(),
         "nothing delivered without its payload"
@@ -561,7 +561,11 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     assert_eq!(back.status.attempt, 0, "the attempt is not counted");
     let mut delivered = Vec::new();
     for _ in 0..50 {
-        delivered = faulty.fetch(&req, ojs_core::time::now()).await?.jobs;
+        delivered = faulty
+            .workers()
+            .fetch(&req, ojs_core::time::now())
+            .await?
+            .jobs;
         if !delivered.is_empty() {
             break;
         }

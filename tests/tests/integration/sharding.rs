@@ -324,6 +324,7 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
     // With time to spend, the rest are claimed by one FETCH.
     let rest = store
         .with_fetch_budget(Duration::from_secs(5))
+        .workers()
         .fetch(
             &ojs_store::FetchRequest {
                 queues: vec![
@@ -397,7 +398,7 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     proxy.script(Filter::op("UpdateItem"), &[Fault::Hold]);
     let slow_req = request(&["lost-a", "lost-b"], "slow")?;
     let slow_fetch =
-        tokio::spawn(async move { slow.fetch(&slow_req, ojs_core::time::now()).await });
+        tokio::spawn(async move { slow.workers().fetch(&slow_req, ojs_core::time::now()).await });
     let held_by = Instant::now() + Duration::from_secs(15);
     while proxy.scripted_left() > 0 {
         anyhow::ensure!(Instant::now() < held_by, "the slow FETCH never claimed");
@@ -407,7 +408,10 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     let rival_req = request(&["lost-a"], "rival")?;
     while taken.len() < contended.len() {
         anyhow::ensure!(Instant::now() < held_by, "the rival took only {taken:?}");
-        let out = rival.fetch(&rival_req, ojs_core::time::now()).await?;
+        let out = rival
+            .workers()
+            .fetch(&rival_req, ojs_core::time::now())
+            .await?;
         taken.extend(out.jobs.iter().map(|j| j.id.to_string()));
     }
     assert_eq!(taken, contended);

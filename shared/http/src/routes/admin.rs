@@ -191,7 +191,7 @@ async fn get_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
         add(&mut total, st);
     }
     let names = queues.iter().map(|(q, _)| q.name.clone()).collect();
-    let workers = app.store.list_workers().await?.len();
+    let workers = app.store.workers().list_workers().await?.len();
     Ok(reply(
         StatusCode::OK,
         json!({

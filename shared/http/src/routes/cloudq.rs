@@ -207,11 +207,11 @@ async fn reserve(app: &AppState, queue: &str) -> Result<Response, ApiError> {
         tenant: ojs_core::tenant::Scope::Any,
         scheduling: None,
     };
-    let mut outcome = app.store.fetch(&req, time::now()).await?;
+    let mut outcome = app.store.workers().fetch(&req, time::now()).await?;
     if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
         // As FETCH does: a just-pushed job may take a few ms to reach the index.
         tokio::time::sleep(app.config.fetch_recheck).await;
-        outcome = app.store.fetch(&req, time::now()).await?;
+        outcome = app.store.workers().fetch(&req, time::now()).await?;
     }
     let Some(job) = outcome.jobs.first() else {
         return Ok(answer(StatusCode::OK, json!({"status": "empty"})));

@@ -179,10 +179,10 @@ async fn fetch_jobs(
         ..parse_fetch(body)?
     };
     app.settle_pushes(&req.queues).await;
-    let mut outcome = app.store.fetch(&req, time::now()).await?;
+    let mut outcome = app.store.workers().fetch(&req, time::now()).await?;
     if !outcome.saw_ready && !app.config.fetch_recheck.is_zero() {
         tokio::time::sleep(app.config.fetch_recheck).await;
-        outcome = app.store.fetch(&req, time::now()).await?;
+        outcome = app.store.workers().fetch(&req, time::now()).await?;
     }
     let mut jobs: Vec<Value> = outcome.jobs.iter().map(|j| j.to_json()).collect();
     if format.is_some_and(|Extension(f)| f == Format::Proto) {
@@ -448,6 +448,7 @@ async fn heartbeat(
     let now = time::now();
     let beat = app
         .store
+        .workers()
         .heartbeat(&worker, worker_state, &jobs, reported, vis, now)
         .await?;
     let ids = |v: &[JobId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
@@ -519,6 +520,7 @@ async fn worker_health(
     check_worker_id(&id)?;
     let w = app
         .store
+        .workers()
         .worker(&id)
         .await?
         .ok_or_else(|| no_such_worker(&id))?;
@@ -557,7 +559,7 @@ async fn list_workers(State(app): State<AppState>) -> Result<Response, ApiError>
     let (mut running, mut quiet, mut stale) = (0u64, 0u64, 0u64);
     let workers: Vec<Value> = app
         .store
-        .list_workers()
+        .workers().list_workers()
         .await?
         .into_iter()
         .map(|w| {
@@ -602,6 +604,7 @@ async fn set_directive(
     check_worker_id(&id)?;
     let w = app
         .store
+        .workers()
         .set_directive(&id, directive)
         .await
         .map_err(|e| match e {
@@ -624,7 +627,12 @@ async fn record_progress(
     report: &ProgressReport,
 ) -> Result<Response, ApiError> {
     super::tenant_owns(app, tenant, id).await?;
-    let job = match app.store.report_progress(id, report, time::now()).await {
+    let job = match app
+        .store
+        .workers()
+        .report_progress(id, report, time::now())
+        .await
+    {
         Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(id).into()),
         other => other?,
     };

@@ -14,6 +14,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, Transition};
 
 use crate::claim::{Admission, FetchOutcome, FetchRequest};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::follow_ups::following_up;
 use crate::item::{n, s, ts, Item};
@@ -21,7 +22,6 @@ use crate::jobs::Fence;
 use crate::keys;
 use crate::transition::{JobWrite, Place};
 use crate::usage::Kind;
-use crate::Store;
 
 /// How long a worker is remembered after its last heartbeat.
 const WORKER_TTL_SECS: i64 = 3_600;
@@ -213,7 +213,21 @@ impl Admissions {
     }
 }
 
-impl Store {
+/// Workers: FETCH, heartbeats, progress, directives and the worker registry, with what this instance knows of which workers take jobs.
+pub struct Workers<'a> {
+    engine: &'a Engine,
+    /// The façade's memory of which workers take jobs (per instance).
+    admissions: &'a Admissions,
+}
+
+impl<'a> Workers<'a> {
+    /// The service over `engine`, remembering workers' admissions in `admissions`.
+    pub(crate) fn new(engine: &'a Engine, admissions: &'a Admissions) -> Self {
+        Self { engine, admissions }
+    }
+}
+
+impl Workers<'_> {
     /// Records a heartbeat: liveness and the state the worker reports of itself (one
     /// UpdateItem that also returns the directive) and a lease extension for each reported
     /// job whose current attempt the worker holds: claimed under its worker id and, when
@@ -244,7 +258,7 @@ impl Store {
                 .expression_attribute_values(":ttl", n(now.timestamp() + WORKER_TTL_SECS))
                 .send()
                 .await;
-            self.engine().table.tally(Kind::Write, out)
+            self.engine.table.tally(Kind::Write, out)
         };
         let extensions = join_all(jobs.iter().map(|(id, attempt)| {
             let fence = Fence {
@@ -286,7 +300,7 @@ impl Store {
         visibility_timeout_ms: Option<u64>,
         now: Timestamp,
     ) -> Result<Extension, StoreError> {
-        let Some(job) = self.engine().get_job(id).await? else {
+        let Some(job) = self.engine.get_job(id).await? else {
             return Ok(Extension::NotHeld);
         };
         match self
@@ -326,12 +340,12 @@ impl Store {
         // not cost the worker that while of its new lease.
         let lease = time::after_ms(now.max(time::now()), ms);
         let due = job.status.deadline.map_or(lease, |d| d.min(lease));
-        self.engine().extend_slot(job, &lease).await?;
+        self.engine.extend_slot(job, &lease).await?;
         // The fence is in the condition too, not only in the read above.
         let mut write = JobWrite::new(
             Transition::Extend,
             Place::Due {
-                pk: self.engine().due_pk(&job.spec.queue, id),
+                pk: self.engine.due_pk(&job.spec.queue, id),
                 sk: keys::due_sk(&due, job.spec.priority, job.tenant().as_ref(), id),
             },
         )
@@ -345,10 +359,10 @@ impl Store {
         }
         let out = fence
             .guard(write)
-            .apply(self.engine().update(id))?
+            .apply(self.engine.update(id))?
             .send()
             .await;
-        match self.engine().finish_update(out) {
+        match self.engine.finish_update(out) {
             Ok(written) => Ok(Extension::Extended {
                 requested: Directive::requested_by(job),
                 job: Box::new(written),
@@ -382,11 +396,7 @@ impl Store {
         };
         // A report racing another extension of the same job reads it again (bounded).
         for _ in 0..PROGRESS_TRIES {
-            let job = self
-                .engine()
-                .get_job(id)
-                .await?
-                .ok_or(StoreError::NotFound)?;
+            let job = self.engine.get_job(id).await?.ok_or(StoreError::NotFound)?;
             match self
                 .extend_held(&job, fence, None, Some(report), now)
                 .await?
@@ -413,7 +423,7 @@ impl Store {
             .send()
             .await;
         let worker = self
-            .engine()
+            .engine
             .table
             .tally_existing(Kind::Write, out)?
             .attributes()
@@ -428,7 +438,7 @@ impl Store {
     pub async fn worker(&self, id: &str) -> Result<Option<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
-            .engine()
+            .engine
             .table
             .read_item(worker_key(id))
             .await?
@@ -444,7 +454,7 @@ impl Store {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             let admission = req
                 .worker_id
                 .as_deref()
@@ -462,12 +472,12 @@ impl Store {
     /// draining through another instance is thus refused within that time plus
     /// replication; through this one at once.
     async fn takes_jobs(&self, id: &str) -> Result<bool, StoreError> {
-        let ttl = self.engine().config.queue_settings_ttl;
+        let ttl = self.engine.config.queue_settings_ttl;
         if let Some(known) = self.admissions.recall(id, ttl) {
             return Ok(known);
         }
         let out = self
-            .engine()
+            .engine
             .table
             .get_item()
             .set_key(Some(worker_key(id)))
@@ -477,7 +487,7 @@ impl Store {
             .await;
         let now = time::now().timestamp();
         let takes = self
-            .engine()
+            .engine
             .table
             .tally(Kind::Read, out)?
             .item()
@@ -491,7 +501,7 @@ impl Store {
 
     /// An UpdateItem of worker `id`'s item, answering with the item as written.
     fn worker_update(&self, id: &str) -> UpdateItemFluentBuilder {
-        self.engine()
+        self.engine
             .table
             .update_item()
             .set_key(Some(worker_key(id)))
@@ -502,7 +512,7 @@ impl Store {
     pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
         let now = time::now().timestamp();
         Ok(self
-            .engine()
+            .engine
             .table
             .query_partition(keys::WORKERS_PK, false)
             .await?

@@ -45,6 +45,15 @@ async fn wide_batch(app: &TestApp) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pushes `job` for `tenant`; its id.
+async fn push_as(app: &TestApp, tenant: &str, job: Value) -> anyhow::Result<String> {
+    let r = app
+        .call_as(Some(tenant), Method::POST, "/ojs/v1/jobs", Some(job))
+        .await?;
+    anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    Ok(r.body["job"]["id"].as_str().unwrap_or_default().to_owned())
+}
+
 /// The tenants' part of the workload, in queue `redrive-t`: acme's three jobs (one
 /// completed, one discarded, one left available) and beta's scheduled one. Returns each
 /// job's tenant by id.
@@ -54,24 +63,10 @@ async fn tenant_workload(app: &TestApp) -> anyhow::Result<BTreeMap<String, &'sta
     let mut tenants = BTreeMap::new();
     for i in 0..3 {
         let job = json!({"type": "rd.t", "args": [i], "options": {"queue": q, "retry": {"max_attempts": 1}}});
-        let r = app
-            .call_as(Some("acme"), Method::POST, "/ojs/v1/jobs", Some(job))
-            .await?;
-        anyhow::ensure!(r.status == 201, "{:?}", r.body);
-        tenants.insert(
-            r.body["job"]["id"].as_str().unwrap_or_default().to_owned(),
-            "acme",
-        );
+        tenants.insert(push_as(app, "acme", job).await?, "acme");
     }
     let job = json!({"type": "rd.t", "args": [], "options": {"queue": q}, "scheduled_at": later});
-    let r = app
-        .call_as(Some("beta"), Method::POST, "/ojs/v1/jobs", Some(job))
-        .await?;
-    anyhow::ensure!(r.status == 201, "{:?}", r.body);
-    tenants.insert(
-        r.body["job"]["id"].as_str().unwrap_or_default().to_owned(),
-        "beta",
-    );
+    tenants.insert(push_as(app, "beta", job).await?, "beta");
     ojs_tests::after_index_lag().await;
     let fetch = json!({"queues": [q], "count": 2, "worker_id": "rd-w"});
     let got = app

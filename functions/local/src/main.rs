@@ -1,6 +1,7 @@
 //! Local development server: every endpoint group on one port, against the DynamoDB
 //! endpoint named by the standard AWS environment, with the timer consumer, the
-//! change stream consumer and the scheduler's tick in process. Creates the table if it
+//! change stream consumer (its given-up batches on a local failure queue, redriven by
+//! the tick) and the scheduler's tick in process. Creates the table if it
 //! is missing.
 
 mod preflight;
@@ -54,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
     // counters of changes made while nothing read the stream). Off when a deployed
     // stream function already consumes this table.
     let mut webhooks = None;
+    let mut stream_redrive = None;
     if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
         let sdk = aws_config::load_from_env().await;
         let client = ojs_store::streams_client_from_env(&sdk);
@@ -77,12 +79,27 @@ async fn main() -> anyhow::Result<()> {
         // them, a task each instead of an SQS message each.
         let deliverer =
             ojs_push::Deliverer::new(dispatcher.clone(), dispatcher_of_webhooks.clone());
-        let deliveries = ojs_push::PlannedDeliveries::new(
+        let deliveries = std::sync::Arc::new(ojs_push::PlannedDeliveries::new(
             ojs_push::Planner::new(dispatcher, dispatcher_of_webhooks),
             ojs_push::DeliveryQueue::InProcess(std::sync::Arc::new(deliverer)),
-        );
+        ));
+        // A batch the consumer gives up on goes to a failure queue on the local SQS, and
+        // the scheduler's tick redrives it (its counters, events and deliveries), as the
+        // event source mapping and the scheduler function do on AWS.
+        if std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {
+            let name = format!("{}-stream-failures", store.table());
+            let failures = ojs_store::FailureQueue::create(&sdk, &name)
+                .await
+                .context("creating the local stream failure queue")?;
+            stream_redrive = Some(
+                failures
+                    .redrive(client.clone())
+                    .with_deliveries(deliveries.clone()),
+            );
+            store = store.with_stream_failures(failures);
+        }
         store = store
-            .with_change_observer(std::sync::Arc::new(deliveries))
+            .with_change_observer(deliveries)
             .with_local_stream(client, created, Some(STREAM_POLL))
             .await
             .context("reading the table's change stream")?;
@@ -105,6 +122,9 @@ async fn main() -> anyhow::Result<()> {
     let mut scheduler = ojs_runtime::Scheduler::new(store.clone());
     if let Some(w) = webhooks {
         scheduler = scheduler.with_webhooks(w);
+    }
+    if let Some(r) = stream_redrive {
+        scheduler = scheduler.with_stream_redrive(r);
     }
     tokio::spawn(async move {
         scheduler

@@ -284,6 +284,27 @@ impl ojs_store::ChangeObserver for PlannedDeliveries {
     }
 }
 
+/// The stream redrive's hook (the scheduler): a given-up batch's deliveries planned and
+/// handed over as the stream function would have, waited for, so that the batch's
+/// message is deleted only once they are on their way.
+impl ojs_store::BatchDeliveries for PlannedDeliveries {
+    fn hand_over<'a>(
+        &'a self,
+        changes: &'a [Change],
+    ) -> futures::future::BoxFuture<'a, Result<usize, String>> {
+        Box::pin(async move {
+            let deliveries = self
+                .planner
+                .plan(changes)
+                .await
+                .map_err(|e| e.to_string())?;
+            let planned = deliveries.len();
+            self.queue.send(deliveries).await?;
+            Ok(planned)
+        })
+    }
+}
+
 /// `bodies` in `SendMessageBatch` calls: at most [`SEND_BATCH`] messages and 256 KiB each.
 fn batches(bodies: &[String]) -> Vec<Vec<&String>> {
     let mut out: Vec<Vec<&String>> = Vec::new();

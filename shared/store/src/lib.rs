@@ -67,7 +67,7 @@ pub use queues::{QueueInfo, QueuePressure, QueueSettings};
 pub use rate_limits::{RateLimitState, WindowState};
 pub use schemas::{SchemaEntry, SchemaPut};
 pub use stream::local::LocalStream;
-pub use stream::redrive::{RedriveReport, StreamRedrive};
+pub use stream::redrive::{BatchDeliveries, FailureQueue, RedriveReport, StreamRedrive};
 pub use stream::{Applied, Change, ChangeObserver};
 pub use sweep::SweepReport;
 pub use tenants::TenantStats;
@@ -389,6 +389,14 @@ impl Store {
         self.derived.stream =
             Some(LocalStream::attach(&self.derived, client, from_start, background).await?);
         Ok(self)
+    }
+
+    /// The same store reporting each batch its in-process stream consumer gives up on to
+    /// `queue`, for a [`StreamRedrive`] to apply, as the stream function's event source
+    /// mapping does on AWS (set before [`Store::with_local_stream`], which takes a copy).
+    pub fn with_stream_failures(mut self, queue: FailureQueue) -> Self {
+        self.derived.failures = Some(queue);
+        self
     }
 
     /// The same store handing every batch its in-process stream consumer applies to

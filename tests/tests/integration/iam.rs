@@ -1500,6 +1500,17 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .queue_url()
         .context("the stream failure queue's URL")?
         .to_owned();
+    let delivery_queue = sqs
+        .create_queue()
+        .queue_name(format!(
+            "ojs-iam-deliveries-{}",
+            uuid::Uuid::now_v7().simple()
+        ))
+        .send()
+        .await?
+        .queue_url()
+        .context("the delivery queue's URL")?
+        .to_owned();
     sqs.send_message()
         .queue_url(&failures)
         .message_body(super::stream_redrive::invocation_record(
@@ -1513,11 +1524,30 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             .interceptor(ServiceRecorder::sharing(&recorder))
             .build(),
     );
+    // The batch's deliveries (the webhook subscription above takes every job event)
+    // planned and sent to the delivery queue.
+    let pushes = ojs_push::Dispatcher::new(
+        store.clone(),
+        ojs_push::lambda_client(&sdk),
+        ojs_push::PushConfig::local(true),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let deliveries = ojs_push::PlannedDeliveries::new(
+        ojs_push::Planner::new(pushes, webhooks.clone()),
+        ojs_push::DeliveryQueue::Sqs {
+            client: sqs.clone(),
+            url: delivery_queue,
+        },
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let redriven = ojs_store::StreamRedrive::new(sqs, streams, failures)
+        .with_deliveries(Arc::new(deliveries))
         .run(store.derived(), deadline)
         .await;
-    anyhow::ensure!(redriven.batches == 1, "stream redrive: {redriven:?}");
+    anyhow::ensure!(
+        redriven.batches == 1 && redriven.deliveries > 0,
+        "stream redrive: {redriven:?}"
+    );
     used.insert("SchedulerFunction", recorder.take());
 
     // ---- timer: a job due now and a cron occurrence.

@@ -10,11 +10,15 @@
 //! format AWS documents for a DynamoDB stream's on-failure destination.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use axum::body::Bytes;
+use axum::routing::post;
+use axum::{Json, Router};
 use ojs_core::tenant::TenantId;
-use ojs_store::{Change, RedriveReport, StreamRedrive};
+use ojs_store::{Change, FailureQueue, RedriveReport, StreamRedrive};
 use ojs_tests::fault_proxy::{
     dynamodb_endpoint, raw_dynamodb_endpoint, store_through, table_items, Fault, FaultProxy, Filter,
 };
@@ -350,7 +354,8 @@ async fn a_given_up_stream_batch_is_redriven_exactly_once() -> anyhow::Result<()
             records: jobs.len(),
             replayed: jobs.len(),
             lost: 0,
-            failed: 0
+            failed: 0,
+            deliveries: 0,
         }
     );
     assert_eq!(
@@ -445,6 +450,222 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
         .queue_stats(&ojs_core::QueueName::parse(q).map_err(|e| anyhow::anyhow!("{e:?}"))?)
         .await?;
     assert_eq!(stats.available, 3, "a lost batch changes nothing");
+    app.teardown().await;
+    Ok(())
+}
+
+/// A receiver on loopback that records each request's JSON body and answers `answer`.
+async fn receiver(answer: Value) -> anyhow::Result<(String, Arc<Mutex<Vec<Value>>>)> {
+    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = Arc::clone(&got);
+    let router = Router::new().route(
+        "/",
+        post(move |body: Bytes| {
+            let (seen, answer) = (Arc::clone(&seen), answer.clone());
+            async move {
+                if let Ok(mut g) = seen.lock() {
+                    g.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                }
+                Json(answer)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok((url, got))
+}
+
+fn got(of: &Arc<Mutex<Vec<Value>>>) -> Vec<Value> {
+    of.lock().map(|g| g.clone()).unwrap_or_default()
+}
+
+/// A given-up batch was never planned either: the redrive hands its deliveries over as
+/// the stream function would have. A job completed in the batch reaches the webhook
+/// subscribed to `job.completed` (and no other event does), and a job enqueued in it for
+/// a push endpoint is offered to the endpoint, which completes it. Without a redrive of
+/// the deliveries neither receiver hears anything and the pushed job waits for ever.
+#[tokio::test]
+async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
+    let app = TestApp::spawn_on_store_without_stream(fresh_store().await?).await?;
+    let now = ojs_core::time::now();
+    let (hook_url, hooked) = receiver(json!({})).await?;
+    let subscription = ojs_core::webhook::Subscription::from_json(
+        &json!({"url": hook_url, "events": ["job.completed"]}),
+        true,
+    )?;
+    app.store
+        .webhooks()
+        .put_webhook(
+            &subscription,
+            "whsec_redrive".into(),
+            None,
+            &Default::default(),
+            now,
+        )
+        .await?;
+    let (push_url, pushed) = receiver(json!({"status": "completed"})).await?;
+    let endpoint = ojs_core::push::PushEndpoint::from_json(
+        &json!({"endpoint": push_url, "job_types": ["rd.push"], "queues": ["redrive-push"],
+            "config": {"signing_secret": "whsec_redrive_0123456789"}}),
+        true,
+    )?;
+    app.store
+        .push_endpoints()
+        .put_push_endpoint(&endpoint, None, now)
+        .await?;
+
+    let q = "redrive-hook";
+    let done = push_as(
+        &app,
+        "acme",
+        json!({"type": "rd.hook", "args": [], "options": {"queue": q}}),
+    )
+    .await?;
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .call_as(
+            Some("acme"),
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": [q], "worker_id": "rd-w"})),
+        )
+        .await?;
+    anyhow::ensure!(fetched.job_ids() == [done.clone()], "{}", fetched.body);
+    let acked = app
+        .call_as(
+            Some("acme"),
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(json!({"job_id": done})),
+        )
+        .await?;
+    anyhow::ensure!(acked.status == 200, "{}", acked.body);
+    let offered = push_as(
+        &app,
+        "acme",
+        json!({"type": "rd.push", "args": [7], "options": {"queue": "redrive-push"}}),
+    )
+    .await?;
+
+    let table = app.store.table().to_owned();
+    let (sqs, url, redrive) = failure_queue().await?;
+    let (arn, records) = stream_records(&table).await?;
+    let streams =
+        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
+    let shard = only_shard(&streams, &arn).await?;
+    let jobs: Vec<Value> = records.into_iter().filter(is_job_record).collect();
+    send_all(&sqs, &url, &[invocation_record(&arn, &shard, &jobs)]).await?;
+
+    // Made where the stream function's deliveries are made, waited for here.
+    let sdk = aws_config::load_from_env().await;
+    let push = ojs_push::Dispatcher::new(
+        app.store.clone(),
+        ojs_push::lambda_client(&sdk),
+        ojs_push::PushConfig::local(true),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let webhooks = ojs_push::WebhookDispatcher::new(
+        app.store.clone(),
+        ojs_push::WebhookConfig::local(true, vec![Duration::from_secs(60)]),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let deliveries = ojs_push::PlannedDeliveries::new(
+        ojs_push::Planner::new(push.clone(), webhooks.clone()),
+        ojs_push::DeliveryQueue::Inline(Arc::new(ojs_push::Deliverer::new(push, webhooks))),
+    );
+    let far = Instant::now() + Duration::from_secs(600);
+    let report = redrive
+        .with_deliveries(Arc::new(deliveries))
+        .run(app.store.derived(), far)
+        .await;
+    assert_eq!(
+        (
+            report.batches,
+            report.records,
+            report.deliveries,
+            report.failed
+        ),
+        (1, jobs.len(), 2, 0),
+        "{report:?}"
+    );
+    assert_eq!(queue_depth(&sqs, &url).await?, 0);
+    let hooks = got(&hooked);
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0]["type"], "job.completed");
+    assert_eq!(hooks[0]["data"]["job_id"], done.as_str());
+    let offers = got(&pushed);
+    assert_eq!(offers.len(), 1, "{offers:?}");
+    assert_eq!(offers[0]["job"]["id"], offered.as_str());
+    let info = app.info(&offered).await?;
+    assert_eq!(info.body["job"]["state"], "completed", "{}", info.body);
+    app.teardown().await;
+    Ok(())
+}
+
+/// `make dev`'s consumer gives a batch up as the event source mapping does, after its
+/// attempts, and reports it to its failure queue in the on-failure destination's format;
+/// the redrive of that queue applies it. Without the report the batch's counter moves
+/// are lost: the queue's stats read 0 available for the 3 jobs.
+#[tokio::test]
+async fn a_batch_the_local_consumer_gives_up_is_reported_and_redriven() -> anyhow::Result<()> {
+    let app = TestApp::spawn_on_store_without_stream(fresh_store().await?).await?;
+    let table = app.store.table().to_owned();
+    let sdk = aws_config::load_from_env().await;
+    let name = format!("ojs-local-failures-{}", uuid::Uuid::now_v7().simple());
+    let failures = FailureQueue::create(&sdk, &name).await?;
+    let streams = ojs_store::streams_client_for(&sdk, &raw_dynamodb_endpoint());
+    let proxy = FaultProxy::start(&dynamodb_endpoint(), 37).await?;
+    let consumer = store_through(&proxy.url, &table)
+        .await
+        .with_stream_failures(failures.clone())
+        .with_local_stream(streams.clone(), true, None)
+        .await?;
+    let q = "redrive-local";
+    for i in 0..3 {
+        let r = app
+            .push(json!({"type": "rd.l", "args": [i], "options": {"queue": q}}))
+            .await?;
+        anyhow::ensure!(r.status == 201, "{:?}", r.body);
+    }
+    // Every application fails: each catch-up is one more attempt at the batch, until the
+    // consumer gives it up and reports it.
+    proxy.set_rate(1.0, &[Fault::ServerError], Filter::op("TransactWriteItems"));
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let mut catch_ups = 0;
+    while queue_depth(&sqs, failures.url()).await? == 0 {
+        anyhow::ensure!(
+            catch_ups < 40,
+            "no batch reported after {catch_ups} catch-ups"
+        );
+        consumer.catch_up().await;
+        catch_ups += 1;
+    }
+    proxy.heal();
+    let stats = |app: &TestApp| {
+        let store = app.store.clone();
+        async move {
+            let queue = ojs_core::QueueName::parse(q).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            anyhow::Ok(store.derived().queue_stats(&queue).await?)
+        }
+    };
+    assert_eq!(stats(&app).await?.available, 0, "the batch was not applied");
+
+    let far = Instant::now() + Duration::from_secs(600);
+    let report = failures
+        .redrive(streams)
+        .run(app.store.derived(), far)
+        .await;
+    assert_eq!(
+        (report.batches, report.records, report.lost, report.failed),
+        (1, 3, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(queue_depth(&sqs, failures.url()).await?, 0);
+    assert_eq!(stats(&app).await?.available, 3);
+    counters_match_the_table(&app.store, "after the local redrive").await?;
     app.teardown().await;
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::engine::Engine;
 use crate::stream::local::LocalStream;
+use crate::stream::redrive::FailureQueue;
 use crate::stream::ChangeObserver;
 
 /// The change stream's side: it owns the engine (whose items it reads and whose
@@ -25,6 +26,9 @@ pub struct Derived {
     pub(crate) stream: Option<Arc<LocalStream>>,
     /// What sees each applied batch of changes (push and webhook delivery, in process).
     pub(crate) observers: Vec<Arc<dyn ChangeObserver>>,
+    /// Where the in-process consumer reports a batch it gives up on (`make dev`); none:
+    /// such a batch is only logged.
+    pub(crate) failures: Option<FailureQueue>,
 }
 
 impl Derived {
@@ -34,6 +38,7 @@ impl Derived {
             engine,
             stream: None,
             observers: Vec::new(),
+            failures: None,
         }
     }
 

@@ -24,7 +24,8 @@ use crate::keys;
 /// How often the list of stream shards is read again (DynamoDB rolls shards over).
 const SHARD_REFRESH: Duration = Duration::from_secs(30);
 
-/// How many times a batch is applied before it is given up (logged as an error), as the
+/// How many times a batch is applied before it is given up (logged as an error and
+/// reported to the failure queue, if any, for the redrive), as the
 /// stream function's event source mapping gives one up after its retries: a batch that
 /// can never apply must not hold up every later change.
 const MAX_ATTEMPTS: u32 = 10;
@@ -320,6 +321,7 @@ impl LocalStream {
                         return Err(e);
                     }
                     tracing::error!(error = %e, records = changes.len(), "gave up a change stream batch");
+                    self.report_given_up(id, &changes, position.failures).await;
                 } else {
                     applied += changes.len();
                 }
@@ -333,6 +335,21 @@ impl LocalStream {
             }
         }
         Ok(applied)
+    }
+
+    /// Reports a batch given up to the failure queue, if there is one, for the redrive.
+    /// A report that fails is logged only: the stream goes on, as the event source
+    /// mapping goes on past a batch whatever its destination answers.
+    async fn report_given_up(&self, shard: &str, changes: &[Change], attempts: u32) {
+        let Some(queue) = &self.derived.failures else {
+            return;
+        };
+        if let Err(e) = queue
+            .report(&self.stream_arn, shard, changes, attempts)
+            .await
+        {
+            tracing::error!(error = %e, "a given-up change stream batch was not reported: its counter moves, events and deliveries are lost");
+        }
     }
 
     /// A new iterator of shard `id`: after `after` when given, else from the shard's start.

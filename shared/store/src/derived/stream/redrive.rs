@@ -15,11 +15,19 @@
 //! longer holds (past its 24 hours) is logged as an error, counted and deleted: it can
 //! never be applied, and reading it again each minute would only hide newer failures.
 //! Any other failure leaves the message for a later run (after its visibility timeout).
+//!
+//! A batch given up was never handed to the delivery queue either (the stream function
+//! plans its deliveries after applying it): with [`StreamRedrive::with_deliveries`] the
+//! redrive plans them as the stream function would have, push offers and webhook first
+//! attempts, before it deletes the message. Late, but not lost: a push offer claims its
+//! job only if it still waits, and webhook deliveries are at least once anyway.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::local::change_of;
@@ -59,8 +67,21 @@ pub struct RedriveReport {
     /// Batches whose records the stream no longer holds (past its retention), or whose
     /// message names no batch of this table's stream: logged as errors and deleted.
     pub lost: usize,
-    /// Batches left on the queue for a later run (a read or a write failed).
+    /// Batches left on the queue for a later run (a read, a write or the hand-over of
+    /// their deliveries failed).
     pub failed: usize,
+    /// Deliveries (push offers, webhook first attempts) the applied batches implied,
+    /// handed over ([`StreamRedrive::with_deliveries`]).
+    pub deliveries: usize,
+}
+
+/// What the stream function does with a batch once it is applied: plans the deliveries
+/// its changes imply and hands them over. Implemented where deliveries are made
+/// (`ojs_push::PlannedDeliveries`); the store only says when.
+pub trait BatchDeliveries: Send + Sync {
+    /// Plans `changes`' deliveries and hands them over; how many. An error means they
+    /// were not all handed over: the batch should come again.
+    fn hand_over<'a>(&'a self, changes: &'a [Change]) -> BoxFuture<'a, Result<usize, String>>;
 }
 
 /// The position of a given-up batch: `DDBStreamBatchInfo` of the invocation record.
@@ -117,6 +138,13 @@ fn compare(a: &str, b: &str) -> Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
+/// What the redrive of one batch did.
+struct Redriven {
+    records: usize,
+    replayed: usize,
+    deliveries: usize,
+}
+
 /// Why a batch was not applied.
 enum Failure {
     /// It never can be: logged, counted and its message deleted.
@@ -133,6 +161,7 @@ pub struct StreamRedrive {
     streams: aws_sdk_dynamodbstreams::Client,
     queue_url: String,
     visibility: Duration,
+    deliveries: Option<Arc<dyn BatchDeliveries>>,
 }
 
 impl StreamRedrive {
@@ -147,7 +176,15 @@ impl StreamRedrive {
             streams,
             queue_url: queue_url.into(),
             visibility: VISIBILITY,
+            deliveries: None,
         }
+    }
+
+    /// The same, handing each applied batch's deliveries to `deliveries` before its
+    /// message is deleted.
+    pub fn with_deliveries(mut self, deliveries: Arc<dyn BatchDeliveries>) -> Self {
+        self.deliveries = Some(deliveries);
+        self
     }
 
     /// The redrive of the queue named by `OJS_STREAM_FAILURES_QUEUE_URL`, if set, with
@@ -209,10 +246,11 @@ impl StreamRedrive {
             for message in fresh {
                 let body = message.body().unwrap_or_default();
                 let done = match self.redrive(derived, body).await {
-                    Ok((records, replayed)) => {
+                    Ok(one) => {
                         report.batches += 1;
-                        report.records += records;
-                        report.replayed += replayed;
+                        report.records += one.records;
+                        report.replayed += one.replayed;
+                        report.deliveries += one.deliveries;
                         true
                     }
                     Err(Failure::Lost(why)) => {
@@ -239,8 +277,8 @@ impl StreamRedrive {
         report
     }
 
-    /// Applies the batch a message names: its job records and those applied before.
-    async fn redrive(&self, derived: &Derived, body: &str) -> Result<(usize, usize), Failure> {
+    /// Applies the batch a message names, then hands over its deliveries.
+    async fn redrive(&self, derived: &Derived, body: &str) -> Result<Redriven, Failure> {
         let info = BatchInfo::parse(body).map_err(Failure::Lost)?;
         if !info.is_of_table(derived.engine().table()) {
             return Err(Failure::Lost(format!(
@@ -260,12 +298,23 @@ impl StreamRedrive {
             .apply_changes(&changes)
             .await
             .map_err(Failure::Later)?;
+        let deliveries = match &self.deliveries {
+            Some(d) => d
+                .hand_over(&changes)
+                .await
+                .map_err(|e| Failure::Later(StoreError::Backend(format!("deliveries: {e}"))))?,
+            None => 0,
+        };
         tracing::info!(
             shard = %info.shard_id, start = %info.start, end = %info.end,
             records = applied.jobs, replayed = applied.replayed, events = applied.events,
-            "a given-up stream batch was redriven"
+            deliveries, "a given-up stream batch was redriven"
         );
-        Ok((applied.jobs, applied.replayed))
+        Ok(Redriven {
+            records: applied.jobs,
+            replayed: applied.replayed,
+            deliveries,
+        })
     }
 
     /// The job records of the batch, in stream order: from its first sequence number to
@@ -357,6 +406,115 @@ impl StreamRedrive {
             tracing::warn!(error = %e, "a redriven stream batch's message was not deleted");
         }
     }
+}
+
+/// Where the in-process consumer (`make dev`) reports a batch it gives up on, as the
+/// event source mapping reports one to its on-failure destination on AWS: a queue that a
+/// [`StreamRedrive`] reads.
+#[derive(Clone)]
+pub struct FailureQueue {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl FailureQueue {
+    /// The queue at `url`.
+    pub fn new(sqs: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+        Self {
+            sqs,
+            url: url.into(),
+        }
+    }
+
+    /// Queue `name` on the SQS endpoint of `sdk`, created if missing (`make dev`).
+    pub async fn create(sdk: &aws_config::SdkConfig, name: &str) -> Result<Self, StoreError> {
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let out = sqs
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| {
+                StoreError::Backend(format!(
+                    "creating the stream failure queue: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        let url = out.queue_url().ok_or_else(|| {
+            StoreError::Backend("the created stream failure queue has no URL".into())
+        })?;
+        Ok(Self::new(sqs, url))
+    }
+
+    /// The queue's URL (a [`StreamRedrive`] of it reads there).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The redrive of this queue, reading records again through `streams`.
+    pub fn redrive(&self, streams: aws_sdk_dynamodbstreams::Client) -> StreamRedrive {
+        StreamRedrive::new(self.sqs.clone(), streams, self.url.clone())
+    }
+
+    /// Reports the job records among `changes`, read from shard `shard_id` of
+    /// `stream_arn`, as a batch given up after `attempts`. Nothing to report when none
+    /// is a job record with a sequence number.
+    pub(crate) async fn report(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        changes: &[Change],
+        attempts: u32,
+    ) -> Result<(), StoreError> {
+        let Some(record) = invocation_record(stream_arn, shard_id, changes, attempts) else {
+            return Ok(());
+        };
+        self.sqs
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(record.to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                StoreError::Backend(format!(
+                    "reporting a given-up stream batch: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        Ok(())
+    }
+}
+
+/// The on-failure destination's invocation record for the job records of `changes`:
+/// the batch from the first to the last of them, as the event source mapping (whose
+/// filter passes job records only) names a batch.
+fn invocation_record(
+    stream_arn: &str,
+    shard_id: &str,
+    changes: &[Change],
+    attempts: u32,
+) -> Option<Value> {
+    let jobs: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.is_job())
+        .filter_map(|c| c.sequence.as_deref())
+        .collect();
+    let (first, last) = (jobs.first()?, jobs.last()?);
+    Some(json!({
+        "requestContext": {
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": attempts,
+        },
+        "version": "1.0",
+        "timestamp": ojs_core::time::format(&ojs_core::time::now()),
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": first,
+            "endSequenceNumber": last,
+            "batchSize": jobs.len(),
+            "streamArn": stream_arn,
+        },
+    }))
 }
 
 fn stream_error(e: &(impl std::error::Error + 'static)) -> StoreError {
@@ -458,6 +616,51 @@ mod tests {
             compare("400000000004474329939", "400000000004474329940"),
             Ordering::Less
         );
+    }
+
+    /// A change of item `pk`/`sk` at sequence number `seq`.
+    fn change(pk: &str, sk: &str, seq: Option<&str>) -> Change {
+        use aws_sdk_dynamodb::types::AttributeValue as A;
+        let item = crate::item::Item::from([
+            ("pk".to_owned(), A::S(pk.to_owned())),
+            ("sk".to_owned(), A::S(sk.to_owned())),
+        ]);
+        Change {
+            new: Some(item),
+            sequence: seq.map(str::to_owned),
+            ..Change::default()
+        }
+    }
+
+    #[test]
+    fn a_local_report_names_its_job_records_as_the_mapping_would() {
+        let arn = "arn:aws:dynamodb:ddblocal:000000000000:table/t1/stream/2026-11-30T00:00:00.000";
+        let changes = [
+            change("QUEUES", "~COUNTS#q", Some("100")),
+            change("JOB#a", "JOB", Some("101")),
+            change("JOB#a", "LOCK", Some("102")),
+            change("JOB#b", "JOB", None),
+            change("JOB#c", "JOB", Some("104")),
+            change("EVT#q", "p", Some("105")),
+        ];
+        let record = invocation_record(arn, "shard-1", &changes, 10)
+            .unwrap_or_else(|| panic!("a record"))
+            .to_string();
+        let got = BatchInfo::parse(&record).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            got,
+            BatchInfo {
+                stream_arn: arn.to_owned(),
+                shard_id: "shard-1".to_owned(),
+                start: "101".to_owned(),
+                end: "104".to_owned(),
+                size: Some(2),
+            }
+        );
+        assert!(got.is_of_table("t1"));
+        // No job record: nothing to report (a redrive would find nothing to apply).
+        assert_eq!(invocation_record(arn, "shard-1", &changes[..1], 10), None);
+        assert_eq!(invocation_record(arn, "shard-1", &changes[3..4], 10), None);
     }
 
     #[test]

@@ -123,9 +123,12 @@ try {
   });
   await page.screenshot({ path: path.join(shots, 'workers.png'), fullPage: true });
   await page.goto(`${base}/tenants`);
+  // Listed with its concurrency limit and when it was created (not "NaNd ago": the
+  // dashboard reads `created_at`, `stats` and `limits.max_concurrent_jobs`).
   await waitFor('tenant listed', async () => {
     const rows = await page.locator('table tbody tr').allInnerTexts();
-    return rows.some((r) => r.includes(expect.tenant)) || rows;
+    return rows.some((r) => r.includes(expect.tenant.id) && r.includes(expect.tenant.max_concurrent)
+      && /just now|ago/.test(r) && !r.includes('NaN')) || rows;
   });
   await page.screenshot({ path: path.join(shots, 'tenants.png'), fullPage: true });
 

@@ -157,7 +157,7 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
     let r = as_operator(
         reqwest::Method::PUT,
         &format!("/ojs/v1/admin/tenants/{tenant}"),
-        json!({"fairness_weight": 2}),
+        json!({"fairness_weight": 2, "limits": {"max_concurrency": 4}}),
     )
     .await?;
     anyhow::ensure!(r.status().is_success(), "tenant: {}", r.text().await?);
@@ -193,7 +193,7 @@ async fn the_dashboard_shows_the_server_state_and_changes_it() -> anyhow::Result
         "webhook": hook,
         "schema": {"type": "report.build", "version": "v2.1.0"},
         "worker": {"id": "browser-test", "state": "drain"},
-        "tenant": tenant,
+        "tenant": {"id": tenant, "max_concurrent": "4"},
     });
     let shots = root.join("artifacts/dashboard");
     let started = std::time::Instant::now();

@@ -453,6 +453,132 @@ async fn each_tenants_jobs_are_counted() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The tenant views carry what the official dashboard's tenant pages read beside the
+/// spec's stats: `name`, `state`, `created_at` (its settings' first store, or its first
+/// job counted), `stats` (queues, counts, live workers acting for it) and the limits as
+/// plain numbers. A worker's heartbeat for a tenant counts for that tenant only.
+#[tokio::test]
+async fn the_tenant_views_carry_what_the_dashboard_reads() -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let before = ojs_core::time::now() - chrono::Duration::seconds(1);
+    let job = |q: &str| json!({"type": "tn.d", "args": [], "options": {"queue": q}});
+    push_as(&app, Some("dv-a"), job("tn-d1")).await?;
+    push_as(&app, Some("dv-a"), job("tn-d2")).await?;
+    push_as(&app, Some("dv-b"), job("tn-d1")).await?;
+    let set = call_as(
+        &app,
+        None,
+        Method::PUT,
+        "/ojs/v1/admin/tenants/dv-c",
+        Some(json!({"limits": {"max_concurrency": 3, "max_enqueue_rate": {"limit": 120, "period": "PT1M"}}})),
+    )
+    .await?;
+    assert_eq!(set.status, 201, "{}", set.body);
+    for (worker, tenant) in [
+        ("dv-w1", Some("dv-a")),
+        ("dv-w2", Some("dv-a")),
+        ("dv-w3", None),
+    ] {
+        let beat = call_as(
+            &app,
+            tenant,
+            Method::POST,
+            "/ojs/v1/workers/heartbeat",
+            Some(json!({"worker_id": worker})),
+        )
+        .await?;
+        assert_eq!(beat.status, 200, "{}", beat.body);
+    }
+    // A worker that acted for a tenant and now acts for any counts for none.
+    let beat = call_as(
+        &app,
+        None,
+        Method::POST,
+        "/ojs/v1/workers/heartbeat",
+        Some(json!({"worker_id": "dv-w2"})),
+    )
+    .await?;
+    assert_eq!(beat.status, 200, "{}", beat.body);
+    let after = ojs_core::time::now() + chrono::Duration::seconds(1);
+
+    let list = app.call(Method::GET, "/ojs/v1/admin/tenants", None).await?;
+    assert_eq!(list.status, 200, "{}", list.body);
+    let items = list.body["items"].as_array().cloned().unwrap_or_default();
+    let of = |id: &str| {
+        items
+            .iter()
+            .find(|t| t["id"] == id)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let created = |t: &Value| {
+        t["created_at"]
+            .as_str()
+            .and_then(|c| ojs_core::time::parse(c, "$").ok())
+            .is_some_and(|c| before <= c && c <= after)
+    };
+    let a = of("dv-a");
+    assert_eq!(
+        (&a["name"], &a["state"], &a["stats"]),
+        (
+            &json!("dv-a"),
+            &json!("active"),
+            &json!({"queues": 2, "workers": 1, "jobs": a["jobs"].clone()})
+        ),
+        "{a}"
+    );
+    assert_eq!(a["stats"]["jobs"]["available"], 2, "{a}");
+    assert!(created(&a), "{a}");
+    assert_eq!(a["limits"]["max_concurrent_jobs"], Value::Null, "{a}");
+    let b = of("dv-b");
+    assert_eq!(
+        (&b["stats"]["queues"], &b["stats"]["workers"]),
+        (&json!(1), &json!(0)),
+        "{b}"
+    );
+    assert!(created(&b), "{b}");
+    let c = of("dv-c");
+    assert_eq!(
+        (
+            &c["stats"]["queues"],
+            &c["limits"]["max_concurrent_jobs"],
+            &c["limits"]["max_jobs_per_second"]
+        ),
+        (&json!(0), &json!(3), &json!(2.0)),
+        "{c}"
+    );
+    assert!(created(&c), "{c}");
+    // The same on the tenant's own view, and its creation time stays as settings change.
+    let one = app
+        .call(Method::GET, "/ojs/v1/admin/tenants/dv-c", None)
+        .await?;
+    assert_eq!(one.body["created_at"], c["created_at"], "{}", one.body);
+    let again = call_as(
+        &app,
+        None,
+        Method::PUT,
+        "/ojs/v1/admin/tenants/dv-c/limits",
+        Some(json!({"max_concurrency": 5})),
+    )
+    .await?;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(
+        (
+            &again.body["created_at"],
+            &again.body["limits"]["max_concurrent_jobs"]
+        ),
+        (&c["created_at"], &json!(5)),
+        "{}",
+        again.body
+    );
+    let one = app
+        .call(Method::GET, "/ojs/v1/admin/tenants/dv-a", None)
+        .await?;
+    assert_eq!(one.body["stats"]["workers"], 1, "{}", one.body);
+    app.teardown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_key_bound_to_a_tenant_acts_for_it_alone() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_config(ojs_http::HttpConfig {

@@ -608,20 +608,43 @@ async fn key_registrations(
 /// A tenant's view (ojs-multi-tenancy.md §10.2): its jobs' counts, summed and per queue
 /// (terminal counts since its counters began), `total_jobs`, its settings, and its
 /// limits with what they are judged on.
-fn tenant_view(t: &ojs_store::TenantStats, config: &ojs_core::tenant::TenantConfig) -> Value {
+/// A tenant as the admin API shows it: the spec's stats (§10.2: `jobs`, `limits` with
+/// each limit and its current use, `fairness`) and settings (`config`), with what the
+/// official dashboard's tenant pages read beside them: `name` (the id: tenants have no
+/// other name), `state`, `created_at` (when its settings were stored or its first job
+/// counted, whichever came first), `stats` (queues, job counts, live workers acting for
+/// it) and `limits.max_concurrent_jobs` / `max_jobs_per_second` as plain numbers.
+fn tenant_view(
+    t: &ojs_store::TenantStats,
+    record: &ojs_store::TenantRecord,
+    workers: usize,
+) -> Value {
     let counts = super::queues::counts_view;
+    let config = &record.config;
     let queues: serde_json::Map<String, Value> = t
         .queues
         .iter()
         .map(|(q, st)| (q.clone(), counts(st)))
         .collect();
     let settings = config.to_json();
+    let created_at = match (record.created_at, t.first_seen) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let per_second = config
+        .max_enqueue_rate
+        .filter(|w| !w.period.is_zero())
+        .map(|w| f64::from(w.limit) / w.period.as_secs_f64());
     json!({
         "tenant_id": t.tenant,
         "id": t.tenant,
+        "name": t.tenant,
+        "state": "active",
+        "created_at": created_at.map(|c| time::format(&c)),
         "jobs": counts(&t.total),
         "total_jobs": t.total.total(),
         "queues": queues,
+        "stats": {"queues": t.queues.len(), "jobs": counts(&t.total), "workers": workers},
         "config": settings,
         "fairness": {"weight": config.weight()},
         "limits": {
@@ -630,8 +653,23 @@ fn tenant_view(t: &ojs_store::TenantStats, config: &ojs_core::tenant::TenantConf
             // Active jobs as counted; the slots taken are the item the claims keep.
             "max_concurrency": {"limit": config.max_concurrency, "current": t.total.active},
             "max_enqueue_rate": settings["limits"]["max_enqueue_rate"],
+            "max_concurrent_jobs": config.max_concurrency,
+            "max_jobs_per_second": per_second,
         },
     })
+}
+
+/// Live workers by the tenant they act for (one Query of the workers' partition).
+async fn workers_by_tenant(
+    app: &AppState,
+) -> Result<std::collections::HashMap<String, usize>, ApiError> {
+    let mut by = std::collections::HashMap::new();
+    for w in app.store.workers().list_workers().await? {
+        if let Some(t) = w.tenant {
+            *by.entry(t).or_insert(0) += 1;
+        }
+    }
+    Ok(by)
 }
 
 fn tenant_id(id: &str) -> Result<ojs_core::tenant::TenantId, ApiError> {
@@ -676,14 +714,22 @@ async fn set_tenant(
     let tenant = tenant_id(id)?;
     let before = app.store.engine().get_tenant_config(&tenant).await?;
     let config = ojs_core::tenant::TenantConfig::merged(
-        &before.clone().unwrap_or_default(),
+        &before.clone().unwrap_or_default().config,
         body,
         limits_only,
     )?;
+    let created_at = before
+        .as_ref()
+        .and_then(|b| b.created_at)
+        .unwrap_or_else(time::now);
     app.store
         .engine()
-        .put_tenant_config(&tenant, &config)
+        .put_tenant_config(&tenant, &config, created_at)
         .await?;
+    let record = ojs_store::TenantRecord {
+        config,
+        created_at: Some(created_at),
+    };
     let stats = app
         .store
         .derived()
@@ -698,7 +744,13 @@ async fn set_tenant(
     } else {
         StatusCode::CREATED
     };
-    Ok(reply(status, tenant_view(&stats, &config)))
+    let workers = workers_by_tenant(app).await?;
+    let view = tenant_view(
+        &stats,
+        &record,
+        workers.get(tenant.as_str()).copied().unwrap_or(0),
+    );
+    Ok(reply(status, view))
 }
 
 /// `DELETE /ojs/v1/admin/tenants/{id}`: removes its settings (its jobs and counts stay);
@@ -725,14 +777,14 @@ async fn list_tenants(
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
     // Tenants that had jobs, and those with settings but no job yet.
-    let mut configs: std::collections::BTreeMap<String, ojs_core::tenant::TenantConfig> = app
+    let mut configs: std::collections::BTreeMap<String, ojs_store::TenantRecord> = app
         .store
         .engine()
         .list_tenant_configs()
         .await?
         .into_iter()
         .collect();
-    let mut all: Vec<(ojs_store::TenantStats, ojs_core::tenant::TenantConfig)> = app
+    let mut all: Vec<(ojs_store::TenantStats, ojs_store::TenantRecord)> = app
         .store
         .derived()
         .list_tenants()
@@ -751,11 +803,12 @@ async fn list_tenants(
         (stats, c)
     }));
     all.sort_by(|a, b| a.0.tenant.cmp(&b.0.tenant));
+    let workers = workers_by_tenant(&app).await?;
     let items: Vec<Value> = all
         .iter()
         .skip(paging.offset())
         .take(paging.per_page)
-        .map(|(t, c)| tenant_view(t, c))
+        .map(|(t, c)| tenant_view(t, c, workers.get(&t.tenant).copied().unwrap_or(0)))
         .collect();
     let mut body = paging.listing(items.clone(), all.len());
     body["tenants"] = Value::Array(items);
@@ -785,10 +838,13 @@ async fn get_tenant(
         },
         None => return Err(unknown().into()),
     };
-    Ok(reply(
-        StatusCode::OK,
-        tenant_view(&stats, &config.unwrap_or_default()),
-    ))
+    let workers = workers_by_tenant(&app).await?;
+    let view = tenant_view(
+        &stats,
+        &config.unwrap_or_default(),
+        workers.get(tenant.as_str()).copied().unwrap_or(0),
+    );
+    Ok(reply(StatusCode::OK, view))
 }
 
 /// `GET /ojs/v1/admin/scheduling/stats` (ojs-fair-scheduling.md §10.2): FETCH takes the

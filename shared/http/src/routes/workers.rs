@@ -445,11 +445,25 @@ async fn heartbeat(
     }
     let vis = bounded(&body, "visibility_timeout_ms", 1, MAX_VISIBILITY_MS)?;
     let worker_state = beat_state(&body)?;
+    let acting_for = match &tenant.0 {
+        ojs_core::tenant::Scope::One(Some(t)) => Some(t),
+        _ => None,
+    };
     let now = time::now();
     let beat = app
         .store
         .workers()
-        .heartbeat(&worker, worker_state, &jobs, reported, vis, now)
+        .heartbeat(
+            &ojs_store::Heartbeat {
+                worker_id: &worker,
+                state: worker_state,
+                jobs: &jobs,
+                reported_active: reported,
+                visibility_timeout_ms: vis,
+                tenant: acting_for,
+            },
+            now,
+        )
         .await?;
     let ids = |v: &[JobId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
     Ok(reply(
@@ -779,6 +793,7 @@ mod tests {
             reported,
             last_seen: seen.map(|t| time::format(&t)),
             active_jobs: 0,
+            tenant: None,
         };
         let fresh = Some(now);
         let old = Some(now - chrono::Duration::seconds(61));

@@ -238,7 +238,8 @@ impl Derived {
         &self,
         mut moves: Moves,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let tenants = std::mem::take(&mut moves.tenants).updates(self.engine.table())?;
+        let now_us = ojs_core::time::now().timestamp_micros();
+        let tenants = std::mem::take(&mut moves.tenants).updates(self.engine.table(), now_us)?;
         let queues: Result<Vec<_>, _> = moves
             .per_item
             .into_iter()

@@ -24,6 +24,10 @@ use crate::keys;
 /// item; `#` is in neither a tenant id nor a queue name).
 const TENANT_COUNTS_PREFIX: &str = "~TCOUNTS#";
 
+/// The attribute of a tenant counter item holding when its first move was applied
+/// (microseconds since the epoch).
+const FIRST_SEEN: &str = "first_us";
+
 /// Sort key of the counters of `tenant`'s jobs in `queue`.
 fn tenant_counts_sk(tenant: &str, queue: &str) -> String {
     format!("{TENANT_COUNTS_PREFIX}{tenant}#{queue}")
@@ -52,8 +56,14 @@ impl TenantMoves {
             .or_default() += delta;
     }
 
-    /// One `ADD` per counter item that changes.
-    pub(crate) fn updates(self, table: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+    /// One `ADD` per counter item that changes, which also stamps the item with `now_us`
+    /// the first time (`first_us`: when the tenant was first seen in the queue, for the
+    /// tenant's `created_at`).
+    pub(crate) fn updates(
+        self,
+        table: &str,
+        now_us: i64,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
         self.per_item
             .into_iter()
             .filter_map(|((tenant, queue), deltas)| {
@@ -62,8 +72,8 @@ impl TenantMoves {
                     return None;
                 }
                 let mut adds = Vec::new();
-                let mut names = HashMap::new();
-                let mut values = HashMap::new();
+                let mut names = HashMap::from([("#first".to_owned(), FIRST_SEEN.to_owned())]);
+                let mut values = HashMap::from([(":first".to_owned(), n(now_us))]);
                 for (i, (name, delta)) in deltas.into_iter().enumerate() {
                     adds.push(format!("#f{i} :d{i}"));
                     names.insert(format!("#f{i}"), name.to_owned());
@@ -76,7 +86,10 @@ impl TenantMoves {
                 let update = Update::builder()
                     .table_name(table)
                     .set_key(Some(key))
-                    .update_expression(format!("ADD {}", adds.join(", ")))
+                    .update_expression(format!(
+                        "ADD {} SET #first = if_not_exists(#first, :first)",
+                        adds.join(", ")
+                    ))
                     .set_expression_attribute_names(Some(names))
                     .set_expression_attribute_values(Some(values))
                     .build()
@@ -97,6 +110,8 @@ pub struct TenantStats {
     pub queues: BTreeMap<String, QueueStats>,
     /// The sum over its queues.
     pub total: QueueStats,
+    /// When its first job was counted (the earliest of its queues'), if recorded.
+    pub first_seen: Option<ojs_core::time::Timestamp>,
 }
 
 impl TenantStats {
@@ -105,6 +120,15 @@ impl TenantStats {
         counts.add_counts(item);
         self.total.add_counts(item);
         self.queues.insert(queue.to_owned(), counts);
+        let first = item
+            .get(FIRST_SEEN)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(ojs_core::time::from_micros);
+        self.first_seen = match (self.first_seen, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -172,14 +196,25 @@ mod tests {
             m.change(a, q, "active", 1);
             m.change(a, r, "available", 1);
         }
-        let updates = m.updates("t").unwrap_or_default();
+        let updates = m.updates("t", 7).unwrap_or_default();
         // Both items change: q's available nets to zero but its active does not.
         assert_eq!(updates.len(), 2);
         let exprs: Vec<String> = updates
             .iter()
             .filter_map(|u| u.update().map(|u| u.update_expression().to_owned()))
             .collect();
-        assert_eq!(exprs, vec!["ADD #f0 :d0", "ADD #f0 :d0"]);
+        let expr = "ADD #f0 :d0 SET #first = if_not_exists(#first, :first)";
+        assert_eq!(exprs, vec![expr, expr]);
+        let firsts: Vec<_> = updates
+            .iter()
+            .filter_map(|u| {
+                u.update()?
+                    .expression_attribute_values()?
+                    .get(":first")
+                    .cloned()
+            })
+            .collect();
+        assert_eq!(firsts, vec![n(7), n(7)]);
         let keys: Vec<String> = updates
             .iter()
             .filter_map(|u| u.update()?.key().get("sk")?.as_s().ok().cloned())
@@ -194,6 +229,26 @@ mod tests {
             m.change(&a, &q, "available", 1);
             m.change(&a, &q, "available", -1);
         }
-        assert!(m.updates("t").is_ok_and(|u| u.is_empty()));
+        assert!(m.updates("t", 7).is_ok_and(|u| u.is_empty()));
+    }
+
+    #[test]
+    fn a_tenant_was_first_seen_when_its_earliest_queue_was() {
+        let item = |first: Option<i64>| {
+            let mut i = Item::from([("available".to_owned(), n(1))]);
+            if let Some(f) = first {
+                i.insert(FIRST_SEEN.to_owned(), n(f));
+            }
+            i
+        };
+        let mut stats = TenantStats::default();
+        stats.add("q", &item(None));
+        assert_eq!(stats.first_seen, None);
+        stats.add("r", &item(Some(2_000_000)));
+        stats.add("s", &item(Some(1_000_000)));
+        stats.add("t", &item(Some(3_000_000)));
+        stats.add("u", &item(None));
+        assert_eq!(stats.first_seen, ojs_core::time::from_micros(1_000_000));
+        assert_eq!(stats.total.available, 5);
     }
 }

@@ -52,6 +52,30 @@ fn config_of(item: &Item) -> TenantConfig {
     }
 }
 
+/// A tenant's settings as stored, with when they were first stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantRecord {
+    /// The settings.
+    pub config: TenantConfig,
+    /// When the tenant's settings were first stored (`None` for settings stored before
+    /// the time was kept).
+    pub created_at: Option<time::Timestamp>,
+}
+
+fn record_of(item: &Item) -> TenantRecord {
+    TenantRecord {
+        config: config_of(item),
+        created_at: item
+            .get(CREATED)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(time::from_micros),
+    }
+}
+
+/// The attribute of when a tenant's settings were first stored (microseconds).
+const CREATED: &str = "created_us";
+
 fn tenant_of(item: &Item) -> Option<String> {
     item.get("sk")?
         .as_s()
@@ -73,10 +97,12 @@ impl Engine {
         &self,
         tenant: &TenantId,
         config: &TenantConfig,
+        created_at: time::Timestamp,
     ) -> Result<(), StoreError> {
         let mut item = tenant_key(tenant.as_str());
         item.insert("tenant".into(), s(tenant.as_str()));
         item.insert("updated_at".into(), ts(&time::now()));
+        item.insert(CREATED.into(), n(created_at.timestamp_micros()));
         let rate = config.max_enqueue_rate;
         for (k, v) in [
             ("weight", config.fairness_weight),
@@ -103,13 +129,13 @@ impl Engine {
     pub async fn get_tenant_config(
         &self,
         tenant: &TenantId,
-    ) -> Result<Option<TenantConfig>, StoreError> {
+    ) -> Result<Option<TenantRecord>, StoreError> {
         Ok(self
             .table
             .read_item(tenant_key(tenant.as_str()))
             .await?
             .as_ref()
-            .map(config_of))
+            .map(record_of))
     }
 
     /// Removes `tenant`'s settings (its jobs and counts stay); whether it had any.
@@ -127,7 +153,7 @@ impl Engine {
     }
 
     /// Every configured tenant with its settings, by tenant (one Query: an admin read).
-    pub async fn list_tenant_configs(&self) -> Result<Vec<(String, TenantConfig)>, StoreError> {
+    pub async fn list_tenant_configs(&self) -> Result<Vec<(String, TenantRecord)>, StoreError> {
         let query = self
             .table
             .query_table()
@@ -137,7 +163,7 @@ impl Engine {
         let items = self.table.pages(query).items().await?;
         Ok(items
             .iter()
-            .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
+            .filter_map(|i| Some((tenant_of(i)?, record_of(i))))
             .collect())
     }
 
@@ -235,6 +261,12 @@ mod tests {
         item.insert("enqueue_period_us".into(), n(60_000_000));
         item.insert("junk".into(), AttributeValue::Bool(true));
         assert_eq!(tenant_of(&item).as_deref(), Some("acme"));
+        assert_eq!(record_of(&item).created_at, None);
+        item.insert(CREATED.into(), n(1_700_000_000_000_000i64));
+        assert_eq!(
+            record_of(&item).created_at,
+            time::from_micros(1_700_000_000_000_000)
+        );
         assert_eq!(
             config_of(&item),
             TenantConfig {

@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::types::ReturnValue;
 use futures::future::join_all;
 use ojs_core::job::DEFAULT_VISIBILITY_TIMEOUT_MS;
 use ojs_core::progress::ProgressReport;
+use ojs_core::tenant::TenantId;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, Transition};
 
@@ -138,6 +139,26 @@ pub struct WorkerInfo {
     pub last_seen: Option<String>,
     /// Jobs it reported as active in its last heartbeat.
     pub active_jobs: u64,
+    /// The tenant its last heartbeat acted for (`X-OJS-Tenant` or its key's tenant);
+    /// `None`: any tenant.
+    pub tenant: Option<String>,
+}
+
+/// What a worker's heartbeat says.
+#[derive(Debug, Clone, Copy)]
+pub struct Heartbeat<'a> {
+    /// The worker.
+    pub worker_id: &'a str,
+    /// The state it reports of itself.
+    pub state: WorkerState,
+    /// The jobs it reports, each with the attempt it holds when it names one.
+    pub jobs: &'a [(JobId, Option<u32>)],
+    /// How many jobs it says it runs.
+    pub reported_active: u64,
+    /// The lease it asks for, if not the jobs' own.
+    pub visibility_timeout_ms: Option<u64>,
+    /// The tenant it acts for; `None`: any.
+    pub tenant: Option<&'a TenantId>,
 }
 
 /// What a heartbeat did.
@@ -175,6 +196,7 @@ fn worker_from_item(item: &Item) -> Option<WorkerInfo> {
             .and_then(|v| v.as_n().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        tenant: get("tenant"),
     })
 }
 
@@ -232,24 +254,35 @@ impl Workers<'_> {
     /// UpdateItem that also returns the directive) and a lease extension for each reported
     /// job whose current attempt the worker holds: claimed under its worker id and, when
     /// the job is reported with an `attempt`, that very attempt. A job claimed without a
-    /// worker id is nobody's to extend.
+    /// worker id is nobody's to extend. The worker's item keeps the `tenant` it acts for
+    /// (the tenants' listing counts their workers by it).
     pub async fn heartbeat(
         &self,
-        worker_id: &str,
-        state: WorkerState,
-        jobs: &[(JobId, Option<u32>)],
-        reported_active: u64,
-        visibility_timeout_ms: Option<u64>,
+        beat: &Heartbeat<'_>,
         now: Timestamp,
     ) -> Result<Beat, StoreError> {
+        let Heartbeat {
+            worker_id,
+            state,
+            jobs,
+            reported_active,
+            visibility_timeout_ms,
+            tenant,
+        } = *beat;
         // The worker's liveness and the lease extensions are written at once: a heartbeat
         // answered late leaves its worker less of the lease it extended.
         let liveness = async {
-            let out = self
-                .worker_update(worker_id)
-                .update_expression(
-                    "SET worker_id = :id, last_seen = :now, active_jobs = :active, wstate = :ws, #ttl = :ttl",
-                )
+            let set = "SET worker_id = :id, last_seen = :now, active_jobs = :active, wstate = :ws, #ttl = :ttl";
+            let update = match tenant {
+                Some(t) => self
+                    .worker_update(worker_id)
+                    .update_expression(format!("{set}, tenant = :tenant"))
+                    .expression_attribute_values(":tenant", s(t.as_str())),
+                None => self
+                    .worker_update(worker_id)
+                    .update_expression(format!("{set} REMOVE tenant")),
+            };
+            let out = update
                 .expression_attribute_names("#ttl", "ttl")
                 .expression_attribute_values(":id", s(worker_id))
                 .expression_attribute_values(":now", ts(&now))
@@ -563,6 +596,7 @@ mod tests {
             reported,
             last_seen: None,
             active_jobs: 0,
+            tenant: None,
         }
     }
 

@@ -27,6 +27,8 @@ pub struct TestApp {
     sweeper: Option<tokio::task::JoinHandle<()>>,
     /// A proxy of this app's own (kept alive with it).
     _proxy: Option<strict_proxy::StrictProxy>,
+    /// The push dispatcher the change stream feeds, for an app that pushes.
+    pub pusher: Option<ojs_push::Dispatcher>,
 }
 
 /// An HTTP response: status, headers and parsed JSON body (`Null` when empty/invalid).
@@ -400,6 +402,7 @@ impl TestApp {
             server,
             sweeper: None,
             _proxy: None,
+            pusher: None,
         })
     }
 
@@ -548,14 +551,37 @@ impl TestApp {
         if catch_up {
             dispatcher.catch_up_every(Duration::from_secs(1));
         }
-        Self::serve_observed(
+        let mut app = Self::serve_observed(
             store,
             &sdk,
-            std::sync::Arc::new(dispatcher),
+            std::sync::Arc::new(dispatcher.clone()),
             500,
             || async {},
         )
-        .await
+        .await?;
+        app.pusher = Some(dispatcher);
+        Ok(app)
+    }
+
+    /// Applies every change written so far (the in-process stream) and waits until the
+    /// push offers they started have ended (claimed and delivered, or found not to be
+    /// delivered now), however long a loaded machine takes: up to `within`.
+    pub async fn push_offers_settled(&self, within: Duration) -> anyhow::Result<()> {
+        let pusher = self
+            .pusher
+            .as_ref()
+            .context("an app without push delivery")?;
+        self.store.catch_up().await;
+        let until = std::time::Instant::now() + within;
+        while pusher.in_flight() > 0 {
+            anyhow::ensure!(
+                std::time::Instant::now() < until,
+                "{} push offers still in flight after {within:?}",
+                pusher.in_flight()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Like [`TestApp::spawn_with_sweeper`], with webhook delivery as `make dev` runs it:

@@ -167,6 +167,29 @@ struct Inner {
     permits: Semaphore,
     breakers: breaker::Breakers,
     endpoints: Mutex<HashMap<QueueName, Cached>>,
+    /// Dispatches started in the background ([`Dispatcher::spawn_changes`]) and not ended.
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one background dispatch as in flight until dropped (a panicking one included).
+struct InFlight(Dispatcher);
+
+impl InFlight {
+    fn start(of: &Dispatcher) -> Self {
+        of.inner
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(of.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .inner
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Dispatcher {
@@ -186,6 +209,7 @@ impl Dispatcher {
                 breakers: breaker::Breakers::new(config.breaker_cooldown),
                 config,
                 endpoints: Mutex::default(),
+                in_flight: Default::default(),
             }),
         })
     }
@@ -208,9 +232,21 @@ impl Dispatcher {
     pub fn spawn_changes(&self, changes: &[Change]) {
         let ready: Vec<ReadyJob> = changes.iter().filter_map(Change::ready_job).collect();
         for r in ready {
-            let me = self.clone();
-            tokio::spawn(async move { me.dispatch(r).await });
+            let counted = InFlight::start(self);
+            tokio::spawn(async move {
+                counted.0.dispatch(r).await;
+                drop(counted);
+            });
         }
+    }
+
+    /// Background dispatches started and not yet ended (each has claimed and delivered
+    /// its job, or found it not to be delivered now): what a caller waits for to know
+    /// the changes seen so far have been offered.
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether an enabled endpoint takes `job` (its queue and type): what makes the

@@ -667,7 +667,9 @@ async fn waiting_on_a_paused_queue(
     let polled = app
         .push(json!({"type": "polled.job", "queue": queue, "args": []}))
         .await?;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The stream's offers of the three, refused while the queue is paused, have ended
+    // (on a loaded machine one that ran after the resume below would deliver its job).
+    app.push_offers_settled(Duration::from_secs(60)).await?;
     assert!(fake.seen.lock().map(|s| s.is_empty()).unwrap_or(false));
     Ok((ids, id(&polled)))
 }

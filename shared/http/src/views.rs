@@ -104,10 +104,17 @@ mod tests {
     use super::*;
     use ojs_core::NewJob;
 
+    /// One instant for every job: a timestamp is written with as many fraction digits
+    /// as it needs (none, 3 or 6), so jobs enqueued at `now()` differ in size by a few
+    /// bytes, and a bound of exactly two of them would hold or not by the clock.
+    fn enqueued_at() -> ojs_core::time::Timestamp {
+        ojs_core::time::parse("2026-01-02T03:04:05.123456Z", "$").unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn job(chars: usize) -> Job {
         let new = NewJob::from_json(json!({"type": "t", "args": ["\"".repeat(chars)]}))
             .unwrap_or_else(|e| panic!("{e}"));
-        Job::enqueue(new, ojs_core::time::now())
+        Job::enqueue(new, enqueued_at())
     }
 
     fn total(views: &[Value]) -> usize {
@@ -149,7 +156,7 @@ mod tests {
     fn zeros(n: usize) -> Job {
         let new = NewJob::from_json(json!({"type": "t", "args": [vec![0; n]]}))
             .unwrap_or_else(|e| panic!("{e}"));
-        Job::enqueue(new, ojs_core::time::now())
+        Job::enqueue(new, enqueued_at())
     }
 
     #[test]

@@ -251,12 +251,40 @@ async fn a_tenants_key_lists_its_own_jobs_in_the_admin_listings() -> anyhow::Res
         let r = get(&app, &acme, None, &format!("/ojs/v1/admin/jobs/{id}")).await?;
         assert_eq!(r.status, 404, "{id}: {}", r.body);
     }
+    // Its own tenant's view and stats (the dashboard's tenant page); another's is 403.
+    for path in [
+        "/ojs/v1/admin/tenants/acme",
+        "/ojs/v1/admin/tenants/acme/stats",
+    ] {
+        let r = get(&app, &acme, None, path).await?;
+        assert_eq!(
+            (r.status, &r.body["tenant_id"], &r.body["total_jobs"]),
+            (200, &json!("acme"), &json!(3)),
+            "{path}: {}",
+            r.body
+        );
+    }
+    for path in [
+        "/ojs/v1/admin/tenants/beta",
+        "/ojs/v1/admin/tenants/beta/stats",
+        "/ojs/v1/admin/tenants/_default",
+    ] {
+        let r = get(&app, &acme, None, path).await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert_eq!(r.body["error"]["details"]["tenant"], "acme", "{}", r.body);
+    }
+    let r = get(&app, &admin, None, "/ojs/v1/admin/tenants/beta").await?;
+    assert_eq!(
+        (r.status, &r.body["total_jobs"]),
+        (200, &json!(2)),
+        "{}",
+        r.body
+    );
     // The rest of the admin API is not kept to a tenant: closed to its key.
     for path in [
         "/ojs/v1/admin/queues",
         "/ojs/v1/admin/stats",
         "/ojs/v1/admin/tenants",
-        "/ojs/v1/admin/tenants/acme",
         "/ojs/v1/admin/dead-letter/stats",
         "/ojs/v1/admin/workers",
     ] {

@@ -816,19 +816,21 @@ async fn list_tenants(
 }
 
 /// `GET /ojs/v1/admin/tenants/{id}` and `.../stats`: one tenant's counts; 404 for a
-/// tenant that never had a job.
+/// tenant that never had a job. A key bound to a tenant reads its own (403 naming
+/// another), as do its listings.
 async fn get_tenant(
     State(app): State<AppState>,
+    acting: crate::extract::ListingTenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let unknown = || OjsError::not_found(format!("tenant {id:.64} has no jobs"));
-    let tenant = ojs_core::tenant::TenantId::parse(&id)
-        .map_err(|_| unknown())?
-        .ok_or_else(|| {
-            OjsError::not_found(
-                "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
-            )
-        })?;
+    let named = ojs_core::tenant::TenantId::parse(&id).map_err(|_| unknown())?;
+    acting.scope(Some(&id), "$.id")?;
+    let tenant = named.ok_or_else(|| {
+        OjsError::not_found(
+            "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
+        )
+    })?;
     let config = app.store.engine().get_tenant_config(&tenant).await?;
     let stats = match app.store.derived().tenant_stats(&tenant).await? {
         Some(stats) => stats,

@@ -384,8 +384,11 @@ async fn poll_for_reclaim(app: &Arc<TestApp>, queue: &str) -> anyhow::Result<Vec
         tokio::spawn(async move {
             let mut got = Vec::new();
             for _ in 0..40 {
+                // A lease longer than any polling can take (40 FETCHes each, however slow
+                // the machine): a second claim can then only be a double delivery, never
+                // the reclaim of an expired lease.
                 let r = app
-                    .fetch(json!({"queues": [queue], "worker_id": format!("p{w}"), "visibility_timeout_ms": 30000}))
+                    .fetch(json!({"queues": [queue], "worker_id": format!("p{w}"), "visibility_timeout_ms": 3_600_000}))
                     .await?;
                 for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
                     got.push((format!("p{w}"), j));

@@ -41,7 +41,9 @@ async fn a_crashed_workers_job_goes_to_exactly_one_other_worker_and_its_late_ack
         tokio::spawn(async move {
             let mut got = Vec::new();
             for _ in 0..30 {
-                let r = app.fetch(json!({"queues": ["crash"], "worker_id": format!("p{w}"), "visibility_timeout_ms": 30000})).await?;
+                // A lease longer than any polling can take: a second claim can then only
+                // be a double delivery, not the reclaim of an expired lease.
+                let r = app.fetch(json!({"queues": ["crash"], "worker_id": format!("p{w}"), "visibility_timeout_ms": 3_600_000})).await?;
                 for j in r.body["jobs"].as_array().cloned().unwrap_or_default() {
                     got.push((format!("p{w}"), j));
                 }

@@ -708,7 +708,7 @@ async fn measure_all(b: &Bench, sizes: &[usize], reps: usize) -> anyhow::Result<
             let body = b.timer_message(&id).await?;
             let store = b.app.store.clone();
             let ((), calls) = b
-                .measure(async move { Ok(store.handle_timer(&body).await?) })
+                .measure(async move { Ok(store.wakeups().handle_timer(&body).await?) })
                 .await?;
             promote.add(calls);
             let r = b

@@ -334,9 +334,9 @@ impl TestApp {
             .context("creating a timer queue: is moto running? (scripts/local-aws.sh start)")?;
         let mut app = Self::spawn_on(store).await?;
         let consumer = app.store.clone();
-        app.sweeper = Some(tokio::spawn(
-            async move { consumer.consume_timer_queue().await },
-        ));
+        app.sweeper = Some(tokio::spawn(async move {
+            consumer.wakeups().consume_timer_queue().await
+        }));
         Ok(app)
     }
 

@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if store.engine().timer().is_some() {
         let consumer = store.clone();
-        tokio::spawn(async move { consumer.consume_timer_queue().await });
+        tokio::spawn(async move { consumer.wakeups().consume_timer_queue().await });
     }
     // The scheduler function's tick (EventBridge, every minute on AWS), every second here.
     let mut scheduler = ojs_runtime::Scheduler::new(store.clone());

@@ -10,7 +10,7 @@ pub async fn promote_due(store: &Store, event: SqsEvent) -> SqsBatchResponse {
     let outcomes = join_all(event.records.into_iter().map(|record| async move {
         let id = record.message_id.clone().unwrap_or_default();
         let result = match record.body.as_deref() {
-            Some(body) => store.handle_timer(body).await,
+            Some(body) => store.wakeups().handle_timer(body).await,
             None => Ok(()),
         };
         (id, result)

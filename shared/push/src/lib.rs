@@ -468,6 +468,7 @@ impl Dispatcher {
         let store = &self.inner.store;
         let settled = match &answer {
             PushAnswer::Completed(result) => store
+                .lifecycle()
                 .ack_job(
                     &AckRequest {
                         id: job.id,
@@ -480,6 +481,7 @@ impl Dispatcher {
                 .await
                 .map(|_| "completed"),
             PushAnswer::Failed(failure) => store
+                .lifecycle()
                 .fail_job(&job.id, failure, fence, false, now)
                 .await
                 .map(|_| "failed"),

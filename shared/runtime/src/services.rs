@@ -135,7 +135,7 @@ impl<'a> QueueSweep<'a> {
     async fn sweep_queue(&self, queue: &QueueName, now: Timestamp) -> Result<usize, StoreError> {
         let mut moved = 0;
         for _ in 0..MAX_BATCHES_PER_QUEUE {
-            let n = self.store.promote_due(queue, now).await?;
+            let n = self.store.lifecycle().promote_due(queue, now).await?;
             moved += n;
             if n == 0 {
                 break;

@@ -50,11 +50,13 @@ pub use features::checkpoints::Checkpoints;
 pub use features::cron::Cron;
 pub use features::dead_letter::DeadLetter;
 pub use features::dead_letter::DeadLetterPage;
+pub use features::follow_ups::Lifecycle;
 pub use features::idempotency::IdempotencyKeys;
 pub use features::idempotency::KeyClaim;
 pub use features::push::PushEndpoints;
 pub use features::rate_limits::RateLimits;
 pub use features::schemas::Schemas;
+pub use features::wakeups::Wakeups;
 pub use features::webhooks::Webhooks;
 pub use features::workers::{Heartbeat, Workers};
 pub use features::workflow::Workflows;
@@ -422,6 +424,28 @@ impl Store {
     /// DynamoDB calls and capacity consumed by this store so far.
     pub fn usage(&self) -> UsageSnapshot {
         self.derived.engine.usage()
+    }
+
+    /// A job's lifecycle calls that can finish it (PUSH, CANCEL, ACK, FAIL, settling,
+    /// INFO, promotion), each following up what it finishes.
+    pub fn lifecycle(&self) -> Lifecycle<'_> {
+        Lifecycle::new(self.engine())
+    }
+
+    /// What timer messages wake (the timer function's work, and the local consumer).
+    pub fn wakeups(&self) -> Wakeups<'_> {
+        Wakeups::new(self.engine())
+    }
+
+    /// The same store arming timers through SQS queue `name` on the endpoint of `sdk`,
+    /// created if missing (the local server and tests; on AWS the template makes it).
+    pub async fn with_local_timer_queue(
+        self,
+        sdk: &aws_config::SdkConfig,
+        name: &str,
+    ) -> Result<Self, StoreError> {
+        let timer = features::wakeups::local_timer_queue(sdk, name).await?;
+        Ok(self.with_timer(timer))
     }
 
     /// API keys: their records, scopes, tenants and revocation.

@@ -148,7 +148,9 @@ fn the_checker_sees_paths_and_groups_but_not_comments() {
 const LAYER_TYPES: [&str; 3] = ["Store", "Derived", "Engine"];
 
 /// The feature services: views over the layer below that the façade hands out.
-const SERVICES: [&str; 13] = [
+const SERVICES: [&str; 15] = [
+    "Lifecycle",
+    "Wakeups",
     "Workers",
     "Admin",
     "Cron",

@@ -429,7 +429,8 @@ async fn a_holders_fail_lands_though_its_own_heartbeats_move_the_job() -> anyhow
             worker_id: Some("w"),
             attempt: None,
         };
-        slow.fail_job(&job_id, &failure, fence, false, ojs_core::time::now())
+        slow.lifecycle()
+            .fail_job(&job_id, &failure, fence, false, ojs_core::time::now())
             .await
     });
     // Every write the FAIL sends waits for a heartbeat of the holder's first (the ones

@@ -1555,9 +1555,11 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let due_us = ojs_core::time::now().timestamp_micros();
     store
+        .wakeups()
         .handle_timer(&json!({"kind": "job", "job_id": id(&t.body), "due_us": due_us}).to_string())
         .await?;
     store
+        .wakeups()
         .handle_timer(&json!({"kind": "cron", "name": "iam-sweep", "due_us": due_us}).to_string())
         .await?;
     used.insert("TimerFunction", recorder.take());

@@ -29,7 +29,7 @@ async fn put_large(store: &Store, queue: &str, args: Value) -> anyhow::Result<Jo
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut job = Job::enqueue(new, ojs_core::time::now());
     job.spec.args = vec![args];
-    let outcome = store.put_job(&job).await?;
+    let outcome = store.lifecycle().put_job(&job).await?;
     anyhow::ensure!(matches!(outcome, PushOutcome::Created), "{outcome:?}");
     Ok(job)
 }
@@ -162,6 +162,7 @@ async fn a_tampered_payload_is_never_served() -> anyhow::Result<()> {
     assert!(!got.body.to_string().contains(&text[..64]));
     let settled = app
         .store
+        .lifecycle()
         .get_job_settled(&job.id, ojs_core::time::now())
         .await?
         .context("gone")?;

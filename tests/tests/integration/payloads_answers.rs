@@ -34,7 +34,7 @@ async fn put_large(store: &Store, envelope: Value, text: &str) -> anyhow::Result
     job.spec
         .meta
         .insert("note".into(), Value::String(text[..1000].to_owned()));
-    let outcome = store.put_job(&job).await?;
+    let outcome = store.lifecycle().put_job(&job).await?;
     anyhow::ensure!(matches!(outcome, PushOutcome::Created), "{outcome:?}");
     Ok(job)
 }
@@ -223,7 +223,10 @@ async fn an_answer_whose_payload_cannot_be_read_says_the_job_is_incomplete() -> 
     )
     .await?;
     let down = with_s3_down(&app.store).await;
-    let cancelled = down.cancel_job(&other.id, ojs_core::time::now()).await?;
+    let cancelled = down
+        .lifecycle()
+        .cancel_job(&other.id, ojs_core::time::now())
+        .await?;
     assert_eq!(cancelled.status.state, JobState::Cancelled);
     assert_incomplete(&cancelled.to_json(), "CANCEL with S3 down");
     app.teardown().await;
@@ -513,7 +516,7 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     let new = NewJob::from_json(envelope("s3-lost-always")).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut job = Job::enqueue(new, ojs_core::time::now());
     job.spec.args = vec![Value::String(text.clone())];
-    let failed = faulty.put_job(&job).await;
+    let failed = faulty.lifecycle().put_job(&job).await;
     assert!(failed.is_err(), "{failed:?}");
     proxy.heal();
     assert!(

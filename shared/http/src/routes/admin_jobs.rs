@@ -212,6 +212,7 @@ pub(crate) async fn cancel_job(
     let id = JobId::parse(&id)?;
     let job = app
         .store
+        .lifecycle()
         .cancel_job(&id, time::now())
         .await
         .map_err(job_not_found(&id))?;
@@ -294,7 +295,12 @@ async fn apply(app: &AppState, action: &str, jobs: &[Job]) -> BulkReport {
                 .admin_retry_job(&job.id, now)
                 .await
                 .map(drop),
-            "cancel" => app.store.cancel_job(&job.id, now).await.map(drop),
+            "cancel" => app
+                .store
+                .lifecycle()
+                .cancel_job(&job.id, now)
+                .await
+                .map(drop),
             _ => app.store.admin().admin_delete_job(&job.id).await,
         };
         report.record(&job.id, outcome);

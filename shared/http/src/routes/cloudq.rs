@@ -149,7 +149,7 @@ async fn push(app: &AppState, queue: &str, body: &[u8]) -> Result<Response, ApiE
     let new = NewJob::from_json(envelope)?;
     super::schemas::check_args(app, &new).await?;
     let job = Job::enqueue(new, time::now());
-    let id = match app.store.put_job(&job).await? {
+    let id = match app.store.lifecycle().put_job(&job).await? {
         PushOutcome::Existing(existing) | PushOutcome::CreatedAs(existing) => existing.id,
         PushOutcome::Created => job.id,
     };
@@ -249,6 +249,7 @@ async fn complete(app: &AppState, queue: &str, id: &str) -> Result<Response, Api
     };
     let job = app
         .store
+        .lifecycle()
         .ack_job(&ack, time::now())
         .await
         .map_err(|e| match e {

@@ -125,7 +125,7 @@ async fn push_one(app: &AppState, mut job: Job, attempt: Try) -> Result<Pushed, 
         .await
         .inspect_err(log_refusal)?;
     admit_tenants(app, std::slice::from_ref(&job)).await?;
-    let outcome = match app.store.put_job(&job).await {
+    let outcome = match app.store.lifecycle().put_job(&job).await {
         Ok(outcome) => outcome,
         // Another try wrote it meanwhile (its id, or its unique key for its id).
         Err(StoreError::Duplicate) if keyed => return found_again(app, &job.id).await,
@@ -249,6 +249,7 @@ async fn get_job(
     let id = JobId::parse(&id)?;
     let job = app
         .store
+        .lifecycle()
         .get_job_settled(&id, time::now())
         .await?
         .filter(|job| tenant.sees(job))
@@ -263,7 +264,7 @@ async fn cancel_job(
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
     super::tenant_owns(&app, &tenant, &id).await?;
-    let job = app.store.cancel_job(&id, time::now()).await?;
+    let job = app.store.lifecycle().cancel_job(&id, time::now()).await?;
     tracing::info!(job_id = %job.id, "job cancelled");
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }

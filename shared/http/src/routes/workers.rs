@@ -292,7 +292,7 @@ async fn ack(
         attempt: attempt(&body, "$.attempt")?,
     };
     super::tenant_owns(app, tenant, &ack.id).await?;
-    let job = app.store.ack_job(&ack, time::now()).await?;
+    let job = app.store.lifecycle().ack_job(&ack, time::now()).await?;
     let view = job.to_json();
     Ok(reply(
         StatusCode::OK,
@@ -333,6 +333,7 @@ async fn fail_job(
     let now = time::now();
     let outcome = app
         .store
+        .lifecycle()
         .fail_job(&id, &failure, fence, requeue, now)
         .await?;
     let job = outcome.job;

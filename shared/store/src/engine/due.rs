@@ -46,7 +46,7 @@ impl Engine {
         Ok(moved)
     }
 
-    /// One batch of [`crate::Store::promote_due`] from one shard of the queue.
+    /// One batch of [`crate::Lifecycle::promote_due`] from one shard of the queue.
     pub(crate) async fn promote_due_shard(
         &self,
         queue: &QueueName,

@@ -375,7 +375,7 @@ fn due_at(job: &Job) -> Option<Timestamp> {
     }
 }
 
-/// Whether [`crate::Store::settle`] would move the job at `now`.
+/// Whether [`crate::Lifecycle::settle`] would move the job at `now`.
 pub(crate) fn is_overdue(job: &Job, now: Timestamp) -> bool {
     let st = &job.status;
     match st.state {

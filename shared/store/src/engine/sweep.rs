@@ -6,7 +6,7 @@
 //! 1. fire due cron occurrences ([`crate::Store::fire_due_crons`]);
 //! 2. hand work due within the timer's range to the SQS timer ([`Engine::hand_over_to_timer`]);
 //! 3. per queue: promote due jobs, reclaim expired leases, time out overdue attempts and
-//!    discard expired jobs ([`crate::Store::promote_due`], what FETCH does for its own queues);
+//!    discard expired jobs ([`crate::Lifecycle::promote_due`], what FETCH does for its own queues);
 //! 4. check running workflows ([`crate::Store::check_workflows`]);
 //! 5. repair drifted queue counters ([`crate::Derived::heal_counters`]).
 

@@ -15,7 +15,6 @@ use crate::error::StoreError;
 use crate::features::workflow::Workflows;
 use crate::jobs::{AckRequest, FailOutcome, Fence};
 use crate::unique::PushOutcome;
-use crate::Store;
 
 /// Rounds of follow-ups one scope runs at most: a job a follow-up's own transition
 /// finishes is followed up in the next round (none does today: a workflow cancels its
@@ -23,15 +22,26 @@ use crate::Store;
 /// looping a request forever (the sweep's workflow check finishes what is left).
 const MAX_ROUNDS: usize = 16;
 
-/// The engine's entry points that can finish a job, each in a scope of its own: what it
-/// finishes is followed up before it answers. The layer test
-/// `finishing_entry_points_follow_up` finds any public method that could finish a job
-/// outside one.
-impl Store {
+/// A job's lifecycle calls: the engine's entry points that can finish a job, each in a
+/// scope of its own, so what it finishes is followed up before it answers. The layer
+/// test `finishing_entry_points_follow_up` finds any public method that could finish a
+/// job outside one.
+pub struct Lifecycle<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Lifecycle<'a> {
+    /// The lifecycle calls over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Lifecycle<'_> {
     /// PUSH: [`Engine::put_job_in_scope`] (a unique policy's `replace` cancels the job it
     /// replaces).
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
-        following_up(self.engine(), time::now(), |engine| async move {
+        following_up(self.engine, time::now(), |engine| async move {
             engine.put_job_in_scope(job).await
         })
         .await
@@ -39,7 +49,7 @@ impl Store {
 
     /// CANCEL: [`Engine::cancel_job_in_scope`].
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine.cancel_job_in_scope(id, now).await
         })
         .await
@@ -47,7 +57,7 @@ impl Store {
 
     /// ACK: [`Engine::ack_job_in_scope`].
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine.ack_job_in_scope(ack, now).await
         })
         .await
@@ -62,7 +72,7 @@ impl Store {
         requeue: bool,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine
                 .fail_job_in_scope(id, failure, fence, requeue, now)
                 .await
@@ -73,7 +83,7 @@ impl Store {
     /// [`Engine::settle_in_scope`]: an overdue job moved on (a lease or deadline passed,
     /// a time come, the job expired).
     pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine.settle_in_scope(job, now).await
         })
         .await
@@ -85,7 +95,7 @@ impl Store {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine.get_job_settled_in_scope(id, now).await
         })
         .await
@@ -98,7 +108,7 @@ impl Store {
         queue: &QueueName,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        following_up(self.engine(), now, |engine| async move {
+        following_up(self.engine, now, |engine| async move {
             engine.promote_due_in_scope(queue, now).await
         })
         .await

@@ -10,22 +10,34 @@ use crate::error::StoreError;
 use crate::features::cron::Cron;
 use crate::features::follow_ups::following_up;
 use crate::timer::{TimerMessage, TimerTarget};
-use crate::Store;
 use crate::Timer;
 use std::time::Duration;
 
-impl Store {
+/// What timer messages wake, handled: one message (the timer function), or the local
+/// timer queue consumed for ever (`make dev`, tests).
+pub struct Wakeups<'a> {
+    engine: &'a Engine,
+}
+
+impl<'a> Wakeups<'a> {
+    /// The wake-ups over `engine`.
+    pub(crate) fn new(engine: &'a Engine) -> Self {
+        Self { engine }
+    }
+}
+
+impl Wakeups<'_> {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
     /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
     pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
-        following_up(self.engine(), time::now(), |engine| async move {
+        following_up(self.engine, time::now(), |engine| async move {
             handle_timer_in_scope(&engine, body).await
         })
         .await
     }
 }
 
-/// [`Store::handle_timer`] within the caller's follow-up scope.
+/// [`Wakeups::handle_timer`] within the caller's follow-up scope.
 async fn handle_timer_in_scope(engine: &Engine, body: &str) -> Result<(), StoreError> {
     let msg: TimerMessage = serde_json::from_str(body)
         .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
@@ -57,12 +69,12 @@ async fn handle_timer_in_scope(engine: &Engine, body: &str) -> Result<(), StoreE
     Ok(())
 }
 
-impl Store {
+impl Wakeups<'_> {
     /// Consumes the timer queue forever, handling each message like the
     /// timer function does and deleting it once handled. For the local server and tests,
     /// where no SQS event source mapping exists.
     pub async fn consume_timer_queue(&self) {
-        let Some(timer) = self.engine().timer.clone() else {
+        let Some(timer) = self.engine.timer.clone() else {
             return;
         };
         loop {
@@ -90,11 +102,11 @@ impl Store {
             // One task per message, so a message waiting out its last fraction of a
             // second never holds back the next receive.
             for m in messages {
-                let store = self.clone();
+                let engine = self.engine.clone();
                 let timer = timer.clone();
                 tokio::spawn(async move {
                     let handled = match m.body() {
-                        Some(body) => match store.handle_timer(body).await {
+                        Some(body) => match Wakeups::new(&engine).handle_timer(body).await {
                             Ok(()) | Err(StoreError::Corrupt(_)) => true,
                             Err(e) => {
                                 tracing::warn!(error = %e, "timer message failed; it will be redelivered");
@@ -116,30 +128,29 @@ impl Store {
             }
         }
     }
+}
 
-    /// Creates (or finds) an SQS queue named `name` and arms timers through it. Used by the
-    /// local server and tests; on AWS the queue comes from the template.
-    pub async fn with_local_timer_queue(
-        self,
-        sdk: &aws_config::SdkConfig,
-        name: &str,
-    ) -> Result<Self, StoreError> {
-        let client = aws_sdk_sqs::Client::new(sdk);
-        let out = client
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .map_err(|e| {
-                StoreError::Backend(format!(
-                    "creating timer queue: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(&e)
-                ))
-            })?;
-        let url = out
-            .queue_url()
-            .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
-            .to_owned();
-        Ok(self.with_timer(Timer::new(client, url)))
-    }
+/// The timer of SQS queue `name` on the SQS endpoint of `sdk`, created if missing (the
+/// local server and tests; on AWS the queue comes from the template).
+pub(crate) async fn local_timer_queue(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+) -> Result<Timer, StoreError> {
+    let client = aws_sdk_sqs::Client::new(sdk);
+    let out = client
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| {
+            StoreError::Backend(format!(
+                "creating timer queue: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            ))
+        })?;
+    let url = out
+        .queue_url()
+        .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
+        .to_owned();
+    Ok(Timer::new(client, url))
 }

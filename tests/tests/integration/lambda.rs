@@ -497,6 +497,16 @@ async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() ->
         slow_delivery.stop().await;
         out.map(|i| i.outcome)
     });
+    // The slow receiver holds its request before the other deliveries start (a loaded
+    // machine may take a while to start the instance and reach it).
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while slow_seen.load(Ordering::SeqCst) == 0 {
+        anyhow::ensure!(
+            std::time::Instant::now() < until,
+            "the slow receiver was never reached"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut fast_delivery = start("delivery", store.table(), &[private]).await?;
     let Outcome::Response(res) = invoke(&mut fast_delivery, events::sqs(&to_fast)).await? else {
         bail!("the delivery batch failed as a whole");
@@ -608,6 +618,7 @@ async fn push_available(store: &ojs_store::Store, queue: &str) -> anyhow::Result
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     store
+        .lifecycle()
         .put_job(&ojs_core::Job::enqueue(new, ojs_core::time::now()))
         .await?;
     Ok(())

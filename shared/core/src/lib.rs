@@ -16,6 +16,7 @@ pub mod duration;
 pub mod error;
 pub mod event;
 pub mod failure;
+pub mod fields;
 pub mod idempotency;
 pub mod ids;
 pub mod job;

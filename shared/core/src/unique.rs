@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorCode, OjsError};
+use crate::fields::Fields;
 use crate::job::JobSpec;
 use crate::state::JobState;
 
@@ -51,10 +52,114 @@ fn bad(message: impl Into<String>, field: &str) -> OjsError {
         .with_path(&format!("$.options.unique.{field}"))
 }
 
-fn strings(v: &Value, field: &str) -> Result<Vec<String>, OjsError> {
-    v.as_array()
-        .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_owned)).collect())
-        .ok_or_else(|| bad(format!("{field} must be an array of strings"), field))
+/// The policy's members: paths are under `$.options.unique` wherever the policy came
+/// from, and a member is named by its key alone.
+fn fields(obj: &Map<String, Value>) -> Fields<'_> {
+    Fields::new(obj, "$.options.unique")
+}
+
+/// `keys` (or the SDKs' `key`), sorted, with `type` always among them; and the argument
+/// fields `key` names when it names no dimension.
+fn keys_of(f: &Fields) -> Result<(Vec<String>, Option<Vec<String>>), OjsError> {
+    // `key` is what the Go and JavaScript SDKs send: argument fields to compare
+    // (ojs-json-format §3.5), unless every entry names a dimension.
+    let mut args_fields = None;
+    let mut keys = match (f.get("keys"), f.get("key")) {
+        (Some(v), _) => v.strings()?,
+        (_, Some(v)) => {
+            let named = v.strings()?;
+            if named.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
+                named
+            } else {
+                args_fields = Some(named);
+                vec!["args".to_owned()]
+            }
+        }
+        _ => vec!["type".to_owned()],
+    };
+    for k in &keys {
+        if !DIMENSIONS.contains(&k.as_str()) {
+            return Err(bad(
+                format!("unknown uniqueness dimension {k:?}: use type, queue, args or meta"),
+                "keys",
+            ));
+        }
+    }
+    if !keys.iter().any(|k| k == "type") {
+        keys.push("type".into());
+    }
+    keys.sort();
+    keys.dedup();
+    Ok((keys, args_fields))
+}
+
+/// `period` (an ISO 8601 duration) or `period_ms`; a `null` period hides `period_ms`.
+fn period_of(obj: &Map<String, Value>) -> Result<Option<Duration>, OjsError> {
+    let period = match obj.get("period").or_else(|| obj.get("period_ms")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) => Some(
+            crate::duration::parse(p)
+                .ok_or_else(|| bad("period must be an ISO 8601 duration such as PT1H", "period"))?,
+        ),
+        Some(Value::Number(ms)) => {
+            Some(ms.as_u64().map(Duration::from_millis).ok_or_else(|| {
+                bad(
+                    "period must be a non-negative number of milliseconds",
+                    "period",
+                )
+            })?)
+        }
+        Some(_) => return Err(bad("period must be an ISO 8601 duration", "period")),
+    };
+    if period.is_some_and(|p| p > crate::validate::MAX_UNIQUE_PERIOD) {
+        return Err(bad("period must be at most 366 days (P366D)", "period"));
+    }
+    Ok(period)
+}
+
+/// `states`, by default every state a job waits or runs in.
+fn states_of(f: &Fields) -> Result<Vec<JobState>, OjsError> {
+    let Some(named) = f.strings("states")? else {
+        return Ok(vec![
+            JobState::Available,
+            JobState::Active,
+            JobState::Scheduled,
+            JobState::Retryable,
+            JobState::Pending,
+        ]);
+    };
+    named
+        .iter()
+        .map(|s| {
+            s.parse::<JobState>()
+                .map_err(|_| bad(format!("unknown state {s:?}"), "states"))
+        })
+        .collect()
+}
+
+/// `on_conflict`; one that is not a string reads as not given.
+fn on_conflict_of(obj: &Map<String, Value>) -> Result<OnConflict, OjsError> {
+    match obj.get("on_conflict").and_then(Value::as_str) {
+        None | Some("reject") => Ok(OnConflict::Reject),
+        Some("ignore") => Ok(OnConflict::Ignore),
+        Some("replace") => Ok(OnConflict::Replace),
+        Some("replace_except_schedule") => Ok(OnConflict::ReplaceExceptSchedule),
+        // Named only in a comment of the protobuf seed; ojs-unique-jobs.md defines no
+        // such strategy, so there is nothing faithful to implement.
+        Some("reschedule") => Err(OjsError::new(
+            ErrorCode::Unsupported,
+            "on_conflict \"reschedule\" is not defined by ojs-unique-jobs.md; use \
+             replace_except_schedule to keep the existing job's schedule",
+        )
+        .with_path("$.options.unique.on_conflict")),
+        Some(other) => Err(bad(
+            format!(
+                "on_conflict must be reject, ignore, replace or \
+                 replace_except_schedule, got {other:?}"
+            ),
+            "on_conflict",
+        )),
+    }
 }
 
 impl UniquePolicy {
@@ -63,116 +168,26 @@ impl UniquePolicy {
         let obj = v
             .as_object()
             .ok_or_else(|| bad("unique must be an object", "keys"))?;
-        // `key` is what the Go and JavaScript SDKs send: argument fields to compare
-        // (ojs-json-format §3.5), unless every entry names a dimension.
-        let mut args_fields = None;
-        let mut keys = match (obj.get("keys"), obj.get("key")) {
-            (Some(v), _) if !v.is_null() => strings(v, "keys")?,
-            (_, Some(v)) if !v.is_null() => {
-                let named = strings(v, "key")?;
-                if named.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
-                    named
-                } else {
-                    args_fields = Some(named);
-                    vec!["args".to_owned()]
-                }
-            }
-            _ => vec!["type".to_owned()],
+        let f = fields(obj);
+        let (keys, args_fields) = keys_of(&f)?;
+        let args_keys = match f.strings("args_keys")? {
+            None => args_fields,
+            named => named,
         };
-        for k in &keys {
-            if !DIMENSIONS.contains(&k.as_str()) {
-                return Err(bad(
-                    format!("unknown uniqueness dimension {k:?}: use type, queue, args or meta"),
-                    "keys",
-                ));
-            }
-        }
-        if !keys.iter().any(|k| k == "type") {
-            keys.push("type".into());
-        }
-        keys.sort();
-        keys.dedup();
-        let args_keys = match obj.get("args_keys") {
-            None | Some(Value::Null) => args_fields,
-            Some(v) => Some(strings(v, "args_keys")?),
-        };
-        let meta_keys = match obj.get("meta_keys") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(v) => strings(v, "meta_keys")?,
-        };
+        let meta_keys = f.strings("meta_keys")?.unwrap_or_default();
         if keys.iter().any(|k| k == "meta") && meta_keys.is_empty() {
             return Err(bad(
                 "meta_keys must name the meta keys when keys contains \"meta\"",
                 "meta_keys",
             ));
         }
-        let period = match obj.get("period").or_else(|| obj.get("period_ms")) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(p)) => Some(crate::duration::parse(p).ok_or_else(|| {
-                bad("period must be an ISO 8601 duration such as PT1H", "period")
-            })?),
-            Some(Value::Number(ms)) => {
-                Some(ms.as_u64().map(Duration::from_millis).ok_or_else(|| {
-                    bad(
-                        "period must be a non-negative number of milliseconds",
-                        "period",
-                    )
-                })?)
-            }
-            Some(_) => return Err(bad("period must be an ISO 8601 duration", "period")),
-        };
-        if period.is_some_and(|p| p > crate::validate::MAX_UNIQUE_PERIOD) {
-            return Err(bad("period must be at most 366 days (P366D)", "period"));
-        }
-        let states = match obj.get("states") {
-            None | Some(Value::Null) => vec![
-                JobState::Available,
-                JobState::Active,
-                JobState::Scheduled,
-                JobState::Retryable,
-                JobState::Pending,
-            ],
-            Some(v) => strings(v, "states")?
-                .iter()
-                .map(|s| {
-                    s.parse::<JobState>()
-                        .map_err(|_| bad(format!("unknown state {s:?}"), "states"))
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        let on_conflict = match obj.get("on_conflict").and_then(Value::as_str) {
-            None => OnConflict::Reject,
-            Some("reject") => OnConflict::Reject,
-            Some("ignore") => OnConflict::Ignore,
-            Some("replace") => OnConflict::Replace,
-            Some("replace_except_schedule") => OnConflict::ReplaceExceptSchedule,
-            // Named only in a comment of the protobuf seed; ojs-unique-jobs.md defines no
-            // such strategy, so there is nothing faithful to implement.
-            Some("reschedule") => {
-                return Err(OjsError::new(
-                    ErrorCode::Unsupported,
-                    "on_conflict \"reschedule\" is not defined by ojs-unique-jobs.md; use \
-                     replace_except_schedule to keep the existing job's schedule",
-                )
-                .with_path("$.options.unique.on_conflict"))
-            }
-            Some(other) => {
-                return Err(bad(
-                    format!(
-                        "on_conflict must be reject, ignore, replace or \
-                         replace_except_schedule, got {other:?}"
-                    ),
-                    "on_conflict",
-                ))
-            }
-        };
         Ok(Self {
             keys,
             args_keys,
+            period: period_of(obj)?,
+            states: states_of(&f)?,
+            on_conflict: on_conflict_of(obj)?,
             meta_keys,
-            period,
-            states,
-            on_conflict,
         })
     }
 

@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 
 use crate::cron::CronSchedule;
 use crate::error::OjsError;
+use crate::fields::{self, Fields};
 use crate::job::NewJob;
 use crate::time::{self, Timestamp};
 
@@ -89,6 +90,22 @@ pub struct CronJob {
     pub template: Map<String, Value>,
 }
 
+/// The job template: `job_template` (or `job`), else the job's fields beside the
+/// schedule's (the spec's shape).
+fn template_of(body: &Map<String, Value>) -> Result<Map<String, Value>, OjsError> {
+    match body.get("job_template").or_else(|| body.get("job")) {
+        Some(Value::Object(t)) => Ok(t.clone()),
+        Some(_) => {
+            Err(OjsError::invalid_request("job_template must be an object")
+                .with_path("$.job_template"))
+        }
+        None => Ok(["type", "args", "options", "meta"]
+            .into_iter()
+            .filter_map(|key| Some((key.to_owned(), body.get(key)?.clone())))
+            .collect()),
+    }
+}
+
 impl CronJob {
     /// Gives the template's jobs the tenant the registering request acts for
     /// (ojs-multi-tenancy.md §5.3, as for a PUSH): written into the template's `meta`
@@ -103,86 +120,35 @@ impl CronJob {
     /// Parses a registration. Accepts the spec's shape (`cron`, `type`, `args`, `options`)
     /// and the conformance suite's (`expression`, `job_template {type, args, options}`).
     pub fn from_json(body: Value) -> Result<Self, OjsError> {
-        let Value::Object(mut body) = body else {
-            return Err(OjsError::invalid_request(
-                "the cron registration must be a JSON object",
-            ));
-        };
-        let name = match body.remove("name") {
-            Some(Value::String(n)) if valid_name(&n) => n,
-            Some(_) => {
-                return Err(OjsError::invalid_request(format!(
-                    "name must match [a-z0-9][a-z0-9-.]* (max {MAX_NAME_LEN} chars)"
-                ))
-                .with_path("$.name"))
-            }
-            None => return Err(OjsError::invalid_request("name is required").with_path("$.name")),
-        };
-        let expression = match body.remove("expression").or_else(|| body.remove("cron")) {
-            Some(Value::String(e)) => e,
+        let body = fields::body(body, "cron registration")?;
+        let f = Fields::new(&body, "$");
+        let name = match f.present("name")? {
+            Value::String(n) if valid_name(n) => n.clone(),
             _ => {
-                return Err(OjsError::invalid_request(
-                    "expression (or cron) must be a cron expression string",
-                )
-                .with_path("$.expression"))
+                return Err(f.refuse(
+                    "name",
+                    &format!("must match [a-z0-9][a-z0-9-.]* (max {MAX_NAME_LEN} chars)"),
+                ))
             }
         };
-        let timezone = match body.remove("timezone") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(tz)) => Some(tz),
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("timezone must be a string").with_path("$.timezone")
-                )
-            }
+        let Some(Value::String(expression)) = body.get("expression").or_else(|| body.get("cron"))
+        else {
+            return Err(OjsError::invalid_request(
+                "expression (or cron) must be a cron expression string",
+            )
+            .with_path("$.expression"));
         };
-        let schedule = CronSchedule::parse(&expression, timezone.as_deref()).map_err(|e| {
+        let schedule = CronSchedule::parse(expression, f.str("timezone")?).map_err(|e| {
             OjsError::invalid_request(format!("invalid cron schedule: {e}"))
                 .with_path("$.expression")
         })?;
-        let overlap = match body.remove("overlap_policy") {
-            None | Some(Value::Null) => OverlapPolicy::Skip,
-            Some(Value::String(p)) => OverlapPolicy::parse(&p)?,
-            Some(_) => {
-                return Err(OjsError::invalid_request("overlap_policy must be a string")
-                    .with_path("$.overlap_policy"))
-            }
+        let overlap = match f.str("overlap_policy")? {
+            None => OverlapPolicy::Skip,
+            Some(p) => OverlapPolicy::parse(p)?,
         };
-        let enabled = match body.remove("enabled") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => b,
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("enabled must be a boolean").with_path("$.enabled")
-                )
-            }
-        };
-        let description = match body.remove("description") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(d)) => Some(d),
-            Some(_) => {
-                return Err(OjsError::invalid_request("description must be a string")
-                    .with_path("$.description"))
-            }
-        };
-        let template = match body.remove("job_template").or_else(|| body.remove("job")) {
-            Some(Value::Object(t)) => t,
-            Some(_) => {
-                return Err(OjsError::invalid_request("job_template must be an object")
-                    .with_path("$.job_template"))
-            }
-            None => {
-                // Spec shape: the job's fields sit beside the schedule's.
-                let mut t = Map::new();
-                for key in ["type", "args", "options", "meta"] {
-                    if let Some(v) = body.remove(key) {
-                        t.insert(key.to_owned(), v);
-                    }
-                }
-                t
-            }
-        };
-        let mut template = template;
+        let enabled = f.bool("enabled")?.unwrap_or(true);
+        let description = f.string("description")?;
+        let mut template = template_of(&body)?;
         template
             .entry("args")
             .or_insert_with(|| Value::Array(Vec::new()));

@@ -12,6 +12,7 @@ use jsonschema::{Draft, Validator};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorCode, OjsError};
+use crate::fields::{self, Fields};
 use crate::ids::JobType;
 
 /// Longest accepted schema URI in bytes (the URI is part of a DynamoDB sort key, whose
@@ -71,41 +72,35 @@ impl SchemaDoc {
     /// (optional), and `schema` (required, a valid draft 2020-12 JSON Schema).
     /// Unknown fields are ignored.
     pub fn from_json(body: Value) -> Result<Self, OjsError> {
-        let Value::Object(mut body) = body else {
-            return Err(OjsError::invalid_request(
-                "the schema registration must be a JSON object",
-            ));
-        };
-        let uri = match body.remove("uri") {
-            Some(Value::String(u)) if is_valid_uri(&u) => u,
-            Some(_) => {
-                return Err(OjsError::invalid_request(format!(
-                    "uri must be an absolute URI (scheme:rest, printable ASCII, at most {MAX_URI_LEN} bytes), e.g. urn:ojs:schema:email.send:v1"
-                ))
-                .with_path("$.uri"))
-            }
-            None => return Err(OjsError::invalid_request("uri is required").with_path("$.uri")),
+        let body = fields::body(body, "schema registration")?;
+        let f = Fields::new(&body, "$");
+        let uri = match f.present("uri")? {
+            Value::String(u) if is_valid_uri(u) => u.clone(),
+            _ => return Err(f.refuse("uri", &format!(
+                "must be an absolute URI (scheme:rest, printable ASCII, at most {MAX_URI_LEN} bytes), e.g. urn:ojs:schema:email.send:v1"
+            ))),
         };
         let (urn_type, urn_version) = parse_ojs_urn(&uri);
-        let job_type = match body.remove("type") {
-            None | Some(Value::Null) => urn_type,
-            Some(Value::String(t)) => Some(
-                JobType::parse(&t)
-                    .map_err(|e| e.with_path("$.type"))?
+        let job_type = match f.get("type") {
+            None => urn_type,
+            Some(t) => {
+                let raw = t
+                    .value()
                     .as_str()
-                    .to_owned(),
-            ),
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("type must be a job type string").with_path("$.type")
+                    .ok_or_else(|| t.refuse("must be a job type string"))?;
+                Some(
+                    JobType::parse(raw)
+                        .map_err(|e| e.with_path("$.type"))?
+                        .as_str()
+                        .to_owned(),
                 )
             }
         };
-        let version = match body.remove("version") {
-            None | Some(Value::Null) => urn_version,
-            Some(v @ Value::Number(_)) if v.as_u64().is_some() => Some(v),
+        let version = match f.get("version").map(|v| v.value()) {
+            None => urn_version,
+            Some(v @ Value::Number(_)) if v.as_u64().is_some() => Some(v.clone()),
             Some(Value::String(v)) if !v.trim().is_empty() && v.len() <= 64 => {
-                Some(Value::String(v))
+                Some(Value::String(v.clone()))
             }
             Some(_) => {
                 return Err(OjsError::invalid_request(
@@ -114,24 +109,14 @@ impl SchemaDoc {
                 .with_path("$.version"))
             }
         };
-        let description = match body.remove("description") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(d)) => Some(d),
-            Some(_) => {
-                return Err(OjsError::invalid_request("description must be a string")
-                    .with_path("$.description"))
-            }
-        };
-        let schema = match body.remove("schema") {
-            Some(s @ (Value::Object(_) | Value::Bool(_))) => s,
-            Some(_) => {
-                return Err(OjsError::invalid_request(
-                    "schema must be a JSON Schema document (an object or a boolean)",
-                )
-                .with_path("$.schema"))
-            }
-            None => {
-                return Err(OjsError::invalid_request("schema is required").with_path("$.schema"))
+        let description = f.string("description")?;
+        let schema = match f.present("schema")? {
+            s @ (Value::Object(_) | Value::Bool(_)) => s.clone(),
+            _ => {
+                return Err(f.refuse(
+                    "schema",
+                    "must be a JSON Schema document (an object or a boolean)",
+                ))
             }
         };
         check_schema(&schema)?;

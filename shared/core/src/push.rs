@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::failure::Failure;
+use crate::fields::{Field, Fields};
 use crate::time::Timestamp;
 use crate::{ErrorCode, JobType, OjsError, QueueName};
 
@@ -227,39 +228,54 @@ fn invalid(path: &str, message: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::ValidationError, message).with_path(path)
 }
 
+/// The list of names `field`, each read by `parse`: `None` when not given.
 fn names<T>(
-    body: &Map<String, Value>,
+    f: &Fields,
     field: &str,
     max: usize,
     parse: impl Fn(&str) -> Result<T, OjsError>,
 ) -> Result<Option<Vec<T>>, OjsError> {
-    let path = format!("$.{field}");
-    let Some(v) = body.get(field).filter(|v| !v.is_null()) else {
+    let Some(v) = f.get(field) else {
         return Ok(None);
     };
-    let list = v.as_array().ok_or_else(|| {
-        OjsError::invalid_request(format!("{field} must be an array")).with_path(&path)
-    })?;
+    let list = v
+        .value()
+        .as_array()
+        .ok_or_else(|| v.refuse("must be an array"))?;
+    let path = v.path();
     if list.is_empty() || list.len() > max {
-        return Err(invalid(
-            &path,
-            format!("{field} must list 1 to {max} names"),
-        ));
+        return Err(invalid(path, format!("{field} must list 1 to {max} names")));
     }
     let mut out: Vec<T> = Vec::with_capacity(list.len());
     let mut seen: Vec<&str> = Vec::with_capacity(list.len());
     for (i, item) in list.iter().enumerate() {
-        let raw = item.as_str().ok_or_else(|| {
-            OjsError::invalid_request(format!("{field}[{i}] must be a string"))
-                .with_path(&format!("{path}[{i}]"))
-        })?;
+        let at = format!("{path}[{i}]");
+        let raw = Field::new(item, &at, &format!("{field}[{i}]")).str()?;
         if seen.contains(&raw) {
-            return Err(invalid(&path, format!("{field} lists {raw:?} twice")));
+            return Err(invalid(path, format!("{field} lists {raw:?} twice")));
         }
         seen.push(raw);
-        out.push(parse(raw).map_err(|e| e.with_path(&format!("{path}[{i}]")))?);
+        out.push(parse(raw).map_err(|e| e.with_path(&at))?);
     }
     Ok(Some(out))
+}
+
+/// `config.signing_secret`. §10.1.1: every delivery is signed, so a registration
+/// without a key is refused.
+fn signing_secret(config: &Fields) -> Result<String, OjsError> {
+    let Some(secret) = config.get("signing_secret") else {
+        return Err(OjsError::invalid_request(
+            "config.signing_secret is required: every push delivery is signed",
+        )
+        .with_path("$.config.signing_secret"));
+    };
+    match secret.value() {
+        Value::String(s) if (SECRET_LEN.0..=SECRET_LEN.1).contains(&s.len()) => Ok(s.clone()),
+        _ => Err(secret.refuse(&format!(
+            "must be a string of {} to {} bytes",
+            SECRET_LEN.0, SECRET_LEN.1
+        ))),
+    }
 }
 
 impl PushEndpoint {
@@ -269,87 +285,29 @@ impl PushEndpoint {
         let body = body
             .as_object()
             .ok_or_else(|| OjsError::invalid_request("the body must be a JSON object"))?;
-        let target = match body.get("endpoint") {
-            Some(Value::String(s)) => PushTarget::parse(s, allow_private)?,
-            None | Some(Value::Null) => {
-                return Err(
-                    OjsError::invalid_request("endpoint is required").with_path("$.endpoint")
-                )
-            }
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("endpoint must be a string").with_path("$.endpoint")
-                )
-            }
-        };
-        let job_types =
-            names(body, "job_types", MAX_JOB_TYPES, JobType::parse)?.ok_or_else(|| {
-                OjsError::invalid_request("job_types is required").with_path("$.job_types")
-            })?;
-        let queues = names(body, "queues", MAX_QUEUES, QueueName::parse)?
+        let f = Fields::new(body, "$");
+        let target = PushTarget::parse(f.required("endpoint")?.str()?, allow_private)?;
+        let job_types = names(&f, "job_types", MAX_JOB_TYPES, JobType::parse)?
+            .ok_or_else(|| f.refuse("job_types", "is required"))?;
+        let queues = names(&f, "queues", MAX_QUEUES, QueueName::parse)?
             .unwrap_or_else(|| vec![QueueName::default_queue()]);
-        let config = match body.get("config") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(o)) => o.clone(),
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("config must be an object").with_path("$.config")
-                )
-            }
-        };
-        let number = |k: &str, min: u64, max: u64, default: u64| -> Result<u64, OjsError> {
-            let path = format!("$.config.{k}");
-            match config.get(k) {
-                None | Some(Value::Null) => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|n| (min..=max).contains(n))
-                    .ok_or_else(|| {
-                        invalid(
-                            &path,
-                            format!("config.{k} must be an integer from {min} to {max}"),
-                        )
-                    }),
-            }
-        };
-        let max_concurrency = number(
-            "max_concurrency",
-            1,
-            u64::from(MAX_CONCURRENCY),
-            u64::from(DEFAULT_CONCURRENCY),
-        )?;
-        let timeout_ms = number(
-            "timeout_ms",
-            TIMEOUT_RANGE_MS.0,
-            TIMEOUT_RANGE_MS.1,
-            DEFAULT_TIMEOUT_MS,
-        )?;
-        // §10.1.1: every delivery is signed, so a registration without a key is refused.
-        let signing_secret = match config.get("signing_secret") {
-            Some(Value::String(s)) if (SECRET_LEN.0..=SECRET_LEN.1).contains(&s.len()) => s.clone(),
-            None | Some(Value::Null) => {
-                return Err(OjsError::invalid_request(
-                    "config.signing_secret is required: every push delivery is signed",
-                )
-                .with_path("$.config.signing_secret"))
-            }
-            Some(_) => {
-                return Err(invalid(
-                    "$.config.signing_secret",
-                    format!(
-                        "config.signing_secret must be a string of {} to {} bytes",
-                        SECRET_LEN.0, SECRET_LEN.1
-                    ),
-                ))
-            }
-        };
+        let empty = Map::new();
+        let config = Fields::new(f.object("config")?.unwrap_or(&empty), "$.config")
+            .labelled("config.")
+            .with_code(ErrorCode::ValidationError);
+        let max_concurrency = config
+            .u64_in("max_concurrency", 1, u64::from(MAX_CONCURRENCY))?
+            .unwrap_or(u64::from(DEFAULT_CONCURRENCY));
+        let timeout_ms = config
+            .u64_in("timeout_ms", TIMEOUT_RANGE_MS.0, TIMEOUT_RANGE_MS.1)?
+            .unwrap_or(DEFAULT_TIMEOUT_MS);
         Ok(Self {
             target,
             job_types,
             queues,
             max_concurrency: u32::try_from(max_concurrency).unwrap_or(MAX_CONCURRENCY),
             timeout_ms,
-            signing_secret,
+            signing_secret: signing_secret(&config)?,
         })
     }
 
@@ -463,56 +421,9 @@ pub fn read_answer(
     retry_after: Option<std::time::Duration>,
     body: &[u8],
 ) -> PushAnswer {
-    let asked = |mut failure: Failure| {
-        if matches!(status, 429 | 503) {
-            if let Some(after) = retry_after {
-                failure
-                    .reported
-                    .insert("retry_after_ms".into(), json!(after.as_millis() as u64));
-                failure.retry_after = Some(after);
-            }
-        }
-        PushAnswer::Failed(failure)
-    };
-    let excerpt = || {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        if text.is_empty() {
-            String::new()
-        } else {
-            format!(": {text}")
-        }
-    };
-    match status {
-        200..=299 => {}
-        408 | 429 => {
-            return asked(delivery_error(
-                &format!("push_http_{status}"),
-                format!("the endpoint answered HTTP {status}{}", excerpt()),
-                true,
-            ))
-        }
-        400..=499 => {
-            let why = match status {
-                401 | 403 => " (authentication: does the endpoint's signing secret match the registration's?)",
-                404 => " (no such function or path)",
-                _ => "",
-            };
-            return PushAnswer::Failed(delivery_error(
-                &format!("push_http_{status}"),
-                format!(
-                    "the endpoint refused the delivery with HTTP {status}{why}{}",
-                    excerpt()
-                ),
-                false,
-            ));
-        }
-        _ => {
-            return asked(delivery_error(
-                &format!("push_http_{status}"),
-                format!("the endpoint answered HTTP {status}{}", excerpt()),
-                true,
-            ))
-        }
+    let excerpt = || excerpt_of(body);
+    if !(200..=299).contains(&status) {
+        return http_failure(status, retry_after, &excerpt());
     }
     let parsed: Option<Map<String, Value>> = serde_json::from_slice::<Value>(body)
         .ok()
@@ -547,6 +458,54 @@ pub fn read_answer(
             true,
         )),
     }
+}
+
+/// The start of an answer's body for a message: `": <text>"`, or nothing when empty.
+fn excerpt_of(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
+
+/// A non-2xx answer: 4xx is not retryable except 408 and 429, anything else is; a 429
+/// or 503 with `retry_after` delays the next attempt that long.
+fn http_failure(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    excerpt: &str,
+) -> PushAnswer {
+    let error_type = format!("push_http_{status}");
+    if (400..=499).contains(&status) && !matches!(status, 408 | 429) {
+        let why = match status {
+            401 | 403 => {
+                " (authentication: does the endpoint's signing secret match the registration's?)"
+            }
+            404 => " (no such function or path)",
+            _ => "",
+        };
+        return PushAnswer::Failed(delivery_error(
+            &error_type,
+            format!("the endpoint refused the delivery with HTTP {status}{why}{excerpt}"),
+            false,
+        ));
+    }
+    let mut failure = delivery_error(
+        &error_type,
+        format!("the endpoint answered HTTP {status}{excerpt}"),
+        true,
+    );
+    if matches!(status, 429 | 503) {
+        if let Some(after) = retry_after {
+            failure
+                .reported
+                .insert("retry_after_ms".into(), json!(after.as_millis() as u64));
+            failure.retry_after = Some(after);
+        }
+    }
+    PushAnswer::Failed(failure)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use serde_json::{json, Value};
 
 use crate::error::{ErrorCode, OjsError};
+use crate::fields::Fields;
 
 /// The warning threshold when none is given (§6.2).
 pub const DEFAULT_WARNING_THRESHOLD: f64 = 0.8;
@@ -50,70 +51,31 @@ impl Backpressure {
                 ))
             }
         };
+        let f = Fields::new(fields, "$.backpressure")
+            .labelled("backpressure.")
+            .with_code(ErrorCode::ValidationError);
         let mut max_depth = None;
         let mut warning_threshold = DEFAULT_WARNING_THRESHOLD;
+        // In the order sent: the first faulty member is the one refused.
         for (k, v) in fields {
             match k.as_str() {
                 "max_depth" => {
-                    max_depth = Some(v.as_u64().ok_or_else(|| {
-                        invalid(
-                            "$.backpressure.max_depth",
-                            "backpressure.max_depth must be a non-negative integer",
-                        )
-                    })?);
+                    max_depth = Some(
+                        v.as_u64()
+                            .ok_or_else(|| f.refuse(k, "must be a non-negative integer"))?,
+                    );
                 }
                 "warning_threshold" => {
-                    warning_threshold =
-                        v.as_f64()
-                            .filter(|t| *t > 0.0 && *t <= 1.0)
-                            .ok_or_else(|| {
-                                invalid(
-                                    "$.backpressure.warning_threshold",
-                                    "backpressure.warning_threshold must be a number in (0, 1]",
-                                )
-                            })?;
+                    warning_threshold = v
+                        .as_f64()
+                        .filter(|t| *t > 0.0 && *t <= 1.0)
+                        .ok_or_else(|| f.refuse(k, "must be a number in (0, 1]"))?;
                 }
-                "strategy" => match v.as_str() {
-                    Some("reject") => {}
-                    Some("block" | "drop_oldest") => {
-                        return Err(OjsError::new(
-                            ErrorCode::Unsupported,
-                            format!(
-                                "backpressure strategy {v} is not supported by this server; \
-                                 use \"reject\" (an enqueue past the bound is answered 429 \
-                                 QUEUE_FULL with Retry-After)"
-                            ),
-                        )
-                        .with_path("$.backpressure.strategy"));
-                    }
-                    _ => {
-                        return Err(invalid(
-                            "$.backpressure.strategy",
-                            "backpressure.strategy must be one of \"reject\", \"block\", \
-                             \"drop_oldest\"",
-                        ))
-                    }
-                },
-                "max_size_bytes" => match v.as_u64() {
-                    Some(0) => {}
-                    Some(_) => {
-                        return Err(OjsError::new(
-                            ErrorCode::Unsupported,
-                            "a size bound (backpressure.max_size_bytes) is not supported by \
-                             this server; bound the queue's depth with max_depth",
-                        )
-                        .with_path("$.backpressure.max_size_bytes"))
-                    }
-                    None => {
-                        return Err(invalid(
-                            "$.backpressure.max_size_bytes",
-                            "backpressure.max_size_bytes must be a non-negative integer",
-                        ))
-                    }
-                },
+                "strategy" => check_strategy(&f, v)?,
+                "max_size_bytes" => check_size_bound(&f, v)?,
                 other => {
                     return Err(invalid(
-                        &format!("$.backpressure.{other}"),
+                        &f.path_of(other),
                         &format!("unknown field backpressure.{other}"),
                     ))
                 }
@@ -174,6 +136,40 @@ pub fn queue_full(queue: &str, depth: u64, bound: u64) -> OjsError {
     .with_detail("bound", bound)
     .with_detail("strategy", "reject")
     .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+}
+
+/// `strategy`: only `reject` is offered.
+fn check_strategy(f: &Fields, v: &Value) -> Result<(), OjsError> {
+    match v.as_str() {
+        Some("reject") => Ok(()),
+        Some("block" | "drop_oldest") => Err(OjsError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "backpressure strategy {v} is not supported by this server; \
+                 use \"reject\" (an enqueue past the bound is answered 429 \
+                 QUEUE_FULL with Retry-After)"
+            ),
+        )
+        .with_path(&f.path_of("strategy"))),
+        _ => Err(f.refuse(
+            "strategy",
+            "must be one of \"reject\", \"block\", \"drop_oldest\"",
+        )),
+    }
+}
+
+/// `max_size_bytes`: only 0, no size bound, is taken.
+fn check_size_bound(f: &Fields, v: &Value) -> Result<(), OjsError> {
+    match v.as_u64() {
+        Some(0) => Ok(()),
+        Some(_) => Err(OjsError::new(
+            ErrorCode::Unsupported,
+            "a size bound (backpressure.max_size_bytes) is not supported by \
+             this server; bound the queue's depth with max_depth",
+        )
+        .with_path(&f.path_of("max_size_bytes"))),
+        None => Err(f.refuse("max_size_bytes", "must be a non-negative integer")),
+    }
 }
 
 fn invalid(path: &str, message: &str) -> OjsError {

@@ -7,6 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorCode, OjsError};
+use crate::fields::Fields;
 use crate::ids::QueueName;
 use crate::validate::MAX_FETCH_QUEUES;
 
@@ -77,14 +78,9 @@ impl Scheduling {
 
     /// A FETCH body's own `strategy` and `weights` (§5.2); `None` when it names neither.
     pub fn of_fetch(body: &Map<String, Value>) -> Result<Option<Self>, OjsError> {
-        let strategy = match body.get("strategy") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(Strategy::parse(s, "$.strategy")?),
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("strategy must be a string").with_path("$.strategy")
-                )
-            }
+        let strategy = match Fields::new(body, "$").str("strategy")? {
+            None => None,
+            Some(s) => Some(Strategy::parse(s, "$.strategy")?),
         };
         let weights = match body.get("weights") {
             None | Some(Value::Null) => None,
@@ -144,83 +140,93 @@ fn weights_of(v: &Value, path: &str) -> Result<Vec<(QueueName, u64)>, OjsError> 
         .collect()
 }
 
+/// A pool's name, from the request's path.
+fn check_name(name: &str) -> Result<(), OjsError> {
+    if name.is_empty()
+        || name.len() > MAX_POOL_NAME
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        return Err(OjsError::invalid_request(format!(
+            "a pool name is 1 to {MAX_POOL_NAME} letters, digits, '-', '_', '.' or ':'"
+        )));
+    }
+    Ok(())
+}
+
+/// Queues and their weights.
+type Weights = Vec<(QueueName, u64)>;
+
+/// A pool's `queues`: a list of names (repeats dropped), or an object of queue weights.
+/// The queues in order, and the weights given with them.
+fn queues_of(v: Option<&Value>) -> Result<(Vec<QueueName>, Weights), OjsError> {
+    let (queues, weights) = match v {
+        Some(Value::Array(list)) if !list.is_empty() => {
+            let mut queues = Vec::new();
+            for (i, q) in list.iter().enumerate() {
+                let at = format!("$.queues[{i}]");
+                let q = q.as_str().ok_or_else(|| {
+                    OjsError::invalid_request("queues must be strings").with_path(&at)
+                })?;
+                let q = QueueName::parse(q).map_err(|e| e.with_path(&at))?;
+                if !queues.contains(&q) {
+                    queues.push(q);
+                }
+            }
+            (queues, Vec::new())
+        }
+        Some(v @ Value::Object(o)) if !o.is_empty() => {
+            let weights = weights_of(v, "$.queues")?;
+            (weights.iter().map(|(q, _)| q.clone()).collect(), weights)
+        }
+        _ => {
+            return Err(OjsError::invalid_request(
+                "queues must be a non-empty list of queue names or an object of queue weights",
+            )
+            .with_path("$.queues"))
+        }
+    };
+    if queues.len() > MAX_FETCH_QUEUES {
+        return Err(OjsError::invalid_request(format!(
+            "a pool holds at most {MAX_FETCH_QUEUES} queues"
+        ))
+        .with_path("$.queues"));
+    }
+    Ok((queues, weights))
+}
+
 impl Pool {
     /// The pool `PUT /admin/pools/{name}` defines: `queues` as a list of names (with
     /// `weights` beside it) or an object of queue to weight; `strategy` (default
     /// `round_robin`). A `concurrency` is refused: pools do not limit workers here.
     pub fn from_json(name: &str, body: &Value) -> Result<Self, OjsError> {
-        if name.is_empty()
-            || name.len() > MAX_POOL_NAME
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
-        {
-            return Err(OjsError::invalid_request(format!(
-                "a pool name is 1 to {MAX_POOL_NAME} letters, digits, '-', '_', '.' or ':'"
-            )));
-        }
+        check_name(name)?;
         let obj = body
             .as_object()
             .ok_or_else(|| OjsError::invalid_request("the body must be a JSON object"))?;
+        let f = Fields::new(obj, "$");
         if let Some(n) = obj.get("name").and_then(Value::as_str) {
             if n != name {
-                return Err(OjsError::invalid_request(
-                    "name must be the path's pool name when given",
-                )
-                .with_path("$.name"));
+                return Err(f.refuse("name", "must be the path's pool name when given"));
             }
         }
         for k in ["concurrency", "starvation_prevention"] {
-            if obj.get(k).is_some_and(|v| !v.is_null()) {
+            if f.get(k).is_some() {
                 return Err(OjsError::new(
                     ErrorCode::Unsupported,
                     format!("{k} is not enforced by this server: a pool here orders the queues of a FETCH"),
                 )
-                .with_path(&format!("$.{k}")));
+                .with_path(&f.path_of(k)));
             }
         }
-        let strategy = match obj.get("strategy") {
-            None | Some(Value::Null) => Strategy::RoundRobin,
-            Some(Value::String(s)) => Strategy::parse(s, "$.strategy")?,
-            Some(_) => {
-                return Err(
-                    OjsError::invalid_request("strategy must be a string").with_path("$.strategy")
-                )
-            }
+        let strategy = match f.str("strategy")? {
+            None => Strategy::RoundRobin,
+            Some(s) => Strategy::parse(s, "$.strategy")?,
         };
-        let (queues, mut weights) =
-            match obj.get("queues") {
-                Some(Value::Array(list)) if !list.is_empty() => {
-                    let mut queues = Vec::new();
-                    for (i, q) in list.iter().enumerate() {
-                        let at = format!("$.queues[{i}]");
-                        let q = q.as_str().ok_or_else(|| {
-                            OjsError::invalid_request("queues must be strings").with_path(&at)
-                        })?;
-                        let q = QueueName::parse(q).map_err(|e| e.with_path(&at))?;
-                        if !queues.contains(&q) {
-                            queues.push(q);
-                        }
-                    }
-                    (queues, Vec::new())
-                }
-                Some(v @ Value::Object(o)) if !o.is_empty() => {
-                    let weights = weights_of(v, "$.queues")?;
-                    (weights.iter().map(|(q, _)| q.clone()).collect(), weights)
-                }
-                _ => return Err(OjsError::invalid_request(
-                    "queues must be a non-empty list of queue names or an object of queue weights",
-                )
-                .with_path("$.queues")),
-            };
-        if queues.len() > MAX_FETCH_QUEUES {
-            return Err(OjsError::invalid_request(format!(
-                "a pool holds at most {MAX_FETCH_QUEUES} queues"
-            ))
-            .with_path("$.queues"));
-        }
-        if let Some(w) = obj.get("weights").filter(|w| !w.is_null()) {
-            for (q, n) in weights_of(w, "$.weights")? {
+        let (queues, mut weights) = queues_of(obj.get("queues"))?;
+        if let Some(w) = f.get("weights") {
+            for (q, n) in weights_of(w.value(), "$.weights")? {
                 if !queues.contains(&q) {
                     return Err(OjsError::invalid_request(format!(
                         "weights names {q}, which is not one of the pool's queues"

@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::duration;
 use crate::error::{ErrorCode, OjsError};
+use crate::fields::Fields;
 
 /// How the delay grows between attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,16 +146,17 @@ impl RetryPolicy {
         }
         let obj = &obj;
         // A policy with values out of range is well-formed JSON the server cannot act on.
+        let f = Fields::new(obj, path)
+            .labelled(&format!("{path}."))
+            .with_code(ErrorCode::ValidationError);
+        let bad = |field: &str, what: &str| f.refuse(field, what);
         let mut policy = Self::default();
-        let bad = |field: &str, what: &str| {
-            let p = format!("{path}.{field}");
-            OjsError::new(ErrorCode::ValidationError, format!("{p} {what}")).with_path(&p)
-        };
-        if let Some(v) = obj.get("max_attempts") {
+        if let Some(v) = f.member("max_attempts") {
             policy.max_attempts = v
+                .value()
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| bad("max_attempts", "must be a non-negative integer"))?;
+                .ok_or_else(|| v.refuse("must be a non-negative integer"))?;
         }
         if let Some(d) =
             interval(obj, "initial_interval").map_err(|w| bad("initial_interval", w))?
@@ -164,22 +166,18 @@ impl RetryPolicy {
         if let Some(d) = interval(obj, "max_interval").map_err(|w| bad("max_interval", w))? {
             policy.max_interval = d;
         }
-        if let Some(v) = obj.get("backoff_coefficient") {
+        if let Some(v) = f.member("backoff_coefficient") {
             policy.backoff_coefficient = v
+                .value()
                 .as_f64()
                 .filter(|c| c.is_finite() && *c >= 1.0 && *c <= 100.0)
-                .ok_or_else(|| bad("backoff_coefficient", "must be a number from 1.0 to 100"))?;
+                .ok_or_else(|| v.refuse("must be a number from 1.0 to 100"))?;
         }
-        if let Some(v) = obj.get("jitter") {
-            policy.jitter = v
-                .as_bool()
-                .ok_or_else(|| bad("jitter", "must be a boolean"))?;
+        if let Some(v) = f.member("jitter") {
+            policy.jitter = v.bool()?;
         }
-        if let Some(v) = obj.get("non_retryable_errors") {
-            policy.non_retryable_errors = v
-                .as_array()
-                .and_then(|a| a.iter().map(|e| e.as_str().map(str::to_owned)).collect())
-                .ok_or_else(|| bad("non_retryable_errors", "must be an array of strings"))?;
+        if let Some(v) = f.member("non_retryable_errors") {
+            policy.non_retryable_errors = v.strings()?;
         }
         if let Some(v) = obj.get("on_exhaustion") {
             policy.on_exhaustion = match v.as_str() {

@@ -63,7 +63,6 @@ pub struct Event {
 impl Event {
     /// The event for `job` having just undergone `kind` at `at`.
     pub fn for_job(kind: EventKind, job: &Job, at: &Timestamp, source: &str) -> Self {
-        let s = &job.status;
         let mut data = Map::new();
         data.insert("job_id".into(), job.id.to_string().into());
         data.insert("job_type".into(), job.spec.job_type.as_str().into());
@@ -74,53 +73,7 @@ impl Event {
         if let Some(t) = &tenant {
             data.insert(crate::tenant::META_KEY.into(), t.as_str().into());
         }
-        let mut put = |k: &str, v: Value| {
-            data.insert(k.into(), v);
-        };
-        match kind {
-            EventKind::Enqueued => put("priority", job.spec.priority.into()),
-            EventKind::Scheduled => {
-                if let Some(t) = &job.spec.scheduled_at {
-                    put("scheduled_at", time::format(t).into());
-                }
-            }
-            EventKind::Started => {
-                put("attempt", s.attempt.into());
-                put(
-                    "worker_id",
-                    s.worker_id.clone().map_or(Value::Null, Value::from),
-                );
-            }
-            EventKind::Completed => {
-                put("attempt", s.attempt.into());
-                let ms = s
-                    .started_at
-                    .map(|st| (*at - st).num_milliseconds().max(0))
-                    .unwrap_or(0);
-                put("duration_ms", ms.into());
-                put("result", s.result.clone().unwrap_or(Value::Null));
-            }
-            EventKind::Failed => {
-                put("attempt", s.attempt.into());
-                put("error", s.error.clone().unwrap_or(Value::Null));
-            }
-            EventKind::Retrying => {
-                put("attempt", s.attempt.into());
-                put("max_attempts", job.spec.retry.max_attempts.into());
-                if let Some(t) = &s.next_attempt_at {
-                    put("next_retry_at", time::format(t).into());
-                }
-                put("error", s.error.clone().unwrap_or(Value::Null));
-            }
-            EventKind::Discarded => {
-                put("total_attempts", s.attempt.into());
-                put("last_error", s.error.clone().unwrap_or(Value::Null));
-            }
-            EventKind::Cancelled => {
-                put("cancelled_by", "api".into());
-                put("reason", Value::Null);
-            }
-        }
+        add_kind_data(&mut data, kind, job, at);
         let id = event_id(job, kind, at);
         let mut body = json!({
             "specversion": "1.0",
@@ -132,25 +85,81 @@ impl Event {
             "datacontenttype": "application/json",
             "data": data,
         });
-        // CloudEvents' distributed tracing extension: the job's trace, so a webhook
-        // receiver (and the event listing) can join the producer's trace.
-        if let Some(parent) = crate::trace::of_meta(&job.spec.meta) {
-            body["traceparent"] = parent.header().into();
-            if let Some(state) = job
-                .spec
-                .meta
-                .get(crate::trace::TRACESTATE)
-                .and_then(Value::as_str)
-            {
-                body["tracestate"] = state.into();
-            }
-        }
+        add_trace(&mut body, job);
         Self {
             id,
             kind,
             queue: job.spec.queue.as_str().to_owned(),
             tenant,
             body,
+        }
+    }
+}
+
+/// The members of an event's `data` that its kind adds.
+fn add_kind_data(data: &mut Map<String, Value>, kind: EventKind, job: &Job, at: &Timestamp) {
+    let s = &job.status;
+    let mut put = |k: &str, v: Value| {
+        data.insert(k.into(), v);
+    };
+    match kind {
+        EventKind::Enqueued => put("priority", job.spec.priority.into()),
+        EventKind::Scheduled => {
+            if let Some(t) = &job.spec.scheduled_at {
+                put("scheduled_at", time::format(t).into());
+            }
+        }
+        EventKind::Started => {
+            put("attempt", s.attempt.into());
+            put(
+                "worker_id",
+                s.worker_id.clone().map_or(Value::Null, Value::from),
+            );
+        }
+        EventKind::Completed => {
+            put("attempt", s.attempt.into());
+            let ms = s
+                .started_at
+                .map(|st| (*at - st).num_milliseconds().max(0))
+                .unwrap_or(0);
+            put("duration_ms", ms.into());
+            put("result", s.result.clone().unwrap_or(Value::Null));
+        }
+        EventKind::Failed => {
+            put("attempt", s.attempt.into());
+            put("error", s.error.clone().unwrap_or(Value::Null));
+        }
+        EventKind::Retrying => {
+            put("attempt", s.attempt.into());
+            put("max_attempts", job.spec.retry.max_attempts.into());
+            if let Some(t) = &s.next_attempt_at {
+                put("next_retry_at", time::format(t).into());
+            }
+            put("error", s.error.clone().unwrap_or(Value::Null));
+        }
+        EventKind::Discarded => {
+            put("total_attempts", s.attempt.into());
+            put("last_error", s.error.clone().unwrap_or(Value::Null));
+        }
+        EventKind::Cancelled => {
+            put("cancelled_by", "api".into());
+            put("reason", Value::Null);
+        }
+    }
+}
+
+/// CloudEvents' distributed tracing extension: the job's trace, so a webhook receiver
+/// (and the event listing) can join the producer's trace.
+fn add_trace(body: &mut Value, job: &Job) {
+    if let Some(parent) = crate::trace::of_meta(&job.spec.meta) {
+        body["traceparent"] = parent.header().into();
+        if let Some(state) = job
+            .spec
+            .meta
+            .get(crate::trace::TRACESTATE)
+            .and_then(Value::as_str)
+        {
+            body["tracestate"] = state.into();
         }
     }
 }

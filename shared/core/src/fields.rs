@@ -172,25 +172,33 @@ impl<'a> Field<'a> {
         OjsError::new(self.code, format!("{} {what}", self.name)).with_path(&self.path)
     }
 
+    /// The value as `read` takes it; refused with `"{name} {what}"` when it does not.
+    pub fn expect<T>(
+        &self,
+        read: impl FnOnce(&'a Value) -> Option<T>,
+        what: &str,
+    ) -> Result<T, OjsError> {
+        read(self.value).ok_or_else(|| self.refuse(what))
+    }
+
     /// A string.
     pub fn str(&self) -> Result<&'a str, OjsError> {
-        self.value
-            .as_str()
-            .ok_or_else(|| self.refuse("must be a string"))
+        self.expect(Value::as_str, "must be a string")
     }
 
     /// A boolean.
     pub fn bool(&self) -> Result<bool, OjsError> {
-        self.value
-            .as_bool()
-            .ok_or_else(|| self.refuse("must be a boolean"))
+        self.expect(Value::as_bool, "must be a boolean")
     }
 
     /// An object.
     pub fn object(&self) -> Result<&'a Map<String, Value>, OjsError> {
-        self.value
-            .as_object()
-            .ok_or_else(|| self.refuse("must be an object"))
+        self.expect(Value::as_object, "must be an object")
+    }
+
+    /// An array.
+    pub fn array(&self) -> Result<&'a Vec<Value>, OjsError> {
+        self.expect(Value::as_array, "must be an array")
     }
 
     /// An integer from `min` to `max`.
@@ -203,10 +211,15 @@ impl<'a> Field<'a> {
 
     /// An array of strings.
     pub fn strings(&self) -> Result<Vec<String>, OjsError> {
-        self.value
-            .as_array()
-            .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_owned)).collect())
-            .ok_or_else(|| self.refuse("must be an array of strings"))
+        self.expect(
+            |v| {
+                v.as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            },
+            "must be an array of strings",
+        )
     }
 }
 
@@ -301,26 +314,20 @@ mod tests {
     fn getters_refuse_other_types_by_name_and_path() {
         let m = object(json!({"v": 1.5, "neg": -1, "big": 10, "mixed": ["a", 1]}));
         let f = Fields::new(&m, "$.config").labelled("config.");
-        assert_eq!(
-            refused(f.str("v")),
-            invalid("$.config.v", "config.v must be a string")
-        );
-        assert_eq!(
-            refused(f.string("v")),
-            invalid("$.config.v", "config.v must be a string")
-        );
-        assert_eq!(
-            refused(f.bool("v")),
-            invalid("$.config.v", "config.v must be a boolean")
-        );
-        assert_eq!(
-            refused(f.object("v")),
-            invalid("$.config.v", "config.v must be an object")
-        );
-        assert_eq!(
-            refused(f.strings("v")),
-            invalid("$.config.v", "config.v must be an array of strings")
-        );
+        let at_v = |what: &str| invalid("$.config.v", &format!("config.v {what}"));
+        for (got, what) in [
+            (refused(f.str("v")), "must be a string"),
+            (refused(f.string("v")), "must be a string"),
+            (refused(f.bool("v")), "must be a boolean"),
+            (refused(f.object("v")), "must be an object"),
+            (refused(f.strings("v")), "must be an array of strings"),
+            (
+                refused(f.required("v").and_then(|v| v.array())),
+                "must be an array",
+            ),
+        ] {
+            assert_eq!(got, at_v(what));
+        }
         assert_eq!(
             refused(f.strings("mixed")),
             invalid("$.config.mixed", "config.mixed must be an array of strings")
@@ -337,6 +344,44 @@ mod tests {
         // The bounds are inclusive on both ends, and only just.
         assert_eq!(f.u64_in("big", 10, 10), Ok(Some(10)));
         assert!(f.u64_in("big", 11, 20).is_err());
+        assert!(f.u64_in("big", 0, 9).is_err());
+    }
+
+    #[test]
+    fn a_body_must_be_an_object() {
+        assert_eq!(body(json!({"a": 1}), "x"), Ok(object(json!({"a": 1}))));
+        for v in [json!(null), json!([]), json!("s")] {
+            let e = err(body(v, "cron registration"));
+            assert_eq!(e.code, ErrorCode::InvalidRequest);
+            assert_eq!(e.message, "the cron registration must be a JSON object");
+            assert!(e.details.is_empty(), "the body has no path: {e:?}");
+        }
+    }
+
+    #[test]
+    fn member_and_present_keep_a_null() {
+        let m = object(json!({"n": null, "s": "x"}));
+        let f = Fields::new(&m, "$");
+        assert_eq!(f.present("n"), Ok(&Value::Null));
+        assert_eq!(f.present("s"), Ok(&json!("x")));
+        assert_eq!(refused(f.present("z")), invalid("$.z", "z is required"));
+        let n = f.member("n").unwrap_or_else(|| panic!("n is a member"));
+        assert_eq!(refused(n.str()), invalid("$.n", "n must be a string"));
+        assert!(f.member("z").is_none());
+    }
+
+    #[test]
+    fn expect_reads_or_refuses_with_its_words() {
+        let v = json!(3);
+        let f = Field::new(&v, "$.a", "a");
+        assert_eq!(f.expect(Value::as_u64, "must be odd"), Ok(3));
+        assert_eq!(
+            refused(f.expect(Value::as_str, "must be a job type string")),
+            invalid("$.a", "a must be a job type string")
+        );
+        let list = json!(["x"]);
+        let l = Field::new(&list, "$.l", "l");
+        assert_eq!(l.array(), Ok(&vec![json!("x")]));
     }
 
     #[test]

@@ -238,10 +238,7 @@ fn names<T>(
     let Some(v) = f.get(field) else {
         return Ok(None);
     };
-    let list = v
-        .value()
-        .as_array()
-        .ok_or_else(|| v.refuse("must be an array"))?;
+    let list = v.array()?;
     let path = v.path();
     if list.is_empty() || list.len() > max {
         return Err(invalid(path, format!("{field} must list 1 to {max} names")));

@@ -152,11 +152,10 @@ impl RetryPolicy {
         let bad = |field: &str, what: &str| f.refuse(field, what);
         let mut policy = Self::default();
         if let Some(v) = f.member("max_attempts") {
-            policy.max_attempts = v
-                .value()
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| v.refuse("must be a non-negative integer"))?;
+            policy.max_attempts = v.expect(
+                |v| v.as_u64().and_then(|n| u32::try_from(n).ok()),
+                "must be a non-negative integer",
+            )?;
         }
         if let Some(d) =
             interval(obj, "initial_interval").map_err(|w| bad("initial_interval", w))?
@@ -167,11 +166,13 @@ impl RetryPolicy {
             policy.max_interval = d;
         }
         if let Some(v) = f.member("backoff_coefficient") {
-            policy.backoff_coefficient = v
-                .value()
-                .as_f64()
-                .filter(|c| c.is_finite() && *c >= 1.0 && *c <= 100.0)
-                .ok_or_else(|| v.refuse("must be a number from 1.0 to 100"))?;
+            policy.backoff_coefficient = v.expect(
+                |v| {
+                    v.as_f64()
+                        .filter(|c| c.is_finite() && *c >= 1.0 && *c <= 100.0)
+                },
+                "must be a number from 1.0 to 100",
+            )?;
         }
         if let Some(v) = f.member("jitter") {
             policy.jitter = v.bool()?;

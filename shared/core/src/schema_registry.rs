@@ -84,10 +84,7 @@ impl SchemaDoc {
         let job_type = match f.get("type") {
             None => urn_type,
             Some(t) => {
-                let raw = t
-                    .value()
-                    .as_str()
-                    .ok_or_else(|| t.refuse("must be a job type string"))?;
+                let raw = t.expect(Value::as_str, "must be a job type string")?;
                 Some(
                     JobType::parse(raw)
                         .map_err(|e| e.with_path("$.type"))?

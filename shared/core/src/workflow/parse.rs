@@ -180,10 +180,7 @@ fn kind_of(f: &Fields) -> Result<Option<WorkflowKind>, OjsError> {
     let Some(t) = f.get("type") else {
         return Ok(None);
     };
-    let t = t
-        .value()
-        .as_str()
-        .ok_or_else(|| bad("type must be chain, group or batch", "$.type"))?;
+    let t = t.expect(Value::as_str, "must be chain, group or batch")?;
     WorkflowKind::parse(t).map(Some).ok_or_else(|| {
         bad(
             format!("type must be chain, group or batch, got {t:?}"),
@@ -327,10 +324,7 @@ fn callbacks_of(f: &Fields, defaults: &Map<String, Value>) -> Result<Option<Call
         let Some(t) = c.get(k) else {
             return Ok(None);
         };
-        let t = t
-            .value()
-            .as_object()
-            .ok_or_else(|| t.refuse("must be a job object"))?;
+        let t = t.expect(Value::as_object, "must be a job object")?;
         callback_template(with_defaults(t.clone(), defaults), &c.path_of(k)).map(Some)
     };
     Ok(Some(Callbacks {

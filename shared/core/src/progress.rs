@@ -10,6 +10,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::OjsError;
+use crate::fields::Fields;
 use crate::ids::JobId;
 use crate::state::JobState;
 use crate::time::{self, Timestamp};
@@ -83,11 +84,12 @@ impl ProgressReport {
     /// `percentage` (0-100, clamped), `message`, `data`, optionally `worker_id`.
     pub fn from_sdk_body(body: &Value) -> Result<(JobId, Self), OjsError> {
         let o = object(body)?;
-        let id = match o.get("job_id") {
-            Some(Value::String(s)) => JobId::parse(s).map_err(|e| e.with_path("$.job_id"))?,
-            Some(_) => return Err(invalid("$.job_id", "job_id must be a string")),
-            None => return Err(invalid("$.job_id", "job_id is required")),
-        };
+        let f = Fields::new(o, "$");
+        // A null job_id is refused as not a string.
+        let id = f
+            .member("job_id")
+            .ok_or_else(|| f.refuse("job_id", "is required"))?;
+        let id = JobId::parse(id.str()?).map_err(|e| e.with_path("$.job_id"))?;
         let value = match (o.get("percentage"), o.get("progress")) {
             (Some(v), _) if !v.is_null() => Some(fraction(v, "$.percentage", 100.0)?),
             (_, Some(v)) if !v.is_null() => Some(fraction(v, "$.progress", 1.0)?),
@@ -97,62 +99,50 @@ impl ProgressReport {
     }
 
     fn with_value(o: &Map<String, Value>, value: Option<f64>) -> Result<Self, OjsError> {
-        let message = match o.get("message") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.chars().count() <= MAX_PROGRESS_MESSAGE_CHARS => {
-                Some(s.clone())
+        let f = Fields::new(o, "$");
+        let message = f.get("message").map(|m| {
+            let s = m.str()?;
+            if s.chars().count() > MAX_PROGRESS_MESSAGE_CHARS {
+                return Err(m.refuse(&format!(
+                    "is longer than {MAX_PROGRESS_MESSAGE_CHARS} characters"
+                )));
             }
-            Some(Value::String(_)) => {
-                return Err(invalid(
-                    "$.message",
-                    format!("message is longer than {MAX_PROGRESS_MESSAGE_CHARS} characters"),
-                ))
+            Ok(s.to_owned())
+        });
+        let message = message.transpose()?;
+        let data = f.get("data").map(|d| {
+            d.expect(Value::as_object, "must be a JSON object")?;
+            if d.value().to_string().len() > MAX_PROGRESS_DATA_BYTES {
+                return Err(d.refuse(&format!("is larger than {MAX_PROGRESS_DATA_BYTES} bytes")));
             }
-            Some(_) => return Err(invalid("$.message", "message must be a string")),
-        };
-        let data = match o.get("data") {
-            None | Some(Value::Null) => None,
-            Some(d @ Value::Object(_)) if d.to_string().len() <= MAX_PROGRESS_DATA_BYTES => {
-                Some(d.clone())
-            }
-            Some(Value::Object(_)) => {
-                return Err(invalid(
-                    "$.data",
-                    format!("data is larger than {MAX_PROGRESS_DATA_BYTES} bytes"),
-                ))
-            }
-            Some(_) => return Err(invalid("$.data", "data must be a JSON object")),
-        };
+            Ok(d.value().clone())
+        });
+        let data = data.transpose()?;
         if value.is_none() && message.is_none() && data.is_none() {
             return Err(invalid(
                 "$",
                 "a progress report needs progress (or percentage), message or data",
             ));
         }
-        let worker_id = match o.get("worker_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => Some(s.clone()),
-            Some(_) => {
-                return Err(invalid(
-                    "$.worker_id",
-                    "worker_id must be a non-empty string of at most 256 characters",
-                ))
-            }
-        };
-        let attempt = match o.get("attempt") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .and_then(|a| u32::try_from(a).ok())
-                    .ok_or_else(|| invalid("$.attempt", "attempt must be a positive integer"))?,
-            ),
-        };
+        let worker_id = f.get("worker_id").map(|w| {
+            w.expect(
+                |v| v.as_str().filter(|s| !s.is_empty() && s.len() <= 256),
+                "must be a non-empty string of at most 256 characters",
+            )
+            .map(str::to_owned)
+        });
+        let attempt = f.get("attempt").map(|a| {
+            a.expect(
+                |v| v.as_u64().and_then(|a| u32::try_from(a).ok()),
+                "must be a positive integer",
+            )
+        });
         Ok(Self {
             value,
             message,
             data,
-            worker_id,
-            attempt,
+            worker_id: worker_id.transpose()?,
+            attempt: attempt.transpose()?,
         })
     }
 

@@ -16,36 +16,21 @@ struct Field {
     names: &'static [&'static str],
 }
 
-const MINUTE: Field = Field {
-    name: "minute",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const HOUR: Field = Field {
-    name: "hour",
-    min: 0,
-    max: 23,
-    names: &[],
-};
-const DAY_OF_MONTH: Field = Field {
-    name: "day-of-month",
-    min: 1,
-    max: 31,
-    names: &[],
-};
-const MONTH: Field = Field {
-    name: "month",
-    min: 1,
-    max: 12,
-    names: &MONTH_NAMES,
-};
-const DAY_OF_WEEK: Field = Field {
-    name: "day-of-week",
-    min: 0,
-    max: 7,
-    names: &DAY_NAMES,
-};
+/// A field; `const` so that the five below are built at compile time.
+const fn field(name: &'static str, min: u32, max: u32, names: &'static [&'static str]) -> Field {
+    Field {
+        name,
+        min,
+        max,
+        names,
+    }
+}
+
+const MINUTE: Field = field("minute", 0, 59, &[]);
+const HOUR: Field = field("hour", 0, 23, &[]);
+const DAY_OF_MONTH: Field = field("day-of-month", 1, 31, &[]);
+const MONTH: Field = field("month", 1, 12, &MONTH_NAMES);
+const DAY_OF_WEEK: Field = field("day-of-week", 0, 7, &DAY_NAMES);
 
 /// A parsed 5-field expression. Bit `n` of a set means value `n` is selected.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -99,32 +99,26 @@ fn fit_scalar(m: &mut JobEnvelope, key: &str, v: &Value) -> bool {
         "id" => fit_string(v, &mut m.id),
         "type" => fit_string(v, &mut m.r#type),
         "queue" => fit_string(v, &mut m.queue),
-        "args" => match v {
-            Value::Array(items) => {
-                m.args = items.iter().map(value::to_proto).collect();
-                true
-            }
-            _ => false,
-        },
-        "meta" => match v {
-            Value::Object(o) if !o.is_empty() => {
-                m.meta = value::object_to_struct(o).fields;
-                true
-            }
-            _ => false,
-        },
+        "args" => fit(
+            v.as_array()
+                .map(|items| items.iter().map(value::to_proto).collect()),
+            &mut m.args,
+        ),
+        "meta" => fit(
+            v.as_object()
+                .filter(|o| !o.is_empty())
+                .map(|o| value::object_to_struct(o).fields),
+            &mut m.meta,
+        ),
         "priority" => fit_i32(v, &mut m.priority),
         "timeout" => fit_i32(v, &mut m.timeout),
         "scheduled_at" => fit_time(v, &mut m.scheduled_at),
         "expires_at" => fit_time(v, &mut m.expires_at),
         "schema" => fit_string(v, &mut m.schema),
-        "state" => match v.as_str().and_then(state_from_name) {
-            Some(s) => {
-                m.state = s as i32;
-                true
-            }
-            None => false,
-        },
+        "state" => fit(
+            v.as_str().and_then(state_from_name).map(|s| s as i32),
+            &mut m.state,
+        ),
         "attempt" => fit_i32(v, &mut m.attempt),
         "created_at" => fit_time(v, &mut m.created_at),
         "enqueued_at" => fit_time(v, &mut m.enqueued_at),
@@ -172,25 +166,27 @@ fn fit_strings(v: &Value, slot: &mut Vec<String>) -> bool {
     }
 }
 
-fn fit_i32(v: &Value, slot: &mut Option<i32>) -> bool {
-    // as_i64 is None for a JSON double such as 5.0, which then travels as a Value.
-    match v.as_i64().and_then(|n| i32::try_from(n).ok()) {
-        Some(n) => {
-            *slot = Some(n);
+/// Sets `slot` to what the member came to, when it came to something.
+fn fit<T>(fitted: Option<T>, slot: &mut T) -> bool {
+    match fitted {
+        Some(v) => {
+            *slot = v;
             true
         }
         None => false,
     }
 }
 
+fn fit_i32(v: &Value, slot: &mut Option<i32>) -> bool {
+    // as_i64 is None for a JSON double such as 5.0, which then travels as a Value.
+    fit(
+        v.as_i64().and_then(|n| i32::try_from(n).ok()).map(Some),
+        slot,
+    )
+}
+
 fn fit_time(v: &Value, slot: &mut Option<Timestamp>) -> bool {
-    match v.as_str().and_then(time::parse) {
-        Some(t) => {
-            *slot = Some(t);
-            true
-        }
-        None => false,
-    }
+    fit(v.as_str().and_then(time::parse).map(Some), slot)
 }
 
 /// Puts an object's members that fit into `slot`'s message, its unknown-fields member
@@ -243,13 +239,7 @@ fn fit_retry_member(key: &str, v: &Value, p: &mut RetryPolicy) -> bool {
             _ => false,
         },
         "max_interval" => fit_string(v, &mut p.max_interval),
-        "jitter" => match v {
-            Value::Bool(b) => {
-                p.jitter = Some(*b);
-                true
-            }
-            _ => false,
-        },
+        "jitter" => fit(v.as_bool().map(Some), &mut p.jitter),
         "non_retryable_errors" => fit_strings(v, &mut p.non_retryable_errors),
         "on_exhaustion" => fit_string(v, &mut p.on_exhaustion),
         _ => false,

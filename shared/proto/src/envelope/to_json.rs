@@ -48,14 +48,8 @@ impl Envelope {
         out.put("meta", meta.map(Value::Object))?;
         out.put("priority", m.priority.map(Value::from))?;
         out.put("timeout", m.timeout.map(Value::from))?;
-        out.put(
-            "scheduled_at",
-            time_json(m.scheduled_at.as_ref(), "scheduled_at")?,
-        )?;
-        out.put(
-            "expires_at",
-            time_json(m.expires_at.as_ref(), "expires_at")?,
-        )?;
+        out.put_time("scheduled_at", m.scheduled_at.as_ref())?;
+        out.put_time("expires_at", m.expires_at.as_ref())?;
         let retry = m.retry.as_ref().map(retry_json).transpose()?;
         out.put_object("retry", self.with_nested_unknown(Nested::Retry, retry))?;
         let unique = m.unique.as_ref().map(unique_json);
@@ -70,22 +64,10 @@ impl Envelope {
         let state = JobState::try_from(m.state).ok().and_then(state_name);
         out.put("state", state.map(Value::from))?;
         out.put("attempt", m.attempt.map(Value::from))?;
-        out.put(
-            "created_at",
-            time_json(m.created_at.as_ref(), "created_at")?,
-        )?;
-        out.put(
-            "enqueued_at",
-            time_json(m.enqueued_at.as_ref(), "enqueued_at")?,
-        )?;
-        out.put(
-            "started_at",
-            time_json(m.started_at.as_ref(), "started_at")?,
-        )?;
-        out.put(
-            "completed_at",
-            time_json(m.completed_at.as_ref(), "completed_at")?,
-        )?;
+        out.put_time("created_at", m.created_at.as_ref())?;
+        out.put_time("enqueued_at", m.enqueued_at.as_ref())?;
+        out.put_time("started_at", m.started_at.as_ref())?;
+        out.put_time("completed_at", m.completed_at.as_ref())?;
         let error = m.error.as_ref().map(error_json);
         out.put_object("error", self.with_nested_unknown(Nested::Error, error))?;
         let result = m.result.as_ref().map(value::to_json).transpose();
@@ -150,6 +132,11 @@ impl<'a> Out<'a> {
             map.insert(key.to_owned(), v);
         }
         Ok(Value::Object(map))
+    }
+
+    /// Places timestamp field `name`.
+    fn put_time(&mut self, name: &str, t: Option<&Timestamp>) -> Result<(), ProtoError> {
+        self.put(name, time_json(t, name)?)
     }
 
     /// Places field `name`: its typed value, else what `extensions` carries for it.

@@ -137,14 +137,7 @@ impl RetryPolicy {
         let obj = value.as_object().ok_or_else(|| {
             OjsError::invalid_request(format!("{path} must be an object")).with_path(path)
         })?;
-        // The JavaScript SDK passes a workflow step's retry policy on in camelCase.
-        let mut obj = obj.clone();
-        for (camel, snake) in CAMEL_CASE_FIELDS {
-            if let Some(v) = obj.remove(camel) {
-                obj.entry(snake.to_owned()).or_insert(v);
-            }
-        }
-        let obj = &obj;
+        let obj = &snake_cased(obj);
         // A policy with values out of range is well-formed JSON the server cannot act on.
         let f = Fields::new(obj, path)
             .labelled(&format!("{path}."))
@@ -180,24 +173,22 @@ impl RetryPolicy {
         if let Some(v) = f.member("non_retryable_errors") {
             policy.non_retryable_errors = v.strings()?;
         }
-        if let Some(v) = obj.get("on_exhaustion") {
-            policy.on_exhaustion = match v.as_str() {
-                Some("discard") => OnExhaustion::Discard,
-                Some("dead_letter") => OnExhaustion::DeadLetter,
-                _ => {
-                    return Err(bad(
-                        "on_exhaustion",
-                        "must be \"discard\" or \"dead_letter\"",
-                    ))
-                }
-            };
+        if let Some(v) = f.member("on_exhaustion") {
+            policy.on_exhaustion = v.expect(
+                |v| match v.as_str()? {
+                    "discard" => Some(OnExhaustion::Discard),
+                    "dead_letter" => Some(OnExhaustion::DeadLetter),
+                    _ => None,
+                },
+                "must be \"discard\" or \"dead_letter\"",
+            )?;
         }
         for key in ["backoff_strategy", "backoff_type", "backoff"] {
-            if let Some(v) = obj.get(key) {
-                policy.backoff = v
-                    .as_str()
-                    .and_then(Backoff::parse)
-                    .ok_or_else(|| bad(key, "must be none, linear, exponential or polynomial"))?;
+            if let Some(v) = f.member(key) {
+                policy.backoff = v.expect(
+                    |v| v.as_str().and_then(Backoff::parse),
+                    "must be none, linear, exponential or polynomial",
+                )?;
             }
         }
         policy.extensions = obj
@@ -290,6 +281,19 @@ impl RetryPolicy {
             FailDecision::Retry(self.delay(attempt, rng))
         }
     }
+}
+
+/// The policy's members with their camelCase spellings as snake_case ones: the
+/// JavaScript SDK passes a workflow step's retry policy on in camelCase. A member sent
+/// both ways keeps its snake_case value.
+fn snake_cased(obj: &Map<String, Value>) -> Map<String, Value> {
+    let mut obj = obj.clone();
+    for (camel, snake) in CAMEL_CASE_FIELDS {
+        if let Some(v) = obj.remove(camel) {
+            obj.entry(snake.to_owned()).or_insert(v);
+        }
+    }
+    obj
 }
 
 fn interval(obj: &Map<String, Value>, field: &str) -> Result<Option<Duration>, &'static str> {

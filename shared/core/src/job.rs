@@ -583,6 +583,74 @@ mod tests {
         }
     }
 
+    /// Each member's refusal word for word, with its path (under `options` when sent
+    /// there): clients and the conformance suite read them.
+    #[test]
+    fn each_member_is_refused_in_its_own_words_at_its_path() {
+        let with = |extra: Value| {
+            let mut body = json!({"type": "a", "args": []});
+            if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+                b.extend(e);
+            }
+            body
+        };
+        let cases = [
+            (with(json!({"id": 5})), "id must be a string", "$.id"),
+            (with(json!({"options": {"id": 5}})), "id must be a string", "$.options.id"),
+            (with(json!({"specversion": "2.0"})), "specversion must be \"1.0\"", "$.specversion"),
+            (json!({"args": []}), "type is required", "$.type"),
+            (json!({"type": 3, "args": []}), "type must be a string", "$.type"),
+            (json!({"type": "a"}), "args is required", "$.args"),
+            (with(json!({"args": {}})), "args must be a JSON array", "$.args"),
+            (with(json!({"queue": 1})), "queue must be a string", "$.queue"),
+            (with(json!({"options": {"metadata": 1}})), "meta must be an object", "$.options.metadata"),
+            (with(json!({"priority": 101})), "priority must be an integer from -100 to 100", "$.priority"),
+            (with(json!({"timeout": -1})), "$.timeout must be a non-negative integer of at most 604800000 ms", "$.timeout"),
+            (
+                with(json!({"options": {"visibility_timeout_ms": 1.5}})),
+                "$.options.visibility_timeout_ms must be a non-negative integer of at most 43200000 ms",
+                "$.options.visibility_timeout_ms",
+            ),
+            (with(json!({"expires_at": 5})), "$.expires_at must be an RFC 3339 string", "$.expires_at"),
+            (with(json!({"unique": []})), "unique must be an object", "$.unique"),
+            (with(json!({"schema": ""})), "schema must be a URI string", "$.schema"),
+            (with(json!({"tags": ["x", 1]})), "tags must be an array of strings", "$.tags"),
+            (with(json!({"options": []})), "options must be an object", "$.options"),
+        ];
+        for (body, message, path) in cases {
+            let e = match parse(body.clone()) {
+                Ok(_) => panic!("{body} was accepted"),
+                Err(e) => e,
+            };
+            assert_eq!(e.code, crate::error::ErrorCode::InvalidRequest, "{body}");
+            assert_eq!(e.message, message, "{body}");
+            assert_eq!(e.details["validation_errors"][0]["path"], path, "{body}");
+        }
+    }
+
+    /// A `null` member reads as left out, and of two spellings at the top level the
+    /// first (`meta` before `metadata`, `delay_until` before `scheduled_at`) is read.
+    #[test]
+    fn a_null_member_is_left_out_and_the_first_spelling_wins() {
+        let n = parse(json!({
+            "type": "a", "args": [], "queue": null, "priority": null, "options": {"queue": null},
+            "meta": {"a": 1}, "metadata": {"b": 2},
+            "delay_until": "2030-01-01T00:00:00Z", "scheduled_at": "2031-01-01T00:00:00Z"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n.spec.queue, QueueName::default_queue());
+        assert_eq!(n.spec.priority, 0);
+        assert_eq!(Value::Object(n.spec.meta.clone()), json!({"a": 1}));
+        assert_eq!(
+            n.spec.scheduled_at.map(|t| time::format(&t)),
+            Some("2030-01-01T00:00:00Z".to_owned())
+        );
+        // Every spelling leaves the top level, read or not.
+        for key in ["metadata", "scheduled_at", "queue"] {
+            assert!(!n.spec.extensions.contains_key(key), "{key}");
+        }
+    }
+
     #[test]
     fn stored_spec_round_trips() {
         let n = parse(json!({

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
-use crate::claim::id_of;
+use crate::engine::candidates::id_of;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, s, Item};

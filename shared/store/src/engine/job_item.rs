@@ -80,7 +80,7 @@ pub(crate) fn write_id() -> AttributeValue {
 }
 
 /// What an UpdateItem on a job answered.
-type UpdateResult = Result<UpdateItemOutput, UpdateError>;
+pub(crate) type UpdateResult = Result<UpdateItemOutput, UpdateError>;
 
 /// An UpdateItem's error, as the SDK gives it.
 type UpdateError = SdkError<UpdateItemError, HttpResponse>;

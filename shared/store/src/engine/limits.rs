@@ -5,13 +5,16 @@
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
-use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal};
+use ojs_core::rate_limit::{self, RateLimitPolicy, Refusal, SlidingWindow};
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
-use crate::claim::{Candidate, Claim, FullLimits};
 use crate::concurrency::Slot;
 use crate::effects::{Before, Effects};
+use crate::engine::candidates::Candidate;
+use crate::engine::claim_attempt::Claim;
+use crate::engine::fetching::FullLimits;
+use crate::engine::windows::WindowRead;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self};
@@ -46,53 +49,15 @@ impl Engine {
     ) -> Result<Claim, StoreError> {
         let now_us = now.timestamp_micros();
         // Concurrency first: a full key needs no transaction at all.
-        let mut slots = Vec::new();
-        let mut full = Vec::new();
-        for (p, policy) in policies.iter().enumerate() {
-            if policy.concurrency.is_none() {
-                continue;
-            }
-            if let Some(at) = full_limits.concurrency.get(&policy.key) {
-                full.push((p, *at));
-                continue;
-            }
-            match self
-                .concurrency_slot(policy, &c.id.to_string(), lease_until_us, now_us)
-                .await?
-            {
-                Slot::Free(update) => slots.push(*update),
-                // Expected to free when the earliest holder's lease ends.
-                Slot::Full { frees_at_us } => {
-                    let at = frees_at_us.unwrap_or(now_us + 1_000_000);
-                    full_limits.concurrency.insert(policy.key.clone(), at);
-                    full.push((p, at));
-                }
-            }
-        }
+        let (slots, full) = self
+            .concurrency_slots(c, policies, lease_until_us, now_us, full_limits)
+            .await?;
         if !full.is_empty() {
             return self.refused(c, policies, shared, &full, now).await;
         }
         // Each window once: one transaction may not touch an item twice.
         let windows = rate_limit::merged_windows(policies);
-        let mut reads = Vec::with_capacity(windows.len());
-        let mut full = Vec::new();
-        for w in &windows {
-            let id = (w.key.clone(), w.len_us);
-            let fits_at_us = match full_limits.windows.get(&id) {
-                Some(at) => *at,
-                None => {
-                    let read = self.read_window(w, now_us).await?;
-                    let at = read.assessment.fits_at_us;
-                    if read.assessment.remaining > 0 {
-                        reads.push(read);
-                        continue;
-                    }
-                    full_limits.windows.insert(id, at);
-                    at
-                }
-            };
-            full.extend(w.policies.iter().map(|p| (*p, fits_at_us)));
-        }
+        let (reads, full) = self.window_reads(&windows, now_us, full_limits).await?;
         // A full window needs no transaction either.
         if !full.is_empty() {
             return self.refused(c, policies, shared, &full, now).await;
@@ -117,13 +82,11 @@ impl Engine {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
         match self.table.metered(Kind::Write, tx.send().await) {
-            Ok(_) => {
-                // Transactions return no item: read the claimed job back.
-                Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
-                    Some(job) => Claim::Won(Box::new(job)),
-                    None => Claim::Lost,
-                })
-            }
+            // Transactions return no item: read the claimed job back.
+            Ok(_) => Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
+                Some(job) => Claim::Won(Box::new(job)),
+                None => Claim::Lost,
+            }),
             Err(e) => {
                 let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
                     e.as_service_error()
@@ -141,6 +104,74 @@ impl Engine {
                 Ok(Claim::Lost)
             }
         }
+    }
+
+    /// The concurrency slots of `policies` for `c`: the updates taking the free ones,
+    /// and the full ones (policy index, when expected to free, µs), also noted in
+    /// `full_limits`. One found full earlier in the FETCH is not read again.
+    async fn concurrency_slots(
+        &self,
+        c: &Candidate,
+        policies: &[&RateLimitPolicy],
+        lease_until_us: i64,
+        now_us: i64,
+        full_limits: &mut FullLimits,
+    ) -> Result<(Vec<Update>, Vec<(usize, i64)>), StoreError> {
+        let mut slots = Vec::new();
+        let mut full = Vec::new();
+        for (p, policy) in policies.iter().enumerate() {
+            if policy.concurrency.is_none() {
+                continue;
+            }
+            if let Some(at) = full_limits.concurrency.get(&policy.key) {
+                full.push((p, *at));
+                continue;
+            }
+            match self
+                .concurrency_slot(policy, &c.id.to_string(), lease_until_us, now_us)
+                .await?
+            {
+                Slot::Free(update) => slots.push(*update),
+                // Expected to free when the earliest holder's lease ends.
+                Slot::Full { frees_at_us } => {
+                    let at = frees_at_us.unwrap_or(now_us + 1_000_000);
+                    full_limits.concurrency.insert(policy.key.clone(), at);
+                    full.push((p, at));
+                }
+            }
+        }
+        Ok((slots, full))
+    }
+
+    /// The windows read: those with room, and the policies of the full ones (policy
+    /// index, when expected to fit, µs), also noted in `full_limits`. One found full
+    /// earlier in the FETCH is not read again.
+    async fn window_reads(
+        &self,
+        windows: &[SlidingWindow],
+        now_us: i64,
+        full_limits: &mut FullLimits,
+    ) -> Result<(Vec<WindowRead>, Vec<(usize, i64)>), StoreError> {
+        let mut reads = Vec::with_capacity(windows.len());
+        let mut full = Vec::new();
+        for w in windows {
+            let id = (w.key.clone(), w.len_us);
+            let fits_at_us = match full_limits.windows.get(&id) {
+                Some(at) => *at,
+                None => {
+                    let read = self.read_window(w, now_us).await?;
+                    let at = read.assessment.fits_at_us;
+                    if read.assessment.remaining > 0 {
+                        reads.push(read);
+                        continue;
+                    }
+                    full_limits.windows.insert(id, at);
+                    at
+                }
+            };
+            full.extend(w.policies.iter().map(|p| (*p, fits_at_us)));
+        }
+        Ok((reads, full))
     }
 
     /// What a refusal by `refused` (policy index, when it expects to allow the job, µs)

@@ -464,7 +464,7 @@ impl PushEndpoints<'_> {
             tenant: ojs_core::tenant::Scope::Any,
             scheduling: None,
         };
-        let candidate = crate::claim::Candidate::for_push(
+        let candidate = crate::engine::candidates::Candidate::for_push(
             ready.job.id,
             ready.ready_sk.clone(),
             ready.job.spec.timeout_ms,

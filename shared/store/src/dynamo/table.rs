@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use crate::error::StoreError;
 use crate::item::s;
 use crate::item::Item;
-use crate::schema::{KeyDef, Projection, INDEXES, PRIMARY, TTL_ATTRIBUTE};
+use crate::schema::{IndexDef, KeyDef, Projection, INDEXES, PRIMARY, TTL_ATTRIBUTE};
 use crate::usage::{Usage, UsageSnapshot};
 use std::sync::Arc;
 
@@ -25,6 +25,23 @@ pub(crate) struct Table {
     pub(super) client: aws_sdk_dynamodb::Client,
     name: Arc<str>,
     pub(super) usage: Arc<Usage>,
+}
+
+/// The create request's definition of the index `ix`.
+fn global_index(ix: &IndexDef) -> Result<GlobalSecondaryIndex, StoreError> {
+    let projection = match ix.projection {
+        Projection::KeysOnly => DdbProjection::builder().projection_type(ProjectionType::KeysOnly),
+        Projection::Include(attrs) => attrs.iter().fold(
+            DdbProjection::builder().projection_type(ProjectionType::Include),
+            |p, a| p.non_key_attributes(*a),
+        ),
+    };
+    GlobalSecondaryIndex::builder()
+        .index_name(ix.name)
+        .set_key_schema(Some(key_schema(&ix.keys)?))
+        .projection(projection.build())
+        .build()
+        .map_err(|e| StoreError::Backend(e.to_string()))
 }
 
 fn key_schema(k: &KeyDef) -> Result<Vec<KeySchemaElement>, StoreError> {
@@ -122,6 +139,26 @@ impl Table {
             }
             return Ok(false);
         }
+        self.create().await?;
+        self.until_active().await;
+        let ttl = TimeToLiveSpecification::builder()
+            .attribute_name(TTL_ATTRIBUTE)
+            .enabled(true)
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.client
+            .update_time_to_live()
+            .table_name(self.name())
+            .time_to_live_specification(ttl)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(true)
+    }
+
+    /// Creates the table with its indexes and change stream; one another process
+    /// created first will do.
+    async fn create(&self) -> Result<(), StoreError> {
         let mut attributes: Vec<&str> = vec![PRIMARY.partition, PRIMARY.sort];
         for ix in INDEXES {
             attributes.extend([ix.keys.partition, ix.keys.sort]);
@@ -142,31 +179,23 @@ impl Table {
             req = req.attribute_definitions(def);
         }
         for ix in INDEXES {
-            let projection = match ix.projection {
-                Projection::KeysOnly => {
-                    DdbProjection::builder().projection_type(ProjectionType::KeysOnly)
-                }
-                Projection::Include(attrs) => attrs.iter().fold(
-                    DdbProjection::builder().projection_type(ProjectionType::Include),
-                    |p, a| p.non_key_attributes(*a),
-                ),
-            };
-            let gsi = GlobalSecondaryIndex::builder()
-                .index_name(ix.name)
-                .set_key_schema(Some(key_schema(&ix.keys)?))
-                .projection(projection.build())
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-            req = req.global_secondary_indexes(gsi);
+            req = req.global_secondary_indexes(global_index(ix)?);
         }
         match req.send().await {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             // Another process created it first.
             Err(e)
                 if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_in_use_exception()) => {}
-            Err(e) => return Err(StoreError::from_sdk(e)),
+                    .is_some_and(|s| s.is_resource_in_use_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(StoreError::from_sdk(e)),
         }
+    }
+
+    /// Waits (up to 30 s) until the table is active.
+    async fn until_active(&self) {
         for _ in 0..120 {
             let out = self
                 .client
@@ -183,19 +212,6 @@ impl Table {
             }
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
-        let ttl = TimeToLiveSpecification::builder()
-            .attribute_name(TTL_ATTRIBUTE)
-            .enabled(true)
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.client
-            .update_time_to_live()
-            .table_name(self.name())
-            .time_to_live_specification(ttl)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        Ok(true)
     }
 
     /// The ARN of the table's change stream.

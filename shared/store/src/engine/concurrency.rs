@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use ojs_core::rate_limit::{OnLimit, RateLimitPolicy};
 use ojs_core::tenant::{self, TenantId};
@@ -57,6 +58,50 @@ pub(crate) fn policy_of(job: &Job) -> Option<RateLimitPolicy> {
         .as_ref()
         .and_then(|rl| RateLimitPolicy::from_stored(rl, job.spec.queue.as_str()).ok())
         .filter(|p| p.concurrency.is_some())
+}
+
+/// The holders a holders item lists (job id, lease end in µs); none without the item.
+fn holders_of(item: Option<&Item>) -> HashMap<String, i64> {
+    item.and_then(|i| i.get("holders"))
+        .and_then(|h| h.as_m().ok())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_n().ok()?.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `update` adding `job_id` to a holders item at version `v`, whose `holders` were read.
+/// Ended holders are dropped while we hold the version that saw them.
+fn join_holders(
+    mut update: UpdateBuilder,
+    v: String,
+    holders: &HashMap<String, i64>,
+    job_id: &str,
+    lease_until_us: i64,
+    now_us: i64,
+) -> UpdateBuilder {
+    let ended: Vec<&String> = holders
+        .iter()
+        .filter(|(id, until)| **until <= now_us && id.as_str() != job_id)
+        .map(|(id, _)| id)
+        .collect();
+    let mut expression = "SET holders.#me = :lease, v = v + :one".to_owned();
+    if !ended.is_empty() {
+        let names: Vec<String> = (0..ended.len()).map(|i| format!("holders.#e{i}")).collect();
+        expression.push_str(&format!(" REMOVE {}", names.join(", ")));
+    }
+    for (i, id) in ended.iter().enumerate() {
+        update = update.expression_attribute_names(format!("#e{i}"), (*id).clone());
+    }
+    update
+        .update_expression(expression)
+        .condition_expression("v = :v")
+        .expression_attribute_names("#me", job_id)
+        .expression_attribute_values(":lease", n(lease_until_us))
+        .expression_attribute_values(":v", AttributeValue::N(v))
+        .expression_attribute_values(":one", n(1))
 }
 
 impl Engine {
@@ -107,16 +152,7 @@ impl Engine {
     ) -> Result<Slot, StoreError> {
         let limit = policy.concurrency.unwrap_or(u32::MAX) as usize;
         let item = self.table.read_item(holders_key(&policy.key)).await?;
-        let holders: HashMap<String, i64> = item
-            .as_ref()
-            .and_then(|i| i.get("holders"))
-            .and_then(|h| h.as_m().ok())
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_n().ok()?.parse().ok()?)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let holders = holders_of(item.as_ref());
         let live: Vec<i64> = holders
             .iter()
             .filter(|(id, until)| **until > now_us && id.as_str() != job_id)
@@ -132,53 +168,26 @@ impl Engine {
             .and_then(|i| i.get("v"))
             .and_then(|v| v.as_n().ok())
             .cloned();
-        let mut update = Update::builder()
+        let update = Update::builder()
             .table_name(self.table())
             .set_key(Some(holders_key(&policy.key)));
         let has_holders = item.as_ref().is_some_and(|i| i.contains_key("holders"));
-        update = match version {
+        let first_holder =
+            || AttributeValue::M(HashMap::from([(job_id.to_owned(), n(lease_until_us))]));
+        let update = match version {
             // The last holder removed the map (release_holder): a new one, on the version.
             Some(v) if !has_holders => update
                 .update_expression("SET holders = :holders, v = v + :one")
                 .condition_expression("v = :v")
-                .expression_attribute_values(
-                    ":holders",
-                    AttributeValue::M(HashMap::from([(job_id.to_owned(), n(lease_until_us))])),
-                )
+                .expression_attribute_values(":holders", first_holder())
                 .expression_attribute_values(":v", AttributeValue::N(v))
                 .expression_attribute_values(":one", n(1)),
             None => update
                 .update_expression("SET holders = :holders, v = :one")
                 .condition_expression("attribute_not_exists(pk)")
-                .expression_attribute_values(
-                    ":holders",
-                    AttributeValue::M(HashMap::from([(job_id.to_owned(), n(lease_until_us))])),
-                )
+                .expression_attribute_values(":holders", first_holder())
                 .expression_attribute_values(":one", n(1)),
-            Some(v) => {
-                // Ended holders are dropped while we hold the version that saw them.
-                let ended: Vec<&String> = holders
-                    .iter()
-                    .filter(|(id, until)| **until <= now_us && id.as_str() != job_id)
-                    .map(|(id, _)| id)
-                    .collect();
-                let mut expression = "SET holders.#me = :lease, v = v + :one".to_owned();
-                if !ended.is_empty() {
-                    let names: Vec<String> =
-                        (0..ended.len()).map(|i| format!("holders.#e{i}")).collect();
-                    expression.push_str(&format!(" REMOVE {}", names.join(", ")));
-                }
-                for (i, id) in ended.iter().enumerate() {
-                    update = update.expression_attribute_names(format!("#e{i}"), (*id).clone());
-                }
-                update
-                    .update_expression(expression)
-                    .condition_expression("v = :v")
-                    .expression_attribute_names("#me", job_id)
-                    .expression_attribute_values(":lease", n(lease_until_us))
-                    .expression_attribute_values(":v", AttributeValue::N(v))
-                    .expression_attribute_values(":one", n(1))
-            }
+            Some(v) => join_holders(update, v, &holders, job_id, lease_until_us, now_us),
         };
         update
             .build()

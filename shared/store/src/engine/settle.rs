@@ -77,6 +77,46 @@ fn bounded_error(error: serde_json::Value) -> serde_json::Value {
     serde_json::Value::Object(kept)
 }
 
+/// The error a failure records for `job`'s attempt, marked with the write's id `wid`.
+/// The stored entry carries the write id too (read back without it): a retried write
+/// finds its own entry in the history even after later transitions have replaced
+/// `write_id` (the retry may come seconds later, after the job was retried and
+/// completed).
+fn recorded_error(
+    job: &Job,
+    failure: &Failure,
+    wid: &AttributeValue,
+    now: Timestamp,
+) -> serde_json::Value {
+    let mut error = bounded_error(failure.to_job_error(job.status.attempt, &now));
+    if let (serde_json::Value::Object(e), Ok(w)) = (&mut error, wid.as_s()) {
+        e.insert(item::WRITE_MARK.into(), w.clone().into());
+    }
+    error
+}
+
+/// The error history `job` is left with by `error`, and the update that writes it. The
+/// history keeps the latest MAX_KEPT_ERRORS, so a job failing without end still fits its
+/// item and can always be failed, reclaimed or discarded. The list read is the list
+/// replaced: only a failure changes it, and a failure moves the job out of `active` at
+/// this attempt, which the condition requires.
+fn error_history(job: &Job, error: &serde_json::Value) -> (AttributeValue, &'static str) {
+    let kept = job.status.errors.len();
+    if kept + 1 > MAX_KEPT_ERRORS {
+        let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
+            .iter()
+            .chain(std::iter::once(error))
+            .map(json_attr)
+            .collect();
+        (AttributeValue::L(history), "errors = :errors")
+    } else {
+        (
+            AttributeValue::L(vec![json_attr(error)]),
+            "errors = list_append(if_not_exists(errors, :empty), :errors)",
+        )
+    }
+}
+
 impl Engine {
     /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
     /// the version and attempt read) and emits the matching events. The job leaves
@@ -91,33 +131,76 @@ impl Engine {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let wid = crate::job_item::write_id();
-        // The stored entry carries the write id too (read back without it): a retried
-        // write finds its own entry in the history even after later transitions have
-        // replaced `write_id` (the retry may come seconds later, after the job was
-        // retried and completed).
-        let mut error = bounded_error(failure.to_job_error(job.status.attempt, &now));
-        if let (serde_json::Value::Object(e), Ok(w)) = (&mut error, wid.as_s()) {
-            e.insert(item::WRITE_MARK.into(), w.clone().into());
-        }
-        // The history keeps the latest MAX_KEPT_ERRORS, so a job failing without end
-        // still fits its item and can always be failed, reclaimed or discarded. The list
-        // read is the list replaced: only a failure changes it, and a failure moves the
-        // job out of `active` at this attempt, which the condition requires.
-        let kept = job.status.errors.len();
-        let (history, errors) = if kept + 1 > MAX_KEPT_ERRORS {
-            let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
-                .iter()
-                .chain(std::iter::once(&error))
-                .map(json_attr)
-                .collect();
-            (AttributeValue::L(history), "errors = :errors")
-        } else {
-            (
-                AttributeValue::L(vec![json_attr(&error)]),
-                "errors = list_append(if_not_exists(errors, :empty), :errors)",
-            )
+        let error = recorded_error(job, failure, &wid, now);
+        let write = self.failure_write(job, &error, &wid, outcome, guard, now);
+        let req = write.apply(self.update(&job.id))?;
+        // Our own landed write, retried by the SDK, is known by its write id (review #19e:
+        // by the error it appended, two settlers of one attempt in the same microsecond
+        // would both have taken the write as theirs).
+        let updated = match outcome {
+            // The dead letter entry is written with the job, in one transaction, so the
+            // listing (a strongly consistent Query) shows the job once FAIL has answered.
+            FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => {
+                let sk = keys::dead_sk(&job.spec.queue, &now, &job.id);
+                let entry = self.dead_entry_put(&sk, job)?;
+                self.update_job_with(&job.id, req, entry, &wid).await?
+            }
+            _ => self.finish_own_update(req.send().await, |old| {
+                old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
+            })?,
         };
-        let (transition, place) = match outcome {
+        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated))
+            .await;
+        Ok(updated)
+    }
+
+    /// The write of a failed attempt's `outcome`: where the job goes, with `error`
+    /// recorded and the history kept, under `guard`.
+    fn failure_write(
+        &self,
+        job: &Job,
+        error: &serde_json::Value,
+        wid: &AttributeValue,
+        outcome: FailureOutcome,
+        guard: FailureGuard<'_>,
+        now: Timestamp,
+    ) -> JobWrite {
+        let (history, errors) = error_history(job, error);
+        let (transition, place) = self.failure_place(job, outcome, now);
+        let mut write = JobWrite::new(transition, place)
+            .when("attempt = :attempt")
+            .value(":attempt", n(job.status.attempt))
+            .error(error)
+            .set(errors)
+            .value(":errors", history)
+            .write_id(wid);
+        if job.status.errors.len() < MAX_KEPT_ERRORS {
+            write = write.value(":empty", AttributeValue::L(Vec::new()));
+        }
+        write = match guard {
+            FailureGuard::Version => write.version(job.status.version),
+            FailureGuard::Holder(fence) => fence.guard(write),
+        };
+        match outcome {
+            FailureOutcome::Retry(delay) => write
+                .set("next_attempt_at = :next, retry_delay_ms = :delay")
+                .value(":next", ts(&time::after(now, delay)))
+                .value(":delay", n(delay.as_millis())),
+            FailureOutcome::Requeue => write.stamp(Field::EnqueuedAt, &now).clear(Field::StartedAt),
+            FailureOutcome::GiveUp(_) => write
+                .stamp(Field::CompletedAt, &now)
+                .stamp(Field::DiscardedAt, &now),
+        }
+    }
+
+    /// The transition a failed attempt's `outcome` makes, and where it leaves the job.
+    fn failure_place(
+        &self,
+        job: &Job,
+        outcome: FailureOutcome,
+        now: Timestamp,
+    ) -> (Transition, Place) {
+        match outcome {
             FailureOutcome::Retry(delay) => {
                 let next = time::after(now, delay);
                 (
@@ -143,50 +226,7 @@ impl Engine {
                     ttl: self.expiry(&now),
                 },
             ),
-        };
-        let mut write = JobWrite::new(transition, place)
-            .when("attempt = :attempt")
-            .value(":attempt", n(job.status.attempt))
-            .error(&error)
-            .set(errors)
-            .value(":errors", history)
-            .write_id(&wid);
-        if kept < MAX_KEPT_ERRORS {
-            write = write.value(":empty", AttributeValue::L(Vec::new()));
         }
-        write = match guard {
-            FailureGuard::Version => write.version(job.status.version),
-            FailureGuard::Holder(fence) => fence.guard(write),
-        };
-        write = match outcome {
-            FailureOutcome::Retry(delay) => write
-                .set("next_attempt_at = :next, retry_delay_ms = :delay")
-                .value(":next", ts(&time::after(now, delay)))
-                .value(":delay", n(delay.as_millis())),
-            FailureOutcome::Requeue => write.stamp(Field::EnqueuedAt, &now).clear(Field::StartedAt),
-            FailureOutcome::GiveUp(_) => write
-                .stamp(Field::CompletedAt, &now)
-                .stamp(Field::DiscardedAt, &now),
-        };
-        let req = write.apply(self.update(&job.id))?;
-        // Our own landed write, retried by the SDK, is known by its write id (review #19e:
-        // by the error it appended, two settlers of one attempt in the same microsecond
-        // would both have taken the write as theirs).
-        let updated = match outcome {
-            // The dead letter entry is written with the job, in one transaction, so the
-            // listing (a strongly consistent Query) shows the job once FAIL has answered.
-            FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => {
-                let sk = keys::dead_sk(&job.spec.queue, &now, &job.id);
-                let entry = self.dead_entry_put(&sk, job)?;
-                self.update_job_with(&job.id, req, entry, &wid).await?
-            }
-            _ => self.finish_own_update(req.send().await, |old| {
-                old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
-            })?,
-        };
-        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated))
-            .await;
-        Ok(updated)
     }
 
     /// Moves `job` on if it is overdue at `now`: an active job past its execution

@@ -41,6 +41,15 @@ pub(crate) enum Place {
     DeadLetter { sk: String },
 }
 
+/// Which index entries a job keeps after a write, by its [`Place`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Listed {
+    ready: bool,
+    due: bool,
+    ttl: bool,
+    dead: bool,
+}
+
 impl Place {
     /// Whether a job in `state` may be listed here (core's [`JobState::indexing`]).
     fn fits(&self, state: JobState) -> bool {
@@ -52,6 +61,108 @@ impl Place {
             Self::DeadLetter { .. } => state == JobState::Discarded,
         }
     }
+
+    /// Adds the sets listing the job here to `sets` (their values to `values`), and says
+    /// which entries it keeps.
+    fn list(self, values: &mut Item, sets: &mut Vec<String>) -> Listed {
+        let mut listed = Listed::default();
+        match self {
+            Place::Ready { pk, sk, expiry } => {
+                listed.ready = true;
+                values.insert(":t_readypk".into(), s(pk));
+                values.insert(":t_readysk".into(), s(sk));
+                sets.push("gsi1pk = :t_readypk, gsi1sk = :t_readysk".into());
+                if let Some((pk, sk)) = expiry {
+                    listed.due = true;
+                    set_due(pk, sk, values, sets);
+                }
+            }
+            Place::Due { pk, sk } => {
+                listed.due = true;
+                set_due(pk, sk, values, sets);
+            }
+            Place::Retained { ttl: at } => {
+                listed.ttl = true;
+                values.insert(":t_ttl".into(), at);
+                sets.push("#ttl = :t_ttl".into());
+            }
+            Place::DeadLetter { sk } => {
+                listed.dead = true;
+                values.insert(":t_deadsk".into(), s(sk));
+                sets.push("dead_sk = :t_deadsk".into());
+            }
+        }
+        listed
+    }
+}
+
+/// Adds the set of a due-index entry `pk`/`sk` to `sets`, its values to `values`.
+fn set_due(pk: String, sk: String, values: &mut Item, sets: &mut Vec<String>) {
+    values.insert(":t_duepk".into(), s(pk));
+    values.insert(":t_duesk".into(), s(sk));
+    sets.push("gsi2pk = :t_duepk, gsi2sk = :t_duesk".into());
+}
+
+/// A write's conditions: the job in one of the states `from`, at `version` when one is
+/// given, and the caller's own `extra` ones (the values named added to `values`).
+fn state_conditions(
+    from: &[JobState],
+    version: Option<u64>,
+    extra: Vec<String>,
+    values: &mut Item,
+) -> Vec<String> {
+    let mut conditions = Vec::new();
+    let from: Vec<String> = from
+        .iter()
+        .enumerate()
+        .map(|(i, state)| {
+            let p = format!(":t_from{i}");
+            values.insert(p.clone(), s(state.as_str()));
+            p
+        })
+        .collect();
+    conditions.push(match from.as_slice() {
+        [one] => format!("#state = {one}"),
+        many => format!("#state IN ({})", many.join(", ")),
+    });
+    if let Some(v) = version {
+        values.insert(":t_version".into(), n(v));
+        conditions.push("version = :t_version".into());
+    }
+    conditions.extend(extra);
+    conditions
+}
+
+/// What a write to `to` that leaves the job `listed` removes: the caller's `removes`,
+/// the entries it does not keep, the holder unless the job is active and the checkpoint
+/// when it ends.
+fn removed(mut removes: Vec<String>, listed: Listed, to: JobState) -> Vec<String> {
+    let placed = [
+        (listed.ready, ["gsi1pk", "gsi1sk"].as_slice()),
+        (listed.due, ["gsi2pk", "gsi2sk"].as_slice()),
+        (listed.ttl, ["#ttl"].as_slice()),
+        (listed.dead, ["dead_sk"].as_slice()),
+        (to == JobState::Active, HOLDER.as_slice()),
+    ];
+    if to.is_terminal() {
+        // ojs-durable-execution.md §5.2: a job that ends loses its checkpoint in the
+        // write that ends it, whichever transition that is.
+        removes.extend(
+            crate::item::CHECKPOINT_ATTRS
+                .iter()
+                .map(|a| (*a).to_owned()),
+        );
+    }
+    for (kept, attributes) in placed {
+        if !kept {
+            removes.extend(attributes.iter().map(|a| (*a).to_owned()));
+        }
+    }
+    // A caller may name one of these for its own reasons; DynamoDB refuses an
+    // attribute twice in one expression.
+    removes.sort();
+    removes.dedup();
+    removes
 }
 
 /// One conditional update of a job item by a [`Transition`].
@@ -282,89 +393,14 @@ impl JobWrite {
         values.insert(":t_to".into(), s(to.as_str()));
         values.insert(":t_one".into(), n(1));
 
-        let mut conditions = Vec::new();
-        let from: Vec<String> = self
-            .from
-            .iter()
-            .enumerate()
-            .map(|(i, state)| {
-                let p = format!(":t_from{i}");
-                values.insert(p.clone(), s(state.as_str()));
-                p
-            })
-            .collect();
-        conditions.push(match from.as_slice() {
-            [one] => format!("#state = {one}"),
-            many => format!("#state IN ({})", many.join(", ")),
-        });
-        if let Some(v) = self.version {
-            values.insert(":t_version".into(), n(v));
-            conditions.push("version = :t_version".into());
-        }
-        conditions.extend(self.conditions);
-
+        let conditions = state_conditions(&self.from, self.version, self.conditions, &mut values);
         let mut sets = vec![
             "#state = :t_to".to_owned(),
             "version = version + :t_one".to_owned(),
         ];
         sets.extend(self.sets);
-        let mut removes = self.removes;
-        let (mut ready, mut due, mut ttl, mut dead) = (false, false, false, false);
-        match self.place {
-            Place::Ready { pk, sk, expiry } => {
-                ready = true;
-                values.insert(":t_readypk".into(), s(pk));
-                values.insert(":t_readysk".into(), s(sk));
-                sets.push("gsi1pk = :t_readypk, gsi1sk = :t_readysk".into());
-                if let Some((pk, sk)) = expiry {
-                    due = true;
-                    values.insert(":t_duepk".into(), s(pk));
-                    values.insert(":t_duesk".into(), s(sk));
-                    sets.push("gsi2pk = :t_duepk, gsi2sk = :t_duesk".into());
-                }
-            }
-            Place::Due { pk, sk } => {
-                due = true;
-                values.insert(":t_duepk".into(), s(pk));
-                values.insert(":t_duesk".into(), s(sk));
-                sets.push("gsi2pk = :t_duepk, gsi2sk = :t_duesk".into());
-            }
-            Place::Retained { ttl: at } => {
-                ttl = true;
-                values.insert(":t_ttl".into(), at);
-                sets.push("#ttl = :t_ttl".into());
-            }
-            Place::DeadLetter { sk } => {
-                dead = true;
-                values.insert(":t_deadsk".into(), s(sk));
-                sets.push("dead_sk = :t_deadsk".into());
-            }
-        }
-        let placed = [
-            (ready, ["gsi1pk", "gsi1sk"].as_slice()),
-            (due, ["gsi2pk", "gsi2sk"].as_slice()),
-            (ttl, ["#ttl"].as_slice()),
-            (dead, ["dead_sk"].as_slice()),
-            (to == JobState::Active, HOLDER.as_slice()),
-        ];
-        if to.is_terminal() {
-            // ojs-durable-execution.md §5.2: a job that ends loses its checkpoint in the
-            // write that ends it, whichever transition that is.
-            removes.extend(
-                crate::item::CHECKPOINT_ATTRS
-                    .iter()
-                    .map(|a| (*a).to_owned()),
-            );
-        }
-        for (kept, attributes) in placed {
-            if !kept {
-                removes.extend(attributes.iter().map(|a| (*a).to_owned()));
-            }
-        }
-        // A caller may name one of these for its own reasons; DynamoDB refuses an
-        // attribute twice in one expression.
-        removes.sort();
-        removes.dedup();
+        let listed = self.place.list(&mut values, &mut sets);
+        let removes = removed(self.removes, listed, to);
         let mut update = format!("SET {}", sets.join(", "));
         if !removes.is_empty() {
             update.push_str(&format!(" REMOVE {}", removes.join(", ")));

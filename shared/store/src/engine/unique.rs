@@ -4,7 +4,10 @@
 //! when a conflict happens, so no transition has to release anything (a finished job
 //! never blocks a later identical one).
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::builders::PutBuilder;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
@@ -44,6 +47,28 @@ pub(crate) fn lock_item(key: &str, job: &JobId, policy: &UniquePolicy, now: Time
         lock.insert("ttl".into(), n(until.timestamp() + 60));
     }
     lock
+}
+
+/// Who holds the lock a PUSH's transaction found live (`None` when it was cancelled for
+/// another reason); a job item already there under the pushed job's id is a duplicate.
+fn lock_holder(
+    err: SdkError<TransactWriteItemsError, HttpResponse>,
+) -> Result<Option<String>, StoreError> {
+    let Some(TransactWriteItemsError::TransactionCanceledException(t)) = err.as_service_error()
+    else {
+        return Err(StoreError::from_sdk(err));
+    };
+    let reasons = t.cancellation_reasons();
+    if reasons.get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed") {
+        return Err(StoreError::Duplicate);
+    }
+    Ok(reasons
+        .first()
+        .filter(|r| r.code() == Some("ConditionalCheckFailed"))
+        .and_then(|r| r.item())
+        .and_then(|i| i.get("job_id"))
+        .and_then(|v| v.as_s().ok())
+        .cloned())
 }
 
 /// Lock conflicts a PUSH resolves (stale locks, replaced holders) before giving up.
@@ -93,34 +118,8 @@ impl Engine {
         // The job to store: the pushed one, or it rescheduled (replace_except_schedule).
         let mut stored: Option<Job> = None;
         for _ in 0..MAX_ROUNDS {
-            let lock = lock_item(&key, &job.id, policy, now);
-            let mut put_lock = Put::builder()
-                .table_name(self.table())
-                .set_item(Some(lock))
-                .condition_expression(match takeover {
-                    Some(_) => "attribute_not_exists(pk) OR until_us < :now OR job_id = :holder",
-                    None => "attribute_not_exists(pk) OR until_us < :now",
-                })
-                .expression_attribute_values(":now", n(now.timestamp_micros()))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            if let Some(holder) = &takeover {
-                put_lock = put_lock.expression_attribute_values(":holder", s(holder.clone()));
-            }
-            let put_job = Put::builder()
-                .table_name(self.table())
-                .set_item(Some(match payload {
-                    Some(r) => item::offloaded_job_to_item(
-                        stored.as_ref().unwrap_or(job),
-                        self.queue_shards(),
-                        r,
-                    ),
-                    None => item::job_to_item(stored.as_ref().unwrap_or(job), self.queue_shards()),
-                }))
-                .condition_expression("attribute_not_exists(pk)")
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            let put_lock = self.lock_put(&key, job, policy, takeover.as_deref(), now);
+            let put_job = self.job_put(stored.as_ref().unwrap_or(job), payload)?;
             let out = self
                 .table
                 .transact_write()
@@ -142,54 +141,100 @@ impl Engine {
                     None => PushOutcome::Created,
                 });
             };
-            let Some(TransactWriteItemsError::TransactionCanceledException(t)) =
-                err.as_service_error()
-            else {
-                return Err(StoreError::from_sdk(err));
-            };
-            let reasons = t.cancellation_reasons();
-            if reasons.get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed") {
-                return Err(StoreError::Duplicate);
-            }
-            let holder = reasons
-                .first()
-                .filter(|r| r.code() == Some("ConditionalCheckFailed"))
-                .and_then(|r| r.item())
-                .and_then(|i| i.get("job_id"))
-                .and_then(|v| v.as_s().ok())
-                .cloned();
-            let Some(holder) = holder else {
+            let Some(holder) = lock_holder(err)? else {
                 // Cancelled for another reason (e.g. a concurrent transaction): try again.
                 continue;
             };
-            let live = self.live_holder(&holder, policy).await?;
-            match (live.as_ref(), policy.on_conflict) {
-                (None, _) => takeover = Some(holder),
-                (Some(existing), OnConflict::Reject) => {
-                    return Err(StoreError::UniqueConflict {
-                        existing: existing.id.to_string(),
-                    })
-                }
-                (Some(existing), OnConflict::Ignore) => {
-                    return Ok(PushOutcome::Existing(Box::new(existing.clone())))
-                }
-                (Some(existing), OnConflict::Replace | OnConflict::ReplaceExceptSchedule) => {
-                    if policy.on_conflict == OnConflict::ReplaceExceptSchedule
-                        && existing.status.state == JobState::Scheduled
-                    {
-                        if let Some(at) = existing.spec.scheduled_at {
-                            stored = Some(job.rescheduled(at, now));
-                        }
+            if let Some(outcome) = self
+                .on_held_lock(job, &holder, policy, &mut stored, now)
+                .await?
+            {
+                return Ok(outcome);
+            }
+            takeover = Some(holder);
+        }
+        Err(StoreError::Throttled("unique lock contention".into()))
+    }
+
+    /// The put of `job`'s lock item `key`: conditional on no live lock, or on the lock
+    /// being the `takeover` holder's, whose job no longer holds it.
+    fn lock_put(
+        &self,
+        key: &str,
+        job: &Job,
+        policy: &UniquePolicy,
+        takeover: Option<&str>,
+        now: Timestamp,
+    ) -> PutBuilder {
+        let lock = lock_item(key, &job.id, policy, now);
+        let put_lock = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(lock))
+            .condition_expression(match takeover {
+                Some(_) => "attribute_not_exists(pk) OR until_us < :now OR job_id = :holder",
+                None => "attribute_not_exists(pk) OR until_us < :now",
+            })
+            .expression_attribute_values(":now", n(now.timestamp_micros()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match takeover {
+            Some(holder) => put_lock.expression_attribute_values(":holder", s(holder)),
+            None => put_lock,
+        }
+    }
+
+    /// The put of the job item of `job` (its request in the bucket at `payload`, if
+    /// there), conditional on no job with its id.
+    fn job_put(
+        &self,
+        job: &Job,
+        payload: Option<&crate::dynamo::payloads::PayloadRef>,
+    ) -> Result<Put, StoreError> {
+        Put::builder()
+            .table_name(self.table())
+            .set_item(Some(match payload {
+                Some(r) => item::offloaded_job_to_item(job, self.queue_shards(), r),
+                None => item::job_to_item(job, self.queue_shards()),
+            }))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))
+    }
+
+    /// What PUSH does about `holder`'s lock: the outcome when the policy ends the PUSH
+    /// here, `None` when the lock is to be taken over (its holder gone, or cancelled to
+    /// be replaced; `stored` then becomes the job rescheduled, if the policy keeps the
+    /// holder's schedule).
+    async fn on_held_lock(
+        &self,
+        job: &Job,
+        holder: &str,
+        policy: &UniquePolicy,
+        stored: &mut Option<Job>,
+        now: Timestamp,
+    ) -> Result<Option<PushOutcome>, StoreError> {
+        let live = self.live_holder(holder, policy).await?;
+        match (live.as_ref(), policy.on_conflict) {
+            (None, _) => Ok(None),
+            (Some(existing), OnConflict::Reject) => Err(StoreError::UniqueConflict {
+                existing: existing.id.to_string(),
+            }),
+            (Some(existing), OnConflict::Ignore) => {
+                Ok(Some(PushOutcome::Existing(Box::new(existing.clone()))))
+            }
+            (Some(existing), OnConflict::Replace | OnConflict::ReplaceExceptSchedule) => {
+                if policy.on_conflict == OnConflict::ReplaceExceptSchedule
+                    && existing.status.state == JobState::Scheduled
+                {
+                    if let Some(at) = existing.spec.scheduled_at {
+                        *stored = Some(job.rescheduled(at, now));
                     }
-                    match self.cancel_job_in_scope(&existing.id, now).await {
-                        Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
-                        Err(e) => return Err(e),
-                    }
-                    takeover = Some(holder);
+                }
+                match self.cancel_job_in_scope(&existing.id, now).await {
+                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+                    Err(e) => Err(e),
                 }
             }
         }
-        Err(StoreError::Throttled("unique lock contention".into()))
     }
 
     /// The job holding a lock that failed its condition, if it still holds it: a lock with

@@ -5,6 +5,7 @@
 //! creates the job: two sweeps racing on the same fire time produce exactly one job.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, TransactWriteItem, Update};
 use ojs_core::cron_job::{self, CronJob, Occurrence};
 use ojs_core::time::{self, Timestamp};
@@ -118,9 +119,38 @@ impl Cron<'_> {
             .map_err(|e| StoreError::Corrupt(e.message))?;
         item::check_spec_size(&Job::enqueue(occurrence, now))?;
         let next = cron.schedule.next_after(now);
-        // An update, not a Put: `version` keeps counting across re-registrations, so a fire
-        // that read the old registration cannot commit over the new one (its condition is
-        // on the version it read), and `last_job_id` keeps overlap tracking going.
+        let out = self
+            .registration(cron, created_by, next.as_ref(), now)
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        let out = self.engine.table.tally(Kind::Write, out)?;
+        let item = out
+            .attributes()
+            .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
+        let entry = entry_from_item(item)?;
+        let created = entry.version == 1;
+        if let (Some(next), true) = (next, cron.enabled) {
+            let target = crate::timer::TimerTarget::Cron {
+                name: cron.name.clone(),
+            };
+            self.engine.arm_timer(vec![(target, next)]).await;
+        }
+        Ok((entry, created))
+    }
+
+    /// The update registering `cron` (by `created_by`, at `now`) with its next fire
+    /// time `next`. An update, not a Put: `version` keeps counting across
+    /// re-registrations, so a fire that read the old registration cannot commit over the
+    /// new one (its condition is on the version it read), and `last_job_id` keeps overlap
+    /// tracking going.
+    fn registration(
+        &self,
+        cron: &CronJob,
+        created_by: Option<&str>,
+        next: Option<&Timestamp>,
+        now: Timestamp,
+    ) -> UpdateItemFluentBuilder {
         let mut set = vec![
             "doc = :doc",
             "#name = :name",
@@ -147,14 +177,14 @@ impl Cron<'_> {
         if let Some(by) = created_by {
             req = req.expression_attribute_values(":by", s(by.to_owned()));
         }
-        match &next {
+        match next {
             Some(next) => {
                 set.push("next_run_us = :next");
                 req = req.expression_attribute_values(":next", n(next.timestamp_micros()));
             }
             None => remove.push("next_run_us"),
         }
-        match next.as_ref().filter(|_| cron.enabled) {
+        match next.filter(|_| cron.enabled) {
             Some(next) => {
                 set.push("gsi2pk = :duepk");
                 set.push("gsi2sk = :duesk");
@@ -164,28 +194,7 @@ impl Cron<'_> {
             }
             None => remove.extend(["gsi2pk", "gsi2sk"]),
         }
-        let mut expression = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
-        let out = req
-            .update_expression(expression)
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
-        let out = self.engine.table.tally(Kind::Write, out)?;
-        let item = out
-            .attributes()
-            .ok_or_else(|| StoreError::Corrupt("cron update returned no item".into()))?;
-        let entry = entry_from_item(item)?;
-        let created = entry.version == 1;
-        if let (Some(next), true) = (next, cron.enabled) {
-            let target = crate::timer::TimerTarget::Cron {
-                name: cron.name.clone(),
-            };
-            self.engine.arm_timer(vec![(target, next)]).await;
-        }
-        Ok((entry, created))
+        req.update_expression(expression(&set, &remove))
     }
 
     /// Every registration, sorted by name. One that no longer reads (stored by an older
@@ -279,17 +288,7 @@ impl Cron<'_> {
             return Ok(false);
         };
         let next = entry.cron.schedule.next_after(now);
-        let previous_running = match &entry.last_job_id {
-            Some(id) => match ojs_core::JobId::parse(id) {
-                Ok(id) => self
-                    .engine
-                    .get_job(&id)
-                    .await?
-                    .filter(|j| !j.status.state.is_terminal()),
-                Err(_) => None,
-            },
-            None => None,
-        };
+        let previous_running = self.previous_running(entry).await?;
         let occurrence = entry.cron.overlap.occurrence(previous_running.is_some());
         if let (Occurrence::CancelPreviousAndEnqueue, Some(prev)) = (occurrence, &previous_running)
         {
@@ -302,93 +301,21 @@ impl Cron<'_> {
                 Err(e) => return Err(e),
             }
         }
-        let enqueue = occurrence != Occurrence::Skip;
         // `enqueue`: the new occurrence waits, pending, behind the running one.
         let waits_for = previous_running
             .as_ref()
             .filter(|_| occurrence == Occurrence::EnqueueBehindPrevious)
             .map(|prev| prev.id);
-        let job = if enqueue {
-            let new = entry
-                .cron
-                .job_for(&due)
-                .map_err(|e| StoreError::Corrupt(e.message))?;
-            let mut job = Job::enqueue(new, now);
-            if waits_for.is_some() {
-                job.status.state = JobState::Pending;
-                job.status.enqueued_at = None;
-            }
-            Some(job)
-        } else {
-            None
+        let job = match occurrence {
+            Occurrence::Skip => None,
+            _ => Some(occurrence_job(entry, due, now, waits_for.is_some())?),
         };
         // Advance the registration under the version read; with the job in the same
         // transaction, a concurrent sweep can never fire this occurrence twice.
-        let mut set = vec!["last_run_at = :now", "version = version + :one"];
-        let mut remove = Vec::new();
-        let mut update = Update::builder()
-            .table_name(self.engine.table())
-            .set_key(Some(cron_key(&entry.cron.name)))
-            .condition_expression("version = :version")
-            .expression_attribute_values(":version", n(entry.version))
-            .expression_attribute_values(":now", ts(&due))
-            .expression_attribute_values(":one", n(1));
-        match &next {
-            Some(next) => {
-                set.extend(["next_run_us = :next", "gsi2sk = :duesk"]);
-                update = update
-                    .expression_attribute_values(":next", n(next.timestamp_micros()))
-                    .expression_attribute_values(
-                        ":duesk",
-                        s(keys::cron_due_sk(next, &entry.cron.name)),
-                    );
-            }
-            None => remove.extend(["next_run_us", "gsi2pk", "gsi2sk"]),
-        }
-        if let Some(job) = &job {
-            set.extend(["run_count = run_count + :one", "last_job_id = :job"]);
-            update = update.expression_attribute_values(":job", s(job.id.to_string()));
-        }
-        let mut expr = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            expr.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
-        let update = update
-            .update_expression(expr)
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let update = self.advance(entry, due, next.as_ref(), job.as_ref())?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         if let Some(job) = &job {
-            self.engine
-                .register_lane(&crate::keys::Lane::of(job))
-                .await?;
-            items.push(
-                self.engine
-                    .table
-                    .put_new(item::job_to_item(job, self.engine.queue_shards()))?,
-            );
-            if let Some(prev) = waits_for {
-                // Link it behind the previous job, which must still be unfinished: if it
-                // finished meanwhile, the transaction fails and the next sweep fires
-                // the occurrence as a plain enqueue.
-                let link = Update::builder()
-                    .table_name(self.engine.table())
-                    .set_key(Some(item::job_key(&prev)))
-                    .update_expression("SET next_job = :next")
-                    .condition_expression(
-                        "#state IN (:s0, :s1, :s2, :s3, :s4) AND attribute_not_exists(next_job)",
-                    )
-                    .expression_attribute_names("#state", "state")
-                    .expression_attribute_values(":next", s(job.id.to_string()))
-                    .expression_attribute_values(":s0", s(JobState::Scheduled.as_str()))
-                    .expression_attribute_values(":s1", s(JobState::Available.as_str()))
-                    .expression_attribute_values(":s2", s(JobState::Pending.as_str()))
-                    .expression_attribute_values(":s3", s(JobState::Active.as_str()))
-                    .expression_attribute_values(":s4", s(JobState::Retryable.as_str()))
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                items.push(TransactWriteItem::builder().update(link).build());
-            }
+            items.extend(self.occurrence_items(job, waits_for).await?);
         }
         if let Err(e) = self.engine.table.transact(items).await {
             let cancelled =
@@ -410,4 +337,127 @@ impl Cron<'_> {
         }
         Ok(job.is_some())
     }
+
+    /// The job of the registration's last fired occurrence, while it is unfinished.
+    async fn previous_running(&self, entry: &CronEntry) -> Result<Option<Job>, StoreError> {
+        Ok(match &entry.last_job_id {
+            Some(id) => match ojs_core::JobId::parse(id) {
+                Ok(id) => self
+                    .engine
+                    .get_job(&id)
+                    .await?
+                    .filter(|j| !j.status.state.is_terminal()),
+                Err(_) => None,
+            },
+            None => None,
+        })
+    }
+
+    /// The update advancing `entry` past its occurrence `due` to `next` (none: it never
+    /// fires again), under the version read, noting the occurrence's `job` if one fired.
+    fn advance(
+        &self,
+        entry: &CronEntry,
+        due: Timestamp,
+        next: Option<&Timestamp>,
+        job: Option<&Job>,
+    ) -> Result<Update, StoreError> {
+        let mut set = vec!["last_run_at = :now", "version = version + :one"];
+        let mut remove = Vec::new();
+        let mut update = Update::builder()
+            .table_name(self.engine.table())
+            .set_key(Some(cron_key(&entry.cron.name)))
+            .condition_expression("version = :version")
+            .expression_attribute_values(":version", n(entry.version))
+            .expression_attribute_values(":now", ts(&due))
+            .expression_attribute_values(":one", n(1));
+        match next {
+            Some(next) => {
+                set.extend(["next_run_us = :next", "gsi2sk = :duesk"]);
+                update = update
+                    .expression_attribute_values(":next", n(next.timestamp_micros()))
+                    .expression_attribute_values(
+                        ":duesk",
+                        s(keys::cron_due_sk(next, &entry.cron.name)),
+                    );
+            }
+            None => remove.extend(["next_run_us", "gsi2pk", "gsi2sk"]),
+        }
+        if let Some(job) = job {
+            set.extend(["run_count = run_count + :one", "last_job_id = :job"]);
+            update = update.expression_attribute_values(":job", s(job.id.to_string()));
+        }
+        update
+            .update_expression(expression(&set, &remove))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))
+    }
+
+    /// The fire transaction's items that store an occurrence's `job` (its queue
+    /// registered first), linked behind `waits_for` when it waits for that job.
+    async fn occurrence_items(
+        &self,
+        job: &Job,
+        waits_for: Option<ojs_core::JobId>,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        self.engine
+            .register_lane(&crate::keys::Lane::of(job))
+            .await?;
+        let mut items = vec![self
+            .engine
+            .table
+            .put_new(item::job_to_item(job, self.engine.queue_shards()))?];
+        if let Some(prev) = waits_for {
+            // Link it behind the previous job, which must still be unfinished: if it
+            // finished meanwhile, the transaction fails and the next sweep fires
+            // the occurrence as a plain enqueue.
+            let link = Update::builder()
+                .table_name(self.engine.table())
+                .set_key(Some(item::job_key(&prev)))
+                .update_expression("SET next_job = :next")
+                .condition_expression(
+                    "#state IN (:s0, :s1, :s2, :s3, :s4) AND attribute_not_exists(next_job)",
+                )
+                .expression_attribute_names("#state", "state")
+                .expression_attribute_values(":next", s(job.id.to_string()))
+                .expression_attribute_values(":s0", s(JobState::Scheduled.as_str()))
+                .expression_attribute_values(":s1", s(JobState::Available.as_str()))
+                .expression_attribute_values(":s2", s(JobState::Pending.as_str()))
+                .expression_attribute_values(":s3", s(JobState::Active.as_str()))
+                .expression_attribute_values(":s4", s(JobState::Retryable.as_str()))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            items.push(TransactWriteItem::builder().update(link).build());
+        }
+        Ok(items)
+    }
+}
+
+/// The job an occurrence due at `due` enqueues: pending when it `waits` behind the
+/// previous one.
+fn occurrence_job(
+    entry: &CronEntry,
+    due: Timestamp,
+    now: Timestamp,
+    waits: bool,
+) -> Result<Job, StoreError> {
+    let new = entry
+        .cron
+        .job_for(&due)
+        .map_err(|e| StoreError::Corrupt(e.message))?;
+    let mut job = Job::enqueue(new, now);
+    if waits {
+        job.status.state = JobState::Pending;
+        job.status.enqueued_at = None;
+    }
+    Ok(job)
+}
+
+/// An update expression setting `set` and removing `remove`.
+fn expression(set: &[&str], remove: &[&str]) -> String {
+    let mut expression = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    expression
 }

@@ -14,6 +14,15 @@
 //! - Log: one item per attempt in `WHLOG#<subscription id>` (sort key: the delivery id, a
 //!   UUIDv7, then the attempt), expired by TTL after [`LOG_RETENTION_SECS`].
 
+mod delivery_log;
+mod retries;
+
+pub use delivery_log::{
+    DeadDelivery, DeliveryAttempt, LOG_RETENTION_SECS, MAX_KEPT_BODY, MAX_LOG_PAGE,
+};
+pub use ojs_core::webhook::MAX_SUBSCRIPTIONS;
+pub use retries::PendingDelivery;
+
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValue;
 use ojs_core::tenant::{Scope, TenantId};
@@ -26,20 +35,7 @@ use crate::error::StoreError;
 use crate::item::{n, s, Item};
 use crate::usage::Kind;
 
-pub use ojs_core::webhook::MAX_SUBSCRIPTIONS;
-
 const SUBS_PK: &str = "WEBHOOKS";
-const DUE_PK: &str = "WHDUE";
-/// How long an attempt's log item is kept (DynamoDB's TTL deletes it after).
-pub const LOG_RETENTION_SECS: i64 = 7 * 86_400;
-/// Most log items one listing returns.
-pub const MAX_LOG_PAGE: usize = 100;
-/// How long a claimed retry is left alone before another redrive may take it: longer
-/// than an attempt's timeout.
-const RETRY_LEASE_US: i64 = 120_000_000;
-/// A pending retry not taken within this long after its due time is dropped by TTL (the
-/// last retry is due 41 h after the event).
-const PENDING_TTL_SECS: i64 = 3 * 86_400;
 
 fn sub_sk(id: &str) -> String {
     format!("S#{id}")
@@ -50,10 +46,6 @@ fn sub_key(id: &str) -> Item {
         ("pk".to_owned(), s(SUBS_PK)),
         ("sk".to_owned(), s(sub_sk(id))),
     ])
-}
-
-fn log_pk(subscription_id: &str) -> String {
-    format!("WHLOG#{subscription_id}")
 }
 
 fn get<'a>(item: &'a Item, k: &str) -> Option<&'a String> {
@@ -174,110 +166,6 @@ impl WebhookEntry {
                 })?),
             },
             updated_at: get(item, "updated_at").cloned().unwrap_or_default(),
-        })
-    }
-}
-
-/// A delivery waiting for its next attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PendingDelivery {
-    /// `del_<uuidv7>`, the same for every attempt (§7.5).
-    pub delivery_id: String,
-    /// The subscription it is for.
-    pub subscription_id: String,
-    /// The event type.
-    pub event_type: String,
-    /// The event envelope, as sent.
-    pub body: String,
-    /// The number of the next attempt (2 or more).
-    pub attempt: u32,
-    /// When it is due (Unix microseconds).
-    pub due_us: i64,
-}
-
-impl PendingDelivery {
-    fn sk(&self) -> String {
-        format!("{:020}#{}", self.due_us.max(0), self.delivery_id)
-    }
-
-    fn key(&self) -> Item {
-        Item::from([
-            ("pk".to_owned(), s(DUE_PK)),
-            ("sk".to_owned(), s(self.sk())),
-        ])
-    }
-
-    fn from_item(item: &Item) -> Option<Self> {
-        Some(Self {
-            delivery_id: get(item, "delivery_id")?.clone(),
-            subscription_id: get(item, "subscription_id")?.clone(),
-            event_type: get(item, "event_type")?.clone(),
-            body: get(item, "body")?.clone(),
-            attempt: u32::try_from(get_n(item, "attempt")?).ok()?,
-            due_us: get_n(item, "due_us")?,
-        })
-    }
-}
-
-/// One attempt of a delivery, as logged.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeliveryAttempt {
-    /// The delivery (stable across attempts).
-    pub delivery_id: String,
-    /// The subscription.
-    pub subscription_id: String,
-    /// The event type and the event's id.
-    pub event_type: String,
-    /// The event's id.
-    pub event_id: String,
-    /// 1 for the first attempt.
-    pub attempt: u32,
-    /// The endpoint's status code, if it answered.
-    pub status_code: Option<u16>,
-    /// How long the attempt took.
-    pub duration_ms: u64,
-    /// What went wrong (never a secret).
-    pub error: Option<String>,
-    /// `delivered`, `retrying`, `dead` or `cancelled`.
-    pub outcome: &'static str,
-    /// When the next attempt is due, when one is.
-    pub next_attempt_at: Option<String>,
-    /// The event as sent, kept on a dead delivery's last attempt (up to
-    /// [`MAX_KEPT_BODY`] bytes) so it can be retried by hand (§7.2).
-    pub body: Option<String>,
-}
-
-/// Largest event body kept with a dead delivery for its manual retry.
-pub const MAX_KEPT_BODY: usize = 64 * 1024;
-
-/// A dead delivery's last attempt, as a manual retry needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeadDelivery {
-    /// The subscription.
-    pub subscription_id: String,
-    /// The event type.
-    pub event_type: String,
-    /// The event as sent.
-    pub body: String,
-    /// The last attempt's number.
-    pub attempt: u32,
-}
-
-impl DeliveryAttempt {
-    fn view(item: &Item) -> Value {
-        json!({
-            "id": get(item, "delivery_id"),
-            "subscription_id": get(item, "subscription_id"),
-            "event_type": get(item, "event_type"),
-            "event_id": get(item, "event_id"),
-            "attempt": get_n(item, "attempt"),
-            "status_code": get_n(item, "status_code"),
-            "duration_ms": get_n(item, "duration_ms"),
-            "error": get(item, "error"),
-            "status": get(item, "outcome"),
-            "next_attempt_at": get(item, "next_attempt_at"),
-            "attempted_at": get(item, "at"),
-            "replayable": item.contains_key("body"),
         })
     }
 }
@@ -440,198 +328,5 @@ impl Webhooks<'_> {
             .table
             .tally_existing(Kind::Write, out)
             .map(|_| ())
-    }
-
-    /// Logs one attempt (one PutItem, expired by TTL).
-    pub async fn log_webhook_attempt(
-        &self,
-        a: &DeliveryAttempt,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        let mut item = Item::from([
-            ("pk".to_owned(), s(log_pk(&a.subscription_id))),
-            (
-                "sk".to_owned(),
-                s(format!("{}#{:02}", a.delivery_id, a.attempt)),
-            ),
-            ("delivery_id".to_owned(), s(a.delivery_id.clone())),
-            ("subscription_id".to_owned(), s(a.subscription_id.clone())),
-            ("event_type".to_owned(), s(a.event_type.clone())),
-            ("event_id".to_owned(), s(a.event_id.clone())),
-            ("attempt".to_owned(), n(a.attempt)),
-            ("duration_ms".to_owned(), n(a.duration_ms)),
-            ("outcome".to_owned(), s(a.outcome)),
-            ("at".to_owned(), s(time::format(&now))),
-            ("ttl".to_owned(), n(now.timestamp() + LOG_RETENTION_SECS)),
-        ]);
-        if let Some(code) = a.status_code {
-            item.insert("status_code".into(), n(code));
-        }
-        if let Some(e) = &a.error {
-            item.insert("error".into(), s(e.chars().take(500).collect::<String>()));
-        }
-        if let Some(at) = &a.next_attempt_at {
-            item.insert("next_attempt_at".into(), s(at.clone()));
-        }
-        if let Some(body) = a.body.as_ref().filter(|b| b.len() <= MAX_KEPT_BODY) {
-            item.insert("body".into(), s(body.clone()));
-        }
-        self.engine.table.put_plain(item).await
-    }
-
-    /// The latest attempts logged for subscription `id`, newest first (one Query of at
-    /// most `limit` items, `limit` at most [`MAX_LOG_PAGE`]), and whether there are more
-    /// (with the cursor to pass as `before`).
-    pub async fn webhook_deliveries(
-        &self,
-        subscription_id: &str,
-        limit: usize,
-        before: Option<&str>,
-    ) -> Result<(Vec<Value>, Option<String>), StoreError> {
-        let limit = limit.clamp(1, MAX_LOG_PAGE);
-        let mut req = self
-            .engine
-            .table
-            .query_table()
-            .expression_attribute_values(":pk", s(log_pk(subscription_id)))
-            .scan_index_forward(false)
-            .limit(i32::try_from(limit).unwrap_or(100))
-            .consistent_read(true);
-        req = match before {
-            Some(b) => req
-                .key_condition_expression("pk = :pk AND sk < :before")
-                .expression_attribute_values(":before", s(b)),
-            None => req.key_condition_expression("pk = :pk"),
-        };
-        let out = self.engine.table.tally(Kind::Read, req.send().await)?;
-        let items = out.items();
-        let next = out
-            .last_evaluated_key()
-            .and_then(|k| k.get("sk"))
-            .and_then(|v| v.as_s().ok())
-            .cloned();
-        Ok((items.iter().map(DeliveryAttempt::view).collect(), next))
-    }
-
-    /// The attempts of delivery `delivery_id`, oldest first, looked for in the logs of
-    /// `subscriptions` (one Query each, all at once, of the items of that delivery only;
-    /// bounded by [`MAX_SUBSCRIPTIONS`]): its subscription, the attempts' views, and the
-    /// last attempt as a manual retry needs it when the delivery is dead and its body
-    /// was kept.
-    pub async fn find_webhook_delivery(
-        &self,
-        delivery_id: &str,
-        subscriptions: &[String],
-    ) -> Result<Option<(String, Vec<Value>, Option<DeadDelivery>)>, StoreError> {
-        let prefix = format!("{delivery_id}#");
-        let lookups = subscriptions.iter().map(|sub| {
-            let prefix = prefix.clone();
-            async move {
-                let items = self
-                    .engine
-                    .table
-                    .query_partition_prefix(&log_pk(sub), Some(&prefix), true)
-                    .await?;
-                Ok::<_, StoreError>((sub.clone(), items))
-            }
-        });
-        for found in futures::future::join_all(lookups).await {
-            let (sub, items) = found?;
-            let Some(last) = items.last() else {
-                continue;
-            };
-            let dead = (get(last, "outcome").map(String::as_str) == Some("dead"))
-                .then(|| {
-                    Some(DeadDelivery {
-                        subscription_id: sub.clone(),
-                        event_type: get(last, "event_type")?.clone(),
-                        body: get(last, "body")?.clone(),
-                        attempt: u32::try_from(get_n(last, "attempt")?).ok()?,
-                    })
-                })
-                .flatten();
-            let views = items.iter().map(DeliveryAttempt::view).collect();
-            return Ok(Some((sub, views, dead)));
-        }
-        Ok(None)
-    }
-
-    /// Records a delivery's next attempt (one PutItem in `WHDUE`).
-    pub async fn schedule_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
-        let item = Item::from([
-            ("pk".to_owned(), s(DUE_PK)),
-            ("sk".to_owned(), s(p.sk())),
-            ("delivery_id".to_owned(), s(p.delivery_id.clone())),
-            ("subscription_id".to_owned(), s(p.subscription_id.clone())),
-            ("event_type".to_owned(), s(p.event_type.clone())),
-            ("body".to_owned(), s(p.body.clone())),
-            ("attempt".to_owned(), n(p.attempt)),
-            ("due_us".to_owned(), n(p.due_us)),
-            ("ttl".to_owned(), n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
-        ]);
-        self.engine.table.put_plain(item).await
-    }
-
-    /// Up to `limit` retries due at `now`, each claimed for this caller (one Query, then
-    /// one conditional UpdateItem each: a retry claimed by another redrive whose lease has
-    /// not ended is skipped).
-    pub async fn claim_due_webhook_retries(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<PendingDelivery>, StoreError> {
-        let now_us = now.timestamp_micros();
-        let out = self
-            .engine
-            .table
-            .query_table()
-            .key_condition_expression("pk = :pk AND sk < :upto")
-            .expression_attribute_values(":pk", s(DUE_PK))
-            // Every key due at or before now sorts below `<now + 1>#`.
-            .expression_attribute_values(":upto", s(format!("{:020}#", now_us + 1)))
-            .limit(i32::try_from(limit).unwrap_or(25))
-            .send()
-            .await;
-        let out = self.engine.table.tally(Kind::Read, out)?;
-        let mut claimed = Vec::new();
-        for item in out.items() {
-            let Some(p) = PendingDelivery::from_item(item) else {
-                tracing::warn!("skipped an unreadable pending webhook delivery");
-                continue;
-            };
-            let claim = self
-                .engine.table.update_item()
-                .set_key(Some(p.key()))
-                .update_expression("SET claimed_until = :until")
-                .condition_expression(
-                    "attribute_exists(pk) AND (attribute_not_exists(claimed_until) OR claimed_until < :now)",
-                )
-                .expression_attribute_values(":until", n(now_us + RETRY_LEASE_US))
-                .expression_attribute_values(":now", n(now_us))
-                .send()
-                .await;
-            // Taken by another redrive whose lease runs, or finished: skipped.
-            if self
-                .engine
-                .table
-                .tally_conditional(Kind::Write, claim)?
-                .is_some()
-            {
-                claimed.push(p);
-            }
-        }
-        Ok(claimed)
-    }
-
-    /// Removes a pending retry once its attempt ended (one DeleteItem).
-    pub async fn finish_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
-        let out = self
-            .engine
-            .table
-            .delete_item()
-            .set_key(Some(p.key()))
-            .send()
-            .await;
-        self.engine.table.tally(Kind::Write, out).map(|_| ())
     }
 }

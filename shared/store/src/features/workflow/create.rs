@@ -10,7 +10,7 @@ use ojs_core::{Job, JobState};
 use serde_json::Value;
 
 use crate::error::StoreError;
-use crate::item::{self, n, s, ts};
+use crate::item::{self, n, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
 
@@ -26,62 +26,15 @@ impl Workflows<'_> {
         now: Timestamp,
     ) -> Result<Value, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
-        let mut jobs: Vec<Job> = Vec::with_capacity(spec.steps.len());
-        for (i, step) in spec.steps.iter().enumerate() {
-            // Microsecond offsets keep FIFO order among a workflow's ready steps.
-            let at = now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0));
-            let mut job = Job::enqueue(step.job.clone(), at);
-            // Where the Rust SDK's worker looks for it (JobContext::workflow_id).
-            job.spec
-                .meta
-                .insert("workflow_id".into(), Value::from(id.as_str()));
-            if !step.depends_on.is_empty() {
-                job.status.state = JobState::Pending;
-                job.status.enqueued_at = None;
-            }
-            job.status.workflow_id = Some(id.clone());
-            jobs.push(job);
-        }
+        let jobs = step_jobs(spec, &id, now);
         // Sizes are checked before anything is written; a step too large for its item
         // keeps its args and meta in the payload bucket, as a pushed job does.
         let bodies = jobs
             .iter()
             .map(|j| self.engine.offload_body(j))
             .collect::<Result<Vec<_>, _>>()?;
-        // Each callback is checked now as it will fire: refused then, it would leave the
-        // batch running forever.
-        let cb = &spec.callbacks;
-        for (name, template) in [
-            ("on_complete", &cb.on_complete),
-            ("on_success", &cb.on_success),
-            ("on_failure", &cb.on_failure),
-        ] {
-            if let Some(template) = template {
-                item::check_spec_size(&callback_job(&id, name, template, now)?)?;
-            }
-        }
-        let mut wf = wf_key(&id);
-        wf.insert("doc".into(), s(spec.to_stored().to_string()));
-        wf.insert("state".into(), s(WorkflowState::Running.as_str()));
-        wf.insert("total".into(), n(jobs.len()));
-        for counter in ["completed", "failed", "cancelled"] {
-            wf.insert(counter.into(), n(0));
-        }
-        wf.insert("created_at".into(), ts(&now));
-        // The sweep checks it until it finishes, so a follow-up a dying request left
-        // undone is done anyway (check_workflows).
-        wf.insert("gsi2pk".into(), s(keys::workflow_due_pk(&id)));
-        wf.insert(
-            "gsi2sk".into(),
-            s(keys::workflow_due_sk(
-                &ojs_core::time::after(now, CHECK_AFTER),
-                &id,
-            )),
-        );
-        wf.insert(
-            "job_ids".into(),
-            AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
-        );
+        check_callbacks(spec, &id, now)?;
+        let wf = workflow_item(spec, &id, &jobs, now);
         let mut items = vec![self.engine.table.put_new(wf.clone())?];
         for job in &jobs {
             self.engine
@@ -126,4 +79,67 @@ impl Workflows<'_> {
             .await;
         matches!(self.engine.table.metered(Kind::Read, out), Ok(o) if o.item.is_some())
     }
+}
+
+/// The jobs of `spec`'s steps for workflow `id`: those without dependencies available at
+/// once, the others `pending`.
+fn step_jobs(spec: &WorkflowSpec, id: &str, now: Timestamp) -> Vec<Job> {
+    let mut jobs: Vec<Job> = Vec::with_capacity(spec.steps.len());
+    for (i, step) in spec.steps.iter().enumerate() {
+        // Microsecond offsets keep FIFO order among a workflow's ready steps.
+        let at = now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0));
+        let mut job = Job::enqueue(step.job.clone(), at);
+        // Where the Rust SDK's worker looks for it (JobContext::workflow_id).
+        job.spec.meta.insert("workflow_id".into(), Value::from(id));
+        if !step.depends_on.is_empty() {
+            job.status.state = JobState::Pending;
+            job.status.enqueued_at = None;
+        }
+        job.status.workflow_id = Some(id.to_owned());
+        jobs.push(job);
+    }
+    jobs
+}
+
+/// Each callback is checked now as it will fire: refused then, it would leave the batch
+/// running forever.
+fn check_callbacks(spec: &WorkflowSpec, id: &str, now: Timestamp) -> Result<(), StoreError> {
+    let cb = &spec.callbacks;
+    for (name, template) in [
+        ("on_complete", &cb.on_complete),
+        ("on_success", &cb.on_success),
+        ("on_failure", &cb.on_failure),
+    ] {
+        if let Some(template) = template {
+            item::check_spec_size(&callback_job(id, name, template, now)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The workflow item of `spec` created at `now`, running its steps' `jobs`.
+fn workflow_item(spec: &WorkflowSpec, id: &str, jobs: &[Job], now: Timestamp) -> Item {
+    let mut wf = wf_key(id);
+    wf.insert("doc".into(), s(spec.to_stored().to_string()));
+    wf.insert("state".into(), s(WorkflowState::Running.as_str()));
+    wf.insert("total".into(), n(jobs.len()));
+    for counter in ["completed", "failed", "cancelled"] {
+        wf.insert(counter.into(), n(0));
+    }
+    wf.insert("created_at".into(), ts(&now));
+    // The sweep checks it until it finishes, so a follow-up a dying request left undone
+    // is done anyway (check_workflows).
+    wf.insert("gsi2pk".into(), s(keys::workflow_due_pk(id)));
+    wf.insert(
+        "gsi2sk".into(),
+        s(keys::workflow_due_sk(
+            &ojs_core::time::after(now, CHECK_AFTER),
+            id,
+        )),
+    );
+    wf.insert(
+        "job_ids".into(),
+        AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
+    );
+    wf
 }

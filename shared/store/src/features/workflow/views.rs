@@ -1,5 +1,7 @@
 //! A workflow as the API shows it: its item and its steps' jobs, read back.
 
+use std::collections::HashMap;
+
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::WorkflowState;
 use ojs_core::{Job, JobId, JobState};
@@ -61,53 +63,9 @@ pub(crate) fn view(item: &Item, jobs: &[Job]) -> Value {
     let failed = num(item, "failed");
     let cancelled = num(item, "cancelled");
     let ids = job_ids(item);
-    let by_id: std::collections::HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
-    let steps: Vec<Value> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, job_id)| {
-            let described = &doc["steps"][i];
-            let job = by_id.get(job_id);
-            let at = |t: Option<&Timestamp>| t.map(ojs_core::time::format);
-            json!({
-                "id": described["id"].as_str().map_or_else(|| format!("step-{i}"), str::to_owned),
-                "type": described["type"].as_str().map(str::to_owned).or_else(|| job.map(|j| j.spec.job_type.to_string())),
-                "depends_on": described.get("depends_on").cloned().unwrap_or_else(|| json!([])),
-                "job_id": job_id.to_string(),
-                "state": job.map(|j| j.status.state.as_str()),
-                "started_at": job.and_then(|j| at(j.status.started_at.as_ref())),
-                "completed_at": job.and_then(|j| at(j.status.completed_at.as_ref())),
-                "result": job.and_then(|j| j.status.result.clone()),
-            })
-        })
-        .collect();
-    let fired = fired_callbacks(item);
-    let finished = workflow_state(item) != Some(WorkflowState::Running);
-    let steps: Vec<Value> = steps
-        .into_iter()
-        .chain(doc["callback_steps"].as_array().into_iter().flatten().map(|c| {
-            let name = c["callback"].as_str().unwrap_or_default();
-            let job = fired
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|(_, id)| by_id.get(id));
-            // A callback that was not due when the workflow settled never runs.
-            let state = match job {
-                Some(j) => j.status.state.as_str(),
-                None if finished && item.contains_key("cb_fired") => JobState::Cancelled.as_str(),
-                None => JobState::Pending.as_str(),
-            };
-            json!({
-                "id": c["id"],
-                "type": c["type"],
-                "depends_on": ids_of_steps(&doc),
-                "job_id": job.map(|j| j.id.to_string()),
-                "state": state,
-                "started_at": job.and_then(|j| j.status.started_at.as_ref().map(ojs_core::time::format)),
-                "completed_at": job.and_then(|j| j.status.completed_at.as_ref().map(ojs_core::time::format)),
-                "result": job.and_then(|j| j.status.result.clone()),
-            })
-        }))
+    let by_id: HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
+    let steps: Vec<Value> = step_views(&doc, &ids, &by_id)
+        .chain(callback_views(item, &doc, &by_id))
         .collect();
     let started_at = jobs
         .iter()
@@ -143,4 +101,64 @@ pub(crate) fn view(item: &Item, jobs: &[Job]) -> Value {
             "cancelled_count": cancelled,
         },
     })
+}
+
+/// The views of the steps `ids` as `doc` describes them, each with its job's state.
+fn step_views<'a>(
+    doc: &'a Value,
+    ids: &'a [JobId],
+    by_id: &'a HashMap<JobId, &Job>,
+) -> impl Iterator<Item = Value> + 'a {
+    ids.iter().enumerate().map(move |(i, job_id)| {
+        let described = &doc["steps"][i];
+        let job = by_id.get(job_id);
+        let at = |t: Option<&Timestamp>| t.map(ojs_core::time::format);
+        json!({
+            "id": described["id"].as_str().map_or_else(|| format!("step-{i}"), str::to_owned),
+            "type": described["type"].as_str().map(str::to_owned).or_else(|| job.map(|j| j.spec.job_type.to_string())),
+            "depends_on": described.get("depends_on").cloned().unwrap_or_else(|| json!([])),
+            "job_id": job_id.to_string(),
+            "state": job.map(|j| j.status.state.as_str()),
+            "started_at": job.and_then(|j| at(j.status.started_at.as_ref())),
+            "completed_at": job.and_then(|j| at(j.status.completed_at.as_ref())),
+            "result": job.and_then(|j| j.status.result.clone()),
+        })
+    })
+}
+
+/// The views of the callback steps `doc` describes, each with its fired job's state.
+fn callback_views<'a>(
+    item: &'a Item,
+    doc: &'a Value,
+    by_id: &'a HashMap<JobId, &Job>,
+) -> impl Iterator<Item = Value> + 'a {
+    let fired = fired_callbacks(item);
+    let finished = workflow_state(item) != Some(WorkflowState::Running);
+    doc["callback_steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(move |c| {
+            let name = c["callback"].as_str().unwrap_or_default();
+            let job = fired
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, id)| by_id.get(id));
+            // A callback that was not due when the workflow settled never runs.
+            let state = match job {
+                Some(j) => j.status.state.as_str(),
+                None if finished && item.contains_key("cb_fired") => JobState::Cancelled.as_str(),
+                None => JobState::Pending.as_str(),
+            };
+            json!({
+                "id": c["id"],
+                "type": c["type"],
+                "depends_on": ids_of_steps(doc),
+                "job_id": job.map(|j| j.id.to_string()),
+                "state": state,
+                "started_at": job.and_then(|j| j.status.started_at.as_ref().map(ojs_core::time::format)),
+                "completed_at": job.and_then(|j| j.status.completed_at.as_ref().map(ojs_core::time::format)),
+                "result": job.and_then(|j| j.status.result.clone()),
+            })
+        })
 }

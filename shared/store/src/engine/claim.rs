@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, QueueName};
 
+use crate::engine::claim_attempt::LaneClaim;
 use crate::engine::fetching::Fetching;
 use crate::engine::Engine;
 use crate::error::StoreError;
@@ -215,7 +216,13 @@ impl Engine {
                 continue;
             }
             run.saw_candidates = false;
-            let claimed = self.claim_from(&lane, req, now, &limits, run).await;
+            let at = LaneClaim {
+                lane: &lane,
+                req,
+                now,
+                limits: &limits,
+            };
+            let claimed = self.claim_from(&at, run).await;
             if shared && claimed.is_ok() {
                 if run.saw_candidates {
                     self.quiet_lanes.forget(&lane);

@@ -48,6 +48,15 @@ pub(crate) struct LaneLimits {
     pub(crate) tenant: Option<RateLimitPolicy>,
 }
 
+/// A lane being claimed from (by a FETCH, or a push delivery): the request, when it
+/// began, and the limits every candidate of the lane is claimed under.
+pub(crate) struct LaneClaim<'a> {
+    pub(crate) lane: &'a crate::keys::Lane,
+    pub(crate) req: &'a FetchRequest,
+    pub(crate) now: Timestamp,
+    pub(crate) limits: &'a LaneLimits,
+}
+
 impl Engine {
     /// The limits of `lane` whose queue's rate limit is `queue` (the tenant's settings
     /// as this instance remembers them).
@@ -66,16 +75,10 @@ impl Engine {
     /// available or a limit refuses it now.
     pub(crate) async fn claim_one(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         c: &Candidate,
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
     ) -> Result<Option<Job>, StoreError> {
-        match self
-            .claim(lane, c, req, now, limits, &mut FullLimits::default())
-            .await?
-        {
+        match self.claim(at, c, &mut FullLimits::default()).await? {
             Claim::Won(job) => Ok(Some(*job)),
             Claim::Lost
             | Claim::Stale
@@ -86,21 +89,21 @@ impl Engine {
         }
     }
 
+    /// Claims candidate `c` of the lane `at`, under the limits found full so far in the
+    /// FETCH (noting the ones it finds full).
     pub(crate) async fn claim(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         c: &Candidate,
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
         full_limits: &mut FullLimits,
     ) -> Result<Claim, StoreError> {
+        let limits = at.limits;
         // A claim is stamped when it is made, not when its FETCH began: a FETCH that
         // waited on the index or on other claims must not start a lease, an execution
         // timeout or a rate window in the past.
-        let began = now;
-        let now = now.max(time::now());
-        let (write, lease_until, wid) = self.claim_write(lane, c, req, now);
+        let began = at.now;
+        let now = at.now.max(time::now());
+        let (write, lease_until, wid) = self.claim_write(at.lane, c, at.req, now);
         let parts = write.parts()?;
         // The queue's limit first: its refusal ends the queue for this FETCH; then the
         // tenant's, whose refusal ends the lane.

@@ -4,11 +4,8 @@
 
 use std::ops::Range;
 
-use ojs_core::time::Timestamp;
-
-use crate::claim::FetchRequest;
 use crate::engine::candidates::Candidate;
-use crate::engine::claim_attempt::{Claim, LaneLimits};
+use crate::engine::claim_attempt::{Claim, LaneClaim};
 use crate::engine::fetching::Fetching;
 use crate::engine::Engine;
 use crate::error::StoreError;
@@ -60,10 +57,7 @@ impl Engine {
     /// walked shard by shard from a random one, so racing workers start apart.
     pub(super) async fn claim_from(
         &self,
-        lane: &crate::keys::Lane,
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
+        at: &LaneClaim<'_>,
         run: &mut Fetching<'_>,
     ) -> Result<(), StoreError> {
         run.losses_on_queue = 0;
@@ -78,9 +72,7 @@ impl Engine {
                 break;
             }
             let shard = (first + k) % shards;
-            let queue_done = self
-                .claim_from_shard(lane, shard, req, now, limits, run)
-                .await?;
+            let queue_done = self.claim_from_shard(at, shard, run).await?;
             if queue_done {
                 break;
             }
@@ -93,19 +85,16 @@ impl Engine {
     /// [`LOSSES_PER_QUEUE`] claims.
     async fn claim_from_shard(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         shard: u16,
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
         run: &mut Fetching<'_>,
     ) -> Result<bool, StoreError> {
-        let queue = &lane.queue;
+        let queue = &at.lane.queue;
         if !self
             .quiet_due
             .within(&(queue.clone(), shard), self.config.quiet_due_memory)
         {
-            self.promote_due_shard(queue, shard, now).await?;
+            self.promote_due_shard(queue, shard, at.now).await?;
         }
         for _ in 0..CLAIM_ROUNDS {
             if run.done(run.target) {
@@ -119,7 +108,7 @@ impl Engine {
                 PAGE_SPARE
             };
             let page = wanted.saturating_add(spare).min(100) as i32;
-            let mut candidates = self.ready_candidates(lane, shard, page).await?;
+            let mut candidates = self.ready_candidates(at.lane, shard, page).await?;
             run.saw_candidates |= !candidates.is_empty();
             if !candidates.is_empty() && !run.admits().await? {
                 // A quiet, draining or terminating worker is assigned nothing
@@ -132,10 +121,7 @@ impl Engine {
             if contended {
                 spread(&mut candidates, 0, priority_of, rand::random_range);
             }
-            let Some(lost_any) = self
-                .claim_page(lane, &mut candidates, req, now, limits, run)
-                .await?
-            else {
+            let Some(lost_any) = self.claim_page(at, &mut candidates, run).await? else {
                 return Ok(true);
             };
             if run.done(run.target) || exhausted && !lost_any {
@@ -150,20 +136,15 @@ impl Engine {
     /// for this FETCH.
     async fn claim_page(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         candidates: &mut [Candidate],
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
         run: &mut Fetching<'_>,
     ) -> Result<Option<bool>, StoreError> {
-        let queue = &lane.queue;
+        let queue = &at.lane.queue;
         let mut lost_any = false;
         let mut next = 0;
         while next < candidates.len() && !run.out_of_time() {
-            let outcome = self
-                .attempt(lane, &candidates[next], req, now, limits, run)
-                .await?;
+            let outcome = self.attempt(at, &candidates[next], run).await?;
             next += 1;
             // Only entries that left `available` before this FETCH began (or were set
             // aside) mean the index has not caught up; anything else is a queue that
@@ -208,11 +189,8 @@ impl Engine {
     /// server can no longer read is set aside instead.
     async fn attempt(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         c: &Candidate,
-        req: &FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
         run: &mut Fetching<'_>,
     ) -> Result<Claim, StoreError> {
         // An entry of a job this FETCH claimed in an earlier round, still listed
@@ -224,8 +202,7 @@ impl Engine {
             Some(why) => Err(StoreError::Corrupt(why.clone())),
             None => {
                 run.attempts += 1;
-                self.claim(lane, c, req, now, limits, &mut run.full_limits)
-                    .await
+                self.claim(at, c, &mut run.full_limits).await
             }
         };
         match claimed_as_stored {

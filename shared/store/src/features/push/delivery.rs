@@ -7,7 +7,7 @@ use ojs_core::{Job, JobId, JobState, QueueName};
 
 use super::{PushEndpoints, PushEntry};
 use crate::engine::candidates::Candidate;
-use crate::engine::claim_attempt::LaneLimits;
+use crate::engine::claim_attempt::LaneClaim;
 use crate::error::StoreError;
 use crate::features::follow_ups::following_up;
 use crate::item::{self, s};
@@ -168,9 +168,13 @@ impl PushEndpoints<'_> {
             ready.job.spec.timeout_ms,
             rate_limit,
         );
-        let claimed = self
-            .claim_whole(&lane, &candidate, &req, now, &limits)
-            .await;
+        let at = LaneClaim {
+            lane: &lane,
+            req: &req,
+            now,
+            limits: &limits,
+        };
+        let claimed = self.claim_whole(&at, &candidate).await;
         match claimed {
             Ok(Some(job)) => Ok(PushClaim::Claimed {
                 job: Box::new(job),
@@ -192,21 +196,14 @@ impl PushEndpoints<'_> {
     /// stream offer it again at once, in a loop as long as S3 fails).
     async fn claim_whole(
         &self,
-        lane: &crate::keys::Lane,
+        at: &LaneClaim<'_>,
         candidate: &Candidate,
-        req: &crate::claim::FetchRequest,
-        now: Timestamp,
-        limits: &LaneLimits,
     ) -> Result<Option<Job>, StoreError> {
-        match self
-            .engine
-            .claim_one(lane, candidate, req, now, limits)
-            .await
-        {
+        match self.engine.claim_one(at, candidate).await {
             Ok(Some(job)) => match self.engine.try_full_job(job).await {
                 Ok(job) => Ok(Some(job)),
                 Err((job, e @ StoreError::Corrupt(_))) => {
-                    self.engine.settle_unread(job, e, now).await;
+                    self.engine.settle_unread(job, e, at.now).await;
                     Ok(None)
                 }
                 Err((_, e)) => Err(e),

@@ -81,16 +81,9 @@ pub struct Maintenance {
     pub paused_queues: Vec<String>,
 }
 
-/// The admin API's queries and actions: job listings, retry and delete, dead letter stats, maintenance mode.
-pub struct Admin<'a> {
-    derived: &'a Derived,
-}
-
-impl<'a> Admin<'a> {
-    /// The service over `derived`.
-    pub(crate) fn new(derived: &'a Derived) -> Self {
-        Self { derived }
-    }
+service! {
+    /// The admin API's queries and actions: job listings, retry and delete, dead letter stats, maintenance mode.
+    Admin over derived: Derived
 }
 
 impl Admin<'_> {

@@ -11,16 +11,9 @@ use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::queues::QueuePressure;
 
-/// Admission of enqueues: queue depth bounds and tenant quotas, judged on the counters.
-pub struct Admission<'a> {
-    derived: &'a Derived,
-}
-
-impl<'a> Admission<'a> {
-    /// The service over `derived`.
-    pub(crate) fn new(derived: &'a Derived) -> Self {
-        Self { derived }
-    }
+service! {
+    /// Admission of enqueues: queue depth bounds and tenant quotas, judged on the counters.
+    Admission over derived: Derived
 }
 
 impl Admission<'_> {

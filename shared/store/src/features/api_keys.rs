@@ -62,16 +62,9 @@ fn record_from_item(item: &Item) -> Result<ApiKeyRecord, StoreError> {
     })
 }
 
-/// API keys: their records, scopes, tenants and revocation.
-pub struct ApiKeys<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> ApiKeys<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// API keys: their records, scopes, tenants and revocation.
+    ApiKeys over engine: Engine
 }
 
 impl ApiKeys<'_> {

@@ -18,16 +18,9 @@ use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, n, s, ts, Item, CHECKPOINT_ATTRS};
 use crate::usage::Kind;
 
-/// Checkpoints of running jobs (ojs-durable-execution.md).
-pub struct Checkpoints<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Checkpoints<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Checkpoints of running jobs (ojs-durable-execution.md).
+    Checkpoints over engine: Engine
 }
 
 impl Checkpoints<'_> {

@@ -92,16 +92,9 @@ fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
     })
 }
 
-/// Cron registrations and the firing of their due occurrences.
-pub struct Cron<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Cron<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Cron registrations and the firing of their due occurrences.
+    Cron over engine: Engine
 }
 
 impl Cron<'_> {

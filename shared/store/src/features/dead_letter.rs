@@ -34,16 +34,9 @@ pub struct DeadLetterPage {
     pub total: usize,
 }
 
-/// The dead letter queue: listing, retry and deletion of its entries.
-pub struct DeadLetter<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> DeadLetter<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// The dead letter queue: listing, retry and deletion of its entries.
+    DeadLetter over engine: Engine
 }
 
 impl DeadLetter<'_> {

@@ -65,16 +65,9 @@ fn ids_of(item: &Item, field: &str) -> Vec<JobId> {
         .unwrap_or_default()
 }
 
-/// Idempotency keys of PUSH and batch PUSH.
-pub struct IdempotencyKeys<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> IdempotencyKeys<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Idempotency keys of PUSH and batch PUSH.
+    IdempotencyKeys over engine: Engine
 }
 
 impl IdempotencyKeys<'_> {

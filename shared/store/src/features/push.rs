@@ -151,16 +151,9 @@ impl PushEntry {
     }
 }
 
-/// Push endpoints: their registry, claims of jobs for delivery and the nudges of waiting jobs.
-pub struct PushEndpoints<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> PushEndpoints<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Push endpoints: their registry, claims of jobs for delivery and the nudges of waiting jobs.
+    PushEndpoints over engine: Engine
 }
 
 impl PushEndpoints<'_> {

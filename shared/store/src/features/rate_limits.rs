@@ -29,16 +29,9 @@ pub struct RateLimitState {
     pub windows: Vec<WindowState>,
 }
 
-/// What a rate limit key's limiter items hold (ojs-rate-limiting.md §10.1).
-pub struct RateLimits<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> RateLimits<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// What a rate limit key's limiter items hold (ojs-rate-limiting.md §10.1).
+    RateLimits over engine: Engine
 }
 
 impl RateLimits<'_> {

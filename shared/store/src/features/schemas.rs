@@ -82,16 +82,9 @@ fn entry_from_item(item: &Item) -> Result<SchemaEntry, StoreError> {
     })
 }
 
-/// Schema registrations (ojs-http-binding.md §15).
-pub struct Schemas<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Schemas<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Schema registrations (ojs-http-binding.md §15).
+    Schemas over engine: Engine
 }
 
 impl Schemas<'_> {

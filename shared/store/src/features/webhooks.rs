@@ -170,16 +170,9 @@ impl WebhookEntry {
     }
 }
 
-/// Webhook subscriptions, their pending retries and their delivery log.
-pub struct Webhooks<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Webhooks<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Webhook subscriptions, their pending retries and their delivery log.
+    Webhooks over engine: Engine
 }
 
 impl Webhooks<'_> {

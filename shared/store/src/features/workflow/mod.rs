@@ -54,17 +54,10 @@ pub(crate) fn text(item: &Item, k: &str) -> Option<String> {
     item.get(k).and_then(|v| v.as_s().ok()).cloned()
 }
 
-/// Workflows (chains, groups, batches): their creation, views, steps' progress,
-/// callbacks and the sweep's check. Holds the engine, through which every step moves.
-pub struct Workflows<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Workflows<'a> {
-    /// The service over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// Workflows (chains, groups, batches): their creation, views, steps' progress,
+    /// callbacks and the sweep's check. Holds the engine, through which every step moves.
+    Workflows over engine: Engine
 }
 
 impl Workflows<'_> {

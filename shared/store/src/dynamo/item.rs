@@ -113,12 +113,14 @@ pub(crate) fn has_error_written_by(item: &Item, wid: &AttributeValue) -> bool {
         })
 }
 
+/// The primary key of the item at `pk` / `sk`.
+pub(crate) fn item_key(pk: impl Into<String>, sk: impl Into<String>) -> Item {
+    HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
+}
+
 /// The primary key of a job.
 pub(crate) fn job_key(id: &JobId) -> Item {
-    HashMap::from([
-        ("pk".to_owned(), s(keys::job_pk(id))),
-        ("sk".to_owned(), s(keys::JOB_SK)),
-    ])
+    item_key(keys::job_pk(id), keys::JOB_SK)
 }
 
 /// Largest request kept in its item (the `spec` attribute, as JSON), leaving the rest of

@@ -29,7 +29,7 @@ use ojs_core::Job;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, Item};
 use crate::usage::Kind;
 
 /// How many times [`Engine::take_slot`] reads a slot item again after losing its version
@@ -37,10 +37,7 @@ use crate::usage::Kind;
 const TAKE_ROUNDS: usize = 5;
 
 fn holders_key(key: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(format!("RL#{key}"))),
-        ("sk".to_owned(), s("ACTIVE")),
-    ])
+    item_key(format!("RL#{key}"), "ACTIVE")
 }
 
 /// What a claim found for one concurrency-limited key.

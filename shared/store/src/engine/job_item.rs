@@ -19,11 +19,8 @@ impl Engine {
     /// Reads a job with a strongly consistent read.
     pub async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.table
-            .read_item(item::job_key(id))
-            .await?
-            .as_ref()
-            .map(item::job_from_item)
-            .transpose()
+            .read_as(item::job_key(id), item::job_from_item)
+            .await
     }
 
     /// An UpdateItem on a job, returning the new item, or the old one on a failed condition.

@@ -14,7 +14,7 @@ use ojs_core::QueueName;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{s, Item};
+use crate::item::{item_key, s, Item};
 use crate::keys;
 use crate::usage::Kind;
 
@@ -42,10 +42,7 @@ pub struct SweepReport {
 }
 
 fn cursor_key() -> Item {
-    Item::from([
-        ("pk".to_owned(), s(keys::QUEUES_PK)),
-        ("sk".to_owned(), s("~SWEEP")),
-    ])
+    item_key(keys::QUEUES_PK, "~SWEEP")
 }
 
 impl Engine {

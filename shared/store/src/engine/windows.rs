@@ -16,7 +16,7 @@ use ojs_core::rate_limit::{SlidingWindow, WindowAssessment};
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, Item};
 
 /// A window as a claim found it.
 pub(crate) struct WindowRead {
@@ -38,10 +38,7 @@ impl WindowRead {
 }
 
 fn window_key(window: &SlidingWindow) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(format!("RL#{}", window.key))),
-        ("sk".to_owned(), s(window.sort_key())),
-    ])
+    item_key(format!("RL#{}", window.key), window.sort_key())
 }
 
 impl Engine {

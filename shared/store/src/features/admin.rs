@@ -24,7 +24,7 @@ use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 use crate::derived::Derived;
 use crate::error::{is_condition_failure, StoreError};
 use crate::features::dead_letter::DeadLetter;
-use crate::item::{self, s, ts, Item};
+use crate::item::{self, item_key, s, ts, Item};
 use crate::keys;
 use crate::transition::JobWrite;
 use crate::usage::Kind;
@@ -323,10 +323,7 @@ impl Admin<'_> {
 
     /// Maintenance mode as stored (off when never set).
     pub async fn maintenance(&self) -> Result<Maintenance, StoreError> {
-        let key = Item::from([
-            ("pk".to_owned(), s(SYSTEM_PK)),
-            ("sk".to_owned(), s(MAINTENANCE_SK)),
-        ]);
+        let key = item_key(SYSTEM_PK, MAINTENANCE_SK);
         let Some(item) = self.derived.engine.table.read_item(key).await? else {
             return Ok(Maintenance::default());
         };

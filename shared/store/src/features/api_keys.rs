@@ -10,17 +10,14 @@ use ojs_core::time::{self, Timestamp};
 
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
-use crate::item::{s, ts, Item};
+use crate::item::{item_key, s, ts, Item};
 use crate::usage::Kind;
 
 /// Partition of every API key record.
 const API_KEYS_PK: &str = "APIKEYS";
 
 fn api_key_key(id: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(API_KEYS_PK)),
-        ("sk".to_owned(), s(format!("K#{id}"))),
-    ])
+    item_key(API_KEYS_PK, format!("K#{id}"))
 }
 
 /// A stored API key: its public id, a label, and the hash of its secret.
@@ -144,22 +141,16 @@ impl ApiKeys<'_> {
     pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         self.engine
             .table
-            .read_item(api_key_key(id))
-            .await?
-            .as_ref()
-            .map(record_from_item)
-            .transpose()
+            .read_as(api_key_key(id), record_from_item)
+            .await
     }
 
     /// Every key record, sorted by id.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         self.engine
             .table
-            .query_partition(API_KEYS_PK, true)
-            .await?
-            .iter()
-            .map(record_from_item)
-            .collect()
+            .list_as(API_KEYS_PK, record_from_item)
+            .await
     }
 
     /// Marks key `id` revoked (conditional UpdateItem; NotFound when there is no such key;

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, StoreError};
 use crate::features::follow_ups::following_up;
-use crate::item::{self, n, s, ts, Item};
+use crate::item::{self, item_key, n, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
 
@@ -59,10 +59,7 @@ impl CronEntry {
 }
 
 fn cron_key(name: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(keys::CRON_PK)),
-        ("sk".to_owned(), s(keys::cron_sk(name))),
-    ])
+    item_key(keys::CRON_PK, keys::cron_sk(name))
 }
 
 fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
@@ -213,22 +210,15 @@ impl Cron<'_> {
     pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
         self.engine
             .table
-            .delete_returning(cron_key(name))
-            .await?
-            .as_ref()
-            .map(entry_from_item)
-            .transpose()?
-            .ok_or(StoreError::NotFound)
+            .delete_as(cron_key(name), entry_from_item)
+            .await
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
         self.engine
             .table
-            .read_item(cron_key(name))
-            .await?
-            .as_ref()
-            .map(entry_from_item)
-            .transpose()
+            .read_as(cron_key(name), entry_from_item)
+            .await
     }
 
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per

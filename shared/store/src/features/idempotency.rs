@@ -15,7 +15,7 @@ use ojs_core::JobId;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{n, s, ts, Item};
+use crate::item::{item_key, n, s, ts, Item};
 use crate::usage::Kind;
 
 /// What an idempotency key's item says about a request that carries it.
@@ -43,10 +43,7 @@ pub enum KeyClaim {
 }
 
 fn key_item(key: &IdempotencyKey) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(key.partition())),
-        ("sk".to_owned(), s("IDEM")),
-    ])
+    item_key(key.partition(), "IDEM")
 }
 
 fn id_list(ids: &[JobId]) -> AttributeValue {

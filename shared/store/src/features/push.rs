@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{self, s, Item};
+use crate::item::{self, item_key, s, Item};
 
 /// Partition of every registration (the API's listing).
 const PUSH_PK: &str = "PUSH";
@@ -218,17 +218,8 @@ impl PushEndpoints<'_> {
 
     /// The registration `id`, if any (one strongly consistent GetItem).
     pub async fn get_push_endpoint(&self, id: &str) -> Result<Option<PushEntry>, StoreError> {
-        let key = Item::from([
-            ("pk".to_owned(), s(PUSH_PK)),
-            ("sk".to_owned(), s(entry_sk(id))),
-        ]);
-        self.engine
-            .table
-            .read_item(key)
-            .await?
-            .as_ref()
-            .map(PushEntry::from_item)
-            .transpose()
+        let key = item_key(PUSH_PK, entry_sk(id));
+        self.engine.table.read_as(key, PushEntry::from_item).await
     }
 
     /// Every registration, oldest first (one strongly consistent Query; bounded by
@@ -236,11 +227,8 @@ impl PushEndpoints<'_> {
     pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
         self.engine
             .table
-            .query_partition(PUSH_PK, true)
-            .await?
-            .iter()
-            .map(PushEntry::from_item)
-            .collect()
+            .list_as(PUSH_PK, PushEntry::from_item)
+            .await
     }
 
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch

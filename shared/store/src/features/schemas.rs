@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{s, ts, Item};
+use crate::item::{item_key, s, ts, Item};
 use crate::usage::Kind;
 
 /// Partition of every schema registration.
@@ -21,10 +21,7 @@ fn schema_sk(uri: &str) -> String {
 }
 
 fn schema_key(uri: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(SCHEMAS_PK)),
-        ("sk".to_owned(), s(schema_sk(uri))),
-    ])
+    item_key(SCHEMAS_PK, schema_sk(uri))
 }
 
 /// A registration with its system-managed fields.
@@ -140,22 +137,13 @@ impl Schemas<'_> {
     pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
         self.engine
             .table
-            .read_item(schema_key(uri))
-            .await?
-            .as_ref()
-            .map(entry_from_item)
-            .transpose()
+            .read_as(schema_key(uri), entry_from_item)
+            .await
     }
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.engine
-            .table
-            .query_partition(SCHEMAS_PK, true)
-            .await?
-            .iter()
-            .map(entry_from_item)
-            .collect()
+        self.engine.table.list_as(SCHEMAS_PK, entry_from_item).await
     }
 
     /// The versions of `job_type` in the versioned registry (the registrations under its
@@ -187,11 +175,7 @@ impl Schemas<'_> {
     pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
         self.engine
             .table
-            .delete_returning(schema_key(uri))
-            .await?
-            .as_ref()
-            .map(entry_from_item)
-            .transpose()?
-            .ok_or(StoreError::NotFound)
+            .delete_as(schema_key(uri), entry_from_item)
+            .await
     }
 }

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, s, Item};
 use crate::usage::Kind;
 
 const SUBS_PK: &str = "WEBHOOKS";
@@ -42,10 +42,7 @@ fn sub_sk(id: &str) -> String {
 }
 
 fn sub_key(id: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(SUBS_PK)),
-        ("sk".to_owned(), s(sub_sk(id))),
-    ])
+    item_key(SUBS_PK, sub_sk(id))
 }
 
 fn get<'a>(item: &'a Item, k: &str) -> Option<&'a String> {
@@ -213,11 +210,8 @@ impl Webhooks<'_> {
     pub async fn get_webhook(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
         self.engine
             .table
-            .read_item(sub_key(id))
-            .await?
-            .as_ref()
-            .map(WebhookEntry::from_item)
-            .transpose()
+            .read_as(sub_key(id), WebhookEntry::from_item)
+            .await
     }
 
     /// Every subscription, oldest first (one Query of one partition, bounded by

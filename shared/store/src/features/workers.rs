@@ -18,7 +18,7 @@ use crate::claim::{Admission, FetchOutcome, FetchRequest};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::follow_ups::following_up;
-use crate::item::{n, s, ts, Item};
+use crate::item::{item_key, n, s, ts, Item};
 use crate::jobs::Fence;
 use crate::keys;
 use crate::transition::{JobWrite, Place};
@@ -174,10 +174,7 @@ pub struct Beat {
 
 /// The key of worker `id`'s item.
 pub(crate) fn worker_key(id: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(keys::WORKERS_PK)),
-        ("sk".to_owned(), s(keys::worker_sk(id))),
-    ])
+    item_key(keys::WORKERS_PK, keys::worker_sk(id))
 }
 
 fn worker_from_item(item: &Item) -> Option<WorkerInfo> {

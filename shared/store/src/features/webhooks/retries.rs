@@ -7,7 +7,7 @@ use ojs_core::time::Timestamp;
 
 use super::{get, get_n, Webhooks};
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, s, Item};
 use crate::usage::Kind;
 
 const DUE_PK: &str = "WHDUE";
@@ -41,10 +41,7 @@ impl PendingDelivery {
     }
 
     fn key(&self) -> Item {
-        Item::from([
-            ("pk".to_owned(), s(DUE_PK)),
-            ("sk".to_owned(), s(self.sk())),
-        ])
+        item_key(DUE_PK, self.sk())
     }
 
     fn from_item(item: &Item) -> Option<Self> {

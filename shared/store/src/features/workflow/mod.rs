@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::effects::StepOutcome;
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, s, Item};
 use crate::keys;
 use crate::usage::Kind;
 use ojs_core::time::Timestamp;
@@ -37,10 +37,7 @@ mod progress;
 mod views;
 
 pub(crate) fn wf_key(id: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), s(format!("WF#{id}"))),
-        ("sk".to_owned(), s("WF")),
-    ])
+    item_key(format!("WF#{id}"), "WF")
 }
 
 pub(crate) fn num(item: &Item, k: &str) -> i64 {

@@ -29,6 +29,7 @@ pub(crate) mod limits;
 pub(crate) mod offload;
 pub(crate) mod pools;
 pub(crate) mod queues;
+pub(crate) mod remembered;
 pub(crate) mod settle;
 pub(crate) mod sweep;
 pub(crate) mod tenant_config;

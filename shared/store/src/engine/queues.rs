@@ -9,6 +9,7 @@ use ojs_core::backpressure::Backpressure;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
+use crate::engine::remembered::{self, Remembered};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, ts};
@@ -168,7 +169,7 @@ pub struct QueuePressure {
 }
 
 /// Queue settings as last read, per queue name, with when they were read.
-pub(crate) type SettingsCache = HashMap<String, (Instant, QueueSettings)>;
+pub(crate) type SettingsCache = Remembered<QueueSettings>;
 
 /// Most queues whose settings one instance remembers (the cache is emptied when full).
 const SETTINGS_CACHE_CAP: usize = 10_000;
@@ -212,36 +213,23 @@ impl Engine {
     ) -> Result<HashMap<String, QueueSettings>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
         let now = Instant::now();
-        let mut found = HashMap::new();
-        let mut missing = Vec::new();
-        match self.settings_cache.lock() {
-            Ok(cache) if !ttl.is_zero() => {
-                for q in queues {
-                    match cache.get(q.as_str()) {
-                        Some((at, settings)) if now.duration_since(*at) < ttl => {
-                            found.insert(q.as_str().to_owned(), settings.clone());
-                        }
-                        _ => missing.push(q.clone()),
-                    }
-                }
-            }
-            _ => missing = queues.to_vec(),
-        }
+        let (mut found, missing) =
+            remembered::recall(&self.settings_cache, queues, |q| q.as_str(), ttl, now);
         if missing.is_empty() {
             return Ok(found);
         }
         let read = self.read_queue_settings(&missing).await?;
-        if !ttl.is_zero() {
-            if let Ok(mut cache) = self.settings_cache.lock() {
-                if cache.len() >= SETTINGS_CACHE_CAP {
-                    cache.clear();
-                }
-                for q in &missing {
-                    let settings = read.get(q.as_str()).cloned().unwrap_or_default();
-                    cache.insert(q.as_str().to_owned(), (now, settings));
-                }
-            }
-        }
+        let settings_of = |q: &ojs_core::QueueName| {
+            let settings = read.get(q.as_str()).cloned().unwrap_or_default();
+            (q.as_str().to_owned(), settings)
+        };
+        remembered::remember(
+            &self.settings_cache,
+            ttl,
+            SETTINGS_CACHE_CAP,
+            now,
+            missing.iter().map(settings_of),
+        );
         found.extend(read);
         Ok(found)
     }

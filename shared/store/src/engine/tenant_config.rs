@@ -11,6 +11,7 @@ use ojs_core::rate_limit::{Window, MAX_CONCURRENCY};
 use ojs_core::tenant::{TenantConfig, TenantId};
 use ojs_core::time;
 
+use crate::engine::remembered::{self, Remembered};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
@@ -85,7 +86,7 @@ fn tenant_of(item: &Item) -> Option<String> {
 }
 
 /// Tenant settings as last read, per tenant, with when they were read.
-pub(crate) type ConfigCache = HashMap<String, (Instant, TenantConfig)>;
+pub(crate) type ConfigCache = Remembered<TenantConfig>;
 
 /// Most tenants whose settings one instance remembers (emptied when full).
 const CONFIG_CACHE_CAP: usize = 10_000;
@@ -176,21 +177,8 @@ impl Engine {
     ) -> Result<HashMap<String, TenantConfig>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
         let now = Instant::now();
-        let mut found = HashMap::new();
-        let mut missing = Vec::new();
-        match self.tenant_config_cache.lock() {
-            Ok(cache) if !ttl.is_zero() => {
-                for t in tenants {
-                    match cache.get(t.as_str()) {
-                        Some((at, c)) if now.duration_since(*at) < ttl => {
-                            found.insert(t.to_string(), c.clone());
-                        }
-                        _ => missing.push(*t),
-                    }
-                }
-            }
-            _ => missing = tenants.to_vec(),
-        }
+        let (mut found, missing) =
+            remembered::recall(&self.tenant_config_cache, tenants, |t| t.as_str(), ttl, now);
         if missing.is_empty() {
             return Ok(found);
         }
@@ -209,16 +197,13 @@ impl Engine {
         for t in &missing {
             read.entry(t.to_string()).or_default();
         }
-        if !ttl.is_zero() {
-            if let Ok(mut cache) = self.tenant_config_cache.lock() {
-                if cache.len() >= CONFIG_CACHE_CAP {
-                    cache.clear();
-                }
-                for (t, c) in &read {
-                    cache.insert(t.clone(), (now, c.clone()));
-                }
-            }
-        }
+        remembered::remember(
+            &self.tenant_config_cache,
+            ttl,
+            CONFIG_CACHE_CAP,
+            now,
+            read.iter().map(|(t, c)| (t.clone(), c.clone())),
+        );
         found.extend(read);
         Ok(found)
     }

@@ -41,6 +41,18 @@ fn window_key(window: &SlidingWindow) -> Item {
     item_key(format!("RL#{}", window.key), window.sort_key())
 }
 
+/// The starts a window item counts, per bucket (bucket, starts).
+pub(crate) fn window_counts(item: &Item) -> Vec<(i64, u64)> {
+    item.get("b")
+        .and_then(|b| b.as_m().ok())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_n().ok()?.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Engine {
     /// Reads `window` for a start at `now_us`.
     pub(crate) async fn read_window(
@@ -54,16 +66,7 @@ impl Engine {
                 .and_then(|i| i.get(name))
                 .and_then(|v| v.as_n().ok())
         };
-        let counts: Vec<(i64, u64)> = item
-            .as_ref()
-            .and_then(|i| i.get("b"))
-            .and_then(|b| b.as_m().ok())
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_n().ok()?.parse().ok()?)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let counts = item.as_ref().map(window_counts).unwrap_or_default();
         let last = number("last").and_then(|v| v.parse().ok());
         let at_us = SlidingWindow::recorded_at(now_us, last);
         Ok(WindowRead {

@@ -4,6 +4,7 @@
 
 use ojs_core::rate_limit::SlidingWindow;
 
+use crate::engine::windows::window_counts;
 use crate::engine::Engine;
 use crate::error::StoreError;
 
@@ -66,15 +67,7 @@ impl RateLimits<'_> {
             let Some(window) = SlidingWindow::from_sort_key(key, sk) else {
                 continue;
             };
-            let counts: Vec<(i64, u64)> = item
-                .get("b")
-                .and_then(|b| b.as_m().ok())
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_n().ok()?.parse().ok()?)))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let counts = window_counts(&item);
             state.windows.push(WindowState {
                 len_us: window.len_us,
                 current_count: window.counted_starts(&counts, now_us),

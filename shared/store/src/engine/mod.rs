@@ -1,12 +1,14 @@
 //! The engine: every write of a job's state goes through [`transition`] (core's state
 //! machine made into conditional writes), and what follows one through [`effects`].
-//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`, with `concurrency` slots, rate `windows`
-//! and its `answer` bound), ACK and
-//! FAIL (`jobs`, `settle`), time (`timer`, `sweep`, `backlog`), and the settings PUSH and
-//! FETCH obey: a queue's (`queues`: registry, pause, bounds, rate limit), a tenant's
-//! (`tenant_config`) and the scheduling pools (`pools`). It uses the DynamoDB
-//! layer; features call into it, never the other way round (a finished job's workflow
-//! and cron follow-ups are reached through `effects`).
+//! PUSH (`jobs`, `batch`, `unique`), FETCH (`claim`: queues and lanes; `claim_loop`: the
+//! candidate loop over `candidates`; `claim_attempt`: one claim, under `limits` with
+//! `concurrency` slots and rate `windows`; `fetching`: the FETCH in progress and its
+//! `answer` bound), ACK and FAIL (`jobs`, `settle`), time (`timer`, `sweep`, `backlog`),
+//! and the settings PUSH and FETCH obey: a queue's (`queues`: registry, pause, bounds,
+//! rate limit), a tenant's (`tenant_config`), both `remembered` per instance, and the
+//! scheduling pools (`pools`). It uses the DynamoDB layer; features call into it, never
+//! the other way round (a finished job's workflow and cron follow-ups are reached
+//! through `effects`).
 
 pub(crate) mod answer;
 pub(crate) mod backlog;

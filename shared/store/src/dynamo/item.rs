@@ -40,26 +40,6 @@ pub(crate) fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-/// The items of a registry partition that read as `T`: an unreadable one (written by
-/// another version, say) is skipped with a warning naming `what`, so one bad
-/// registration never hides the others.
-pub(crate) fn readable_items<T, E: std::fmt::Display>(
-    items: &[Item],
-    read: impl Fn(&Item) -> Result<T, E>,
-    what: &str,
-) -> Vec<T> {
-    items
-        .iter()
-        .filter_map(|i| match read(i) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                tracing::warn!(error = %e, "skipped an unreadable {what}");
-                None
-            }
-        })
-        .collect()
-}
-
 pub(crate) fn ts(t: &Timestamp) -> AttributeValue {
     s(time::format(t))
 }
@@ -337,6 +317,24 @@ pub(crate) fn state_of(item: &Item) -> Option<JobState> {
     get_s(item, "state").and_then(|s| s.parse().ok())
 }
 
+/// The JSON values list attribute `name` of a job item holds, each stored as a string
+/// (none without the attribute); an entry that does not read is corrupt.
+fn json_list(item: &Item, name: &str) -> Result<Vec<Value>, StoreError> {
+    let Some(list) = item.get(name).and_then(|v| v.as_l().ok()) else {
+        return Ok(Vec::new());
+    };
+    list.iter()
+        .map(|v| {
+            v.as_s()
+                .ok()
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("job item without a valid {name} entry"))
+                })
+        })
+        .collect()
+}
+
 /// Maps a job item back to the model.
 pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("job item without a valid {what}"));
@@ -352,31 +350,11 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         true => Some(payload_ref_of(item).ok_or_else(|| corrupt("payload reference"))?),
         false => None,
     };
-    let errors = match item.get("errors").and_then(|v| v.as_l().ok()) {
-        Some(list) => list
-            .iter()
-            .map(|v| {
-                v.as_s()
-                    .ok()
-                    .and_then(|raw| serde_json::from_str(raw).ok())
-                    .map(unmarked)
-                    .ok_or_else(|| corrupt("errors entry"))
-            })
-            .collect::<Result<Vec<Value>, _>>()?,
-        None => Vec::new(),
-    };
-    let parent_results = match item.get("parent_results").and_then(|v| v.as_l().ok()) {
-        Some(list) => list
-            .iter()
-            .map(|v| {
-                v.as_s()
-                    .ok()
-                    .and_then(|raw| serde_json::from_str(raw).ok())
-                    .ok_or_else(|| corrupt("parent_results entry"))
-            })
-            .collect::<Result<Vec<Value>, _>>()?,
-        None => Vec::new(),
-    };
+    let errors = json_list(item, "errors")?
+        .into_iter()
+        .map(unmarked)
+        .collect();
+    let parent_results = json_list(item, "parent_results")?;
     let status = JobStatus {
         state: state_of(item).ok_or_else(|| corrupt("state"))?,
         attempt: get_n(item, "attempt").ok_or_else(|| corrupt("attempt"))?,

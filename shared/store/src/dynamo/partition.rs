@@ -93,6 +93,35 @@ impl Table {
             .filter(|a| !a.is_empty()))
     }
 
+    /// Every item of partition `pk` that `read` reads, in sort-key order; one that does
+    /// not read (`what` names it) is skipped with a warning, so it cannot hide the others.
+    pub(crate) async fn list_readable<T, E: std::fmt::Display>(
+        &self,
+        pk: &str,
+        consistent: bool,
+        read: impl Fn(&Item) -> Result<T, E>,
+        what: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        Ok(self
+            .query_partition(pk, consistent)
+            .await?
+            .iter()
+            .filter_map(|i| match read(i) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipped an unreadable {what}");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// The item at `key` (strongly consistent); [`StoreError::NotFound`] when there is
+    /// none.
+    pub(crate) async fn read_existing(&self, key: Item) -> Result<Item, StoreError> {
+        self.read_item(key).await?.ok_or(StoreError::NotFound)
+    }
+
     /// The item at `key` (strongly consistent), as `read` reads it; `None` when there is
     /// none.
     pub(crate) async fn read_as<T>(

@@ -207,9 +207,8 @@ impl Admin<'_> {
             .derived
             .engine
             .table
-            .read_item(item::job_key(id))
-            .await?
-            .ok_or(StoreError::NotFound)?;
+            .read_existing(item::job_key(id))
+            .await?;
         if item.contains_key("dead_sk") {
             return DeadLetter::new(&self.derived.engine)
                 .retry_dead_letter(id, now)
@@ -251,9 +250,8 @@ impl Admin<'_> {
             .derived
             .engine
             .table
-            .read_item(item::job_key(id))
-            .await?
-            .ok_or(StoreError::NotFound)?;
+            .read_existing(item::job_key(id))
+            .await?;
         if item.contains_key("dead_sk") {
             return DeadLetter::new(&self.derived.engine)
                 .delete_dead_letter(id)

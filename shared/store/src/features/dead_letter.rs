@@ -150,12 +150,7 @@ impl DeadLetter<'_> {
 
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
     pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let item = self
-            .engine
-            .table
-            .read_item(item::job_key(id))
-            .await?
-            .ok_or(StoreError::NotFound)?;
+        let item = self.engine.table.read_existing(item::job_key(id)).await?;
         let Some(sk) = item.get("dead_sk").and_then(|v| v.as_s().ok()).cloned() else {
             return Err(StoreError::NotFound);
         };

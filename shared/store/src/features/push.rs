@@ -234,16 +234,15 @@ impl PushEndpoints<'_> {
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
     /// path's lookup). Unreadable items are skipped with a warning.
     pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
-        let items = self
-            .engine
+        self.engine
             .table
-            .query_partition(&queue_pk(queue), false)
-            .await?;
-        Ok(crate::item::readable_items(
-            &items,
-            PushEntry::from_item,
-            "push endpoint",
-        ))
+            .list_readable(
+                &queue_pk(queue),
+                false,
+                PushEntry::from_item,
+                "push endpoint",
+            )
+            .await
     }
 
     /// Stops deliveries to `entry` (§7.2.2-3: it answered 404, 401 or 403): its listing

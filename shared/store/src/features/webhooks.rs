@@ -217,16 +217,15 @@ impl Webhooks<'_> {
     /// Every subscription, oldest first (one Query of one partition, bounded by
     /// [`MAX_SUBSCRIPTIONS`]). Unreadable items are skipped with a warning.
     pub async fn list_webhooks(&self, consistent: bool) -> Result<Vec<WebhookEntry>, StoreError> {
-        let items = self
-            .engine
+        self.engine
             .table
-            .query_partition(SUBS_PK, consistent)
-            .await?;
-        Ok(crate::item::readable_items(
-            &items,
-            WebhookEntry::from_item,
-            "webhook subscription",
-        ))
+            .list_readable(
+                SUBS_PK,
+                consistent,
+                WebhookEntry::from_item,
+                "webhook subscription",
+            )
+            .await
     }
 
     /// Replaces subscription `id`'s fields (its secret kept), on condition that it

@@ -41,12 +41,7 @@ impl Workflows<'_> {
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
-                    let item = self
-                        .engine
-                        .table
-                        .read_item(wf_key(id))
-                        .await?
-                        .ok_or(StoreError::NotFound)?;
+                    let item = self.engine.table.read_existing(wf_key(id)).await?;
                     if workflow_state(&item) == Some(WorkflowState::Cancelled) {
                         for job_id in job_ids(&item) {
                             self.cancel_step(&job_id, now).await?;

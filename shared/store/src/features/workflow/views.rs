@@ -17,12 +17,7 @@ impl Workflows<'_> {
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
-        let item = self
-            .engine
-            .table
-            .read_item(wf_key(id))
-            .await?
-            .ok_or(StoreError::NotFound)?;
+        let item = self.engine.table.read_existing(wf_key(id)).await?;
         let jobs = self.step_jobs(&item).await?;
         Ok(view(&item, &jobs))
     }

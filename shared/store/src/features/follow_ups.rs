@@ -22,19 +22,12 @@ use crate::unique::PushOutcome;
 /// looping a request forever (the sweep's workflow check finishes what is left).
 const MAX_ROUNDS: usize = 16;
 
-/// A job's lifecycle calls: the engine's entry points that can finish a job, each in a
-/// scope of its own, so what it finishes is followed up before it answers. The layer
-/// test `finishing_entry_points_follow_up` finds any public method that could finish a
-/// job outside one.
-pub struct Lifecycle<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Lifecycle<'a> {
-    /// The lifecycle calls over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// A job's lifecycle calls: the engine's entry points that can finish a job, each in
+    /// a scope of its own, so what it finishes is followed up before it answers. The
+    /// layer test `finishing_entry_points_follow_up` finds any public method that could
+    /// finish a job outside one.
+    Lifecycle over engine: Engine
 }
 
 impl Lifecycle<'_> {

@@ -13,17 +13,10 @@ use crate::timer::{TimerMessage, TimerTarget};
 use crate::Timer;
 use std::time::Duration;
 
-/// What timer messages wake, handled: one message (the timer function), or the local
-/// timer queue consumed for ever (`make dev`, tests).
-pub struct Wakeups<'a> {
-    engine: &'a Engine,
-}
-
-impl<'a> Wakeups<'a> {
-    /// The wake-ups over `engine`.
-    pub(crate) fn new(engine: &'a Engine) -> Self {
-        Self { engine }
-    }
+service! {
+    /// What timer messages wake, handled: one message (the timer function), or the local
+    /// timer queue consumed for ever (`make dev`, tests).
+    Wakeups over engine: Engine
 }
 
 impl Wakeups<'_> {

@@ -444,7 +444,7 @@ impl Store {
         sdk: &aws_config::SdkConfig,
         name: &str,
     ) -> Result<Self, StoreError> {
-        let timer = features::wakeups::local_timer_queue(sdk, name).await?;
+        let timer = Timer::create_local(sdk, name).await?;
         Ok(self.with_timer(timer))
     }
 

@@ -197,6 +197,20 @@ pub(crate) async fn only_shard(
     Ok(shards[0].clone())
 }
 
+/// The job records `table`'s stream holds (what the event source mapping's filter lets
+/// through), with the stream's ARN and its only shard.
+async fn job_records(table: &str) -> anyhow::Result<(String, String, Vec<Value>)> {
+    let (arn, records) = stream_records(table).await?;
+    let streams =
+        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
+    let shard = only_shard(&streams, &arn).await?;
+    Ok((
+        arn,
+        shard,
+        records.into_iter().filter(is_job_record).collect(),
+    ))
+}
+
 /// A failure queue of this test on the local SQS, and the redrive of it.
 async fn failure_queue() -> anyhow::Result<(aws_sdk_sqs::Client, String, StreamRedrive)> {
     let sdk = aws_config::load_from_env().await;
@@ -289,11 +303,7 @@ async fn a_given_up_stream_batch_is_redriven_exactly_once() -> anyhow::Result<()
     let tenants = tenant_workload(&app).await?;
     let table = app.store.table().to_owned();
     let (sqs, url, redrive) = failure_queue().await?;
-    let (arn, records) = stream_records(&table).await?;
-    let streams =
-        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
-    let shard = only_shard(&streams, &arn).await?;
-    let jobs: Vec<Value> = records.into_iter().filter(is_job_record).collect();
+    let (arn, shard, jobs) = job_records(&table).await?;
 
     let proxy = FaultProxy::start(&dynamodb_endpoint(), 35).await?;
     let faulty = store_through(&proxy.url, &table).await;
@@ -384,11 +394,7 @@ async fn a_failed_redrive_is_retried_and_a_lost_batch_is_dropped() -> anyhow::Re
     }
     let table = app.store.table().to_owned();
     let (sqs, url, redrive) = failure_queue().await?;
-    let (arn, records) = stream_records(&table).await?;
-    let streams =
-        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
-    let shard = only_shard(&streams, &arn).await?;
-    let jobs: Vec<Value> = records.into_iter().filter(is_job_record).collect();
+    let (arn, shard, jobs) = job_records(&table).await?;
     anyhow::ensure!(jobs.len() == 3, "{} job records", jobs.len());
     send_all(&sqs, &url, &[invocation_record(&arn, &shard, &jobs)]).await?;
 
@@ -552,11 +558,7 @@ async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
 
     let table = app.store.table().to_owned();
     let (sqs, url, redrive) = failure_queue().await?;
-    let (arn, records) = stream_records(&table).await?;
-    let streams =
-        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
-    let shard = only_shard(&streams, &arn).await?;
-    let jobs: Vec<Value> = records.into_iter().filter(is_job_record).collect();
+    let (arn, shard, jobs) = job_records(&table).await?;
     send_all(&sqs, &url, &[invocation_record(&arn, &shard, &jobs)]).await?;
 
     // Made where the stream function's deliveries are made, waited for here.

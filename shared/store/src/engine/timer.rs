@@ -60,7 +60,40 @@ pub struct Timer {
     queue_url: String,
 }
 
+/// SQS queue `name` on the endpoint of `sdk`, created if missing (`make dev` and tests;
+/// on AWS the template makes the queues): its client and URL. `what` names the queue in
+/// errors.
+pub(crate) async fn create_queue(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+    what: &str,
+) -> Result<(aws_sdk_sqs::Client, String), StoreError> {
+    let client = aws_sdk_sqs::Client::new(sdk);
+    let out = client
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| {
+            StoreError::Backend(format!("creating the {what}: {}", DisplayErrorContext(&e)))
+        })?;
+    let url = out
+        .queue_url()
+        .ok_or_else(|| StoreError::Backend(format!("the created {what} has no URL")))?
+        .to_owned();
+    Ok((client, url))
+}
+
 impl Timer {
+    /// The timer of SQS queue `name` on the endpoint of `sdk`, created if missing.
+    pub(crate) async fn create_local(
+        sdk: &aws_config::SdkConfig,
+        name: &str,
+    ) -> Result<Self, StoreError> {
+        let (client, url) = create_queue(sdk, name, "timer queue").await?;
+        Ok(Self::new(client, url))
+    }
+
     /// A timer over `queue_url`.
     pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         Self {

@@ -10,7 +10,6 @@ use crate::error::StoreError;
 use crate::features::cron::Cron;
 use crate::features::follow_ups::following_up;
 use crate::timer::{TimerMessage, TimerTarget};
-use crate::Timer;
 use std::time::Duration;
 
 service! {
@@ -121,29 +120,4 @@ impl Wakeups<'_> {
             }
         }
     }
-}
-
-/// The timer of SQS queue `name` on the SQS endpoint of `sdk`, created if missing (the
-/// local server and tests; on AWS the queue comes from the template).
-pub(crate) async fn local_timer_queue(
-    sdk: &aws_config::SdkConfig,
-    name: &str,
-) -> Result<Timer, StoreError> {
-    let client = aws_sdk_sqs::Client::new(sdk);
-    let out = client
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .map_err(|e| {
-            StoreError::Backend(format!(
-                "creating timer queue: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            ))
-        })?;
-    let url = out
-        .queue_url()
-        .ok_or_else(|| StoreError::Backend("created timer queue has no URL".into()))?
-        .to_owned();
-    Ok(Timer::new(client, url))
 }

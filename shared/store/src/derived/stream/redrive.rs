@@ -428,21 +428,8 @@ impl FailureQueue {
 
     /// Queue `name` on the SQS endpoint of `sdk`, created if missing (`make dev`).
     pub async fn create(sdk: &aws_config::SdkConfig, name: &str) -> Result<Self, StoreError> {
-        let sqs = aws_sdk_sqs::Client::new(sdk);
-        let out = sqs
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .map_err(|e| {
-                StoreError::Backend(format!(
-                    "creating the stream failure queue: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(&e)
-                ))
-            })?;
-        let url = out.queue_url().ok_or_else(|| {
-            StoreError::Backend("the created stream failure queue has no URL".into())
-        })?;
+        let (sqs, url) =
+            crate::engine::timer::create_queue(sdk, name, "stream failure queue").await?;
         Ok(Self::new(sqs, url))
     }
 

@@ -273,11 +273,7 @@ impl ojs_store::ChangeObserver for PlannedDeliveries {
         let (planner, queue) = (self.planner.clone(), self.queue.clone());
         let changes = changes.to_vec();
         tokio::spawn(async move {
-            let sent = match planner.plan(&changes).await {
-                Ok(deliveries) => queue.send(deliveries).await,
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = sent {
+            if let Err(e) = plan_and_send(&planner, &queue, &changes).await {
                 tracing::warn!(error = %e, "deliveries of a stream batch not planned");
             }
         });
@@ -292,17 +288,20 @@ impl ojs_store::BatchDeliveries for PlannedDeliveries {
         &'a self,
         changes: &'a [Change],
     ) -> futures::future::BoxFuture<'a, Result<usize, String>> {
-        Box::pin(async move {
-            let deliveries = self
-                .planner
-                .plan(changes)
-                .await
-                .map_err(|e| e.to_string())?;
-            let planned = deliveries.len();
-            self.queue.send(deliveries).await?;
-            Ok(planned)
-        })
+        Box::pin(plan_and_send(&self.planner, &self.queue, changes))
     }
+}
+
+/// Plans `changes`' deliveries and hands them to `queue`; how many.
+async fn plan_and_send(
+    planner: &Planner,
+    queue: &DeliveryQueue,
+    changes: &[Change],
+) -> Result<usize, String> {
+    let deliveries = planner.plan(changes).await.map_err(|e| e.to_string())?;
+    let planned = deliveries.len();
+    queue.send(deliveries).await?;
+    Ok(planned)
 }
 
 /// `bodies` in `SendMessageBatch` calls: at most [`SEND_BATCH`] messages and 256 KiB each.

@@ -146,7 +146,10 @@ conformance_start() {
     if [ -n "$(local_aws_fresh_ddb_command)" ]; then
         local port
         port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-        (cd .local/ddb && DDB_LOCAL_TELEMETRY=0 exec java -Xms64m -Djava.library.path=./DynamoDBLocal_lib \
+        local flags
+        flags=$(bash scripts/local-aws.sh java-flags)
+        # shellcheck disable=SC2086
+        (cd .local/ddb && DDB_LOCAL_TELEMETRY=0 exec java $flags -Djava.library.path=./DynamoDBLocal_lib \
             -jar DynamoDBLocal.jar -port "$port" -inMemory -sharedDb -disableTelemetry) >.local/ddb-conformance.log 2>&1 &
         side_ddb_pid=$!
         endpoint="http://127.0.0.1:$port"
@@ -299,11 +302,13 @@ else
     # failed together in one such run).
     conformance_start
     timed "conformance" conformance_wait
-    for name in sdk push_sdk; do
-        if [ "$name" = sdk ]; then timed "setup: SDK clients (the wait for it)" sdk_setup_ready; fi
-        fresh_dynamodb
-        suite "$name" -p ojs-tests --test "$name" --no-fail-fast
-    done
+    timed "setup: SDK clients (the wait for it)" sdk_setup_ready
+    fresh_dynamodb
+    # The push handlers' suite (four short tests, mostly waiting on their processes) beside
+    # the SDK suites, which run two at a time and leave a core idle most of their time.
+    beside_start "push_sdk" cargo test -p ojs-tests --test push_sdk --no-fail-fast
+    suite sdk -p ojs-tests --test sdk --no-fail-fast
+    timed "push_sdk (beside; the wait for it)" beside_wait
     timings+=("fresh DynamoDB Local restarts (all): $restarts s")
 fi
 

@@ -158,12 +158,22 @@ pub const TEST_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// A store over a new, uniquely named table, through the process's AWS-strict DynamoDB
 /// layer ([`strict_proxy`]) unless `OJS_STRICT_DDB=off`.
 pub async fn fresh_store() -> anyhow::Result<Store> {
+    let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
+    let store = store_on(&table).await?;
+    store.ensure_table().await.context(
+        "creating a test table: is DynamoDB Local running? (scripts/local-aws.sh start)",
+    )?;
+    Ok(store)
+}
+
+/// A store over `table` (which it does not create), with the memory of an instance of
+/// its own: another Lambda instance beside the one a test serves.
+pub async fn store_on(table: &str) -> anyhow::Result<Store> {
     default_local_env();
     let sdk = match strict_proxy::process_proxy() {
         Some(url) => aws_config::from_env().endpoint_url(url).load().await,
         None => aws_config_load().await,
     };
-    let table = format!("ojs-test-{}", uuid::Uuid::now_v7().simple());
     // The product's retries, with timeouts for DynamoDB Local behind the strict layer on a
     // busy 2-core machine: a 4 MB batch transaction took over 8 s there (CI of eb81591)
     // where AWS takes well under one. What a test asserts is never this speed; the fault
@@ -178,11 +188,7 @@ pub async fn fresh_store() -> anyhow::Result<Store> {
         TEST_ATTEMPT_TIMEOUT,
         TEST_CALL_TIMEOUT,
     );
-    let store = Store::new(client, StoreConfig::for_table(table));
-    store.ensure_table().await.context(
-        "creating a test table: is DynamoDB Local running? (scripts/local-aws.sh start)",
-    )?;
-    Ok(store)
+    Ok(Store::new(client, StoreConfig::for_table(table.to_owned())))
 }
 
 /// `store` with its table's change stream consumed in this process, as the stream
@@ -738,6 +744,21 @@ impl TestApp {
     pub async fn cancel(&self, id: &str) -> anyhow::Result<Reply> {
         self.call(reqwest::Method::DELETE, &format!("/ojs/v1/jobs/{id}"), None)
             .await
+    }
+
+    /// Another instance serving the same table (as a producer's PUSH reaches another
+    /// Lambda instance than a worker's FETCH): its own memory and caches. End it with
+    /// [`TestApp::leave`], not `teardown`, which deletes the table.
+    pub async fn another_instance(&self) -> anyhow::Result<Self> {
+        Self::spawn_on_store_without_stream(store_on(self.store.table()).await?).await
+    }
+
+    /// Stops this app's server, leaving its table to the app that made it.
+    pub fn leave(self) {
+        self.server.abort();
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
     }
 
     /// Stops the server and deletes the table.

@@ -999,3 +999,68 @@ async fn a_tenants_large_job_kept_in_s3_stays_in_its_lane() -> anyhow::Result<()
     app.teardown().await;
     Ok(())
 }
+
+/// A small tenant's lane is empty between its jobs; a FETCH for any tenant that finds it
+/// so leaves it behind for two rounds of the queue's lanes (four turns at the least), not
+/// longer: a job then pushed into it through another instance (as a producer's PUSH
+/// reaches another Lambda instance than the workers' FETCHes, so nothing there ends the
+/// lane's quiet) is fetched within that many FETCHes and a round more, however long the
+/// flood beside it. With 16 quiet turns it waited about 16 of the flood's FETCHes.
+#[tokio::test]
+async fn a_job_arriving_in_a_small_tenants_empty_lane_waits_two_rounds_at_most(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let q = "tn-quiet";
+    let flood: Vec<Value> = (0..40)
+        .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": q}}))
+        .collect();
+    let r = call_as(
+        &app,
+        Some("flood"),
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({ "jobs": flood })),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let first = push_as(
+        &app,
+        Some("small"),
+        json!({"type": "tn.t", "args": [0], "options": {"queue": q}}),
+    )
+    .await?;
+    ojs_tests::after_index_lag().await;
+    // Lanes default, flood and small. Fetch until small's first job is taken, then a
+    // round more: small's lane has its turn in it, is found empty and goes quiet.
+    let fetch_one = || async {
+        let got = fetch_as(&app, None, q, 1).await?;
+        let jobs = got.body["jobs"].as_array().cloned().unwrap_or_default();
+        anyhow::ensure!(jobs.len() == 1, "{}", got.body);
+        Ok::<_, anyhow::Error>(jobs[0]["id"].as_str().unwrap_or_default().to_owned())
+    };
+    let mut taken = false;
+    for _ in 0..6 {
+        taken |= fetch_one().await? == first;
+    }
+    assert!(taken, "small's first job within six FETCHes");
+    let producer = app.another_instance().await?;
+    let second = push_as(
+        &producer,
+        Some("small"),
+        json!({"type": "tn.t", "args": [1], "options": {"queue": q}}),
+    )
+    .await?;
+    producer.leave();
+    ojs_tests::after_index_lag().await;
+    // Three lanes: quiet for six turns; small's next first place comes within a round.
+    let mut fetches = 0;
+    loop {
+        fetches += 1;
+        if fetch_one().await? == second {
+            break;
+        }
+        assert!(fetches < 9, "small's job not fetched within 9 FETCHes");
+    }
+    app.teardown().await;
+    Ok(())
+}

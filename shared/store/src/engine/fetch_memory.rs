@@ -42,17 +42,26 @@ impl<K: Eq + std::hash::Hash + Clone> Recent<K> {
 }
 
 /// Lanes of a queue with tenants in which this instance's FETCH for any tenant lately
-/// found no job, each with the lane turn it was found so: for [`QUIET_LANE_TURNS`] turns
-/// it takes no first turn and comes after the others (still read when they leave room),
-/// so an empty lane (often the default tenant's) gives its turns to the lanes with work
-/// by their weights, not all to the lane after it. Counted in turns, not time: a job
-/// pushed into it elsewhere waits at most that many FETCHes of this instance that found
-/// work in other lanes; one this instance pushes ends its quiet at once.
+/// found no job, each with the lane turn it was found so: for [`quiet_turns`] turns it
+/// takes no first turn and comes after the others (still read when they leave room), so
+/// an empty lane (often the default tenant's) gives its turns to the lanes with work by
+/// their weights, not all to the lane after it. Counted in turns, not time: a job pushed
+/// into it elsewhere waits at most that many FETCHes of this instance that found work in
+/// other lanes; one this instance pushes ends its quiet at once.
 #[derive(Default)]
 pub(crate) struct QuietLanes(Mutex<HashMap<crate::keys::Lane, usize>>);
 
-/// How many lane turns a lane found empty stays behind the others.
-const QUIET_LANE_TURNS: usize = 16;
+/// How many lane turns a lane found empty stays behind the others when its queue has
+/// `lanes` lanes: two rounds of them (four turns at the least). A small tenant's lane is
+/// empty between its jobs, and a job arriving in it (or one the ready index shows only
+/// after its lag, so that the first read after the PUSH misses it) waits out that quiet:
+/// 16 turns there made a small tenant beside a flood wait about 16 of the flood's FETCHes
+/// per job (bench section 8). Two rounds keep that to twice the turns round-robin gives
+/// it anyway, and the extra reads of empty lanes to at most one every two turns however
+/// many lanes the queue has.
+pub(crate) fn quiet_turns(lanes: usize) -> usize {
+    lanes.saturating_mul(2).max(4)
+}
 
 impl QuietLanes {
     pub(crate) fn note(&self, lane: &crate::keys::Lane, turn: usize) {
@@ -64,10 +73,11 @@ impl QuietLanes {
         }
     }
 
-    pub(crate) fn quiet(&self, lane: &crate::keys::Lane, turn: usize) -> bool {
+    /// Whether `lane`, one of `lanes` of its queue, is still quiet at `turn`.
+    pub(crate) fn quiet(&self, lane: &crate::keys::Lane, turn: usize, lanes: usize) -> bool {
         self.0.lock().is_ok_and(|map| {
             map.get(lane)
-                .is_some_and(|at| turn.wrapping_sub(*at) < QUIET_LANE_TURNS)
+                .is_some_and(|at| turn.wrapping_sub(*at) < quiet_turns(lanes))
         })
     }
 
@@ -135,12 +145,14 @@ mod tests {
     fn a_lane_found_empty_stays_behind_for_its_turns_then_comes_back() {
         let lane = crate::keys::Lane::default_of(&QueueName::default_queue());
         let quiet = QuietLanes::default();
-        assert!(!quiet.quiet(&lane, 5));
+        assert!(!quiet.quiet(&lane, 5, 2));
         quiet.note(&lane, 5);
-        assert!(quiet.quiet(&lane, 5) && quiet.quiet(&lane, 5 + QUIET_LANE_TURNS - 1));
-        assert!(!quiet.quiet(&lane, 5 + QUIET_LANE_TURNS));
+        // Two lanes: four turns (the least); ten lanes: two rounds of them.
+        assert!(quiet.quiet(&lane, 5, 2) && quiet.quiet(&lane, 5 + 3, 2));
+        assert!(!quiet.quiet(&lane, 5 + 4, 2));
+        assert!(quiet.quiet(&lane, 5 + 19, 10) && !quiet.quiet(&lane, 5 + 20, 10));
         quiet.forget(&lane);
-        assert!(!quiet.quiet(&lane, 6));
+        assert!(!quiet.quiet(&lane, 6, 2));
         // Bounded: past 1,000 lanes the memory starts again.
         quiet.note(&lane, 7);
         let other = |i: usize| crate::keys::Lane {
@@ -152,10 +164,10 @@ mod tests {
         for i in 0..999 {
             quiet.note(&other(i), 7);
         }
-        assert!(quiet.quiet(&lane, 8), "1,000 lanes are remembered");
+        assert!(quiet.quiet(&lane, 8, 2), "1,000 lanes are remembered");
         quiet.note(&other(0), 8);
-        assert!(quiet.quiet(&lane, 8), "a lane noted again is no new one");
+        assert!(quiet.quiet(&lane, 8, 2), "a lane noted again is no new one");
         quiet.note(&other(1_000), 8);
-        assert!(!quiet.quiet(&lane, 8) && quiet.quiet(&other(1_000), 8));
+        assert!(!quiet.quiet(&lane, 8, 2) && quiet.quiet(&other(1_000), 8, 2));
     }
 }

@@ -55,9 +55,10 @@ impl Engine {
                 let turn = self
                     .lane_turn
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let n = lanes.len();
                 let (mut live, quiet): (Vec<_>, Vec<_>) = lanes
                     .into_iter()
-                    .partition(|l| !self.quiet_lanes.quiet(l, turn));
+                    .partition(|l| !self.quiet_lanes.quiet(l, turn, n));
                 let weight = |l: &crate::keys::Lane| {
                     l.tenant
                         .as_ref()

@@ -53,6 +53,7 @@ fn idempotency_window_secs(job: &Job, timeout_ms: u64) -> u64 {
         .saturating_add(backoff)
 }
 
+/// The signed POST of `job` to `url` and what its answer comes to.
 async fn post(
     http: &reqwest::Client,
     url: &str,
@@ -66,20 +67,59 @@ async fn post(
     if let Err(e) = PushTarget::parse(url, allow_private) {
         return PushAnswer::Failed(delivery_error("push_forbidden_target", e.message, false));
     }
+    let timeout_ms = endpoint.endpoint.timeout_ms;
+    let sent = signed_request(http, url, endpoint, job, delivery_id)
+        .send()
+        .await;
+    let mut response = match sent {
+        Ok(r) => r,
+        Err(e) => return transport_failure(&e, timeout_ms),
+    };
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| ojs_core::push::parse_retry_after(v, ojs_core::time::now()));
+    match answer_of(&mut response, timeout_ms).await {
+        Ok(answer) => read_answer(status, retry_after, &answer),
+        Err(failed) => failed,
+    }
+}
+
+/// The §2.2 request of `job`: its body signed with the endpoint's secret, the delivery's
+/// headers and the job's trace, within the endpoint's timeout.
+fn signed_request(
+    http: &reqwest::Client,
+    url: &str,
+    endpoint: &PushEntry,
+    job: &Job,
+    delivery_id: &str,
+) -> reqwest::RequestBuilder {
     let payload = body(job, &endpoint.worker_id(), delivery_id);
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-        .to_string();
+    let timestamp = unix_seconds().to_string();
     let signed = signature(
         endpoint.endpoint.signing_secret.as_bytes(),
         &timestamp,
         &payload,
     );
-    let timeout = Duration::from_millis(endpoint.endpoint.timeout_ms);
-    let mut request = http.post(url);
-    // The job's trace (its meta's W3C context), so the receiver's work joins it.
+    with_trace(http.post(url), job)
+        .timeout(Duration::from_millis(endpoint.endpoint.timeout_ms))
+        .header("content-type", "application/json")
+        .header("x-ojs-delivery-id", delivery_id)
+        .header("x-ojs-job-id", job.id.to_string())
+        .header(
+            "x-ojs-idempotency-window",
+            idempotency_window_secs(job, endpoint.endpoint.timeout_ms).to_string(),
+        )
+        .header("x-ojs-timestamp", &timestamp)
+        .header("x-ojs-signature", signed)
+        .body(payload)
+}
+
+/// `request` with the job's trace (its meta's W3C context), so the receiver's work joins
+/// it.
+fn with_trace(mut request: reqwest::RequestBuilder, job: &Job) -> reqwest::RequestBuilder {
     if let Some(parent) = ojs_core::trace::of_meta(&job.spec.meta) {
         request = request.header("traceparent", parent.header());
         if let Some(state) = job
@@ -91,50 +131,40 @@ async fn post(
             request = request.header("tracestate", state);
         }
     }
-    let sent = request
-        .timeout(timeout)
-        .header("content-type", "application/json")
-        .header("x-ojs-delivery-id", delivery_id)
-        .header("x-ojs-job-id", job.id.to_string())
-        .header(
-            "x-ojs-idempotency-window",
-            idempotency_window_secs(job, endpoint.endpoint.timeout_ms).to_string(),
-        )
-        .header("x-ojs-timestamp", &timestamp)
-        .header("x-ojs-signature", signed)
-        .body(payload)
-        .send()
-        .await;
-    let response = match sent {
-        Ok(r) => r,
-        Err(e) => return transport_failure(&e, endpoint.endpoint.timeout_ms),
-    };
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| ojs_core::push::parse_retry_after(v, ojs_core::time::now()));
-    // The answer is read within the same timeout, and only up to its size limit.
-    let mut response = response;
+    request
+}
+
+/// The endpoint's answer, read within the request's timeout and only up to
+/// [`MAX_ANSWER_BYTES`]: a larger one, or one cut off, is the delivery's failure.
+async fn answer_of(
+    response: &mut reqwest::Response,
+    timeout_ms: u64,
+) -> Result<Vec<u8>, PushAnswer> {
     let mut answer: Vec<u8> = Vec::new();
     loop {
         match response.chunk().await {
-            Ok(None) => break,
+            Ok(None) => return Ok(answer),
             Ok(Some(c)) if answer.len() + c.len() <= MAX_ANSWER_BYTES => {
                 answer.extend_from_slice(&c)
             }
             Ok(Some(_)) => {
-                return PushAnswer::Failed(delivery_error(
+                return Err(PushAnswer::Failed(delivery_error(
                     "push_invalid_response",
                     format!("the endpoint's answer is larger than {MAX_ANSWER_BYTES} bytes"),
                     true,
-                ))
+                )))
             }
-            Err(e) => return transport_failure(&e, endpoint.endpoint.timeout_ms),
+            Err(e) => return Err(transport_failure(&e, timeout_ms)),
         }
     }
-    read_answer(status, retry_after, &answer)
+}
+
+/// Seconds since the Unix epoch, as signatures' timestamps count them.
+pub(crate) fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// A failure of the transport (§7.1): timeouts and connection errors are retryable.

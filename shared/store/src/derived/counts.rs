@@ -152,6 +152,43 @@ impl QueueStats {
     }
 }
 
+/// What the sweep's healing reads of a shard's counter item.
+struct HealState {
+    /// The live moves added so far (none yet: only terminal counts were ever added).
+    moves: Option<i64>,
+    /// `moves` as a sweep last found them, and when it found them so (ms).
+    seen_moves: Option<i64>,
+    seen_at: Option<i64>,
+    /// `moves` when the counts were last checked against the indexes.
+    checked_moves: Option<i64>,
+    /// The indexed counts, in [`INDEXED`] order.
+    held: Vec<i64>,
+}
+
+impl HealState {
+    fn of(item: &Item) -> Self {
+        let num = |k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        Self {
+            moves: num("moves"),
+            seen_moves: num("seen_moves"),
+            seen_at: num("seen_at"),
+            checked_moves: num("checked_moves"),
+            held: INDEXED
+                .iter()
+                .map(|st| num(field(*st)).unwrap_or(0))
+                .collect(),
+        }
+    }
+
+    fn moves_so_far(&self) -> i64 {
+        self.moves.unwrap_or(0)
+    }
+}
+
 /// `req` also setting the indexed counts `values` (place in [`INDEXED`], count); their
 /// `SET` clauses go to `sets`.
 fn set_indexed(
@@ -357,63 +394,73 @@ impl Derived {
         sk: &str,
         item: &Item,
     ) -> Result<bool, StoreError> {
-        let num = |k: &str| {
-            item.get(k)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse::<i64>().ok())
-        };
-        let moves = num("moves");
-        let at = n(moves.unwrap_or(0));
-        // With no `moves` yet the item only ever had terminal counts added.
-        let unchanged = match moves {
-            Some(_) => "moves = :m",
-            None => "attribute_not_exists(moves)",
-        };
+        let counter = HealState::of(item);
         let now_ms = time::now().timestamp_millis();
-        if num("seen_moves") != Some(moves.unwrap_or(0)) || num("seen_at").is_none() {
+        if counter.seen_moves != Some(counter.moves_so_far()) || counter.seen_at.is_none() {
             let out = self
                 .update_counters(sk)
                 .update_expression("SET seen_moves = :m, seen_at = :at")
-                .expression_attribute_values(":m", at)
+                .expression_attribute_values(":m", n(counter.moves_so_far()))
                 .expression_attribute_values(":at", n(now_ms))
                 .send()
                 .await;
             self.engine.table.tally(Kind::Write, out)?;
             return Ok(false);
         }
-        if num("checked_moves") == Some(moves.unwrap_or(0)) {
+        if !self.due_for_count(&counter, now_ms) {
             return Ok(false);
+        }
+        self.correct_shard(queue, shard, sk, &counter).await
+    }
+
+    /// Whether a shard whose moves have stood still since `seen_at` is counted from the
+    /// indexes now: not yet checked at these moves, quiet for long enough, and no larger
+    /// than [`HEAL_MAX_LIVE`].
+    fn due_for_count(&self, counter: &HealState, now_ms: i64) -> bool {
+        if counter.checked_moves == Some(counter.moves_so_far()) {
+            return false;
         }
         // Still since `seen_at`, but maybe only because the stream has not caught up with
         // the shard's last moves yet, which the indexes already show.
         let quiet_ms =
             i64::try_from(self.engine.config.counter_heal_quiet.as_millis()).unwrap_or(i64::MAX);
-        if now_ms.saturating_sub(num("seen_at").unwrap_or(now_ms)) < quiet_ms {
-            return Ok(false);
+        if now_ms.saturating_sub(counter.seen_at.unwrap_or(now_ms)) < quiet_ms {
+            return false;
         }
-        let held: Vec<i64> = INDEXED
-            .iter()
-            .map(|st| num(field(*st)).unwrap_or(0))
-            .collect();
-        if held.iter().map(|v| v.unsigned_abs()).sum::<u64>() > HEAL_MAX_LIVE {
-            return Ok(false);
-        }
+        counter.held.iter().map(|v| v.unsigned_abs()).sum::<u64>() <= HEAL_MAX_LIVE
+    }
+
+    /// Counts shard `shard` of `queue` from the indexes and writes the counts its counter
+    /// item `sk` holds wrong, with the moves they were checked at, unless a move landed
+    /// meanwhile: whether any was wrong.
+    async fn correct_shard(
+        &self,
+        queue: &QueueName,
+        shard: u16,
+        sk: &str,
+        counter: &HealState,
+    ) -> Result<bool, StoreError> {
         let mut counted = QueueStats::default();
         self.count_shard(queue, shard, &mut counted).await?;
         let changed: Vec<(usize, u64)> = counted
             .indexed()
             .into_iter()
             .enumerate()
-            .filter(|(i, value)| i64::try_from(*value).ok() != Some(held[*i]))
+            .filter(|(i, value)| i64::try_from(*value).ok() != Some(counter.held[*i]))
             .collect();
         let drifted: Vec<String> = changed
             .iter()
-            .map(|(i, value)| format!("{} {} -> {value}", field(INDEXED[*i]), held[*i]))
+            .map(|(i, value)| format!("{} {} -> {value}", field(INDEXED[*i]), counter.held[*i]))
             .collect();
+        // With no `moves` yet the item only ever had terminal counts added.
+        let unchanged = match counter.moves {
+            Some(_) => "moves = :m",
+            None => "attribute_not_exists(moves)",
+        };
         let req = self
             .update_counters(sk)
             .condition_expression(unchanged)
-            .expression_attribute_values(":m", at);
+            .expression_attribute_values(":m", n(counter.moves_so_far()));
         let mut sets = vec!["checked_moves = :m".to_owned()];
         let req = set_indexed(req, &mut sets, changed);
         let out = req

@@ -51,6 +51,18 @@ struct Record {
 }
 
 impl Record {
+    /// The record of `change`, whose job could not be read: it has no effect but its
+    /// place in the stream.
+    fn unreadable(change: &Change) -> Self {
+        Self {
+            sequence: change.sequence.clone(),
+            old: None,
+            new: None,
+            events: Vec::new(),
+            event_bytes: 0,
+        }
+    }
+
     /// The job the record is of, as it is now or was last.
     fn job(&self) -> Option<&Job> {
         self.new.as_ref().or(self.old.as_ref())
@@ -66,6 +78,15 @@ enum Outcome {
     AppliedBefore(String),
     /// Its writes do not fit one transaction.
     TooLarge,
+}
+
+/// How many of `rest`'s first records an earlier delivery applied, up to sequence number
+/// `last`: at least the first, whose marker says so.
+fn applied_up_to(rest: &[Record], last: &str) -> usize {
+    rest.iter()
+        .take_while(|r| r.sequence.as_deref().is_some_and(|s| !comes_after(s, last)))
+        .count()
+        .max(1)
 }
 
 /// Whether sequence number `a` comes after `b` in their shard (decimal digits without
@@ -90,38 +111,54 @@ impl Derived {
             if let (Some(old), None) = (&change.old, &change.new) {
                 payloads.extend(item::payload_ref_of(old).map(|r| r.key));
             }
-            let mut record = Record {
-                sequence: change.sequence.clone(),
-                old: None,
-                new: None,
-                events: Vec::new(),
-                event_bytes: 0,
-            };
-            let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
-            match (read(&change.old), read(&change.new)) {
-                (Ok(old), Ok(new)) => {
-                    if let Some(new) = &new {
-                        trace_change(new);
-                        if self.engine.config.events {
-                            record.events =
-                                render_events(old.as_ref(), new, change.at.unwrap_or(now));
-                        }
-                    }
-                    record.event_bytes = record
-                        .events
-                        .iter()
-                        .map(|e| e.body.to_string().len() + 1)
-                        .sum();
-                    (record.old, record.new) = (old, new);
-                }
-                (Err(e), _) | (_, Err(e)) => {
+            let record = match self.read_record(change, now) {
+                Ok(record) => record,
+                Err(e) => {
                     tracing::warn!(error = %e, "a job record of the change stream is unreadable");
                     applied.unreadable += 1;
+                    Record::unreadable(change)
                 }
-            }
+            };
             records.push(record);
         }
-        let mut rest: &[Record] = &records;
+        self.apply_records(&records, &mut applied).await?;
+        self.engine.delete_payloads(payloads).await;
+        for observer in &self.observers {
+            observer.observe(changes);
+        }
+        Ok(applied)
+    }
+
+    /// The job record `change` carries, read, with the events it implies (those of a
+    /// change without a time of its own at `now`).
+    fn read_record(&self, change: &Change, now: time::Timestamp) -> Result<Record, StoreError> {
+        let read = |i: &Option<Item>| i.as_ref().map(item::job_from_item).transpose();
+        let (old, new) = (read(&change.old)?, read(&change.new)?);
+        let mut events = Vec::new();
+        if let Some(new) = &new {
+            trace_change(new);
+            if self.engine.config.events {
+                events = render_events(old.as_ref(), new, change.at.unwrap_or(now));
+            }
+        }
+        let event_bytes = events.iter().map(|e| e.body.to_string().len() + 1).sum();
+        Ok(Record {
+            sequence: change.sequence.clone(),
+            old,
+            new,
+            events,
+            event_bytes,
+        })
+    }
+
+    /// Writes the effects of `records` in runs of one transaction each, in order, halving
+    /// a run that does not fit, and skips the records an earlier delivery applied.
+    async fn apply_records(
+        &self,
+        records: &[Record],
+        applied: &mut Applied,
+    ) -> Result<(), StoreError> {
+        let mut rest = records;
         while !rest.is_empty() {
             let mut len = self.run_len(rest);
             loop {
@@ -133,15 +170,7 @@ impl Derived {
                         break;
                     }
                     Outcome::AppliedBefore(last) => {
-                        let skip = rest
-                            .iter()
-                            .take_while(|r| {
-                                r.sequence
-                                    .as_deref()
-                                    .is_some_and(|s| !comes_after(s, &last))
-                            })
-                            .count()
-                            .max(1);
+                        let skip = applied_up_to(rest, &last);
                         applied.replayed += skip;
                         rest = rest.get(skip..).unwrap_or_default();
                         break;
@@ -156,11 +185,7 @@ impl Derived {
                 }
             }
         }
-        self.engine.delete_payloads(payloads).await;
-        for observer in &self.observers {
-            observer.observe(changes);
-        }
-        Ok(applied)
+        Ok(())
     }
 
     /// How many of `rest`'s records one transaction can take, reckoned without building

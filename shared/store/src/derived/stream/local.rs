@@ -87,6 +87,51 @@ struct Position {
     failures: u32,
 }
 
+/// What one round read of a shard.
+struct Round {
+    changes: Vec<Change>,
+    /// The sequence number of the last record read.
+    last_sequence: Option<String>,
+    /// The highest catch-up mark seen, this round's records included.
+    mark: u64,
+    /// The iterator after the last page (`None`: the shard is closed and read).
+    next: Option<String>,
+    /// Whether the last page was empty: the shard holds nothing more for now.
+    at_end: bool,
+}
+
+impl Round {
+    /// A round not read yet, after catch-up mark `mark_seen`.
+    fn after(mark_seen: u64) -> Self {
+        Self {
+            changes: Vec::new(),
+            last_sequence: None,
+            mark: mark_seen,
+            next: None,
+            at_end: false,
+        }
+    }
+
+    /// Takes in one GetRecords page: its records and the iterator after it.
+    fn add_page(&mut self, records: &[aws_sdk_dynamodbstreams::types::Record], next: Option<&str>) {
+        for r in records.iter().filter_map(|r| r.dynamodb()) {
+            if let Some(n) = mark_of(r) {
+                self.mark = self.mark.max(n);
+            }
+            self.changes.push(change_of(r));
+        }
+        if let Some(seq) = records
+            .last()
+            .and_then(|r| r.dynamodb())
+            .and_then(|r| r.sequence_number())
+        {
+            self.last_sequence = Some(seq.to_owned());
+        }
+        self.next = next.map(str::to_owned);
+        self.at_end = records.is_empty();
+    }
+}
+
 /// One consumer per table and process: two would apply every change twice.
 fn consumers() -> &'static Mutex<HashMap<String, Weak<LocalStream>>> {
     static CONSUMERS: OnceLock<Mutex<HashMap<String, Weak<LocalStream>>>> = OnceLock::new();
@@ -246,94 +291,110 @@ impl LocalStream {
             if mark.is_none() && round >= BACKGROUND_ROUNDS {
                 break;
             }
-            let Some(mut iterator) = position.iterator.clone() else {
+            let Some(iterator) = position.iterator.clone() else {
                 break;
             };
-            let mut changes: Vec<Change> = Vec::new();
-            let mut last_sequence = None;
-            let mut round_mark = *mark_seen;
-            let mut next;
-            let mut at_end;
-            let mut pages = 0;
-            loop {
-                let out = match self
-                    .client
-                    .get_records()
-                    .shard_iterator(iterator.clone())
-                    .send()
-                    .await
-                {
-                    Ok(out) => out,
-                    // DynamoDB Local numbers records across all its tables, and an iterator
-                    // taken on an empty shard can point at a number another table used:
-                    // ask again for one after the last record applied (once per drain).
-                    Err(e) if !repositioned && changes.is_empty() && is_stale_iterator(&e) => {
-                        repositioned = true;
-                        position.iterator =
-                            self.iterator(id, position.last_sequence.as_deref()).await?;
-                        match position.iterator.clone() {
-                            Some(fresh) => {
-                                iterator = fresh;
-                                continue;
-                            }
-                            None => return Ok(applied),
-                        }
-                    }
-                    Err(e) => return Err(stream_error(e.into_service_error())),
-                };
-                pages += 1;
-                let records = out.records();
-                for r in records.iter().filter_map(|r| r.dynamodb()) {
-                    if let Some(n) = mark_of(r) {
-                        round_mark = round_mark.max(n);
-                    }
-                    changes.push(change_of(r));
-                }
-                if let Some(seq) = records
-                    .last()
-                    .and_then(|r| r.dynamodb())
-                    .and_then(|r| r.sequence_number())
-                {
-                    last_sequence = Some(seq.to_owned());
-                }
-                next = out.next_shard_iterator().map(str::to_owned);
-                at_end = records.is_empty();
-                let mark_met = mark.is_some_and(|m| round_mark >= m);
-                match &next {
-                    Some(n)
-                        if !at_end
-                            && !mark_met
-                            && changes.len() < ROUND_RECORDS
-                            && pages < ROUND_PAGES =>
-                    {
-                        iterator = n.clone();
-                    }
-                    _ => break,
-                }
+            let read = self
+                .read_round(id, position, iterator, mark, *mark_seen, &mut repositioned)
+                .await?;
+            let Some(read) = read else {
+                break;
+            };
+            if !read.changes.is_empty() {
+                applied += self.apply_round(id, position, &read.changes).await?;
+                position.last_sequence = read.last_sequence;
             }
-            if !changes.is_empty() {
-                // On failure the position stays at the round's start, and the next drain
-                // reads the same records again (the marks of the runs that landed skip
-                // them: `apply.rs`).
-                if let Err(e) = self.derived.apply_changes(&changes).await {
-                    position.failures += 1;
-                    if position.failures < MAX_ATTEMPTS {
-                        return Err(e);
-                    }
-                    tracing::error!(error = %e, records = changes.len(), "gave up a change stream batch");
-                    self.report_given_up(id, &changes, position.failures).await;
-                } else {
-                    applied += changes.len();
-                }
-                position.failures = 0;
-                position.last_sequence = last_sequence;
-            }
-            *mark_seen = round_mark;
-            position.iterator = next;
-            if at_end || mark.is_some_and(|m| *mark_seen >= m) {
+            *mark_seen = read.mark;
+            position.iterator = read.next;
+            if read.at_end || mark.is_some_and(|m| *mark_seen >= m) {
                 break;
             }
         }
+        Ok(applied)
+    }
+
+    /// Reads one round of shard `id` from `iterator`: pages until the shard's end, `mark`,
+    /// [`ROUND_RECORDS`] records or [`ROUND_PAGES`] pages. `None` when the shard turns
+    /// out to have no iterator any more. `repositioned` says whether this drain already
+    /// asked for a new iterator.
+    async fn read_round(
+        &self,
+        id: &str,
+        position: &mut Position,
+        mut iterator: String,
+        mark: Option<u64>,
+        mark_seen: u64,
+        repositioned: &mut bool,
+    ) -> Result<Option<Round>, StoreError> {
+        let mut round = Round::after(mark_seen);
+        let mut pages = 0;
+        loop {
+            let out = match self
+                .client
+                .get_records()
+                .shard_iterator(iterator.clone())
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                // DynamoDB Local numbers records across all its tables, and an iterator
+                // taken on an empty shard can point at a number another table used:
+                // ask again for one after the last record applied (once per drain).
+                Err(e) if !*repositioned && round.changes.is_empty() && is_stale_iterator(&e) => {
+                    *repositioned = true;
+                    position.iterator =
+                        self.iterator(id, position.last_sequence.as_deref()).await?;
+                    match position.iterator.clone() {
+                        Some(fresh) => {
+                            iterator = fresh;
+                            continue;
+                        }
+                        None => return Ok(None),
+                    }
+                }
+                Err(e) => return Err(stream_error(e.into_service_error())),
+            };
+            pages += 1;
+            round.add_page(out.records(), out.next_shard_iterator());
+            let mark_met = mark.is_some_and(|m| round.mark >= m);
+            match &round.next {
+                Some(n)
+                    if !round.at_end
+                        && !mark_met
+                        && round.changes.len() < ROUND_RECORDS
+                        && pages < ROUND_PAGES =>
+                {
+                    iterator = n.clone();
+                }
+                _ => return Ok(Some(round)),
+            }
+        }
+    }
+
+    /// Applies one round's changes: how many were applied. An error (the position left
+    /// at the round's start, so the next drain reads the same records again, the marks of
+    /// the runs that landed skipping them: `apply.rs`) until the batch has failed
+    /// [`MAX_ATTEMPTS`] times; then it is given up and reported, and none count.
+    async fn apply_round(
+        &self,
+        shard: &str,
+        position: &mut Position,
+        changes: &[Change],
+    ) -> Result<usize, StoreError> {
+        let applied = match self.derived.apply_changes(changes).await {
+            Ok(_) => changes.len(),
+            Err(e) => {
+                position.failures += 1;
+                if position.failures < MAX_ATTEMPTS {
+                    return Err(e);
+                }
+                tracing::error!(error = %e, records = changes.len(), "gave up a change stream batch");
+                self.report_given_up(shard, changes, position.failures)
+                    .await;
+                0
+            }
+        };
+        position.failures = 0;
         Ok(applied)
     }
 

@@ -79,6 +79,30 @@ impl Table {
         self.tally(Kind::Write, out).map(|_| ())
     }
 
+    /// Sends `update` (its key and expression set) on the condition that its item exists:
+    /// [`StoreError::NotFound`] when it does not.
+    pub(crate) async fn update_existing(
+        &self,
+        update: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    ) -> Result<(), StoreError> {
+        let out = update
+            .condition_expression("attribute_exists(pk)")
+            .send()
+            .await;
+        self.tally_existing(Kind::Write, out).map(|_| ())
+    }
+
+    /// Deletes the item at `key`: [`StoreError::NotFound`] when there is none.
+    pub(crate) async fn delete_existing(&self, key: Item) -> Result<(), StoreError> {
+        let out = self
+            .delete_item()
+            .set_key(Some(key))
+            .condition_expression("attribute_exists(pk)")
+            .send()
+            .await;
+        self.tally_existing(Kind::Write, out).map(|_| ())
+    }
+
     /// Deletes an item and returns what it held (`None` when there was nothing).
     pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self

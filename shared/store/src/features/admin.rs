@@ -53,6 +53,14 @@ fn id_of_pk(item: &Item) -> Option<JobId> {
     JobId::parse(pk.strip_prefix("JOB#")?).ok()
 }
 
+/// A job an admin action names, as it finds it.
+enum Target {
+    /// In the dead letter queue, whose own action applies.
+    DeadLettered,
+    /// Anywhere else.
+    Job(Box<Job>),
+}
+
 /// Dead letter counts (`GET /ojs/v1/admin/dead-letter/stats`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadLetterStats {
@@ -199,10 +207,9 @@ impl Admin<'_> {
         Ok(jobs)
     }
 
-    /// Puts a discarded or cancelled job back in its queue (attempt 0, errors cleared), as
-    /// `POST /ojs/v1/admin/jobs/{id}/retry`; a dead-lettered job leaves the dead letter
-    /// queue with it. Workflow steps are refused (their workflow already moved on).
-    pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+    /// Job `id` as an admin action on it finds it (one strongly consistent read;
+    /// NotFound when there is no such job).
+    async fn admin_target(&self, id: &JobId) -> Result<Target, StoreError> {
         let item = self
             .derived
             .engine
@@ -210,11 +217,23 @@ impl Admin<'_> {
             .read_existing(item::job_key(id))
             .await?;
         if item.contains_key("dead_sk") {
-            return DeadLetter::new(&self.derived.engine)
-                .retry_dead_letter(id, now)
-                .await;
+            return Ok(Target::DeadLettered);
         }
-        let job = item::job_from_item(&item)?;
+        item::job_from_item(&item).map(|job| Target::Job(Box::new(job)))
+    }
+
+    /// Puts a discarded or cancelled job back in its queue (attempt 0, errors cleared), as
+    /// `POST /ojs/v1/admin/jobs/{id}/retry`; a dead-lettered job leaves the dead letter
+    /// queue with it. Workflow steps are refused (their workflow already moved on).
+    pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+        let job = match self.admin_target(id).await? {
+            Target::DeadLettered => {
+                return DeadLetter::new(&self.derived.engine)
+                    .retry_dead_letter(id, now)
+                    .await
+            }
+            Target::Job(job) => *job,
+        };
         let from = job.status.state;
         if !matches!(from, JobState::Discarded | JobState::Cancelled)
             || job.status.workflow_id.is_some()
@@ -246,18 +265,14 @@ impl Admin<'_> {
     /// dead-lettered one leaves the dead letter queue with it. NotFound when there is no
     /// such job, Conflict when it is not finished or is a workflow step.
     pub async fn admin_delete_job(&self, id: &JobId) -> Result<(), StoreError> {
-        let item = self
-            .derived
-            .engine
-            .table
-            .read_existing(item::job_key(id))
-            .await?;
-        if item.contains_key("dead_sk") {
-            return DeadLetter::new(&self.derived.engine)
-                .delete_dead_letter(id)
-                .await;
-        }
-        let job = item::job_from_item(&item)?;
+        let job = match self.admin_target(id).await? {
+            Target::DeadLettered => {
+                return DeadLetter::new(&self.derived.engine)
+                    .delete_dead_letter(id)
+                    .await
+            }
+            Target::Job(job) => *job,
+        };
         let state = job.status.state;
         if !state.is_terminal() || job.status.workflow_id.is_some() {
             return Err(StoreError::Conflict {

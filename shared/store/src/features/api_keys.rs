@@ -156,17 +156,13 @@ impl ApiKeys<'_> {
     /// Marks key `id` revoked (conditional UpdateItem; NotFound when there is no such key;
     /// revoking twice keeps the first revocation time).
     pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
-        let out = self
+        let revoke = self
             .engine
             .table
             .update_item()
             .set_key(Some(api_key_key(id)))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":now", AttributeValue::S(time::format(&now)))
-            .send()
-            .await;
-        self.engine.table.tally_existing(Kind::Write, out)?;
-        Ok(())
+            .expression_attribute_values(":now", AttributeValue::S(time::format(&now)));
+        self.engine.table.update_existing(revoke).await
     }
 }

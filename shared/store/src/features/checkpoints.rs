@@ -67,19 +67,13 @@ impl Checkpoints<'_> {
     /// Deletes job `id`'s checkpoint: one conditional UpdateItem that succeeds whether
     /// there was one or not (idempotent); NotFound when there is no job `id`.
     pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
-        let out = self
+        let remove = self
             .engine
             .table
             .update_item()
             .set_key(Some(item::job_key(id)))
-            .update_expression(format!("REMOVE {}", CHECKPOINT_ATTRS.join(", ")))
-            .condition_expression("attribute_exists(pk)")
-            .send()
-            .await;
-        self.engine
-            .table
-            .tally_existing(Kind::Write, out)
-            .map(|_| ())
+            .update_expression(format!("REMOVE {}", CHECKPOINT_ATTRS.join(", ")));
+        self.engine.table.update_existing(remove).await
     }
 }
 

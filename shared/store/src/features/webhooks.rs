@@ -302,17 +302,6 @@ impl Webhooks<'_> {
     /// Deletes subscription `id` (NotFound when there is none). Its pending retries are
     /// dropped by the redrive, which finds no subscription for them (§6.5).
     pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
-        let out = self
-            .engine
-            .table
-            .delete_item()
-            .set_key(Some(sub_key(id)))
-            .condition_expression("attribute_exists(pk)")
-            .send()
-            .await;
-        self.engine
-            .table
-            .tally_existing(Kind::Write, out)
-            .map(|_| ())
+        self.engine.table.delete_existing(sub_key(id)).await
     }
 }

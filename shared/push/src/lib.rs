@@ -314,7 +314,7 @@ impl Dispatcher {
                 .inner
                 .store
                 .push_endpoints()
-                .claim_for_push(&ready, endpoint, time::now())
+                .claim_ready(&ready, endpoint, time::now())
                 .await;
             if !matches!(claimed, Ok(PushClaim::Claimed { .. })) {
                 self.inner.breakers.unused(&endpoint.id);
@@ -422,13 +422,7 @@ impl Dispatcher {
                 }
             }
         }
-        let list = Arc::new(
-            self.inner
-                .store
-                .push_endpoints()
-                .push_endpoints_of(queue)
-                .await?,
-        );
+        let list = Arc::new(self.inner.store.push_endpoints().of_queue(queue).await?);
         if let Ok(mut cache) = self.inner.endpoints.lock() {
             cache.insert(queue.clone(), (Instant::now(), list.clone()));
         }
@@ -503,10 +497,7 @@ impl Dispatcher {
                 tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
             }
         }
-        store
-            .push_endpoints()
-            .release_push_slot(endpoint, &slot)
-            .await;
+        store.push_endpoints().release_hold(endpoint, &slot).await;
         if let PushAnswer::Failed(f) = &answer {
             if disables(&f.error_type) {
                 self.disable(endpoint, &f.message).await;

@@ -1010,7 +1010,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .await?;
     store
         .webhooks()
-        .log_webhook_attempt(
+        .log_attempt(
             &ojs_store::DeliveryAttempt {
                 delivery_id: "del_iam".into(),
                 subscription_id: hook.id.clone(),

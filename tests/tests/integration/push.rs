@@ -993,12 +993,7 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
         .put_push_endpoint(&endpoint, None, ojs_core::time::now())
         .await?;
     let queue = ojs_core::QueueName::parse("twice")?;
-    let entry = app
-        .store
-        .push_endpoints()
-        .push_endpoints_of(&queue)
-        .await?
-        .remove(0);
+    let entry = app.store.push_endpoints().of_queue(&queue).await?.remove(0);
     for i in 0..3 {
         app.push(json!({"type": "twice.job", "queue": "twice", "args": [i]}))
             .await?;
@@ -1021,25 +1016,25 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     let first = app
         .store
         .push_endpoints()
-        .claim_for_push(&ready[0], &entry, now())
+        .claim_ready(&ready[0], &entry, now())
         .await?;
     assert!(matches!(first, ojs_store::PushClaim::Claimed { .. }));
     let again = app
         .store
         .push_endpoints()
-        .claim_for_push(&ready[0], &entry, now())
+        .claim_ready(&ready[0], &entry, now())
         .await?;
     assert!(matches!(again, ojs_store::PushClaim::NotNow));
     let second = app
         .store
         .push_endpoints()
-        .claim_for_push(&ready[1], &entry, now())
+        .claim_ready(&ready[1], &entry, now())
         .await?;
     assert!(matches!(second, ojs_store::PushClaim::Claimed { .. }));
     let third = app
         .store
         .push_endpoints()
-        .claim_for_push(&ready[2], &entry, now())
+        .claim_ready(&ready[2], &entry, now())
         .await?;
     assert!(
         matches!(third, ojs_store::PushClaim::Full),

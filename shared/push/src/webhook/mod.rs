@@ -311,7 +311,7 @@ impl WebhookDispatcher {
             // Kept with a dead delivery for its manual retry.
             body: (outcome == Outcome::Dead).then(|| d.body.to_owned()),
         };
-        if let Err(e) = store.webhooks().log_webhook_attempt(&logged, now).await {
+        if let Err(e) = store.webhooks().log_attempt(&logged, now).await {
             tracing::warn!(delivery_id = %d.id, error = %e, "webhook attempt not logged");
         }
         outcome
@@ -361,13 +361,7 @@ impl WebhookDispatcher {
             next_attempt_at: None,
             body: None,
         };
-        if let Err(e) = self
-            .inner
-            .store
-            .webhooks()
-            .log_webhook_attempt(&logged, now)
-            .await
-        {
+        if let Err(e) = self.inner.store.webhooks().log_attempt(&logged, now).await {
             tracing::warn!(error = %e, "webhook test attempt not logged");
         }
         sent

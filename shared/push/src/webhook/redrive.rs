@@ -31,7 +31,7 @@ impl WebhookDispatcher {
             }
             let due = match store
                 .webhooks()
-                .claim_due_webhook_retries(time::now(), REDRIVE_PAGE)
+                .claim_due_retries(time::now(), REDRIVE_PAGE)
                 .await
             {
                 Ok(d) => d,
@@ -75,7 +75,7 @@ impl WebhookDispatcher {
                 return;
             }
         }
-        if let Err(e) = store.webhooks().finish_webhook_retry(p).await {
+        if let Err(e) = store.webhooks().finish_retry(p).await {
             tracing::warn!(delivery_id = %p.delivery_id, error = %e, "webhook retry not removed: it may be attempted again");
         }
     }

@@ -233,7 +233,7 @@ impl PushEndpoints<'_> {
 
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
     /// path's lookup). Unreadable items are skipped with a warning.
-    pub async fn push_endpoints_of(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
+    pub async fn of_queue(&self, queue: &QueueName) -> Result<Vec<PushEntry>, StoreError> {
         self.engine
             .table
             .list_readable(

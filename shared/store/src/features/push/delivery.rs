@@ -25,7 +25,7 @@ pub const PUSH_NUDGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 /// Most jobs of one queue a nudge marks: a delivery that ends catches up on the rest.
 const NUDGE_PER_QUEUE: usize = 10;
 
-/// What [`Store::claim_for_push`] came to.
+/// What [`PushEndpoints::claim_ready`] came to.
 #[derive(Debug, Clone)]
 pub enum PushClaim {
     /// The job, active under the endpoint's worker id, with one of its slots.
@@ -38,7 +38,7 @@ pub enum PushClaim {
 }
 
 /// One in-flight slot of an endpoint, held for one delivery: give it back with
-/// [`Store::release_push_slot`]. Each take has its own holder entry, so a second dispatch
+/// [`PushEndpoints::release_hold`]. Each take has its own holder entry, so a second dispatch
 /// of the same job (the stream's and a catch-up's), whose claim loses, gives back only the
 /// slot it took itself.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl PushEndpoints<'_> {
     /// loses. Calls: the queue's
     /// settings (cached), the slot (one GetItem, one UpdateItem), the claim (one
     /// UpdateItem; a job with a rate limit claims in a transaction as FETCH does).
-    pub async fn claim_for_push(
+    pub async fn claim_ready(
         &self,
         ready: &ReadyJob,
         endpoint: &PushEntry,
@@ -115,14 +115,14 @@ impl PushEndpoints<'_> {
     ) -> Result<PushClaim, StoreError> {
         following_up(self.engine, now, |engine| async move {
             PushEndpoints::new(&engine)
-                .claim_for_push_in_scope(ready, endpoint, now)
+                .claim_ready_in_scope(ready, endpoint, now)
                 .await
         })
         .await
     }
 
-    /// [`Store::claim_for_push`] within the caller's follow-up scope.
-    async fn claim_for_push_in_scope(
+    /// [`PushEndpoints::claim_ready`] within the caller's follow-up scope.
+    async fn claim_ready_in_scope(
         &self,
         ready: &ReadyJob,
         endpoint: &PushEntry,
@@ -214,7 +214,7 @@ impl PushEndpoints<'_> {
 
     /// Gives back a delivery's in-flight slot at `endpoint` (one or two UpdateItems; best
     /// effort: a slot not given back ends with the delivery's lease).
-    pub async fn release_push_slot(&self, endpoint: &PushEntry, slot: &SlotHold) {
+    pub async fn release_hold(&self, endpoint: &PushEntry, slot: &SlotHold) {
         self.engine
             .release_holder(&endpoint.slot_policy().key, &slot.0, None)
             .await;
@@ -251,7 +251,7 @@ impl PushEndpoints<'_> {
         queue: &QueueName,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        let endpoints = self.push_endpoints_of(queue).await?;
+        let endpoints = self.of_queue(queue).await?;
         if !endpoints.iter().any(|e| e.disabled.is_none()) {
             return Ok(0);
         }

@@ -83,11 +83,7 @@ impl DeliveryAttempt {
 
 impl Webhooks<'_> {
     /// Logs one attempt (one PutItem, expired by TTL).
-    pub async fn log_webhook_attempt(
-        &self,
-        a: &DeliveryAttempt,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
+    pub async fn log_attempt(&self, a: &DeliveryAttempt, now: Timestamp) -> Result<(), StoreError> {
         let mut item = Item::from([
             ("pk".to_owned(), s(log_pk(&a.subscription_id))),
             (

@@ -76,7 +76,7 @@ impl Webhooks<'_> {
     /// Up to `limit` retries due at `now`, each claimed for this caller (one Query, then
     /// one conditional UpdateItem each: a retry claimed by another redrive whose lease has
     /// not ended is skipped).
-    pub async fn claim_due_webhook_retries(
+    pub async fn claim_due_retries(
         &self,
         now: Timestamp,
         limit: usize,
@@ -125,7 +125,7 @@ impl Webhooks<'_> {
     }
 
     /// Removes a pending retry once its attempt ended (one DeleteItem).
-    pub async fn finish_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
+    pub async fn finish_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
         let out = self
             .engine
             .table

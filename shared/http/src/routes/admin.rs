@@ -1,11 +1,9 @@
-//! The admin API (ojs-admin-api.md) under `/ojs/v1/admin/`: queues, statistics, system
-//! operations and the dashboard's other reads here; jobs and the dead letter queue in
-//! `admin_jobs`. (`GET /ojs/v1/admin/workers` and the worker directives are served by
+//! The admin API (ojs-admin-api.md) under `/ojs/v1/admin/`: queues, system operations
+//! and the dashboard's other reads here; jobs and the dead letter queue in `admin_jobs`,
+//! statistics in `admin_stats`, tenants in `admin_tenants`. (`GET /ojs/v1/admin/workers` and the worker directives are served by
 //! the workers group, the queue rate limit and recount by the queues group; pausing and
 //! resuming a queue, and deleting a dead letter, by the handlers of the queues and dead
 //! letter groups.)
-
-use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -13,11 +11,12 @@ use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 use ojs_core::{time, ErrorCode, OjsError, QueueName};
-use ojs_store::{EventQuery, QueueInfo, QueueStats, StoreError};
-use serde::Deserialize;
+use ojs_store::{QueueInfo, QueueStats, StoreError};
 use serde_json::{json, Value};
 
 use super::admin_jobs as jobs;
+use super::admin_stats::{self as stats, counts, with_stats};
+use super::admin_tenants as tenants;
 use super::{queues, reply};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
@@ -25,8 +24,8 @@ use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
-        .route("/ojs/v1/admin/stats", get(get_stats))
-        .route("/ojs/v1/admin/stats/history", get(get_history))
+        .route("/ojs/v1/admin/stats", get(stats::get_stats))
+        .route("/ojs/v1/admin/stats/history", get(stats::get_history))
         .route("/ojs/v1/admin/queues", get(list_queues))
         .route("/ojs/v1/admin/queues/{name}", get(get_queue))
         .route(
@@ -78,230 +77,30 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/system/config", get(get_config))
         .route("/ojs/v1/admin/schemas", get(list_schemas))
         .route("/ojs/v1/admin/schemas/{type}", get(get_schema))
-        .route("/ojs/v1/admin/tenants", get(list_tenants))
+        .route("/ojs/v1/admin/tenants", get(tenants::list_tenants))
         .route(
             "/ojs/v1/admin/tenants/{id}",
-            get(get_tenant).put(put_tenant).delete(delete_tenant),
+            get(tenants::get_tenant)
+                .put(tenants::put_tenant)
+                .delete(tenants::delete_tenant),
         )
         .route(
             "/ojs/v1/admin/tenants/{id}/limits",
-            axum::routing::put(put_tenant_limits),
+            put(tenants::put_tenant_limits),
         )
-        .route("/ojs/v1/admin/tenants/{id}/stats", get(get_tenant))
+        .route("/ojs/v1/admin/tenants/{id}/stats", get(tenants::get_tenant))
         .route(
             "/ojs/v1/admin/tenants/{id}/jobs",
-            get(super::admin_jobs::list_tenant_jobs),
+            get(jobs::list_tenant_jobs),
         )
-        .route("/ojs/v1/admin/scheduling/stats", get(scheduling_stats))
+        .route(
+            "/ojs/v1/admin/scheduling/stats",
+            get(stats::scheduling_stats),
+        )
         .route(
             "/ojs/v1/admin/keys/{id}/registrations",
             get(key_registrations),
         )
-}
-
-fn counts(st: &QueueStats) -> Value {
-    json!({
-        "available": st.available,
-        "active": st.active,
-        "scheduled": st.scheduled,
-        "retryable": st.retryable,
-        "pending": st.pending,
-        "completed": st.completed,
-        "discarded": st.discarded,
-        "cancelled": st.cancelled,
-    })
-}
-
-fn add(total: &mut QueueStats, st: &QueueStats) {
-    total.available += st.available;
-    total.active += st.active;
-    total.scheduled += st.scheduled;
-    total.retryable += st.retryable;
-    total.pending += st.pending;
-    total.completed += st.completed;
-    total.discarded += st.discarded;
-    total.cancelled += st.cancelled;
-}
-
-/// Every queue with its counts (one counter read per queue).
-async fn queues_with_stats(app: &AppState) -> Result<Vec<(QueueInfo, QueueStats)>, ApiError> {
-    with_stats(app, app.store.engine().list_queues().await?).await
-}
-
-/// Each of `queues` with its counts (one counter read per queue).
-async fn with_stats(
-    app: &AppState,
-    queues: impl IntoIterator<Item = QueueInfo>,
-) -> Result<Vec<(QueueInfo, QueueStats)>, ApiError> {
-    let mut out = Vec::new();
-    for q in queues {
-        let Ok(name) = QueueName::parse(&q.name) else {
-            continue;
-        };
-        let st = app.store.derived().queue_stats(&name).await?;
-        out.push((q, st));
-    }
-    Ok(out)
-}
-
-/// The event id every event of `at` or later sorts after (event ids are `evt_` and a
-/// UUIDv7, whose first 48 bits are the Unix time in milliseconds).
-fn event_cursor_at(at: &time::Timestamp) -> String {
-    let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
-    let hex = format!("{ms:012x}");
-    format!("evt_{}-{}-0000-0000-000000000000", &hex[..8], &hex[8..])
-}
-
-/// Lifecycle events of `types` since `since` for `queues` (all when empty).
-async fn events_since(
-    app: &AppState,
-    types: &[&str],
-    queues: Vec<String>,
-    since: &time::Timestamp,
-) -> Result<Vec<Value>, ApiError> {
-    let q = EventQuery {
-        types: types.iter().map(|t| (*t).to_owned()).collect(),
-        queues,
-        after: Some(event_cursor_at(since)),
-        limit: 10_000,
-        tenant: ojs_core::tenant::Scope::Any,
-    };
-    Ok(app.store.derived().list_events(&q).await?.events)
-}
-
-/// Jobs finished and failed in the last minute, from the lifecycle events.
-async fn throughput(app: &AppState, queues: Vec<String>) -> Result<Value, ApiError> {
-    let since = time::now() - chrono::Duration::minutes(1);
-    let events = events_since(app, &["job.completed", "job.failed"], queues, &since).await?;
-    let done = events
-        .iter()
-        .filter(|e| e["type"] == "job.completed")
-        .count();
-    Ok(json!({
-        "processed_per_minute": done,
-        "failed_per_minute": events.len() - done,
-    }))
-}
-
-/// `GET /ojs/v1/admin/stats` (§10.1).
-async fn get_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let queues = queues_with_stats(&app).await?;
-    let mut total = QueueStats::default();
-    for (_, st) in &queues {
-        add(&mut total, st);
-    }
-    let names = queues.iter().map(|(q, _)| q.name.clone()).collect();
-    let workers = app.store.workers().list_workers().await?.len();
-    Ok(reply(
-        StatusCode::OK,
-        json!({
-            "queues": queues.len(),
-            "workers": workers,
-            "jobs": counts(&total),
-            "throughput": throughput(&app, names).await?,
-            "uptime_seconds": app.started.elapsed().as_secs(),
-        }),
-    ))
-}
-
-#[derive(Debug, Deserialize)]
-struct HistoryParams {
-    period: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    queue: Option<String>,
-}
-
-/// `GET /ojs/v1/admin/stats/history` (§10.2): enqueued, processed and failed jobs per
-/// period, counted from the lifecycle events (kept for the event retention; latency is
-/// not recorded).
-async fn get_history(
-    State(app): State<AppState>,
-    Query(p): Query<HistoryParams>,
-) -> Result<Response, ApiError> {
-    let period = p.period.as_deref().unwrap_or("5m");
-    let secs: i64 = match period {
-        "1m" => 60,
-        "5m" => 300,
-        "1h" => 3600,
-        "1d" => 86_400,
-        other => {
-            return Err(OjsError::invalid_request(format!(
-                "period must be 1m, 5m, 1h or 1d (got {other:?})"
-            ))
-            .with_path("$.period")
-            .into())
-        }
-    };
-    let now = time::now();
-    let until = match p.until.as_deref() {
-        Some(raw) => time::parse(raw, "$.until")?,
-        None => now,
-    };
-    let since = match p.since.as_deref() {
-        Some(raw) => time::parse(raw, "$.since")?,
-        None => until - chrono::Duration::hours(1),
-    };
-    if since >= until || (until - since).num_seconds() / secs > 2000 {
-        return Err(OjsError::invalid_request(
-            "since must be before until, and the range at most 2000 periods",
-        )
-        .with_path("$.since")
-        .into());
-    }
-    let queues = match p.queue.as_deref().filter(|q| !q.is_empty()) {
-        Some(q) => vec![QueueName::parse(q)?.as_str().to_owned()],
-        None => Vec::new(),
-    };
-    let events = events_since(
-        &app,
-        &["job.enqueued", "job.completed", "job.failed"],
-        queues,
-        &since,
-    )
-    .await?;
-    let bucket = |t: i64| t - t.rem_euclid(secs);
-    let mut data: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
-    let mut t = bucket(since.timestamp());
-    while t <= until.timestamp() {
-        data.insert(t, [0; 3]);
-        t += secs;
-    }
-    for e in &events {
-        let Some(at) = e["time"]
-            .as_str()
-            .and_then(|raw| time::parse(raw, "$").ok())
-        else {
-            continue;
-        };
-        if at > until {
-            continue;
-        }
-        let slot = match e["type"].as_str() {
-            Some("job.enqueued") => 0,
-            Some("job.completed") => 1,
-            _ => 2,
-        };
-        if let Some(b) = data.get_mut(&bucket(at.timestamp())) {
-            b[slot] += 1;
-        }
-    }
-    let data: Vec<Value> = data
-        .into_iter()
-        .filter_map(|(t, [enqueued, processed, failed])| {
-            let at = chrono::DateTime::<chrono::Utc>::from_timestamp(t, 0)?;
-            Some(json!({
-                "timestamp": time::format(&at),
-                "enqueued": enqueued,
-                "processed": processed,
-                "failed": failed,
-            }))
-        })
-        .collect();
-    Ok(reply(
-        StatusCode::OK,
-        json!({"period": period, "data": data}),
-    ))
 }
 
 fn queue_view(q: &QueueInfo, st: &QueueStats) -> Value {
@@ -443,14 +242,14 @@ async fn deregister_worker(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    super::workers::check_worker_id(&id)?;
+    super::heartbeat::check_worker_id(&id)?;
     let stale_before = time::now() - chrono::Duration::seconds(STALE_AFTER_SECS);
     app.store
         .admin()
         .deregister_worker(&id, stale_before)
         .await
         .map_err(|e| match e {
-            StoreError::NotFound => super::workers::no_such_worker(&id),
+            StoreError::NotFound => super::heartbeat::no_such_worker(&id),
             StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
                 "worker {id} sent a heartbeat within the last {STALE_AFTER_SECS} s; quiet it \
                  instead, or wait until it is stale"
@@ -603,304 +402,4 @@ async fn key_registrations(
     }
     let listing = crate::registrations::list_by_key(&app.store, &id).await?;
     Ok(reply(StatusCode::OK, listing))
-}
-
-/// A tenant's view (ojs-multi-tenancy.md §10.2): its jobs' counts, summed and per queue
-/// (terminal counts since its counters began), `total_jobs`, its settings, and its
-/// limits with what they are judged on.
-/// A tenant as the admin API shows it: the spec's stats (§10.2: `jobs`, `limits` with
-/// each limit and its current use, `fairness`) and settings (`config`), with what the
-/// official dashboard's tenant pages read beside them: `name` (the id: tenants have no
-/// other name), `state`, `created_at` (when its settings were stored or its first job
-/// counted, whichever came first), `stats` (queues, job counts, live workers acting for
-/// it) and `limits.max_concurrent_jobs` / `max_jobs_per_second` as plain numbers.
-fn tenant_view(
-    t: &ojs_store::TenantStats,
-    record: &ojs_store::TenantRecord,
-    workers: usize,
-) -> Value {
-    let counts = super::queues::counts_view;
-    let config = &record.config;
-    let queues: serde_json::Map<String, Value> = t
-        .queues
-        .iter()
-        .map(|(q, st)| (q.clone(), counts(st)))
-        .collect();
-    let settings = config.to_json();
-    let created_at = match (record.created_at, t.first_seen) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    let per_second = config
-        .max_enqueue_rate
-        .filter(|w| !w.period.is_zero())
-        .map(|w| f64::from(w.limit) / w.period.as_secs_f64());
-    json!({
-        "tenant_id": t.tenant,
-        "id": t.tenant,
-        "name": t.tenant,
-        "state": "active",
-        "created_at": created_at.map(|c| time::format(&c)),
-        "jobs": counts(&t.total),
-        "total_jobs": t.total.total(),
-        "queues": queues,
-        "stats": {"queues": t.queues.len(), "jobs": counts(&t.total), "workers": workers},
-        "config": settings,
-        "fairness": {"weight": config.weight()},
-        "limits": {
-            "max_queue_depth": {"limit": config.max_queue_depth, "current": t.total.depth()},
-            "max_scheduled": {"limit": config.max_scheduled, "current": t.total.scheduled},
-            // Active jobs as counted; the slots taken are the item the claims keep.
-            "max_concurrency": {"limit": config.max_concurrency, "current": t.total.active},
-            "max_enqueue_rate": settings["limits"]["max_enqueue_rate"],
-            "max_concurrent_jobs": config.max_concurrency,
-            "max_jobs_per_second": per_second,
-        },
-    })
-}
-
-/// Live workers by the tenant they act for (one Query of the workers' partition).
-async fn workers_by_tenant(
-    app: &AppState,
-) -> Result<std::collections::HashMap<String, usize>, ApiError> {
-    let mut by = std::collections::HashMap::new();
-    for w in app.store.workers().list_workers().await? {
-        if let Some(t) = w.tenant {
-            *by.entry(t).or_insert(0) += 1;
-        }
-    }
-    Ok(by)
-}
-
-fn tenant_id(id: &str) -> Result<ojs_core::tenant::TenantId, ApiError> {
-    ojs_core::tenant::TenantId::parse(id)?.ok_or_else(|| {
-        ApiError(OjsError::invalid_request(
-            "the default tenant takes no settings here: its jobs are the queues' own",
-        ))
-    })
-}
-
-/// `PUT /ojs/v1/admin/tenants/{id}` (§10.1): sets the tenant's `fairness_weight` and
-/// `limits` (fields left out keep their values; `null` removes one), in force at once on
-/// this instance and within the settings' time to live on the others.
-async fn put_tenant(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    set_tenant(&app, &id, &body, false).await
-}
-
-/// `PUT /ojs/v1/admin/tenants/{id}/limits` (§9.3): its limits only; a `reason` is logged.
-async fn put_tenant_limits(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(mut body): JsonBody,
-) -> Result<Response, ApiError> {
-    let reason = body
-        .as_object_mut()
-        .and_then(|o| o.remove("reason"))
-        .and_then(|r| r.as_str().map(str::to_owned));
-    tracing::info!(tenant = %id, reason = reason.as_deref().unwrap_or(""), "tenant limits changed");
-    set_tenant(&app, &id, &body, true).await
-}
-
-async fn set_tenant(
-    app: &AppState,
-    id: &str,
-    body: &Value,
-    limits_only: bool,
-) -> Result<Response, ApiError> {
-    let tenant = tenant_id(id)?;
-    let before = app.store.engine().get_tenant_config(&tenant).await?;
-    let config = ojs_core::tenant::TenantConfig::merged(
-        &before.clone().unwrap_or_default().config,
-        body,
-        limits_only,
-    )?;
-    let created_at = before
-        .as_ref()
-        .and_then(|b| b.created_at)
-        .unwrap_or_else(time::now);
-    app.store
-        .engine()
-        .put_tenant_config(&tenant, &config, created_at)
-        .await?;
-    let record = ojs_store::TenantRecord {
-        config,
-        created_at: Some(created_at),
-    };
-    let stats = app
-        .store
-        .derived()
-        .tenant_stats(&tenant)
-        .await?
-        .unwrap_or_else(|| ojs_store::TenantStats {
-            tenant: tenant.to_string(),
-            ..Default::default()
-        });
-    let status = if before.is_some() {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let workers = workers_by_tenant(app).await?;
-    let view = tenant_view(
-        &stats,
-        &record,
-        workers.get(tenant.as_str()).copied().unwrap_or(0),
-    );
-    Ok(reply(status, view))
-}
-
-/// `DELETE /ojs/v1/admin/tenants/{id}`: removes its settings (its jobs and counts stay);
-/// 404 when it has none.
-async fn delete_tenant(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let tenant = tenant_id(&id)?;
-    if !app.store.engine().delete_tenant_config(&tenant).await? {
-        return Err(OjsError::not_found(format!("tenant {tenant} has no settings")).into());
-    }
-    Ok(reply(
-        StatusCode::OK,
-        json!({"deleted": true, "tenant_id": tenant.as_str()}),
-    ))
-}
-
-/// `GET /ojs/v1/admin/tenants`: every tenant that had a job, with its counts (the default
-/// tenant, whose jobs are the queues' own, is not listed).
-async fn list_tenants(
-    State(app): State<AppState>,
-    Query(p): Query<super::admin_query::RawPaging>,
-) -> Result<Response, ApiError> {
-    let paging = p.parse()?;
-    // Tenants that had jobs, and those with settings but no job yet.
-    let mut configs: std::collections::BTreeMap<String, ojs_store::TenantRecord> = app
-        .store
-        .engine()
-        .list_tenant_configs()
-        .await?
-        .into_iter()
-        .collect();
-    let mut all: Vec<(ojs_store::TenantStats, ojs_store::TenantRecord)> = app
-        .store
-        .derived()
-        .list_tenants()
-        .await?
-        .into_iter()
-        .map(|t| {
-            let c = configs.remove(&t.tenant).unwrap_or_default();
-            (t, c)
-        })
-        .collect();
-    all.extend(configs.into_iter().map(|(tenant, c)| {
-        let stats = ojs_store::TenantStats {
-            tenant,
-            ..Default::default()
-        };
-        (stats, c)
-    }));
-    all.sort_by(|a, b| a.0.tenant.cmp(&b.0.tenant));
-    let workers = workers_by_tenant(&app).await?;
-    let items: Vec<Value> = all
-        .iter()
-        .skip(paging.offset())
-        .take(paging.per_page)
-        .map(|(t, c)| tenant_view(t, c, workers.get(&t.tenant).copied().unwrap_or(0)))
-        .collect();
-    let mut body = paging.listing(items.clone(), all.len());
-    body["tenants"] = Value::Array(items);
-    Ok(reply(StatusCode::OK, body))
-}
-
-/// `GET /ojs/v1/admin/tenants/{id}` and `.../stats`: one tenant's counts; 404 for a
-/// tenant that never had a job. A key bound to a tenant reads its own (403 naming
-/// another), as do its listings.
-async fn get_tenant(
-    State(app): State<AppState>,
-    acting: crate::extract::ListingTenant,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let unknown = || OjsError::not_found(format!("tenant {id:.64} has no jobs"));
-    let named = ojs_core::tenant::TenantId::parse(&id).map_err(|_| unknown())?;
-    acting.scope(Some(&id), "$.id")?;
-    let tenant = named.ok_or_else(|| {
-        OjsError::not_found(
-            "the default tenant's jobs are its queues': see GET /ojs/v1/queues/{name}/stats",
-        )
-    })?;
-    let config = app.store.engine().get_tenant_config(&tenant).await?;
-    let stats = match app.store.derived().tenant_stats(&tenant).await? {
-        Some(stats) => stats,
-        None if config.is_some() => ojs_store::TenantStats {
-            tenant: tenant.to_string(),
-            ..Default::default()
-        },
-        None => return Err(unknown().into()),
-    };
-    let workers = workers_by_tenant(&app).await?;
-    let view = tenant_view(
-        &stats,
-        &config.unwrap_or_default(),
-        workers.get(tenant.as_str()).copied().unwrap_or(0),
-    );
-    Ok(reply(StatusCode::OK, view))
-}
-
-/// `GET /ojs/v1/admin/scheduling/stats` (ojs-fair-scheduling.md §10.2): FETCH takes the
-/// highest priority first, then the oldest, per queue, its queues in its own order unless
-/// a pool (listed) orders them; `dispatched` is each queue's jobs started and finished
-/// since its counters began (active + completed + discarded + cancelled). Under `stats`
-/// too, as the suite reads it.
-async fn scheduling_stats(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let queues: Vec<Value> = queues_with_stats(&app)
-        .await?
-        .iter()
-        .map(|(q, st)| {
-            json!({
-                "name": q.name,
-                "dispatched": st.active + st.completed + st.discarded + st.cancelled,
-                "starved": false,
-            })
-        })
-        .collect();
-    let pools: Vec<Value> = app
-        .store
-        .engine()
-        .list_pools()
-        .await?
-        .iter()
-        .map(|p| p.to_json())
-        .collect();
-    let stats = json!({"queues": queues, "pools": pools});
-    Ok(reply(
-        StatusCode::OK,
-        json!({"strategy": "strict", "queues": queues, "pools": pools, "stats": stats}),
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_cursors_sort_before_every_event_of_their_millisecond() {
-        let at = time::now();
-        let cursor = event_cursor_at(&at);
-        let ev = ojs_core::event::Event::for_job(
-            ojs_core::event::EventKind::Enqueued,
-            &ojs_core::Job::enqueue(
-                ojs_core::job::NewJob::from_json(json!({"type": "t", "args": []}))
-                    .unwrap_or_else(|e| panic!("{e}")),
-                at,
-            ),
-            &at,
-            "test",
-        );
-        assert!(cursor < ev.id, "{cursor} !< {}", ev.id);
-        let later = event_cursor_at(&(time::now() + chrono::Duration::seconds(1)));
-        assert!(later > ev.id, "{later} !> {}", ev.id);
-    }
 }

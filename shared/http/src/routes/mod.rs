@@ -3,13 +3,17 @@
 pub(crate) mod admin;
 mod admin_jobs;
 mod admin_query;
+mod admin_stats;
+mod admin_tenants;
 mod checkpoints;
 pub(crate) mod cloudq;
 pub(crate) mod cron;
 pub(crate) mod dead_letter;
+mod heartbeat;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
 mod pools;
+mod progress;
 pub(crate) mod push;
 pub(crate) mod queues;
 mod rate_limits;

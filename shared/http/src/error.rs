@@ -20,34 +20,9 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let err = match e {
             StoreError::NotFound => OjsError::not_found("job not found"),
-            StoreError::Conflict { current } => {
-                let state = current.map_or("another state", |s| s.as_str());
-                let mut err = OjsError::conflict(format!(
-                    "the job is {state}; the operation is not valid in that state"
-                ));
-                if let Some(s) = current {
-                    err = err.with_detail("current_state", s.as_str());
-                }
-                err
-            }
-            StoreError::NotHolder { attempt } => OjsError::conflict(format!(
-                "the job's current attempt ({attempt}) is not the caller's: the worker_id or \
-                 attempt named is not the current holder's (a late call from an earlier attempt, \
-                 or another worker's claim)"
-            ))
-            .with_detail("current_state", JobState::Active.as_str())
-            .with_detail("current_attempt", attempt),
-            StoreError::StaleCheckpoint { current } => {
-                let stored = current.map_or("none".to_owned(), |c| c.to_string());
-                OjsError::conflict(format!(
-                    "the checkpoint's sequence does not follow the stored one ({stored}): \
-                     a newer checkpoint is kept"
-                ))
-                .with_detail(
-                    "current_sequence",
-                    current.map_or(serde_json::Value::Null, Into::into),
-                )
-            }
+            StoreError::Conflict { current } => wrong_state(current),
+            StoreError::NotHolder { attempt } => not_the_holder(attempt),
+            StoreError::StaleCheckpoint { current } => stale_checkpoint(current),
             StoreError::Duplicate => {
                 OjsError::new(ErrorCode::Duplicate, "a job with this id already exists")
             }
@@ -56,19 +31,7 @@ impl From<StoreError> for ApiError {
                 format!("a job with the same uniqueness key exists: {existing}"),
             )
             .with_detail("existing_job_id", existing),
-            StoreError::QueuePaused { queue, paused_at } => {
-                let mut err = OjsError::new(
-                    ErrorCode::QueuePaused,
-                    format!(
-                        "Queue '{queue}' is currently paused. Jobs cannot be enqueued or fetched."
-                    ),
-                )
-                .with_detail("queue", queue);
-                if let Some(at) = paused_at {
-                    err = err.with_detail("paused_at", at);
-                }
-                err
-            }
+            StoreError::QueuePaused { queue, paused_at } => queue_paused(queue, paused_at),
             StoreError::QueueFull {
                 queue,
                 depth,
@@ -93,32 +56,86 @@ impl From<StoreError> for ApiError {
                     "{cause}; a job, with its result and errors, must fit one 400 KB storage item"
                 ),
             ),
-            StoreError::Throttled(cause) => {
-                tracing::warn!(%cause, "storage throttled");
-                OjsError::new(
-                    ErrorCode::BackendError,
-                    "storage is throttling requests; retry with backoff",
-                )
-            }
-            StoreError::Invalid(cause) => {
-                // Not an outage: DynamoDB refused a request this server built.
-                tracing::error!(%cause, "storage rejected the request as invalid (a bug)");
-                OjsError::new(
-                    ErrorCode::Internal,
-                    "the storage backend rejected this request as invalid; this is a server \
-                     bug, logged with the request id",
-                )
-            }
-            StoreError::Backend(cause) | StoreError::Corrupt(cause) => {
-                tracing::error!(%cause, "storage failure");
-                OjsError::new(
-                    ErrorCode::BackendError,
-                    "storage backend failure; retry with backoff",
-                )
-            }
+            StoreError::Throttled(cause) => throttled(&cause),
+            StoreError::Invalid(cause) => rejected_as_invalid(&cause),
+            StoreError::Backend(cause) | StoreError::Corrupt(cause) => backend_failure(&cause),
         };
         Self(err)
     }
+}
+
+/// A state change refused because the job is not in a state it applies to.
+fn wrong_state(current: Option<JobState>) -> OjsError {
+    let state = current.map_or("another state", |s| s.as_str());
+    let mut err = OjsError::conflict(format!(
+        "the job is {state}; the operation is not valid in that state"
+    ));
+    if let Some(s) = current {
+        err = err.with_detail("current_state", s.as_str());
+    }
+    err
+}
+
+/// An ACK, FAIL or heartbeat fenced on an attempt or worker that no longer holds the job.
+fn not_the_holder(attempt: u32) -> OjsError {
+    OjsError::conflict(format!(
+        "the job's current attempt ({attempt}) is not the caller's: the worker_id or \
+         attempt named is not the current holder's (a late call from an earlier attempt, \
+         or another worker's claim)"
+    ))
+    .with_detail("current_state", JobState::Active.as_str())
+    .with_detail("current_attempt", attempt)
+}
+
+/// A checkpoint whose sequence does not follow the one stored.
+fn stale_checkpoint(current: Option<u64>) -> OjsError {
+    let stored = current.map_or("none".to_owned(), |c| c.to_string());
+    OjsError::conflict(format!(
+        "the checkpoint's sequence does not follow the stored one ({stored}): \
+         a newer checkpoint is kept"
+    ))
+    .with_detail(
+        "current_sequence",
+        current.map_or(serde_json::Value::Null, Into::into),
+    )
+}
+
+fn queue_paused(queue: String, paused_at: Option<String>) -> OjsError {
+    let mut err = OjsError::new(
+        ErrorCode::QueuePaused,
+        format!("Queue '{queue}' is currently paused. Jobs cannot be enqueued or fetched."),
+    )
+    .with_detail("queue", queue);
+    if let Some(at) = paused_at {
+        err = err.with_detail("paused_at", at);
+    }
+    err
+}
+
+fn throttled(cause: &str) -> OjsError {
+    tracing::warn!(%cause, "storage throttled");
+    OjsError::new(
+        ErrorCode::BackendError,
+        "storage is throttling requests; retry with backoff",
+    )
+}
+
+/// Not an outage: DynamoDB refused a request this server built.
+fn rejected_as_invalid(cause: &str) -> OjsError {
+    tracing::error!(%cause, "storage rejected the request as invalid (a bug)");
+    OjsError::new(
+        ErrorCode::Internal,
+        "the storage backend rejected this request as invalid; this is a server \
+         bug, logged with the request id",
+    )
+}
+
+fn backend_failure(cause: &str) -> OjsError {
+    tracing::error!(%cause, "storage failure");
+    OjsError::new(
+        ErrorCode::BackendError,
+        "storage backend failure; retry with backoff",
+    )
 }
 
 /// Marks an error response so the layer renders its body.

@@ -140,48 +140,54 @@ async fn route_guard(req: Request<Body>, next: Next) -> Response {
 /// The headers the HTTP binding puts on every response: `OJS-Version`, `X-Request-Id` and
 /// the OJS JSON `Content-Type`.
 fn standard_headers(headers: &mut HeaderMap, request_id: &str, json_type: &'static str) {
+    version_and_request_id(headers, request_id);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
+}
+
+/// `OJS-Version` and `X-Request-Id`, for a response that keeps its own Content-Type.
+fn version_and_request_id(headers: &mut HeaderMap, request_id: &str) {
     headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     if let Ok(v) = HeaderValue::from_str(request_id) {
         headers.insert("x-request-id", v);
     }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
+}
+
+/// What the layer reads of a request before its handler runs, for the answer's headers
+/// and the request's log line.
+struct Seen {
+    request_id: String,
+    xray_trace_id: Option<String>,
+    started: std::time::Instant,
+    method: Method,
+    path: String,
+    origin: Option<HeaderValue>,
+    json_type: &'static str,
+}
+
+impl Seen {
+    fn of(req: &Request<Body>, state: &AppState) -> Self {
+        Self {
+            request_id: request_id(req),
+            xray_trace_id: xray_trace_id(req),
+            started: std::time::Instant::now(),
+            method: req.method().clone(),
+            path: req.uri().path().to_owned(),
+            origin: req.headers().get(header::ORIGIN).cloned(),
+            json_type: if state.config.json_alias_for_all || sdk_request(req.headers()) {
+                OJS_JSON_ALIASED
+            } else {
+                OJS_JSON
+            },
+        }
+    }
 }
 
 async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: Next) -> Response {
-    let request_id = request_id(&req);
-    let xray_trace_id = xray_trace_id(&req);
-    let started = std::time::Instant::now();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let origin = req.headers().get(header::ORIGIN).cloned();
-    let json_type = if state.config.json_alias_for_all || sdk_request(req.headers()) {
-        OJS_JSON_ALIASED
-    } else {
-        OJS_JSON
-    };
-    if CorsPolicy::is_preflight(&method, req.headers()) {
-        let mut res = StatusCode::NO_CONTENT.into_response();
-        state
-            .cors
-            .preflight_headers(req.headers(), res.headers_mut());
-        // "Every response must include" the three (HTTP binding, standard response headers).
-        standard_headers(res.headers_mut(), &request_id, json_type);
-        return res;
+    let seen = Seen::of(&req, &state);
+    if CorsPolicy::is_preflight(&seen.method, req.headers()) {
+        return preflight(&state, &req, &seen);
     }
-    let principal = if is_public(&method, &path) {
-        Ok(None)
-    } else {
-        match state.auth.check(req.headers()).await {
-            // A valid key that lacks the scope this request needs: 403.
-            Ok(Some(p)) => crate::scopes::check(p.scopes, &method, &path)
-                .and_then(|()| {
-                    let tenant = p.tenant.as_ref().map(|t| t.as_str());
-                    crate::scopes::check_tenant(tenant, &method, &path)
-                })
-                .map(|()| Some(p)),
-            other => other,
-        }
-    };
+    let principal = authorize(&state, req.headers(), &seen.method, &seen.path).await;
     let key_id = principal
         .as_ref()
         .ok()
@@ -190,89 +196,153 @@ async fn ojs_layer(State(state): State<AppState>, mut req: Request<Body>, next: 
         // Handlers that register something record the key that did (crate::extract::Caller).
         req.extensions_mut().insert(p.clone());
     }
-    let mut ddb = ojs_store::UsageSnapshot::default();
-    let kind = Envelopes::of(&method, &path);
-    let negotiated = match principal {
-        Err(err) => Err(err),
-        Ok(_) => negotiate_request(req, &method, &path, kind).await,
+    let (res, ddb) = match principal {
+        Err(err) => (
+            ApiError(err).into_response(),
+            ojs_store::UsageSnapshot::default(),
+        ),
+        Ok(_) => serve(req, next, &seen).await,
     };
-    let mut res = match negotiated {
-        Err(err) => ApiError(err).into_response(),
-        Ok((req, format)) => {
-            // Every line logged while the request is handled carries its id.
-            let span = tracing::info_span!(
-                "request",
-                request_id = %request_id,
-                xray_trace_id = xray_trace_id.as_deref().unwrap_or("-"),
-            );
-            let (res, usage) =
-                ojs_store::measured(run_catching_panics(next, req).instrument(span)).await;
-            ddb = usage;
-            match format {
-                Format::Proto => negotiate::encode_response(res, kind).await,
-                Format::Json => res,
-            }
+    let mut res = render_error_body(res, &seen).await;
+    finish_headers(&mut res, &state, &seen);
+    log_request(&res, &seen, key_id.as_deref(), &ddb);
+    res
+}
+
+/// The answer to a CORS preflight, which no handler sees.
+fn preflight(state: &AppState, req: &Request<Body>, seen: &Seen) -> Response {
+    let mut res = StatusCode::NO_CONTENT.into_response();
+    state
+        .cors
+        .preflight_headers(req.headers(), res.headers_mut());
+    // "Every response must include" the three (HTTP binding, standard response headers).
+    standard_headers(res.headers_mut(), &seen.request_id, seen.json_type);
+    res
+}
+
+/// Who the request comes from: nobody on a public path or with auth off; an error for a
+/// missing or unknown key (401), or for a valid key that lacks the scope or the tenant
+/// this request needs (403).
+async fn authorize(
+    state: &AppState,
+    headers: &HeaderMap,
+    method: &Method,
+    path: &str,
+) -> Result<Option<crate::auth::Principal>, OjsError> {
+    if is_public(method, path) {
+        return Ok(None);
+    }
+    match state.auth.check(headers).await {
+        Ok(Some(p)) => crate::scopes::check(p.scopes, method, path)
+            .and_then(|()| {
+                let tenant = p.tenant.as_ref().map(|t| t.as_str());
+                crate::scopes::check_tenant(tenant, method, path)
+            })
+            .map(|()| Some(p)),
+        other => other,
+    }
+}
+
+/// Runs the handler on the negotiated request, answering in the format negotiated, with
+/// the DynamoDB calls and capacity the handling took.
+async fn serve(
+    req: Request<Body>,
+    next: Next,
+    seen: &Seen,
+) -> (Response, ojs_store::UsageSnapshot) {
+    let kind = Envelopes::of(&seen.method, &seen.path);
+    let (req, format) = match negotiate_request(req, &seen.method, &seen.path, kind).await {
+        Ok(negotiated) => negotiated,
+        Err(err) => {
+            return (
+                ApiError(err).into_response(),
+                ojs_store::UsageSnapshot::default(),
+            )
         }
     };
+    // Every line logged while the request is handled carries its id.
+    let span = tracing::info_span!(
+        "request",
+        request_id = %seen.request_id,
+        xray_trace_id = seen.xray_trace_id.as_deref().unwrap_or("-"),
+    );
+    let (res, usage) = ojs_store::measured(run_catching_panics(next, req).instrument(span)).await;
+    let res = match format {
+        Format::Proto => negotiate::encode_response(res, kind).await,
+        Format::Json => res,
+    };
+    (res, usage)
+}
+
+/// The OJS error body of a handler's error, and of axum's own rejections: routing
+/// rejections (unknown path, wrong method) carry no body, and extractor rejections (a
+/// path or query parameter that does not parse) axum's plain text.
+async fn render_error_body(mut res: Response, seen: &Seen) -> Response {
     if let Some(PendingError(err)) = res.extensions_mut().remove::<PendingError>() {
-        res = render_error(res.status(), &err, &request_id);
-    } else if res.status().is_client_error() && is_axum_rejection(&res) {
-        // Routing rejections (unknown path, wrong method) carry no body, and extractor
-        // rejections (a path or query parameter that does not parse) axum's plain text.
-        let code = match res.status() {
-            StatusCode::NOT_FOUND => ErrorCode::NotFound,
-            StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
-            _ => ErrorCode::InvalidRequest,
-        };
-        let status = res.status();
-        let text = axum::body::to_bytes(std::mem::take(res.body_mut()), 1024)
-            .await
-            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
-            .unwrap_or_default();
-        let message = if text.is_empty() {
-            format!("no OJS endpoint {method} {path}")
-        } else {
-            format!("{text} ({method} {path})")
-        };
-        res = render_error(status, &OjsError::new(code, message), &request_id);
+        return render_error(res.status(), &err, &seen.request_id);
     }
-    let status = res.status();
-    let own_content_type = res.extensions().get::<OwnContentType>().is_some();
-    if own_content_type {
-        let headers = res.headers_mut();
-        headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
-        if let Ok(v) = HeaderValue::from_str(&request_id) {
-            headers.insert("x-request-id", v);
-        }
+    if !(res.status().is_client_error() && is_axum_rejection(&res)) {
+        return res;
+    }
+    let code = match res.status() {
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        _ => ErrorCode::InvalidRequest,
+    };
+    let text = axum::body::to_bytes(std::mem::take(res.body_mut()), 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let (method, path) = (&seen.method, &seen.path);
+    let message = if text.is_empty() {
+        format!("no OJS endpoint {method} {path}")
     } else {
-        standard_headers(res.headers_mut(), &request_id, json_type);
+        format!("{text} ({method} {path})")
+    };
+    render_error(
+        res.status(),
+        &OjsError::new(code, message),
+        &seen.request_id,
+    )
+}
+
+/// The headers of every answer (a handler's own Content-Type kept), the challenge of a
+/// 401 and the CORS headers.
+fn finish_headers(res: &mut Response, state: &AppState, seen: &Seen) {
+    if res.extensions().get::<OwnContentType>().is_some() {
+        version_and_request_id(res.headers_mut(), &seen.request_id);
+    } else {
+        standard_headers(res.headers_mut(), &seen.request_id, seen.json_type);
     }
-    let headers = res.headers_mut();
-    if status == StatusCode::UNAUTHORIZED {
-        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    if res.status() == StatusCode::UNAUTHORIZED {
+        res.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     state
         .cors
-        .response_headers(origin.as_ref(), res.headers_mut());
+        .response_headers(seen.origin.as_ref(), res.headers_mut());
+}
+
+/// The request's one log line.
+fn log_request(res: &Response, seen: &Seen, key_id: Option<&str>, ddb: &ojs_store::UsageSnapshot) {
     let subject = res.extensions().get::<LogSubject>();
     tracing::info!(
-        request_id = %request_id,
-        method = %method,
-        path = %path,
-        status = status.as_u16(),
-        latency_us = started.elapsed().as_micros() as u64,
-        key_id = key_id.as_deref().unwrap_or("-"),
+        request_id = %seen.request_id,
+        method = %seen.method,
+        path = %seen.path,
+        status = res.status().as_u16(),
+        latency_us = seen.started.elapsed().as_micros() as u64,
+        key_id = key_id.unwrap_or("-"),
         job_id = subject.map_or("-", |s| s.job_id.as_str()),
         queue = subject.map_or("-", |s| s.queue.as_str()),
         trace_id = subject.and_then(|s| s.trace_id.as_deref()).unwrap_or("-"),
-        xray_trace_id = xray_trace_id.as_deref().unwrap_or("-"),
+        xray_trace_id = seen.xray_trace_id.as_deref().unwrap_or("-"),
         jobs = subject.map_or(0, |s| s.jobs),
         ddb_calls = ddb.calls,
         ddb_rcu = ddb.read_units,
         ddb_wcu = ddb.write_units,
         "request"
     );
-    res
 }
 
 /// The answer's format, then the body as its handler reads it: decompressed

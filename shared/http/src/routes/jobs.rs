@@ -283,68 +283,9 @@ async fn enqueue_batch(
     BatchBody(mut body): BatchBody,
 ) -> Result<Response, ApiError> {
     let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
-    let jobs = match body {
-        serde_json::Value::Object(mut o) => match o.remove("jobs") {
-            Some(serde_json::Value::Array(jobs)) if !jobs.is_empty() => jobs,
-            _ => {
-                return Err(OjsError::invalid_request("jobs must be a non-empty array")
-                    .with_path("$.jobs")
-                    .into())
-            }
-        },
-        serde_json::Value::Array(jobs) if !jobs.is_empty() => jobs,
-        _ => return Err(OjsError::invalid_request("the batch must be {\"jobs\": [...]}").into()),
-    };
-    if jobs.len() > MAX_BATCH {
-        return Err(OjsError::new(
-            ojs_core::ErrorCode::ValidationError,
-            format!("a batch holds at most {MAX_BATCH} jobs, got {}", jobs.len()),
-        )
-        .into());
-    }
-    let mut parsed = Vec::with_capacity(jobs.len());
-    let mut errors = Vec::new();
-    for (index, raw) in jobs.into_iter().enumerate() {
-        let checked = match NewJob::from_json(raw) {
-            Ok(mut new) => match tenant.adopt(&mut new.spec.meta, &format!("$.jobs[{index}].meta"))
-            {
-                Ok(()) => {
-                    trace.adopt_into(&mut new.spec.meta);
-                    super::schemas::check_args(&app, &new)
-                        .await
-                        .map(|()| new)
-                        .map_err(|e| e.0)
-                }
-                Err(e) => Err(e.0),
-            },
-            Err(e) => Err(e),
-        };
-        match checked {
-            Ok(new) => parsed.push(new),
-            Err(e) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
-        }
-    }
-    if !errors.is_empty() {
-        let first = errors[0]["message"].as_str().unwrap_or_default().to_owned();
-        return Err(OjsError::invalid_request(format!(
-            "{} of the batch's jobs are invalid (first: {first}); nothing was enqueued",
-            errors.len()
-        ))
-        .with_detail("errors", errors)
-        .into());
-    }
+    let parsed = parse_batch(&app, &tenant, &trace, batch_entries(body)?).await?;
     let now = time::now();
-    // Microsecond offsets keep the batch's order FIFO among equal priorities.
-    let mut jobs: Vec<Job> = parsed
-        .into_iter()
-        .enumerate()
-        .map(|(i, new)| {
-            Job::enqueue(
-                new,
-                now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0)),
-            )
-        })
-        .collect();
+    let mut jobs = enqueue_in_order(parsed, now);
     let Some(idempotent) = idempotent else {
         return push_batch(&app, &jobs, Try::Plain).await;
     };
@@ -368,6 +309,94 @@ async fn enqueue_batch(
     };
     idempotent.settle(&app, summary).await;
     outcome
+}
+
+/// The raw jobs of a batch body, `{"jobs": [...]}` or a bare array: at least one, at most
+/// [`MAX_BATCH`].
+fn batch_entries(body: serde_json::Value) -> Result<Vec<serde_json::Value>, ApiError> {
+    let jobs = match body {
+        serde_json::Value::Object(mut o) => match o.remove("jobs") {
+            Some(serde_json::Value::Array(jobs)) if !jobs.is_empty() => jobs,
+            _ => {
+                return Err(OjsError::invalid_request("jobs must be a non-empty array")
+                    .with_path("$.jobs")
+                    .into())
+            }
+        },
+        serde_json::Value::Array(jobs) if !jobs.is_empty() => jobs,
+        _ => return Err(OjsError::invalid_request("the batch must be {\"jobs\": [...]}").into()),
+    };
+    if jobs.len() > MAX_BATCH {
+        return Err(OjsError::new(
+            ojs_core::ErrorCode::ValidationError,
+            format!("a batch holds at most {MAX_BATCH} jobs, got {}", jobs.len()),
+        )
+        .into());
+    }
+    Ok(jobs)
+}
+
+/// Every job of the batch checked as PUSH checks one; any invalid job refuses the whole
+/// batch, with an error per index.
+async fn parse_batch(
+    app: &AppState,
+    tenant: &Tenant,
+    trace: &TraceHeaders,
+    jobs: Vec<serde_json::Value>,
+) -> Result<Vec<NewJob>, ApiError> {
+    let mut parsed = Vec::with_capacity(jobs.len());
+    let mut errors = Vec::new();
+    for (index, raw) in jobs.into_iter().enumerate() {
+        match batch_job(app, tenant, trace, index, raw).await {
+            Ok(new) => parsed.push(new),
+            Err(e) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
+        }
+    }
+    if !errors.is_empty() {
+        let first = errors[0]["message"].as_str().unwrap_or_default().to_owned();
+        return Err(OjsError::invalid_request(format!(
+            "{} of the batch's jobs are invalid (first: {first}); nothing was enqueued",
+            errors.len()
+        ))
+        .with_detail("errors", errors)
+        .into());
+    }
+    Ok(parsed)
+}
+
+/// The batch's job at `index`: parsed, given the request's tenant and trace, its args
+/// checked against its type's schema.
+async fn batch_job(
+    app: &AppState,
+    tenant: &Tenant,
+    trace: &TraceHeaders,
+    index: usize,
+    raw: serde_json::Value,
+) -> Result<NewJob, OjsError> {
+    let mut new = NewJob::from_json(raw)?;
+    tenant
+        .adopt(&mut new.spec.meta, &format!("$.jobs[{index}].meta"))
+        .map_err(|e| e.0)?;
+    trace.adopt_into(&mut new.spec.meta);
+    super::schemas::check_args(app, &new)
+        .await
+        .map_err(|e| e.0)?;
+    Ok(new)
+}
+
+/// The batch's jobs enqueued at `now`, a microsecond apart, which keeps the batch's order
+/// FIFO among equal priorities.
+fn enqueue_in_order(parsed: Vec<NewJob>, now: time::Timestamp) -> Vec<Job> {
+    parsed
+        .into_iter()
+        .enumerate()
+        .map(|(i, new)| {
+            Job::enqueue(
+                new,
+                now + chrono::Duration::microseconds(i64::try_from(i).unwrap_or(0)),
+            )
+        })
+        .collect()
 }
 
 /// Stores the batch's `jobs`, all or none, and answers for them. A try under an

@@ -136,23 +136,50 @@ pub(super) async fn get_history(
     Query(p): Query<HistoryParams>,
 ) -> Result<Response, ApiError> {
     let period = p.period.as_deref().unwrap_or("5m");
-    let secs: i64 = match period {
-        "1m" => 60,
-        "5m" => 300,
-        "1h" => 3600,
-        "1d" => 86_400,
-        other => {
-            return Err(OjsError::invalid_request(format!(
-                "period must be 1m, 5m, 1h or 1d (got {other:?})"
-            ))
-            .with_path("$.period")
-            .into())
-        }
+    let secs = period_seconds(period)?;
+    let (since, until) = history_range(&p, secs)?;
+    let queues = match p.queue.as_deref().filter(|q| !q.is_empty()) {
+        Some(q) => vec![QueueName::parse(q)?.as_str().to_owned()],
+        None => Vec::new(),
     };
-    let now = time::now();
+    let events = events_since(
+        &app,
+        &["job.enqueued", "job.completed", "job.failed"],
+        queues,
+        &since,
+    )
+    .await?;
+    let data = history_points(count_per_period(&events, since, until, secs));
+    Ok(reply(
+        StatusCode::OK,
+        json!({"period": period, "data": data}),
+    ))
+}
+
+/// The length in seconds of a history `period`.
+fn period_seconds(period: &str) -> Result<i64, ApiError> {
+    match period {
+        "1m" => Ok(60),
+        "5m" => Ok(300),
+        "1h" => Ok(3600),
+        "1d" => Ok(86_400),
+        other => Err(OjsError::invalid_request(format!(
+            "period must be 1m, 5m, 1h or 1d (got {other:?})"
+        ))
+        .with_path("$.period")
+        .into()),
+    }
+}
+
+/// The history's `since` and `until` (the last hour up to now by default): `since`
+/// first, and at most 2000 periods of `secs` between them.
+fn history_range(
+    p: &HistoryParams,
+    secs: i64,
+) -> Result<(time::Timestamp, time::Timestamp), ApiError> {
     let until = match p.until.as_deref() {
         Some(raw) => time::parse(raw, "$.until")?,
-        None => now,
+        None => time::now(),
     };
     let since = match p.since.as_deref() {
         Some(raw) => time::parse(raw, "$.since")?,
@@ -165,17 +192,17 @@ pub(super) async fn get_history(
         .with_path("$.since")
         .into());
     }
-    let queues = match p.queue.as_deref().filter(|q| !q.is_empty()) {
-        Some(q) => vec![QueueName::parse(q)?.as_str().to_owned()],
-        None => Vec::new(),
-    };
-    let events = events_since(
-        &app,
-        &["job.enqueued", "job.completed", "job.failed"],
-        queues,
-        &since,
-    )
-    .await?;
+    Ok((since, until))
+}
+
+/// The enqueued, completed and failed `events` counted per period of `secs` (periods
+/// start on multiples of it), every period from `since` to `until` listed.
+fn count_per_period(
+    events: &[Value],
+    since: time::Timestamp,
+    until: time::Timestamp,
+    secs: i64,
+) -> BTreeMap<i64, [u64; 3]> {
     let bucket = |t: i64| t - t.rem_euclid(secs);
     let mut data: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
     let mut t = bucket(since.timestamp());
@@ -183,7 +210,7 @@ pub(super) async fn get_history(
         data.insert(t, [0; 3]);
         t += secs;
     }
-    for e in &events {
+    for e in events {
         let Some(at) = e["time"]
             .as_str()
             .and_then(|raw| time::parse(raw, "$").ok())
@@ -202,7 +229,12 @@ pub(super) async fn get_history(
             b[slot] += 1;
         }
     }
-    let data: Vec<Value> = data
+    data
+}
+
+/// The history's points as the dashboard reads them.
+fn history_points(counts: BTreeMap<i64, [u64; 3]>) -> Vec<Value> {
+    counts
         .into_iter()
         .filter_map(|(t, [enqueued, processed, failed])| {
             let at = chrono::DateTime::<chrono::Utc>::from_timestamp(t, 0)?;
@@ -213,11 +245,7 @@ pub(super) async fn get_history(
                 "failed": failed,
             }))
         })
-        .collect();
-    Ok(reply(
-        StatusCode::OK,
-        json!({"period": period, "data": data}),
-    ))
+        .collect()
 }
 
 /// `GET /ojs/v1/admin/scheduling/stats` (ojs-fair-scheduling.md §10.2): FETCH takes the

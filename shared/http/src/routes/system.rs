@@ -27,7 +27,6 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 async fn get_manifest(State(app): State<AppState>) -> Response {
-    let auth_required = app.auth.mode() == crate::AuthMode::ApiKey;
     reply(
         StatusCode::OK,
         json!({
@@ -65,48 +64,62 @@ async fn get_manifest(State(app): State<AppState>) -> Response {
             // The same extensions by URI (ojs-extension-lifecycle.md §5), which the
             // Protobuf encoding's capability negotiation asks for (ojs-protobuf-format.md
             // §8.3), and how the Protobuf form carries what has no field of its own.
-            "extension_uris": EXTENSIONS.iter().map(|(_, uri)| *uri).collect::<Vec<_>>(),
+            "extension_uris": extension_uris(),
             "protobuf": {
                 "schema": "openjobspec.v1",
-                "extension_uris": EXTENSIONS.iter().map(|(_, uri)| *uri).collect::<Vec<_>>(),
+                "extension_uris": extension_uris(),
                 "custom_extensions_prefix": "x-ojs-",
                 "unknown_fields": "preserved in a JobEnvelope: top-level and inside retry, unique and error",
             },
-            "authentication": {
-                "required": auth_required,
-                "schemes": if auth_required { json!(["bearer"]) } else { json!([]) },
-                "public_paths": ["/ojs/manifest", "/ojs/v1/health", "/health", "/ready"],
-            },
-            "capabilities": {
-                "batch_enqueue": true,
-                "cron_jobs": true,
-                "dead_letter": true,
-                "delayed_jobs": true,
-                "job_ttl": true,
-                "priority_queues": true,
-                "rate_limiting": true,
-                "schema_validation": true,
-                "unique_jobs": true,
-                "workflows": true,
-                "events": true,
-                "heartbeat": true,
-                "visibility_timeout": true,
-                "execution_timeout": true,
-                "pause_resume": true,
-                // The dashboard shows its webhooks and schemas pages by these names.
-                "webhooks": true,
-                "job_versioning": true,
-                // Depth bounds with the reject strategy (ojs-backpressure.md).
-                "backpressure": true,
-                // Tenants kept apart, limited and listed (ojs-multi-tenancy.md; README,
-                // "Multi-tenancy"): the dashboard shows its tenants page by this name. Not
-                // the extension's claim (`extensions`): tenant events and per-tenant
-                // metric labels (its §11, MT-006) are not built.
-                "multi_tenancy": true,
-            },
+            "authentication": authentication(app.auth.mode() == crate::AuthMode::ApiKey),
+            "capabilities": capabilities(),
             "limits": limits(app.store.engine().payloads().is_some()),
         }),
     )
+}
+
+fn extension_uris() -> Vec<&'static str> {
+    EXTENSIONS.iter().map(|(_, uri)| *uri).collect()
+}
+
+/// The manifest's `authentication`: whether a key is needed, and where it is not.
+fn authentication(required: bool) -> Value {
+    json!({
+        "required": required,
+        "schemes": if required { json!(["bearer"]) } else { json!([]) },
+        "public_paths": ["/ojs/manifest", "/ojs/v1/health", "/health", "/ready"],
+    })
+}
+
+/// The manifest's `capabilities`: the features SDKs and the dashboard look for by name.
+fn capabilities() -> Value {
+    json!({
+        "batch_enqueue": true,
+        "cron_jobs": true,
+        "dead_letter": true,
+        "delayed_jobs": true,
+        "job_ttl": true,
+        "priority_queues": true,
+        "rate_limiting": true,
+        "schema_validation": true,
+        "unique_jobs": true,
+        "workflows": true,
+        "events": true,
+        "heartbeat": true,
+        "visibility_timeout": true,
+        "execution_timeout": true,
+        "pause_resume": true,
+        // The dashboard shows its webhooks and schemas pages by these names.
+        "webhooks": true,
+        "job_versioning": true,
+        // Depth bounds with the reject strategy (ojs-backpressure.md).
+        "backpressure": true,
+        // Tenants kept apart, limited and listed (ojs-multi-tenancy.md; README,
+        // "Multi-tenancy"): the dashboard shows its tenants page by this name. Not
+        // the extension's claim (`extensions`): tenant events and per-tenant
+        // metric labels (its §11, MT-006) are not built.
+        "multi_tenancy": true,
+    })
 }
 
 /// The extensions the manifest declares, each fully implemented (its official suite

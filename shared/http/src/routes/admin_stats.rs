@@ -265,14 +265,7 @@ pub(super) async fn scheduling_stats(State(app): State<AppState>) -> Result<Resp
             })
         })
         .collect();
-    let pools: Vec<Value> = app
-        .store
-        .engine()
-        .list_pools()
-        .await?
-        .iter()
-        .map(|p| p.to_json())
-        .collect();
+    let pools = super::pools::pool_views(&app).await?;
     let stats = json!({"queues": queues, "pools": pools});
     Ok(reply(
         StatusCode::OK,

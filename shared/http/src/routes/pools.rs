@@ -26,18 +26,23 @@ pub(crate) fn router() -> Router<AppState> {
 /// `GET /ojs/v1/admin/pools` (ojs-fair-scheduling.md §10.1): every scheduling pool, as
 /// `items` (the spec) and `pools`.
 async fn list_pools(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let pools: Vec<Value> = app
+    let pools = pool_views(&app).await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"items": pools, "pools": pools}),
+    ))
+}
+
+/// Every scheduling pool as the admin API shows it.
+pub(super) async fn pool_views(app: &AppState) -> Result<Vec<Value>, ApiError> {
+    Ok(app
         .store
         .engine()
         .list_pools()
         .await?
         .iter()
         .map(|p| p.to_json())
-        .collect();
-    Ok(reply(
-        StatusCode::OK,
-        json!({"items": pools, "pools": pools}),
-    ))
+        .collect())
 }
 
 fn no_pool(name: &str) -> ApiError {

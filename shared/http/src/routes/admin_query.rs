@@ -352,6 +352,12 @@ mod tests {
         Job::enqueue(new, time::now())
     }
 
+    /// What a query string of one `field` gives: a [`RawFilter`] or a [`RawPaging`].
+    fn one_field<T: serde::de::DeserializeOwned>(field: &str, value: &str) -> T {
+        serde_json::from_value(json!({ field: value }))
+            .unwrap_or_else(|e| panic!("{field}={value}: {e}"))
+    }
+
     #[test]
     fn a_tenant_filter_passes_that_tenants_jobs_only() {
         let of = |tenant: Option<&str>| {
@@ -407,21 +413,9 @@ mod tests {
             .parse("$")
             .unwrap_or_default()
             .needs_jobs());
-        let t = "2026-01-01T00:00:00Z".to_owned();
-        for one in [
-            RawFilter {
-                job_type: Some("a".into()),
-                ..Default::default()
-            },
-            RawFilter {
-                since: Some(t.clone()),
-                ..Default::default()
-            },
-            RawFilter {
-                until: Some(t),
-                ..Default::default()
-            },
-        ] {
+        let t = "2026-01-01T00:00:00Z";
+        for (field, value) in [("type", "a"), ("since", t), ("until", t)] {
+            let one: RawFilter = one_field(field, value);
             assert!(one.parse("$").unwrap_or_default().needs_jobs(), "{one:?}");
         }
         let by_state = RawFilter {
@@ -430,24 +424,13 @@ mod tests {
             ..Default::default()
         };
         assert!(!by_state.parse("$").unwrap_or_default().needs_jobs());
-        for bad in [
-            RawFilter {
-                state: Some("pending".into()),
-                ..Default::default()
-            },
-            RawFilter {
-                state: Some("done".into()),
-                ..Default::default()
-            },
-            RawFilter {
-                queue: Some("Bad Queue".into()),
-                ..Default::default()
-            },
-            RawFilter {
-                since: Some("yesterday".into()),
-                ..Default::default()
-            },
+        for (field, value) in [
+            ("state", "pending"),
+            ("state", "done"),
+            ("queue", "Bad Queue"),
+            ("since", "yesterday"),
         ] {
+            let bad: RawFilter = one_field(field, value);
             assert!(bad.parse("$.filter").is_err(), "{bad:?}");
         }
     }
@@ -455,70 +438,30 @@ mod tests {
     #[test]
     fn a_filter_matches_on_every_field() {
         let j = job("email.send", "email", 0);
+        let created = time::format(&j.status.created_at);
         let f = |raw: RawFilter| raw.parse("$").unwrap_or_default();
         assert!(f(RawFilter::default()).matches(&j));
-        assert!(f(RawFilter {
-            job_type: Some("email.*".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(f(RawFilter {
-            job_type: Some("email.send".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            job_type: Some("email".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            queue: Some("other".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            state: Some("active".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(f(RawFilter {
-            state: Some(j.status.state.as_str().into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            since: Some("2999-01-01T00:00:00Z".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(f(RawFilter {
-            until: Some("2999-01-01T00:00:00Z".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            until: Some("2000-01-01T00:00:00Z".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(f(RawFilter {
-            since: Some("2000-01-01T00:00:00Z".into()),
-            ..Default::default()
-        })
-        .matches(&j));
-        // Both bounds are strict: a job created exactly at one is out.
-        let at = Some(time::format(&j.status.created_at));
-        assert!(!f(RawFilter {
-            since: at.clone(),
-            ..Default::default()
-        })
-        .matches(&j));
-        assert!(!f(RawFilter {
-            until: at,
-            ..Default::default()
-        })
-        .matches(&j));
+        for (field, value, matches) in [
+            ("type", "email.*", true),
+            ("type", "email.send", true),
+            ("type", "email", false),
+            ("queue", "other", false),
+            ("state", "active", false),
+            ("state", j.status.state.as_str(), true),
+            ("since", "2999-01-01T00:00:00Z", false),
+            ("until", "2999-01-01T00:00:00Z", true),
+            ("until", "2000-01-01T00:00:00Z", false),
+            ("since", "2000-01-01T00:00:00Z", true),
+            // Both bounds are strict: a job created exactly at one is out.
+            ("since", created.as_str(), false),
+            ("until", created.as_str(), false),
+        ] {
+            assert_eq!(
+                f(one_field(field, value)).matches(&j),
+                matches,
+                "{field} {value}"
+            );
+        }
     }
 
     #[test]
@@ -545,28 +488,14 @@ mod tests {
             (200, SortField::Priority, false)
         );
         assert!(p.needs_jobs());
-        for bad in [
-            RawPaging {
-                page: Some("0".into()),
-                ..Default::default()
-            },
-            RawPaging {
-                per_page: Some("101".into()),
-                ..Default::default()
-            },
-            RawPaging {
-                per_page: Some("x".into()),
-                ..Default::default()
-            },
-            RawPaging {
-                sort: Some("id".into()),
-                ..Default::default()
-            },
-            RawPaging {
-                order: Some("up".into()),
-                ..Default::default()
-            },
+        for (field, value) in [
+            ("page", "0"),
+            ("per_page", "101"),
+            ("per_page", "x"),
+            ("sort", "id"),
+            ("order", "up"),
         ] {
+            let bad: RawPaging = one_field(field, value);
             assert!(bad.parse().is_err(), "{bad:?}");
         }
         assert_eq!(

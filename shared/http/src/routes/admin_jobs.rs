@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
-use super::{no_such_job, reply};
+use super::{job_not_found, reply};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, ListingTenant, Tenant};
 use crate::AppState;
@@ -140,23 +140,6 @@ async fn listing(app: &AppState, filter: &Filter, paging: &Paging) -> Result<Res
     Ok(reply(StatusCode::OK, paging.listing(items, total)))
 }
 
-fn job_not_found(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
-        StoreError::NotFound => ApiError(no_such_job(id)),
-        other => other.into(),
-    }
-}
-
-/// The stored job a path names (a 404 when there is none).
-async fn stored_job(app: &AppState, id: &str) -> Result<Job, ApiError> {
-    let id = JobId::parse(id)?;
-    app.store
-        .engine()
-        .get_job(&id)
-        .await?
-        .ok_or_else(|| ApiError(no_such_job(&id)))
-}
-
 /// `GET /ojs/v1/admin/jobs/{id}`: the job whole, or, when its payload cannot be read,
 /// shown incomplete and saying so (an operator looks at such a job too). Another
 /// tenant's job is 404 to a request acting for one tenant (a key bound to it).
@@ -165,10 +148,7 @@ pub(crate) async fn get_job(
     tenant: Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = stored_job(&app, &id).await?;
-    if !tenant.sees(&job) {
-        return Err(ApiError(no_such_job(&job.id)));
-    }
+    let job = super::visible_job(&app, &tenant, &JobId::parse(&id)?).await?;
     let job = app.store.engine().shown_job(job).await;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
@@ -180,7 +160,7 @@ pub(crate) async fn patch_job(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    stored_job(&app, &id).await?;
+    super::stored_job(&app, &JobId::parse(&id)?).await?;
     Err(OjsError::new(
         ErrorCode::Unsupported,
         "changing the priority of an enqueued job is not supported; cancel it and push it again",

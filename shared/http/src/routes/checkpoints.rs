@@ -51,15 +51,12 @@ async fn save_checkpoint(
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
     let save = CheckpointSave::from_body(&body)?;
-    let saved = match app
+    let saved = app
         .store
         .checkpoints()
         .save_checkpoint(&id, &save, time::now())
         .await
-    {
-        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
-        other => other?,
-    };
+        .map_err(super::job_not_found(&id))?;
     let mut view = saved.view(&id);
     if let Some(o) = view.as_object_mut() {
         // The save's answer does not echo the state back (§4.1).
@@ -74,12 +71,7 @@ async fn get_checkpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .engine()
-        .get_job(&id)
-        .await?
-        .ok_or_else(|| super::no_such_job(&id))?;
+    let job = super::stored_job(&app, &id).await?;
     let checkpoint: &Checkpoint = job.status.checkpoint.as_ref().ok_or_else(|| {
         OjsError::not_found(format!("job {id} has no checkpoint"))
             .with_detail("job_id", id.to_string())
@@ -94,10 +86,11 @@ async fn delete_checkpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    match app.store.checkpoints().delete_checkpoint(&id).await {
-        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(&id).into()),
-        other => other?,
-    }
+    app.store
+        .checkpoints()
+        .delete_checkpoint(&id)
+        .await
+        .map_err(super::job_not_found(&id))?;
     Ok(reply(
         StatusCode::OK,
         json!({"deleted": true, "job_id": id.to_string()}),

@@ -7,7 +7,6 @@ use axum::routing::{delete, get};
 use axum::Router;
 use ojs_core::cron_job::CronJob;
 use ojs_core::{time, OjsError};
-use ojs_store::StoreError;
 use serde_json::{json, Map, Value};
 
 use super::queues::{page_of, Page};
@@ -82,12 +81,9 @@ async fn delete_cron(
         .cron()
         .delete_cron(&name)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => {
-                ApiError(OjsError::not_found(format!("no cron job named {name:?}")))
-            }
-            other => other.into(),
-        })?;
+        .map_err(super::not_found_as(|| {
+            ApiError(OjsError::not_found(format!("no cron job named {name:?}")))
+        }))?;
     let entry = entry.to_json();
     Ok(reply(
         StatusCode::OK,

@@ -305,10 +305,7 @@ async fn set_directive(
         .workers()
         .set_directive(&id, directive)
         .await
-        .map_err(|e| match e {
-            ojs_store::StoreError::NotFound => no_such_worker(&id),
-            other => other.into(),
-        })?;
+        .map_err(super::not_found_as(|| no_such_worker(&id)))?;
     Ok(reply(
         StatusCode::OK,
         json!({"worker": {"id": w.id, "directive": w.directive.as_str(), "last_seen": w.last_seen}}),

@@ -50,15 +50,57 @@ pub(crate) async fn tenant_owns(
     if tenant.0 == ojs_core::tenant::Scope::Any {
         return Ok(());
     }
-    match app.store.engine().get_job(id).await? {
-        Some(job) if tenant.sees(&job) => Ok(()),
-        _ => Err(no_such_job(id).into()),
+    visible_job(app, tenant, id).await.map(|_| ())
+}
+
+/// The stored job `id` (one strongly consistent read), or its 404.
+pub(crate) async fn stored_job(
+    app: &crate::AppState,
+    id: &ojs_core::JobId,
+) -> Result<ojs_core::Job, crate::error::ApiError> {
+    app.store
+        .engine()
+        .get_job(id)
+        .await?
+        .ok_or_else(|| no_such_job(id).into())
+}
+
+/// [`stored_job`] if the request's tenant may see it: another tenant's job answers as one
+/// that is not stored.
+pub(crate) async fn visible_job(
+    app: &crate::AppState,
+    tenant: &crate::extract::Tenant,
+    id: &ojs_core::JobId,
+) -> Result<ojs_core::Job, crate::error::ApiError> {
+    let job = stored_job(app, id).await?;
+    if tenant.sees(&job) {
+        Ok(job)
+    } else {
+        Err(no_such_job(id).into())
     }
 }
 
 /// The 404 for a job id that names no stored job.
 pub(crate) fn no_such_job(id: &ojs_core::JobId) -> ojs_core::OjsError {
     ojs_core::OjsError::not_found(format!("job {id} not found"))
+}
+
+/// A store error as answered, with `NotFound` as `missing` (the store's own 404 speaks of
+/// a job): for a change or read of what a path names.
+pub(crate) fn not_found_as(
+    missing: impl FnOnce() -> crate::error::ApiError,
+) -> impl FnOnce(ojs_store::StoreError) -> crate::error::ApiError {
+    move |e| match e {
+        ojs_store::StoreError::NotFound => missing(),
+        other => other.into(),
+    }
+}
+
+/// [`not_found_as`] the 404 of job `id`.
+pub(crate) fn job_not_found(
+    id: &ojs_core::JobId,
+) -> impl FnOnce(ojs_store::StoreError) -> crate::error::ApiError + '_ {
+    not_found_as(move || no_such_job(id).into())
 }
 
 /// Whether `id` is `prefix` and a UUID, the form of the ids this server hands out for

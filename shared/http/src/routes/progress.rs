@@ -33,15 +33,12 @@ async fn record_progress(
     report: &ProgressReport,
 ) -> Result<Response, ApiError> {
     super::tenant_owns(app, tenant, id).await?;
-    let job = match app
+    let job = app
         .store
         .workers()
         .report_progress(id, report, time::now())
         .await
-    {
-        Err(ojs_store::StoreError::NotFound) => return Err(super::no_such_job(id).into()),
-        other => other?,
-    };
+        .map_err(super::job_not_found(id))?;
     Ok(reply(StatusCode::OK, job.progress_view()))
 }
 
@@ -76,13 +73,7 @@ async fn get_progress(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .engine()
-        .get_job(&id)
-        .await?
-        .filter(|job| tenant.sees(job))
-        .ok_or_else(|| super::no_such_job(&id))?;
+    let job = super::visible_job(&app, &tenant, &id).await?;
     let mut res = reply(StatusCode::OK, job.progress_view());
     res.headers_mut().insert(
         axum::http::header::CACHE_CONTROL,

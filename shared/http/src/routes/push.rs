@@ -10,7 +10,6 @@ use axum::routing::get;
 use axum::Router;
 use ojs_core::push::PushEndpoint;
 use ojs_core::{time, ErrorCode, OjsError};
-use ojs_store::StoreError;
 use serde_json::{json, Value};
 
 use super::reply;
@@ -103,10 +102,7 @@ async fn delete_push_endpoint(
         .push_endpoints()
         .delete_push_endpoint(&id)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => unknown(&id),
-            other => other.into(),
-        })?;
+        .map_err(super::not_found_as(|| unknown(&id)))?;
     tracing::info!(id = %entry.id, "push endpoint deleted");
     Ok(reply(
         StatusCode::OK,

@@ -127,10 +127,7 @@ async fn delete_schema_version(
         .schemas()
         .delete_schema(&uri)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => no_version(&job_type, &version),
-            other => other.into(),
-        })?;
+        .map_err(super::not_found_as(|| no_version(&job_type, &version)))?;
     tracing::info!(uri = %entry.doc.uri, "schema version deleted");
     Ok(reply(
         StatusCode::OK,

@@ -121,10 +121,7 @@ async fn delete_schema(
         .schemas()
         .delete_schema(&uri)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => unknown(&uri),
-            other => other.into(),
-        })?;
+        .map_err(super::not_found_as(|| unknown(&uri)))?;
     tracing::info!(uri = %entry.doc.uri, "schema deleted");
     Ok(reply(
         StatusCode::OK,

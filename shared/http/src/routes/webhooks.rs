@@ -73,13 +73,6 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-fn not_found_as(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
-        StoreError::NotFound => unknown(id),
-        other => other.into(),
-    }
-}
-
 /// Subscription `id`, if the request's tenant may see it: another tenant's is unknown
 /// (ojs-webhooks.md §9.3), as another tenant's job is.
 async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEntry, ApiError> {
@@ -250,7 +243,7 @@ async fn delete_subscription(
         .webhooks()
         .delete_webhook(&id)
         .await
-        .map_err(not_found_as(&id))?;
+        .map_err(super::not_found_as(|| unknown(&id)))?;
     tracing::info!(event = "webhook.subscription.deleted", id = %id, "webhook subscription deleted");
     Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
 }
@@ -274,7 +267,7 @@ async fn rotate_secret(
         .webhooks()
         .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
         .await
-        .map_err(not_found_as(&id))?;
+        .map_err(super::not_found_as(|| unknown(&id)))?;
     tracing::info!(id = %id, "webhook secret rotated");
     let mut view = entry.view();
     if let Some(o) = view.as_object_mut() {

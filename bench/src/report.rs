@@ -408,6 +408,13 @@ fn render_tenants(o: &mut String, r: &crate::tenants::TenantReport) {
             "{:<9} {:>10.0} {:>10.0} {:>10.0} {:>9}",
             w.run, w.p50_ms, w.p99_ms, w.max_ms, w.fetched
         );
+        if w.unfetched > 0 {
+            let _ = writeln!(
+                o,
+                "          (stopped at its cap with {} of B's jobs not fetched: lower bounds)",
+                w.unfetched
+            );
+        }
     }
     let _ = writeln!(
         o,

@@ -24,6 +24,13 @@ use crate::stats::{ms, percentile};
 /// Longest a run may take before the section reports a failure.
 const GIVE_UP: Duration = Duration::from_secs(1_800);
 
+/// B's pace in the paced runs: a job every 200 ms (5 a second), a small tenant's trickle:
+/// about a quarter of what 8 workers drain beside the flood on DynamoDB Local (some 20
+/// lifecycles a second), so half the FETCHes (its fair share) is more than it asks for.
+/// Back to back, B's one producer asks for about its whole share there, and a fair
+/// scheduler then bounds nothing: its lane backs up.
+const PACE: Duration = Duration::from_millis(200);
+
 /// How long the FIFO run may drain A's flood before it stops: B's jobs queue behind all
 /// of A's there, so on DynamoDB Local a full flood takes many minutes to reach them. A
 /// run stopped here counts each of B's jobs not yet fetched as waiting until the stop: its
@@ -75,6 +82,10 @@ pub struct TenantReport {
     pub waits: Vec<Waits>,
     /// B's p99 beside the flood over its p99 alone (the bound: 2).
     pub p99_ratio: f64,
+    /// The same with B's jobs pushed one every [`PACE`] (`paced-alone`, `paced-tenants`).
+    pub paced_p99_ratio: f64,
+    /// [`PACE`], ms.
+    pub pace_ms: u64,
     /// FETCH cost with 1, 10 and 100 tenants ready.
     pub fetch_cost: Vec<FetchCost>,
 }
@@ -111,6 +122,7 @@ async fn run_once(
     workers: usize,
     tenants: bool,
     cap: Duration,
+    pace: Option<Duration>,
 ) -> anyhow::Result<Waits> {
     let app = Arc::new(TestApp::spawn().await?);
     let queue = "bench-tenants";
@@ -180,7 +192,11 @@ async fn run_once(
             }
         }));
     }
+    let began = tokio::time::Instant::now();
     for i in 0..small {
+        if let Some(pace) = pace {
+            tokio::time::sleep_until(began + pace * u32::try_from(i).unwrap_or(u32::MAX)).await;
+        }
         let body = call(
             &app,
             b,
@@ -290,9 +306,20 @@ pub async fn run(flood: usize, small: usize, workers: usize) -> anyhow::Result<T
     if small == 0 || workers == 0 {
         bail!("the tenants section needs jobs of B's and workers");
     }
-    let alone = run_once("alone", 0, small, workers, true, GIVE_UP).await?;
-    let fair = run_once("tenants", flood, small, workers, true, GIVE_UP).await?;
-    let fifo = run_once("fifo", flood, small, workers, false, FIFO_CAP).await?;
+    let alone = run_once("alone", 0, small, workers, true, GIVE_UP, None).await?;
+    let fair = run_once("tenants", flood, small, workers, true, GIVE_UP, None).await?;
+    let paced_alone = run_once("paced-alone", 0, small, workers, true, GIVE_UP, Some(PACE)).await?;
+    let paced_fair = run_once(
+        "paced-tenants",
+        flood,
+        small,
+        workers,
+        true,
+        GIVE_UP,
+        Some(PACE),
+    )
+    .await?;
+    let fifo = run_once("fifo", flood, small, workers, false, FIFO_CAP, None).await?;
     let mut fetch_costs = Vec::new();
     for n in [1, 10, 100] {
         fetch_costs.push(fetch_cost(n).await?);
@@ -302,7 +329,9 @@ pub async fn run(flood: usize, small: usize, workers: usize) -> anyhow::Result<T
         small,
         workers,
         p99_ratio: fair.p99_ms / alone.p99_ms.max(1.0),
-        waits: vec![alone, fair, fifo],
+        paced_p99_ratio: paced_fair.p99_ms / paced_alone.p99_ms.max(1.0),
+        pace_ms: u64::try_from(PACE.as_millis()).unwrap_or(u64::MAX),
+        waits: vec![alone, fair, paced_alone, paced_fair, fifo],
         fetch_cost: fetch_costs,
     })
 }

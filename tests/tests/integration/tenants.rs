@@ -52,6 +52,23 @@ async fn push_as(app: &TestApp, tenant: Option<&str>, job: Value) -> anyhow::Res
     Ok(r.body["job"]["id"].as_str().unwrap_or_default().to_owned())
 }
 
+/// Tenant "flood" pushes `n` jobs into `queue` in one batch.
+async fn flood(app: &TestApp, queue: &str, n: usize) -> anyhow::Result<()> {
+    let jobs: Vec<Value> = (0..n)
+        .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": queue}}))
+        .collect();
+    let r = call_as(
+        app,
+        Some("flood"),
+        Method::POST,
+        "/ojs/v1/jobs/batch",
+        Some(json!({ "jobs": jobs })),
+    )
+    .await?;
+    anyhow::ensure!(r.status == 201, "flood: {} {}", r.status, r.body);
+    Ok(())
+}
+
 async fn fetch_as(
     app: &TestApp,
     tenant: Option<&str>,
@@ -221,18 +238,7 @@ async fn a_tenant_header_or_meta_that_breaks_the_rules_is_refused() -> anyhow::R
 async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;
     let q = "tn-fair";
-    let flood: Vec<Value> = (0..30)
-        .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": q}}))
-        .collect();
-    let r = call_as(
-        &app,
-        Some("flood"),
-        Method::POST,
-        "/ojs/v1/jobs/batch",
-        Some(json!({ "jobs": flood })),
-    )
-    .await?;
-    assert_eq!(r.status, 201, "{}", r.body);
+    flood(&app, q, 30).await?;
     for i in 0..3 {
         push_as(
             &app,
@@ -1011,18 +1017,7 @@ async fn a_job_arriving_in_a_small_tenants_empty_lane_waits_two_rounds_at_most(
 ) -> anyhow::Result<()> {
     let app = TestApp::spawn().await?;
     let q = "tn-quiet";
-    let flood: Vec<Value> = (0..40)
-        .map(|i| json!({"type": "tn.t", "args": [i], "options": {"queue": q}}))
-        .collect();
-    let r = call_as(
-        &app,
-        Some("flood"),
-        Method::POST,
-        "/ojs/v1/jobs/batch",
-        Some(json!({ "jobs": flood })),
-    )
-    .await?;
-    assert_eq!(r.status, 201, "{}", r.body);
+    flood(&app, q, 40).await?;
     let first = push_as(
         &app,
         Some("small"),

@@ -3,8 +3,15 @@
 
 /// The tests crate's local defaults: DynamoDB Local and moto unless `AWS_ENDPOINT_URL*`
 /// is set, dummy credentials and a region. Call it before spawning threads.
+///
+/// And DynamoDB as it is, however the bench was started: the tests' AWS-strict layer (its
+/// index lag, short pages and throttling, which the sections that spawn a `TestApp` would
+/// otherwise go through) only when `OJS_STRICT_DDB` asks for it, as `bench/run.sh` does.
 pub fn local_defaults() {
     ojs_tests::default_local_env();
+    if std::env::var_os("OJS_STRICT_DDB").is_none() {
+        std::env::set_var("OJS_STRICT_DDB", "off");
+    }
 }
 
 /// Store settings for a bench table: the server's own environment settings

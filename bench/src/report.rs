@@ -37,6 +37,10 @@ pub struct Machine {
     /// `/proc/loadavg` when the run started (other work on the machine skews CPU and
     /// latency figures).
     pub loadavg_at_start: String,
+    /// `OJS_STRICT_DDB`: `off` when the sections that spawn a server reach DynamoDB as it
+    /// is, anything else when through the tests' AWS-strict layer (index lag, short pages,
+    /// throttling: slower, and not what a deployment sees).
+    pub strict_ddb: String,
 }
 
 impl Machine {
@@ -67,6 +71,7 @@ impl Machine {
             loadavg_at_start: std::fs::read_to_string("/proc/loadavg")
                 .map(|s| s.trim().to_owned())
                 .unwrap_or_default(),
+            strict_ddb: std::env::var("OJS_STRICT_DDB").unwrap_or_default(),
         }
     }
 }
@@ -496,14 +501,15 @@ pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "ojs-bench ({} mode) {} | {} CPUs, {} | {} | load {} | DynamoDB {}",
+        "ojs-bench ({} mode) {} | {} CPUs, {} | {} | load {} | DynamoDB {} (strict layer: {})",
         r.mode,
         r.generated_at,
         r.machine.cpus,
         r.machine.cpu_model,
         r.machine.os,
         r.machine.loadavg_at_start,
-        r.machine.dynamodb_endpoint
+        r.machine.dynamodb_endpoint,
+        r.machine.strict_ddb
     );
     if let Some(cap) = &r.capacity {
         render_capacity(&mut o, cap);

@@ -507,7 +507,8 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
 /// only (crate::extract::Tenant), webhook subscriptions included (a tenant's receive its
 /// jobs' events only), and the listings that keep to the request's tenant
 /// (crate::extract::ListingTenant: the events, and with `ojs:admin:read` the admin job
-/// and dead letter listings, a job's admin view and its own tenant's view and stats). The rest (queue listings, push
+/// and dead letter listings, a job's admin view, the tenants listing (its own alone) and
+/// its own tenant's view and stats). The rest (queue listings, push
 /// endpoints, cron, the rest of the admin API) are not filtered by tenant, so such a key
 /// is refused them.
 const TENANT_ROUTES: &[(&str, &str)] = &[
@@ -515,6 +516,7 @@ const TENANT_ROUTES: &[(&str, &str)] = &[
     ("GET", "/ojs/v1/admin/jobs"),
     ("GET", "/ojs/v1/admin/jobs/{id}"),
     ("GET", "/ojs/v1/admin/dead-letter"),
+    ("GET", "/ojs/v1/admin/tenants"),
     ("GET", "/ojs/v1/admin/tenants/{id}/jobs"),
     ("GET", "/ojs/v1/admin/tenants/{id}"),
     ("GET", "/ojs/v1/admin/tenants/{id}/stats"),

@@ -1,6 +1,7 @@
 //! Listings as a tenant sees them (ojs-multi-tenancy.md §4: every read keeps to the
 //! request's tenant): the events listing by `?tenant=` and for a key bound to a tenant,
-//! and the admin job and dead letter listings for a tenant's key with `ojs:admin:read`.
+//! and the admin job and dead letter listings for a tenant's key with `ojs:admin:read`;
+//! and the operator's per-tenant metrics (§11.2), which no tenant's key reads.
 
 use ojs_core::tenant::TenantId;
 use ojs_http::auth::{issue_key, issue_tenant_key};
@@ -280,11 +281,39 @@ async fn a_tenants_key_lists_its_own_jobs_in_the_admin_listings() -> anyhow::Res
         "{}",
         r.body
     );
+    // The tenants listing: its own tenant alone for its key, every tenant for an operator.
+    let listed = |r: &Reply| -> Vec<Value> {
+        r.body["tenants"]
+            .as_array()
+            .map(|a| a.iter().map(|t| t["tenant_id"].clone()).collect())
+            .unwrap_or_default()
+    };
+    let r = get(&app, &acme, None, "/ojs/v1/admin/tenants").await?;
+    assert_eq!(
+        (r.status, listed(&r)),
+        (200, vec![json!("acme")]),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["pagination"]["total"], 1, "{}", r.body);
+    let r = get(&app, &admin, None, "/ojs/v1/admin/tenants").await?;
+    assert_eq!(
+        (r.status, listed(&r)),
+        (200, vec![json!("acme"), json!("beta")]),
+        "{}",
+        r.body
+    );
+    let r = get(&app, &admin, Some("beta"), "/ojs/v1/admin/tenants").await?;
+    assert_eq!(
+        (r.status, listed(&r)),
+        (200, vec![json!("beta")]),
+        "{}",
+        r.body
+    );
     // The rest of the admin API is not kept to a tenant: closed to its key.
     for path in [
         "/ojs/v1/admin/queues",
         "/ojs/v1/admin/stats",
-        "/ojs/v1/admin/tenants",
         "/ojs/v1/admin/dead-letter/stats",
         "/ojs/v1/admin/workers",
     ] {
@@ -301,6 +330,97 @@ async fn a_tenants_key_lists_its_own_jobs_in_the_admin_listings() -> anyhow::Res
     assert_eq!(admin_ids(&app, &admin, path, 2).await?, dead);
     let r = get(&app, &admin, None, &format!("/ojs/v1/admin/jobs/{b}")).await?;
     assert_eq!(r.status, 200, "{}", r.body);
+    app.teardown().await;
+    Ok(())
+}
+
+/// The samples of `text` (a Prometheus answer) whose name and labels start with `prefix`.
+fn samples<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+#[tokio::test]
+async fn the_metrics_count_each_tenants_jobs_per_queue_for_operators_only() -> anyhow::Result<()> {
+    let (app, acme, _) = spawn_with_keys().await?;
+    let admin = ojs_http::auth::issue_scoped_key(
+        &app.store,
+        "ops-metrics",
+        Some(ojs_http::scopes::Scopes::of(&[
+            ojs_http::scopes::Scope::AdminRead,
+            ojs_http::scopes::Scope::DataWrite,
+        ])),
+    )
+    .await?
+    .key;
+    let q = "tl-metrics";
+    let job = json!({"type": "tl.m", "args": [], "options": {"queue": q}});
+    let done = push(&app, &acme, None, &job).await?;
+    push(&app, &acme, None, &job).await?;
+    push(&app, &admin, Some("beta"), &job).await?;
+    push(&app, &admin, None, &job).await?;
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .client
+        .post(format!("{}/ojs/v1/workers/fetch", app.base_url))
+        .bearer_auth(&acme)
+        .json(&json!({"queues": [q], "count": 1, "worker_id": "tl-m"}));
+    let fetched = ojs_tests::reply(fetched).await?;
+    assert_eq!(fetched.job_ids(), vec![done.clone()], "{}", fetched.body);
+    let ack = app
+        .client
+        .post(format!("{}/ojs/v1/workers/ack", app.base_url))
+        .bearer_auth(&acme)
+        .json(&json!({"job_id": done}));
+    assert_eq!(ojs_tests::reply(ack).await?.status, 200);
+
+    assert_eq!(
+        get(&app, &acme, None, "/metrics").await?.status,
+        403,
+        "a tenant's key sees no other tenant's volumes"
+    );
+    let r = app
+        .client
+        .get(format!("{}/metrics", app.base_url))
+        .bearer_auth(&admin)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await?;
+    let acme_at = format!("tenant_id=\"acme\",queue=\"{q}\"");
+    let beta_at = format!("tenant_id=\"beta\",queue=\"{q}\"");
+    assert_eq!(
+        samples(&text, &format!("ojs_tenant_jobs{{{acme_at},")),
+        vec![
+            format!("ojs_tenant_jobs{{{acme_at},state=\"available\"}} 1"),
+            format!("ojs_tenant_jobs{{{acme_at},state=\"scheduled\"}} 0"),
+            format!("ojs_tenant_jobs{{{acme_at},state=\"retryable\"}} 0"),
+            format!("ojs_tenant_jobs{{{acme_at},state=\"active\"}} 0"),
+            format!("ojs_tenant_jobs{{{acme_at},state=\"pending\"}} 0"),
+        ],
+        "{text}"
+    );
+    for line in [
+        format!("ojs_tenant_jobs_finished_total{{{acme_at},state=\"completed\"}} 1"),
+        format!("ojs_tenant_jobs_processed_total{{{acme_at}}} 1"),
+        format!("ojs_tenant_jobs_failed_total{{{acme_at}}} 0"),
+        format!("ojs_tenant_queue_depth{{{acme_at}}} 1"),
+        format!("ojs_tenant_queue_depth{{{beta_at}}} 1"),
+        format!("ojs_tenant_jobs_active{{{beta_at}}} 0"),
+        "# TYPE ojs_tenant_jobs gauge".to_owned(),
+        "# TYPE ojs_tenant_jobs_processed_total counter".to_owned(),
+        "ojs_tenants 2".to_owned(),
+        // The queue's own metrics count every tenant's jobs, the default one's too.
+        format!("ojs_queue_jobs{{queue=\"{q}\",state=\"available\"}} 3"),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("tenant_id=\"_default\""),
+        "jobs without a tenant have no tenant counters:\n{text}"
+    );
     app.teardown().await;
     Ok(())
 }

@@ -176,13 +176,17 @@ pub(super) async fn delete_tenant(
     ))
 }
 
-/// `GET /ojs/v1/admin/tenants`: every tenant that had a job, with its counts (the default
-/// tenant, whose jobs are the queues' own, is not listed).
+/// `GET /ojs/v1/admin/tenants`: every tenant that had a job or has settings, with its
+/// counts (the default tenant, whose jobs are the queues' own, is not listed); for a key
+/// bound to a tenant, or a request naming one in `X-OJS-Tenant`, that tenant alone (the
+/// dashboard's tenants page, on a tenant's own key).
 pub(super) async fn list_tenants(
     State(app): State<AppState>,
+    acting: crate::extract::ListingTenant,
     Query(p): Query<super::admin_query::RawPaging>,
 ) -> Result<Response, ApiError> {
     let paging = p.parse()?;
+    let scope = acting.scope(None, "$.tenant")?;
     // Tenants that had jobs, and those with settings but no job yet.
     let mut configs: std::collections::BTreeMap<String, ojs_store::TenantRecord> = app
         .store
@@ -209,6 +213,12 @@ pub(super) async fn list_tenants(
         };
         (stats, c)
     }));
+    all.retain(
+        |(t, _)| match ojs_core::tenant::TenantId::parse(&t.tenant) {
+            Ok(id) => scope.sees(id.as_ref()),
+            Err(_) => scope == ojs_core::tenant::Scope::Any,
+        },
+    );
     all.sort_by(|a, b| a.0.tenant.cmp(&b.0.tenant));
     let workers = workers_by_tenant(&app).await?;
     let items: Vec<Value> = all

@@ -12,6 +12,7 @@ pub(crate) mod dead_letter;
 mod heartbeat;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
+mod metrics;
 mod pools;
 mod progress;
 pub(crate) mod push;

@@ -2,7 +2,7 @@
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use ojs_core::OjsError;
@@ -22,7 +22,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/health", get(get_health))
         .route("/health", get(get_health))
         .route("/ready", get(get_ready))
-        .route("/metrics", get(get_metrics))
+        .route("/metrics", get(super::metrics::get_metrics))
         .route("/ojs/v1/events", get(list_events))
 }
 
@@ -222,84 +222,6 @@ async fn get_ready(State(app): State<AppState>) -> Response {
             )
         }
     }
-}
-
-/// Most queues `/metrics` reports (one counter read each).
-const MAX_METRIC_QUEUES: usize = 500;
-
-/// A Prometheus label value (`\`, `"` and new lines escaped).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// `GET /metrics`: Prometheus text (ojs-observability.md §8) from the queue counters the
-/// change stream keeps: one Query of the queue registry and one counter read per queue
-/// (at most [`MAX_METRIC_QUEUES`]), never a Scan. Live states are gauges; finished ones
-/// count transitions since the queue's counter began. Behind `ojs:admin:read` (queue
-/// names and volumes are an operator's view); a scraper sends the key as a bearer token.
-async fn get_metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    use std::fmt::Write as _;
-    let queues = app.store.engine().list_queues().await?;
-    let mut live = String::new();
-    let mut finished = String::new();
-    let mut paused = String::new();
-    for q in queues.iter().take(MAX_METRIC_QUEUES) {
-        let Ok(name) = ojs_core::QueueName::parse(&q.name) else {
-            continue;
-        };
-        let st = app.store.derived().queue_stats(&name).await?;
-        let queue = label(&q.name);
-        for (state, n) in [
-            ("available", st.available),
-            ("scheduled", st.scheduled),
-            ("retryable", st.retryable),
-            ("active", st.active),
-            ("pending", st.pending),
-        ] {
-            let _ = writeln!(
-                live,
-                "ojs_queue_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}"
-            );
-        }
-        for (state, n) in [
-            ("completed", st.completed),
-            ("discarded", st.discarded),
-            ("cancelled", st.cancelled),
-        ] {
-            let _ = writeln!(
-                finished,
-                "ojs_jobs_finished_total{{queue=\"{queue}\",state=\"{state}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            paused,
-            "ojs_queue_paused{{queue=\"{queue}\"}} {}",
-            u8::from(st.paused)
-        );
-    }
-    let mut text = String::new();
-    text.push_str("# HELP ojs_queue_jobs Jobs in a live state, per queue.\n");
-    text.push_str("# TYPE ojs_queue_jobs gauge\n");
-    text.push_str(&live);
-    text.push_str("# HELP ojs_jobs_finished_total Jobs that reached a final state, per queue, since its counter began.\n");
-    text.push_str("# TYPE ojs_jobs_finished_total counter\n");
-    text.push_str(&finished);
-    text.push_str("# HELP ojs_queue_paused Whether the queue is paused (1) or not (0).\n");
-    text.push_str("# TYPE ojs_queue_paused gauge\n");
-    text.push_str(&paused);
-    text.push_str("# HELP ojs_queues Queues known to the server.\n");
-    text.push_str("# TYPE ojs_queues gauge\n");
-    let _ = writeln!(text, "ojs_queues {}", queues.len());
-    let mut res = (StatusCode::OK, text).into_response();
-    // `text/plain` is the Prometheus text format (0.0.4 when no version is named).
-    res.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("text/plain"),
-    );
-    res.extensions_mut().insert(crate::layer::OwnContentType);
-    Ok(res)
 }
 
 #[derive(Debug, Deserialize)]

@@ -409,14 +409,23 @@ fn render_tenants(o: &mut String, r: &crate::tenants::TenantReport) {
     );
     let _ = writeln!(
         o,
-        "{:<13} {:>10} {:>10} {:>10} {:>9}",
+        "{:<13} {:>10} {:>10} {:>10} {:>9}  DynamoDB Local",
         "run", "p50 ms", "p99 ms", "max ms", "fetched"
     );
     for w in &r.waits {
         let _ = writeln!(
             o,
-            "{:<13} {:>10.0} {:>10.0} {:>10.0} {:>9}",
-            w.run, w.p50_ms, w.p99_ms, w.max_ms, w.fetched
+            "{:<13} {:>10.0} {:>10.0} {:>10.0} {:>9}  {}",
+            w.run,
+            w.p50_ms,
+            w.p99_ms,
+            w.max_ms,
+            w.fetched,
+            if w.fresh_dynamodb {
+                "fresh"
+            } else {
+                "not restarted"
+            }
         );
         if w.unfetched > 0 {
             let _ = writeln!(

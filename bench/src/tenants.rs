@@ -54,6 +54,10 @@ pub struct Waits {
     /// B's jobs not fetched when the run stopped at its cap (only the FIFO run has one):
     /// each counts as waiting until the stop, so the figures above are lower bounds.
     pub unfetched: usize,
+    /// Whether the run started on a fresh DynamoDB Local (`OJS_BENCH_FRESH_DYNAMODB`, as
+    /// `make bench` sets it). Without, each run is slower than the one before: DynamoDB
+    /// Local's writes slow down as the change stream records of earlier floods pile up.
+    pub fresh_dynamodb: bool,
 }
 
 /// One FETCH's cost with `tenants` tenants ready.
@@ -243,6 +247,7 @@ async fn run_once(
         max_ms: waits.iter().copied().fold(0.0, f64::max),
         fetched: before_last,
         unfetched,
+        fresh_dynamodb: false,
     })
 }
 
@@ -306,20 +311,25 @@ pub async fn run(flood: usize, small: usize, workers: usize) -> anyhow::Result<T
     if small == 0 || workers == 0 {
         bail!("the tenants section needs jobs of B's and workers");
     }
-    let alone = run_once("alone", 0, small, workers, true, GIVE_UP, None).await?;
-    let fair = run_once("tenants", flood, small, workers, true, GIVE_UP, None).await?;
-    let paced_alone = run_once("paced-alone", 0, small, workers, true, GIVE_UP, Some(PACE)).await?;
-    let paced_fair = run_once(
-        "paced-tenants",
-        flood,
-        small,
-        workers,
-        true,
-        GIVE_UP,
-        Some(PACE),
-    )
-    .await?;
-    let fifo = run_once("fifo", flood, small, workers, false, FIFO_CAP, None).await?;
+    // Each run on a fresh DynamoDB Local when the bench may restart it: a run after a
+    // 20,000-job flood was otherwise measured on an emulator several times slower (B
+    // alone, paced, after two runs: p99 401 ms, against 117 ms back to back on a fresh
+    // one), so whichever ran later looked worse.
+    let leg = |label: &'static str,
+               flood: usize,
+               tenants: bool,
+               cap: Duration,
+               pace: Option<Duration>| async move {
+        let fresh = crate::throughput::fresh_dynamodb(workers, 64).await?;
+        let mut waits = run_once(label, flood, small, workers, tenants, cap, pace).await?;
+        waits.fresh_dynamodb = fresh;
+        Ok::<_, anyhow::Error>(waits)
+    };
+    let alone = leg("alone", 0, true, GIVE_UP, None).await?;
+    let fair = leg("tenants", flood, true, GIVE_UP, None).await?;
+    let paced_alone = leg("paced-alone", 0, true, GIVE_UP, Some(PACE)).await?;
+    let paced_fair = leg("paced-tenants", flood, true, GIVE_UP, Some(PACE)).await?;
+    let fifo = leg("fifo", flood, false, FIFO_CAP, None).await?;
     let mut fetch_costs = Vec::new();
     for n in [1, 10, 100] {
         fetch_costs.push(fetch_cost(n).await?);

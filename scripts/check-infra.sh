@@ -53,6 +53,14 @@ cpu_now() { # sets cpu: CPU seconds of every finished child of this shell (bash'
 }
 cpu_now
 timings=() t_part=$SECONDS cpu_part=$cpu
+# done_beside LABEL START: a part that ran beside the others since START (its SECONDS),
+# just waited for: its CPU is counted now, its time since it started.
+done_beside() {
+    cpu_now
+    timings+=("$1: $((SECONDS - $2)) s since its start, $((cpu - cpu_part)) s CPU")
+    echo "== infra ${timings[-1]}"
+    t_part=$SECONDS cpu_part=$cpu
+}
 done_part() {
     cpu_now
     timings+=("$1: $((SECONDS - t_part)) s, $((cpu - cpu_part)) s CPU")
@@ -137,11 +145,7 @@ if [[ $guided_status -ne 0 ]]; then
     echo "check-infra: the guided deploy test failed (exit $guided_status)" >&2
     exit "$guided_status"
 fi
-# Its CPU is counted here, when it is waited for; its time is since it started.
-cpu_now
-timings+=("guided deploy test, and its planted error (moto), beside the planted errors: $((SECONDS - t_guided)) s since its start, $((cpu - cpu_part)) s CPU")
-echo "== infra ${timings[-1]}"
-t_part=$SECONDS cpu_part=$cpu
+done_beside "guided deploy test, and its planted error (moto), beside the planted errors" "$t_guided"
 
 if [[ -n $build_pid ]]; then
     build_status=0
@@ -152,11 +156,7 @@ if [[ -n $build_pid ]]; then
         echo "check-infra: scripts/sam-build.sh --fast failed (exit $build_status)" >&2
         exit "$build_status"
     fi
-    # Its CPU is counted here, when it is waited for; its time is since it started.
-    cpu_now
-    timings+=("sam build --fast, beside 2-4 (with cargo-lambda's install on a first run): $((SECONDS - t_build)) s since its start, $((cpu - cpu_part)) s CPU")
-    echo "== infra ${timings[-1]}"
-    t_part=$SECONDS cpu_part=$cpu
+    done_beside "sam build --fast, beside 2-4 (with cargo-lambda's install on a first run)" "$t_build"
 fi
 echo "== infra timings"
 printf '    %s\n' "${timings[@]}"

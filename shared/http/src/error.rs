@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ojs_core::{ErrorCode, JobState, OjsError};
-use ojs_store::StoreError;
+use ojs_store::{Missing, StoreError};
 
 /// An error answered to a client. The body is written by the response layer, which
 /// knows the request id (see `layer.rs`).
@@ -19,7 +19,7 @@ impl From<OjsError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let err = match e {
-            StoreError::NotFound => OjsError::not_found("job not found"),
+            StoreError::NotFound(what) => not_found(&what),
             StoreError::Conflict { current } => wrong_state(current),
             StoreError::NotHolder { attempt } => not_the_holder(attempt),
             StoreError::StaleCheckpoint { current } => stale_checkpoint(current),
@@ -65,6 +65,36 @@ impl From<StoreError> for ApiError {
 }
 
 /// A state change refused because the job is not in a state it applies to.
+/// The 404 of what a request named and the store did not find, with its id as a detail
+/// where the client names it in the path.
+pub(crate) fn not_found(what: &Missing) -> OjsError {
+    match what {
+        Missing::Item => OjsError::not_found("not found"),
+        Missing::Job(id) => OjsError::not_found(format!("job {id} not found")),
+        Missing::DeadLetter(id) => {
+            OjsError::not_found(format!("job {id} is not in the dead letter queue"))
+        }
+        Missing::Workflow(id) => OjsError::not_found(format!("workflow {id} not found")),
+        Missing::Worker(id) => OjsError::not_found(format!("worker {id} not found")),
+        Missing::Cron(name) => OjsError::not_found(format!("no cron job named {name:?}")),
+        Missing::Schema(uri) => {
+            OjsError::not_found(format!("no schema registered with URI {uri:?}"))
+                .with_detail("uri", uri.as_str())
+        }
+        Missing::Webhook(id) => {
+            OjsError::not_found(format!("no webhook subscription with id {id:?}"))
+                .with_detail("id", id.as_str())
+        }
+        Missing::PushEndpoint(id) => {
+            OjsError::not_found(format!("no push endpoint with id {id:?}"))
+                .with_detail("id", id.as_str())
+        }
+        Missing::ApiKey(id) => {
+            OjsError::not_found(format!("no API key with id {id:?}")).with_detail("id", id.as_str())
+        }
+    }
+}
+
 fn wrong_state(current: Option<JobState>) -> OjsError {
     let state = current.map_or("another state", |s| s.as_str());
     let mut err = OjsError::conflict(format!(
@@ -153,5 +183,58 @@ impl IntoResponse for ApiError {
         let mut res = status.into_response();
         res.extensions_mut().insert(PendingError(self.0));
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_entity_is_a_404_naming_it() {
+        let cases = [
+            (Missing::Job("j".into()), "job j not found", None),
+            (
+                Missing::DeadLetter("j".into()),
+                "job j is not in the dead letter queue",
+                None,
+            ),
+            (Missing::Workflow("w".into()), "workflow w not found", None),
+            (Missing::Worker("w".into()), "worker w not found", None),
+            (Missing::Cron("c".into()), "no cron job named \"c\"", None),
+            (
+                Missing::Schema("u".into()),
+                "no schema registered with URI \"u\"",
+                Some(("uri", "u")),
+            ),
+            (
+                Missing::Webhook("s".into()),
+                "no webhook subscription with id \"s\"",
+                Some(("id", "s")),
+            ),
+            (
+                Missing::PushEndpoint("p".into()),
+                "no push endpoint with id \"p\"",
+                Some(("id", "p")),
+            ),
+            (
+                Missing::ApiKey("k".into()),
+                "no API key with id \"k\"",
+                Some(("id", "k")),
+            ),
+            (Missing::Item, "not found", None),
+        ];
+        for (what, message, detail) in cases {
+            let ApiError(e) = ApiError::from(StoreError::NotFound(what.clone()));
+            assert_eq!(e.code, ErrorCode::NotFound, "{what:?}");
+            assert_eq!(e.message, message, "{what:?}");
+            if let Some((key, value)) = detail {
+                assert_eq!(
+                    e.details.get(key),
+                    Some(&serde_json::json!(value)),
+                    "{what:?}"
+                );
+            }
+        }
     }
 }

@@ -91,7 +91,7 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
             .await
         {
             Ok(_) => webhooks.push(entry.id),
-            Err(StoreError::NotFound) => {}
+            Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
     }

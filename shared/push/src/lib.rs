@@ -489,7 +489,9 @@ impl Dispatcher {
             // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):
             // this answer is a late one for an attempt that is no longer current (§8.2).
             Err(
-                StoreError::NotHolder { .. } | StoreError::Conflict { .. } | StoreError::NotFound,
+                StoreError::NotHolder { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::NotFound(_),
             ) => {
                 tracing::info!(job_id = %job.id, %delivery_id, "late push answer ignored: the attempt is no longer current")
             }

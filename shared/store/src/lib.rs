@@ -40,7 +40,7 @@ pub use counts::QueueStats;
 pub use cron::CronEntry;
 pub use effects::StepOutcome;
 pub use engine::tenant_config::TenantRecord;
-pub use error::StoreError;
+pub use error::{Missing, StoreError};
 pub use events::{EventPage, EventQuery};
 pub use features::admin::Admin;
 pub use features::admission::Admission;

@@ -191,6 +191,7 @@ fn store_methods(text: &str) -> Vec<String> {
             let t = line.trim_start();
             let t = t
                 .strip_prefix("pub(crate) ")
+                .or_else(|| t.strip_prefix("pub(super) "))
                 .or_else(|| t.strip_prefix("pub "))
                 .unwrap_or(t);
             let t = t.strip_prefix("async ").unwrap_or(t);
@@ -427,11 +428,20 @@ fn store_method_bodies(text: &str) -> Vec<(String, bool, Vec<String>)> {
     out
 }
 
-/// Methods whose effects never finish a job: what they write is `available` or
-/// `scheduled` again (a claimed job given back, a rate-limited one deferred).
-/// `cancel_job_quietly` is the workflow cancelling its own step: it moves the workflow
-/// itself.
-const NEVER_FINISH: &[&str] = &["give_back", "reschedule_rate_limited", "cancel_job_quietly"];
+/// Methods whose transitions never finish a job: what they write is `available`,
+/// `scheduled` or `active` again (a claimed job given back, a rate-limited one deferred, a
+/// waiting step or cron occurrence released, a lease extended, a dead job retried).
+/// `cancel_job_quietly` and `cancel_pending` are the workflow cancelling its own steps
+/// (quiet writes): it moves the workflow itself.
+const NEVER_FINISH: &[&str] = &[
+    "give_back",
+    "reschedule_rate_limited",
+    "cancel_job_quietly",
+    "cancel_pending",
+    "activate_pending",
+    "extend_held",
+    "retry_dead_letter",
+];
 
 /// Every public `Store` method that can finish a job (reach `apply_effects`, which notes a
 /// finished job in the caller's follow-up scope) reaches it only through
@@ -632,4 +642,53 @@ fn the_cycle_checker_finds_a_planted_cycle() {
             "c.rs -> a.rs -> b.rs -> c.rs"
         ]
     );
+}
+
+/// Files that may turn a `JobWrite` into a request (`.parts()`): the writer, which applies
+/// every transition's effects, and the claim, whose transition (available to active) sets
+/// off none and may go out in one transaction with its rate windows.
+const SENDS_JOB_WRITES: [&str; 2] = ["engine/writer.rs", "engine/claim_attempt.rs"];
+
+/// The places in `text` that turn a write into a request outside the writer.
+fn sends_write(text: &str) -> bool {
+    code_lines(text).iter().any(|l| l.contains(".parts()"))
+}
+
+#[test]
+fn every_transition_goes_through_the_writer() {
+    let mut paths = Vec::new();
+    files(&src(), &mut paths);
+    let mut found = Vec::new();
+    for path in paths {
+        let rel = path
+            .strip_prefix(src())
+            .map(|p| p.to_string_lossy().replace('\\', "/"))
+            .unwrap_or_default();
+        if rel == "engine/transition.rs" || SENDS_JOB_WRITES.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if sends_write(&text) {
+            found.push(rel);
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a job write sent outside Engine::transition skips its effects: {found:?}"
+    );
+    for allowed in SENDS_JOB_WRITES {
+        let text = std::fs::read_to_string(src().join(allowed)).unwrap_or_default();
+        assert!(
+            sends_write(&text),
+            "{allowed} no longer sends: take it off the list"
+        );
+    }
+}
+
+#[test]
+fn the_writer_checker_sees_a_sent_write_but_not_a_comment() {
+    assert!(sends_write("let p = write.parts()?;"));
+    assert!(sends_write("let p = write\n    .parts()?;"));
+    assert!(!sends_write("// write.parts() is the writer's"));
+    assert!(!sends_write("let p = job_parts(x);"));
 }

@@ -30,6 +30,7 @@ mod idempotency;
 mod instances;
 mod lambda;
 mod limits;
+mod not_found;
 mod observability;
 mod payloads;
 mod payloads_answers;

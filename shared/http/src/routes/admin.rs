@@ -249,7 +249,6 @@ async fn deregister_worker(
         .deregister_worker(&id, stale_before)
         .await
         .map_err(|e| match e {
-            StoreError::NotFound => super::heartbeat::no_such_worker(&id),
             StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
                 "worker {id} sent a heartbeat within the last {STALE_AFTER_SECS} s; quiet it \
                  instead, or wait until it is stale"

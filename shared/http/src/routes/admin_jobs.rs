@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
-use super::{job_not_found, reply};
+use super::reply;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, ListingTenant, Tenant};
 use crate::AppState;
@@ -174,12 +174,7 @@ pub(crate) async fn retry_job(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .admin()
-        .admin_retry_job(&id, time::now())
-        .await
-        .map_err(job_not_found(&id))?;
+    let job = app.store.admin().admin_retry_job(&id, time::now()).await?;
     tracing::info!(job_id = %id, "job retried by an operator");
     Ok(reply(StatusCode::OK, detail(&job)))
 }
@@ -190,12 +185,7 @@ pub(crate) async fn cancel_job(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    let job = app
-        .store
-        .lifecycle()
-        .cancel_job(&id, time::now())
-        .await
-        .map_err(job_not_found(&id))?;
+    let job = app.store.lifecycle().cancel_job(&id, time::now()).await?;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
 
@@ -495,7 +485,7 @@ pub(crate) async fn purge_dead_letter(
             continue;
         }
         match app.store.dead_letter().delete_dead_letter(&job.id).await {
-            Ok(()) | Err(StoreError::NotFound) => purged += 1,
+            Ok(()) | Err(StoreError::NotFound(_)) => purged += 1,
             Err(e) => return Err(e.into()),
         }
     }
@@ -548,7 +538,7 @@ pub(crate) async fn purge_queue(
             continue;
         }
         match app.store.admin().admin_delete_job(&job.id).await {
-            Ok(()) | Err(StoreError::NotFound) => purged += 1,
+            Ok(()) | Err(StoreError::NotFound(_)) => purged += 1,
             // Retried or changed meanwhile: not purged.
             Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),

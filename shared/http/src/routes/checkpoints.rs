@@ -55,8 +55,7 @@ async fn save_checkpoint(
         .store
         .checkpoints()
         .save_checkpoint(&id, &save, time::now())
-        .await
-        .map_err(super::job_not_found(&id))?;
+        .await?;
     let mut view = saved.view(&id);
     if let Some(o) = view.as_object_mut() {
         // The save's answer does not echo the state back (§4.1).
@@ -86,11 +85,7 @@ async fn delete_checkpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    app.store
-        .checkpoints()
-        .delete_checkpoint(&id)
-        .await
-        .map_err(super::job_not_found(&id))?;
+    app.store.checkpoints().delete_checkpoint(&id).await?;
     Ok(reply(
         StatusCode::OK,
         json!({"deleted": true, "job_id": id.to_string()}),

@@ -76,14 +76,7 @@ async fn delete_cron(
         // Never registered, and not a key to hand to the store (it may be over its size).
         return Err(OjsError::not_found(format!("no cron job named {name:?}")).into());
     }
-    let entry = app
-        .store
-        .cron()
-        .delete_cron(&name)
-        .await
-        .map_err(super::not_found_as(|| {
-            ApiError(OjsError::not_found(format!("no cron job named {name:?}")))
-        }))?;
+    let entry = app.store.cron().delete_cron(&name).await?;
     let entry = entry.to_json();
     Ok(reply(
         StatusCode::OK,

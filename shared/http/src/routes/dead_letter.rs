@@ -5,8 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Router};
-use ojs_core::{time, Job, JobId, OjsError, QueueName};
-use ojs_store::StoreError;
+use ojs_core::{time, Job, JobId, QueueName};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -29,15 +28,6 @@ struct DeadLetterParams {
     queue: Option<String>,
     #[serde(flatten)]
     page: Page,
-}
-
-fn not_in_dead_letter(id: &JobId) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
-        StoreError::NotFound | StoreError::Conflict { .. } => ApiError(OjsError::not_found(
-            format!("job {id} is not in the dead letter queue"),
-        )),
-        other => other.into(),
-    }
 }
 
 /// `GET /ojs/v1/dead-letter`: the dead-lettered jobs of the request's tenant (all of
@@ -88,11 +78,11 @@ async fn list_dead_letter(
 pub(crate) async fn retry(app: &AppState, tenant: &Tenant, id: &str) -> Result<Job, ApiError> {
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
-    app.store
+    Ok(app
+        .store
         .dead_letter()
         .retry_dead_letter(&id, time::now())
-        .await
-        .map_err(not_in_dead_letter(&id))
+        .await?)
 }
 
 async fn retry_dead_letter(
@@ -134,10 +124,6 @@ pub(crate) async fn delete_dead_letter_admin(
 async fn discard(app: &AppState, tenant: &Tenant, id: &str) -> Result<JobId, ApiError> {
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
-    app.store
-        .dead_letter()
-        .delete_dead_letter(&id)
-        .await
-        .map_err(not_in_dead_letter(&id))?;
+    app.store.dead_letter().delete_dead_letter(&id).await?;
     Ok(id)
 }

@@ -40,7 +40,9 @@ pub(crate) fn check_worker_id(id: &str) -> Result<(), ApiError> {
 
 /// The 404 for a worker id that names no registered worker.
 pub(crate) fn no_such_worker(id: &str) -> ApiError {
-    ApiError(OjsError::not_found(format!("worker {id} not found")))
+    ApiError(crate::error::not_found(&ojs_store::Missing::Worker(
+        id.to_owned(),
+    )))
 }
 
 /// Most job ids one heartbeat may extend.
@@ -300,12 +302,7 @@ async fn set_directive(
         }
     };
     check_worker_id(&id)?;
-    let w = app
-        .store
-        .workers()
-        .set_directive(&id, directive)
-        .await
-        .map_err(super::not_found_as(|| no_such_worker(&id)))?;
+    let w = app.store.workers().set_directive(&id, directive).await?;
     Ok(reply(
         StatusCode::OK,
         json!({"worker": {"id": w.id, "directive": w.directive.as_str(), "last_seen": w.last_seen}}),

@@ -83,25 +83,18 @@ pub(crate) async fn visible_job(
 
 /// The 404 for a job id that names no stored job.
 pub(crate) fn no_such_job(id: &ojs_core::JobId) -> ojs_core::OjsError {
-    ojs_core::OjsError::not_found(format!("job {id} not found"))
+    crate::error::not_found(&ojs_store::Missing::Job(id.to_string()))
 }
 
-/// A store error as answered, with `NotFound` as `missing` (the store's own 404 speaks of
-/// a job): for a change or read of what a path names.
+/// A store error as answered, with `NotFound` as `missing`: for a path that names what
+/// the store looked up differently (a schema by type and version, stored by URI).
 pub(crate) fn not_found_as(
     missing: impl FnOnce() -> crate::error::ApiError,
 ) -> impl FnOnce(ojs_store::StoreError) -> crate::error::ApiError {
     move |e| match e {
-        ojs_store::StoreError::NotFound => missing(),
+        ojs_store::StoreError::NotFound(_) => missing(),
         other => other.into(),
     }
-}
-
-/// [`not_found_as`] the 404 of job `id`.
-pub(crate) fn job_not_found(
-    id: &ojs_core::JobId,
-) -> impl FnOnce(ojs_store::StoreError) -> crate::error::ApiError + '_ {
-    not_found_as(move || no_such_job(id).into())
 }
 
 /// Whether `id` is `prefix` and a UUID, the form of the ids this server hands out for

@@ -37,8 +37,7 @@ async fn record_progress(
         .store
         .workers()
         .report_progress(id, report, time::now())
-        .await
-        .map_err(super::job_not_found(id))?;
+        .await?;
     Ok(reply(StatusCode::OK, job.progress_view()))
 }
 

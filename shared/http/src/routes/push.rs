@@ -30,7 +30,9 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 fn unknown(id: &str) -> ApiError {
-    ApiError(OjsError::not_found(format!("no push endpoint with id {id:?}")).with_detail("id", id))
+    ApiError(crate::error::not_found(&ojs_store::Missing::PushEndpoint(
+        id.to_owned(),
+    )))
 }
 
 /// Ids are `pe_` and a UUID: anything else is unknown without being looked up.
@@ -97,12 +99,7 @@ async fn delete_push_endpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_id(&id)?;
-    let entry = app
-        .store
-        .push_endpoints()
-        .delete_push_endpoint(&id)
-        .await
-        .map_err(super::not_found_as(|| unknown(&id)))?;
+    let entry = app.store.push_endpoints().delete_push_endpoint(&id).await?;
     tracing::info!(id = %entry.id, "push endpoint deleted");
     Ok(reply(
         StatusCode::OK,

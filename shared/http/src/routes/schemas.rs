@@ -30,10 +30,9 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 fn unknown(uri: &str) -> ApiError {
-    ApiError(
-        OjsError::not_found(format!("no schema registered with URI {uri:?}"))
-            .with_detail("uri", uri),
-    )
+    ApiError(crate::error::not_found(&ojs_store::Missing::Schema(
+        uri.to_owned(),
+    )))
 }
 
 /// A URI that is not one a schema can be registered under is unknown without being looked
@@ -116,12 +115,7 @@ async fn delete_schema(
     Path(uri): Path<String>,
 ) -> Result<Response, ApiError> {
     check_uri(&uri)?;
-    let entry = app
-        .store
-        .schemas()
-        .delete_schema(&uri)
-        .await
-        .map_err(super::not_found_as(|| unknown(&uri)))?;
+    let entry = app.store.schemas().delete_schema(&uri).await?;
     tracing::info!(uri = %entry.doc.uri, "schema deleted");
     Ok(reply(
         StatusCode::OK,

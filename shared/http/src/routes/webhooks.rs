@@ -58,10 +58,9 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 fn unknown(id: &str) -> ApiError {
-    ApiError(
-        OjsError::not_found(format!("no webhook subscription with id {id:?}"))
-            .with_detail("id", id),
-    )
+    ApiError(crate::error::not_found(&ojs_store::Missing::Webhook(
+        id.to_owned(),
+    )))
 }
 
 /// Ids are `sub_` and a UUID: anything else is unknown without being looked up.
@@ -218,7 +217,7 @@ async fn update_subscription(
     {
         Ok(u) => u,
         // Deleted, or changed since it was read (its fields are not overwritten).
-        Err(StoreError::NotFound) => {
+        Err(StoreError::NotFound(_)) => {
             return Err(match app.store.webhooks().get_webhook(&id).await? {
                 None => unknown(&id),
                 Some(_) => ApiError(
@@ -239,11 +238,7 @@ async fn delete_subscription(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_visible(&app, &id, &tenant).await?;
-    app.store
-        .webhooks()
-        .delete_webhook(&id)
-        .await
-        .map_err(super::not_found_as(|| unknown(&id)))?;
+    app.store.webhooks().delete_webhook(&id).await?;
     tracing::info!(event = "webhook.subscription.deleted", id = %id, "webhook subscription deleted");
     Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
 }
@@ -266,8 +261,7 @@ async fn rotate_secret(
         .store
         .webhooks()
         .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
-        .await
-        .map_err(super::not_found_as(|| unknown(&id)))?;
+        .await?;
     tracing::info!(id = %id, "webhook secret rotated");
     let mut view = entry.view();
     if let Some(o) = view.as_object_mut() {

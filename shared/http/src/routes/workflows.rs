@@ -34,9 +34,9 @@ fn workflow_id(raw: &str) -> Result<String, ApiError> {
         })
 }
 
-fn not_found(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+/// A workflow's 409 when it has finished (its 404 is the store's own, naming it).
+fn finished(id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
     move |e| match e {
-        StoreError::NotFound => ApiError(OjsError::not_found(format!("workflow {id} not found"))),
         StoreError::Conflict { .. } => ApiError(OjsError::conflict(format!(
             "workflow {id} has already finished"
         ))),
@@ -74,7 +74,7 @@ async fn get_workflow(
         .workflows()
         .get_workflow(&id)
         .await
-        .map_err(not_found(&id))?;
+        .map_err(finished(&id))?;
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 
@@ -88,7 +88,7 @@ async fn cancel_workflow(
         .workflows()
         .cancel_workflow(&id, time::now())
         .await
-        .map_err(not_found(&id))?;
+        .map_err(finished(&id))?;
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 

@@ -3,12 +3,56 @@
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use ojs_core::JobState;
 
+/// What a [`StoreError::NotFound`] did not find. The table layer knows only that an item
+/// is missing ([`Missing::Item`]); the engine and the services name what they looked for
+/// ([`StoreError::naming`]), so the HTTP layer answers each 404 from the error alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// An item whose meaning the layer that missed it does not know.
+    Item,
+    /// A job, by id.
+    Job(String),
+    /// A job that is not in the dead letter queue, by id.
+    DeadLetter(String),
+    /// A workflow, by id.
+    Workflow(String),
+    /// A worker, by id.
+    Worker(String),
+    /// A cron registration, by name.
+    Cron(String),
+    /// A schema registration, by URI.
+    Schema(String),
+    /// A webhook subscription, by id.
+    Webhook(String),
+    /// A push endpoint registration, by id.
+    PushEndpoint(String),
+    /// An API key, by id.
+    ApiKey(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Item => write!(f, "item"),
+            Self::Job(id) => write!(f, "job {id}"),
+            Self::DeadLetter(id) => write!(f, "dead letter job {id}"),
+            Self::Workflow(id) => write!(f, "workflow {id}"),
+            Self::Worker(id) => write!(f, "worker {id}"),
+            Self::Cron(name) => write!(f, "cron {name:?}"),
+            Self::Schema(uri) => write!(f, "schema {uri:?}"),
+            Self::Webhook(id) => write!(f, "webhook subscription {id:?}"),
+            Self::PushEndpoint(id) => write!(f, "push endpoint {id:?}"),
+            Self::ApiKey(id) => write!(f, "API key {id:?}"),
+        }
+    }
+}
+
 /// Why a store operation did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The item does not exist.
-    #[error("not found")]
-    NotFound,
+    /// What the operation names does not exist.
+    #[error("{0} not found")]
+    NotFound(Missing),
     /// The item exists but is not in a state that allows the operation.
     #[error("conflict: job is {}", current.map_or("in another state", JobState::as_str))]
     Conflict {
@@ -101,6 +145,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// An item missed by a layer that did not know what it was, named as `what` (other
+    /// errors, and a `NotFound` already named, unchanged).
+    #[must_use]
+    pub fn naming(self, what: impl FnOnce() -> Missing) -> Self {
+        match self {
+            Self::NotFound(Missing::Item) => Self::NotFound(what()),
+            other => other,
+        }
+    }
+
+    /// A missing item, not yet named.
+    pub(crate) fn missing() -> Self {
+        Self::NotFound(Missing::Item)
+    }
+
     /// Whether the same request may succeed if sent again soon: throttling, or a backend
     /// failure (network, 5xx, timeout) the SDK's own retries did not outlast.
     pub(crate) fn is_transient(&self) -> bool {
@@ -193,6 +252,26 @@ mod tests {
             GetItemError::generic(meta),
             (),
         ))
+    }
+
+    #[test]
+    fn naming_names_only_a_missing_item_not_yet_named() {
+        let job = || Missing::Job("j1".into());
+        assert!(matches!(
+            StoreError::missing().naming(job),
+            StoreError::NotFound(Missing::Job(id)) if id == "j1"
+        ));
+        // Named below already: the lower layer knew better.
+        let worker = StoreError::NotFound(Missing::Worker("w".into())).naming(job);
+        assert!(matches!(worker, StoreError::NotFound(Missing::Worker(_))));
+        // Not a NotFound: unchanged.
+        let conflict = StoreError::Conflict { current: None }.naming(job);
+        assert!(matches!(conflict, StoreError::Conflict { current: None }));
+        assert_eq!(
+            StoreError::NotFound(job()).to_string(),
+            "job j1 not found",
+            "the log line names it too"
+        );
     }
 
     #[test]

@@ -143,7 +143,7 @@ impl Table {
     /// The item at `key` (strongly consistent); [`StoreError::NotFound`] when there is
     /// none.
     pub(crate) async fn read_existing(&self, key: Item) -> Result<Item, StoreError> {
-        self.read_item(key).await?.ok_or(StoreError::NotFound)
+        self.read_item(key).await?.ok_or_else(StoreError::missing)
     }
 
     /// The item at `key` (strongly consistent), as `read` reads it; `None` when there is
@@ -182,6 +182,6 @@ impl Table {
             .as_ref()
             .map(read)
             .transpose()?
-            .ok_or(StoreError::NotFound)
+            .ok_or_else(StoreError::missing)
     }
 }

@@ -171,7 +171,7 @@ impl crate::dynamo::table::Table {
         R: std::fmt::Debug,
     {
         self.tally_conditional(kind, out)?
-            .ok_or(crate::StoreError::NotFound)
+            .ok_or_else(crate::StoreError::missing)
     }
 
     /// [`Self::tally`] for a conditional write whose failed condition is an answer, not

@@ -5,7 +5,6 @@
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, Transition};
 
-use crate::effects::Effects;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::job_item::write_id;
@@ -20,9 +19,8 @@ impl Engine {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let job = self.write_cancel(id, now).await?;
-        self.apply_effects(&job, Effects::of(None, &job)).await;
-        Ok(self.shown_job(job).await)
+        let done = self.transition(id, cancel_write(self, now), None).await?;
+        Ok(self.shown_job(done).await)
     }
 
     /// Cancels a job without feeding the cancellation back into its workflow (the
@@ -32,29 +30,20 @@ impl Engine {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let job = self.write_cancel(id, now).await?;
-        let effects = Effects {
-            finished: None,
-            ..Effects::of(None, &job)
-        };
-        self.apply_effects(&job, effects).await;
-        Ok(job)
+        let write = cancel_write(self, now).quietly();
+        self.transition(id, write, None).await
     }
+}
 
-    /// The CANCEL transition, from whichever state the job is in.
-    pub(crate) async fn write_cancel(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let wid = write_id();
-        let req = JobWrite::new(
-            Transition::Cancel,
-            Place::Retained {
-                ttl: self.expiry(&now),
-            },
-        )
-        .set("cancelled_from = #state")
-        .stamp(Field::CancelledAt, &now)
-        .write_id(&wid)
-        .apply(self.update(id))?;
-        let out = req.send().await;
-        self.finish_own_update(out, |old| old.get("write_id") == Some(&wid))
-    }
+/// The CANCEL transition, from whichever state the job is in.
+fn cancel_write(engine: &Engine, now: Timestamp) -> JobWrite {
+    JobWrite::new(
+        Transition::Cancel,
+        Place::Retained {
+            ttl: engine.expiry(&now),
+        },
+    )
+    .set("cancelled_from = #state")
+    .stamp(Field::CancelledAt, &now)
+    .write_id(&write_id())
 }

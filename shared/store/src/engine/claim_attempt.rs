@@ -212,7 +212,7 @@ impl Engine {
         };
         match self.finish_own_update(out, ours) {
             Ok(job) => Ok(Claim::Won(Box::new(job))),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => {
                 if let Some(old) = expired {
                     self.expire_job(&item::job_from_item(&old)?, now).await?;
                     return Ok(Claim::Expired);

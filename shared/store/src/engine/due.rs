@@ -6,6 +6,7 @@ use futures::future::join_all;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
+use crate::effects::Before;
 use crate::engine::candidates::id_of;
 use crate::engine::Engine;
 use crate::error::StoreError;
@@ -140,14 +141,17 @@ impl Engine {
         .when("gsi2sk = :duesk")
         .stamp(Field::EnqueuedAt, &now)
         .clear(Field::NextAttemptAt)
-        .value(":duesk", s(due_sk))
-        .apply(self.update(&id))?;
-        match self.finish_update(req.send().await) {
+        .value(":duesk", s(due_sk));
+        let before = Before {
+            state,
+            lease_us: None,
+        };
+        match self.transition(&id, req, Some(before)).await {
             Ok(job) => {
                 self.watch_expiry(&job).await?;
                 Ok(Some((job, Some(state))))
             }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -120,8 +120,9 @@ impl Effects {
 }
 
 impl Engine {
-    /// Applies what the transition of `after` set off (see [`Effects`]).
-    pub(crate) async fn apply_effects(&self, after: &Job, effects: Effects) {
+    /// Applies what the transition of `after` set off (see [`Effects`]); called by the
+    /// writer ([`Engine::transition`]) only, after every transition it makes.
+    pub(super) async fn apply_effects(&self, after: &Job, effects: Effects) {
         if let Some(lease) = effects.release_slot {
             self.release_slot(after, lease).await;
         }

@@ -93,7 +93,7 @@ pub(crate) fn old_item(e: &UpdateError) -> Option<&Item> {
 /// NotFound when there was no item, Conflict with its state otherwise.
 pub(crate) fn conflict_from_old(old: Option<&Item>) -> StoreError {
     match old {
-        None => StoreError::NotFound,
+        None => StoreError::missing(),
         Some(item) => StoreError::Conflict {
             current: item::state_of(item),
         },

@@ -11,11 +11,11 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
-use crate::effects::{Before, Effects};
+use crate::effects::Before;
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::item::{self, n, s, ts, Item};
-use crate::job_item::{old_item, write_id};
+use crate::job_item::write_id;
 use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite, Place};
 use crate::unique::PushOutcome;
@@ -207,26 +207,19 @@ impl Engine {
             worker_id: ack.worker_id.as_deref(),
             attempt: ack.attempt,
         };
-        let req = fence.guard(write).apply(self.update(&ack.id))?;
-        let out = req.send().await;
-        let refused = match &out {
-            Err(e) => not_holder(old_item(e).filter(|old| old.get("write_id") != Some(&wid))),
-            Ok(_) => None,
-        };
-        let job = match (
-            self.finish_own_update(out, |old| old.get("write_id") == Some(&wid)),
-            refused,
-        ) {
-            (Err(StoreError::Conflict { .. }), Some(refused)) => return Err(refused),
-            (other, _) => other?,
-        };
         // The condition held the job active; which lease it had is not read.
         let before = Before {
             state: JobState::Active,
             lease_us: None,
         };
-        self.apply_effects(&job, Effects::of(Some(before), &job))
-            .await;
+        let done = self
+            .transition(
+                &ack.id,
+                fence.guard(write).refusing_other_holders(),
+                Some(before),
+            )
+            .await?;
+        let job = done;
         Ok(self.shown_job(job).await)
     }
 
@@ -249,7 +242,10 @@ impl Engine {
         let mut tries = 0;
         loop {
             tries += 1;
-            let job = self.get_job(id).await?.ok_or(StoreError::NotFound)?;
+            let job = self
+                .get_job(id)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(Missing::Job(id.to_string())))?;
             if job.status.state != JobState::Active {
                 return Err(StoreError::Conflict {
                     current: Some(job.status.state),

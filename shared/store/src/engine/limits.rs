@@ -10,7 +10,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
 use crate::concurrency::Slot;
-use crate::effects::{Before, Effects};
+use crate::effects::Before;
 use crate::engine::candidates::Candidate;
 use crate::engine::claim_attempt::Claim;
 use crate::engine::fetching::FullLimits;
@@ -241,14 +241,9 @@ impl Engine {
         .clear(Field::EnqueuedAt)
         .remove(other)
         .value(":spec", spec_value);
-        let out = write.apply(self.update(&job.id))?.send().await;
-        match self.finish_update(out) {
-            Ok(deferred) => {
-                let effects = Effects::of(Some(Before::of(job)), &deferred);
-                self.apply_effects(&deferred, effects).await;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+        match self.transition(&job.id, write, Some(Before::of(job))).await {
+            Ok(_deferred) => Ok(()),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -272,14 +267,9 @@ impl Engine {
         .version(job.status.version)
         .stamp(Field::DiscardedAt, &now)
         .error(&error);
-        let out = write.apply(self.update(&job.id))?.send().await;
-        match self.finish_update(out) {
-            Ok(dropped) => {
-                let effects = Effects::of(Some(Before::of(job)), &dropped);
-                self.apply_effects(&dropped, effects).await;
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+        match self.transition(&job.id, write, Some(Before::of(job))).await {
+            Ok(_dropped) => Ok(()),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -310,6 +300,6 @@ impl Engine {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(StoreError::NotFound))
+        Err(last.unwrap_or_else(StoreError::missing))
     }
 }

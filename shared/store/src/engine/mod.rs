@@ -40,6 +40,7 @@ pub(crate) mod transition;
 pub(crate) mod unique;
 pub(crate) mod unread;
 pub(crate) mod windows;
+pub(crate) mod writer;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;

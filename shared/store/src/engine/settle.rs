@@ -11,7 +11,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState, Transition};
 use serde_json::json;
 
-use crate::effects::{Before, Effects};
+use crate::effects::Before;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, json as json_attr, n, ts};
@@ -133,25 +133,20 @@ impl Engine {
         let wid = crate::job_item::write_id();
         let error = recorded_error(job, failure, &wid, now);
         let write = self.failure_write(job, &error, &wid, outcome, guard, now);
-        let req = write.apply(self.update(&job.id))?;
+        let before = Some(Before::of(job));
         // Our own landed write, retried by the SDK, is known by its write id (review #19e:
         // by the error it appended, two settlers of one attempt in the same microsecond
         // would both have taken the write as theirs).
-        let updated = match outcome {
+        match outcome {
             // The dead letter entry is written with the job, in one transaction, so the
             // listing (a strongly consistent Query) shows the job once FAIL has answered.
             FailureOutcome::GiveUp(OnExhaustion::DeadLetter) => {
                 let sk = keys::dead_sk(&job.spec.queue, &now, &job.id);
                 let entry = self.dead_entry_put(&sk, job)?;
-                self.update_job_with(&job.id, req, entry, &wid).await?
+                self.transition_with(&job.id, write, entry, before).await
             }
-            _ => self.finish_own_update(req.send().await, |old| {
-                old.get("write_id") == Some(&wid) || item::has_error_written_by(old, &wid)
-            })?,
-        };
-        self.apply_effects(&updated, Effects::of(Some(Before::of(job)), &updated))
-            .await;
-        Ok(updated)
+            _ => self.transition(&job.id, write, before).await,
+        }
     }
 
     /// The write of a failed attempt's `outcome`: where the job goes, with `error`
@@ -293,22 +288,19 @@ impl Engine {
         };
         match result {
             Ok(job) => Ok(Some(job)),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// A due scheduled/retryable job becomes available (condition: the version read).
     async fn promote_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
-        let out = JobWrite::new(Transition::Promote, self.ready_place(job, &now))
+        let write = JobWrite::new(Transition::Promote, self.ready_place(job, &now))
             .from(job.status.state)
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
-            .clear(Field::NextAttemptAt)
-            .apply(self.update(&job.id))?
-            .send()
-            .await;
-        self.finish_update(out)
+            .clear(Field::NextAttemptAt);
+        self.transition(&job.id, write, Some(Before::of(job))).await
     }
 
     /// Where a job that becomes available at `now` is listed: at the back of its
@@ -347,7 +339,7 @@ impl Engine {
             .send()
             .await;
         match self.finish_update(out) {
-            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -355,7 +347,7 @@ impl Engine {
     /// Discards a job that has not started and whose `expires_at` has passed: it is never
     /// delivered (`completed_at` stays unset: it never ran).
     pub(crate) async fn expire_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
-        let out = JobWrite::new(
+        let write = JobWrite::new(
             Transition::Expire,
             Place::Retained {
                 ttl: self.expiry(&now),
@@ -364,14 +356,8 @@ impl Engine {
         .from(job.status.state)
         .version(job.status.version)
         .stamp(Field::DiscardedAt, &now)
-        .error(&expired_error(&now))
-        .apply(self.update(&job.id))?
-        .send()
-        .await;
-        let expired = self.finish_update(out)?;
-        self.apply_effects(&expired, Effects::of(Some(Before::of(job)), &expired))
-            .await;
-        Ok(expired)
+        .error(&expired_error(&now));
+        self.transition(&job.id, write, Some(Before::of(job))).await
     }
 
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job

@@ -7,7 +7,8 @@
 //! ready index, `gsi2*` for the due index, `ttl`, `dead_sk`) set or removed as the target
 //! state requires. Call sites add only what is their own (an attempt count, a result, an
 //! error), and cannot leave a job in a state with the wrong entries: a [`Place`] that
-//! does not fit the target state is refused before anything is sent.
+//! does not fit the target state is refused before anything is sent. The write goes out
+//! through the engine's writer ([`crate::engine::writer`]), which applies its effects.
 
 use std::collections::HashMap;
 
@@ -177,6 +178,14 @@ pub(crate) struct JobWrite {
     conditions: Vec<String>,
     names: HashMap<String, String>,
     values: Item,
+    /// The write's id, by which a retried write that had landed is known as ours.
+    pub(crate) wid: Option<AttributeValue>,
+    /// A failed condition on a job still active under another attempt or holder is
+    /// answered `NotHolder` (ACK), not the usual conflict.
+    pub(crate) refuses_other_holders: bool,
+    /// The job this write finishes is not followed up: the workflow writing it keeps
+    /// its own books (a step it cancels).
+    pub(crate) quiet: bool,
 }
 
 /// An attribute of a job item that a transition's caller stamps with a time or clears;
@@ -248,7 +257,23 @@ impl JobWrite {
             conditions: Vec::new(),
             names: HashMap::new(),
             values: Item::new(),
+            wid: None,
+            refuses_other_holders: false,
+            quiet: false,
         }
+    }
+
+    /// A failed condition on a job still active, under another attempt or holder, is
+    /// refused as `NotHolder` (see [`JobWrite::refuses_other_holders`]).
+    pub(crate) fn refusing_other_holders(mut self) -> Self {
+        self.refuses_other_holders = true;
+        self
+    }
+
+    /// The job this write finishes is not followed up (see [`JobWrite::quiet`]).
+    pub(crate) fn quietly(mut self) -> Self {
+        self.quiet = true;
+        self
     }
 
     /// Only from `state` (which the transition must allow), e.g. the state read.
@@ -328,7 +353,8 @@ impl JobWrite {
     }
 
     /// Records the write's id (`write_id`), by which a retry of it recognises it landed.
-    pub(crate) fn write_id(self, wid: &AttributeValue) -> Self {
+    pub(crate) fn write_id(mut self, wid: &AttributeValue) -> Self {
+        self.wid = Some(wid.clone());
         self.set("write_id = :wid").value(":wid", wid.clone())
     }
 
@@ -376,7 +402,7 @@ impl JobWrite {
 
     /// The expression, or an error when the write would break the state machine: no
     /// legal source state left, or a place that does not fit the target state.
-    pub(crate) fn parts(self) -> Result<WriteParts, StoreError> {
+    pub(super) fn parts(self) -> Result<WriteParts, StoreError> {
         let to = self.transition.target();
         if self.from.is_empty() || !self.place.fits(to) {
             return Err(StoreError::Backend(format!(
@@ -412,20 +438,11 @@ impl JobWrite {
             values,
         })
     }
-
-    /// The write as an UpdateItem request (`req` carries the table and key).
-    pub(crate) fn apply(
-        self,
-        req: UpdateItemFluentBuilder,
-    ) -> Result<UpdateItemFluentBuilder, StoreError> {
-        let parts = self.parts()?;
-        Ok(parts.apply(req))
-    }
 }
 
 impl WriteParts {
     /// Puts these parts on an UpdateItem request.
-    pub(crate) fn apply(self, req: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
+    pub(super) fn apply(self, req: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
         let names = declared(self.names);
         req.update_expression(self.update)
             .condition_expression(self.condition)

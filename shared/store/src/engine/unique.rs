@@ -230,7 +230,7 @@ impl Engine {
                     }
                 }
                 match self.cancel_job_in_scope(&existing.id, now).await {
-                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(None),
+                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
                     Err(e) => Err(e),
                 }
             }

@@ -17,7 +17,7 @@ use ojs_core::failure::Failure;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
-use crate::effects::{Before, Effects};
+use crate::effects::Before;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item;
@@ -96,12 +96,8 @@ impl Engine {
             .value(":attempt", n(job.status.attempt))
             .attempt(job.status.attempt.saturating_sub(1))
             .stamp(Field::EnqueuedAt, &now)
-            .clear(Field::StartedAt)
-            .apply(self.update(&job.id))?;
-        let back = self.finish_update(req.send().await)?;
-        self.apply_effects(&back, Effects::of(Some(Before::of(job)), &back))
-            .await;
-        Ok(back)
+            .clear(Field::StartedAt);
+        self.transition(&job.id, req, Some(Before::of(job))).await
     }
 
     /// `job` (just claimed) discarded for its damaged payload, as its policy discards.

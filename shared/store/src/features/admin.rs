@@ -22,7 +22,8 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::derived::Derived;
-use crate::error::{is_condition_failure, StoreError};
+use crate::effects::Before;
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::features::dead_letter::DeadLetter;
 use crate::item::{self, item_key, s, ts, Item};
 use crate::keys;
@@ -215,7 +216,8 @@ impl Admin<'_> {
             .engine
             .table
             .read_existing(item::job_key(id))
-            .await?;
+            .await
+            .map_err(|e| e.naming(|| Missing::Job(id.to_string())))?;
         if item.contains_key("dead_sk") {
             return Ok(Target::DeadLettered);
         }
@@ -242,23 +244,17 @@ impl Admin<'_> {
                 current: Some(from),
             });
         }
-        let wid = crate::job_item::write_id();
-        let out = JobWrite::new(
+        let write = JobWrite::new(
             Transition::Revive,
             self.derived.engine.ready_place(&job, &now),
         )
         .from(from)
         .version(job.status.version)
         .restart(&now)
-        .write_id(&wid)
-        .apply(self.derived.engine.update(id))?
-        .send()
-        .await;
-        let job = self
-            .derived
-            .engine
-            .finish_own_update(out, |old| old.get("write_id") == Some(&wid))?;
-        Ok(self.derived.engine.shown_job(job).await)
+        .write_id(&crate::job_item::write_id());
+        let engine = &self.derived.engine;
+        let done = engine.transition(id, write, Some(Before::of(&job))).await?;
+        Ok(engine.shown_job(done).await)
     }
 
     /// Permanently deletes a finished (completed, cancelled or discarded) job; a
@@ -448,7 +444,7 @@ impl Admin<'_> {
                     Err(if exists {
                         StoreError::Conflict { current: None }
                     } else {
-                        StoreError::NotFound
+                        StoreError::NotFound(Missing::Worker(id.to_owned()))
                     })
                 } else {
                     Err(StoreError::from_sdk(e))

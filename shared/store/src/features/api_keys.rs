@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use ojs_core::time::{self, Timestamp};
 
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::item::{item_key, s, ts, Item};
 use crate::usage::Kind;
 
@@ -163,6 +163,10 @@ impl ApiKeys<'_> {
             .set_key(Some(api_key_key(id)))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)));
-        self.engine.table.update_existing(revoke).await
+        self.engine
+            .table
+            .update_existing(revoke)
+            .await
+            .map_err(|e| e.naming(|| Missing::ApiKey(id.to_owned())))
     }
 }

@@ -14,7 +14,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{JobId, JobState};
 
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::item::{self, n, s, ts, Item, CHECKPOINT_ATTRS};
 use crate::usage::Kind;
 
@@ -59,7 +59,8 @@ impl Checkpoints<'_> {
                 .transpose()?
                 .flatten()
                 .ok_or_else(|| StoreError::Corrupt("a checkpoint save returned none".into())),
-            Err(e) if is_condition_failure(&e) => Err(refusal(crate::job_item::old_item(&e), save)),
+            Err(e) if is_condition_failure(&e) => Err(refusal(crate::job_item::old_item(&e), save)
+                .naming(|| Missing::Job(id.to_string()))),
             Err(e) => Err(StoreError::from_sdk(e)),
         }
     }
@@ -73,7 +74,11 @@ impl Checkpoints<'_> {
             .update_item()
             .set_key(Some(item::job_key(id)))
             .update_expression(format!("REMOVE {}", CHECKPOINT_ATTRS.join(", ")));
-        self.engine.table.update_existing(remove).await
+        self.engine
+            .table
+            .update_existing(remove)
+            .await
+            .map_err(|e| e.naming(|| Missing::Job(id.to_string())))
     }
 }
 
@@ -131,7 +136,7 @@ fn save_expression(save: &CheckpointSave, now: Timestamp) -> (String, String, It
 /// Why a save's condition failed, from the item it found.
 fn refusal(old: Option<&Item>, save: &CheckpointSave) -> StoreError {
     let Some(old) = old else {
-        return StoreError::NotFound;
+        return StoreError::missing();
     };
     let state = item::state_of(old);
     let fenced = save.worker_id.is_some() || save.attempt.is_some();
@@ -224,7 +229,7 @@ mod tests {
     #[test]
     fn a_refusal_names_its_cause() {
         let plain = save(None, None, Some(3));
-        assert!(matches!(refusal(None, &plain), StoreError::NotFound));
+        assert!(matches!(refusal(None, &plain), StoreError::NotFound(_)));
         assert!(matches!(
             refusal(Some(&old("completed", "w", 1, None)), &plain),
             StoreError::Conflict {

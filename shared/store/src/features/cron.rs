@@ -13,7 +13,7 @@ use ojs_core::{Job, JobState};
 use serde_json::Value;
 
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::features::follow_ups::following_up;
 use crate::item::{self, item_key, n, s, ts, Item};
 use crate::keys;
@@ -212,6 +212,7 @@ impl Cron<'_> {
             .table
             .delete_as(cron_key(name), entry_from_item)
             .await
+            .map_err(|e| e.naming(|| Missing::Cron(name.to_owned())))
     }
 
     async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
@@ -280,7 +281,7 @@ impl Cron<'_> {
             })
             .await
             {
-                Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => {}
+                Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -17,9 +17,10 @@ use ojs_core::tenant::Scope;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
+use crate::effects::Before;
 use crate::engine::dead_entry::DEAD_TENANT;
 use crate::engine::Engine;
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::item::{self, s, Item};
 use crate::keys;
 use crate::transition::JobWrite;
@@ -148,11 +149,17 @@ impl DeadLetter<'_> {
         Ok(jobs)
     }
 
-    /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared.
+    /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared. NotFound
+    /// (as not in the dead letter queue) when the job is not there, or no longer is by the
+    /// time of the write (retried, deleted or changed meanwhile).
     pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let item = self.engine.table.read_existing(item::job_key(id)).await?;
+        let not_dead = || StoreError::NotFound(Missing::DeadLetter(id.to_string()));
+        let item = match self.engine.table.read_existing(item::job_key(id)).await {
+            Err(StoreError::NotFound(_)) => return Err(not_dead()),
+            other => other?,
+        };
         let Some(sk) = item.get("dead_sk").and_then(|v| v.as_s().ok()).cloned() else {
-            return Err(StoreError::NotFound);
+            return Err(not_dead());
         };
         let job = item::job_from_item(&item)?;
         let wid = crate::job_item::write_id();
@@ -161,17 +168,23 @@ impl DeadLetter<'_> {
             .when("dead_sk = :sk")
             .value(":sk", s(sk.clone()))
             .restart(&now)
-            .write_id(&wid)
-            .apply(self.engine.update(id))?;
+            .write_id(&wid);
         let entry = self.engine.dead_entry_delete(&sk)?;
-        let job = self.engine.update_job_with(id, req, entry, &wid).await?;
-        Ok(self.engine.shown_job(job).await)
+        let done = self
+            .engine
+            .transition_with(id, req, entry, Some(Before::of(&job)))
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound(_) | StoreError::Conflict { .. } => not_dead(),
+                other => other,
+            })?;
+        Ok(self.engine.shown_job(done).await)
     }
 
     /// Permanently deletes a dead-lettered job, and its entry with it.
     pub async fn delete_dead_letter(&self, id: &JobId) -> Result<(), StoreError> {
         let Some(sk) = self.dead_sk_of(id).await? else {
-            return Err(StoreError::NotFound);
+            return Err(StoreError::NotFound(Missing::DeadLetter(id.to_string())));
         };
         let delete = Delete::builder()
             .table_name(self.engine.table())
@@ -196,7 +209,7 @@ impl DeadLetter<'_> {
                     Some(codes)
                         if codes.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
                     {
-                        Err(StoreError::NotFound)
+                        Err(StoreError::NotFound(Missing::DeadLetter(id.to_string())))
                     }
                     Some(_) => Err(StoreError::Throttled(
                         "the transaction met a concurrent write; retry".into(),

@@ -22,7 +22,7 @@ use ojs_core::QueueName;
 use serde_json::{json, Value};
 
 use crate::engine::Engine;
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::item::{self, item_key, s, Item};
 
 /// Partition of every registration (the API's listing).
@@ -286,7 +286,7 @@ impl PushEndpoints<'_> {
             .iter()
             .find(|e| e.id == id)
             .cloned()
-            .ok_or(StoreError::NotFound)?;
+            .ok_or_else(|| StoreError::NotFound(Missing::PushEndpoint(id.to_owned())))?;
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let delete = Delete::builder()

@@ -8,7 +8,7 @@ use ojs_core::time::{self, Timestamp};
 use serde_json::Value;
 
 use crate::engine::Engine;
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::item::{item_key, s, ts, Item};
 use crate::usage::Kind;
 
@@ -177,5 +177,6 @@ impl Schemas<'_> {
             .table
             .delete_as(schema_key(uri), entry_from_item)
             .await
+            .map_err(|e| e.naming(|| Missing::Schema(uri.to_owned())))
     }
 }

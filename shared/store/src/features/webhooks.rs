@@ -31,7 +31,7 @@ use ojs_core::webhook::Subscription;
 use serde_json::{json, Value};
 
 use crate::engine::Engine;
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::item::{item_key, n, s, Item};
 use crate::usage::Kind;
 
@@ -257,7 +257,9 @@ impl Webhooks<'_> {
             )
             .expression_attribute_values(":doc", s(subscription.to_doc().to_string()))
             .expression_attribute_values(":at", s(time::format(&now)));
-        self.update_subscription(id, req).await
+        self.update_subscription(id, req)
+            .await
+            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
     }
 
     /// Gives subscription `id` the secret `secret`; the one it replaces keeps signing
@@ -280,7 +282,9 @@ impl Webhooks<'_> {
             .expression_attribute_values(":until", n(grace_until))
             .expression_attribute_values(":new", s(secret))
             .expression_attribute_values(":at", s(time::format(&now)));
-        self.update_subscription(id, req).await
+        self.update_subscription(id, req)
+            .await
+            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
     }
 
     /// Sends `req` (an UpdateItem conditional on the subscription existing) on
@@ -302,6 +306,10 @@ impl Webhooks<'_> {
     /// Deletes subscription `id` (NotFound when there is none). Its pending retries are
     /// dropped by the redrive, which finds no subscription for them (§6.5).
     pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
-        self.engine.table.delete_existing(sub_key(id)).await
+        self.engine
+            .table
+            .delete_existing(sub_key(id))
+            .await
+            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
     }
 }

@@ -15,8 +15,9 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, Transition};
 
 use crate::claim::{Admission, FetchOutcome, FetchRequest};
+use crate::effects::Before;
 use crate::engine::Engine;
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::features::follow_ups::following_up;
 use crate::item::{item_key, n, s, ts, Item};
 use crate::jobs::Fence;
@@ -387,12 +388,8 @@ impl Workers<'_> {
                 .set("progress = :progress")
                 .value(":progress", s(after.to_stored().to_string()));
         }
-        let out = fence
-            .guard(write)
-            .apply(self.engine.update(id))?
-            .send()
-            .await;
-        match self.engine.finish_update(out) {
+        let before = Some(Before::of(job));
+        match self.engine.transition(id, fence.guard(write), before).await {
             Ok(written) => Ok(Extension::Extended {
                 requested: Directive::requested_by(job),
                 job: Box::new(written),
@@ -404,7 +401,7 @@ impl Workers<'_> {
             Err(StoreError::Conflict {
                 current: Some(JobState::Active),
             }) => Ok(Extension::Raced),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(Extension::NotHeld),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(Extension::NotHeld),
             Err(e) => Err(e),
         }
     }
@@ -426,7 +423,11 @@ impl Workers<'_> {
         };
         // A report racing another extension of the same job reads it again (bounded).
         for _ in 0..PROGRESS_TRIES {
-            let job = self.engine.get_job(id).await?.ok_or(StoreError::NotFound)?;
+            let job = self
+                .engine
+                .get_job(id)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(Missing::Job(id.to_string())))?;
             match self
                 .extend_held(&job, fence, None, Some(report), now)
                 .await?
@@ -455,7 +456,8 @@ impl Workers<'_> {
         let worker = self
             .engine
             .table
-            .tally_existing(Kind::Write, out)?
+            .tally_existing(Kind::Write, out)
+            .map_err(|e| e.naming(|| Missing::Worker(worker_id.to_owned())))?
             .attributes()
             .and_then(worker_from_item)
             .ok_or_else(|| StoreError::Corrupt("worker item".into()))?;

@@ -187,7 +187,7 @@ impl LocalStream {
                     return;
                 };
                 if let Err(e) = consumer.drain().await {
-                    if matches!(e, StoreError::NotFound) {
+                    if matches!(e, StoreError::NotFound(_)) {
                         return; // the table is gone (a test's teardown)
                     }
                     tracing::warn!(error = %e, "reading the change stream failed");
@@ -512,7 +512,7 @@ fn is_stale_iterator<R>(
 fn stream_error(e: impl std::error::Error + 'static) -> StoreError {
     let text = aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string();
     if text.contains("ResourceNotFound") {
-        StoreError::NotFound
+        StoreError::missing()
     } else {
         StoreError::Backend(format!("change stream: {text}"))
     }

@@ -8,8 +8,9 @@ use ojs_core::workflow::{self, Settlement, WorkflowKind, WorkflowState};
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::{json, Value};
 
+use crate::effects::Before;
 use crate::effects::StepOutcome;
-use crate::error::{is_condition_failure, StoreError};
+use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::item::{self, json as json_attr, n, s, ts, Item};
 use crate::job_item::old_item;
 use crate::transition::{Field, JobWrite, Place};
@@ -41,7 +42,12 @@ impl Workflows<'_> {
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
-                    let item = self.engine.table.read_existing(wf_key(id)).await?;
+                    let item = self
+                        .engine
+                        .table
+                        .read_existing(wf_key(id))
+                        .await
+                        .map_err(|e| e.naming(|| Missing::Workflow(id.to_owned())))?;
                     if workflow_state(&item) == Some(WorkflowState::Cancelled) {
                         for job_id in job_ids(&item) {
                             self.cancel_step(&job_id, now).await?;
@@ -72,7 +78,7 @@ impl Workflows<'_> {
     pub(crate) async fn cancel_step(&self, id: &JobId, now: Timestamp) -> Result<bool, StoreError> {
         match self.engine.cancel_job_quietly(id, now).await {
             Ok(_) => Ok(true),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -271,7 +277,7 @@ impl Workflows<'_> {
         };
         match self.engine.finish_update(out) {
             Ok(_) | Err(StoreError::Conflict { .. }) => {}
-            Err(StoreError::NotFound) => return Ok(()),
+            Err(StoreError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         }
         let Some(item) = item.filter(|_| left.is_some_and(|l| l <= 0)) else {
@@ -292,15 +298,16 @@ impl Workflows<'_> {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let id = &job.id;
-        let out = JobWrite::new(Transition::Activate, self.engine.ready_place(job, &now))
+        let write = JobWrite::new(Transition::Activate, self.engine.ready_place(job, &now))
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
-            .clear(Field::DepsLeft)
-            .apply(self.engine.update(id))?
-            .send()
-            .await;
-        match self.engine.finish_update(out) {
-            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(()),
+            .clear(Field::DepsLeft);
+        match self
+            .engine
+            .transition(id, write, Some(Before::of(job)))
+            .await
+        {
+            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -353,7 +360,8 @@ impl Workflows<'_> {
         id: &JobId,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        let out = JobWrite::new(
+        // Quietly: the workflow cancelling its waiting steps records them itself.
+        let write = JobWrite::new(
             Transition::Cancel,
             Place::Retained {
                 ttl: self.engine.expiry(&now),
@@ -361,12 +369,14 @@ impl Workflows<'_> {
         )
         .from(JobState::Pending)
         .stamp(Field::CancelledAt, &now)
-        .apply(self.engine.update(id))?
-        .send()
-        .await;
-        match self.engine.finish_update(out) {
+        .quietly();
+        let before = Before {
+            state: JobState::Pending,
+            lease_us: None,
+        };
+        match self.engine.transition(id, write, Some(before)).await {
             Ok(_) => Ok(true),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound) => Ok(false),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -7,7 +7,7 @@ use ojs_core::workflow::WorkflowState;
 use ojs_core::{Job, JobId, JobState};
 use serde_json::{json, Value};
 
-use crate::error::StoreError;
+use crate::error::{Missing, StoreError};
 use crate::item::{self, Item};
 
 use super::Workflows;
@@ -17,7 +17,12 @@ impl Workflows<'_> {
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
     /// in one BatchGetItem), or NotFound.
     pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
-        let item = self.engine.table.read_existing(wf_key(id)).await?;
+        let item = self
+            .engine
+            .table
+            .read_existing(wf_key(id))
+            .await
+            .map_err(|e| e.naming(|| Missing::Workflow(id.to_owned())))?;
         let jobs = self.step_jobs(&item).await?;
         Ok(view(&item, &jobs))
     }

@@ -118,3 +118,28 @@ impl Engine {
         job
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::s;
+
+    #[test]
+    fn a_failed_condition_on_our_own_landed_write_is_known_by_its_id() {
+        let wid = s("w-1");
+        let ours = Item::from([("write_id".to_owned(), s("w-1"))]);
+        let theirs = Item::from([("write_id".to_owned(), s("w-2"))]);
+        assert!(landed(&ours, Some(&wid)));
+        assert!(!landed(&theirs, Some(&wid)));
+        // A write without an id is never taken for one that landed.
+        assert!(!landed(&ours, None));
+        // A failure is also known by the error it appended, marked with its id.
+        let error = serde_json::json!({ item::WRITE_MARK: "w-1", "message": "boom" });
+        let failed = Item::from([(
+            "errors".to_owned(),
+            AttributeValue::L(vec![s(error.to_string())]),
+        )]);
+        assert!(landed(&failed, Some(&wid)));
+        assert!(!landed(&failed, Some(&s("w-3"))));
+    }
+}

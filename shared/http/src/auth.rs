@@ -92,7 +92,7 @@ pub async fn issue_tenant_key(
         scopes.map(|s| s.names().into_iter().map(str::to_owned).collect());
     let record = store
         .api_keys()
-        .put_scoped_api_key(
+        .put_scoped(
             &id,
             name,
             &hash,
@@ -317,7 +317,7 @@ impl Authenticator {
                 None => Err(unauthenticated("the API key is not valid")),
             };
         }
-        let record = self.store.api_keys().get_api_key(id).await.map_err(|e| {
+        let record = self.store.api_keys().get(id).await.map_err(|e| {
             tracing::error!(cause = %e, "reading API key records");
             OjsError::new(ErrorCode::BackendError, "cannot check the API key; retry")
         })?;

@@ -141,7 +141,7 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
         }
         Some("list") => {
             let keys: Vec<Value> = store
-                .api_keys().list_api_keys()
+                .api_keys().list()
                 .await?
                 .into_iter()
                 .map(|k| {
@@ -161,10 +161,7 @@ pub async fn administer_keys(store: &Store, command: &Value) -> Result<Value, Ke
                     ))
                 }
             };
-            store
-                .api_keys()
-                .revoke_api_key(id, ojs_core::time::now())
-                .await?;
+            store.api_keys().revoke(id, ojs_core::time::now()).await?;
             tracing::info!(key_id = %id, "API key revoked");
             if !disable {
                 return Ok(json!({ "revoked": id }));

@@ -22,7 +22,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
     let by = Some(key_id);
     let push: Vec<Value> = store
         .push_endpoints()
-        .list_push_endpoints()
+        .list()
         .await?
         .iter()
         .filter(|e| e.created_by.as_deref() == by)
@@ -30,7 +30,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .collect();
     let webhooks: Vec<Value> = store
         .webhooks()
-        .list_webhooks(true)
+        .list(true)
         .await?
         .iter()
         .filter(|w| w.created_by.as_deref() == by)
@@ -38,7 +38,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .collect();
     let crons: Vec<Value> = store
         .cron()
-        .list_crons()
+        .list()
         .await?
         .iter()
         .filter(|c| c.created_by.as_deref() == by)
@@ -46,7 +46,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .collect();
     let schemas: Vec<Value> = store
         .schemas()
-        .list_schemas()
+        .list()
         .await?
         .iter()
         .filter(|s| s.created_by.as_deref() == by)
@@ -69,17 +69,14 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
     let by = Some(key_id);
     let reason = format!("API key {key_id}, which registered it, was revoked");
     let mut push = Vec::new();
-    for entry in store.push_endpoints().list_push_endpoints().await? {
+    for entry in store.push_endpoints().list().await? {
         if entry.created_by.as_deref() == by && entry.disabled.is_none() {
-            store
-                .push_endpoints()
-                .disable_push_endpoint(&entry, &reason, now)
-                .await?;
+            store.push_endpoints().disable(&entry, &reason, now).await?;
             push.push(entry.id);
         }
     }
     let mut webhooks = Vec::new();
-    for entry in store.webhooks().list_webhooks(true).await? {
+    for entry in store.webhooks().list(true).await? {
         if entry.created_by.as_deref() != by || !entry.subscription.active {
             continue;
         }
@@ -87,7 +84,7 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
         inactive.active = false;
         match store
             .webhooks()
-            .update_webhook(&entry.id, &inactive, Some(&entry.updated_at), now)
+            .update(&entry.id, &inactive, Some(&entry.updated_at), now)
             .await
         {
             Ok(_) => webhooks.push(entry.id),
@@ -96,13 +93,13 @@ pub async fn disable_by_key(store: &Store, key_id: &str) -> Result<Value, StoreE
         }
     }
     let mut crons = Vec::new();
-    for entry in store.cron().list_crons().await? {
+    for entry in store.cron().list().await? {
         if entry.created_by.as_deref() != by || !entry.cron.enabled {
             continue;
         }
         let mut disabled = entry.cron.clone();
         disabled.enabled = false;
-        store.cron().put_cron(&disabled, by, now).await?;
+        store.cron().put(&disabled, by, now).await?;
         crons.push(entry.cron.name);
     }
     tracing::info!(

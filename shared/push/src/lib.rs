@@ -384,13 +384,7 @@ impl Dispatcher {
     /// on AWS not yet (the scheduler's 60 s could not wait for a 900 s delivery): there the
     /// next delivery on the queue, or a polling worker, takes such jobs.
     pub async fn catch_up_all(&self) -> usize {
-        let endpoints = match self
-            .inner
-            .store
-            .push_endpoints()
-            .list_push_endpoints()
-            .await
-        {
+        let endpoints = match self.inner.store.push_endpoints().list().await {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "push endpoints unreadable");
@@ -515,7 +509,7 @@ impl Dispatcher {
             .inner
             .store
             .push_endpoints()
-            .disable_push_endpoint(endpoint, why, time::now())
+            .disable(endpoint, why, time::now())
             .await
         {
             tracing::warn!(endpoint = %endpoint.id, error = %e, "push endpoint not disabled");

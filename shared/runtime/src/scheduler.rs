@@ -129,7 +129,7 @@ impl Scheduler {
         let store = &self.store;
         let deadline = Instant::now() + store.engine().sweep_budget();
         let mut report = SweepReport::default();
-        match store.cron().fire_due_crons(now).await {
+        match store.cron().fire_due(now).await {
             Ok(n) => report.fired = n,
             Err(e) => report.failures += failed(Service::FireCron, &e),
         }
@@ -181,7 +181,7 @@ impl Scheduler {
         match self
             .store
             .push_endpoints()
-            .nudge_waiting_pushes(now, now - PUSH_NUDGE_AFTER)
+            .nudge_waiting(now, now - PUSH_NUDGE_AFTER)
             .await
         {
             Ok(n) => Some(n),

@@ -160,7 +160,7 @@ async fn discovery_and_health_need_no_key() -> anyhow::Result<()> {
 async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
     let app = TestApp::spawn_with_config(keyed()).await?;
     let key = issue_key(&app.store, "revoked").await?;
-    let listed = app.store.api_keys().list_api_keys().await?;
+    let listed = app.store.api_keys().list().await?;
     assert_eq!(listed.len(), 1);
     assert!(listed[0].hash.starts_with("$argon2id$"));
     assert!(
@@ -169,7 +169,7 @@ async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
     );
     app.store
         .api_keys()
-        .revoke_api_key(&key.record.id, ojs_core::time::now())
+        .revoke(&key.record.id, ojs_core::time::now())
         .await?;
     let id = uuid::Uuid::now_v7().to_string();
     let (status, _, body) =
@@ -180,7 +180,7 @@ async fn a_revoked_key_is_refused() -> anyhow::Result<()> {
     assert!(app
         .store
         .api_keys()
-        .revoke_api_key("000000000000", ojs_core::time::now())
+        .revoke("000000000000", ojs_core::time::now())
         .await
         .is_err());
     app.teardown().await;

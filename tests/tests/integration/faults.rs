@@ -311,16 +311,10 @@ async fn a_key_record_that_landed_but_lost_its_answer_is_the_success_it_was() ->
     {
         let id = format!("k{round}{}", new_id().replace('-', ""));
         rig.proxy.script(Filter::op("PutItem"), &[fault]);
-        let stored = store
-            .api_keys()
-            .put_api_key(&id, "worker", "hash-a", now)
-            .await;
+        let stored = store.api_keys().put(&id, "worker", "hash-a", now).await;
         assert!(stored.is_ok(), "{fault:?}: {stored:?}");
         assert_eq!(rig.proxy.scripted_left(), 0, "{fault:?} was injected");
-        let other = store
-            .api_keys()
-            .put_api_key(&id, "worker", "hash-b", now)
-            .await;
+        let other = store.api_keys().put(&id, "worker", "hash-b", now).await;
         assert!(
             matches!(other, Err(ojs_store::StoreError::Duplicate)),
             "another secret under a taken id: {other:?}"

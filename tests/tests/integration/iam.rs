@@ -568,7 +568,7 @@ async fn job_for_endpoint(
     setup
         .store
         .push_endpoints()
-        .put_push_endpoint(
+        .put(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)?,
             None,
             ojs_core::time::now(),
@@ -920,7 +920,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     let registered = setup
         .store
         .push_endpoints()
-        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
+        .put(&endpoint, None, ojs_core::time::now())
         .await?;
     setup.push(push("wq", json!({}))).await?;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -931,11 +931,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         &[200],
     )?;
     // The scheduler's nudge below is to find only its own job.
-    setup
-        .store
-        .push_endpoints()
-        .delete_push_endpoint(&registered.id)
-        .await?;
+    setup.store.push_endpoints().delete(&registered.id).await?;
     expect(
         "rate",
         s.call(
@@ -969,14 +965,11 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     let endpoint = ojs_core::push::PushEndpoint::from_json(&push_registration, true)?;
     let entry = store
         .push_endpoints()
-        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
+        .put(&endpoint, None, ojs_core::time::now())
         .await?;
-    store.push_endpoints().list_push_endpoints().await?;
-    store.push_endpoints().get_push_endpoint(&entry.id).await?;
-    store
-        .push_endpoints()
-        .delete_push_endpoint(&entry.id)
-        .await?;
+    store.push_endpoints().list().await?;
+    store.push_endpoints().get(&entry.id).await?;
+    store.push_endpoints().delete(&entry.id).await?;
     // Webhook subscriptions (served by the queues function): create, list, get, update,
     // rotate, the log of a test delivery and its listing, delete.
     let sub = ojs_core::webhook::Subscription::from_json(
@@ -985,7 +978,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     )?;
     let hook = store
         .webhooks()
-        .put_webhook(
+        .put(
             &sub,
             "whsec_iam".into(),
             None,
@@ -993,11 +986,11 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             ojs_core::time::now(),
         )
         .await?;
-    store.webhooks().list_webhooks(true).await?;
-    store.webhooks().get_webhook(&hook.id).await?;
+    store.webhooks().list(true).await?;
+    store.webhooks().get(&hook.id).await?;
     store
         .webhooks()
-        .update_webhook(
+        .update(
             &hook.id,
             &sub,
             Some(&hook.updated_at),
@@ -1006,7 +999,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .await?;
     store
         .webhooks()
-        .rotate_webhook_secret(&hook.id, "whsec_iam2".into(), 0, ojs_core::time::now())
+        .rotate_secret(&hook.id, "whsec_iam2".into(), 0, ojs_core::time::now())
         .await?;
     store
         .webhooks()
@@ -1027,18 +1020,15 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             ojs_core::time::now(),
         )
         .await?;
+    store.webhooks().deliveries(&hook.id, 10, None).await?;
     store
         .webhooks()
-        .webhook_deliveries(&hook.id, 10, None)
-        .await?;
-    store
-        .webhooks()
-        .find_webhook_delivery("del_iam", std::slice::from_ref(&hook.id))
+        .find_delivery("del_iam", std::slice::from_ref(&hook.id))
         .await?;
     // A manual retry of a dead delivery records its pending retry.
     store
         .webhooks()
-        .schedule_webhook_retry(&ojs_store::PendingDelivery {
+        .schedule_retry(&ojs_store::PendingDelivery {
             delivery_id: "del_iam".into(),
             subscription_id: hook.id.clone(),
             event_type: "webhook.test".into(),
@@ -1047,7 +1037,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
             due_us: ojs_core::time::now().timestamp_micros() + 3_600_000_000,
         })
         .await?;
-    store.webhooks().delete_webhook(&hook.id).await?;
+    store.webhooks().delete(&hook.id).await?;
     expect(
         "rate limit inspect",
         s.call(Method::GET, "/ojs/v1/rate-limits/iam-key", None)
@@ -1420,7 +1410,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     let hook = setup
         .store
         .webhooks()
-        .put_webhook(
+        .put(
             &ojs_core::webhook::Subscription::from_json(
                 &json!({"url": "http://127.0.0.1:9/iam", "events": ["job.*"]}),
                 true,
@@ -1434,7 +1424,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     setup
         .store
         .webhooks()
-        .schedule_webhook_retry(&ojs_store::PendingDelivery {
+        .schedule_retry(&ojs_store::PendingDelivery {
             delivery_id: "del_iam_retry".into(),
             subscription_id: hook.id.clone(),
             event_type: "job.enqueued".into(),
@@ -1456,7 +1446,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     setup
         .store
         .push_endpoints()
-        .put_push_endpoint(
+        .put(
             &ojs_core::push::PushEndpoint::from_json(
                 &json!({"endpoint": "https://example.com/ojs", "job_types": ["iam.nudge"],
                     "queues": ["iam-nudge"], "config": {"signing_secret": "whsec_iam_0123456789"}}),
@@ -1470,10 +1460,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .push(json!({"type": "iam.nudge", "queue": "iam-nudge", "args": []}))
         .await?;
     let now = ojs_core::time::now();
-    let nudged = store
-        .push_endpoints()
-        .nudge_waiting_pushes(now, now)
-        .await?;
+    let nudged = store.push_endpoints().nudge_waiting(now, now).await?;
     anyhow::ensure!(nudged == 1, "push nudge: {nudged} nudged");
     // The redrive of a stream batch given up on: its position taken off the failure queue,
     // its records read again from the stream (not recorded: a Streams client) and applied
@@ -1755,7 +1742,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
     let by = created["id"].as_str().map(str::to_owned);
     store
         .push_endpoints()
-        .put_push_endpoint(
+        .put(
             &ojs_core::push::PushEndpoint::from_json(
                 &json!({"endpoint": "https://example.com/keys", "job_types": ["iam.keys"],
                     "queues": ["iam-keys"], "config": {"signing_secret": "whsec_iam_0123456789"}}),
@@ -1767,7 +1754,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .await?;
     store
         .webhooks()
-        .put_webhook(
+        .put(
             &ojs_core::webhook::Subscription::from_json(
                 &json!({"url": "http://127.0.0.1:9/keys", "events": ["job.*"]}),
                 true,
@@ -1780,7 +1767,7 @@ async fn every_function_s_workload() -> anyhow::Result<()> {
         .await?;
     store
         .cron()
-        .put_cron(
+        .put(
             &ojs_core::cron_job::CronJob::from_json(json!({
                 "name": "iam-keys", "expression": "0 0 1 1 *",
                 "job_template": {"type": "iam.keys", "args": []}}))?,

@@ -209,7 +209,7 @@ async fn http_functions_serve_api_gateway_v2_events_end_to_end() -> anyhow::Resu
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let hook = store
         .webhooks()
-        .put_webhook(
+        .put(
             &subscription,
             "s".repeat(32),
             None,
@@ -376,7 +376,7 @@ async fn register_endpoint(store: &ojs_store::Store, url: &str, queue: &str) -> 
     });
     store
         .push_endpoints()
-        .put_push_endpoint(
+        .put(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?,
             None,
@@ -956,7 +956,7 @@ async fn a_jobs_trace_id_is_in_the_log_lines_of_its_push_stream_batch_delivery_a
     });
     store
         .push_endpoints()
-        .put_push_endpoint(
+        .put(
             &ojs_core::push::PushEndpoint::from_json(&registration, true)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?,
             None,

@@ -712,17 +712,11 @@ async fn the_schedulers_nudge_delivers_jobs_left_waiting_on_aws() -> anyhow::Res
     assert_eq!(
         app.store
             .push_endpoints()
-            .nudge_waiting_pushes(now, before_the_pushes)
+            .nudge_waiting(now, before_the_pushes)
             .await?,
         0
     );
-    assert_eq!(
-        app.store
-            .push_endpoints()
-            .nudge_waiting_pushes(now, now)
-            .await?,
-        3
-    );
+    assert_eq!(app.store.push_endpoints().nudge_waiting(now, now).await?, 3);
     for id in &ids {
         let job = wait_terminal(&app, id, Duration::from_secs(10)).await?;
         assert_eq!(job["state"], "completed", "{job}");
@@ -752,7 +746,7 @@ async fn the_endpoint_cap_holds_under_racing_registrations() -> anyhow::Result<(
         let endpoint = ojs_core::push::PushEndpoint::from_json(&body(i), true)?;
         app.store
             .push_endpoints()
-            .put_push_endpoint(&endpoint, None, ojs_core::time::now())
+            .put(&endpoint, None, ojs_core::time::now())
             .await?;
     }
     // Eight registrations race for the last two places.
@@ -990,7 +984,7 @@ async fn a_job_offered_twice_keeps_the_slot_its_first_claim_took() -> anyhow::Re
     let endpoint = ojs_core::push::PushEndpoint::from_json(&body, true)?;
     app.store
         .push_endpoints()
-        .put_push_endpoint(&endpoint, None, ojs_core::time::now())
+        .put(&endpoint, None, ojs_core::time::now())
         .await?;
     let queue = ojs_core::QueueName::parse("twice")?;
     let entry = app.store.push_endpoints().of_queue(&queue).await?.remove(0);

@@ -325,7 +325,7 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     let racers: Vec<_> = (0..16)
         .map(|_| {
             let store = app.store.clone();
-            tokio::spawn(async move { store.cron().fire_due_crons(first).await })
+            tokio::spawn(async move { store.cron().fire_due(first).await })
         })
         .collect();
     let mut fired = 0;
@@ -341,7 +341,7 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     // The job is still running at the next occurrence: skipped.
     let second = first + chrono::Duration::minutes(1);
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.cron().fire_due_crons(second).await?, 0);
+    assert_eq!(app.store.cron().fire_due(second).await?, 0);
     assert!(queued(&app, "ticks").await?.is_empty());
     let cron = app.call(Method::GET, "/ojs/v1/cron", None).await?.body;
     ojs_tests::after_index_lag().await;
@@ -354,7 +354,7 @@ async fn a_cron_occurrence_fires_exactly_once_and_skip_prevents_overlap() -> any
     app.ack(json!({"job_id": job_id})).await?;
     let third = second + chrono::Duration::minutes(1);
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.cron().fire_due_crons(third).await?, 1);
+    assert_eq!(app.store.cron().fire_due(third).await?, 1);
     assert_eq!(queued(&app, "ticks").await?.len(), 1);
     app.teardown().await;
     Ok(())
@@ -412,13 +412,13 @@ async fn enqueue_overlap_queues_the_next_occurrence_behind_the_running_one() -> 
         DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
             .to_utc();
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.cron().fire_due_crons(first).await?, 1);
+    assert_eq!(app.store.cron().fire_due(first).await?, 1);
     let running = queued(&app, "serial").await?;
     assert_eq!(running.len(), 1);
     let second = first + chrono::Duration::minutes(1);
     ojs_tests::after_index_lag().await;
     assert_eq!(
-        app.store.cron().fire_due_crons(second).await?,
+        app.store.cron().fire_due(second).await?,
         1,
         "the occurrence is created"
     );
@@ -450,7 +450,7 @@ async fn re_registering_a_cron_keeps_its_history_and_overlap_tracking() -> anyho
         DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
             .to_utc();
     ojs_tests::after_index_lag().await;
-    assert_eq!(app.store.cron().fire_due_crons(first).await?, 1);
+    assert_eq!(app.store.cron().fire_due(first).await?, 1);
     assert_eq!(
         queued(&app, "again").await?.len(),
         1,
@@ -464,7 +464,7 @@ async fn re_registering_a_cron_keeps_its_history_and_overlap_tracking() -> anyho
     ojs_tests::after_index_lag().await;
     let second = first + chrono::Duration::minutes(1);
     assert_eq!(
-        app.store.cron().fire_due_crons(second).await?,
+        app.store.cron().fire_due(second).await?,
         0,
         "skip still sees the running job"
     );

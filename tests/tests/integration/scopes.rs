@@ -158,8 +158,8 @@ async fn a_producers_or_workers_key_cannot_reroute_jobs_or_change_a_queue() -> a
     )
     .await?;
     assert_eq!(subs["subscriptions"], json!([]), "{subs}");
-    assert!(app.store.cron().list_crons().await?.is_empty());
-    assert!(app.store.schemas().list_schemas().await?.is_empty());
+    assert!(app.store.cron().list().await?.is_empty());
+    assert!(app.store.schemas().list().await?.is_empty());
     assert!(
         !app.store
             .derived()
@@ -354,7 +354,7 @@ async fn registrations_record_their_key_and_a_revocation_can_disable_them() -> a
         &json!({"action": "revoke", "id": other.record.id}),
     )
     .await?;
-    let crons = app.store.cron().list_crons().await?;
+    let crons = app.store.cron().list().await?;
     assert!(crons.iter().all(|c| c.cron.enabled), "{crons:?}");
     // Revoked with it, the deployer's push endpoint, subscription and cron job stop.
     let revoked = ojs_http::key_admin::administer_keys(
@@ -381,7 +381,7 @@ async fn registrations_record_their_key_and_a_revocation_can_disable_them() -> a
     let other_cron = app
         .store
         .cron()
-        .list_crons()
+        .list()
         .await?
         .into_iter()
         .find(|c| c.cron.name == "reg-other");

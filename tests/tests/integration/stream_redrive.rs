@@ -504,7 +504,7 @@ async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
     )?;
     app.store
         .webhooks()
-        .put_webhook(
+        .put(
             &subscription,
             "whsec_redrive".into(),
             None,
@@ -518,10 +518,7 @@ async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
             "config": {"signing_secret": "whsec_redrive_0123456789"}}),
         true,
     )?;
-    app.store
-        .push_endpoints()
-        .put_push_endpoint(&endpoint, None, now)
-        .await?;
+    app.store.push_endpoints().put(&endpoint, None, now).await?;
 
     let q = "redrive-hook";
     let done = push_as(

@@ -413,7 +413,7 @@ async fn subscription_crud_validation_and_secrecy() -> anyhow::Result<()> {
     assert_eq!(own.status, 201, "{:?}", own.body);
     assert_eq!(own.body["secret"], "whk_brought_by_the_caller");
     let own_id = own.body["id"].as_str().unwrap_or_default();
-    let stored = app.store.webhooks().get_webhook(own_id).await?;
+    let stored = app.store.webhooks().get(own_id).await?;
     assert_eq!(
         stored.map(|w| w.secret),
         Some("whk_brought_by_the_caller".to_owned())
@@ -880,7 +880,7 @@ async fn delivery_cost_is_one_log_write_when_the_first_attempt_succeeds() -> any
     let entry = app
         .store
         .webhooks()
-        .put_webhook(
+        .put(
             &sub,
             "whsec_cost".into(),
             None,

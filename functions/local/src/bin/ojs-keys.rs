@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", issued["key"].as_str().unwrap_or_default());
         }
         ["list"] => {
-            for k in store.api_keys().list_api_keys().await? {
+            for k in store.api_keys().list().await? {
                 let revoked = k.revoked_at.as_deref().unwrap_or("-");
                 let scopes = Scopes::of_stored(k.scopes.as_deref()).names().join(",");
                 println!(

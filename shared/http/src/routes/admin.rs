@@ -348,7 +348,7 @@ async fn list_schemas(State(app): State<AppState>) -> Result<Response, ApiError>
     let schemas: Vec<Value> = app
         .store
         .schemas()
-        .list_schemas()
+        .list()
         .await?
         .iter()
         .map(schema_view)
@@ -366,7 +366,7 @@ async fn get_schema(
     Path(job_type): Path<String>,
 ) -> Result<Response, ApiError> {
     if ojs_core::JobType::parse(&job_type).is_ok() {
-        let versions = app.store.schemas().list_schema_versions(&job_type).await?;
+        let versions = app.store.schemas().list_versions(&job_type).await?;
         if let Some(latest) = versions.first() {
             return Ok(reply(
                 StatusCode::OK,
@@ -377,7 +377,7 @@ async fn get_schema(
     let found = app
         .store
         .schemas()
-        .list_schemas()
+        .list()
         .await?
         .into_iter()
         .filter(|e| e.doc.uri == job_type || e.doc.job_type.as_deref() == Some(&job_type))

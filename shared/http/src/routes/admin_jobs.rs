@@ -346,7 +346,7 @@ pub(crate) async fn list_dead_letter(
         let page = app
             .store
             .dead_letter()
-            .list_dead_letter(
+            .list(
                 filter.queue.as_ref(),
                 &ojs_core::tenant::Scope::Any,
                 paging.per_page,
@@ -405,7 +405,7 @@ async fn dead_jobs(app: &AppState, filter: &Filter) -> Result<Vec<Job>, ApiError
     let page = app
         .store
         .dead_letter()
-        .list_dead_letter(filter.queue.as_ref(), &filter.tenant, MAX_LISTED, 0)
+        .list(filter.queue.as_ref(), &filter.tenant, MAX_LISTED, 0)
         .await?;
     Ok(page
         .jobs
@@ -484,7 +484,7 @@ pub(crate) async fn purge_dead_letter(
         if before.is_some_and(|b| !older(job.status.discarded_at, b)) {
             continue;
         }
-        match app.store.dead_letter().delete_dead_letter(&job.id).await {
+        match app.store.dead_letter().delete(&job.id).await {
             Ok(()) | Err(StoreError::NotFound(_)) => purged += 1,
             Err(e) => return Err(e.into()),
         }

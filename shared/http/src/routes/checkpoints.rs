@@ -54,7 +54,7 @@ async fn save_checkpoint(
     let saved = app
         .store
         .checkpoints()
-        .save_checkpoint(&id, &save, time::now())
+        .save(&id, &save, time::now())
         .await?;
     let mut view = saved.view(&id);
     if let Some(o) = view.as_object_mut() {
@@ -85,7 +85,7 @@ async fn delete_checkpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    app.store.checkpoints().delete_checkpoint(&id).await?;
+    app.store.checkpoints().delete(&id).await?;
     Ok(reply(
         StatusCode::OK,
         json!({"deleted": true, "job_id": id.to_string()}),

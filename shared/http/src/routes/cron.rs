@@ -36,7 +36,7 @@ async fn register_cron(
     let (entry, created) = app
         .store
         .cron()
-        .put_cron(&cron, by.as_deref(), time::now())
+        .put(&cron, by.as_deref(), time::now())
         .await?;
     tracing::info!(cron = %cron.name, created, "cron registered");
     let status = if created {
@@ -60,7 +60,7 @@ async fn list_crons(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let all = app.store.cron().list_crons().await?;
+    let all = app.store.cron().list().await?;
     let (crons, pagination) = page_of(&all, page, |e| e.to_json());
     Ok(reply(
         StatusCode::OK,
@@ -76,7 +76,7 @@ async fn delete_cron(
         // Never registered, and not a key to hand to the store (it may be over its size).
         return Err(OjsError::not_found(format!("no cron job named {name:?}")).into());
     }
-    let entry = app.store.cron().delete_cron(&name).await?;
+    let entry = app.store.cron().delete(&name).await?;
     let entry = entry.to_json();
     Ok(reply(
         StatusCode::OK,

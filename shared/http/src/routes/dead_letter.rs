@@ -48,7 +48,7 @@ async fn list_dead_letter(
     let page = app
         .store
         .dead_letter()
-        .list_dead_letter(queue.as_ref(), &tenant.0, limit, offset)
+        .list(queue.as_ref(), &tenant.0, limit, offset)
         .await?;
     // Whole envelopes: the args and meta of those that keep them in the payload bucket
     // are brought back (one that cannot be read is shown incomplete, and says so).
@@ -78,11 +78,7 @@ async fn list_dead_letter(
 pub(crate) async fn retry(app: &AppState, tenant: &Tenant, id: &str) -> Result<Job, ApiError> {
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
-    Ok(app
-        .store
-        .dead_letter()
-        .retry_dead_letter(&id, time::now())
-        .await?)
+    Ok(app.store.dead_letter().retry(&id, time::now()).await?)
 }
 
 async fn retry_dead_letter(
@@ -124,6 +120,6 @@ pub(crate) async fn delete_dead_letter_admin(
 async fn discard(app: &AppState, tenant: &Tenant, id: &str) -> Result<JobId, ApiError> {
     let id = JobId::parse(id)?;
     super::tenant_owns(app, tenant, &id).await?;
-    app.store.dead_letter().delete_dead_letter(&id).await?;
+    app.store.dead_letter().delete(&id).await?;
     Ok(id)
 }

@@ -76,7 +76,7 @@ impl Idempotent {
         match app
             .store
             .idempotency_keys()
-            .claim_idempotency_key(&self.key, &self.fingerprint, ids, now)
+            .claim(&self.key, &self.fingerprint, ids, now)
             .await?
         {
             KeyClaim::Reused => Err(reused_with_another_body(&self.key).into()),
@@ -99,13 +99,13 @@ impl Idempotent {
             Ok((status, other_ids)) => {
                 app.store
                     .idempotency_keys()
-                    .record_idempotent_answer(&self.key, status, other_ids)
+                    .record_answer(&self.key, status, other_ids)
                     .await
             }
             Err(status) if status < 500 => {
                 app.store
                     .idempotency_keys()
-                    .release_idempotency_key(&self.key, &self.fingerprint)
+                    .release(&self.key, &self.fingerprint)
                     .await
             }
             Err(_) => Ok(()),

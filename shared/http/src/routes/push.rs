@@ -59,7 +59,7 @@ async fn register_push_endpoint(
     let entry = app
         .store
         .push_endpoints()
-        .put_push_endpoint(&endpoint, by.as_deref(), time::now())
+        .put(&endpoint, by.as_deref(), time::now())
         .await?;
     tracing::info!(id = %entry.id, "push endpoint registered");
     Ok(reply(
@@ -72,7 +72,7 @@ async fn list_push_endpoints(State(app): State<AppState>) -> Result<Response, Ap
     let all: Vec<Value> = app
         .store
         .push_endpoints()
-        .list_push_endpoints()
+        .list()
         .await?
         .iter()
         .map(|e| e.view())
@@ -88,7 +88,7 @@ async fn get_push_endpoint(
     let entry = app
         .store
         .push_endpoints()
-        .get_push_endpoint(&id)
+        .get(&id)
         .await?
         .ok_or_else(|| unknown(&id))?;
     Ok(reply(StatusCode::OK, json!({ "endpoint": entry.view() })))
@@ -99,7 +99,7 @@ async fn delete_push_endpoint(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_id(&id)?;
-    let entry = app.store.push_endpoints().delete_push_endpoint(&id).await?;
+    let entry = app.store.push_endpoints().delete(&id).await?;
     tracing::info!(id = %entry.id, "push endpoint deleted");
     Ok(reply(
         StatusCode::OK,

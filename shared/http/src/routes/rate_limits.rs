@@ -45,7 +45,7 @@ async fn inspect_rate_limit(
     let state = app
         .store
         .rate_limits()
-        .rate_limit_state(&key, now.timestamp_micros())
+        .state(&key, now.timestamp_micros())
         .await?;
     let windows: Vec<Value> = state
         .windows

@@ -79,7 +79,7 @@ async fn register_schema_version(
     let job_type = JobType::parse(&job_type)?;
     let version = schema_registry::parse_version(&version)?;
     let doc = SchemaDoc::versioned(&job_type, version, body)?;
-    match app.store.schemas().put_schema(&doc, by.as_deref(), time::now()).await {
+    match app.store.schemas().put(&doc, by.as_deref(), time::now()).await {
         Ok(SchemaPut::Created(entry)) => {
             tracing::info!(uri = %doc.uri, "schema version registered");
             Ok(reply(StatusCode::CREATED, version_view(&entry)))
@@ -108,7 +108,7 @@ async fn get_schema_version(
     let entry = app
         .store
         .schemas()
-        .get_schema(&uri)
+        .get(&uri)
         .await?
         .filter(|e| e.doc.registry_version(&job_type).is_some())
         .ok_or_else(|| no_version(&job_type, &version))?;
@@ -125,7 +125,7 @@ async fn delete_schema_version(
     let entry = app
         .store
         .schemas()
-        .delete_schema(&uri)
+        .delete(&uri)
         .await
         .map_err(super::not_found_as(|| no_version(&job_type, &version)))?;
     tracing::info!(uri = %entry.doc.uri, "schema version deleted");
@@ -149,7 +149,7 @@ async fn list_schema_versions(
     if JobType::parse(&job_type).is_err() {
         return Err(no_versions(&job_type));
     }
-    let versions = app.store.schemas().list_schema_versions(&job_type).await?;
+    let versions = app.store.schemas().list_versions(&job_type).await?;
     if versions.is_empty() {
         return Err(no_versions(&job_type));
     }

@@ -63,7 +63,7 @@ async fn register_schema(
     match app
         .store
         .schemas()
-        .put_schema(&doc, by.as_deref(), time::now())
+        .put(&doc, by.as_deref(), time::now())
         .await
     {
         Ok(SchemaPut::Created(entry)) => {
@@ -88,7 +88,7 @@ async fn list_schemas(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let all = app.store.schemas().list_schemas().await?;
+    let all = app.store.schemas().list().await?;
     let (schemas, pagination) = page_of(&all, page, |e| e.summary());
     Ok(reply(
         StatusCode::OK,
@@ -104,7 +104,7 @@ async fn get_schema(
     let entry = app
         .store
         .schemas()
-        .get_schema(&uri)
+        .get(&uri)
         .await?
         .ok_or_else(|| unknown(&uri))?;
     Ok(reply(StatusCode::OK, json!({ "schema": entry.view() })))
@@ -115,7 +115,7 @@ async fn delete_schema(
     Path(uri): Path<String>,
 ) -> Result<Response, ApiError> {
     check_uri(&uri)?;
-    let entry = app.store.schemas().delete_schema(&uri).await?;
+    let entry = app.store.schemas().delete(&uri).await?;
     tracing::info!(uri = %entry.doc.uri, "schema deleted");
     Ok(reply(
         StatusCode::OK,
@@ -144,7 +144,7 @@ pub(crate) async fn check_args(app: &AppState, job: &NewJob) -> Result<(), ApiEr
     let entry = app
         .store
         .schemas()
-        .get_schema(uri)
+        .get(uri)
         .await?
         .ok_or_else(|| schema_registry::unregistered_error(uri))?;
     entry
@@ -163,7 +163,7 @@ async fn check_version(app: &AppState, job: &NewJob) -> Result<(), ApiError> {
     let Some(uri) = schema_registry::versioned_uri(job_type, &version) else {
         return Ok(());
     };
-    let Some(entry) = app.store.schemas().get_schema(&uri).await? else {
+    let Some(entry) = app.store.schemas().get(&uri).await? else {
         return Ok(());
     };
     if entry.doc.registry_version(job_type).is_none() {

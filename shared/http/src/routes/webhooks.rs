@@ -78,7 +78,7 @@ async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEn
     check_id(id)?;
     app.store
         .webhooks()
-        .get_webhook(id)
+        .get(id)
         .await?
         .filter(|entry| entry.visible_to(&tenant.0))
         .ok_or_else(|| unknown(id))
@@ -116,7 +116,7 @@ async fn create_subscription(
     let secret = ojs_core::webhook::take_caller_secret(&mut body)?;
     let subscription = Subscription::from_json(&body, allow_private)?;
     check_address(&subscription.url, allow_private).await?;
-    let subscriptions = app.store.webhooks().list_webhooks(true).await?;
+    let subscriptions = app.store.webhooks().list(true).await?;
     if subscriptions.len() >= MAX_SUBSCRIPTIONS {
         return Err(ApiError(OjsError::new(
             ErrorCode::InvalidRequest,
@@ -147,7 +147,7 @@ async fn create_subscription(
     let entry = app
         .store
         .webhooks()
-        .put_webhook(
+        .put(
             &subscription,
             secret.unwrap_or_else(new_secret),
             by.as_deref(),
@@ -178,7 +178,7 @@ async fn list_subscriptions(
     Query(page): Query<Page>,
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
-    let mut all = app.store.webhooks().list_webhooks(true).await?;
+    let mut all = app.store.webhooks().list(true).await?;
     all.retain(|entry| entry.visible_to(&tenant.0));
     let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
     Ok(reply(
@@ -212,13 +212,13 @@ async fn update_subscription(
     let updated = match app
         .store
         .webhooks()
-        .update_webhook(&id, &next, Some(&entry.updated_at), time::now())
+        .update(&id, &next, Some(&entry.updated_at), time::now())
         .await
     {
         Ok(u) => u,
         // Deleted, or changed since it was read (its fields are not overwritten).
         Err(StoreError::NotFound(_)) => {
-            return Err(match app.store.webhooks().get_webhook(&id).await? {
+            return Err(match app.store.webhooks().get(&id).await? {
                 None => unknown(&id),
                 Some(_) => ApiError(
                     OjsError::conflict("the subscription changed meanwhile; read it and try again")
@@ -238,7 +238,7 @@ async fn delete_subscription(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_visible(&app, &id, &tenant).await?;
-    app.store.webhooks().delete_webhook(&id).await?;
+    app.store.webhooks().delete(&id).await?;
     tracing::info!(event = "webhook.subscription.deleted", id = %id, "webhook subscription deleted");
     Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
 }
@@ -260,7 +260,7 @@ async fn rotate_secret(
     let entry = app
         .store
         .webhooks()
-        .rotate_webhook_secret(&id, secret.clone(), grace_until, now)
+        .rotate_secret(&id, secret.clone(), grace_until, now)
         .await?;
     tracing::info!(id = %id, "webhook secret rotated");
     let mut view = entry.view();
@@ -377,7 +377,7 @@ async fn deliveries_of(
     let (deliveries, next) = app
         .store
         .webhooks()
-        .webhook_deliveries(id, limit, from.as_deref())
+        .deliveries(id, limit, from.as_deref())
         .await?;
     let next = next.map(|c| c.replace('#', "~"));
     Ok(reply(
@@ -418,7 +418,7 @@ async fn find_delivery(
         None => app
             .store
             .webhooks()
-            .list_webhooks(true)
+            .list(true)
             .await?
             .into_iter()
             .filter(|e| e.visible_to(&tenant.0))
@@ -427,7 +427,7 @@ async fn find_delivery(
     };
     app.store
         .webhooks()
-        .find_webhook_delivery(id, &subs)
+        .find_delivery(id, &subs)
         .await?
         .ok_or_else(|| unknown_delivery(id))
 }
@@ -487,10 +487,7 @@ async fn retry_delivery(
         attempt: dead.attempt + 1,
         due_us: now.timestamp_micros(),
     };
-    app.store
-        .webhooks()
-        .schedule_webhook_retry(&pending)
-        .await?;
+    app.store.webhooks().schedule_retry(&pending).await?;
     tracing::info!(delivery_id = %id, subscription = %sub, "webhook delivery retried by hand");
     Ok(reply(
         StatusCode::ACCEPTED,

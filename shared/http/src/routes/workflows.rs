@@ -52,11 +52,7 @@ async fn create_workflow(
     let mut spec = WorkflowSpec::from_json(body)?;
     spec.adopt_tenant(&tenant.0)?;
     super::schemas::check_workflow(&app, &spec).await?;
-    let workflow = app
-        .store
-        .workflows()
-        .create_workflow(&spec, time::now())
-        .await?;
+    let workflow = app.store.workflows().create(&spec, time::now()).await?;
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
     Ok(reply(
         StatusCode::CREATED,
@@ -72,7 +68,7 @@ async fn get_workflow(
     let workflow = app
         .store
         .workflows()
-        .get_workflow(&id)
+        .get(&id)
         .await
         .map_err(finished(&id))?;
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
@@ -86,7 +82,7 @@ async fn cancel_workflow(
     let workflow = app
         .store
         .workflows()
-        .cancel_workflow(&id, time::now())
+        .cancel(&id, time::now())
         .await
         .map_err(finished(&id))?;
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))

@@ -161,7 +161,7 @@ impl WebhookDispatcher {
             .inner
             .store
             .webhooks()
-            .list_webhooks(false)
+            .list(false)
             .await?
             .into_iter()
             .map(std::sync::Arc::new)
@@ -199,13 +199,7 @@ impl WebhookDispatcher {
         event_id: &str,
         body: &str,
     ) -> Result<(), ojs_store::StoreError> {
-        match self
-            .inner
-            .store
-            .webhooks()
-            .get_webhook(subscription_id)
-            .await?
-        {
+        match self.inner.store.webhooks().get(subscription_id).await? {
             Some(sub) if sub.subscription.active => {
                 let delivery = Delivery {
                     id: delivery_id.to_owned(),
@@ -265,7 +259,7 @@ impl WebhookDispatcher {
                         attempt: attempt + 1,
                         due_us: due.timestamp_micros(),
                     };
-                    if let Err(e) = store.webhooks().schedule_webhook_retry(&pending).await {
+                    if let Err(e) = store.webhooks().schedule_retry(&pending).await {
                         tracing::warn!(delivery_id = %d.id, error = %e, "webhook retry not recorded: the delivery is dropped");
                         outcome = Outcome::Dead;
                     } else {

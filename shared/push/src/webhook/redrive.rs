@@ -52,7 +52,7 @@ impl WebhookDispatcher {
 
     async fn retry(&self, p: &PendingDelivery) {
         let store = &self.inner.store;
-        match store.webhooks().get_webhook(&p.subscription_id).await {
+        match store.webhooks().get(&p.subscription_id).await {
             Ok(Some(sub)) if sub.subscription.active => {
                 let event_id = serde_json::from_str::<Value>(&p.body)
                     .ok()

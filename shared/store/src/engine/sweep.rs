@@ -3,7 +3,7 @@
 //! (the `QUEUES`/`~SWEEP` item). The sweep itself is composed above the store, by
 //! `ojs_runtime::Scheduler`, from named services:
 //!
-//! 1. fire due cron occurrences ([`crate::Store::fire_due_crons`]);
+//! 1. fire due cron occurrences ([`crate::Cron::fire_due`]);
 //! 2. hand work due within the timer's range to the SQS timer ([`Engine::hand_over_to_timer`]);
 //! 3. per queue: promote due jobs, reclaim expired leases, time out overdue attempts and
 //!    discard expired jobs ([`crate::Lifecycle::promote_due`], what FETCH does for its own queues);

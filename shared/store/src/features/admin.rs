@@ -230,9 +230,7 @@ impl Admin<'_> {
     pub async fn admin_retry_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let job = match self.admin_target(id).await? {
             Target::DeadLettered => {
-                return DeadLetter::new(&self.derived.engine)
-                    .retry_dead_letter(id, now)
-                    .await
+                return DeadLetter::new(&self.derived.engine).retry(id, now).await
             }
             Target::Job(job) => *job,
         };
@@ -262,11 +260,7 @@ impl Admin<'_> {
     /// such job, Conflict when it is not finished or is a workflow step.
     pub async fn admin_delete_job(&self, id: &JobId) -> Result<(), StoreError> {
         let job = match self.admin_target(id).await? {
-            Target::DeadLettered => {
-                return DeadLetter::new(&self.derived.engine)
-                    .delete_dead_letter(id)
-                    .await
-            }
+            Target::DeadLettered => return DeadLetter::new(&self.derived.engine).delete(id).await,
             Target::Job(job) => *job,
         };
         let state = job.status.state;

@@ -66,21 +66,20 @@ service! {
 
 impl ApiKeys<'_> {
     /// Stores a new key record without scopes (a data key); see
-    /// [`Store::put_scoped_api_key`].
-    pub async fn put_api_key(
+    /// [`ApiKeys::put_scoped`].
+    pub async fn put(
         &self,
         id: &str,
         name: &str,
         hash: &str,
         now: Timestamp,
     ) -> Result<ApiKeyRecord, StoreError> {
-        self.put_scoped_api_key(id, name, hash, None, None, now)
-            .await
+        self.put_scoped(id, name, hash, None, None, now).await
     }
 
     /// Stores a new key record with `scopes` (none: a data key), bound to `tenant` if
     /// given (conditional PutItem: an id is never overwritten).
-    pub async fn put_scoped_api_key(
+    pub async fn put_scoped(
         &self,
         id: &str,
         name: &str,
@@ -138,7 +137,7 @@ impl ApiKeys<'_> {
 
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
     /// is seen by the next lookup).
-    pub async fn get_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+    pub async fn get(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         self.engine
             .table
             .read_as(api_key_key(id), record_from_item)
@@ -146,7 +145,7 @@ impl ApiKeys<'_> {
     }
 
     /// Every key record, sorted by id.
-    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         self.engine
             .table
             .list_as(API_KEYS_PK, record_from_item)
@@ -155,7 +154,7 @@ impl ApiKeys<'_> {
 
     /// Marks key `id` revoked (conditional UpdateItem; NotFound when there is no such key;
     /// revoking twice keeps the first revocation time).
-    pub async fn revoke_api_key(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
+    pub async fn revoke(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
         let revoke = self
             .engine
             .table

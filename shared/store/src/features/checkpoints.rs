@@ -32,7 +32,7 @@ impl Checkpoints<'_> {
     /// [`StoreError::NotHolder`] (active under another worker or attempt) and
     /// [`StoreError::StaleCheckpoint`] (the save's `sequence` does not follow the stored
     /// one).
-    pub async fn save_checkpoint(
+    pub async fn save(
         &self,
         id: &JobId,
         save: &CheckpointSave,
@@ -67,7 +67,7 @@ impl Checkpoints<'_> {
 
     /// Deletes job `id`'s checkpoint: one conditional UpdateItem that succeeds whether
     /// there was one or not (idempotent); NotFound when there is no job `id`.
-    pub async fn delete_checkpoint(&self, id: &JobId) -> Result<(), StoreError> {
+    pub async fn delete(&self, id: &JobId) -> Result<(), StoreError> {
         let remove = self
             .engine
             .table

@@ -96,7 +96,7 @@ service! {
 
 impl Cron<'_> {
     /// Registers (or replaces) a cron job. Returns the entry and whether it was new.
-    pub async fn put_cron(
+    pub async fn put(
         &self,
         cron: &CronJob,
         created_by: Option<&str>,
@@ -190,7 +190,7 @@ impl Cron<'_> {
     /// Every registration, sorted by name. One that no longer reads (stored by an older
     /// version under other rules, or damaged) is left out and logged, so it cannot hide
     /// the others.
-    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<CronEntry>, StoreError> {
         Ok(self
             .engine.table.query_partition(keys::CRON_PK, true)
             .await?
@@ -207,7 +207,7 @@ impl Cron<'_> {
     }
 
     /// Removes a registration; NotFound when there is none.
-    pub async fn delete_cron(&self, name: &str) -> Result<CronEntry, StoreError> {
+    pub async fn delete(&self, name: &str) -> Result<CronEntry, StoreError> {
         self.engine
             .table
             .delete_as(cron_key(name), entry_from_item)
@@ -224,14 +224,14 @@ impl Cron<'_> {
 
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
     /// registration, as the spec requires). Returns how many jobs were enqueued.
-    pub async fn fire_due_crons(&self, now: Timestamp) -> Result<usize, StoreError> {
+    pub async fn fire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
         following_up(self.engine, now, |engine| async move {
             Cron::new(&engine).fire_due_crons_in_scope(now).await
         })
         .await
     }
 
-    /// [`Store::fire_due_crons`] within the caller's follow-up scope.
+    /// [`Cron::fire_due`] within the caller's follow-up scope.
     async fn fire_due_crons_in_scope(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
         let mut pages = self

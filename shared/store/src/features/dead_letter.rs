@@ -43,7 +43,7 @@ service! {
 impl DeadLetter<'_> {
     /// Dead-lettered jobs, optionally of one queue, of the tenants `tenant` sees,
     /// `offset`/`limit` paginated.
-    pub async fn list_dead_letter(
+    pub async fn list(
         &self,
         queue: Option<&QueueName>,
         tenant: &Scope,
@@ -152,7 +152,7 @@ impl DeadLetter<'_> {
     /// Puts a dead-lettered job back in its queue: attempt 0, errors cleared. NotFound
     /// (as not in the dead letter queue) when the job is not there, or no longer is by the
     /// time of the write (retried, deleted or changed meanwhile).
-    pub async fn retry_dead_letter(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
+    pub async fn retry(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
         let not_dead = || StoreError::NotFound(Missing::DeadLetter(id.to_string()));
         let item = match self.engine.table.read_existing(item::job_key(id)).await {
             Err(StoreError::NotFound(_)) => return Err(not_dead()),
@@ -182,7 +182,7 @@ impl DeadLetter<'_> {
     }
 
     /// Permanently deletes a dead-lettered job, and its entry with it.
-    pub async fn delete_dead_letter(&self, id: &JobId) -> Result<(), StoreError> {
+    pub async fn delete(&self, id: &JobId) -> Result<(), StoreError> {
         let Some(sk) = self.dead_sk_of(id).await? else {
             return Err(StoreError::NotFound(Missing::DeadLetter(id.to_string())));
         };

@@ -71,7 +71,7 @@ impl IdempotencyKeys<'_> {
     /// Claims `key` for a request whose body has `fingerprint` and whose jobs will have
     /// `ids`: one conditional PutItem, and a strongly consistent GetItem when the key is
     /// taken.
-    pub async fn claim_idempotency_key(
+    pub async fn claim(
         &self,
         key: &IdempotencyKey,
         fingerprint: &str,
@@ -155,7 +155,7 @@ impl IdempotencyKeys<'_> {
     /// it answered with when they are not the ones it claimed: a unique job's `ignore`
     /// answers with the job already there), for its replays. One UpdateItem, which keeps
     /// a batch's claimed ids once, not twice.
-    pub async fn record_idempotent_answer(
+    pub async fn record_answer(
         &self,
         key: &IdempotencyKey,
         status: u16,
@@ -183,11 +183,7 @@ impl IdempotencyKeys<'_> {
     /// Lets `key` go after its request was refused (a 4xx: nothing was written), so that
     /// the request, corrected, can be sent again under the same key; only while no answer
     /// is recorded and the key is still this body's. One conditional DeleteItem.
-    pub async fn release_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-        fingerprint: &str,
-    ) -> Result<(), StoreError> {
+    pub async fn release(&self, key: &IdempotencyKey, fingerprint: &str) -> Result<(), StoreError> {
         let out = self
             .engine
             .table

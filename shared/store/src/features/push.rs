@@ -161,13 +161,13 @@ impl PushEndpoints<'_> {
     /// and the registry's count, in one transaction (2 + queues writes, after one Query of
     /// the listing). [`StoreError::LimitReached`] past [`MAX_PUSH_ENDPOINTS`];
     /// [`StoreError::Concurrent`] when another registration or deletion went first.
-    pub async fn put_push_endpoint(
+    pub async fn put(
         &self,
         endpoint: &PushEndpoint,
         created_by: Option<&str>,
         now: Timestamp,
     ) -> Result<PushEntry, StoreError> {
-        let listed = self.list_push_endpoints().await?.len();
+        let listed = self.list().await?.len();
         if listed >= MAX_PUSH_ENDPOINTS {
             return Err(StoreError::LimitReached(format!(
                 "at most {MAX_PUSH_ENDPOINTS} push endpoints may be registered; delete one first"
@@ -217,14 +217,14 @@ impl PushEndpoints<'_> {
     }
 
     /// The registration `id`, if any (one strongly consistent GetItem).
-    pub async fn get_push_endpoint(&self, id: &str) -> Result<Option<PushEntry>, StoreError> {
+    pub async fn get(&self, id: &str) -> Result<Option<PushEntry>, StoreError> {
         let key = item_key(PUSH_PK, entry_sk(id));
         self.engine.table.read_as(key, PushEntry::from_item).await
     }
 
     /// Every registration, oldest first (one strongly consistent Query; bounded by
     /// [`MAX_PUSH_ENDPOINTS`]).
-    pub async fn list_push_endpoints(&self) -> Result<Vec<PushEntry>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<PushEntry>, StoreError> {
         self.engine
             .table
             .list_as(PUSH_PK, PushEntry::from_item)
@@ -248,7 +248,7 @@ impl PushEndpoints<'_> {
     /// Stops deliveries to `entry` (§7.2.2-3: it answered 404, 401 or 403): its listing
     /// and queue items record when and why, in one transaction (1 + queues writes). Its
     /// queues' jobs stay available to polling workers; registering it again resumes.
-    pub async fn disable_push_endpoint(
+    pub async fn disable(
         &self,
         entry: &PushEntry,
         reason: &str,
@@ -280,8 +280,8 @@ impl PushEndpoints<'_> {
 
     /// Removes registration `id` and its queue items in one transaction; NotFound when
     /// there is none. Deliveries in flight finish; no new one starts.
-    pub async fn delete_push_endpoint(&self, id: &str) -> Result<PushEntry, StoreError> {
-        let listing = self.list_push_endpoints().await?;
+    pub async fn delete(&self, id: &str) -> Result<PushEntry, StoreError> {
+        let listing = self.list().await?;
         let entry = listing
             .iter()
             .find(|e| e.id == id)

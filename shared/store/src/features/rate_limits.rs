@@ -38,11 +38,7 @@ service! {
 impl RateLimits<'_> {
     /// The limiter state of `key` at `now_us` (one strongly consistent Query of its
     /// partition; a key no claim has used yet has no items and an empty state).
-    pub async fn rate_limit_state(
-        &self,
-        key: &str,
-        now_us: i64,
-    ) -> Result<RateLimitState, StoreError> {
+    pub async fn state(&self, key: &str, now_us: i64) -> Result<RateLimitState, StoreError> {
         let mut state = RateLimitState::default();
         for item in self
             .engine

@@ -87,7 +87,7 @@ service! {
 impl Schemas<'_> {
     /// Registers `doc` under its URI unless the URI is taken (one conditional PutItem;
     /// one more GetItem only when it is taken, to tell a replay from a conflict).
-    pub async fn put_schema(
+    pub async fn put(
         &self,
         doc: &SchemaDoc,
         created_by: Option<&str>,
@@ -122,7 +122,7 @@ impl Schemas<'_> {
                     created_by: created_by.map(str::to_owned),
                 }));
             }
-            match self.get_schema(&doc.uri).await? {
+            match self.get(&doc.uri).await? {
                 Some(existing) if existing.doc == *doc => {
                     return Ok(SchemaPut::Unchanged(existing))
                 }
@@ -134,7 +134,7 @@ impl Schemas<'_> {
     }
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
-    pub async fn get_schema(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
+    pub async fn get(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
         self.engine
             .table
             .read_as(schema_key(uri), entry_from_item)
@@ -142,7 +142,7 @@ impl Schemas<'_> {
     }
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
-    pub async fn list_schemas(&self) -> Result<Vec<SchemaEntry>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<SchemaEntry>, StoreError> {
         self.engine.table.list_as(SCHEMAS_PK, entry_from_item).await
     }
 
@@ -150,10 +150,7 @@ impl Schemas<'_> {
     /// `urn:ojs:schema:{type}:v…` URIs, [`SchemaDoc::registry_version`]), highest
     /// precedence first: one strongly consistent Query of that sort key prefix, paged
     /// through (only that type's registrations are read).
-    pub async fn list_schema_versions(
-        &self,
-        job_type: &str,
-    ) -> Result<Vec<SchemaEntry>, StoreError> {
+    pub async fn list_versions(&self, job_type: &str) -> Result<Vec<SchemaEntry>, StoreError> {
         let prefix = schema_sk(&schema_registry::versioned_prefix(job_type));
         let mut versions = Vec::new();
         for item in self
@@ -172,7 +169,7 @@ impl Schemas<'_> {
     }
 
     /// Removes the registration of `uri`; NotFound when there is none.
-    pub async fn delete_schema(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
+    pub async fn delete(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
         self.engine
             .table
             .delete_as(schema_key(uri), entry_from_item)

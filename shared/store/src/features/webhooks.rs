@@ -175,7 +175,7 @@ service! {
 impl Webhooks<'_> {
     /// Stores a new subscription (one conditional PutItem). The API refuses subscriptions
     /// past [`MAX_SUBSCRIPTIONS`] before calling this.
-    pub async fn put_webhook(
+    pub async fn put(
         &self,
         subscription: &Subscription,
         secret: String,
@@ -207,7 +207,7 @@ impl Webhooks<'_> {
     }
 
     /// Subscription `id`, if any (one strongly consistent GetItem).
-    pub async fn get_webhook(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
+    pub async fn get(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
         self.engine
             .table
             .read_as(sub_key(id), WebhookEntry::from_item)
@@ -216,7 +216,7 @@ impl Webhooks<'_> {
 
     /// Every subscription, oldest first (one Query of one partition, bounded by
     /// [`MAX_SUBSCRIPTIONS`]). Unreadable items are skipped with a warning.
-    pub async fn list_webhooks(&self, consistent: bool) -> Result<Vec<WebhookEntry>, StoreError> {
+    pub async fn list(&self, consistent: bool) -> Result<Vec<WebhookEntry>, StoreError> {
         self.engine
             .table
             .list_readable(
@@ -232,7 +232,7 @@ impl Webhooks<'_> {
     /// exists and, when `read_at` is given, was last changed then (a PATCH is a
     /// read-modify-write: a change made meanwhile is not overwritten): NotFound otherwise
     /// (the caller reads it again to tell a deletion from a change). One UpdateItem.
-    pub async fn update_webhook(
+    pub async fn update(
         &self,
         id: &str,
         subscription: &Subscription,
@@ -264,7 +264,7 @@ impl Webhooks<'_> {
 
     /// Gives subscription `id` the secret `secret`; the one it replaces keeps signing
     /// deliveries until `grace_until` (Unix seconds, §8.3). NotFound when there is none.
-    pub async fn rotate_webhook_secret(
+    pub async fn rotate_secret(
         &self,
         id: &str,
         secret: String,
@@ -305,7 +305,7 @@ impl Webhooks<'_> {
 
     /// Deletes subscription `id` (NotFound when there is none). Its pending retries are
     /// dropped by the redrive, which finds no subscription for them (§6.5).
-    pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
+    pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
         self.engine
             .table
             .delete_existing(sub_key(id))

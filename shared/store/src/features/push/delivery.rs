@@ -16,7 +16,7 @@ use crate::item::{self, s};
 /// lasts: if the dispatcher dies mid-delivery, the lease ends and the sweep retries it.
 const LEASE_MARGIN_MS: u64 = 10_000;
 
-/// The mark a nudge sets on a waiting job's item ([`Store::nudge_waiting_pushes`]): the
+/// The mark a nudge sets on a waiting job's item ([`PushEndpoints::nudge_waiting`]): the
 /// write puts the job on the change stream again, where the dispatcher takes it as ready.
 const NUDGED: &str = "nudged_us";
 /// How long a job of a pushed type waits before the scheduler nudges it (longer than any
@@ -55,7 +55,7 @@ pub struct ReadyJob {
 impl crate::stream::Change {
     /// The job this change made available (created available, promoted, retried,
     /// released), if any: a new image in `available` with a ready-index entry that the old
-    /// image did not have, or one a nudge marked ([`Store::nudge_waiting_pushes`]).
+    /// image did not have, or one a nudge marked ([`PushEndpoints::nudge_waiting`]).
     pub fn ready_job(&self) -> Option<ReadyJob> {
         let new = self.new.as_ref()?;
         if item::state_of(new) != Some(JobState::Available) {
@@ -229,12 +229,12 @@ impl PushEndpoints<'_> {
     /// conditioned on still being available at the same index entry. The stream function
     /// dispatches them like new jobs, and a delivery that ends catches up on the rest of
     /// the queue. A queue that fails is logged and skipped. Returns how many were marked.
-    pub async fn nudge_waiting_pushes(
+    pub async fn nudge_waiting(
         &self,
         now: Timestamp,
         waited_since: Timestamp,
     ) -> Result<usize, StoreError> {
-        let endpoints = self.list_push_endpoints().await?;
+        let endpoints = self.list().await?;
         let mut nudged = 0;
         for queue in served_queues(&endpoints) {
             nudged += self.nudge_queue(queue, &endpoints, now, waited_since).await;
@@ -242,7 +242,7 @@ impl PushEndpoints<'_> {
         Ok(nudged)
     }
 
-    /// The nudge of [`Store::nudge_waiting_pushes`] for one queue just resumed, for the
+    /// The nudge of [`PushEndpoints::nudge_waiting`] for one queue just resumed, for the
     /// jobs that became available while it was paused: on AWS no delivery ends on a paused
     /// queue, so without it they would wait for the scheduler's minute run. One Query of
     /// the queue's registrations (all a queue without endpoints costs), then as there.

@@ -118,7 +118,7 @@ impl Webhooks<'_> {
     /// The latest attempts logged for subscription `id`, newest first (one Query of at
     /// most `limit` items, `limit` at most [`MAX_LOG_PAGE`]), and whether there are more
     /// (with the cursor to pass as `before`).
-    pub async fn webhook_deliveries(
+    pub async fn deliveries(
         &self,
         subscription_id: &str,
         limit: usize,
@@ -154,7 +154,7 @@ impl Webhooks<'_> {
     /// bounded by [`MAX_SUBSCRIPTIONS`]): its subscription, the attempts' views, and the
     /// last attempt as a manual retry needs it when the delivery is dead and its body
     /// was kept.
-    pub async fn find_webhook_delivery(
+    pub async fn find_delivery(
         &self,
         delivery_id: &str,
         subscriptions: &[String],

@@ -58,7 +58,7 @@ impl PendingDelivery {
 
 impl Webhooks<'_> {
     /// Records a delivery's next attempt (one PutItem in `WHDUE`).
-    pub async fn schedule_webhook_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
+    pub async fn schedule_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
         let item = Item::from([
             ("pk".to_owned(), s(DUE_PK)),
             ("sk".to_owned(), s(p.sk())),

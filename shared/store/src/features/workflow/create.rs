@@ -20,11 +20,7 @@ use super::{wf_key, CHECK_AFTER};
 impl Workflows<'_> {
     /// Creates a workflow and all its step jobs in one transaction. Steps without
     /// dependencies are available at once; the others wait as `pending`.
-    pub async fn create_workflow(
-        &self,
-        spec: &WorkflowSpec,
-        now: Timestamp,
-    ) -> Result<Value, StoreError> {
+    pub async fn create(&self, spec: &WorkflowSpec, now: Timestamp) -> Result<Value, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let jobs = step_jobs(spec, &id, now);
         // Sizes are checked before anything is written; a step too large for its item

@@ -24,7 +24,7 @@ use super::{
 
 impl Workflows<'_> {
     /// Cancels a running workflow and every step that has not finished.
-    pub async fn cancel_workflow(&self, id: &str, now: Timestamp) -> Result<Value, StoreError> {
+    pub async fn cancel(&self, id: &str, now: Timestamp) -> Result<Value, StoreError> {
         let out = self
             .wf_update(id)
             .update_expression("SET #state = :cancelled, completed_at = :now")

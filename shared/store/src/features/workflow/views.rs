@@ -16,7 +16,7 @@ use super::{fired_callbacks, ids_of_steps, job_ids, num, text, wf_key, workflow_
 impl Workflows<'_> {
     /// The workflow's view with its steps' states (the workflow item, then its step jobs
     /// in one BatchGetItem), or NotFound.
-    pub async fn get_workflow(&self, id: &str) -> Result<Value, StoreError> {
+    pub async fn get(&self, id: &str) -> Result<Value, StoreError> {
         let item = self
             .engine
             .table

@@ -8,6 +8,7 @@ pub mod conformance;
 mod cors;
 mod decompress;
 mod dialect;
+mod entry_views;
 mod error;
 mod extract;
 pub mod key_admin;

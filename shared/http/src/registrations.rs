@@ -13,6 +13,7 @@
 //! Each registry is one Query of a small bounded partition (never a Scan); this is an
 //! operator's call, not a request path.
 
+use crate::entry_views::EntryView;
 use ojs_core::time;
 use ojs_store::{Store, StoreError};
 use serde_json::{json, Value};
@@ -42,7 +43,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .await?
         .iter()
         .filter(|c| c.created_by.as_deref() == by)
-        .map(|c| c.to_json())
+        .map(|c| c.view())
         .collect();
     let schemas: Vec<Value> = store
         .schemas()
@@ -50,7 +51,7 @@ pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreErro
         .await?
         .iter()
         .filter(|s| s.created_by.as_deref() == by)
-        .map(|s| s.summary())
+        .map(crate::entry_views::schema_summary)
         .collect();
     Ok(json!({
         "key_id": key_id,

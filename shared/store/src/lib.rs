@@ -59,7 +59,7 @@ pub use features::schemas::Schemas;
 pub use features::wakeups::Wakeups;
 pub use features::webhooks::Webhooks;
 pub use features::workers::{Heartbeat, Workers};
-pub use features::workflow::Workflows;
+pub use features::workflow::{WorkflowRecord, Workflows};
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
 pub use jobs::{AckRequest, FailOutcome, Fence};
 pub use keys::{Lane, MAX_QUEUE_SHARDS};

@@ -5,6 +5,7 @@
 //! resuming a queue, and deleting a dead letter, by the handlers of the queues and dead
 //! letter groups.)
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;

@@ -1,5 +1,6 @@
 //! Cron registrations: register, list, remove.
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -44,7 +45,7 @@ async fn register_cron(
     } else {
         StatusCode::OK
     };
-    let entry = entry.to_json();
+    let entry = entry.view();
     // The binding (§13.2) wraps the registration in `cron_job` and the SDKs read its fields
     // bare, where `cron` is the expression; the OpenAPI document wraps it in `cron`.
     let mut body = match dialect {
@@ -61,7 +62,7 @@ async fn list_crons(
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
     let all = app.store.cron().list().await?;
-    let (crons, pagination) = page_of(&all, page, |e| e.to_json());
+    let (crons, pagination) = page_of(&all, page, |e| e.view());
     Ok(reply(
         StatusCode::OK,
         json!({"crons": crons, "cron_jobs": crons, "pagination": pagination}),
@@ -77,7 +78,7 @@ async fn delete_cron(
         return Err(OjsError::not_found(format!("no cron job named {name:?}")).into());
     }
     let entry = app.store.cron().delete(&name).await?;
-    let entry = entry.to_json();
+    let entry = entry.view();
     Ok(reply(
         StatusCode::OK,
         json!({ "deleted": true, "name": name, "cron": entry, "cron_job": entry }),

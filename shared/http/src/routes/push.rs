@@ -3,6 +3,7 @@
 //! it is registered (its host must resolve, and only to public addresses unless
 //! `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;

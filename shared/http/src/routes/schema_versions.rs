@@ -6,6 +6,7 @@
 //! `t` is the registration under URI `urn:ojs:schema:t:v{v}` (the form ojs-core.md
 //! recommends), so a schema registered either way is the one both show and PUSH checks.
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;

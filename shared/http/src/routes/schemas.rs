@@ -2,6 +2,7 @@
 //! `:uri` path parameter is URL-encoded by the client and decoded here; a wildcard
 //! segment also accepts URIs whose `/` were sent unencoded.
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -70,12 +71,13 @@ async fn register_schema(
             tracing::info!(uri = %doc.uri, "schema registered");
             Ok(reply(
                 StatusCode::CREATED,
-                json!({ "schema": entry.summary() }),
+                json!({ "schema": crate::entry_views::schema_summary(&entry) }),
             ))
         }
-        Ok(SchemaPut::Unchanged(entry)) => {
-            Ok(reply(StatusCode::OK, json!({ "schema": entry.summary() })))
-        }
+        Ok(SchemaPut::Unchanged(entry)) => Ok(reply(
+            StatusCode::OK,
+            json!({ "schema": crate::entry_views::schema_summary(&entry) }),
+        )),
         Ok(SchemaPut::Taken(_)) | Err(StoreError::Conflict { .. }) => {
             Err(ApiError(taken(&doc.uri)))
         }
@@ -89,7 +91,7 @@ async fn list_schemas(
 ) -> Result<Response, ApiError> {
     let page = page.parse()?;
     let all = app.store.schemas().list().await?;
-    let (schemas, pagination) = page_of(&all, page, |e| e.summary());
+    let (schemas, pagination) = page_of(&all, page, crate::entry_views::schema_summary);
     Ok(reply(
         StatusCode::OK,
         json!({"schemas": schemas, "pagination": pagination}),

@@ -6,6 +6,7 @@
 //! line carries it. A URL is checked when set (its host must resolve, and only to public
 //! addresses unless `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
 
+use crate::entry_views::EntryView;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;

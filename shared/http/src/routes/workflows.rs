@@ -1,5 +1,6 @@
 //! Workflows: create, inspect, cancel.
 
+use crate::entry_views;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -52,7 +53,7 @@ async fn create_workflow(
     let mut spec = WorkflowSpec::from_json(body)?;
     spec.adopt_tenant(&tenant.0)?;
     super::schemas::check_workflow(&app, &spec).await?;
-    let workflow = app.store.workflows().create(&spec, time::now()).await?;
+    let workflow = entry_views::workflow(&app.store.workflows().create(&spec, time::now()).await?);
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
     Ok(reply(
         StatusCode::CREATED,
@@ -71,6 +72,7 @@ async fn get_workflow(
         .get(&id)
         .await
         .map_err(finished(&id))?;
+    let workflow = entry_views::workflow(&workflow);
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 
@@ -85,6 +87,7 @@ async fn cancel_workflow(
         .cancel(&id, time::now())
         .await
         .map_err(finished(&id))?;
+    let workflow = entry_views::workflow(&workflow);
     Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
 }
 

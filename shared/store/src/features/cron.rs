@@ -7,7 +7,7 @@
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, TransactWriteItem, Update};
-use ojs_core::cron_job::{self, CronJob, Occurrence};
+use ojs_core::cron_job::{CronJob, Occurrence};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
 use serde_json::Value;
@@ -39,23 +39,6 @@ pub struct CronEntry {
     /// The job of the last fired occurrence.
     pub last_job_id: Option<String>,
     version: u64,
-}
-
-impl CronEntry {
-    /// The JSON view.
-    pub fn to_json(&self) -> Value {
-        let mut view = cron_job::view(
-            &self.cron,
-            &self.created_at,
-            self.next_run_at.as_ref(),
-            self.last_run_at.as_deref(),
-            self.run_count,
-        );
-        if let Some(o) = view.as_object_mut() {
-            o.insert("created_by".into(), Value::from(self.created_by.clone()));
-        }
-        view
-    }
 }
 
 fn cron_key(name: &str) -> Item {

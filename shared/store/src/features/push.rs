@@ -66,25 +66,6 @@ pub struct PushEntry {
 }
 
 impl PushEntry {
-    /// The API's view: never the secret.
-    pub fn view(&self) -> Value {
-        let mut view = self.endpoint.view(&self.id, &self.created_at);
-        if let Some(o) = view.as_object_mut() {
-            o.insert("created_by".into(), json!(self.created_by));
-            match &self.disabled {
-                None => {
-                    o.insert("status".into(), json!("active"));
-                }
-                Some((at, reason)) => {
-                    o.insert("status".into(), json!("disabled"));
-                    o.insert("disabled_at".into(), json!(at));
-                    o.insert("disabled_reason".into(), json!(reason));
-                }
-            }
-        }
-        view
-    }
-
     /// The worker id its deliveries claim jobs under (the holder the ACK and FAIL of a
     /// delivery are fenced by).
     pub fn worker_id(&self) -> String {

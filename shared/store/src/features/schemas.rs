@@ -36,25 +36,6 @@ pub struct SchemaEntry {
     pub created_by: Option<String>,
 }
 
-impl SchemaEntry {
-    /// The listing/registration view (no document).
-    pub fn summary(&self) -> Value {
-        self.with_creator(self.doc.summary(&self.created_at))
-    }
-
-    /// The full view, with the document.
-    pub fn view(&self) -> Value {
-        self.with_creator(self.doc.view(&self.created_at))
-    }
-
-    fn with_creator(&self, mut view: Value) -> Value {
-        if let Some(o) = view.as_object_mut() {
-            o.insert("created_by".into(), Value::from(self.created_by.clone()));
-        }
-        view
-    }
-}
-
 /// What registering did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SchemaPut {

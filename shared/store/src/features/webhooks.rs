@@ -28,7 +28,7 @@ use aws_sdk_dynamodb::types::ReturnValue;
 use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
@@ -81,21 +81,6 @@ pub struct WebhookEntry {
 }
 
 impl WebhookEntry {
-    /// The API's view (§6.3): never the secret.
-    pub fn view(&self) -> Value {
-        let mut v = self.subscription.to_doc();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("id".into(), json!(self.id));
-            o.insert("created_at".into(), json!(self.created_at));
-            o.insert("created_by".into(), json!(self.created_by));
-            o.insert("updated_at".into(), json!(self.updated_at));
-            if let Scope::One(t) = &self.tenant {
-                o.insert("tenant_id".into(), json!(Scope::name(t.as_ref())));
-            }
-        }
-        v
-    }
-
     /// Whether a request acting for `scope` may see and manage it: an operator's request
     /// (any tenant) every subscription, a tenant's only those it created.
     pub fn visible_to(&self, scope: &Scope) -> bool {

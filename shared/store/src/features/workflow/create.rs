@@ -2,7 +2,7 @@
 //! created `pending`), its check's due entry.
 
 use super::callbacks::callback_job;
-use super::views::view;
+use super::views::WorkflowRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{WorkflowSpec, WorkflowState};
@@ -20,7 +20,11 @@ use super::{wf_key, CHECK_AFTER};
 impl Workflows<'_> {
     /// Creates a workflow and all its step jobs in one transaction. Steps without
     /// dependencies are available at once; the others wait as `pending`.
-    pub async fn create(&self, spec: &WorkflowSpec, now: Timestamp) -> Result<Value, StoreError> {
+    pub async fn create(
+        &self,
+        spec: &WorkflowSpec,
+        now: Timestamp,
+    ) -> Result<WorkflowRecord, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let jobs = step_jobs(spec, &id, now);
         // Sizes are checked before anything is written; a step too large for its item
@@ -55,8 +59,8 @@ impl Workflows<'_> {
         };
         self.engine.settle_offloads(&payloads, |_| written).await;
         match out {
-            Ok(_) => Ok(view(&wf, &jobs)),
-            Err(_) if written => Ok(view(&wf, &jobs)),
+            Ok(_) => Ok(WorkflowRecord::of(&wf, jobs)),
+            Err(_) if written => Ok(WorkflowRecord::of(&wf, jobs)),
             Err(e) => Err(StoreError::from_sdk(e)),
         }
     }

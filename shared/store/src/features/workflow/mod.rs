@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::effects::StepOutcome;
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{item_key, n, s, Item};
+use crate::item::{item_key, n, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
 use ojs_core::time::Timestamp;
@@ -35,6 +35,7 @@ mod check;
 mod create;
 mod progress;
 mod views;
+pub use views::WorkflowRecord;
 
 pub(crate) fn wf_key(id: &str) -> Item {
     item_key(format!("WF#{id}"), "WF")
@@ -61,6 +62,37 @@ impl Workflows<'_> {
     /// An UpdateItem of workflow `wf_id`'s item.
     pub(crate) fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
         self.engine.table.update_item().set_key(Some(wf_key(wf_id)))
+    }
+
+    /// The one write of a workflow's own state: out of `running` (the only state a
+    /// workflow leaves) into `to`, stamped `completed_at`. A workflow that finished leaves
+    /// the sweep's checks (its due entry goes); a cancelled one stays on them until its
+    /// steps have finished (`check.rs`). Refused before anything is sent for `running`.
+    pub(crate) fn wf_finish(
+        &self,
+        wf_id: &str,
+        to: WorkflowState,
+        now: Timestamp,
+    ) -> Result<UpdateItemFluentBuilder, StoreError> {
+        let update = match to {
+            WorkflowState::Running => {
+                return Err(StoreError::Backend(format!(
+                    "internal: a workflow write of {wf_id} back to running"
+                )))
+            }
+            WorkflowState::Cancelled => "SET #state = :state, completed_at = :now",
+            WorkflowState::Completed | WorkflowState::Failed => {
+                "SET #state = :state, completed_at = :now REMOVE gsi2pk, gsi2sk"
+            }
+        };
+        Ok(self
+            .wf_update(wf_id)
+            .update_expression(update)
+            .condition_expression("#state = :running")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":state", s(to.as_str()))
+            .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
+            .expression_attribute_values(":now", ts(&now)))
     }
 
     /// Sends the conditional UpdateItem `req` of a workflow item with ALL_NEW: the item

@@ -1,7 +1,7 @@
 //! A workflow moving on as its steps finish: each step recorded once, dependents released
 //! (or cancelled), the final state set once; and cancelling a workflow.
 
-use super::views::view;
+use super::views::WorkflowRecord;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{self, Settlement, WorkflowKind, WorkflowState};
@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::effects::Before;
 use crate::effects::StepOutcome;
 use crate::error::{is_condition_failure, Missing, StoreError};
-use crate::item::{self, json as json_attr, n, s, ts, Item};
+use crate::item::{self, json as json_attr, n, s, Item};
 use crate::job_item::old_item;
 use crate::transition::{Field, JobWrite, Place};
 use crate::usage::Kind;
@@ -24,15 +24,9 @@ use super::{
 
 impl Workflows<'_> {
     /// Cancels a running workflow and every step that has not finished.
-    pub async fn cancel(&self, id: &str, now: Timestamp) -> Result<Value, StoreError> {
+    pub async fn cancel(&self, id: &str, now: Timestamp) -> Result<WorkflowRecord, StoreError> {
         let out = self
-            .wf_update(id)
-            .update_expression("SET #state = :cancelled, completed_at = :now")
-            .condition_expression("#state = :running")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":cancelled", s(WorkflowState::Cancelled.as_str()))
-            .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
-            .expression_attribute_values(":now", ts(&now))
+            .wf_finish(id, WorkflowState::Cancelled, now)?
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
@@ -70,7 +64,7 @@ impl Workflows<'_> {
         };
         self.reschedule_check(id, &item, true, now).await?;
         let jobs = self.step_jobs(&item).await?;
-        Ok(view(&item, &jobs))
+        Ok(WorkflowRecord::of(&item, jobs))
     }
 
     /// Cancels one step without feeding the cancellation back into the workflow; `true`
@@ -417,14 +411,7 @@ impl Workflows<'_> {
         state: WorkflowState,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let req = self
-            .wf_update(wf_id)
-            .update_expression("SET #state = :state, completed_at = :now REMOVE gsi2pk, gsi2sk")
-            .condition_expression("#state = :running")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":state", s(state.as_str()))
-            .expression_attribute_values(":running", s(WorkflowState::Running.as_str()))
-            .expression_attribute_values(":now", ts(&now));
+        let req = self.wf_finish(wf_id, state, now)?;
         self.update_unless_done(req).await
     }
 }

@@ -440,7 +440,7 @@ const NEVER_FINISH: &[&str] = &[
     "cancel_pending",
     "activate_pending",
     "extend_held",
-    "retry_dead_letter",
+    "retry",
 ];
 
 /// Every public `Store` method that can finish a job (reach `apply_effects`, which notes a

@@ -166,7 +166,7 @@ async fn a_try_after_one_that_died_makes_or_finds_the_same_job() -> anyhow::Resu
     let claim = app
         .store
         .idempotency_keys()
-        .claim(&key, &fingerprint(&body), &[planned], now)
+        .reserve(&key, &fingerprint(&body), &[planned], now)
         .await?;
     assert_eq!(claim, ojs_store::KeyClaim::Fresh);
     let r = push(&app, Some("died-early"), &body).await?;
@@ -185,7 +185,7 @@ async fn a_try_after_one_that_died_makes_or_finds_the_same_job() -> anyhow::Resu
     let claim = app
         .store
         .idempotency_keys()
-        .claim(&key, &fingerprint(&body), &[written_id], now)
+        .reserve(&key, &fingerprint(&body), &[written_id], now)
         .await?;
     assert_eq!(claim, ojs_store::KeyClaim::Fresh);
     let r = push(&app, Some("died-late"), &body).await?;

@@ -76,7 +76,7 @@ impl Idempotent {
         match app
             .store
             .idempotency_keys()
-            .claim(&self.key, &self.fingerprint, ids, now)
+            .reserve(&self.key, &self.fingerprint, ids, now)
             .await?
         {
             KeyClaim::Reused => Err(reused_with_another_body(&self.key).into()),

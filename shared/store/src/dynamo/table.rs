@@ -139,7 +139,7 @@ impl Table {
             }
             return Ok(false);
         }
-        self.create().await?;
+        self.create_table().await?;
         self.until_active().await;
         let ttl = TimeToLiveSpecification::builder()
             .attribute_name(TTL_ATTRIBUTE)
@@ -158,7 +158,7 @@ impl Table {
 
     /// Creates the table with its indexes and change stream; one another process
     /// created first will do.
-    async fn create(&self) -> Result<(), StoreError> {
+    async fn create_table(&self) -> Result<(), StoreError> {
         let mut attributes: Vec<&str> = vec![PRIMARY.partition, PRIMARY.sort];
         for ix in INDEXES {
             attributes.extend([ix.keys.partition, ix.keys.sort]);

@@ -68,10 +68,10 @@ service! {
 }
 
 impl IdempotencyKeys<'_> {
-    /// Claims `key` for a request whose body has `fingerprint` and whose jobs will have
+    /// Reserves `key` for a request whose body has `fingerprint` and whose jobs will have
     /// `ids`: one conditional PutItem, and a strongly consistent GetItem when the key is
     /// taken.
-    pub async fn claim(
+    pub async fn reserve(
         &self,
         key: &IdempotencyKey,
         fingerprint: &str,

@@ -43,7 +43,7 @@ async fn wait_workflow(c: &Client, id: &str, state: WorkflowState, limit: Durati
     let deadline = Instant::now() + limit;
     loop {
         let wf = c
-            .get(id)
+            .get_workflow(id)
             .await
             .unwrap_or_else(|e| panic!("GET /workflows/{id} via Client::get_workflow: {e}"));
         if wf.state == state {
@@ -82,7 +82,7 @@ async fn workflow_chain() {
             "rs.wf.chain.notify",
         ];
         let wf = c
-            .create(
+            .create_workflow(
                 chain(
                     types
                         .iter()
@@ -155,7 +155,7 @@ async fn workflow_group() {
         let q = queue("group");
         let types = ["rs.wf.group.csv", "rs.wf.group.pdf", "rs.wf.group.xml"];
         let wf = c
-            .create(
+            .create_workflow(
                 group(
                     types
                         .iter()
@@ -202,7 +202,7 @@ async fn workflow_batch() {
         let item = "rs.wf.batch.item";
         let report = "rs.wf.batch.report";
         let wf = c
-            .create(batch(
+            .create_workflow(batch(
                 BatchCallbacks::new()
                     .on_complete(Step::new(report, json!({"final": true})).queue(&q)),
                 (0..3)
@@ -260,7 +260,7 @@ async fn workflow_default_options() {
         let c = client();
         let q = queue("wfopts");
         let t = "rs.wf.opts.step";
-        c.create(
+        c.create_workflow(
             group(vec![Step::new(t, json!({}))]).with_option(EnqueueOption::Queue(q.clone())),
         )
         .await

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::effects::Before;
 use crate::effects::StepOutcome;
-use crate::error::{is_condition_failure, Missing, StoreError};
+use crate::error::{is_condition_failure, StoreError};
 use crate::item::{self, json as json_attr, n, s, Item};
 use crate::job_item::old_item;
 use crate::transition::{Field, JobWrite, Place};
@@ -36,12 +36,7 @@ impl Workflows<'_> {
                 if is_condition_failure(&e) {
                     // Finished or already cancelled: 409, or 404 when unknown. A
                     // cancellation that stopped part-way is completed first.
-                    let item = self
-                        .engine
-                        .table
-                        .read_existing(wf_key(id))
-                        .await
-                        .map_err(|e| e.naming(|| Missing::Workflow(id.to_owned())))?;
+                    let item = self.workflow_item(id).await?;
                     if workflow_state(&item) == Some(WorkflowState::Cancelled) {
                         for job_id in job_ids(&item) {
                             self.cancel_step(&job_id, now).await?;

@@ -15,14 +15,18 @@ impl Workflows<'_> {
     /// The workflow with its steps' jobs (the workflow item, then its step jobs in one
     /// BatchGetItem), or NotFound.
     pub async fn get(&self, id: &str) -> Result<WorkflowRecord, StoreError> {
-        let item = self
-            .engine
+        let item = self.workflow_item(id).await?;
+        let jobs = self.step_jobs(&item).await?;
+        Ok(WorkflowRecord::of(&item, jobs))
+    }
+
+    /// Workflow `id`'s item (strongly consistent), or NotFound naming the workflow.
+    pub(crate) async fn workflow_item(&self, id: &str) -> Result<Item, StoreError> {
+        self.engine
             .table
             .read_existing(wf_key(id))
             .await
-            .map_err(|e| e.naming(|| Missing::Workflow(id.to_owned())))?;
-        let jobs = self.step_jobs(&item).await?;
-        Ok(WorkflowRecord::of(&item, jobs))
+            .map_err(|e| e.naming(|| Missing::Workflow(id.to_owned())))
     }
 
     /// The step jobs of a workflow item, and its fired callbacks' jobs.

@@ -68,9 +68,11 @@ impl EntryView for WebhookEntry {
 
 impl EntryView for PushEntry {
     fn view(&self) -> Value {
-        let mut view = self.endpoint.view(&self.id, &self.created_at);
+        let mut view = with_creator(
+            self.endpoint.view(&self.id, &self.created_at),
+            self.created_by.as_ref(),
+        );
         if let Some(o) = view.as_object_mut() {
-            o.insert("created_by".into(), json!(self.created_by));
             match &self.disabled {
                 None => {
                     o.insert("status".into(), json!("active"));

@@ -389,136 +389,65 @@ fn the_facade_checker_sees_the_type_and_only_it() {
     assert!(!names_store("struct MyStore;"));
 }
 
-/// Each `Store` method with whether it is public and the methods it calls on `self`.
-fn store_method_bodies(text: &str) -> Vec<(String, bool, Vec<String>)> {
-    let mut out: Vec<(String, bool, Vec<String>)> = Vec::new();
-    // The body of the method being read, while one is.
-    let mut body: Option<String> = None;
-    let mut inside = false;
-    let close = |out: &mut Vec<(String, bool, Vec<String>)>, body: &mut Option<String>| {
-        if let (Some(last), Some(text)) = (out.last_mut(), body.take()) {
-            last.2 = method_calls(&text);
-        }
-    };
+/// What a file does with follow-ups that only their owners may: take the finished jobs
+/// out of a `FollowUps` (the lifecycle loop runs them), build one from finished jobs (the
+/// effects of a write), drop the ones a `split()` answered by binding them to `_`, or
+/// answer a `Moved` from a public method (outside the crate nobody could run them).
+fn follow_up_misuse(rel: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
     for line in code_lines(text) {
-        if opens_layer_impl(line) {
-            inside = true;
-            continue;
+        let l = line.trim();
+        if l.contains(".into_finished(") && rel != "features/follow_ups.rs" {
+            found.push(format!("{rel}: runs follow-ups: {l}"));
         }
-        if inside && line.starts_with('}') {
-            close(&mut out, &mut body);
-            inside = false;
-            continue;
+        if l.contains("FollowUps(") && rel != "engine/effects.rs" {
+            found.push(format!("{rel}: builds follow-ups: {l}"));
         }
-        if !inside {
-            continue;
+        if l.contains(".split()") && (l.contains(", _)") || l.contains(", _owed)")) {
+            found.push(format!("{rel}: drops follow-ups: {l}"));
         }
-        let defined = store_methods(&format!("impl Store {{\n{line}\n}}"));
-        if let Some(name) = defined.into_iter().next() {
-            close(&mut out, &mut body);
-            let public = line.trim_start().starts_with("pub ");
-            out.push((name, public, Vec::new()));
-            body = Some(String::new());
-        }
-        if let Some(text) = body.as_mut() {
-            text.push_str(line);
-            text.push('\n');
+        if l.starts_with("pub ") && l.contains("-> Result<Moved<") {
+            found.push(format!("{rel}: answers follow-ups outside the crate: {l}"));
         }
     }
-    out
+    found
 }
 
-/// Methods whose transitions never finish a job: what they write is `available`,
-/// `scheduled` or `active` again (a claimed job given back, a rate-limited one deferred, a
-/// waiting step or cron occurrence released, a lease extended, a dead job retried).
-/// `cancel_job_quietly` and `cancel_pending` are the workflow cancelling its own steps
-/// (quiet writes): it moves the workflow itself.
-const NEVER_FINISH: &[&str] = &[
-    "give_back",
-    "reschedule_rate_limited",
-    "cancel_job_quietly",
-    "cancel_pending",
-    "activate_pending",
-    "extend_held",
-    "retry",
-];
-
-/// Every public `Store` method that can finish a job (reach `apply_effects`, which notes a
-/// finished job in the caller's follow-up scope) reaches it only through
-/// `following_up`, whose closure calls on the scoped store, not on `self`: a public
-/// entry point that finished a job outside a scope would leave its workflow to the
-/// sweep (issue #30: follow-ups run by the layer above, in a loop).
+/// Follow-ups travel as values (issue #30): a transition answers what it owes in a
+/// `#[must_use]` `Moved`, every caller hands it on, and only the lifecycle loop
+/// (`features/follow_ups.rs`, `follow`) runs them. The compiler holds the hand-over; this
+/// holds what it cannot: nobody else runs or forges them, or drops them silently.
 #[test]
-fn finishing_entry_points_follow_up() {
-    let mut calls: HashMap<String, Vec<String>> = HashMap::new();
-    let mut public = Vec::new();
+fn follow_ups_are_run_only_by_the_lifecycle_loop() {
     let mut paths = Vec::new();
     files(&src(), &mut paths);
+    let mut misuse = Vec::new();
+    let mut loop_found = false;
     for path in paths {
+        let rel = path
+            .strip_prefix(src())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        for (name, is_pub, called) in store_method_bodies(&text) {
-            if is_pub {
-                public.push(name.clone());
-            }
-            calls.entry(name).or_default().extend(called);
-        }
+        loop_found |= rel == "features/follow_ups.rs" && text.contains(".into_finished(");
+        misuse.extend(follow_up_misuse(&rel, &text));
     }
+    assert!(loop_found, "the lifecycle loop was not found");
     assert!(
-        calls.contains_key("apply_effects"),
-        "apply_effects not found"
-    );
-    assert!(public.len() > 50, "public methods found: {}", public.len());
-    // Which methods reach apply_effects, and by which call.
-    let mut reaches: HashMap<String, String> = HashMap::new();
-    reaches.insert("apply_effects".into(), String::new());
-    loop {
-        let mut grew = false;
-        for (name, called) in &calls {
-            if reaches.contains_key(name) || NEVER_FINISH.contains(&name.as_str()) {
-                continue;
-            }
-            if let Some(via) = called.iter().find(|c| reaches.contains_key(*c)) {
-                reaches.insert(name.clone(), via.clone());
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
-    }
-    let mut unscoped: Vec<String> = public
-        .iter()
-        .filter(|p| reaches.contains_key(*p))
-        .map(|p| {
-            let mut path = vec![p.clone()];
-            while let Some(next) = reaches.get(path.last().map(String::as_str).unwrap_or_default())
-            {
-                if next.is_empty() || path.len() > 20 {
-                    break;
-                }
-                path.push(next.clone());
-            }
-            path.join(" -> ")
-        })
-        .collect();
-    unscoped.sort();
-    assert!(
-        unscoped.is_empty(),
-        "public methods that can finish a job outside a follow-up scope:\n{}",
-        unscoped.join("\n")
+        misuse.is_empty(),
+        "follow-ups misused:\n{}",
+        misuse.join("\n")
     );
 }
 
 #[test]
-fn the_reach_checker_splits_methods_and_sees_their_calls() {
-    let text = "impl Store {\n    pub async fn a(&self) {\n        self.b().await;\n    }\n}\n\nimpl Store {\n    /// B.\n    async fn b(&self) {\n        self.following_up(now, |s| async move { s.c().await });\n    }\n}\n";
-    assert_eq!(
-        store_method_bodies(text),
-        [
-            ("a".to_owned(), true, vec!["b".to_owned()]),
-            ("b".to_owned(), false, vec!["following_up".to_owned()]),
-        ]
-    );
+fn the_follow_up_checker_sees_each_misuse_but_not_the_owners() {
+    let text = "fn a() {\n    let (job, _) = moved.split();\n    for f in owed.into_finished() {}\n    FollowUps(vec![])\n}\npub async fn b() -> Result<Moved<Job>, E> {}\n// owed.into_finished()\n";
+    assert_eq!(follow_up_misuse("engine/x.rs", text).len(), 4);
+    let owners = "    for f in owed.into_finished() {}\n";
+    assert!(follow_up_misuse("features/follow_ups.rs", owners).is_empty());
+    let fine = "    let (job, owed) = moved.split();\n    pub(crate) async fn c() -> Result<Moved<Job>, E> {}\n";
+    assert!(follow_up_misuse("engine/x.rs", fine).is_empty());
 }
 
 /// For each file, the other files whose `Store` methods it calls (a method defined in two

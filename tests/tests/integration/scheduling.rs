@@ -305,6 +305,45 @@ async fn queued(app: &TestApp, queue: &str) -> anyhow::Result<Vec<Value>> {
     Ok(r.body["jobs"].as_array().cloned().unwrap_or_default())
 }
 
+/// A registration paused (registered again with `enabled: false`) fires nothing, not even
+/// when the timer armed while it was enabled arrives after its fire time: the due index
+/// no longer lists it, but the timer names it whatever it has become. The wait is until
+/// the next minute's occurrence passes (at most a minute), whatever the machine's speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cron_fires_nothing_when_a_timer_armed_before_the_pause_arrives(
+) -> anyhow::Result<()> {
+    let app = TestApp::spawn().await?;
+    let register = |enabled: bool| {
+        json!({"name": "paused-minute", "expression": "* * * * *", "enabled": enabled,
+        "job_template": {"type": "tick.paused", "args": [], "options": {"queue": "paused-ticks"}}})
+    };
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(register(true)))
+        .await?;
+    assert!(r.status == 201 || r.status == 200, "{:?}", r.body);
+    let due =
+        DateTime::parse_from_rfc3339(r.body["cron"]["next_run_at"].as_str().unwrap_or_default())?
+            .to_utc();
+    let r = app
+        .call(Method::POST, "/ojs/v1/cron", Some(register(false)))
+        .await?;
+    assert!(r.status == 201 || r.status == 200, "{:?}", r.body);
+    let wait = (due - ojs_core::time::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    let timer = json!({"kind": "cron", "name": "paused-minute", "due_us": due.timestamp_micros()});
+    app.store.wakeups().handle_timer(&timer.to_string()).await?;
+    ojs_tests::after_index_lag().await;
+    assert!(
+        queued(&app, "paused-ticks").await?.is_empty(),
+        "a paused cron fired"
+    );
+    let cron = app.call(Method::GET, "/ojs/v1/cron", None).await?.body;
+    assert_eq!(cron["crons"][0]["name"], "paused-minute", "{cron}");
+    assert!(cron["crons"][0]["last_run_at"].is_null(), "{cron}");
+    app.teardown().await;
+    Ok(())
+}
+
 /// Sixteen sweeps racing on the same occurrence enqueue exactly one job; the overlap
 /// policy `skip` then holds the next occurrence back while that job runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, QueueName};
 
+use crate::effects::Moved;
 use crate::engine::claim_attempt::LaneClaim;
 use crate::engine::fetching::Fetching;
 use crate::engine::Engine;
@@ -78,7 +79,7 @@ impl Engine {
         req: &FetchRequest,
         now: Timestamp,
         admission: Option<Admission<'_>>,
-    ) -> Result<FetchOutcome, StoreError> {
+    ) -> Result<Moved<FetchOutcome>, StoreError> {
         let ends = Instant::now() + self.config.fetch_budget;
         let mut run = Fetching::new(req.count, self.config.fetch_answer, ends, admission);
         let settings = self.queue_settings(&req.queues).await?;
@@ -96,17 +97,19 @@ impl Engine {
             run.saw_ready = true;
         }
         let claimed = run.claimed;
+        let mut owed = run.owed;
         let limit = self
             .limit_state(req, &settings, now, !claimed.is_empty())
             .await?;
         // Claimed jobs whose request is in the payload bucket come back whole; one whose
         // payload cannot be read is not delivered, and not left leased either.
-        let claimed = self.deliverable(claimed, now).await;
-        Ok(FetchOutcome {
+        let claimed = self.deliverable(claimed, now).await.hand_to(&mut owed);
+        let fetched = FetchOutcome {
             jobs: claimed,
             limit,
             saw_ready: run.saw_ready,
-        })
+        };
+        Ok(Moved::new(fetched, owed))
     }
 
     /// A FETCH for any tenant weighs the tenants of its queues (1 each unless set).

@@ -9,11 +9,12 @@ use ojs_core::{Job, JobState, Transition};
 
 use crate::claim::FetchRequest;
 use crate::due::is_expired_available;
+use crate::effects::Moved;
 use crate::engine::candidates::Candidate;
 use crate::engine::fetching::FullLimits;
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{self, n, s, Item};
+use crate::item::{self, Item};
 use crate::job_item::{old_item, write_id, UpdateResult};
 use crate::keys;
 use crate::transition::{Field, JobWrite, Place};
@@ -72,21 +73,23 @@ impl Engine {
     }
 
     /// Claims one given candidate (push delivery): the job, or `None` when it is no longer
-    /// available or a limit refuses it now.
+    /// available or a limit refuses it now; owes the follow-up of a job the attempt
+    /// finished instead (expired, or dropped by its rate limit).
     pub(crate) async fn claim_one(
         &self,
         at: &LaneClaim<'_>,
         c: &Candidate,
-    ) -> Result<Option<Job>, StoreError> {
-        match self.claim(at, c, &mut FullLimits::default()).await? {
-            Claim::Won(job) => Ok(Some(*job)),
+    ) -> Result<Moved<Option<Job>>, StoreError> {
+        let claimed = self.claim(at, c, &mut FullLimits::default()).await?;
+        Ok(claimed.map(|claim| match claim {
+            Claim::Won(job) => Some(*job),
             Claim::Lost
             | Claim::Stale
             | Claim::QueueLimited
             | Claim::TenantLimited
             | Claim::Expired
-            | Claim::Refused => Ok(None),
-        }
+            | Claim::Refused => None,
+        }))
     }
 
     /// Claims candidate `c` of the lane `at`, under the limits found full so far in the
@@ -96,7 +99,7 @@ impl Engine {
         at: &LaneClaim<'_>,
         c: &Candidate,
         full_limits: &mut FullLimits,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Moved<Claim>, StoreError> {
         let limits = at.limits;
         // A claim is stamped when it is made, not when its FETCH began: a FETCH that
         // waited on the index or on other claims must not start a lease, an execution
@@ -167,23 +170,15 @@ impl Engine {
                 sk: keys::due_sk(&due, priority, lane.tenant.as_ref(), &c.id),
             },
         )
-        .set("attempt = attempt + :one")
-        .value(":one", n(1))
+        .next_attempt()
         .stamp(Field::StartedAt, &now)
         .lease_until(&lease_until)
+        .deadline(deadline.as_ref())
         .write_id(&wid)
-        .when("gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)")
-        .value(":rsk", s(c.ready_sk.clone()))
-        .value(":nowus", n(now.timestamp_micros()))
+        .listed_ready_unexpired(&c.ready_sk, &now)
         // The new attempt's holder is the claimer, or nobody: a claim without a worker id
         // never inherits a previous holder's, whose late calls would then pass its fence.
         .worker(req.worker_id.as_deref());
-        let write = match deadline {
-            Some(d) => write
-                .set("deadline_us = :deadline")
-                .value(":deadline", n(d.timestamp_micros())),
-            None => write.remove("deadline_us"),
-        };
         (write, lease_until, wid)
     }
 
@@ -195,7 +190,7 @@ impl Engine {
         wid: &AttributeValue,
         began: Timestamp,
         now: Timestamp,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Moved<Claim>, StoreError> {
         let (expired, stale) = match &out {
             Err(e) => (
                 old_item(e)
@@ -211,13 +206,13 @@ impl Engine {
             old.get("write_id") == Some(wid) && item::state_of(old) == Some(JobState::Active)
         };
         match self.finish_own_update(out, ours) {
-            Ok(job) => Ok(Claim::Won(Box::new(job))),
+            Ok(job) => Ok(Moved::done(Claim::Won(Box::new(job)))),
             Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => {
                 if let Some(old) = expired {
-                    self.expire_job(&item::job_from_item(&old)?, now).await?;
-                    return Ok(Claim::Expired);
+                    let expired = self.expire_job(&item::job_from_item(&old)?, now).await?;
+                    return Ok(expired.map(|_| Claim::Expired));
                 }
-                Ok(if stale { Claim::Stale } else { Claim::Lost })
+                Ok(Moved::done(if stale { Claim::Stale } else { Claim::Lost }))
             }
             Err(e) => Err(e),
         }

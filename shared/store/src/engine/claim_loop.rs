@@ -94,7 +94,9 @@ impl Engine {
             .quiet_due
             .within(&(queue.clone(), shard), self.config.quiet_due_memory)
         {
-            self.promote_due_shard(queue, shard, at.now).await?;
+            self.promote_due_shard(queue, shard, at.now)
+                .await?
+                .hand_to(&mut run.owed);
         }
         for _ in 0..CLAIM_ROUNDS {
             if run.done(run.target) {
@@ -202,7 +204,8 @@ impl Engine {
             Some(why) => Err(StoreError::Corrupt(why.clone())),
             None => {
                 run.attempts += 1;
-                self.claim(at, c, &mut run.full_limits).await
+                let claimed = self.claim(at, c, &mut run.full_limits).await;
+                claimed.map(|m| m.hand_to(&mut run.owed))
             }
         };
         match claimed_as_stored {

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
-use crate::effects::Before;
+use crate::effects::{Before, FollowUps, Moved};
 use crate::engine::candidates::id_of;
 use crate::engine::Engine;
 use crate::error::StoreError;
@@ -33,18 +33,28 @@ impl Engine {
 
     /// Makes the queue's due jobs available: scheduled and retryable jobs whose time has
     /// come, and active jobs whose lease expired (one batch from each shard). Returns how
-    /// many moved.
+    /// many moved, owing the follow-ups of those it finished (discarded ones). A shard
+    /// that fails does not hold up the others: its error is answered only when no shard
+    /// moved anything, as within a shard.
     #[tracing::instrument(name = "promote_due", level = "error", skip_all, fields(queue = %queue))]
-    pub(crate) async fn promote_due_in_scope(
+    pub(crate) async fn promote_due_moved(
         &self,
         queue: &QueueName,
         now: Timestamp,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Moved<usize>, StoreError> {
         let mut moved = 0;
+        let mut owed = FollowUps::none();
+        let mut failure = None;
         for shard in 0..self.queue_shards() {
-            moved += self.promote_due_shard(queue, shard, now).await?;
+            match self.promote_due_shard(queue, shard, now).await {
+                Ok(promoted) => moved += promoted.hand_to(&mut owed),
+                Err(e) => failure = Some(e),
+            }
         }
-        Ok(moved)
+        match failure {
+            Some(e) if moved == 0 => Err(e),
+            _ => Ok(Moved::new(moved, owed)),
+        }
     }
 
     /// One batch of [`crate::Lifecycle::promote_due`] from one shard of the queue.
@@ -53,7 +63,7 @@ impl Engine {
         queue: &QueueName,
         shard: u16,
         now: Timestamp,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Moved<usize>, StoreError> {
         let out = self
             .table
             .query_index(&DUE_INDEX)
@@ -83,9 +93,10 @@ impl Engine {
         )
         .await;
         let mut moved = Vec::new();
+        let mut owed = FollowUps::none();
         let mut failure = None;
         for ((id, _, _), r) in due.iter().zip(results) {
-            match r {
+            match r.map(|m| m.hand_to(&mut owed)) {
                 Ok(Some((job, _))) => moved.push(job),
                 Ok(None) => {}
                 // One job that cannot be moved never holds up the others.
@@ -95,7 +106,7 @@ impl Engine {
         }
         match failure {
             Some(e) if moved.is_empty() => Err(e),
-            _ => Ok(moved.len()),
+            _ => Ok(Moved::new(moved.len(), owed)),
         }
     }
 
@@ -109,7 +120,7 @@ impl Engine {
         due_sk: String,
         state: JobState,
         now: Timestamp,
-    ) -> Result<Option<(Job, Option<JobState>)>, StoreError> {
+    ) -> Result<Moved<Option<(Job, Option<JobState>)>>, StoreError> {
         let priority = keys::priority_from_due_sk(&due_sk).unwrap_or(0);
         let lane = crate::keys::Lane {
             queue: queue.clone(),
@@ -121,11 +132,12 @@ impl Engine {
                 // A lease, an execution deadline or an expiry passed: read the job to
                 // apply its policy, then write under the version read.
                 let Some(job) = self.get_job(&id).await? else {
-                    return Ok(None);
+                    return Ok(Moved::done(None));
                 };
-                return Ok(self.settle_in_scope(&job, now).await?.map(|j| (j, None)));
+                let settled = self.settle_moved(&job, now).await?;
+                return Ok(settled.map(|j| j.map(|j| (j, None))));
             }
-            _ => return Ok(None),
+            _ => return Ok(Moved::done(None)),
         }
         // Promoted on the due entry read, without reading the item: its expiry (if any)
         // is listed by a second write once the job is known.
@@ -138,20 +150,20 @@ impl Engine {
             },
         )
         .from(state)
-        .when("gsi2sk = :duesk")
+        .listed_due(due_sk)
         .stamp(Field::EnqueuedAt, &now)
-        .clear(Field::NextAttemptAt)
-        .value(":duesk", s(due_sk));
+        .clear(Field::NextAttemptAt);
         let before = Before {
             state,
             lease_us: None,
         };
         match self.transition(&id, req, Some(before)).await {
-            Ok(job) => {
+            Ok(promoted) => {
+                let job = promoted.unfinished();
                 self.watch_expiry(&job).await?;
-                Ok(Some((job, Some(state))))
+                Ok(Moved::done(Some((job, Some(state)))))
             }
-            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(Moved::done(None)),
             Err(e) => Err(e),
         }
     }

@@ -8,8 +8,6 @@
 //! All are best effort, each repaired later if the request dies: a slot frees at its
 //! lease end, the sweep promotes what a timer missed and settles workflows.
 
-use std::sync::{Arc, Mutex};
-
 use ojs_core::time::Timestamp;
 
 use ojs_core::{Job, JobState};
@@ -36,25 +34,88 @@ pub(crate) struct Finished {
     pub outcome: StepOutcome,
 }
 
-/// The jobs finished through one store scope ([`Engine::with_follow_ups`]), in the order
-/// they finished. The engine notes them here instead of calling up into the features;
-/// the scope's owner takes them and follows them up in a loop.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FollowUps(Arc<Mutex<Vec<Finished>>>);
+/// The jobs a call finished, in the order they finished, whose workflow and queued cron
+/// occurrence still have to move on: a value handed up by return to
+/// [`crate::Lifecycle`], whose loop runs them (the engine never calls up into the
+/// features); dropping one is a compiler warning (`#[must_use]`), an error here.
+#[must_use = "a finished job's workflow waits for the sweep unless its follow-ups are handed on"]
+#[derive(Debug, Default)]
+pub(crate) struct FollowUps(Vec<Finished>);
 
 impl FollowUps {
-    fn note(&self, finished: Finished) {
-        if let Ok(mut list) = self.0.lock() {
-            list.push(finished);
-        }
+    /// Nothing finished.
+    pub(crate) fn none() -> Self {
+        Self::default()
     }
 
-    /// What was noted since the last take.
-    pub(crate) fn take(&self) -> Vec<Finished> {
+    /// These and then `more`.
+    pub(crate) fn and(mut self, more: FollowUps) -> Self {
+        self.add(more);
+        self
+    }
+
+    /// `more` owed after these.
+    pub(crate) fn add(&mut self, more: FollowUps) {
+        self.0.extend(more.0);
+    }
+
+    /// The finished jobs, for the loop that follows them up.
+    pub(crate) fn into_finished(self) -> Vec<Finished> {
         self.0
-            .lock()
-            .map(|mut list| std::mem::take(&mut *list))
-            .unwrap_or_default()
+    }
+}
+
+/// What a call that may finish jobs answers: its value and the [`FollowUps`] it owes.
+/// The value is reached only with them ([`Moved::split`]), so a caller hands them on or
+/// drops them where a reader sees it.
+#[must_use = "a finished job's workflow waits for the sweep unless its follow-ups are handed on"]
+#[derive(Debug)]
+pub(crate) struct Moved<T> {
+    value: T,
+    follow_ups: FollowUps,
+}
+
+impl<T> Moved<T> {
+    /// `value`, owing `follow_ups`.
+    pub(crate) fn new(value: T, follow_ups: FollowUps) -> Self {
+        Self { value, follow_ups }
+    }
+
+    /// `value`, owing nothing.
+    pub(crate) fn done(value: T) -> Self {
+        Self::new(value, FollowUps::none())
+    }
+
+    /// The value, while the follow-ups stay owed.
+    pub(crate) fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value and the follow-ups owed.
+    pub(crate) fn split(self) -> (T, FollowUps) {
+        (self.value, self.follow_ups)
+    }
+
+    /// The value, its follow-ups added to `owed` (a caller gathering them over several
+    /// calls, to answer them with its own value).
+    pub(crate) fn hand_to(self, owed: &mut FollowUps) -> T {
+        owed.add(self.follow_ups);
+        self.value
+    }
+
+    /// The value changed by `f`, owing the same.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Moved<U> {
+        Moved::new(f(self.value), self.follow_ups)
+    }
+
+    /// The value of a transition that cannot finish a job (its target state is not
+    /// terminal: a promotion, a give back, a deferral): nothing is owed. Were something
+    /// owed after all, it is logged and left to the sweep's workflow check.
+    pub(crate) fn unfinished(self) -> T {
+        for f in self.follow_ups.0 {
+            tracing::error!(job_id = %f.job.id, "a transition thought unfinishing finished a job; its workflow waits for the sweep");
+        }
+        self.value
     }
 }
 
@@ -120,9 +181,10 @@ impl Effects {
 }
 
 impl Engine {
-    /// Applies what the transition of `after` set off (see [`Effects`]); called by the
-    /// writer ([`Engine::transition`]) only, after every transition it makes.
-    pub(super) async fn apply_effects(&self, after: &Job, effects: Effects) {
+    /// Applies what the transition of `after` set off (see [`Effects`]) and answers the
+    /// follow-up it owes; called by the writer ([`Engine::transition`]) only, after every
+    /// transition it makes.
+    pub(super) async fn apply_effects(&self, after: &Job, effects: Effects) -> FollowUps {
         if let Some(lease) = effects.release_slot {
             self.release_slot(after, lease).await;
         }
@@ -132,22 +194,16 @@ impl Engine {
             };
             self.arm_timer(vec![(target, at)]).await;
         }
-        if let Some(outcome) = effects.finished {
-            let finished = Finished {
-                job: after.clone(),
-                outcome,
-            };
-            match self.follow_ups() {
-                Some(scope) => scope.note(finished),
-                // Every entry point that can finish a job opens a scope (the layer test
-                // `finishing_entry_points_follow_up` lists them); were one missed, the
-                // sweep's workflow check would still move the workflow on.
-                None => tracing::error!(
-                    job_id = %after.id,
-                    "a job finished outside a follow-up scope; its workflow waits for the sweep"
-                ),
-            }
-        }
+        FollowUps(
+            effects
+                .finished
+                .map(|outcome| Finished {
+                    job: after.clone(),
+                    outcome,
+                })
+                .into_iter()
+                .collect(),
+        )
     }
 }
 
@@ -167,6 +223,45 @@ mod tests {
 
     fn before(state: JobState, lease_us: Option<i64>) -> Option<Before> {
         Some(Before { state, lease_us })
+    }
+
+    fn finished(state: JobState, outcome: StepOutcome) -> FollowUps {
+        FollowUps(vec![Finished {
+            job: job(state),
+            outcome,
+        }])
+    }
+
+    #[test]
+    fn follow_ups_are_handed_on_with_the_value_in_the_order_they_finished() {
+        let mut owed = FollowUps::none();
+        let first = Moved::new(1, finished(JobState::Completed, StepOutcome::Completed));
+        let second =
+            Moved::new(2, finished(JobState::Cancelled, StepOutcome::Cancelled)).map(|v| v * 10);
+        assert_eq!(first.hand_to(&mut owed) + second.hand_to(&mut owed), 21);
+        let done = Moved::done("x");
+        assert_eq!(*done.value(), "x");
+        let (value, none) = done.split();
+        assert_eq!(value, "x");
+        let all = owed
+            .and(none)
+            .and(finished(JobState::Discarded, StepOutcome::Failed));
+        let outcomes: Vec<StepOutcome> = all.into_finished().iter().map(|f| f.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [
+                StepOutcome::Completed,
+                StepOutcome::Cancelled,
+                StepOutcome::Failed
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unfinishing_value_answers_its_value_even_when_something_was_owed() {
+        assert_eq!(Moved::done(7).unfinished(), 7);
+        let owed = Moved::new(8, finished(JobState::Completed, StepOutcome::Completed));
+        assert_eq!(owed.unfinished(), 8);
     }
 
     #[test]

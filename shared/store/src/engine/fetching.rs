@@ -9,6 +9,7 @@ use ojs_core::Job;
 
 use crate::answer::{answer_bytes, AnswerBound};
 use crate::claim::Admission;
+use crate::effects::FollowUps;
 use crate::error::StoreError;
 
 /// Limits found full during one FETCH, and when each frees (epoch µs): later candidates
@@ -53,6 +54,9 @@ pub(super) struct Fetching<'a> {
     /// Whether the queue being claimed from refused a start by its own rate limit: its
     /// other lanes would be refused as well, so the FETCH moves on to the next queue.
     pub(super) queue_limited: bool,
+    /// The follow-ups of jobs this FETCH finished on its way (expired or dropped
+    /// candidates, due jobs it settled), answered with its jobs.
+    pub(super) owed: FollowUps,
 }
 
 impl<'a> Fetching<'a> {
@@ -77,6 +81,7 @@ impl<'a> Fetching<'a> {
             target: count,
             saw_candidates: false,
             queue_limited: false,
+            owed: FollowUps::none(),
         }
     }
 

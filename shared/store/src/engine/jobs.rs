@@ -11,10 +11,10 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
-use crate::effects::Before;
+use crate::effects::{Before, Moved};
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, Missing, StoreError};
-use crate::item::{self, n, s, ts, Item};
+use crate::item::{self, ts, Item};
 use crate::job_item::write_id;
 use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite, Place};
@@ -61,14 +61,10 @@ impl Fence<'_> {
     /// write, not the read before it, decides.
     pub(crate) fn guard(&self, mut write: JobWrite) -> JobWrite {
         if let Some(w) = self.worker_id {
-            write = write
-                .when("worker_id = :fence_worker")
-                .value(":fence_worker", s(w));
+            write = write.held_by(w);
         }
         if let Some(a) = self.attempt {
-            write = write
-                .when("attempt = :fence_attempt")
-                .value(":fence_attempt", n(a));
+            write = write.at_attempt(a);
         }
         write
     }
@@ -98,9 +94,10 @@ pub struct FailOutcome {
 }
 
 impl Engine {
-    /// Stores a new job; [`StoreError::Duplicate`] if its id exists.
+    /// Stores a new job; [`StoreError::Duplicate`] if its id exists. Owes the cancel of
+    /// a job its unique policy replaced.
     #[tracing::instrument(name = "push", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
-    pub(crate) async fn put_job_in_scope(&self, job: &Job) -> Result<PushOutcome, StoreError> {
+    pub(crate) async fn put_job_moved(&self, job: &Job) -> Result<Moved<PushOutcome>, StoreError> {
         // Sizes are checked before anything is written (a refused job registers nothing).
         let body = self.offload_body(job)?;
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
@@ -115,7 +112,7 @@ impl Engine {
             let outcome = self
                 .put_unique(job, &policy, body, job.status.created_at)
                 .await?;
-            match &outcome {
+            match outcome.value() {
                 PushOutcome::Created => self.after_push(job).await,
                 PushOutcome::CreatedAs(stored) => self.after_push(stored).await,
                 PushOutcome::Existing(_) => {}
@@ -145,7 +142,7 @@ impl Engine {
         match out {
             Ok(_) => {
                 self.after_push(job).await;
-                Ok(PushOutcome::Created)
+                Ok(Moved::done(PushOutcome::Created))
             }
             Err(e) => {
                 if !is_condition_failure(&e) {
@@ -155,7 +152,7 @@ impl Engine {
                 // may be this very job, recognised by its creation instant (immutable).
                 if written {
                     self.after_push(job).await;
-                    return Ok(PushOutcome::Created);
+                    return Ok(Moved::done(PushOutcome::Created));
                 }
                 Err(StoreError::Duplicate)
             }
@@ -184,11 +181,11 @@ impl Engine {
     /// Completes an active job. The answer shows the job whole ([`Engine::shown_job`]), as
     /// do CANCEL's and FAIL's.
     #[tracing::instrument(name = "ack", level = "error", skip_all, fields(job_id = %ack.id))]
-    pub(crate) async fn ack_job_in_scope(
+    pub(crate) async fn ack_job_moved(
         &self,
         ack: &AckRequest,
         now: Timestamp,
-    ) -> Result<Job, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let wid = write_id();
         let write = JobWrite::new(
             Transition::Ack,
@@ -212,15 +209,15 @@ impl Engine {
             state: JobState::Active,
             lease_us: None,
         };
-        let done = self
+        let (done, follow_ups) = self
             .transition(
                 &ack.id,
                 fence.guard(write).refusing_other_holders(),
                 Some(before),
             )
-            .await?;
-        let job = done;
-        Ok(self.shown_job(job).await)
+            .await?
+            .split();
+        Ok(Moved::new(self.shown_job(done).await, follow_ups))
     }
 
     /// Records a failed attempt and applies the job's retry policy: `retryable` with a
@@ -230,14 +227,14 @@ impl Engine {
     /// write is conditional on the job being active at the attempt read and on the fence,
     /// not on the version, which the holder's own heartbeats move.
     #[tracing::instrument(name = "fail", level = "error", skip_all, fields(job_id = %id))]
-    pub(crate) async fn fail_job_in_scope(
+    pub(crate) async fn fail_job_moved(
         &self,
         id: &JobId,
         failure: &Failure,
         fence: Fence<'_>,
         requeue: bool,
         now: Timestamp,
-    ) -> Result<FailOutcome, StoreError> {
+    ) -> Result<Moved<FailOutcome>, StoreError> {
         let mut fence = fence;
         let mut tries = 0;
         loop {
@@ -273,12 +270,12 @@ impl Engine {
                         attempt: job.status.attempt,
                     })
                 }
-                Ok(outcome) => {
-                    return Ok(FailOutcome {
-                        job: self.shown_job(outcome.job).await,
-                    })
+                Ok(failed) => {
+                    let (job, follow_ups) = failed.split();
+                    let job = self.shown_job(job).await;
+                    return Ok(Moved::new(FailOutcome { job }, follow_ups));
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -291,7 +288,7 @@ impl Engine {
         fence: Fence<'_>,
         requeue: bool,
         now: Timestamp,
-    ) -> Result<FailOutcome, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let outcome = if requeue {
             FailureOutcome::Requeue
         } else {
@@ -305,10 +302,8 @@ impl Engine {
                 FailDecision::GiveUp(exhaustion) => FailureOutcome::GiveUp(exhaustion),
             }
         };
-        let job = self
-            .record_failure(job, failure, outcome, FailureGuard::Holder(fence), now)
-            .await?;
-        Ok(FailOutcome { job })
+        self.record_failure(job, failure, outcome, FailureGuard::Holder(fence), now)
+            .await
     }
 }
 

@@ -10,7 +10,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
 use crate::concurrency::Slot;
-use crate::effects::Before;
+use crate::effects::{Before, FollowUps, Moved};
 use crate::engine::candidates::Candidate;
 use crate::engine::claim_attempt::Claim;
 use crate::engine::fetching::FullLimits;
@@ -46,7 +46,7 @@ impl Engine {
         claim: WriteParts,
         (lease_until_us, now): (i64, Timestamp),
         full_limits: &mut FullLimits,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Moved<Claim>, StoreError> {
         let now_us = now.timestamp_micros();
         // Concurrency first: a full key needs no transaction at all.
         let (slots, full) = self
@@ -83,10 +83,12 @@ impl Engine {
         tx = tx.transact_items(TransactWriteItem::builder().update(claim).build());
         match self.table.metered(Kind::Write, tx.send().await) {
             // Transactions return no item: read the claimed job back.
-            Ok(_) => Ok(match self.read_back_claim(&c.id, wid.as_ref()).await? {
-                Some(job) => Claim::Won(Box::new(job)),
-                None => Claim::Lost,
-            }),
+            Ok(_) => Ok(Moved::done(
+                match self.read_back_claim(&c.id, wid.as_ref()).await? {
+                    Some(job) => Claim::Won(Box::new(job)),
+                    None => Claim::Lost,
+                },
+            )),
             Err(e) => {
                 let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
                     e.as_service_error()
@@ -95,13 +97,13 @@ impl Engine {
                     // then the job is ours to deliver, not to leave to its lease.
                     let cause = StoreError::from_sdk(e);
                     return match self.read_back_claim(&c.id, wid.as_ref()).await {
-                        Ok(Some(job)) => Ok(Claim::Won(Box::new(job))),
+                        Ok(Some(job)) => Ok(Moved::done(Claim::Won(Box::new(job)))),
                         _ => Err(cause),
                     };
                 };
                 // A start recorded by another claimer since the window was read, a slot
                 // lost to a racing claimer or a job claimed by someone else: a lost race.
-                Ok(Claim::Lost)
+                Ok(Moved::done(Claim::Lost))
             }
         }
     }
@@ -185,10 +187,10 @@ impl Engine {
         shared: Shared,
         refused: &[(usize, i64)],
         now: Timestamp,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Moved<Claim>, StoreError> {
         let decision = rate_limit::refusal(policies, shared.queue, refused);
         if decision == Refusal::QueueLimited {
-            return Ok(Claim::QueueLimited);
+            return Ok(Moved::done(Claim::QueueLimited));
         }
         // A tenant at its limit is not the job's doing: it waits, whatever its own
         // `on_limit` says.
@@ -196,12 +198,13 @@ impl Engine {
             .tenant_at
             .is_some_and(|t| refused.iter().any(|(p, _)| *p == t))
         {
-            return Ok(Claim::TenantLimited);
+            return Ok(Moved::done(Claim::TenantLimited));
         }
         if decision == Refusal::Wait {
-            return Ok(Claim::Refused);
+            return Ok(Moved::done(Claim::Refused));
         }
         // Read again: the job may have moved since its ready entry was read.
+        let mut owed = FollowUps::none();
         if let Some(job) = self.get_job(&c.id).await? {
             if job.status.state == JobState::Available {
                 match decision {
@@ -210,11 +213,11 @@ impl Engine {
                             .unwrap_or(now + chrono::Duration::seconds(1));
                         self.reschedule_rate_limited(&job, at).await?;
                     }
-                    _ => self.drop_rate_limited(&job, now).await?,
+                    _ => owed = self.drop_rate_limited(&job, now).await?,
                 }
             }
         }
-        Ok(Claim::Refused)
+        Ok(Moved::new(Claim::Refused, owed))
     }
 
     /// `on_limit: reschedule`: the job becomes `scheduled` at `at`, when its limit is
@@ -222,13 +225,6 @@ impl Engine {
     async fn reschedule_rate_limited(&self, job: &Job, at: Timestamp) -> Result<(), StoreError> {
         let mut spec = job.spec.clone();
         spec.scheduled_at = Some(at);
-        // The request is rewritten in whichever form is smaller now; the other goes.
-        let (spec_attr, spec_value) = crate::item::spec_attribute(&spec);
-        let other = if spec_attr == crate::item::SPEC_JSON {
-            crate::item::SPEC_DEFLATED
-        } else {
-            crate::item::SPEC_JSON
-        };
         let write = JobWrite::new(
             Transition::Defer,
             Place::Due {
@@ -237,19 +233,20 @@ impl Engine {
             },
         )
         .version(job.status.version)
-        .set(format!("{spec_attr} = :spec"))
-        .clear(Field::EnqueuedAt)
-        .remove(other)
-        .value(":spec", spec_value);
+        .request(&spec)
+        .clear(Field::EnqueuedAt);
         match self.transition(&job.id, write, Some(Before::of(job))).await {
-            Ok(_deferred) => Ok(()),
+            Ok(deferred) => {
+                deferred.unfinished();
+                Ok(())
+            }
             Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
 
-    /// `on_limit: drop`: discard a job its rate limit refused.
-    async fn drop_rate_limited(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+    /// `on_limit: drop`: discard a job its rate limit refused, owing its follow-up.
+    async fn drop_rate_limited(&self, job: &Job, now: Timestamp) -> Result<FollowUps, StoreError> {
         let failure = ojs_core::failure::Failure {
             error_type: "rate_limited".into(),
             message: "dropped: its rate limit was reached (on_limit: drop)".into(),
@@ -268,8 +265,8 @@ impl Engine {
         .stamp(Field::DiscardedAt, &now)
         .error(&error);
         match self.transition(&job.id, write, Some(Before::of(job))).await {
-            Ok(_dropped) => Ok(()),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
+            Ok(dropped) => Ok(dropped.split().1),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(FollowUps::none()),
             Err(e) => Err(e),
         }
     }

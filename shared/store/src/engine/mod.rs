@@ -85,9 +85,6 @@ pub struct Engine {
     pub(crate) pool_cache: Arc<Mutex<pools::PoolCache>>,
     /// Which queue of a pooled FETCH this instance's next one starts at.
     pub(crate) queue_turn: Arc<AtomicUsize>,
-    /// Where the engine notes the jobs it finishes, in a scope opened by the layer above
-    /// ([`Engine::with_follow_ups`]); none outside one.
-    pub(crate) follow_ups: Option<effects::FollowUps>,
     /// The bucket of requests too large for their item, when configured
     /// (`OJS_PAYLOAD_BUCKET`); without it such a request is refused.
     pub(crate) payloads: Option<Payloads>,
@@ -109,7 +106,6 @@ impl Engine {
             tenant_config_cache: Arc::default(),
             pool_cache: Arc::default(),
             queue_turn: Arc::default(),
-            follow_ups: None,
             payloads: None,
         }
     }
@@ -119,19 +115,6 @@ impl Engine {
         let mut config = (*self.config).clone();
         change(&mut config);
         self.config = Arc::new(config);
-    }
-
-    /// This engine noting the jobs its transitions finish in `scope`.
-    pub(crate) fn with_follow_ups(&self, scope: effects::FollowUps) -> Self {
-        Self {
-            follow_ups: Some(scope),
-            ..self.clone()
-        }
-    }
-
-    /// The follow-up scope this engine notes finished jobs in, if it is one.
-    pub(crate) fn follow_ups(&self) -> Option<&effects::FollowUps> {
-        self.follow_ups.as_ref()
     }
 
     /// The bucket of large requests, when configured.

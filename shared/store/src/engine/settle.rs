@@ -11,10 +11,10 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState, Transition};
 use serde_json::json;
 
-use crate::effects::Before;
+use crate::effects::{Before, Moved};
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{self, json as json_attr, n, ts};
+use crate::item;
 use crate::jobs::Fence;
 use crate::keys;
 use crate::transition::{Field, JobWrite, Place};
@@ -95,28 +95,6 @@ fn recorded_error(
     error
 }
 
-/// The error history `job` is left with by `error`, and the update that writes it. The
-/// history keeps the latest MAX_KEPT_ERRORS, so a job failing without end still fits its
-/// item and can always be failed, reclaimed or discarded. The list read is the list
-/// replaced: only a failure changes it, and a failure moves the job out of `active` at
-/// this attempt, which the condition requires.
-fn error_history(job: &Job, error: &serde_json::Value) -> (AttributeValue, &'static str) {
-    let kept = job.status.errors.len();
-    if kept + 1 > MAX_KEPT_ERRORS {
-        let history = job.status.errors[kept + 1 - MAX_KEPT_ERRORS..]
-            .iter()
-            .chain(std::iter::once(error))
-            .map(json_attr)
-            .collect();
-        (AttributeValue::L(history), "errors = :errors")
-    } else {
-        (
-            AttributeValue::L(vec![json_attr(error)]),
-            "errors = list_append(if_not_exists(errors, :empty), :errors)",
-        )
-    }
-}
-
 impl Engine {
     /// Writes the outcome of a failed attempt of `job` (which must still be `active` at
     /// the version and attempt read) and emits the matching events. The job leaves
@@ -129,7 +107,7 @@ impl Engine {
         outcome: FailureOutcome,
         guard: FailureGuard<'_>,
         now: Timestamp,
-    ) -> Result<Job, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let wid = crate::job_item::write_id();
         let error = recorded_error(job, failure, &wid, now);
         let write = self.failure_write(job, &error, &wid, outcome, guard, now);
@@ -160,27 +138,18 @@ impl Engine {
         guard: FailureGuard<'_>,
         now: Timestamp,
     ) -> JobWrite {
-        let (history, errors) = error_history(job, error);
         let (transition, place) = self.failure_place(job, outcome, now);
-        let mut write = JobWrite::new(transition, place)
-            .when("attempt = :attempt")
-            .value(":attempt", n(job.status.attempt))
+        let write = JobWrite::new(transition, place)
+            .at_attempt(job.status.attempt)
             .error(error)
-            .set(errors)
-            .value(":errors", history)
+            .error_history(&job.status.errors, error)
             .write_id(wid);
-        if job.status.errors.len() < MAX_KEPT_ERRORS {
-            write = write.value(":empty", AttributeValue::L(Vec::new()));
-        }
-        write = match guard {
+        let write = match guard {
             FailureGuard::Version => write.version(job.status.version),
             FailureGuard::Holder(fence) => fence.guard(write),
         };
         match outcome {
-            FailureOutcome::Retry(delay) => write
-                .set("next_attempt_at = :next, retry_delay_ms = :delay")
-                .value(":next", ts(&time::after(now, delay)))
-                .value(":delay", n(delay.as_millis())),
+            FailureOutcome::Retry(delay) => write.retry_at(&time::after(now, delay), delay),
             FailureOutcome::Requeue => write.stamp(Field::EnqueuedAt, &now).clear(Field::StartedAt),
             FailureOutcome::GiveUp(_) => write
                 .stamp(Field::CompletedAt, &now)
@@ -228,13 +197,13 @@ impl Engine {
     /// deadline fails with a `timeout` error under its retry policy; one past its lease is
     /// re-queued while attempts remain and given up otherwise; a scheduled or retryable
     /// job whose time has come becomes available. `None` when nothing was due or another
-    /// writer moved the job first.
+    /// writer moved the job first; owes the follow-up of a job it finished.
     #[tracing::instrument(name = "settle", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
-    pub(crate) async fn settle_in_scope(
+    pub(crate) async fn settle_moved(
         &self,
         job: &Job,
         now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
+    ) -> Result<Moved<Option<Job>>, StoreError> {
         let st = &job.status;
         let result = match st.state {
             JobState::Active if st.deadline.is_some_and(|d| d <= now) => {
@@ -282,13 +251,13 @@ impl Engine {
                 self.expire_job(job, now).await
             }
             JobState::Scheduled | JobState::Retryable if due_at(job).is_some_and(|t| t <= now) => {
-                self.promote_job(job, now).await
+                self.promote_job(job, now).await.map(Moved::done)
             }
-            _ => return Ok(None),
+            _ => return Ok(Moved::done(None)),
         };
         match result {
-            Ok(job) => Ok(Some(job)),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
+            Ok(moved) => Ok(moved.map(Some)),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(Moved::done(None)),
             Err(e) => Err(e),
         }
     }
@@ -300,7 +269,10 @@ impl Engine {
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::NextAttemptAt);
-        self.transition(&job.id, write, Some(Before::of(job))).await
+        Ok(self
+            .transition(&job.id, write, Some(Before::of(job)))
+            .await?
+            .unfinished())
     }
 
     /// Where a job that becomes available at `now` is listed: at the back of its
@@ -346,7 +318,11 @@ impl Engine {
 
     /// Discards a job that has not started and whose `expires_at` has passed: it is never
     /// delivered (`completed_at` stays unset: it never ran).
-    pub(crate) async fn expire_job(&self, job: &Job, now: Timestamp) -> Result<Job, StoreError> {
+    pub(crate) async fn expire_job(
+        &self,
+        job: &Job,
+        now: Timestamp,
+    ) -> Result<Moved<Job>, StoreError> {
         let write = JobWrite::new(
             Transition::Expire,
             Place::Retained {
@@ -364,31 +340,32 @@ impl Engine {
     /// still active after its lease or deadline, or waiting after its time; the job's
     /// request whole ([`Engine::full_job`]). A payload that is missing or damaged does not
     /// hide the job: it is shown incomplete and says so ([`Engine::shown_job`]); a payload
-    /// store failing is an error (the request may be tried again).
-    pub(crate) async fn get_job_settled_in_scope(
+    /// store failing is an error (the request may be tried again). Owes the follow-up of
+    /// a job its settling finished.
+    pub(crate) async fn get_job_settled_moved(
         &self,
         id: &ojs_core::JobId,
         now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
+    ) -> Result<Moved<Option<Job>>, StoreError> {
         let Some(job) = self.get_job(id).await? else {
-            return Ok(None);
+            return Ok(Moved::done(None));
         };
-        let job = match self.settle_in_scope(&job, now).await? {
+        let (settled, follow_ups) = self.settle_moved(&job, now).await?.split();
+        let job = match settled {
             Some(settled) => settled,
             // Lost a race with another writer: read what it wrote.
             None if is_overdue(&job, now) => match self.get_job(id).await? {
                 Some(job) => job,
-                None => return Ok(None),
+                None => return Ok(Moved::new(None, follow_ups)),
             },
             None => job,
         };
-        match self.try_full_job(job).await {
-            Ok(job) => Ok(Some(job)),
-            Err((job, e @ StoreError::Corrupt(_))) => {
-                Ok(Some(crate::payloads::marked_unreadable(job, &e)))
-            }
-            Err((_, e)) => Err(e),
-        }
+        let shown = match self.try_full_job(job).await {
+            Ok(job) => job,
+            Err((job, e @ StoreError::Corrupt(_))) => crate::payloads::marked_unreadable(job, &e),
+            Err((_, e)) => return Err(e),
+        };
+        Ok(Moved::new(Some(shown), follow_ups))
     }
 }
 

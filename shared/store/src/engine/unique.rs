@@ -13,6 +13,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
 use ojs_core::{Job, JobId, JobState};
 
+use crate::effects::{FollowUps, Moved};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
@@ -83,7 +84,7 @@ impl Engine {
         policy: &UniquePolicy,
         body: Option<Vec<u8>>,
         now: Timestamp,
-    ) -> Result<PushOutcome, StoreError> {
+    ) -> Result<Moved<PushOutcome>, StoreError> {
         let payload = match body {
             Some(body) => Some(self.offload(job, body).await?),
             None => None,
@@ -93,7 +94,7 @@ impl Engine {
             .await;
         if payload.is_some() {
             // Stored, or stored before an answer was lost (the job is there as pushed).
-            let written = match &outcome {
+            let written = match outcome.as_ref().map(Moved::value) {
                 Ok(PushOutcome::Created | PushOutcome::CreatedAs(_)) => true,
                 Ok(PushOutcome::Existing(_)) => false,
                 Err(_) => matches!(
@@ -112,8 +113,10 @@ impl Engine {
         policy: &UniquePolicy,
         payload: Option<&crate::dynamo::payloads::PayloadRef>,
         now: Timestamp,
-    ) -> Result<PushOutcome, StoreError> {
+    ) -> Result<Moved<PushOutcome>, StoreError> {
         let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
+        // A replaced job's cancel, owed with the outcome.
+        let mut owed = FollowUps::none();
         let mut takeover: Option<String> = None;
         // The job to store: the pushed one, or it rescheduled (replace_except_schedule).
         let mut stored: Option<Job> = None;
@@ -136,20 +139,21 @@ impl Engine {
                 .send()
                 .await;
             let Err(err) = self.table.metered(Kind::Write, out) else {
-                return Ok(match stored {
+                let outcome = match stored {
                     Some(j) => PushOutcome::CreatedAs(Box::new(j)),
                     None => PushOutcome::Created,
-                });
+                };
+                return Ok(Moved::new(outcome, owed));
             };
             let Some(holder) = lock_holder(err)? else {
                 // Cancelled for another reason (e.g. a concurrent transaction): try again.
                 continue;
             };
-            if let Some(outcome) = self
+            let held = self
                 .on_held_lock(job, &holder, policy, &mut stored, now)
-                .await?
-            {
-                return Ok(outcome);
+                .await?;
+            if let Some(outcome) = held.hand_to(&mut owed) {
+                return Ok(Moved::new(outcome, owed));
             }
             takeover = Some(holder);
         }
@@ -203,7 +207,7 @@ impl Engine {
     /// What PUSH does about `holder`'s lock: the outcome when the policy ends the PUSH
     /// here, `None` when the lock is to be taken over (its holder gone, or cancelled to
     /// be replaced; `stored` then becomes the job rescheduled, if the policy keeps the
-    /// holder's schedule).
+    /// holder's schedule), owing the replaced job's cancel.
     async fn on_held_lock(
         &self,
         job: &Job,
@@ -211,16 +215,16 @@ impl Engine {
         policy: &UniquePolicy,
         stored: &mut Option<Job>,
         now: Timestamp,
-    ) -> Result<Option<PushOutcome>, StoreError> {
+    ) -> Result<Moved<Option<PushOutcome>>, StoreError> {
         let live = self.live_holder(holder, policy).await?;
         match (live.as_ref(), policy.on_conflict) {
-            (None, _) => Ok(None),
+            (None, _) => Ok(Moved::done(None)),
             (Some(existing), OnConflict::Reject) => Err(StoreError::UniqueConflict {
                 existing: existing.id.to_string(),
             }),
-            (Some(existing), OnConflict::Ignore) => {
-                Ok(Some(PushOutcome::Existing(Box::new(existing.clone()))))
-            }
+            (Some(existing), OnConflict::Ignore) => Ok(Moved::done(Some(PushOutcome::Existing(
+                Box::new(existing.clone()),
+            )))),
             (Some(existing), OnConflict::Replace | OnConflict::ReplaceExceptSchedule) => {
                 if policy.on_conflict == OnConflict::ReplaceExceptSchedule
                     && existing.status.state == JobState::Scheduled
@@ -229,8 +233,11 @@ impl Engine {
                         *stored = Some(job.rescheduled(at, now));
                     }
                 }
-                match self.cancel_job_in_scope(&existing.id, now).await {
-                    Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(None),
+                match self.cancel_job_moved(&existing.id, now).await {
+                    Ok(cancelled) => Ok(cancelled.map(|_| None)),
+                    Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => {
+                        Ok(Moved::done(None))
+                    }
                     Err(e) => Err(e),
                 }
             }

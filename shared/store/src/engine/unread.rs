@@ -17,11 +17,10 @@ use ojs_core::failure::Failure;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
-use crate::effects::Before;
+use crate::effects::{Before, FollowUps, Moved};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item;
-use crate::item::n;
 use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite};
 use crate::usage::Kind;
@@ -32,8 +31,9 @@ pub const PAYLOAD_UNREADABLE: &str = "payload_unreadable";
 
 impl Engine {
     /// The claimed jobs whole, in their order, without those whose payload cannot be
-    /// read: each of those is given back or failed (see the module).
-    pub(crate) async fn deliverable(&self, claimed: Vec<Job>, now: Timestamp) -> Vec<Job> {
+    /// read: each of those is given back or failed (see the module), owing the follow-ups
+    /// of the failed.
+    pub(crate) async fn deliverable(&self, claimed: Vec<Job>, now: Timestamp) -> Moved<Vec<Job>> {
         let tried = join_all(claimed.into_iter().map(|j| self.try_full_job(j))).await;
         let mut whole = Vec::with_capacity(tried.len());
         let mut unread = Vec::new();
@@ -43,34 +43,42 @@ impl Engine {
                 Err(failed) => unread.push(failed),
             }
         }
-        join_all(
+        let settled = join_all(
             unread
                 .into_iter()
                 .map(|(job, e)| self.settle_unread(job, e, now)),
         )
         .await;
-        whole
+        let owed = settled.into_iter().fold(FollowUps::none(), FollowUps::and);
+        Moved::new(whole, owed)
     }
 
     /// Gives back (a failing payload store) or fails (a damaged payload) a claimed job
-    /// whose payload could not be read for `e`.
-    pub(crate) async fn settle_unread(&self, job: Job, e: StoreError, now: Timestamp) {
+    /// whose payload could not be read for `e`, owing the follow-up of a failed one.
+    pub(crate) async fn settle_unread(&self, job: Job, e: StoreError, now: Timestamp) -> FollowUps {
         let corrupt = matches!(e, StoreError::Corrupt(_));
         let done = if corrupt {
             self.fail_unreadable(&job, &e, now).await
         } else {
-            self.give_back(&job, now).await
+            self.give_back(&job, now).await.map(Moved::done)
         };
         match done {
-            Ok(after) => tracing::warn!(
-                job_id = %job.id, error = %e, state = after.status.state.as_str(),
-                "a claimed job's payload could not be read; not delivered"
-            ),
+            Ok(after) => {
+                let (after, owed) = after.split();
+                tracing::warn!(
+                    job_id = %job.id, error = %e, state = after.status.state.as_str(),
+                    "a claimed job's payload could not be read; not delivered"
+                );
+                owed
+            }
             // Its lease ends as a crashed worker's would, and the sweep reclaims it.
-            Err(w) => tracing::error!(
-                job_id = %job.id, error = %e, write_error = %w,
-                "a claimed job's payload could not be read, and the job stays leased"
-            ),
+            Err(w) => {
+                tracing::error!(
+                    job_id = %job.id, error = %e, write_error = %w,
+                    "a claimed job's payload could not be read, and the job stays leased"
+                );
+                FollowUps::none()
+            }
         }
     }
 
@@ -92,12 +100,14 @@ impl Engine {
         let req = JobWrite::new(Transition::Reclaim, self.ready_place(job, &now))
             .from(JobState::Active)
             .version(job.status.version)
-            .when("attempt = :attempt")
-            .value(":attempt", n(job.status.attempt))
+            .at_attempt(job.status.attempt)
             .attempt(job.status.attempt.saturating_sub(1))
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::StartedAt);
-        self.transition(&job.id, req, Some(Before::of(job))).await
+        Ok(self
+            .transition(&job.id, req, Some(Before::of(job)))
+            .await?
+            .unfinished())
     }
 
     /// `job` (just claimed) discarded for its damaged payload, as its policy discards.
@@ -106,7 +116,7 @@ impl Engine {
         job: &Job,
         e: &StoreError,
         now: Timestamp,
-    ) -> Result<Job, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let failure = Failure {
             error_type: PAYLOAD_UNREADABLE.into(),
             message: crate::payloads::unreadable_reason(e).into(),

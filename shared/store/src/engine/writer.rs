@@ -1,7 +1,7 @@
 //! The one way a transition reaches the table: [`Engine::transition`] sends a
 //! [`JobWrite`] alone, [`Engine::transition_with`] with another item in one transaction;
-//! both read the job as written, apply its [`Effects`] (slot, timer, the finished job
-//! noted for its follow-up) and answer the job. A call site cannot write a job
+//! both read the job as written, apply its [`Effects`] (slot, timer) and answer the job
+//! with the follow-up it owes ([`Moved`]). A call site cannot write a job
 //! and forget what follows: `JobWrite` has no other way out but `parts`, for the claim's
 //! transaction with its rate windows (a claim sets off no effect: see `Effects::of`).
 
@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 use ojs_core::{Job, JobId};
 
-use crate::effects::{Before, Effects};
+use crate::effects::{Before, Effects, Moved};
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
 use crate::item::{self, Item};
@@ -36,7 +36,7 @@ impl Engine {
         id: &JobId,
         write: JobWrite,
         before: Option<Before>,
-    ) -> Result<Job, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let (wid, refuses, quiet) = (write.wid.clone(), write.refuses_other_holders, write.quiet);
         let out = write.parts()?.apply(self.update(id)).send().await;
         let refused = match &out {
@@ -62,7 +62,7 @@ impl Engine {
         write: JobWrite,
         other: TransactWriteItem,
         before: Option<Before>,
-    ) -> Result<Job, StoreError> {
+    ) -> Result<Moved<Job>, StoreError> {
         let (wid, quiet) = (write.wid.clone(), write.quiet);
         let parts = write.parts()?;
         let update = Update::builder()
@@ -107,15 +107,15 @@ impl Engine {
         Ok(self.followed(job, before, quiet).await)
     }
 
-    /// `job` as written, with the effects of its write from `before` applied (a quiet
-    /// write's finished job not followed up).
-    async fn followed(&self, job: Job, before: Option<Before>, quiet: bool) -> Job {
+    /// `job` as written, with the effects of its write from `before` applied, owing its
+    /// follow-up (none for a quiet write).
+    async fn followed(&self, job: Job, before: Option<Before>, quiet: bool) -> Moved<Job> {
         let mut effects = Effects::of(before, &job);
         if quiet {
             effects.finished = None;
         }
-        self.apply_effects(&job, effects).await;
-        job
+        let follow_ups = self.apply_effects(&job, effects).await;
+        Moved::new(job, follow_ups)
     }
 }
 

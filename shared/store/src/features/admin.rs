@@ -251,7 +251,10 @@ impl Admin<'_> {
         .restart(&now)
         .write_id(&crate::job_item::write_id());
         let engine = &self.derived.engine;
-        let done = engine.transition(id, write, Some(Before::of(&job))).await?;
+        let done = engine
+            .transition(id, write, Some(Before::of(&job)))
+            .await?
+            .unfinished();
         Ok(engine.shown_job(done).await)
     }
 

@@ -165,8 +165,7 @@ impl DeadLetter<'_> {
         let wid = crate::job_item::write_id();
         let req = JobWrite::new(Transition::RetryDead, self.engine.ready_place(&job, &now))
             .version(job.status.version)
-            .when("dead_sk = :sk")
-            .value(":sk", s(sk.clone()))
+            .listed_dead(sk.clone())
             .restart(&now)
             .write_id(&wid);
         let entry = self.engine.dead_entry_delete(&sk)?;
@@ -177,7 +176,8 @@ impl DeadLetter<'_> {
             .map_err(|e| match e {
                 StoreError::NotFound(_) | StoreError::Conflict { .. } => not_dead(),
                 other => other,
-            })?;
+            })?
+            .unfinished();
         Ok(self.engine.shown_job(done).await)
     }
 

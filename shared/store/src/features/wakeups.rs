@@ -8,7 +8,7 @@ use ojs_core::JobId;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::cron::Cron;
-use crate::features::follow_ups::following_up;
+use crate::features::follow_ups::follow;
 use crate::timer::{TimerMessage, TimerTarget};
 use std::time::Duration;
 
@@ -22,15 +22,12 @@ impl Wakeups<'_> {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
     /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
     pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
-        following_up(self.engine, time::now(), |engine| async move {
-            handle_timer_in_scope(&engine, body).await
-        })
-        .await
+        handle_timer(self.engine, body).await
     }
 }
 
-/// [`Wakeups::handle_timer`] within the caller's follow-up scope.
-async fn handle_timer_in_scope(engine: &Engine, body: &str) -> Result<(), StoreError> {
+/// [`Wakeups::handle_timer`].
+async fn handle_timer(engine: &Engine, body: &str) -> Result<(), StoreError> {
     let msg: TimerMessage = serde_json::from_str(body)
         .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
     let due = time::from_micros(msg.due_us)
@@ -51,7 +48,8 @@ async fn handle_timer_in_scope(engine: &Engine, body: &str) -> Result<(), StoreE
                 return Ok(());
             };
             if let Some(job) = engine.get_job(&id).await? {
-                engine.settle_in_scope(&job, now).await?;
+                let settled = engine.settle_moved(&job, now).await;
+                follow(engine, now, settled).await?;
             }
         }
         TimerTarget::Cron { name } => {

@@ -18,7 +18,7 @@ use crate::claim::{Admission, FetchOutcome, FetchRequest};
 use crate::effects::Before;
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
-use crate::features::follow_ups::following_up;
+use crate::features::follow_ups::follow;
 use crate::item::{item_key, n, s, ts, Item};
 use crate::jobs::Fence;
 use crate::keys;
@@ -384,15 +384,13 @@ impl Workers<'_> {
         .lease_until(&lease);
         if let Some(report) = progress {
             let after = report.applied_to(job.status.progress.as_ref(), job.status.attempt, now);
-            write = write
-                .set("progress = :progress")
-                .value(":progress", s(after.to_stored().to_string()));
+            write = write.progress(after.to_stored().to_string());
         }
         let before = Some(Before::of(job));
         match self.engine.transition(id, fence.guard(write), before).await {
             Ok(written) => Ok(Extension::Extended {
                 requested: Directive::requested_by(job),
-                job: Box::new(written),
+                job: Box::new(written.unfinished()),
             }),
             Err(StoreError::Conflict {
                 current: Some(JobState::Cancelled),
@@ -486,14 +484,12 @@ impl Workers<'_> {
         req: &FetchRequest,
         now: Timestamp,
     ) -> Result<FetchOutcome, StoreError> {
-        following_up(self.engine, now, |engine| async move {
-            let admission = req
-                .worker_id
-                .as_deref()
-                .map(|id| -> Admission<'_> { Box::new(|| Box::pin(self.takes_jobs(id))) });
-            engine.claim_jobs(req, now, admission).await
-        })
-        .await
+        let admission = req
+            .worker_id
+            .as_deref()
+            .map(|id| -> Admission<'_> { Box::new(|| Box::pin(self.takes_jobs(id))) });
+        let fetched = self.engine.claim_jobs(req, now, admission).await;
+        follow(self.engine, now, fetched).await
     }
 
     /// Whether FETCH may hand worker `id` new jobs ([`WorkerInfo::takes_jobs`]); an

@@ -6,10 +6,11 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName};
 
 use super::{PushEndpoints, PushEntry};
+use crate::effects::Moved;
 use crate::engine::candidates::Candidate;
 use crate::engine::claim_attempt::LaneClaim;
 use crate::error::StoreError;
-use crate::features::follow_ups::following_up;
+use crate::features::follow_ups::follow;
 use crate::item::{self, s};
 
 /// How much longer than its delivery timeout a pushed job's lease (and its endpoint slot)
@@ -113,21 +114,18 @@ impl PushEndpoints<'_> {
         endpoint: &PushEntry,
         now: Timestamp,
     ) -> Result<PushClaim, StoreError> {
-        following_up(self.engine, now, |engine| async move {
-            PushEndpoints::new(&engine)
-                .claim_ready_in_scope(ready, endpoint, now)
-                .await
-        })
-        .await
+        let claimed = self.claim_ready_moved(ready, endpoint, now).await;
+        follow(self.engine, now, claimed).await
     }
 
-    /// [`PushEndpoints::claim_ready`] within the caller's follow-up scope.
-    async fn claim_ready_in_scope(
+    /// [`PushEndpoints::claim_ready`], owing the follow-up of a job the claim finished
+    /// instead (expired, dropped by its rate limit, its payload damaged).
+    async fn claim_ready_moved(
         &self,
         ready: &ReadyJob,
         endpoint: &PushEntry,
         now: Timestamp,
-    ) -> Result<PushClaim, StoreError> {
+    ) -> Result<Moved<PushClaim>, StoreError> {
         let queue = &ready.job.spec.queue;
         let settings = self
             .engine
@@ -135,7 +133,7 @@ impl PushEndpoints<'_> {
             .await?;
         let queue_settings = settings.get(queue.as_str()).cloned().unwrap_or_default();
         if queue_settings.paused {
-            return Ok(PushClaim::NotNow);
+            return Ok(Moved::done(PushClaim::NotNow));
         }
         let lane = crate::keys::Lane::of(&ready.job);
         let limits = self
@@ -152,7 +150,7 @@ impl PushEndpoints<'_> {
             .take_slot(&slot, &holder, lease_until_us, now.timestamp_micros())
             .await?
         {
-            return Ok(PushClaim::Full);
+            return Ok(Moved::done(PushClaim::Full));
         }
         let req = crate::claim::FetchRequest {
             queues: vec![queue.clone()],
@@ -175,18 +173,18 @@ impl PushEndpoints<'_> {
             limits: &limits,
         };
         let claimed = self.claim_whole(&at, &candidate).await;
-        match claimed {
-            Ok(Some(job)) => Ok(PushClaim::Claimed {
+        if !matches!(&claimed, Ok(m) if m.value().is_some()) {
+            self.engine
+                .release_holder(&slot.key, &holder, Some(lease_until_us))
+                .await;
+        }
+        Ok(claimed?.map(|job| match job {
+            Some(job) => PushClaim::Claimed {
                 job: Box::new(job),
                 slot: SlotHold(holder),
-            }),
-            other => {
-                self.engine
-                    .release_holder(&slot.key, &holder, Some(lease_until_us))
-                    .await;
-                other.map(|_| PushClaim::NotNow)
-            }
-        }
+            },
+            None => PushClaim::NotNow,
+        }))
     }
 
     /// Claims `candidate` with its whole request: the endpoint is sent all of it (its
@@ -198,17 +196,18 @@ impl PushEndpoints<'_> {
         &self,
         at: &LaneClaim<'_>,
         candidate: &Candidate,
-    ) -> Result<Option<Job>, StoreError> {
-        match self.engine.claim_one(at, candidate).await {
-            Ok(Some(job)) => match self.engine.try_full_job(job).await {
-                Ok(job) => Ok(Some(job)),
-                Err((job, e @ StoreError::Corrupt(_))) => {
-                    self.engine.settle_unread(job, e, at.now).await;
-                    Ok(None)
-                }
-                Err((_, e)) => Err(e),
-            },
-            other => other,
+    ) -> Result<Moved<Option<Job>>, StoreError> {
+        let (claimed, owed) = self.engine.claim_one(at, candidate).await?.split();
+        let Some(job) = claimed else {
+            return Ok(Moved::new(None, owed));
+        };
+        match self.engine.try_full_job(job).await {
+            Ok(job) => Ok(Moved::new(Some(job), owed)),
+            Err((job, e @ StoreError::Corrupt(_))) => {
+                let failed = self.engine.settle_unread(job, e, at.now).await;
+                Ok(Moved::new(None, owed.and(failed)))
+            }
+            Err((_, e)) => Err(e),
         }
     }
 

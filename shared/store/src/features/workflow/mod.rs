@@ -2,9 +2,10 @@
 //! step is an ordinary job carrying `wf_id`/`wf_step`, created `pending` (with
 //! `deps_left`) when it waits for other steps.
 //!
-//! When a step (or a batch callback) reaches a terminal state, the follow-up scope of the
-//! request that put it there ([`Store::following_up`]) calls [`Store::advance_workflow`],
-//! and every write that follows is idempotent:
+//! When a step (or a batch callback) reaches a terminal state, the transition answers the
+//! follow-up it owes ([`crate::effects::Moved`]) and the request that made it runs it
+//! ([`crate::Lifecycle`]: [`Workflows::advance_workflow`]), and every write that follows
+//! is idempotent:
 //! the step is recorded once (`ADD done_steps` and its counter, conditional on the step
 //! not being recorded yet), a dependent counts a parent off once (`deps_done`), a pending
 //! step is cancelled only while pending, callbacks fire in one transaction guarded by

@@ -66,7 +66,7 @@ impl Workflows<'_> {
     /// when this call cancelled it.
     pub(crate) async fn cancel_step(&self, id: &JobId, now: Timestamp) -> Result<bool, StoreError> {
         match self.engine.cancel_job_quietly(id, now).await {
-            Ok(_) => Ok(true),
+            Ok(_cancelled) => Ok(true),
             Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
@@ -296,7 +296,11 @@ impl Workflows<'_> {
             .transition(id, write, Some(Before::of(job)))
             .await
         {
-            Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
+            Ok(activated) => {
+                activated.unfinished();
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -364,7 +368,10 @@ impl Workflows<'_> {
             lease_us: None,
         };
         match self.engine.transition(id, write, Some(before)).await {
-            Ok(_) => Ok(true),
+            Ok(cancelled) => {
+                cancelled.unfinished();
+                Ok(true)
+            }
             Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }

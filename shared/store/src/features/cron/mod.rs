@@ -12,10 +12,14 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState};
 use serde_json::Value;
 
+mod write;
+
+use write::CronWrite;
+
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, Missing, StoreError};
-use crate::features::follow_ups::following_up;
-use crate::item::{self, item_key, n, s, ts, Item};
+use crate::features::follow_ups::follow;
+use crate::item::{self, item_key, s, Item};
 use crate::keys;
 use crate::usage::Kind;
 
@@ -39,6 +43,15 @@ pub struct CronEntry {
     /// The job of the last fired occurrence.
     pub last_job_id: Option<String>,
     version: u64,
+}
+
+impl CronEntry {
+    /// The occurrence due at `now`, if one is: never while the registration is paused,
+    /// which a timer armed before the pause may still wake (the due index lists only
+    /// enabled registrations; the timer names one whatever it has become).
+    fn due(&self, now: Timestamp) -> Option<Timestamp> {
+        self.next_run_at.filter(|t| self.cron.enabled && *t <= now)
+    }
 }
 
 fn cron_key(name: &str) -> Item {
@@ -113,10 +126,7 @@ impl Cron<'_> {
     }
 
     /// The update registering `cron` (by `created_by`, at `now`) with its next fire
-    /// time `next`. An update, not a Put: `version` keeps counting across
-    /// re-registrations, so a fire that read the old registration cannot commit over the
-    /// new one (its condition is on the version it read), and `last_job_id` keeps overlap
-    /// tracking going.
+    /// time `next` ([`CronWrite::register`]).
     fn registration(
         &self,
         cron: &CronJob,
@@ -124,50 +134,13 @@ impl Cron<'_> {
         next: Option<&Timestamp>,
         now: Timestamp,
     ) -> UpdateItemFluentBuilder {
-        let mut set = vec![
-            "doc = :doc",
-            "#name = :name",
-            "created_at = if_not_exists(created_at, :now)",
-            "run_count = if_not_exists(run_count, :zero)",
-            "version = if_not_exists(version, :zero) + :one",
-        ];
-        let mut remove = vec![];
-        match created_by {
-            Some(_) => set.push("created_by = :by"),
-            None => remove.push("created_by"),
-        }
-        let mut req = self
-            .engine
-            .table
-            .update_item()
-            .set_key(Some(cron_key(&cron.name)))
-            .expression_attribute_names("#name", "name")
-            .expression_attribute_values(":doc", s(Value::Object(cron.to_json()).to_string()))
-            .expression_attribute_values(":name", s(cron.name.clone()))
-            .expression_attribute_values(":now", ts(&now))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":one", n(1));
-        if let Some(by) = created_by {
-            req = req.expression_attribute_values(":by", s(by.to_owned()));
-        }
-        match next {
-            Some(next) => {
-                set.push("next_run_us = :next");
-                req = req.expression_attribute_values(":next", n(next.timestamp_micros()));
-            }
-            None => remove.push("next_run_us"),
-        }
-        match next.filter(|_| cron.enabled) {
-            Some(next) => {
-                set.push("gsi2pk = :duepk");
-                set.push("gsi2sk = :duesk");
-                req = req
-                    .expression_attribute_values(":duepk", s(keys::CRON_DUE_PK))
-                    .expression_attribute_values(":duesk", s(keys::cron_due_sk(next, &cron.name)));
-            }
-            None => remove.extend(["gsi2pk", "gsi2sk"]),
-        }
-        req.update_expression(expression(&set, &remove))
+        CronWrite::register(cron, created_by, &now)
+            .next(next, cron.enabled)
+            .on(self
+                .engine
+                .table
+                .update_item()
+                .set_key(Some(cron_key(&cron.name))))
     }
 
     /// Every registration, sorted by name. One that no longer reads (stored by an older
@@ -208,14 +181,6 @@ impl Cron<'_> {
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
     /// registration, as the spec requires). Returns how many jobs were enqueued.
     pub async fn fire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
-        following_up(self.engine, now, |engine| async move {
-            Cron::new(&engine).fire_due_crons_in_scope(now).await
-        })
-        .await
-    }
-
-    /// [`Cron::fire_due`] within the caller's follow-up scope.
-    async fn fire_due_crons_in_scope(&self, now: Timestamp) -> Result<usize, StoreError> {
         let mut fired = 0;
         let mut pages = self
             .engine
@@ -251,7 +216,7 @@ impl Cron<'_> {
 
     /// Fires (or skips) one due occurrence. `true` when a job was enqueued.
     async fn fire(&self, entry: &CronEntry, now: Timestamp) -> Result<bool, StoreError> {
-        let Some(due) = entry.next_run_at.filter(|t| *t <= now) else {
+        let Some(due) = entry.due(now) else {
             return Ok(false);
         };
         let next = entry.cron.schedule.next_after(now);
@@ -259,11 +224,9 @@ impl Cron<'_> {
         let occurrence = entry.cron.overlap.occurrence(previous_running.is_some());
         if let (Occurrence::CancelPreviousAndEnqueue, Some(prev)) = (occurrence, &previous_running)
         {
-            match following_up(self.engine, now, |engine| async move {
-                engine.cancel_job_in_scope(&prev.id, now).await
-            })
-            .await
-            {
+            // Its follow-up (its workflow, the occurrence queued behind it) runs now.
+            let cancelled = self.engine.cancel_job_moved(&prev.id, now).await;
+            match follow(self.engine, now, cancelled).await {
                 Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -329,35 +292,13 @@ impl Cron<'_> {
         next: Option<&Timestamp>,
         job: Option<&Job>,
     ) -> Result<Update, StoreError> {
-        let mut set = vec!["last_run_at = :now", "version = version + :one"];
-        let mut remove = Vec::new();
-        let mut update = Update::builder()
-            .table_name(self.engine.table())
-            .set_key(Some(cron_key(&entry.cron.name)))
-            .condition_expression("version = :version")
-            .expression_attribute_values(":version", n(entry.version))
-            .expression_attribute_values(":now", ts(&due))
-            .expression_attribute_values(":one", n(1));
-        match next {
-            Some(next) => {
-                set.extend(["next_run_us = :next", "gsi2sk = :duesk"]);
-                update = update
-                    .expression_attribute_values(":next", n(next.timestamp_micros()))
-                    .expression_attribute_values(
-                        ":duesk",
-                        s(keys::cron_due_sk(next, &entry.cron.name)),
-                    );
-            }
-            None => remove.extend(["next_run_us", "gsi2pk", "gsi2sk"]),
-        }
-        if let Some(job) = job {
-            set.extend(["run_count = run_count + :one", "last_job_id = :job"]);
-            update = update.expression_attribute_values(":job", s(job.id.to_string()));
-        }
-        update
-            .update_expression(expression(&set, &remove))
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))
+        let write = CronWrite::advance(&entry.cron.name, entry.version, &due)
+            .next(next, entry.cron.enabled);
+        let write = match job {
+            Some(job) => write.fired(&job.id),
+            None => write,
+        };
+        write.update(self.engine.table(), cron_key(&entry.cron.name))
     }
 
     /// The fire transaction's items that store an occurrence's `job` (its queue
@@ -420,11 +361,39 @@ fn occurrence_job(
     Ok(job)
 }
 
-/// An update expression setting `set` and removing `remove`.
-fn expression(set: &[&str], remove: &[&str]) -> String {
-    let mut expression = format!("SET {}", set.join(", "));
-    if !remove.is_empty() {
-        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(enabled: bool, next_run_at: Option<Timestamp>) -> CronEntry {
+        let mut cron = CronJob::from_json(serde_json::json!({
+            "name": "nightly", "expression": "0 3 * * *",
+            "job_template": {"type": "t", "args": []}
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        cron.enabled = enabled;
+        CronEntry {
+            cron,
+            created_at: String::new(),
+            created_by: None,
+            next_run_at,
+            last_run_at: None,
+            run_count: 0,
+            last_job_id: None,
+            version: 1,
+        }
     }
-    expression
+
+    #[test]
+    fn an_occurrence_is_due_once_its_time_came_and_only_while_enabled() {
+        let now = time::now();
+        let past = now - chrono::Duration::seconds(1);
+        let later = now + chrono::Duration::seconds(1);
+        assert_eq!(entry(true, Some(past)).due(now), Some(past));
+        assert_eq!(entry(true, Some(now)).due(now), Some(now));
+        assert_eq!(entry(true, Some(later)).due(now), None);
+        assert_eq!(entry(true, None).due(now), None);
+        // Paused: a timer armed before the pause finds nothing to fire.
+        assert_eq!(entry(false, Some(past)).due(now), None);
+    }
 }

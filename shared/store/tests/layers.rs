@@ -18,6 +18,13 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// `path` relative to the store's `src/` (as the lists above name files).
+fn rel(path: &Path) -> String {
+    path.strip_prefix(src())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -107,10 +114,7 @@ fn no_module_path_points_to_a_later_layer() {
         files(&src().join(layer), &mut paths);
         assert!(!paths.is_empty(), "no file in {layer}");
         for path in paths {
-            let rel = path
-                .strip_prefix(src())
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let rel = rel(&path);
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             for name in named_modules(&text) {
                 let Some(&target) = ranks.get(&name) else {
@@ -265,10 +269,7 @@ fn all_upward_calls() -> Vec<(String, String, String)> {
         let mut paths = Vec::new();
         files(&src().join(layer), &mut paths);
         for path in paths {
-            let rel = path
-                .strip_prefix(src())
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let rel = rel(&path);
             by_file.push((
                 rel,
                 rank,
@@ -424,10 +425,7 @@ fn follow_ups_are_run_only_by_the_lifecycle_loop() {
     let mut misuse = Vec::new();
     let mut loop_found = false;
     for path in paths {
-        let rel = path
-            .strip_prefix(src())
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let rel = rel(&path);
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         loop_found |= rel == "features/follow_ups.rs" && text.contains(".into_finished(");
         misuse.extend(follow_up_misuse(&rel, &text));
@@ -520,14 +518,7 @@ fn no_method_cycle_between_store_files() {
     files(&src(), &mut paths);
     let files: Vec<(String, String)> = paths
         .iter()
-        .map(|p| {
-            (
-                p.strip_prefix(src())
-                    .map(|r| r.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                std::fs::read_to_string(p).unwrap_or_default(),
-            )
-        })
+        .map(|p| (rel(p), std::fs::read_to_string(p).unwrap_or_default()))
         .collect();
     let calls = file_calls(&files);
     assert!(
@@ -589,10 +580,7 @@ fn every_transition_goes_through_the_writer() {
     files(&src(), &mut paths);
     let mut found = Vec::new();
     for path in paths {
-        let rel = path
-            .strip_prefix(src())
-            .map(|p| p.to_string_lossy().replace('\\', "/"))
-            .unwrap_or_default();
+        let rel = rel(&path);
         if rel == "engine/transition.rs" || SENDS_JOB_WRITES.contains(&rel.as_str()) {
             continue;
         }

@@ -205,6 +205,36 @@ mod tests {
     }
 
     #[test]
+    fn placeholders_for_names_are_sent_only_by_a_write_that_uses_one() {
+        let now = time::now();
+        let register = || CronWrite::register(&cron(true), None, &now).next(None, true);
+        let advance = || CronWrite::advance("nightly", 1, &now).next(None, true);
+        let name =
+            |names: Option<&HashMap<String, String>>| names.and_then(|m| m.get("#name")).cloned();
+        // DynamoDB refuses an empty map of names, and a placeholder without its name.
+        let update = |w: CronWrite| w.update("t", Item::new()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            name(update(register()).expression_attribute_names()),
+            Some("name".into())
+        );
+        assert!(update(advance()).expression_attribute_names().is_none());
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let on = |w: CronWrite| w.on(client.update_item());
+        assert_eq!(
+            name(on(register()).get_expression_attribute_names().as_ref()),
+            Some("name".into())
+        );
+        assert!(on(advance()).get_expression_attribute_names().is_none());
+        assert_eq!(
+            on(advance()).get_condition_expression().as_deref(),
+            Some("version = :version")
+        );
+    }
+
+    #[test]
     fn a_fired_occurrence_is_counted_and_remembered() {
         let now = time::now();
         let job = JobId::generate();

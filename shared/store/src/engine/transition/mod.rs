@@ -14,13 +14,12 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
-use ojs_core::time::Timestamp;
 use ojs_core::{Due, JobState, Transition};
-use serde_json::Value;
 
 use crate::error::StoreError;
-use crate::item::{json, n, s, ts, Item};
-use crate::settle::MAX_KEPT_ERRORS;
+use crate::item::{n, s, Item};
+
+mod attributes;
 
 /// Attributes that describe the holder of an `active` attempt; a job leaving `active`
 /// loses them, so a later claim never inherits a previous holder.
@@ -322,198 +321,6 @@ impl JobWrite {
         self
     }
 
-    /// Sets `field` to the time `at` (a stamp such as `completed_at`).
-    pub(crate) fn stamp(self, field: Field, at: &Timestamp) -> Self {
-        let (name, value) = (field.placeholder(), format!(":{}", field.attribute()));
-        self.set(format!("{name} = {value}"))
-            .name(&name, field.attribute())
-            .value(&value, ts(at))
-    }
-
-    /// Removes `field` from the item.
-    pub(crate) fn clear(self, field: Field) -> Self {
-        let name = field.placeholder();
-        self.remove(name.clone()).name(&name, field.attribute())
-    }
-
-    /// Starts the job over as if new (a dead job retried, a finished one revived): attempt
-    /// 0, enqueued `now`, and every trace of earlier attempts removed.
-    pub(crate) fn restart(self, now: &Timestamp) -> Self {
-        [
-            Field::Errors,
-            Field::Error,
-            Field::Result,
-            Field::CompletedAt,
-            Field::DiscardedAt,
-            Field::CancelledAt,
-            Field::CancelledFrom,
-            Field::NextAttemptAt,
-            Field::RetryDelayMs,
-            Field::StartedAt,
-        ]
-        .into_iter()
-        .fold(self.attempt(0).stamp(Field::EnqueuedAt, now), Self::clear)
-    }
-
-    /// Records the write's id (`write_id`), by which a retry of it recognises it landed.
-    pub(crate) fn write_id(mut self, wid: &AttributeValue) -> Self {
-        self.wid = Some(wid.clone());
-        self.set("write_id = :wid").value(":wid", wid.clone())
-    }
-
-    /// Sets the job's last error.
-    pub(crate) fn error(self, error: &Value) -> Self {
-        self.json_field(Field::Error, error)
-    }
-
-    /// Sets the job's result, or removes a result left from before when there is none.
-    pub(crate) fn result(self, result: Option<&Value>) -> Self {
-        match result {
-            Some(r) => self.json_field(Field::Result, r),
-            None => self.clear(Field::Result),
-        }
-    }
-
-    /// Sets the attempt's holder, or removes it when the attempt has none.
-    pub(crate) fn worker(self, worker_id: Option<&str>) -> Self {
-        match worker_id {
-            Some(w) => self
-                .set("worker_id = :worker")
-                .value(":worker", s(w.to_owned())),
-            None => self.clear(Field::WorkerId),
-        }
-    }
-
-    /// Sets the attempt count.
-    pub(crate) fn attempt(self, attempt: u32) -> Self {
-        self.set("attempt = :set_attempt")
-            .value(":set_attempt", n(attempt))
-    }
-
-    /// Sets the attempt's lease end.
-    pub(crate) fn lease_until(self, until: &Timestamp) -> Self {
-        self.set("lease_until = :lease")
-            .value(":lease", n(until.timestamp_micros()))
-    }
-
-    /// Only at attempt `attempt` (the one read, or the one a fence names); each such
-    /// condition has a placeholder of its own, so two never overwrite each other.
-    pub(crate) fn at_attempt(self, attempt: u32) -> Self {
-        let placeholder = format!(":at_attempt{}", self.conditions.len());
-        self.when(format!("attempt = {placeholder}"))
-            .value(&placeholder, n(attempt))
-    }
-
-    /// Only while `worker_id` holds the attempt (a fence's holder).
-    pub(crate) fn held_by(self, worker_id: &str) -> Self {
-        self.when("worker_id = :held_by")
-            .value(":held_by", s(worker_id.to_owned()))
-    }
-
-    /// Counts a new attempt (a claim).
-    pub(crate) fn next_attempt(self) -> Self {
-        self.set("attempt = attempt + :t_one")
-    }
-
-    /// Only while the ready index lists the job at `ready_sk` (the entry a FETCH read:
-    /// a job that moved and came back is not claimed under an old read) and it has not
-    /// expired at `now`.
-    pub(crate) fn listed_ready_unexpired(self, ready_sk: &str, now: &Timestamp) -> Self {
-        self.when("gsi1sk = :rsk AND (attribute_not_exists(expires_us) OR expires_us > :nowus)")
-            .value(":rsk", s(ready_sk.to_owned()))
-            .value(":nowus", n(now.timestamp_micros()))
-    }
-
-    /// Only while the due index lists the job at `due_sk` (the entry a sweep read).
-    pub(crate) fn listed_due(self, due_sk: String) -> Self {
-        self.when("gsi2sk = :duesk").value(":duesk", s(due_sk))
-    }
-
-    /// Only while the job is in the dead letter queue under `dead_sk` (its entry).
-    pub(crate) fn listed_dead(self, dead_sk: String) -> Self {
-        self.when("dead_sk = :deadsk").value(":deadsk", s(dead_sk))
-    }
-
-    /// Sets the attempt's execution deadline, or removes one left from before.
-    pub(crate) fn deadline(self, deadline: Option<&Timestamp>) -> Self {
-        match deadline {
-            Some(d) => self
-                .set("deadline_us = :deadline")
-                .value(":deadline", n(d.timestamp_micros())),
-            None => self.remove("deadline_us"),
-        }
-    }
-
-    /// Records the state the job is cancelled from (`cancelled_from`, as written).
-    pub(crate) fn cancelled_from_state(self) -> Self {
-        let name = Field::CancelledFrom.placeholder();
-        self.set(format!("{name} = #state"))
-            .name(&name, Field::CancelledFrom.attribute())
-    }
-
-    /// Sets when the next attempt may start and the delay that led to it (a retry).
-    pub(crate) fn retry_at(self, next: &Timestamp, delay: std::time::Duration) -> Self {
-        let name = Field::RetryDelayMs.placeholder();
-        self.stamp(Field::NextAttemptAt, next)
-            .set(format!("{name} = :retry_delay_ms"))
-            .name(&name, Field::RetryDelayMs.attribute())
-            .value(":retry_delay_ms", n(delay.as_millis()))
-    }
-
-    /// Appends `error` to the error history `kept` (the list read), keeping the latest
-    /// [`MAX_KEPT_ERRORS`]: a job failing without end still fits its item and can always
-    /// be failed, reclaimed or discarded. Under the history's limit the entry is
-    /// appended; at it the list read is replaced, which is safe because only a failure
-    /// changes it and a failure moves the job out of `active` at the attempt the write's
-    /// condition requires.
-    pub(crate) fn error_history(self, kept: &[Value], error: &Value) -> Self {
-        let name = Field::Errors.placeholder();
-        let named = self.name(&name, Field::Errors.attribute());
-        if kept.len() < MAX_KEPT_ERRORS {
-            return named
-                .set(format!(
-                    "{name} = list_append(if_not_exists({name}, :no_errors), :errors)"
-                ))
-                .value(":no_errors", AttributeValue::L(Vec::new()))
-                .value(":errors", AttributeValue::L(vec![json(error)]));
-        }
-        let history = kept[kept.len() + 1 - MAX_KEPT_ERRORS..]
-            .iter()
-            .chain(std::iter::once(error))
-            .map(json)
-            .collect();
-        named
-            .set(format!("{name} = :errors"))
-            .value(":errors", AttributeValue::L(history))
-    }
-
-    /// Rewrites the job's request as `spec`, in whichever stored form is smaller now; the
-    /// other form goes.
-    pub(crate) fn request(self, spec: &ojs_core::job::JobSpec) -> Self {
-        let (attribute, value) = crate::item::spec_attribute(spec);
-        let other = if attribute == crate::item::SPEC_JSON {
-            crate::item::SPEC_DEFLATED
-        } else {
-            crate::item::SPEC_JSON
-        };
-        self.set(format!("{attribute} = :spec"))
-            .remove(other)
-            .value(":spec", value)
-    }
-
-    /// Sets the job's progress, in its stored form.
-    pub(crate) fn progress(self, stored: String) -> Self {
-        self.set("progress = :progress")
-            .value(":progress", s(stored))
-    }
-
-    fn json_field(self, field: Field, v: &Value) -> Self {
-        let (name, value) = (field.placeholder(), format!(":{}", field.attribute()));
-        self.set(format!("{name} = {value}"))
-            .name(&name, field.attribute())
-            .value(&value, json(v))
-    }
-
     /// The expression, or an error when the write would break the state machine: no
     /// legal source state left, or a place that does not fit the target state.
     pub(super) fn parts(self) -> Result<WriteParts, StoreError> {
@@ -602,6 +409,7 @@ pub(crate) fn set_aside(why: String) -> WriteParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::item::{json, ts};
 
     fn removed(p: &WriteParts) -> &str {
         p.update.split(" REMOVE ").nth(1).unwrap_or_default()

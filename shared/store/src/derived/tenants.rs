@@ -160,9 +160,7 @@ impl Derived {
         let items = self.engine.table.pages(query).items().await?;
         let mut by_tenant: BTreeMap<String, TenantStats> = BTreeMap::new();
         for item in &items {
-            let Some((tenant, queue)) = item
-                .get("sk")
-                .and_then(|v| v.as_s().ok())
+            let Some((tenant, queue)) = crate::item::get_s(item, "sk")
                 .and_then(|sk| sk.strip_prefix(TENANT_COUNTS_PREFIX))
                 .and_then(|rest| rest.split_once('#'))
             else {

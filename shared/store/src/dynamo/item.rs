@@ -268,7 +268,8 @@ fn item_with_spec(job: &Job, shards: u16, attr: &str, spec: AttributeValue) -> I
     item
 }
 
-fn get_s<'a>(item: &'a Item, key: &str) -> Option<&'a str> {
+/// The string attribute `key` of `item`, if it is one.
+pub(crate) fn get_s<'a>(item: &'a Item, key: &str) -> Option<&'a str> {
     item.get(key)
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)

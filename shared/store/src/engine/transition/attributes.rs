@@ -214,15 +214,23 @@ mod tests {
     use super::*;
     use crate::transition::Place;
 
+    fn due() -> Place {
+        Place::Due {
+            pk: "DUE#q#0".into(),
+            sk: "0001#x".into(),
+        }
+    }
+
+    fn ready() -> Place {
+        Place::Ready {
+            pk: "READY#q".into(),
+            sk: "050#t".into(),
+            expiry: None,
+        }
+    }
+
     fn fail() -> JobWrite {
-        JobWrite::new(
-            Transition::FailRetry,
-            Place::Due {
-                pk: "DUE#q#0".into(),
-                sk: "0001#x".into(),
-            },
-        )
-        .from(JobState::Active)
+        JobWrite::new(Transition::FailRetry, due()).from(JobState::Active)
     }
 
     fn error(i: usize) -> Value {
@@ -307,13 +315,7 @@ mod tests {
     #[test]
     fn a_claim_counts_its_attempt_and_checks_the_entry_it_read() -> Result<(), crate::StoreError> {
         let now = time::now();
-        let claim = JobWrite::new(
-            Transition::Claim,
-            Place::Due {
-                pk: "DUE#q#0".into(),
-                sk: "0001#x".into(),
-            },
-        );
+        let claim = JobWrite::new(Transition::Claim, due());
         let p = claim
             .next_attempt()
             .deadline(Some(&now))
@@ -329,15 +331,9 @@ mod tests {
         assert!(p.condition.contains("gsi1sk = :rsk"), "{}", p.condition);
         assert_eq!(p.values.get(":rsk"), Some(&s("050#t#id")));
         assert_eq!(p.values.get(":nowus"), Some(&n(now.timestamp_micros())));
-        let without = JobWrite::new(
-            Transition::Claim,
-            Place::Due {
-                pk: "DUE#q#0".into(),
-                sk: "0001#x".into(),
-            },
-        )
-        .deadline(None)
-        .parts()?;
+        let without = JobWrite::new(Transition::Claim, due())
+            .deadline(None)
+            .parts()?;
         assert!(without.update.contains("deadline_us"), "{}", without.update);
         assert!(!without.values.contains_key(":deadline"));
         Ok(())
@@ -349,15 +345,9 @@ mod tests {
         let new = ojs_core::job::NewJob::from_json(serde_json::json!({"type": "t", "args": [1]}))
             .map_err(|e| crate::StoreError::Corrupt(e.message))?;
         let job = ojs_core::Job::enqueue(new, time::now());
-        let p = JobWrite::new(
-            Transition::Defer,
-            Place::Due {
-                pk: "DUE#q#0".into(),
-                sk: "0001#x".into(),
-            },
-        )
-        .request(&job.spec)
-        .parts()?;
+        let p = JobWrite::new(Transition::Defer, due())
+            .request(&job.spec)
+            .parts()?;
         let (attribute, value) = crate::item::spec_attribute(&job.spec);
         assert!(
             p.update.contains(&format!("{attribute} = :spec")),
@@ -387,42 +377,27 @@ mod tests {
             .collect()
     }
 
+    /// `write`'s condition holds `clause`, whose placeholder `placeholder` is `value`.
+    fn assert_guard(
+        write: JobWrite,
+        clause: &str,
+        placeholder: &str,
+        value: &str,
+    ) -> Result<(), crate::StoreError> {
+        let p = write.parts()?;
+        assert!(p.condition.contains(clause), "{}", p.condition);
+        assert_eq!(p.values.get(placeholder), Some(&s(value)));
+        Ok(())
+    }
+
     #[test]
     fn the_entry_guards_and_the_cancel_source_name_what_they_check() -> Result<(), crate::StoreError>
     {
-        let due = JobWrite::new(
-            Transition::Promote,
-            Place::Ready {
-                pk: "READY#q".into(),
-                sk: "050#t".into(),
-                expiry: None,
-            },
-        )
-        .from(JobState::Scheduled)
-        .listed_due("due-sk".into())
-        .parts()?;
-        assert!(
-            due.condition.contains("gsi2sk = :duesk"),
-            "{}",
-            due.condition
-        );
-        assert_eq!(due.values.get(":duesk"), Some(&s("due-sk")));
-        let dead = JobWrite::new(
-            Transition::RetryDead,
-            Place::Ready {
-                pk: "READY#q".into(),
-                sk: "050#t".into(),
-                expiry: None,
-            },
-        )
-        .listed_dead("dead-sk".into())
-        .parts()?;
-        assert!(
-            dead.condition.contains("dead_sk = :deadsk"),
-            "{}",
-            dead.condition
-        );
-        assert_eq!(dead.values.get(":deadsk"), Some(&s("dead-sk")));
+        let promote = JobWrite::new(Transition::Promote, ready()).from(JobState::Scheduled);
+        let due = promote.listed_due("due-sk".into());
+        assert_guard(due, "gsi2sk = :duesk", ":duesk", "due-sk")?;
+        let dead = JobWrite::new(Transition::RetryDead, ready()).listed_dead("dead-sk".into());
+        assert_guard(dead, "dead_sk = :deadsk", ":deadsk", "dead-sk")?;
         let cancel = JobWrite::new(Transition::Cancel, Place::Retained { ttl: n(1) })
             .cancelled_from_state()
             .progress("{\"p\":1}".into())

@@ -188,10 +188,7 @@ impl Cron<'_> {
             .pages(self.engine.due_query(keys::CRON_DUE_PK, &now).limit(100));
         while let Some(out) = pages.next().await? {
             for i in out.items() {
-                let Some(name) = i
-                    .get("sk")
-                    .and_then(|v| v.as_s().ok())
-                    .and_then(|sk| sk.strip_prefix("C#"))
+                let Some(name) = crate::item::get_s(i, "sk").and_then(|sk| sk.strip_prefix("C#"))
                 else {
                     continue;
                 };

@@ -39,10 +39,8 @@ impl Workflows<'_> {
                     break;
                 };
                 for i in out.items() {
-                    let Some(id) = i
-                        .get("pk")
-                        .and_then(|v| v.as_s().ok())
-                        .and_then(|pk| pk.strip_prefix("WF#"))
+                    let Some(id) =
+                        crate::item::get_s(i, "pk").and_then(|pk| pk.strip_prefix("WF#"))
                     else {
                         continue;
                     };

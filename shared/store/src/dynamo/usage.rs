@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::ConsumedCapacity;
 
+use crate::error::StoreError;
+
 /// Running totals; capacity in thousandths of a unit.
 #[derive(Debug, Default)]
 pub struct Usage {
@@ -95,7 +97,9 @@ pub(crate) trait Consumed {
     fn consumed(&self) -> Vec<&ConsumedCapacity>;
 }
 
-macro_rules! single {
+/// `Consumed` for outputs with one capacity record (an `Option`) or several (a slice):
+/// both iterate by reference.
+macro_rules! consumed {
     ($($t:ty),*) => {$(
         impl Consumed for $t {
             fn consumed(&self) -> Vec<&ConsumedCapacity> {
@@ -105,26 +109,14 @@ macro_rules! single {
     )*};
 }
 
-macro_rules! many {
-    ($($t:ty),*) => {$(
-        impl Consumed for $t {
-            fn consumed(&self) -> Vec<&ConsumedCapacity> {
-                self.consumed_capacity().iter().collect()
-            }
-        }
-    )*};
-}
-
 use aws_sdk_dynamodb::operation as op;
 
-single!(
+consumed!(
     op::get_item::GetItemOutput,
     op::put_item::PutItemOutput,
     op::update_item::UpdateItemOutput,
     op::delete_item::DeleteItemOutput,
-    op::query::QueryOutput
-);
-many!(
+    op::query::QueryOutput,
     op::batch_get_item::BatchGetItemOutput,
     op::batch_write_item::BatchWriteItemOutput,
     op::transact_write_items::TransactWriteItemsOutput
@@ -142,54 +134,50 @@ impl<E> ServiceError for E where
 {
 }
 
+/// A DynamoDB call's answer as the SDK gives it.
+pub(crate) type SdkResult<T, E> = Result<T, aws_sdk_dynamodb::error::SdkError<E>>;
+
 impl crate::dynamo::table::Table {
     /// Records a call and its capacity, and maps its error: the one place every plain
     /// DynamoDB call goes through on its way back.
-    pub(crate) fn tally<T, E, R>(
+    pub(crate) fn tally<T: Consumed, E: ServiceError>(
         &self,
         kind: Kind,
-        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
-    ) -> Result<T, crate::StoreError>
-    where
-        T: Consumed,
-        E: ServiceError,
-        R: std::fmt::Debug,
-    {
-        self.metered(kind, out).map_err(crate::StoreError::from_sdk)
+        out: SdkResult<T, E>,
+    ) -> Result<T, StoreError> {
+        self.metered(kind, out).map_err(StoreError::from_sdk)
     }
 
     /// [`Self::tally`] for a write conditional on the item existing: its failed
-    /// condition is [`crate::StoreError::NotFound`].
-    pub(crate) fn tally_existing<T, E, R>(
+    /// condition is [`StoreError::NotFound`].
+    pub(crate) fn tally_existing<T: Consumed, E: ServiceError>(
         &self,
         kind: Kind,
-        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
-    ) -> Result<T, crate::StoreError>
-    where
-        T: Consumed,
-        E: ServiceError,
-        R: std::fmt::Debug,
-    {
+        out: SdkResult<T, E>,
+    ) -> Result<T, StoreError> {
         self.tally_conditional(kind, out)?
-            .ok_or_else(crate::StoreError::missing)
+            .ok_or_else(StoreError::missing)
+    }
+
+    /// Whether a conditional write took: [`Self::tally_conditional`] without its output.
+    pub(crate) fn took<T: Consumed, E: ServiceError>(
+        &self,
+        out: SdkResult<T, E>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.tally_conditional(Kind::Write, out)?.is_some())
     }
 
     /// [`Self::tally`] for a conditional write whose failed condition is an answer, not
     /// an error: `None`.
-    pub(crate) fn tally_conditional<T, E, R>(
+    pub(crate) fn tally_conditional<T: Consumed, E: ServiceError>(
         &self,
         kind: Kind,
-        out: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
-    ) -> Result<Option<T>, crate::StoreError>
-    where
-        T: Consumed,
-        E: ServiceError,
-        R: std::fmt::Debug,
-    {
+        out: SdkResult<T, E>,
+    ) -> Result<Option<T>, StoreError> {
         match self.metered(kind, out) {
             Ok(o) => Ok(Some(o)),
             Err(e) if crate::error::is_condition_failure(&e) => Ok(None),
-            Err(e) => Err(crate::StoreError::from_sdk(e)),
+            Err(e) => Err(StoreError::from_sdk(e)),
         }
     }
 }

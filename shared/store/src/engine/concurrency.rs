@@ -302,7 +302,7 @@ impl Engine {
                 .expression_attribute_values(":lease", n(lease_until.timestamp_micros()))
                 .send()
                 .await;
-            if self.table.tally_conditional(Kind::Write, out)?.is_none() {
+            if !self.table.took(out)? {
                 tracing::warn!(job_id = %job.id, %key, "concurrency slot already ended; the lease is extended alone");
             }
         }

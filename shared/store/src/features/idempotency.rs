@@ -113,12 +113,7 @@ impl IdempotencyKeys<'_> {
             .expression_attribute_values(":now", n(now.timestamp()))
             .send()
             .await;
-        if self
-            .engine
-            .table
-            .tally_conditional(Kind::Write, out)?
-            .is_some()
-        {
+        if self.engine.table.took(out)? {
             return Ok(Some(KeyClaim::Fresh));
         }
         let Some(item) = self.engine.table.read_item(key_item(key)).await? else {

@@ -10,7 +10,6 @@ use serde_json::Value;
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
 use crate::item::{item_key, s, ts, Item};
-use crate::usage::Kind;
 
 /// Partition of every schema registration.
 const SCHEMAS_PK: &str = "SCHEMAS";
@@ -91,12 +90,7 @@ impl Schemas<'_> {
                 .condition_expression("attribute_not_exists(pk)")
                 .send()
                 .await;
-            if self
-                .engine
-                .table
-                .tally_conditional(Kind::Write, out)?
-                .is_some()
-            {
+            if self.engine.table.took(out)? {
                 return Ok(SchemaPut::Created(SchemaEntry {
                     doc: doc.clone(),
                     created_at: time::format(&now),

@@ -112,12 +112,7 @@ impl Webhooks<'_> {
                 .send()
                 .await;
             // Taken by another redrive whose lease runs, or finished: skipped.
-            if self
-                .engine
-                .table
-                .tally_conditional(Kind::Write, claim)?
-                .is_some()
-            {
+            if self.engine.table.took(claim)? {
                 claimed.push(p);
             }
         }

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use ojs_core::push::PushAnswer;
 use ojs_core::{time, Job, QueueName};
 use ojs_store::{
-    AckRequest, Change, Fence, PushClaim, PushEntry, ReadyJob, SlotHold, Store, StoreError,
+    AckRequest, Change, FailRequest, Fence, PushClaim, PushEntry, ReadyJob, SlotHold, Store,
+    StoreError,
 };
 use tokio::sync::Semaphore;
 
@@ -470,7 +471,15 @@ impl Dispatcher {
                 .map(|_| "completed"),
             PushAnswer::Failed(failure) => store
                 .lifecycle()
-                .fail_job(&job.id, failure, fence, false, now)
+                .fail_job(
+                    FailRequest {
+                        id: &job.id,
+                        failure,
+                        fence,
+                        requeue: false,
+                    },
+                    now,
+                )
                 .await
                 .map(|_| "failed"),
         };

@@ -61,7 +61,7 @@ pub use features::webhooks::Webhooks;
 pub use features::workers::{Heartbeat, Workers};
 pub use features::workflow::{WorkflowRecord, Workflows};
 pub use item::MAX_SPEC_BYTES as MAX_STORED_REQUEST_BYTES;
-pub use jobs::{AckRequest, FailOutcome, Fence};
+pub use jobs::{AckRequest, FailOutcome, FailRequest, Fence};
 pub use keys::{Lane, MAX_QUEUE_SHARDS};
 pub use push::{
     served_queues, PushClaim, PushEntry, ReadyJob, SlotHold, MAX_PUSH_ENDPOINTS, PUSH_NUDGE_AFTER,

@@ -430,7 +430,15 @@ async fn a_holders_fail_lands_though_its_own_heartbeats_move_the_job() -> anyhow
             attempt: None,
         };
         slow.lifecycle()
-            .fail_job(&job_id, &failure, fence, false, ojs_core::time::now())
+            .fail_job(
+                ojs_store::FailRequest {
+                    id: &job_id,
+                    failure: &failure,
+                    fence,
+                    requeue: false,
+                },
+                ojs_core::time::now(),
+            )
             .await
     });
     // Every write the FAIL sends waits for a heartbeat of the holder's first (the ones

@@ -10,7 +10,7 @@ use axum::{Extension, Router};
 use ojs_core::failure::Failure;
 use ojs_core::validate::{MAX_FETCH_QUEUES, MAX_VISIBILITY_MS};
 use ojs_core::{time, JobId, JobState, OjsError, QueueName};
-use ojs_store::{AckRequest, Fence, FetchRequest};
+use ojs_store::{AckRequest, FailRequest, Fence, FetchRequest};
 use serde_json::{json, Map, Value};
 
 use super::reply;
@@ -309,7 +309,15 @@ async fn fail_job(
     let outcome = app
         .store
         .lifecycle()
-        .fail_job(&id, &failure, fence, requeue, now)
+        .fail_job(
+            FailRequest {
+                id: &id,
+                failure: &failure,
+                fence,
+                requeue,
+            },
+            now,
+        )
         .await?;
     let job = outcome.job;
     let view = job.to_json();

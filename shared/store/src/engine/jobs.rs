@@ -37,6 +37,19 @@ pub struct AckRequest {
     pub attempt: Option<u32>,
 }
 
+/// A FAIL.
+#[derive(Debug, Clone, Copy)]
+pub struct FailRequest<'a> {
+    /// The job.
+    pub id: &'a JobId,
+    /// What went wrong, as the worker reported it.
+    pub failure: &'a Failure,
+    /// The attempt the caller holds; only its holder fails it.
+    pub fence: Fence<'a>,
+    /// The worker releases the job instead: `available` again at once.
+    pub requeue: bool,
+}
+
 /// What a caller names of the attempt it holds: the fence of ACK, FAIL and heartbeat.
 /// Each field given must match the job's current attempt; a caller that names nothing
 /// is fenced by the job being `active` only (the spec's ACK by job id alone).
@@ -226,16 +239,18 @@ impl Engine {
     /// Only the holder of the current attempt, as `fence` names it, can fail it: the
     /// write is conditional on the job being active at the attempt read and on the fence,
     /// not on the version, which the holder's own heartbeats move.
-    #[tracing::instrument(name = "fail", level = "error", skip_all, fields(job_id = %id))]
+    #[tracing::instrument(name = "fail", level = "error", skip_all, fields(job_id = %fail.id))]
     pub(crate) async fn fail_job_moved(
         &self,
-        id: &JobId,
-        failure: &Failure,
-        fence: Fence<'_>,
-        requeue: bool,
+        fail: FailRequest<'_>,
         now: Timestamp,
     ) -> Result<Moved<FailOutcome>, StoreError> {
-        let mut fence = fence;
+        let FailRequest {
+            id,
+            failure,
+            mut fence,
+            requeue,
+        } = fail;
         let mut tries = 0;
         loop {
             tries += 1;

@@ -4,7 +4,6 @@
 //! occurrence move on ([`crate::Workflows::after_terminal`]), in a loop, never by the
 //! engine calling up into the features.
 
-use ojs_core::failure::Failure;
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, QueueName};
 
@@ -12,7 +11,7 @@ use crate::effects::Moved;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::workflow::Workflows;
-use crate::jobs::{AckRequest, FailOutcome, Fence};
+use crate::jobs::{AckRequest, FailOutcome, FailRequest};
 use crate::unique::PushOutcome;
 
 service! {
@@ -44,16 +43,10 @@ impl Lifecycle<'_> {
     /// FAIL: [`Engine::fail_job_moved`].
     pub async fn fail_job(
         &self,
-        id: &JobId,
-        failure: &Failure,
-        fence: Fence<'_>,
-        requeue: bool,
+        fail: FailRequest<'_>,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
-        let moved = self
-            .engine
-            .fail_job_moved(id, failure, fence, requeue, now)
-            .await;
+        let moved = self.engine.fail_job_moved(fail, now).await;
         follow(self.engine, now, moved).await
     }
 

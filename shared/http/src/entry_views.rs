@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 pub(crate) trait EntryView {
     /// Its view.
     fn view(&self) -> Value;
+    /// The id of the key that made it (its view's `created_by`).
+    fn created_by(&self) -> Option<&str>;
 }
 
 /// `view` (an object) with the id of the key that made the entry.
@@ -34,6 +36,10 @@ impl EntryView for SchemaEntry {
     fn view(&self) -> Value {
         with_creator(self.doc.view(&self.created_at), self.created_by.as_ref())
     }
+
+    fn created_by(&self) -> Option<&str> {
+        self.created_by.as_deref()
+    }
 }
 
 impl EntryView for CronEntry {
@@ -46,6 +52,10 @@ impl EntryView for CronEntry {
             self.run_count,
         );
         with_creator(view, self.created_by.as_ref())
+    }
+
+    fn created_by(&self) -> Option<&str> {
+        self.created_by.as_deref()
     }
 }
 
@@ -63,6 +73,10 @@ impl EntryView for WebhookEntry {
             }
         }
         v
+    }
+
+    fn created_by(&self) -> Option<&str> {
+        self.created_by.as_deref()
     }
 }
 
@@ -85,6 +99,10 @@ impl EntryView for PushEntry {
             }
         }
         view
+    }
+
+    fn created_by(&self) -> Option<&str> {
+        self.created_by.as_deref()
     }
 }
 

@@ -454,31 +454,32 @@ pub(crate) fn queue_depth_headers(
     headers: &mut axum::http::HeaderMap,
     figures: &serde_json::Map<String, Value>,
 ) {
-    for (name, key) in [
+    let names = [
         ("x-ojs-queue-depth", "depth"),
         ("x-ojs-queue-bound", "bound"),
         ("x-ojs-queue-pressure", "pressure"),
-    ] {
-        if let Some(v) = figures
-            .get(key)
-            .and_then(|v| HeaderValue::from_str(&v.to_string()).ok())
-        {
-            headers.insert(name, v);
-        }
-    }
+    ];
+    figure_headers(headers, names, |key| figures.get(key));
 }
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` from `{limit, remaining, reset}`.
 pub(crate) fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &Value) {
-    for (name, key) in [
+    let names = [
         ("x-ratelimit-limit", "limit"),
         ("x-ratelimit-remaining", "remaining"),
         ("x-ratelimit-reset", "reset"),
-    ] {
-        if let Some(v) = state
-            .get(key)
-            .and_then(|v| HeaderValue::from_str(&v.to_string()).ok())
-        {
+    ];
+    figure_headers(headers, names, |key| state.get(key));
+}
+
+/// Each header `(name, key)` whose figure `key` there is, the figure as its JSON text.
+fn figure_headers<'a>(
+    headers: &mut axum::http::HeaderMap,
+    names: [(&'static str, &str); 3],
+    figure: impl Fn(&str) -> Option<&'a Value>,
+) {
+    for (name, key) in names {
+        if let Some(v) = figure(key).and_then(|v| HeaderValue::from_str(&v.to_string()).ok()) {
             headers.insert(name, v);
         }
     }

@@ -20,46 +20,26 @@ use serde_json::{json, Value};
 
 /// Every registration whose `created_by` is `key_id`, by kind.
 pub async fn list_by_key(store: &Store, key_id: &str) -> Result<Value, StoreError> {
-    let by = Some(key_id);
-    let push: Vec<Value> = store
-        .push_endpoints()
-        .list()
-        .await?
-        .iter()
-        .filter(|e| e.created_by.as_deref() == by)
-        .map(|e| e.view())
-        .collect();
-    let webhooks: Vec<Value> = store
-        .webhooks()
-        .list(true)
-        .await?
-        .iter()
-        .filter(|w| w.created_by.as_deref() == by)
-        .map(|w| w.view())
-        .collect();
-    let crons: Vec<Value> = store
-        .cron()
-        .list()
-        .await?
-        .iter()
-        .filter(|c| c.created_by.as_deref() == by)
-        .map(|c| c.view())
-        .collect();
-    let schemas: Vec<Value> = store
-        .schemas()
-        .list()
-        .await?
-        .iter()
-        .filter(|s| s.created_by.as_deref() == by)
-        .map(crate::entry_views::schema_summary)
-        .collect();
+    let push = store.push_endpoints().list().await?;
+    let webhooks = store.webhooks().list(true).await?;
+    let crons = store.cron().list().await?;
+    let schemas = store.schemas().list().await?;
     Ok(json!({
         "key_id": key_id,
-        "push_endpoints": push,
-        "webhook_subscriptions": webhooks,
-        "cron_jobs": crons,
-        "schemas": schemas,
+        "push_endpoints": made_by(&push, key_id, EntryView::view),
+        "webhook_subscriptions": made_by(&webhooks, key_id, EntryView::view),
+        "cron_jobs": made_by(&crons, key_id, EntryView::view),
+        "schemas": made_by(&schemas, key_id, crate::entry_views::schema_summary),
     }))
+}
+
+/// The views (`view`) of the `entries` that the key `key_id` made.
+fn made_by<T: EntryView>(entries: &[T], key_id: &str, view: fn(&T) -> Value) -> Vec<Value> {
+    entries
+        .iter()
+        .filter(|e| e.created_by() == Some(key_id))
+        .map(view)
+        .collect()
 }
 
 /// Disables what `key_id` registered (see the module docs) and answers the ids and names

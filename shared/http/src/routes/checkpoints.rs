@@ -18,9 +18,9 @@ use axum::routing::put;
 use axum::Router;
 use ojs_core::checkpoint::{Checkpoint, CheckpointSave};
 use ojs_core::{time, JobId, OjsError};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::reply;
+use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::AppState;
@@ -33,13 +33,6 @@ pub(crate) fn router() -> Router<AppState> {
             .get(get_checkpoint)
             .delete(delete_checkpoint),
     )
-}
-
-/// The answer body: `{"checkpoint": view}` with `view`'s fields also at the top level.
-fn wrapped(view: Value) -> Value {
-    let mut body = view.as_object().cloned().unwrap_or_default();
-    body.insert("checkpoint".into(), view);
-    Value::Object(body)
 }
 
 /// `PUT`/`POST /ojs/v1/jobs/{id}/checkpoint` (§4.1): `{"state": any}`, optionally
@@ -61,7 +54,7 @@ async fn save_checkpoint(
         // The save's answer does not echo the state back (§4.1).
         o.remove("state");
     }
-    Ok(reply(StatusCode::OK, wrapped(view)))
+    Ok(reply(StatusCode::OK, wrapped_and_bare("checkpoint", view)))
 }
 
 /// `GET /ojs/v1/jobs/{id}/checkpoint` (§4.3): 404 when there is no job or no checkpoint.
@@ -75,7 +68,10 @@ async fn get_checkpoint(
         OjsError::not_found(format!("job {id} has no checkpoint"))
             .with_detail("job_id", id.to_string())
     })?;
-    Ok(reply(StatusCode::OK, wrapped(checkpoint.view(&id))))
+    Ok(reply(
+        StatusCode::OK,
+        wrapped_and_bare("checkpoint", checkpoint.view(&id)),
+    ))
 }
 
 /// `DELETE /ojs/v1/jobs/{id}/checkpoint` (§4.4): 200 whether there was one or not

@@ -33,9 +33,15 @@ use serde_json::Value;
 /// the job's fields also at the top level, where the Rust SDK reads them (README, "Client
 /// compatibility").
 pub(crate) fn job_and_bare_job(job: &ojs_core::Job) -> Value {
-    let view = job.to_json();
+    wrapped_and_bare("job", job.to_json())
+}
+
+/// A one-thing answer: `{key: view}`, with `view`'s fields also at the top level, where
+/// SDKs and the conformance suite read them (a job, a workflow, a checkpoint, a webhook
+/// subscription).
+pub(crate) fn wrapped_and_bare(key: &str, view: Value) -> Value {
     let mut body = view.as_object().cloned().unwrap_or_default();
-    body.insert("job".into(), view);
+    body.insert(key.into(), view);
     Value::Object(body)
 }
 
@@ -97,11 +103,20 @@ pub(crate) fn not_found_as(
     }
 }
 
-/// Whether `id` is `prefix` and a UUID, the form of the ids this server hands out for
-/// push endpoints, webhook subscriptions and deliveries: anything else is not looked up.
-pub(crate) fn is_prefixed_uuid(id: &str, prefix: &str) -> bool {
-    id.strip_prefix(prefix)
-        .is_some_and(|u| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+/// Ok when `id` is `prefix` and a UUID, the form of the ids this server hands out for
+/// push endpoints, webhook subscriptions and deliveries; anything else is not looked up
+/// but answered at once with `unknown(id)`, its 404.
+pub(crate) fn check_prefixed_uuid(
+    id: &str,
+    prefix: &str,
+    unknown: fn(&str) -> crate::error::ApiError,
+) -> Result<(), crate::error::ApiError> {
+    let is_uuid = |u: &str| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if id.strip_prefix(prefix).is_some_and(is_uuid) {
+        Ok(())
+    } else {
+        Err(unknown(id))
+    }
 }
 
 /// A JSON response with a status, tagged with the job it is about (for the request log).

@@ -36,15 +36,6 @@ fn unknown(id: &str) -> ApiError {
     )))
 }
 
-/// Ids are `pe_` and a UUID: anything else is unknown without being looked up.
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if super::is_prefixed_uuid(id, "pe_") {
-        Ok(())
-    } else {
-        Err(unknown(id))
-    }
-}
-
 async fn register_push_endpoint(
     State(app): State<AppState>,
     Caller(by): Caller,
@@ -85,7 +76,7 @@ async fn get_push_endpoint(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    super::check_prefixed_uuid(&id, "pe_", unknown)?;
     let entry = app
         .store
         .push_endpoints()
@@ -99,7 +90,7 @@ async fn delete_push_endpoint(
     State(app): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    super::check_prefixed_uuid(&id, "pe_", unknown)?;
     let entry = app.store.push_endpoints().delete(&id).await?;
     tracing::info!(id = %entry.id, "push endpoint deleted");
     Ok(reply(

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::queues::{page_of, Page};
-use super::reply;
+use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
 use crate::extract::{Caller, JsonBody, OptionalJsonBody, Tenant};
 use crate::AppState;
@@ -64,19 +64,10 @@ fn unknown(id: &str) -> ApiError {
     )))
 }
 
-/// Ids are `sub_` and a UUID: anything else is unknown without being looked up.
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if super::is_prefixed_uuid(id, "sub_") {
-        Ok(())
-    } else {
-        Err(unknown(id))
-    }
-}
-
 /// Subscription `id`, if the request's tenant may see it: another tenant's is unknown
 /// (ojs-webhooks.md §9.3), as another tenant's job is.
 async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEntry, ApiError> {
-    check_id(id)?;
+    super::check_prefixed_uuid(id, "sub_", unknown)?;
     app.store
         .webhooks()
         .get(id)
@@ -89,7 +80,7 @@ async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEn
 /// tenant reads it to learn whether it may (one GetItem); an operator's makes none.
 async fn check_visible(app: &AppState, id: &str, tenant: &Tenant) -> Result<(), ApiError> {
     match tenant.0 {
-        ojs_core::tenant::Scope::Any => check_id(id),
+        ojs_core::tenant::Scope::Any => super::check_prefixed_uuid(id, "sub_", unknown),
         ojs_core::tenant::Scope::One(_) => existing(app, id, tenant).await.map(|_| ()),
     }
 }
@@ -162,15 +153,10 @@ async fn create_subscription(
     if let Some(o) = view.as_object_mut() {
         o.insert("secret".into(), json!(entry.secret));
     }
-    Ok(reply(StatusCode::CREATED, with_subscription(view)))
-}
-
-/// A one-subscription answer: its fields at the top level (§6.3) and under
-/// `subscription`, where the conformance suite and SDKs read them.
-fn with_subscription(view: Value) -> Value {
-    let mut body = view.as_object().cloned().unwrap_or_default();
-    body.insert("subscription".into(), view);
-    Value::Object(body)
+    Ok(reply(
+        StatusCode::CREATED,
+        wrapped_and_bare("subscription", view),
+    ))
 }
 
 async fn list_subscriptions(
@@ -195,7 +181,10 @@ async fn get_subscription(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let entry = existing(&app, &id, &tenant).await?;
-    Ok(reply(StatusCode::OK, with_subscription(entry.view())))
+    Ok(reply(
+        StatusCode::OK,
+        wrapped_and_bare("subscription", entry.view()),
+    ))
 }
 
 async fn update_subscription(
@@ -230,7 +219,10 @@ async fn update_subscription(
         Err(e) => return Err(e.into()),
     };
     tracing::info!(id = %id, "webhook subscription updated");
-    Ok(reply(StatusCode::OK, with_subscription(updated.view())))
+    Ok(reply(
+        StatusCode::OK,
+        wrapped_and_bare("subscription", updated.view()),
+    ))
 }
 
 async fn delete_subscription(
@@ -411,9 +403,7 @@ async fn find_delivery(
     lookup: &DeliveryLookup,
     tenant: &Tenant,
 ) -> Result<Found, ApiError> {
-    if !super::is_prefixed_uuid(id, "del_") {
-        return Err(unknown_delivery(id));
-    }
+    super::check_prefixed_uuid(id, "del_", unknown_delivery)?;
     let subs = match &lookup.subscription_id {
         Some(sub) => vec![existing(app, sub, tenant).await?.id],
         None => app

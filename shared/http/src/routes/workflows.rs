@@ -9,9 +9,8 @@ use axum::Router;
 use ojs_core::workflow::WorkflowSpec;
 use ojs_core::{time, OjsError};
 use ojs_store::StoreError;
-use serde_json::Value;
 
-use super::reply;
+use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::AppState;
@@ -57,7 +56,7 @@ async fn create_workflow(
     tracing::info!(workflow_id = %workflow["id"], kind = spec.kind.as_str(), steps = spec.steps.len(), "workflow created");
     Ok(reply(
         StatusCode::CREATED,
-        workflow_and_bare_workflow(workflow),
+        wrapped_and_bare("workflow", workflow),
     ))
 }
 
@@ -73,7 +72,10 @@ async fn get_workflow(
         .await
         .map_err(finished(&id))?;
     let workflow = entry_views::workflow(&workflow);
-    Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
+    Ok(reply(
+        StatusCode::OK,
+        wrapped_and_bare("workflow", workflow),
+    ))
 }
 
 async fn cancel_workflow(
@@ -88,13 +90,8 @@ async fn cancel_workflow(
         .await
         .map_err(finished(&id))?;
     let workflow = entry_views::workflow(&workflow);
-    Ok(reply(StatusCode::OK, workflow_and_bare_workflow(workflow)))
-}
-
-/// The binding's `{"workflow": {...}}`, with the workflow's fields also at the top level,
-/// where the Rust and JavaScript SDKs read them (README, "Client compatibility").
-fn workflow_and_bare_workflow(workflow: Value) -> Value {
-    let mut body = workflow.as_object().cloned().unwrap_or_default();
-    body.insert("workflow".into(), workflow);
-    Value::Object(body)
+    Ok(reply(
+        StatusCode::OK,
+        wrapped_and_bare("workflow", workflow),
+    ))
 }

@@ -190,16 +190,11 @@ mod tests {
                 .all(|(_, s)| *s == Source::Workers));
         }
         // Without a new error the move is a lease that ran out, or an expiry.
-        let (old, new) = moved(S::Active, S::Available);
-        assert_eq!(
-            events_of(Some(&old), &new),
-            [(E::Enqueued, Source::Scheduler)]
-        );
-        let (old, new) = moved(S::Active, S::Discarded);
-        assert_eq!(
-            events_of(Some(&old), &new),
-            [(E::Discarded, Source::Scheduler)]
-        );
+        for (to, event) in [(S::Available, E::Enqueued), (S::Discarded, E::Discarded)] {
+            let (old, new) = moved(S::Active, to);
+            let want = [(event, Source::Scheduler)];
+            assert_eq!(events_of(Some(&old), &new), want, "{to}");
+        }
     }
 
     #[test]
@@ -212,16 +207,17 @@ mod tests {
     #[test]
     fn a_discard_is_told_apart_by_where_the_job_was() {
         // Dropped by a rate limit at a worker's claim, or given up on by the scheduler.
-        let (old, new) = moved(S::Available, S::Discarded);
-        assert_eq!(
-            events_of(Some(&old), &new),
-            [(E::Discarded, Source::Workers)]
-        );
-        let (old, new) = moved(S::Retryable, S::Discarded);
-        assert_eq!(
-            events_of(Some(&old), &new),
-            [(E::Discarded, Source::Scheduler)]
-        );
+        for (from, source) in [
+            (S::Available, Source::Workers),
+            (S::Retryable, Source::Scheduler),
+        ] {
+            let (old, new) = moved(from, S::Discarded);
+            assert_eq!(
+                events_of(Some(&old), &new),
+                [(E::Discarded, source)],
+                "{from}"
+            );
+        }
     }
 
     #[test]

@@ -430,42 +430,6 @@ mod tests {
             cancelled,
             ..Progress::default()
         };
-        use Settlement::{Finish, FireCallbacks, Wait};
-        use WorkflowState::{Completed, Failed};
-        // Chain: fails at the first failure, completes when all completed.
-        assert_eq!(settle(WorkflowKind::Chain, &p(3, 1, 0, 0), false), Wait);
-        assert_eq!(
-            settle(WorkflowKind::Chain, &p(3, 1, 1, 0), false),
-            Finish(Failed)
-        );
-        assert_eq!(
-            settle(WorkflowKind::Chain, &p(3, 1, 0, 1), false),
-            Finish(Failed)
-        );
-        assert_eq!(
-            settle(WorkflowKind::Chain, &p(3, 3, 0, 0), false),
-            Finish(Completed)
-        );
-        // Group: waits for every job, then failed if any failed.
-        assert_eq!(settle(WorkflowKind::Group, &p(3, 1, 1, 0), false), Wait);
-        assert_eq!(
-            settle(WorkflowKind::Group, &p(3, 2, 1, 0), false),
-            Finish(Failed)
-        );
-        assert_eq!(
-            settle(WorkflowKind::Group, &p(2, 2, 0, 0), false),
-            Finish(Completed)
-        );
-        // Batch: callbacks first, then their outcome decides.
-        assert_eq!(settle(WorkflowKind::Batch, &p(3, 2, 0, 0), true), Wait);
-        assert_eq!(
-            settle(WorkflowKind::Batch, &p(3, 2, 1, 0), true),
-            FireCallbacks
-        );
-        assert_eq!(
-            settle(WorkflowKind::Batch, &p(3, 2, 1, 0), false),
-            Finish(Completed)
-        );
         let fired = |done, failed| Progress {
             callbacks_fired: true,
             callbacks_total: 2,
@@ -473,15 +437,35 @@ mod tests {
             callbacks_failed: failed,
             ..p(3, 2, 1, 0)
         };
-        assert_eq!(settle(WorkflowKind::Batch, &fired(1, 0), true), Wait);
-        assert_eq!(
-            settle(WorkflowKind::Batch, &fired(2, 0), true),
-            Finish(Completed)
-        );
-        assert_eq!(
-            settle(WorkflowKind::Batch, &fired(2, 1), true),
-            Finish(Failed)
-        );
+        use Settlement::{Finish, FireCallbacks, Wait};
+        use WorkflowKind::{Batch, Chain, Group};
+        use WorkflowState::{Completed, Failed};
+        // (kind, progress, whether callbacks are due, settlement)
+        let cases = [
+            // Chain: fails at the first failure, completes when all completed.
+            (Chain, p(3, 1, 0, 0), false, Wait),
+            (Chain, p(3, 1, 1, 0), false, Finish(Failed)),
+            (Chain, p(3, 1, 0, 1), false, Finish(Failed)),
+            (Chain, p(3, 3, 0, 0), false, Finish(Completed)),
+            // Group: waits for every job, then failed if any failed.
+            (Group, p(3, 1, 1, 0), false, Wait),
+            (Group, p(3, 2, 1, 0), false, Finish(Failed)),
+            (Group, p(2, 2, 0, 0), false, Finish(Completed)),
+            // Batch: callbacks first, then their outcome decides.
+            (Batch, p(3, 2, 0, 0), true, Wait),
+            (Batch, p(3, 2, 1, 0), true, FireCallbacks),
+            (Batch, p(3, 2, 1, 0), false, Finish(Completed)),
+            (Batch, fired(1, 0), true, Wait),
+            (Batch, fired(2, 0), true, Finish(Completed)),
+            (Batch, fired(2, 1), true, Finish(Failed)),
+        ];
+        for (kind, progress, due, want) in cases {
+            assert_eq!(
+                settle(kind, &progress, due),
+                want,
+                "{kind:?} {progress:?} {due}"
+            );
+        }
         for st in [
             WorkflowState::Running,
             Completed,

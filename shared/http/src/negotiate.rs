@@ -324,29 +324,16 @@ mod tests {
 
     #[test]
     fn endpoints_are_classified_by_method_and_path() {
-        assert_eq!(
-            Envelopes::of(&Method::POST, "/ojs/v1/jobs"),
-            Envelopes::Push
-        );
-        assert_eq!(
-            Envelopes::of(&Method::POST, "/ojs/v1/jobs/batch"),
-            Envelopes::Batch
-        );
-        assert_eq!(
-            Envelopes::of(&Method::GET, "/ojs/v1/jobs/abc"),
-            Envelopes::One
-        );
-        assert_eq!(
-            Envelopes::of(&Method::POST, "/ojs/v1/workers/fetch"),
-            Envelopes::List
-        );
-        assert_eq!(
-            Envelopes::of(&Method::POST, "/ojs/v1/workers/ack"),
-            Envelopes::None
-        );
-        assert_eq!(
-            Envelopes::of(&Method::GET, "/ojs/v1/queues"),
-            Envelopes::None
-        );
+        let cases = [
+            (Method::POST, "/ojs/v1/jobs", Envelopes::Push),
+            (Method::POST, "/ojs/v1/jobs/batch", Envelopes::Batch),
+            (Method::GET, "/ojs/v1/jobs/abc", Envelopes::One),
+            (Method::POST, "/ojs/v1/workers/fetch", Envelopes::List),
+            (Method::POST, "/ojs/v1/workers/ack", Envelopes::None),
+            (Method::GET, "/ojs/v1/queues", Envelopes::None),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(Envelopes::of(&method, path), want, "{method} {path}");
+        }
     }
 }

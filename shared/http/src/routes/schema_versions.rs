@@ -54,12 +54,15 @@ pub(crate) fn no_versions(job_type: &str) -> ApiError {
     )
 }
 
-/// The URI of `(type, version)` from the path, or None when either is not one a schema
-/// can be registered under (then it names nothing and is not looked up).
-fn key_of(job_type: &str, version: &str) -> Option<String> {
-    let job_type = JobType::parse(job_type).ok()?;
-    let version = schema_registry::parse_version(version).ok()?;
-    schema_registry::versioned_uri(job_type.as_str(), &version)
+/// The URI of `(type, version)` from the path, or their 404 when either is not one a
+/// schema can be registered under (then it names nothing and is not looked up).
+fn key_of(job_type: &str, version: &str) -> Result<String, ApiError> {
+    let uri = || {
+        let parsed_type = JobType::parse(job_type).ok()?;
+        let parsed_version = schema_registry::parse_version(version).ok()?;
+        schema_registry::versioned_uri(parsed_type.as_str(), &parsed_version)
+    };
+    uri().ok_or_else(|| no_version(job_type, version))
 }
 
 /// A version as the versioned registry shows it: the registration with its document.
@@ -105,7 +108,7 @@ async fn get_schema_version(
     State(app): State<AppState>,
     Path((job_type, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let uri = key_of(&job_type, &version).ok_or_else(|| no_version(&job_type, &version))?;
+    let uri = key_of(&job_type, &version)?;
     let entry = app
         .store
         .schemas()
@@ -122,7 +125,7 @@ async fn delete_schema_version(
     State(app): State<AppState>,
     Path((job_type, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let uri = key_of(&job_type, &version).ok_or_else(|| no_version(&job_type, &version))?;
+    let uri = key_of(&job_type, &version)?;
     let entry = app
         .store
         .schemas()

@@ -71,11 +71,7 @@ async fn get_workflow(
         .get(&id)
         .await
         .map_err(finished(&id))?;
-    let workflow = entry_views::workflow(&workflow);
-    Ok(reply(
-        StatusCode::OK,
-        wrapped_and_bare("workflow", workflow),
-    ))
+    Ok(workflow_answer(&workflow))
 }
 
 async fn cancel_workflow(
@@ -89,9 +85,14 @@ async fn cancel_workflow(
         .cancel(&id, time::now())
         .await
         .map_err(finished(&id))?;
-    let workflow = entry_views::workflow(&workflow);
-    Ok(reply(
+    Ok(workflow_answer(&workflow))
+}
+
+/// The 200 of a workflow read or cancelled: its view under `workflow` and at the top
+/// level, as for one just created.
+fn workflow_answer(workflow: &ojs_store::WorkflowRecord) -> Response {
+    reply(
         StatusCode::OK,
-        wrapped_and_bare("workflow", workflow),
-    ))
+        wrapped_and_bare("workflow", entry_views::workflow(workflow)),
+    )
 }

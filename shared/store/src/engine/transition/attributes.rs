@@ -229,6 +229,11 @@ mod tests {
         }
     }
 
+    /// Asserts that `text` (an expression or condition) holds `part`.
+    fn contains(text: &str, part: &str) {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+
     fn fail() -> JobWrite {
         JobWrite::new(Transition::FailRetry, due()).from(JobState::Active)
     }
@@ -253,11 +258,7 @@ mod tests {
                 Some(&n(3))
             );
         }
-        assert!(
-            p.condition.contains("worker_id = :held_by"),
-            "{}",
-            p.condition
-        );
+        contains(&p.condition, "worker_id = :held_by");
         assert_eq!(p.values.get(":held_by"), Some(&s("w-1")));
         Ok(())
     }
@@ -281,7 +282,7 @@ mod tests {
         // At the limit: the list read is replaced by its latest entries and the new one.
         let full: Vec<Value> = (0..MAX_KEPT_ERRORS).map(error).collect();
         let p = fail().error_history(&full, &error(99)).parts()?;
-        assert!(p.update.contains("#errors = :errors"), "{}", p.update);
+        contains(&p.update, "#errors = :errors");
         assert!(!p.values.contains_key(":no_errors"));
         let Some(AttributeValue::L(history)) = p.values.get(":errors") else {
             panic!("no history: {:?}", p.values);
@@ -300,11 +301,7 @@ mod tests {
             .parts()?;
         assert_eq!(p.values.get(":next_attempt_at"), Some(&ts(&next)));
         assert_eq!(p.values.get(":retry_delay_ms"), Some(&n(1500)));
-        assert!(
-            p.update.contains("#retry_delay_ms = :retry_delay_ms"),
-            "{}",
-            p.update
-        );
+        contains(&p.update, "#retry_delay_ms = :retry_delay_ms");
         assert_eq!(
             p.names.get("#retry_delay_ms").map(String::as_str),
             Some("retry_delay_ms")
@@ -321,20 +318,16 @@ mod tests {
             .deadline(Some(&now))
             .listed_ready_unexpired("050#t#id", &now)
             .parts()?;
-        assert!(
-            p.update.contains("attempt = attempt + :t_one"),
-            "{}",
-            p.update
-        );
+        contains(&p.update, "attempt = attempt + :t_one");
         assert_eq!(p.values.get(":t_one"), Some(&n(1)));
         assert_eq!(p.values.get(":deadline"), Some(&n(now.timestamp_micros())));
-        assert!(p.condition.contains("gsi1sk = :rsk"), "{}", p.condition);
+        contains(&p.condition, "gsi1sk = :rsk");
         assert_eq!(p.values.get(":rsk"), Some(&s("050#t#id")));
         assert_eq!(p.values.get(":nowus"), Some(&n(now.timestamp_micros())));
         let without = JobWrite::new(Transition::Claim, due())
             .deadline(None)
             .parts()?;
-        assert!(without.update.contains("deadline_us"), "{}", without.update);
+        contains(&without.update, "deadline_us");
         assert!(!without.values.contains_key(":deadline"));
         Ok(())
     }
@@ -349,11 +342,7 @@ mod tests {
             .request(&job.spec)
             .parts()?;
         let (attribute, value) = crate::item::spec_attribute(&job.spec);
-        assert!(
-            p.update.contains(&format!("{attribute} = :spec")),
-            "{}",
-            p.update
-        );
+        contains(&p.update, &format!("{attribute} = :spec"));
         assert_eq!(p.values.get(":spec"), Some(&value));
         let other = if attribute == crate::item::SPEC_JSON {
             crate::item::SPEC_DEFLATED
@@ -385,7 +374,7 @@ mod tests {
         value: &str,
     ) -> Result<(), crate::StoreError> {
         let p = write.parts()?;
-        assert!(p.condition.contains(clause), "{}", p.condition);
+        contains(&p.condition, clause);
         assert_eq!(p.values.get(placeholder), Some(&s(value)));
         Ok(())
     }
@@ -402,16 +391,8 @@ mod tests {
             .cancelled_from_state()
             .progress("{\"p\":1}".into())
             .parts()?;
-        assert!(
-            cancel.update.contains("#cancelled_from = #state"),
-            "{}",
-            cancel.update
-        );
-        assert!(
-            cancel.update.contains("progress = :progress"),
-            "{}",
-            cancel.update
-        );
+        contains(&cancel.update, "#cancelled_from = #state");
+        contains(&cancel.update, "progress = :progress");
         assert_eq!(cancel.values.get(":progress"), Some(&s("{\"p\":1}")));
         Ok(())
     }

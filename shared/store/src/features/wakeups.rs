@@ -22,44 +22,37 @@ impl Wakeups<'_> {
     /// Handles one timer message: waits out the sub-second remainder, then promotes the
     /// job or fires the cron occurrence (both conditional, so duplicates are harmless).
     pub async fn handle_timer(&self, body: &str) -> Result<(), StoreError> {
-        handle_timer(self.engine, body).await
-    }
-}
-
-/// [`Wakeups::handle_timer`].
-async fn handle_timer(engine: &Engine, body: &str) -> Result<(), StoreError> {
-    let msg: TimerMessage = serde_json::from_str(body)
-        .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
-    let due = time::from_micros(msg.due_us)
-        .ok_or_else(|| StoreError::Corrupt("timer due time".into()))?;
-    let early = due - time::now();
-    if early > chrono::Duration::zero() {
-        if early > chrono::Duration::seconds(5) {
-            // Delivered far too early (a delay longer than SQS allows): re-arm.
-            engine.arm_timer(vec![(msg.target, due)]).await;
-            return Ok(());
-        }
-        tokio::time::sleep(early.to_std().unwrap_or_default()).await;
-    }
-    let now = time::now();
-    match msg.target {
-        TimerTarget::Job { job_id } => {
-            let Ok(id) = JobId::parse(&job_id) else {
+        let engine = self.engine;
+        let msg: TimerMessage = serde_json::from_str(body)
+            .map_err(|e| StoreError::Corrupt(format!("timer message: {e}")))?;
+        let due = time::from_micros(msg.due_us)
+            .ok_or_else(|| StoreError::Corrupt("timer due time".into()))?;
+        let early = due - time::now();
+        if early > chrono::Duration::zero() {
+            if early > chrono::Duration::seconds(5) {
+                // Delivered far too early (a delay longer than SQS allows): re-arm.
+                engine.arm_timer(vec![(msg.target, due)]).await;
                 return Ok(());
-            };
-            if let Some(job) = engine.get_job(&id).await? {
-                let settled = engine.settle_moved(&job, now).await;
-                follow(engine, now, settled).await?;
+            }
+            tokio::time::sleep(early.to_std().unwrap_or_default()).await;
+        }
+        let now = time::now();
+        match msg.target {
+            TimerTarget::Job { job_id } => {
+                let Ok(id) = JobId::parse(&job_id) else {
+                    return Ok(());
+                };
+                if let Some(job) = engine.get_job(&id).await? {
+                    let settled = engine.settle_moved(&job, now).await;
+                    follow(engine, now, settled).await?;
+                }
+            }
+            TimerTarget::Cron { name } => {
+                Cron::new(engine).fire_cron(&name, now).await?;
             }
         }
-        TimerTarget::Cron { name } => {
-            Cron::new(engine).fire_cron(&name, now).await?;
-        }
+        Ok(())
     }
-    Ok(())
-}
-
-impl Wakeups<'_> {
     /// Consumes the timer queue forever, handling each message like the
     /// timer function does and deleting it once handled. For the local server and tests,
     /// where no SQS event source mapping exists.

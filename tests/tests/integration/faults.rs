@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use ojs_core::JobId;
 use ojs_store::Store;
 use ojs_tests::fault_proxy::{
-    dynamodb_endpoint, jobs_in, store_through, table_items, Fault, FaultProxy, Filter,
+    dynamodb_endpoint, jobs_in, raw_dynamodb_endpoint, store_through, table_items, Fault,
+    FaultProxy, Filter,
 };
 use ojs_tests::{fresh_store, Reply, TestApp};
 use serde_json::{json, Value};
@@ -27,8 +28,15 @@ struct Rig {
 }
 
 async fn rig(seed: u64) -> anyhow::Result<Rig> {
+    rig_on(&dynamodb_endpoint(), seed).await
+}
+
+/// A [`rig`] whose proxy forwards to `upstream`: [`raw_dynamodb_endpoint`] for a test
+/// whose scripted faults count requests, which the strict layer's random throttles
+/// (retried by the SDK through the proxy) would shift.
+async fn rig_on(upstream: &str, seed: u64) -> anyhow::Result<Rig> {
     let direct = fresh_store().await?;
-    let proxy = FaultProxy::start(&dynamodb_endpoint(), seed).await?;
+    let proxy = FaultProxy::start(upstream, seed).await?;
     let store = store_through(&proxy.url, direct.table()).await;
     let app = Arc::new(TestApp::spawn_on_store(store).await?);
     Ok(Rig { direct, proxy, app })
@@ -1038,7 +1046,7 @@ async fn a_stream_batch_that_keeps_failing_is_given_up_not_retried_forever() -> 
 /// finished, not `running` until the sweep's check a minute later.
 #[tokio::test]
 async fn a_throttled_workflow_follow_up_is_retried_within_the_ack() -> anyhow::Result<()> {
-    let rig = rig(seed()).await?;
+    let rig = rig_on(&raw_dynamodb_endpoint(), seed()).await?;
     let app = &rig.app;
     let (created, id) = rig
         .workflow_with_step_claimed(
@@ -1073,6 +1081,61 @@ async fn a_throttled_workflow_follow_up_is_retried_within_the_ack() -> anyhow::R
         )
         .await?;
     assert_eq!(got.body["workflow"]["state"], "completed", "{:?}", got.body);
+    rig.teardown().await;
+    Ok(())
+}
+
+/// A FETCH that fails after it finished a job on its way (an expired workflow step,
+/// discarded where it was found) still moves that job's workflow on before it answers
+/// the error: the workflow is failed at once, not `running` until the sweep's check.
+#[tokio::test]
+async fn a_fetch_that_fails_after_finishing_a_step_still_moves_its_workflow_on(
+) -> anyhow::Result<()> {
+    let rig = rig_on(&raw_dynamodb_endpoint(), seed()).await?;
+    let app = &rig.app;
+    let queue = "wf-fetch-fails";
+    let created = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "name": "expiring", "steps": [
+                {"type": "e.step", "args": [],
+                    "options": {"queue": queue, "expires_at": "2000-01-01T00:00:00Z"}},
+                {"type": "e.next", "args": [], "options": {"queue": queue}}]})),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let wf = created.body["workflow"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let other = app.push(job(&new_id(), queue)).await?;
+    assert_eq!(other.status, 201, "{:?}", other.body);
+    ojs_tests::after_index_lag().await;
+    // The FETCH first moves the queue's due jobs on: the expired step is discarded (its
+    // write passes); the claim of the job behind it then fails as often as the SDK tries.
+    rig.proxy.script(
+        Filter::op("UpdateItem"),
+        &[
+            Fault::Pass,
+            Fault::ServerError,
+            Fault::ServerError,
+            Fault::ServerError,
+        ],
+    );
+    let fetched = app
+        .fetch(json!({"queues": [queue], "worker_id": "w"}))
+        .await?;
+    assert!(backend_error(&fetched), "{:?}", fetched.body);
+    assert_eq!(rig.proxy.scripted_left(), 0, "every fault was met");
+    let got = app
+        .call(
+            reqwest::Method::GET,
+            &format!("/ojs/v1/workflows/{wf}"),
+            None,
+        )
+        .await?;
+    assert_eq!(got.body["workflow"]["state"], "failed", "{:?}", got.body);
     rig.teardown().await;
     Ok(())
 }

@@ -581,3 +581,54 @@ async fn s3_answers_lost_after_the_call_landed_lose_no_job_and_half_write_none(
     );
     Ok(())
 }
+
+/// An INFO that settles an overdue workflow step (its lease over, no attempt left) and
+/// then cannot read the step's payload answers the error, and the step's workflow has
+/// still moved on: what the settling owed is not lost with the read.
+#[tokio::test]
+async fn an_info_whose_payload_read_fails_after_settling_a_step_still_moves_its_workflow_on(
+) -> anyhow::Result<()> {
+    let (store, _payloads) = with_payloads(fresh_store().await?).await?;
+    let app = TestApp::spawn_on_store(store).await?;
+    let text = random_text();
+    let created = app
+        .call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows",
+            Some(json!({"type": "chain", "name": "large", "steps": [
+                {"type": "big.step", "args": [text],
+                    "options": {"queue": "info-down", "retry": {"max_attempts": 1}}},
+                {"type": "big.next", "args": [], "options": {"queue": "info-down"}}]})),
+        )
+        .await?;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let wf = created.body["workflow"]["id"]
+        .as_str()
+        .unwrap_or("?")
+        .to_owned();
+    ojs_tests::after_index_lag().await;
+    let fetched = app
+        .fetch(json!({"queues": ["info-down"], "worker_id": "w"}))
+        .await?;
+    let step = JobId::parse(fetched.body["jobs"][0]["id"].as_str().unwrap_or("?"))
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", fetched.body))?;
+
+    // An hour on, the lease is long over: INFO settles the step (discarded, its one
+    // attempt spent), then fails to read its args from the unreachable bucket.
+    let later = ojs_core::time::now() + chrono::Duration::hours(1);
+    let down = with_s3_down(&app.store).await;
+    let read = down.lifecycle().get_job_settled(&step, later).await;
+    assert!(read.is_err(), "{read:?}");
+    let settled = app.store.engine().get_job(&step).await?.context("gone")?;
+    assert_eq!(settled.status.state, JobState::Discarded);
+    let got = app
+        .call(
+            reqwest::Method::GET,
+            &format!("/ojs/v1/workflows/{wf}"),
+            None,
+        )
+        .await?;
+    assert_eq!(got.body["workflow"]["state"], "failed", "{:?}", got.body);
+    app.teardown().await;
+    Ok(())
+}

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, QueueName};
 
-use crate::effects::Moved;
+use crate::effects::{Moved, OwingError};
 use crate::engine::claim_attempt::LaneClaim;
 use crate::engine::fetching::Fetching;
 use crate::engine::Engine;
@@ -79,13 +79,17 @@ impl Engine {
         req: &FetchRequest,
         now: Timestamp,
         admission: Option<Admission<'_>>,
-    ) -> Result<Moved<FetchOutcome>, StoreError> {
+    ) -> Result<Moved<FetchOutcome>, OwingError> {
         let ends = Instant::now() + self.config.fetch_budget;
         let mut run = Fetching::new(req.count, self.config.fetch_answer, ends, admission);
         let settings = self.queue_settings(&req.queues).await?;
         let weights = self.fetch_weights(req, &settings).await;
-        self.claim_queues(req, now, &settings, &weights, &mut run)
-            .await?;
+        // An error after some jobs were claimed fails the FETCH (the claimed ones come back
+        // at their lease's end), still owing what the jobs it finished on its way owe.
+        let claimed = self
+            .claim_queues(req, now, &settings, &weights, &mut run)
+            .await;
+        run.owed.carry(claimed)?;
         if run.out_of_time() {
             // Contention or a slow table used the budget up: the queue was answered, and
             // looking again would only double the wait.
@@ -98,9 +102,10 @@ impl Engine {
         }
         let claimed = run.claimed;
         let mut owed = run.owed;
-        let limit = self
-            .limit_state(req, &settings, now, !claimed.is_empty())
-            .await?;
+        let limit = owed.carry(
+            self.limit_state(req, &settings, now, !claimed.is_empty())
+                .await,
+        )?;
         // Claimed jobs whose request is in the payload bucket come back whole; one whose
         // payload cannot be read is not delivered, and not left leased either.
         let claimed = self.deliverable(claimed, now).await.hand_to(&mut owed);

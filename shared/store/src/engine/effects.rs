@@ -13,6 +13,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState};
 
 use crate::engine::Engine;
+use crate::error::StoreError;
 use crate::timer::TimerTarget;
 
 /// How a job ended, for its workflow's counters.
@@ -62,6 +63,49 @@ impl FollowUps {
     /// The finished jobs, for the loop that follows them up.
     pub(crate) fn into_finished(self) -> Vec<Finished> {
         self.0
+    }
+
+    /// `result`, its error owing what is owed so far (taken out of these): for a call
+    /// that fails after it finished jobs.
+    pub(crate) fn carry<T, E: Into<OwingError>>(
+        &mut self,
+        result: Result<T, E>,
+    ) -> Result<T, OwingError> {
+        result.map_err(|e| {
+            let e = e.into();
+            OwingError {
+                error: e.error,
+                owed: std::mem::take(self).and(e.owed),
+            }
+        })
+    }
+}
+
+/// The error of a call that may fail after it finished jobs, owing their follow-ups: the
+/// loop above runs them before it answers the error, as it does after a success. A plain
+/// [`StoreError`] converts into one that owes nothing (`?` before anything finished);
+/// there is no way back but [`OwingError::split`], so an owing error is not dropped
+/// into a plain one unseen.
+#[must_use = "a finished job's workflow waits for the sweep unless its follow-ups are handed on"]
+#[derive(Debug)]
+pub(crate) struct OwingError {
+    error: StoreError,
+    owed: FollowUps,
+}
+
+impl OwingError {
+    /// The error and the follow-ups owed.
+    pub(crate) fn split(self) -> (StoreError, FollowUps) {
+        (self.error, self.owed)
+    }
+}
+
+impl From<StoreError> for OwingError {
+    fn from(error: StoreError) -> Self {
+        Self {
+            error,
+            owed: FollowUps::none(),
+        }
     }
 }
 
@@ -255,6 +299,36 @@ mod tests {
                 StepOutcome::Failed
             ]
         );
+    }
+
+    fn outcomes(owed: FollowUps) -> Vec<StepOutcome> {
+        owed.into_finished().iter().map(|f| f.outcome).collect()
+    }
+
+    #[test]
+    fn an_error_after_a_finish_carries_what_was_owed_and_what_it_owed_itself() {
+        let mut owed = finished(JobState::Completed, StepOutcome::Completed);
+        assert_eq!(owed.carry(Ok::<_, StoreError>(3)).ok(), Some(3));
+        let inner = owed.carry(Err::<(), _>(StoreError::Duplicate));
+        let (error, carried) = inner.err().map(OwingError::split).unzip();
+        assert!(matches!(error, Some(StoreError::Duplicate)));
+        // An owing error met later carries both, the earlier finished jobs first.
+        let mut more = finished(JobState::Discarded, StepOutcome::Failed);
+        let outer = more.carry(Err::<(), _>(OwingError {
+            error: StoreError::Duplicate,
+            owed: carried.unwrap_or_default(),
+        }));
+        let (_, all) = outer.err().map(OwingError::split).unzip();
+        assert_eq!(
+            outcomes(all.unwrap_or_default()),
+            [StepOutcome::Failed, StepOutcome::Completed]
+        );
+        assert!(
+            outcomes(owed).is_empty() && outcomes(more).is_empty(),
+            "taken out"
+        );
+        let plain: OwingError = StoreError::Duplicate.into();
+        assert!(outcomes(plain.split().1).is_empty());
     }
 
     #[test]

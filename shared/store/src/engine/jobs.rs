@@ -11,7 +11,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobId, JobState, Transition};
 use serde_json::Value;
 
-use crate::effects::{Before, Moved};
+use crate::effects::{Before, Moved, OwingError};
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::item::{self, ts, Item};
@@ -110,7 +110,7 @@ impl Engine {
     /// Stores a new job; [`StoreError::Duplicate`] if its id exists. Owes the cancel of
     /// a job its unique policy replaced.
     #[tracing::instrument(name = "push", level = "error", skip_all, fields(job_id = %job.id, queue = %job.spec.queue))]
-    pub(crate) async fn put_job_moved(&self, job: &Job) -> Result<Moved<PushOutcome>, StoreError> {
+    pub(crate) async fn put_job_moved(&self, job: &Job) -> Result<Moved<PushOutcome>, OwingError> {
         // Sizes are checked before anything is written (a refused job registers nothing).
         let body = self.offload_body(job)?;
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
@@ -132,6 +132,12 @@ impl Engine {
             }
             return Ok(outcome);
         }
+        Ok(Moved::done(self.put_plain(job, body).await?))
+    }
+
+    /// Stores a new job without a uniqueness policy (`body` as for
+    /// [`Engine::put_unique`]); nothing is owed.
+    async fn put_plain(&self, job: &Job, body: Option<Vec<u8>>) -> Result<PushOutcome, StoreError> {
         let (job_item, payload) = self.new_job_item(job, body).await?;
         let out = self
             .table
@@ -155,7 +161,7 @@ impl Engine {
         match out {
             Ok(_) => {
                 self.after_push(job).await;
-                Ok(Moved::done(PushOutcome::Created))
+                Ok(PushOutcome::Created)
             }
             Err(e) => {
                 if !is_condition_failure(&e) {
@@ -165,7 +171,7 @@ impl Engine {
                 // may be this very job, recognised by its creation instant (immutable).
                 if written {
                     self.after_push(job).await;
-                    return Ok(Moved::done(PushOutcome::Created));
+                    return Ok(PushOutcome::Created);
                 }
                 Err(StoreError::Duplicate)
             }

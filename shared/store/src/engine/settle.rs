@@ -11,7 +11,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobState, Transition};
 use serde_json::json;
 
-use crate::effects::{Before, Moved};
+use crate::effects::{Before, Moved, OwingError};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item;
@@ -346,24 +346,26 @@ impl Engine {
         &self,
         id: &ojs_core::JobId,
         now: Timestamp,
-    ) -> Result<Moved<Option<Job>>, StoreError> {
+    ) -> Result<Moved<Option<Job>>, OwingError> {
         let Some(job) = self.get_job(id).await? else {
             return Ok(Moved::done(None));
         };
-        let (settled, follow_ups) = self.settle_moved(&job, now).await?.split();
+        let (settled, mut follow_ups) = self.settle_moved(&job, now).await?.split();
         let job = match settled {
             Some(settled) => settled,
             // Lost a race with another writer: read what it wrote.
-            None if is_overdue(&job, now) => match self.get_job(id).await? {
+            None if is_overdue(&job, now) => match follow_ups.carry(self.get_job(id).await)? {
                 Some(job) => job,
                 None => return Ok(Moved::new(None, follow_ups)),
             },
             None => job,
         };
+        // The job's payload unread (its bucket unreachable) fails the read, not what
+        // the settling owes.
         let shown = match self.try_full_job(job).await {
             Ok(job) => job,
             Err((job, e @ StoreError::Corrupt(_))) => crate::payloads::marked_unreadable(job, &e),
-            Err((_, e)) => return Err(e),
+            Err((_, e)) => return follow_ups.carry(Err(e)),
         };
         Ok(Moved::new(Some(shown), follow_ups))
     }

@@ -13,7 +13,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::unique::{OnConflict, UniquePolicy};
 use ojs_core::{Job, JobId, JobState};
 
-use crate::effects::{FollowUps, Moved};
+use crate::effects::{FollowUps, Moved, OwingError};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{self, n, s, Item};
@@ -84,7 +84,7 @@ impl Engine {
         policy: &UniquePolicy,
         body: Option<Vec<u8>>,
         now: Timestamp,
-    ) -> Result<Moved<PushOutcome>, StoreError> {
+    ) -> Result<Moved<PushOutcome>, OwingError> {
         let payload = match body {
             Some(body) => Some(self.offload(job, body).await?),
             None => None,
@@ -113,7 +113,7 @@ impl Engine {
         policy: &UniquePolicy,
         payload: Option<&crate::dynamo::payloads::PayloadRef>,
         now: Timestamp,
-    ) -> Result<Moved<PushOutcome>, StoreError> {
+    ) -> Result<Moved<PushOutcome>, OwingError> {
         let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
         // A replaced job's cancel, owed with the outcome.
         let mut owed = FollowUps::none();
@@ -122,16 +122,18 @@ impl Engine {
         let mut stored: Option<Job> = None;
         for _ in 0..MAX_ROUNDS {
             let put_lock = self.lock_put(&key, job, policy, takeover.as_deref(), now);
-            let put_job = self.job_put(stored.as_ref().unwrap_or(job), payload)?;
+            let put_job = owed.carry(self.job_put(stored.as_ref().unwrap_or(job), payload))?;
             let out = self
                 .table
                 .transact_write()
                 .transact_items(
                     TransactWriteItem::builder()
                         .put(
-                            put_lock
-                                .build()
-                                .map_err(|e| StoreError::Backend(e.to_string()))?,
+                            owed.carry(
+                                put_lock
+                                    .build()
+                                    .map_err(|e| StoreError::Backend(e.to_string())),
+                            )?,
                         )
                         .build(),
                 )
@@ -145,19 +147,20 @@ impl Engine {
                 };
                 return Ok(Moved::new(outcome, owed));
             };
-            let Some(holder) = lock_holder(err)? else {
+            let Some(holder) = owed.carry(lock_holder(err))? else {
                 // Cancelled for another reason (e.g. a concurrent transaction): try again.
                 continue;
             };
-            let held = self
-                .on_held_lock(job, &holder, policy, &mut stored, now)
-                .await?;
+            let held = owed.carry(
+                self.on_held_lock(job, &holder, policy, &mut stored, now)
+                    .await,
+            )?;
             if let Some(outcome) = held.hand_to(&mut owed) {
                 return Ok(Moved::new(outcome, owed));
             }
             takeover = Some(holder);
         }
-        Err(StoreError::Throttled("unique lock contention".into()))
+        owed.carry(Err(StoreError::Throttled("unique lock contention".into())))
     }
 
     /// The put of `job`'s lock item `key`: conditional on no live lock, or on the lock

@@ -7,7 +7,7 @@
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, QueueName};
 
-use crate::effects::Moved;
+use crate::effects::{Moved, OwingError};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::features::workflow::Workflows;
@@ -79,21 +79,31 @@ impl Lifecycle<'_> {
     }
 }
 
-/// The value of `moved` once what it owes has run (at `now`): each finished job's
-/// workflow and queued cron occurrence moved on, in the order they finished. A follow-up
-/// makes no transition that finishes a job (a workflow cancels its waiting steps quietly
-/// and records them itself), so one pass runs them all; one that fails is logged and
-/// left to the sweep's workflow check ([`Workflows::after_terminal`]).
-pub(crate) async fn follow<T>(
+/// The value of `moved` once what it owes has run (at `now`), after a success or an
+/// error alike: each finished job's workflow and queued cron occurrence moved on, in the
+/// order they finished. A follow-up makes no transition that finishes a job (a workflow
+/// cancels its waiting steps quietly and records them itself), so one pass runs them all;
+/// one that fails is logged and left to the sweep's workflow check
+/// ([`Workflows::after_terminal`]).
+pub(crate) async fn follow<T, E: Into<OwingError>>(
     engine: &Engine,
     now: Timestamp,
-    moved: Result<Moved<T>, StoreError>,
+    moved: Result<Moved<T>, E>,
 ) -> Result<T, StoreError> {
-    let (value, owed) = moved?.split();
+    let (answer, owed) = match moved {
+        Ok(moved) => {
+            let (value, owed) = moved.split();
+            (Ok(value), owed)
+        }
+        Err(e) => {
+            let (error, owed) = e.into().split();
+            (Err(error), owed)
+        }
+    };
     for f in owed.into_finished() {
         Workflows::new(engine)
             .after_terminal(&f.job, f.outcome, now)
             .await;
     }
-    Ok(value)
+    answer
 }

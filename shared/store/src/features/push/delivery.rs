@@ -6,7 +6,7 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName};
 
 use super::{PushEndpoints, PushEntry};
-use crate::effects::Moved;
+use crate::effects::{Moved, OwingError};
 use crate::engine::candidates::Candidate;
 use crate::engine::claim_attempt::LaneClaim;
 use crate::error::StoreError;
@@ -125,7 +125,7 @@ impl PushEndpoints<'_> {
         ready: &ReadyJob,
         endpoint: &PushEntry,
         now: Timestamp,
-    ) -> Result<Moved<PushClaim>, StoreError> {
+    ) -> Result<Moved<PushClaim>, OwingError> {
         let queue = &ready.job.spec.queue;
         let settings = self
             .engine
@@ -196,8 +196,8 @@ impl PushEndpoints<'_> {
         &self,
         at: &LaneClaim<'_>,
         candidate: &Candidate,
-    ) -> Result<Moved<Option<Job>>, StoreError> {
-        let (claimed, owed) = self.engine.claim_one(at, candidate).await?.split();
+    ) -> Result<Moved<Option<Job>>, OwingError> {
+        let (claimed, mut owed) = self.engine.claim_one(at, candidate).await?.split();
         let Some(job) = claimed else {
             return Ok(Moved::new(None, owed));
         };
@@ -207,7 +207,7 @@ impl PushEndpoints<'_> {
                 let failed = self.engine.settle_unread(job, e, at.now).await;
                 Ok(Moved::new(None, owed.and(failed)))
             }
-            Err((_, e)) => Err(e),
+            Err((_, e)) => owed.carry(Err(e)),
         }
     }
 

@@ -359,6 +359,49 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeaders {
     }
 }
 
+/// A route's one path parameter, parsed into `T` before the handler runs: a value `T`
+/// refuses is answered with `T`'s own error, the one its `parse` gives. A handler that
+/// also reads a body parses its parameter after the body instead, so that a body's error
+/// keeps answering first.
+pub struct PathParam<T>(pub T);
+
+/// What a path parameter parses into (an id the handler acts on).
+pub trait FromPathParam: Sized {
+    /// `raw` as the router decoded it, or the error that answers it.
+    fn from_path_param(raw: &str) -> Result<Self, OjsError>;
+}
+
+impl FromPathParam for ojs_core::JobId {
+    fn from_path_param(raw: &str) -> Result<Self, OjsError> {
+        Self::parse(raw)
+    }
+}
+
+impl FromPathParam for ojs_core::QueueName {
+    fn from_path_param(raw: &str) -> Result<Self, OjsError> {
+        Self::parse(raw)
+    }
+}
+
+impl<S: Send + Sync, T: FromPathParam> axum::extract::FromRequestParts<S> for PathParam<T> {
+    type Rejection = axum::response::Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        use axum::response::IntoResponse;
+        // A parameter that does not decode is axum's own rejection, as with `Path`.
+        let axum::extract::Path(raw) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        T::from_path_param(&raw)
+            .map(Self)
+            .map_err(|e| ApiError(e).into_response())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

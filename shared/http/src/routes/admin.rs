@@ -20,7 +20,7 @@ use super::admin_stats::{self as stats, counts, with_stats};
 use super::admin_tenants as tenants;
 use super::{queues, reply};
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -137,17 +137,16 @@ async fn list_queues(
 /// `GET /ojs/v1/admin/queues/{name}` (§6.2).
 async fn get_queue(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     let info = app
         .store
         .engine()
         .list_queues()
         .await?
         .into_iter()
-        .find(|q| q.name == name)
-        .ok_or_else(|| OjsError::not_found(format!("queue {name} not found")))?;
+        .find(|q| q.name == queue.as_str())
+        .ok_or_else(|| OjsError::not_found(format!("queue {queue} not found")))?;
     let st = app.store.derived().queue_stats(&queue).await?;
     let settings = app.store.admin().admin_queue_settings(&queue).await?;
     let mut body = queue_view(&info, &st);
@@ -233,7 +232,7 @@ async fn configure_queue(
             .set_queue_backpressure(queue.as_str(), bound.as_ref())
             .await?;
     }
-    get_queue(State(app), Path(name)).await
+    get_queue(State(app), PathParam(queue)).await
 }
 
 /// `DELETE /ojs/v1/admin/workers/{id}` (§9.4): removes a worker that missed its

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, ListingTenant, Tenant};
+use crate::extract::{JsonBody, ListingTenant, PathParam, Tenant};
 use crate::AppState;
 
 /// States a listing without a state filter looks in.
@@ -146,9 +146,9 @@ async fn listing(app: &AppState, filter: &Filter, paging: &Paging) -> Result<Res
 pub(crate) async fn get_job(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let job = super::visible_job(&app, &tenant, &JobId::parse(&id)?).await?;
+    let job = super::visible_job(&app, &tenant, &id).await?;
     let job = app.store.engine().shown_job(job).await;
     Ok(reply(StatusCode::OK, detail(&job)))
 }
@@ -158,9 +158,9 @@ pub(crate) async fn get_job(
 /// same moment); answered with the OJS `unsupported` error.
 pub(crate) async fn patch_job(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    super::stored_job(&app, &JobId::parse(&id)?).await?;
+    super::stored_job(&app, &id).await?;
     Err(OjsError::new(
         ErrorCode::Unsupported,
         "changing the priority of an enqueued job is not supported; cancel it and push it again",
@@ -171,9 +171,8 @@ pub(crate) async fn patch_job(
 /// `POST /ojs/v1/admin/jobs/{id}/retry`.
 pub(crate) async fn retry_job(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let job = app.store.admin().admin_retry_job(&id, time::now()).await?;
     tracing::info!(job_id = %id, "job retried by an operator");
     Ok(reply(StatusCode::OK, detail(&job)))
@@ -182,9 +181,8 @@ pub(crate) async fn retry_job(
 /// `POST /ojs/v1/admin/jobs/{id}/cancel`.
 pub(crate) async fn cancel_job(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let job = app.store.lifecycle().cancel_job(&id, time::now()).await?;
     Ok(reply(StatusCode::OK, detail(&job)))
 }

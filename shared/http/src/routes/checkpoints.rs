@@ -22,7 +22,7 @@ use serde_json::json;
 
 use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -60,9 +60,8 @@ async fn save_checkpoint(
 /// `GET /ojs/v1/jobs/{id}/checkpoint` (§4.3): 404 when there is no job or no checkpoint.
 async fn get_checkpoint(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let job = super::stored_job(&app, &id).await?;
     let checkpoint: &Checkpoint = job.status.checkpoint.as_ref().ok_or_else(|| {
         OjsError::not_found(format!("job {id} has no checkpoint"))
@@ -78,9 +77,8 @@ async fn get_checkpoint(
 /// (idempotent); 404 only when there is no job.
 async fn delete_checkpoint(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     app.store.checkpoints().delete(&id).await?;
     Ok(reply(
         StatusCode::OK,

@@ -1,6 +1,6 @@
 //! PUSH, INFO and CANCEL.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BatchBody, Caller, JsonBody, Tenant, TraceHeaders};
+use crate::extract::{BatchBody, Caller, JsonBody, PathParam, Tenant, TraceHeaders};
 use crate::AppState;
 use ojs_store::{KeyClaim, PushOutcome, StoreError};
 
@@ -244,9 +244,8 @@ fn pushed(job: &Job) -> serde_json::Value {
 async fn get_job(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let job = app
         .store
         .lifecycle()
@@ -260,9 +259,8 @@ async fn get_job(
 async fn cancel_job(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     super::tenant_owns(&app, &tenant, &id).await?;
     let job = app.store.lifecycle().cancel_job(&id, time::now()).await?;
     tracing::info!(job_id = %job.id, "job cancelled");

@@ -11,7 +11,7 @@ use ojs_core::{time, JobId};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, Tenant};
+use crate::extract::{JsonBody, PathParam, Tenant};
 use crate::AppState;
 
 pub(super) fn router() -> Router<AppState> {
@@ -69,9 +69,8 @@ async fn report_progress(
 async fn get_progress(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let job = super::visible_job(&app, &tenant, &id).await?;
     let mut res = reply(StatusCode::OK, job.progress_view());
     res.headers_mut().insert(

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
-use crate::extract::Tenant;
+use crate::extract::{PathParam, Tenant};
 use crate::AppState;
 use ojs_core::tenant::Scope;
 
@@ -36,10 +36,10 @@ async fn queue_stats(
     State(app): State<AppState>,
     dialect: Dialect,
     tenant: Tenant,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    let st = tenant_queue_stats(&app, &tenant.0, &name).await?;
-    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
+    let st = tenant_queue_stats(&app, &tenant.0, &queue).await?;
+    Ok(reply(StatusCode::OK, stats_body(&queue, &st, dialect)))
 }
 
 /// `GET /ojs/v1/queues/{name}`: the queue as an object (`queue.name`, its status and
@@ -47,12 +47,12 @@ async fn queue_stats(
 async fn queue_info(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    let st = tenant_queue_stats(&app, &tenant.0, &name).await?;
+    let st = tenant_queue_stats(&app, &tenant.0, &queue).await?;
     Ok(reply(
         StatusCode::OK,
-        stats_body(&name, &st, Dialect::OpenApi),
+        stats_body(&queue, &st, Dialect::OpenApi),
     ))
 }
 
@@ -62,10 +62,10 @@ async fn queue_info(
 async fn tenant_queue_stats(
     app: &AppState,
     scope: &Scope,
-    name: &str,
+    queue: &QueueName,
 ) -> Result<ojs_store::QueueStats, ApiError> {
-    let queue = QueueName::parse(name)?;
-    let st = app.store.derived().queue_stats(&queue).await?;
+    let name = queue.as_str();
+    let st = app.store.derived().queue_stats(queue).await?;
     if !st.registered {
         // No job was ever pushed to it and nothing set for it (the seed audit: 404, not
         // a queue of zeros that does not exist).
@@ -103,12 +103,11 @@ async fn tenant_queue_stats(
 async fn recount_queue(
     State(app): State<AppState>,
     dialect: Dialect,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     let st = app.store.derived().recount_queue(&queue).await?;
-    tracing::info!(queue = %name, "queue counters recounted");
-    Ok(reply(StatusCode::OK, stats_body(&name, &st, dialect)))
+    tracing::info!(queue = %queue, "queue counters recounted");
+    Ok(reply(StatusCode::OK, stats_body(&queue, &st, dialect)))
 }
 
 /// The job counts of `st` by state, as stats show them.
@@ -128,7 +127,12 @@ pub(crate) fn counts_view(st: &ojs_store::QueueStats) -> serde_json::Value {
 /// Queue stats: the counts at the top level (the JavaScript SDK), under `stats` (the
 /// binding, §11.2), and `queue` as the binding's name or the OpenAPI document's object
 /// (see [`Dialect`]).
-fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde_json::Value {
+fn stats_body(
+    queue: &QueueName,
+    st: &ojs_store::QueueStats,
+    dialect: Dialect,
+) -> serde_json::Value {
+    let name = queue.as_str();
     let status = if st.paused { "paused" } else { "active" };
     let counts = counts_view(st);
     let mut body = counts.as_object().cloned().unwrap_or_default();
@@ -171,10 +175,9 @@ fn stats_body(name: &str, st: &ojs_store::QueueStats, dialect: Dialect) -> serde
 async fn set_paused(
     app: AppState,
     dialect: Dialect,
-    name: String,
+    queue: QueueName,
     paused: bool,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     let q = app
         .store
         .engine()
@@ -212,17 +215,17 @@ async fn set_paused(
 pub(crate) async fn pause_queue(
     State(app): State<AppState>,
     dialect: Dialect,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    set_paused(app, dialect, name, true).await
+    set_paused(app, dialect, queue, true).await
 }
 
 pub(crate) async fn resume_queue(
     State(app): State<AppState>,
     dialect: Dialect,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    set_paused(app, dialect, name, false).await
+    set_paused(app, dialect, queue, false).await
 }
 
 /// `limit`/`offset` as the binding defines them, or `per_page`/`page` (1-based), which the
@@ -336,16 +339,15 @@ async fn set_rate_limit(
 
 async fn clear_rate_limit(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     app.store
         .engine()
         .set_queue_rate_limit(queue.as_str(), None)
         .await?;
     Ok(reply(
         StatusCode::OK,
-        json!({"queue": {"name": name, "rate_limit": null}}),
+        json!({"queue": {"name": queue.as_str(), "rate_limit": null}}),
     ))
 }
 

@@ -65,13 +65,7 @@ async fn get_workflow(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = workflow_id(&id)?;
-    let workflow = app
-        .store
-        .workflows()
-        .get(&id)
-        .await
-        .map_err(finished(&id))?;
-    Ok(workflow_answer(&workflow))
+    workflow_answer(&id, app.store.workflows().get(&id).await)
 }
 
 async fn cancel_workflow(
@@ -79,20 +73,18 @@ async fn cancel_workflow(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = workflow_id(&id)?;
-    let workflow = app
-        .store
-        .workflows()
-        .cancel(&id, time::now())
-        .await
-        .map_err(finished(&id))?;
-    Ok(workflow_answer(&workflow))
+    workflow_answer(&id, app.store.workflows().cancel(&id, time::now()).await)
 }
 
-/// The 200 of a workflow read or cancelled: its view under `workflow` and at the top
-/// level, as for one just created.
-fn workflow_answer(workflow: &ojs_store::WorkflowRecord) -> Response {
-    reply(
+/// The answer to a workflow read or cancelled: its view under `workflow` and at the top
+/// level, as for one just created; the store's error otherwise, a finished one's 409.
+fn workflow_answer(
+    id: &str,
+    outcome: Result<ojs_store::WorkflowRecord, StoreError>,
+) -> Result<Response, ApiError> {
+    let workflow = outcome.map_err(finished(id))?;
+    Ok(reply(
         StatusCode::OK,
-        wrapped_and_bare("workflow", entry_views::workflow(workflow)),
-    )
+        wrapped_and_bare("workflow", entry_views::workflow(&workflow)),
+    ))
 }

@@ -239,220 +239,160 @@ pub struct RouteScope {
     pub path: &'static str,
     /// What it needs.
     pub need: Need,
+    /// Whether a key bound to a tenant may call it: the route acts for the request's
+    /// tenant only (crate::extract::Tenant), webhook subscriptions included (a tenant's
+    /// receive its jobs' events only), or lists what keeps to the request's tenant
+    /// (crate::extract::ListingTenant: the events, and with `ojs:admin:read` the admin job
+    /// and dead letter listings, a job's admin view, the tenants listing (its own alone)
+    /// and its own tenant's view and stats). The rest (queue listings, push endpoints,
+    /// cron, the rest of the admin API) are not filtered by tenant, so such a key is
+    /// refused them.
+    pub tenant: bool,
 }
 
-const fn r(method: &'static str, path: &'static str, need: Need) -> RouteScope {
-    RouteScope { method, path, need }
+/// The rows of [`ROUTES`], one a line: the method, the pattern, the [`Need`], and
+/// `tenant` where a key bound to a tenant may call the route ([`RouteScope::tenant`]).
+macro_rules! routes {
+    (@tenant) => {
+        false
+    };
+    (@tenant tenant) => {
+        true
+    };
+    ($($method:ident $path:literal $need:ident $($tenant:ident)?;)*) => {
+        &[$(RouteScope {
+            method: stringify!($method),
+            path: $path,
+            need: Need::$need,
+            tenant: routes!(@tenant $($tenant)?),
+        }),*]
+    };
 }
 
 /// Every route the server serves and what it needs; README, "API keys and scopes",
 /// prints the same table. A path missing here answers 500 (see the module docs).
-pub const ROUTES: &[RouteScope] = &[
+pub const ROUTES: &[RouteScope] = routes! {
     // Discovery and liveness.
-    r("GET", "/ojs/manifest", Need::Public),
-    r("GET", "/ojs/v1/health", Need::Public),
-    r("GET", "/health", Need::Public),
-    r("GET", "/ready", Need::Public),
-    r("GET", "/metrics", Need::AdminRead),
-    r("GET", "/ojs/v1/events", Need::DataRead),
+    GET    "/ojs/manifest"                                     Public;
+    GET    "/ojs/v1/health"                                    Public;
+    GET    "/health"                                           Public;
+    GET    "/ready"                                            Public;
+    GET    "/metrics"                                          AdminRead;
+    GET    "/ojs/v1/events"                                    DataRead    tenant;
     // Producers.
-    r("POST", "/ojs/v1/jobs", Need::Enqueue),
-    r("POST", "/ojs/v1/jobs/batch", Need::Enqueue),
-    r("GET", "/ojs/v1/jobs/{id}", Need::DataRead),
-    r("GET", "/ojs/v1/jobs/{id}/progress", Need::DataRead),
-    r("DELETE", "/ojs/v1/jobs/{id}", Need::Enqueue),
-    r("POST", "/ojs/v1/workflows", Need::Enqueue),
-    r("GET", "/ojs/v1/workflows/{id}", Need::DataRead),
-    r("DELETE", "/ojs/v1/workflows/{id}", Need::Enqueue),
-    r("GET", "/ojs/v1/dead-letter", Need::DataRead),
-    r("POST", "/ojs/v1/dead-letter/{id}/retry", Need::Enqueue),
-    r("DELETE", "/ojs/v1/dead-letter/{id}", Need::Enqueue),
-    r("POST", "/cloudq/{queue}", Need::Enqueue),
-    r("POST", "/{queue}", Need::Enqueue),
+    POST   "/ojs/v1/jobs"                                      Enqueue     tenant;
+    POST   "/ojs/v1/jobs/batch"                                Enqueue     tenant;
+    GET    "/ojs/v1/jobs/{id}"                                 DataRead    tenant;
+    GET    "/ojs/v1/jobs/{id}/progress"                        DataRead    tenant;
+    DELETE "/ojs/v1/jobs/{id}"                                 Enqueue     tenant;
+    POST   "/ojs/v1/workflows"                                 Enqueue     tenant;
+    GET    "/ojs/v1/workflows/{id}"                            DataRead;
+    DELETE "/ojs/v1/workflows/{id}"                            Enqueue;
+    GET    "/ojs/v1/dead-letter"                               DataRead    tenant;
+    POST   "/ojs/v1/dead-letter/{id}/retry"                    Enqueue     tenant;
+    DELETE "/ojs/v1/dead-letter/{id}"                          Enqueue     tenant;
+    POST   "/cloudq/{queue}"                                   Enqueue;
+    POST   "/{queue}"                                          Enqueue;
     // Workers.
-    r("POST", "/ojs/v1/workers/fetch", Need::Process),
-    r("POST", "/ojs/v1/workers/ack", Need::Process),
-    r("POST", "/ojs/v1/jobs/{id}/ack", Need::Process),
-    r("POST", "/ojs/v1/workers/nack", Need::Process),
-    r("POST", "/ojs/v1/workers/heartbeat", Need::Process),
-    r("POST", "/ojs/v1/workers/beat", Need::Process),
-    r("GET", "/ojs/v1/workers/{id}/health", Need::Process),
-    r("POST", "/ojs/v1/workers/progress", Need::Process),
-    r("PUT", "/ojs/v1/jobs/{id}/progress", Need::Process),
+    POST   "/ojs/v1/workers/fetch"                             Process     tenant;
+    POST   "/ojs/v1/workers/ack"                               Process     tenant;
+    POST   "/ojs/v1/jobs/{id}/ack"                             Process     tenant;
+    POST   "/ojs/v1/workers/nack"                              Process     tenant;
+    POST   "/ojs/v1/workers/heartbeat"                         Process     tenant;
+    POST   "/ojs/v1/workers/beat"                              Process     tenant;
+    GET    "/ojs/v1/workers/{id}/health"                       Process;
+    POST   "/ojs/v1/workers/progress"                          Process     tenant;
+    PUT    "/ojs/v1/jobs/{id}/progress"                        Process     tenant;
     // ojs-durable-execution.md: a worker saves, reads and clears its job's checkpoint.
-    r("PUT", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
-    r("POST", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
-    r("GET", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
-    r("DELETE", "/ojs/v1/jobs/{id}/checkpoint", Need::Process),
-    r("GET", "/cloudq/{queue}", Need::Process),
-    r("DELETE", "/cloudq/{queue}/{id}", Need::Process),
-    r("GET", "/{queue}", Need::Process),
-    r("DELETE", "/{queue}/{id}", Need::Process),
+    PUT    "/ojs/v1/jobs/{id}/checkpoint"                      Process;
+    POST   "/ojs/v1/jobs/{id}/checkpoint"                      Process;
+    GET    "/ojs/v1/jobs/{id}/checkpoint"                      Process;
+    DELETE "/ojs/v1/jobs/{id}/checkpoint"                      Process;
+    GET    "/cloudq/{queue}"                                   Process;
+    DELETE "/cloudq/{queue}/{id}"                              Process;
+    GET    "/{queue}"                                          Process;
+    DELETE "/{queue}/{id}"                                     Process;
     // Reading queues, cron and schemas.
-    r("GET", "/ojs/v1/queues", Need::DataRead),
-    r("GET", "/ojs/v1/queues/{name}", Need::DataRead),
-    r("GET", "/ojs/v1/queues/{name}/stats", Need::DataRead),
-    r("GET", "/ojs/v1/cron", Need::DataRead),
-    r("GET", "/ojs/v1/rate-limits/{key}", Need::DataRead),
-    r("GET", "/ojs/v1/schemas", Need::DataRead),
-    r("GET", "/ojs/v1/schemas/{*uri}", Need::DataRead),
+    GET    "/ojs/v1/queues"                                    DataRead;
+    GET    "/ojs/v1/queues/{name}"                             DataRead    tenant;
+    GET    "/ojs/v1/queues/{name}/stats"                       DataRead    tenant;
+    GET    "/ojs/v1/cron"                                      DataRead;
+    GET    "/ojs/v1/rate-limits/{key}"                         DataRead;
+    GET    "/ojs/v1/schemas"                                   DataRead;
+    GET    "/ojs/v1/schemas/{*uri}"                            DataRead;
     // Configuration.
-    r("POST", "/ojs/v1/queues/{name}/pause", Need::ConfigWrite),
-    r("POST", "/ojs/v1/queues/{name}/resume", Need::ConfigWrite),
-    r("POST", "/ojs/v1/cron", Need::ConfigWrite),
-    r("DELETE", "/ojs/v1/cron/{name}", Need::ConfigWrite),
-    r("POST", "/ojs/v1/schemas", Need::ConfigWrite),
-    r("DELETE", "/ojs/v1/schemas/{*uri}", Need::ConfigWrite),
-    r("GET", "/ojs/v1/push/endpoints", Need::ConfigRead),
-    r("POST", "/ojs/v1/push/endpoints", Need::ConfigWrite),
-    r("GET", "/ojs/v1/push/endpoints/{id}", Need::ConfigRead),
-    r("DELETE", "/ojs/v1/push/endpoints/{id}", Need::ConfigWrite),
-    r("GET", "/ojs/v1/webhooks/subscriptions", Need::ConfigRead),
-    r("POST", "/ojs/v1/webhooks/subscriptions", Need::ConfigWrite),
-    r(
-        "GET",
-        "/ojs/v1/webhooks/subscriptions/{id}",
-        Need::ConfigRead,
-    ),
-    r(
-        "PATCH",
-        "/ojs/v1/webhooks/subscriptions/{id}",
-        Need::ConfigWrite,
-    ),
-    r(
-        "DELETE",
-        "/ojs/v1/webhooks/subscriptions/{id}",
-        Need::ConfigWrite,
-    ),
-    r(
-        "POST",
-        "/ojs/v1/webhooks/subscriptions/{id}/rotate-secret",
-        Need::ConfigWrite,
-    ),
-    r(
-        "POST",
-        "/ojs/v1/webhooks/subscriptions/{id}/test",
-        Need::ConfigWrite,
-    ),
-    r(
-        "GET",
-        "/ojs/v1/webhooks/subscriptions/{id}/deliveries",
-        Need::ConfigRead,
-    ),
-    r("GET", "/ojs/v1/webhooks/deliveries", Need::ConfigRead),
-    r("GET", "/ojs/v1/webhooks/deliveries/{id}", Need::ConfigRead),
-    r(
-        "POST",
-        "/ojs/v1/webhooks/deliveries/{id}/retry",
-        Need::ConfigWrite,
-    ),
-    r(
-        "POST",
-        "/ojs/v1/admin/queues/{name}/pause",
-        Need::ConfigWrite,
-    ),
-    r(
-        "POST",
-        "/ojs/v1/admin/queues/{name}/resume",
-        Need::ConfigWrite,
-    ),
-    r(
-        "PUT",
-        "/ojs/v1/admin/queues/{name}/config",
-        Need::ConfigWrite,
-    ),
-    r(
-        "PUT",
-        "/ojs/v1/admin/queues/{name}/rate-limit",
-        Need::ConfigWrite,
-    ),
-    r(
-        "DELETE",
-        "/ojs/v1/admin/queues/{name}/rate-limit",
-        Need::ConfigWrite,
-    ),
-    r(
-        "POST",
-        "/ojs/v1/admin/workers/{id}/{directive}",
-        Need::ConfigWrite,
-    ),
+    POST   "/ojs/v1/queues/{name}/pause"                       ConfigWrite;
+    POST   "/ojs/v1/queues/{name}/resume"                      ConfigWrite;
+    POST   "/ojs/v1/cron"                                      ConfigWrite;
+    DELETE "/ojs/v1/cron/{name}"                               ConfigWrite;
+    POST   "/ojs/v1/schemas"                                   ConfigWrite;
+    DELETE "/ojs/v1/schemas/{*uri}"                            ConfigWrite;
+    GET    "/ojs/v1/push/endpoints"                            ConfigRead;
+    POST   "/ojs/v1/push/endpoints"                            ConfigWrite;
+    GET    "/ojs/v1/push/endpoints/{id}"                       ConfigRead;
+    DELETE "/ojs/v1/push/endpoints/{id}"                       ConfigWrite;
+    GET    "/ojs/v1/webhooks/subscriptions"                    ConfigRead  tenant;
+    POST   "/ojs/v1/webhooks/subscriptions"                    ConfigWrite tenant;
+    GET    "/ojs/v1/webhooks/subscriptions/{id}"               ConfigRead  tenant;
+    PATCH  "/ojs/v1/webhooks/subscriptions/{id}"               ConfigWrite tenant;
+    DELETE "/ojs/v1/webhooks/subscriptions/{id}"               ConfigWrite tenant;
+    POST   "/ojs/v1/webhooks/subscriptions/{id}/rotate-secret" ConfigWrite tenant;
+    POST   "/ojs/v1/webhooks/subscriptions/{id}/test"          ConfigWrite tenant;
+    GET    "/ojs/v1/webhooks/subscriptions/{id}/deliveries"    ConfigRead  tenant;
+    GET    "/ojs/v1/webhooks/deliveries"                       ConfigRead  tenant;
+    GET    "/ojs/v1/webhooks/deliveries/{id}"                  ConfigRead  tenant;
+    POST   "/ojs/v1/webhooks/deliveries/{id}/retry"            ConfigWrite tenant;
+    POST   "/ojs/v1/admin/queues/{name}/pause"                 ConfigWrite;
+    POST   "/ojs/v1/admin/queues/{name}/resume"                ConfigWrite;
+    PUT    "/ojs/v1/admin/queues/{name}/config"                ConfigWrite;
+    PUT    "/ojs/v1/admin/queues/{name}/rate-limit"            ConfigWrite;
+    DELETE "/ojs/v1/admin/queues/{name}/rate-limit"            ConfigWrite;
+    POST   "/ojs/v1/admin/workers/{id}/{directive}"            ConfigWrite;
     // The admin API.
-    r("GET", "/ojs/v1/admin/stats", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/stats/history", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/queues", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/queues/{name}", Need::AdminRead),
-    r(
-        "POST",
-        "/ojs/v1/admin/queues/{name}/recount",
-        Need::AdminWrite,
-    ),
-    r(
-        "DELETE",
-        "/ojs/v1/admin/queues/{name}/jobs",
-        Need::AdminPurge,
-    ),
-    r("GET", "/ojs/v1/admin/jobs", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/jobs/{id}", Need::AdminRead),
-    r("PATCH", "/ojs/v1/admin/jobs/{id}", Need::AdminWrite),
-    r("POST", "/ojs/v1/admin/jobs/{id}/retry", Need::AdminWrite),
-    r("POST", "/ojs/v1/admin/jobs/{id}/cancel", Need::AdminWrite),
-    r("POST", "/ojs/v1/admin/jobs/bulk/delete", Need::AdminPurge),
-    r("POST", "/ojs/v1/admin/jobs/bulk/{action}", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/workers", Need::AdminRead),
-    r("DELETE", "/ojs/v1/admin/workers/{id}", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/dead-letter", Need::AdminRead),
-    r("DELETE", "/ojs/v1/admin/dead-letter", Need::AdminPurge),
-    r("GET", "/ojs/v1/admin/dead-letter/stats", Need::AdminRead),
-    r("POST", "/ojs/v1/admin/dead-letter/retry", Need::AdminWrite),
-    r(
-        "POST",
-        "/ojs/v1/admin/dead-letter/{id}/retry",
-        Need::AdminWrite,
-    ),
-    r("DELETE", "/ojs/v1/admin/dead-letter/{id}", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/system/maintenance", Need::AdminRead),
-    r("POST", "/ojs/v1/admin/system/maintenance", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/system/config", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/schemas", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/schemas/{type}", Need::AdminRead),
-    r(
-        "GET",
-        "/ojs/v1/admin/schemas/{type}/versions",
-        Need::AdminRead,
-    ),
-    r(
-        "GET",
-        "/ojs/v1/admin/schemas/{type}/{version}",
-        Need::AdminRead,
-    ),
-    r(
-        "PUT",
-        "/ojs/v1/admin/schemas/{type}/{version}",
-        Need::AdminWrite,
-    ),
-    r(
-        "DELETE",
-        "/ojs/v1/admin/schemas/{type}/{version}",
-        Need::AdminWrite,
-    ),
-    r("GET", "/ojs/v1/admin/tenants", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/tenants/{id}", Need::AdminRead),
-    r("PUT", "/ojs/v1/admin/tenants/{id}", Need::AdminWrite),
-    r("DELETE", "/ojs/v1/admin/tenants/{id}", Need::AdminWrite),
-    r("PUT", "/ojs/v1/admin/tenants/{id}/limits", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/tenants/{id}/stats", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/tenants/{id}/jobs", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/pools", Need::AdminRead),
-    r("GET", "/ojs/v1/admin/pools/{name}", Need::AdminRead),
-    r("PUT", "/ojs/v1/admin/pools/{name}", Need::AdminWrite),
-    r("DELETE", "/ojs/v1/admin/pools/{name}", Need::AdminWrite),
-    r("GET", "/ojs/v1/admin/scheduling/stats", Need::AdminRead),
-    r(
-        "GET",
-        "/ojs/v1/admin/keys/{id}/registrations",
-        Need::AdminRead,
-    ),
-];
+    GET    "/ojs/v1/admin/stats"                               AdminRead;
+    GET    "/ojs/v1/admin/stats/history"                       AdminRead;
+    GET    "/ojs/v1/admin/queues"                              AdminRead;
+    GET    "/ojs/v1/admin/queues/{name}"                       AdminRead;
+    POST   "/ojs/v1/admin/queues/{name}/recount"               AdminWrite;
+    DELETE "/ojs/v1/admin/queues/{name}/jobs"                  AdminPurge;
+    GET    "/ojs/v1/admin/jobs"                                AdminRead   tenant;
+    GET    "/ojs/v1/admin/jobs/{id}"                           AdminRead   tenant;
+    PATCH  "/ojs/v1/admin/jobs/{id}"                           AdminWrite;
+    POST   "/ojs/v1/admin/jobs/{id}/retry"                     AdminWrite;
+    POST   "/ojs/v1/admin/jobs/{id}/cancel"                    AdminWrite;
+    POST   "/ojs/v1/admin/jobs/bulk/delete"                    AdminPurge;
+    POST   "/ojs/v1/admin/jobs/bulk/{action}"                  AdminWrite;
+    GET    "/ojs/v1/admin/workers"                             AdminRead;
+    DELETE "/ojs/v1/admin/workers/{id}"                        AdminWrite;
+    GET    "/ojs/v1/admin/dead-letter"                         AdminRead   tenant;
+    DELETE "/ojs/v1/admin/dead-letter"                         AdminPurge;
+    GET    "/ojs/v1/admin/dead-letter/stats"                   AdminRead;
+    POST   "/ojs/v1/admin/dead-letter/retry"                   AdminWrite;
+    POST   "/ojs/v1/admin/dead-letter/{id}/retry"              AdminWrite;
+    DELETE "/ojs/v1/admin/dead-letter/{id}"                    AdminWrite;
+    GET    "/ojs/v1/admin/system/maintenance"                  AdminRead;
+    POST   "/ojs/v1/admin/system/maintenance"                  AdminWrite;
+    GET    "/ojs/v1/admin/system/config"                       AdminRead;
+    GET    "/ojs/v1/admin/schemas"                             AdminRead;
+    GET    "/ojs/v1/admin/schemas/{type}"                      AdminRead;
+    GET    "/ojs/v1/admin/schemas/{type}/versions"             AdminRead;
+    GET    "/ojs/v1/admin/schemas/{type}/{version}"            AdminRead;
+    PUT    "/ojs/v1/admin/schemas/{type}/{version}"            AdminWrite;
+    DELETE "/ojs/v1/admin/schemas/{type}/{version}"            AdminWrite;
+    GET    "/ojs/v1/admin/tenants"                             AdminRead   tenant;
+    GET    "/ojs/v1/admin/tenants/{id}"                        AdminRead   tenant;
+    PUT    "/ojs/v1/admin/tenants/{id}"                        AdminWrite;
+    DELETE "/ojs/v1/admin/tenants/{id}"                        AdminWrite;
+    PUT    "/ojs/v1/admin/tenants/{id}/limits"                 AdminWrite;
+    GET    "/ojs/v1/admin/tenants/{id}/stats"                  AdminRead   tenant;
+    GET    "/ojs/v1/admin/tenants/{id}/jobs"                   AdminRead   tenant;
+    GET    "/ojs/v1/admin/pools"                               AdminRead;
+    GET    "/ojs/v1/admin/pools/{name}"                        AdminRead;
+    PUT    "/ojs/v1/admin/pools/{name}"                        AdminWrite;
+    DELETE "/ojs/v1/admin/pools/{name}"                        AdminWrite;
+    GET    "/ojs/v1/admin/scheduling/stats"                    AdminRead;
+    GET    "/ojs/v1/admin/keys/{id}/registrations"             AdminRead;
+};
 
 /// How specifically `pattern` matches `path`, segment by segment (a literal beats a
 /// parameter, which beats a wildcard), or None when it does not match.
@@ -503,63 +443,15 @@ pub fn route(method: &Method, path: &str) -> Option<&'static RouteScope> {
         .map(|(_, r)| r)
 }
 
-/// The routes a key bound to a tenant may call: those that act for the request's tenant
-/// only (crate::extract::Tenant), webhook subscriptions included (a tenant's receive its
-/// jobs' events only), and the listings that keep to the request's tenant
-/// (crate::extract::ListingTenant: the events, and with `ojs:admin:read` the admin job
-/// and dead letter listings, a job's admin view, the tenants listing (its own alone) and
-/// its own tenant's view and stats). The rest (queue listings, push
-/// endpoints, cron, the rest of the admin API) are not filtered by tenant, so such a key
-/// is refused them.
-const TENANT_ROUTES: &[(&str, &str)] = &[
-    ("GET", "/ojs/v1/events"),
-    ("GET", "/ojs/v1/admin/jobs"),
-    ("GET", "/ojs/v1/admin/jobs/{id}"),
-    ("GET", "/ojs/v1/admin/dead-letter"),
-    ("GET", "/ojs/v1/admin/tenants"),
-    ("GET", "/ojs/v1/admin/tenants/{id}/jobs"),
-    ("GET", "/ojs/v1/admin/tenants/{id}"),
-    ("GET", "/ojs/v1/admin/tenants/{id}/stats"),
-    ("POST", "/ojs/v1/jobs"),
-    ("POST", "/ojs/v1/jobs/batch"),
-    ("GET", "/ojs/v1/jobs/{id}"),
-    ("DELETE", "/ojs/v1/jobs/{id}"),
-    ("POST", "/ojs/v1/workers/fetch"),
-    ("POST", "/ojs/v1/workers/ack"),
-    ("POST", "/ojs/v1/jobs/{id}/ack"),
-    ("POST", "/ojs/v1/workers/nack"),
-    ("POST", "/ojs/v1/workers/heartbeat"),
-    ("POST", "/ojs/v1/workers/beat"),
-    ("POST", "/ojs/v1/workers/progress"),
-    ("GET", "/ojs/v1/jobs/{id}/progress"),
-    ("PUT", "/ojs/v1/jobs/{id}/progress"),
-    ("POST", "/ojs/v1/workflows"),
-    ("GET", "/ojs/v1/queues/{name}"),
-    ("GET", "/ojs/v1/queues/{name}/stats"),
-    ("GET", "/ojs/v1/dead-letter"),
-    ("POST", "/ojs/v1/dead-letter/{id}/retry"),
-    ("DELETE", "/ojs/v1/dead-letter/{id}"),
-    ("GET", "/ojs/v1/webhooks/subscriptions"),
-    ("POST", "/ojs/v1/webhooks/subscriptions"),
-    ("GET", "/ojs/v1/webhooks/subscriptions/{id}"),
-    ("PATCH", "/ojs/v1/webhooks/subscriptions/{id}"),
-    ("DELETE", "/ojs/v1/webhooks/subscriptions/{id}"),
-    ("POST", "/ojs/v1/webhooks/subscriptions/{id}/rotate-secret"),
-    ("POST", "/ojs/v1/webhooks/subscriptions/{id}/test"),
-    ("GET", "/ojs/v1/webhooks/subscriptions/{id}/deliveries"),
-    ("GET", "/ojs/v1/webhooks/deliveries"),
-    ("GET", "/ojs/v1/webhooks/deliveries/{id}"),
-    ("POST", "/ojs/v1/webhooks/deliveries/{id}/retry"),
-];
-
-/// Ok when a key bound to a tenant (`tenant`) may make the request, else the 403: a key of
-/// any tenant may make every request its scopes allow.
+/// Ok when a key bound to a tenant (`tenant`) may make the request
+/// ([`RouteScope::tenant`]), else the 403: a key of any tenant may make every request its
+/// scopes allow.
 pub fn check_tenant(tenant: Option<&str>, method: &Method, path: &str) -> Result<(), OjsError> {
     let Some(tenant) = tenant else {
         return Ok(());
     };
     match route(method, path) {
-        Some(r) if !TENANT_ROUTES.contains(&(r.method, r.path)) => Err(OjsError::new(
+        Some(r) if !r.tenant => Err(OjsError::new(
             ErrorCode::Forbidden,
             format!("{method} {path} is not open to a key bound to tenant {tenant}: it does not keep to one tenant's jobs"),
         )

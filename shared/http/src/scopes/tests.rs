@@ -4,102 +4,57 @@ use super::*;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
+/// `(method, path, need)` rows, one a line: a request and what its route needs.
+macro_rules! cases {
+    ($($method:ident $path:literal $need:ident;)*) => {
+        [$((Method::$method, $path, Need::$need)),*]
+    };
+}
+
 #[test]
 fn each_request_needs_what_its_route_does() {
-    let cases = [
-        (Method::GET, "/ojs/manifest", Need::Public),
-        (Method::GET, "/ojs/v1/admin/queues", Need::AdminRead),
-        (Method::HEAD, "/ojs/v1/admin/jobs", Need::AdminRead),
-        (
-            Method::POST,
-            "/ojs/v1/admin/queues/q/pause",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::PUT,
-            "/ojs/v1/admin/queues/q/config",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::PUT,
-            "/ojs/v1/admin/queues/q/rate-limit",
-            Need::ConfigWrite,
-        ),
-        (Method::DELETE, "/ojs/v1/admin/workers/w", Need::AdminWrite),
-        (
-            Method::POST,
-            "/ojs/v1/admin/workers/w/quiet",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::DELETE,
-            "/ojs/v1/admin/dead-letter/x",
-            Need::AdminWrite,
-        ),
-        (
-            Method::POST,
-            "/ojs/v1/admin/jobs/bulk/retry",
-            Need::AdminWrite,
-        ),
-        (
-            Method::POST,
-            "/ojs/v1/admin/jobs/bulk/delete",
-            Need::AdminPurge,
-        ),
-        (
-            Method::DELETE,
-            "/ojs/v1/admin/queues/q/jobs",
-            Need::AdminPurge,
-        ),
-        (
-            Method::DELETE,
-            "/ojs/v1/admin/dead-letter",
-            Need::AdminPurge,
-        ),
-        (Method::GET, "/ojs/v1/jobs/x", Need::DataRead),
-        (Method::POST, "/ojs/v1/jobs", Need::Enqueue),
-        (Method::POST, "/ojs/v1/jobs/batch", Need::Enqueue),
-        (Method::DELETE, "/ojs/v1/jobs/x", Need::Enqueue),
-        (Method::POST, "/ojs/v1/workers/fetch", Need::Process),
-        (Method::POST, "/ojs/v1/workers/heartbeat", Need::Process),
-        (Method::GET, "/cloudq/q", Need::Process),
-        (Method::POST, "/cloudq/q", Need::Enqueue),
-        (Method::GET, "/archive_queue", Need::Process),
-        (Method::POST, "/archive_queue", Need::Enqueue),
-        (Method::DELETE, "/archive_queue/123", Need::Process),
-        (Method::GET, "/health", Need::Public),
-        (Method::GET, "/metrics", Need::AdminRead),
-        (Method::POST, "/ojs/v1/push/endpoints", Need::ConfigWrite),
-        (Method::GET, "/ojs/v1/push/endpoints", Need::ConfigRead),
-        (
-            Method::DELETE,
-            "/ojs/v1/push/endpoints/p",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::POST,
-            "/ojs/v1/webhooks/subscriptions",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::PATCH,
-            "/ojs/v1/webhooks/subscriptions/s",
-            Need::ConfigWrite,
-        ),
-        (
-            Method::GET,
-            "/ojs/v1/webhooks/subscriptions/s/deliveries",
-            Need::ConfigRead,
-        ),
-        (Method::POST, "/ojs/v1/cron", Need::ConfigWrite),
-        (Method::GET, "/ojs/v1/cron", Need::DataRead),
-        (Method::DELETE, "/ojs/v1/cron/c", Need::ConfigWrite),
-        (Method::POST, "/ojs/v1/schemas", Need::ConfigWrite),
-        (Method::GET, "/ojs/v1/schemas/urn%3Aa/b", Need::DataRead),
-        (Method::DELETE, "/ojs/v1/schemas/urn%3Aa", Need::ConfigWrite),
-        (Method::POST, "/ojs/v1/queues/q/pause", Need::ConfigWrite),
-        (Method::POST, "/ojs/v1/queues/q/resume", Need::ConfigWrite),
-    ];
+    let cases = cases! {
+        GET    "/ojs/manifest"                               Public;
+        GET    "/ojs/v1/admin/queues"                        AdminRead;
+        HEAD   "/ojs/v1/admin/jobs"                          AdminRead;
+        POST   "/ojs/v1/admin/queues/q/pause"                ConfigWrite;
+        PUT    "/ojs/v1/admin/queues/q/config"               ConfigWrite;
+        PUT    "/ojs/v1/admin/queues/q/rate-limit"           ConfigWrite;
+        DELETE "/ojs/v1/admin/workers/w"                     AdminWrite;
+        POST   "/ojs/v1/admin/workers/w/quiet"               ConfigWrite;
+        DELETE "/ojs/v1/admin/dead-letter/x"                 AdminWrite;
+        POST   "/ojs/v1/admin/jobs/bulk/retry"               AdminWrite;
+        POST   "/ojs/v1/admin/jobs/bulk/delete"              AdminPurge;
+        DELETE "/ojs/v1/admin/queues/q/jobs"                 AdminPurge;
+        DELETE "/ojs/v1/admin/dead-letter"                   AdminPurge;
+        GET    "/ojs/v1/jobs/x"                              DataRead;
+        POST   "/ojs/v1/jobs"                                Enqueue;
+        POST   "/ojs/v1/jobs/batch"                          Enqueue;
+        DELETE "/ojs/v1/jobs/x"                              Enqueue;
+        POST   "/ojs/v1/workers/fetch"                       Process;
+        POST   "/ojs/v1/workers/heartbeat"                   Process;
+        GET    "/cloudq/q"                                   Process;
+        POST   "/cloudq/q"                                   Enqueue;
+        GET    "/archive_queue"                              Process;
+        POST   "/archive_queue"                              Enqueue;
+        DELETE "/archive_queue/123"                          Process;
+        GET    "/health"                                     Public;
+        GET    "/metrics"                                    AdminRead;
+        POST   "/ojs/v1/push/endpoints"                      ConfigWrite;
+        GET    "/ojs/v1/push/endpoints"                      ConfigRead;
+        DELETE "/ojs/v1/push/endpoints/p"                    ConfigWrite;
+        POST   "/ojs/v1/webhooks/subscriptions"              ConfigWrite;
+        PATCH  "/ojs/v1/webhooks/subscriptions/s"            ConfigWrite;
+        GET    "/ojs/v1/webhooks/subscriptions/s/deliveries" ConfigRead;
+        POST   "/ojs/v1/cron"                                ConfigWrite;
+        GET    "/ojs/v1/cron"                                DataRead;
+        DELETE "/ojs/v1/cron/c"                              ConfigWrite;
+        POST   "/ojs/v1/schemas"                             ConfigWrite;
+        GET    "/ojs/v1/schemas/urn%3Aa/b"                   DataRead;
+        DELETE "/ojs/v1/schemas/urn%3Aa"                     ConfigWrite;
+        POST   "/ojs/v1/queues/q/pause"                      ConfigWrite;
+        POST   "/ojs/v1/queues/q/resume"                     ConfigWrite;
+    };
     for (method, path, want) in cases {
         assert_eq!(
             route(&method, path).map(|r| r.need),

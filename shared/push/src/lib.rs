@@ -448,6 +448,46 @@ impl Dispatcher {
         if self.inner.breakers.record(&endpoint.id, delivery_error) {
             tracing::warn!(endpoint = %endpoint.id, failures = breaker::TRIP_AFTER, "push circuit opened: no delivery to this endpoint for the cooldown");
         }
+        let settled = self.settle(endpoint, &job, &answer).await;
+        match settled {
+            Ok(outcome) => tracing::info!(
+                job_id = %job.id, endpoint = %endpoint.id, %delivery_id, outcome,
+                trace_id = ojs_core::trace::of_meta(&job.spec.meta).map(|t| t.trace_id).as_deref().unwrap_or("-"),
+                ms = started.elapsed().as_millis() as u64, "push delivery settled"
+            ),
+            // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):
+            // this answer is a late one for an attempt that is no longer current (§8.2).
+            Err(
+                StoreError::NotHolder { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::NotFound(_),
+            ) => {
+                tracing::info!(job_id = %job.id, %delivery_id, "late push answer ignored: the attempt is no longer current")
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
+            }
+        }
+        self.inner
+            .store
+            .push_endpoints()
+            .release_hold(endpoint, &slot)
+            .await;
+        if let PushAnswer::Failed(f) = &answer {
+            if disables(&f.error_type) {
+                self.disable(endpoint, &f.message).await;
+            }
+        }
+    }
+
+    /// Records a delivery's answer as the job's ACK or FAIL, fenced to the attempt it
+    /// was delivered for: the outcome's name, or why it was not recorded.
+    async fn settle(
+        &self,
+        endpoint: &PushEntry,
+        job: &Job,
+        answer: &PushAnswer,
+    ) -> Result<&'static str, StoreError> {
         let worker = endpoint.worker_id();
         let fence = Fence {
             worker_id: Some(&worker),
@@ -455,7 +495,7 @@ impl Dispatcher {
         };
         let now = time::now();
         let store = &self.inner.store;
-        let settled = match &answer {
+        match answer {
             PushAnswer::Completed(result) => store
                 .lifecycle()
                 .ack_job(
@@ -482,31 +522,6 @@ impl Dispatcher {
                 )
                 .await
                 .map(|_| "failed"),
-        };
-        match settled {
-            Ok(outcome) => tracing::info!(
-                job_id = %job.id, endpoint = %endpoint.id, %delivery_id, outcome,
-                trace_id = ojs_core::trace::of_meta(&job.spec.meta).map(|t| t.trace_id).as_deref().unwrap_or("-"),
-                ms = started.elapsed().as_millis() as u64, "push delivery settled"
-            ),
-            // The attempt ended meanwhile (cancelled, timed out by the sweep, reclaimed):
-            // this answer is a late one for an attempt that is no longer current (§8.2).
-            Err(
-                StoreError::NotHolder { .. }
-                | StoreError::Conflict { .. }
-                | StoreError::NotFound(_),
-            ) => {
-                tracing::info!(job_id = %job.id, %delivery_id, "late push answer ignored: the attempt is no longer current")
-            }
-            Err(e) => {
-                tracing::warn!(job_id = %job.id, %delivery_id, error = %e, "push answer not recorded; the lease's end retries the job")
-            }
-        }
-        store.push_endpoints().release_hold(endpoint, &slot).await;
-        if let PushAnswer::Failed(f) = &answer {
-            if disables(&f.error_type) {
-                self.disable(endpoint, &f.message).await;
-            }
         }
     }
 

@@ -4,6 +4,25 @@ use std::fmt;
 
 use crate::error::OjsError;
 
+/// `as_str` (documented `$doc`) and `Display` for a name held as a validated `String`.
+macro_rules! string_newtype {
+    ($name:ident, $doc:literal) => {
+        impl $name {
+            #[doc = $doc]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+pub(crate) use string_newtype;
+
 /// A job id: a UUIDv7 in lowercase hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(uuid::Uuid);
@@ -65,27 +84,14 @@ impl JobType {
                 && chars
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
         };
-        if raw.is_empty() || raw.len() > Self::MAX_LEN || !raw.split('.').all(valid_segment) {
-            return Err(OjsError::invalid_request(format!(
-                "type must be dot-separated segments matching [a-z][a-z0-9_-]* (max {} chars), got {raw:?}",
-                Self::MAX_LEN
-            ))
-            .with_path("$.type"));
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    /// The type as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
+        let valid =
+            !raw.is_empty() && raw.len() <= Self::MAX_LEN && raw.split('.').all(valid_segment);
+        let rule = "be dot-separated segments matching [a-z][a-z0-9_-]*";
+        checked_name(raw, valid, "type", rule, Self::MAX_LEN).map(Self)
     }
 }
 
-impl fmt::Display for JobType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+string_newtype!(JobType, "The type as a string.");
 
 /// A queue name: `[a-z0-9][a-z0-9\-.]*`, at most 255 characters (the JSON format's
 /// recommendation; `ojs-payload-limits.md` PL-003's 255 bytes).
@@ -107,26 +113,29 @@ impl QueueName {
         let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
             && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
             && raw.len() <= Self::MAX_LEN;
-        if !valid {
-            return Err(OjsError::invalid_request(format!(
-                "queue must match [a-z0-9][a-z0-9-.]* (max {} chars), got {raw:?}",
-                Self::MAX_LEN
-            ))
-            .with_path("$.queue"));
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    /// The name as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
+        let rule = "match [a-z0-9][a-z0-9-.]*";
+        checked_name(raw, valid, "queue", rule, Self::MAX_LEN).map(Self)
     }
 }
 
-impl fmt::Display for QueueName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+string_newtype!(QueueName, "The name as a string.");
+
+/// `raw`, owned, if it is `valid`; else the refusal of the member `field`, which must
+/// `rule` and be at most `max` characters long.
+fn checked_name(
+    raw: &str,
+    valid: bool,
+    field: &str,
+    rule: &str,
+    max: usize,
+) -> Result<String, OjsError> {
+    if !valid {
+        return Err(OjsError::invalid_request(format!(
+            "{field} must {rule} (max {max} chars), got {raw:?}"
+        ))
+        .with_path(&format!("$.{field}")));
     }
+    Ok(raw.to_owned())
 }
 
 #[cfg(test)]

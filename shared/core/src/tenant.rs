@@ -2,11 +2,10 @@
 //! the `X-OJS-Tenant` header; a job naming none belongs to the default tenant, `_default`
 //! (§15.3), and is stored, indexed and counted exactly as before tenants existed.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
 
 use crate::error::OjsError;
+use crate::ids::string_newtype;
 use crate::rate_limit::{Window, MAX_CONCURRENCY};
 
 /// The request header that names the tenant a request acts for (§5.3).
@@ -46,18 +45,9 @@ impl TenantId {
         }
         Ok(Some(Self(raw.to_owned())))
     }
-
-    /// The id as written.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+string_newtype!(TenantId, "The id as written.");
 
 /// The tenant a request acts for: one tenant (the default one included), or any, for a
 /// request naming none (an operator's, or a worker serving every tenant).

@@ -652,6 +652,40 @@ mod tests {
         assert_eq!(w.with_start(&[(15, 1)], 1_550_000), vec![(15, 2)]);
     }
 
+    /// A claimer admitting starts one at a time on a window: what it stored, what it let in.
+    #[derive(Debug)]
+    struct Claimer {
+        window: SlidingWindow,
+        stored: Vec<(i64, u64)>,
+        starts: Vec<i64>,
+    }
+
+    impl Claimer {
+        fn assess(&self, now: i64) -> WindowAssessment {
+            self.window.assess(&self.stored, now)
+        }
+
+        fn start(&mut self, now: i64) {
+            self.stored = self.window.with_start(&self.stored, now);
+            self.starts.push(now);
+        }
+    }
+
+    /// A claimer with no starts yet, on a window of 1-3 starts per 1-4,999 µs.
+    fn claimer() -> impl proptest::strategy::Strategy<Value = Claimer> {
+        use proptest::strategy::Strategy;
+        (1u32..4, 1i64..5_000).prop_map(|(limit, len_us)| Claimer {
+            window: SlidingWindow {
+                key: "k".into(),
+                len_us,
+                limit,
+                policies: vec![0],
+            },
+            stored: Vec::new(),
+            starts: Vec::new(),
+        })
+    }
+
     proptest::proptest! {
         /// Admitting attempts one at a time by `assess` never lets more than `limit`
         /// starts into any interval of the window's length, and refuses a start only
@@ -659,33 +693,31 @@ mod tests {
         /// next fits.
         #[test]
         fn admitted_starts_never_exceed_the_limit_in_any_window(
-            limit in 1u32..4,
-            len_us in 1i64..5_000,
+            mut c in claimer(),
             gaps in proptest::collection::vec(0i64..2_000, 1..60),
         ) {
-            let w = SlidingWindow { key: "k".into(), len_us, limit, policies: vec![0] };
-            let mut stored: Vec<(i64, u64)> = Vec::new();
-            let mut starts: Vec<i64> = Vec::new();
+            let (limit, len_us) = (c.window.limit, c.window.len_us);
+            let bucket_len = c.window.bucket_len();
             let mut now = 0;
             for gap in gaps {
                 now += gap;
-                let a = w.assess(&stored, now);
-                let in_len = starts.iter().filter(|s| **s > now - len_us).count();
-                let in_len_and_bucket = starts
+                let a = c.assess(now);
+                let in_len = c.starts.iter().filter(|s| **s > now - len_us).count();
+                let in_len_and_bucket = c
+                    .starts
                     .iter()
-                    .filter(|s| **s > now - len_us - w.bucket_len())
+                    .filter(|s| **s > now - len_us - bucket_len)
                     .count();
                 if a.remaining > 0 {
                     proptest::prop_assert!(in_len < limit as usize);
                     proptest::prop_assert_eq!(a.fits_at_us, now);
-                    stored = w.with_start(&stored, now);
-                    starts.push(now);
+                    c.start(now);
                 } else {
                     proptest::prop_assert!(in_len_and_bucket >= limit as usize);
                     proptest::prop_assert!(a.fits_at_us > now);
-                    proptest::prop_assert!(a.fits_at_us < now + len_us + w.bucket_len());
-                    proptest::prop_assert!(w.assess(&stored, a.fits_at_us).remaining > 0);
-                    proptest::prop_assert_eq!(w.assess(&stored, a.fits_at_us - 1).remaining, 0);
+                    proptest::prop_assert!(a.fits_at_us < now + len_us + bucket_len);
+                    proptest::prop_assert!(c.assess(a.fits_at_us).remaining > 0);
+                    proptest::prop_assert_eq!(c.assess(a.fits_at_us - 1).remaining, 0);
                 }
             }
         }
@@ -695,24 +727,19 @@ mod tests {
         /// holds more than `limit` starts.
         #[test]
         fn clocks_out_of_order_still_keep_every_window(
-            limit in 1u32..4,
-            len_us in 1i64..5_000,
+            mut c in claimer(),
             times in proptest::collection::vec(0i64..20_000, 1..80),
         ) {
-            let w = SlidingWindow { key: "k".into(), len_us, limit, policies: vec![0] };
-            let mut stored: Vec<(i64, u64)> = Vec::new();
-            let mut starts: Vec<i64> = Vec::new();
             for now in times {
-                let now = SlidingWindow::recorded_at(now, starts.last().copied());
-                if w.assess(&stored, now).remaining > 0 {
-                    stored = w.with_start(&stored, now);
-                    starts.push(now);
+                let now = SlidingWindow::recorded_at(now, c.starts.last().copied());
+                if c.assess(now).remaining > 0 {
+                    c.start(now);
                 }
             }
-            proptest::prop_assert!(starts.windows(2).all(|p| p[0] <= p[1]));
-            let limit = limit as usize;
-            for pair in starts.windows(limit + 1) {
-                proptest::prop_assert!(pair[limit] - pair[0] >= len_us, "{:?}", pair);
+            proptest::prop_assert!(c.starts.windows(2).all(|p| p[0] <= p[1]));
+            let limit = c.window.limit as usize;
+            for pair in c.starts.windows(limit + 1) {
+                proptest::prop_assert!(pair[limit] - pair[0] >= c.window.len_us, "{:?}", pair);
             }
         }
     }

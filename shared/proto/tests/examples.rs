@@ -18,6 +18,13 @@ fn round_trip(v: &Value) -> Result<Value> {
     Ok(proto_to_json(&json_to_proto(v)?)?)
 }
 
+/// Why `proto_to_json` refuses `m`'s bytes, if it does.
+fn json_error(m: &JobEnvelope) -> Option<String> {
+    proto_to_json(&m.encode_to_vec())
+        .err()
+        .map(|e| e.to_string())
+}
+
 fn string_value(s: &str) -> prost_types::Value {
     prost_types::Value {
         kind: Some(Kind::StringValue(s.into())),
@@ -518,11 +525,8 @@ fn extension_keys_follow_the_vendor_convention_and_come_back_exactly() -> Result
     assert_eq!(proto_to_json(&m.encode_to_vec())?["timeout_ms"], "5");
     m.extensions
         .insert("x-ojs-timeout_ms".into(), string_value("6"));
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("extensions[\"x-ojs-timeout_ms\"]: names the member timeout_ms a second time")
     );
     Ok(())
@@ -535,10 +539,9 @@ fn extensions_colliding_with_set_fields_are_errors() -> Result<()> {
         ..Default::default()
     };
     m.extensions.insert("id".into(), string_value("other"));
-    let err = proto_to_json(&m.encode_to_vec()).err();
     assert_eq!(
-        err.map(|e| e.to_string()),
-        Some("extensions[\"id\"]: duplicates the typed field id, which is set".to_owned())
+        json_error(&m).as_deref(),
+        Some("extensions[\"id\"]: duplicates the typed field id, which is set")
     );
     let mut m = JobEnvelope {
         retry: Some(RetryPolicy {
@@ -549,11 +552,8 @@ fn extensions_colliding_with_set_fields_are_errors() -> Result<()> {
     };
     // A carried retry that is not an object cannot merge with the typed one.
     m.extensions.insert("retry".into(), string_value("x"));
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("extensions[\"retry\"]: duplicates the typed field retry, which is set")
     );
     m.extensions.insert(
@@ -564,11 +564,8 @@ fn extensions_colliding_with_set_fields_are_errors() -> Result<()> {
             })),
         },
     );
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("extensions[\"retry.max_attempts\"]: duplicates the typed field retry.max_attempts, which is set")
     );
     // Set but unset-looking: an extensions entry for an empty field is the value.
@@ -595,20 +592,14 @@ fn values_json_cannot_hold_are_errors_with_a_path() {
         args: vec![string_value("a"), list],
         ..Default::default()
     };
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("args[1][1]: the number NaN has no JSON representation")
     );
     let mut m = JobEnvelope::default();
     m.meta.insert("k".into(), prost_types::Value { kind: None });
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("meta.k: google.protobuf.Value has no kind set (null must be null_value)")
     );
     let m = JobEnvelope {
@@ -618,11 +609,8 @@ fn values_json_cannot_hold_are_errors_with_a_path() {
         }),
         ..Default::default()
     };
-    let err = proto_to_json(&m.encode_to_vec())
-        .err()
-        .map(|e| e.to_string());
     assert_eq!(
-        err.as_deref(),
+        json_error(&m).as_deref(),
         Some("created_at: Timestamp nanos -5 is outside 0..999999999")
     );
     let m = JobEnvelope {

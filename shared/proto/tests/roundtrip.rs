@@ -444,59 +444,36 @@ fn encode_varint(mut v: u64) -> Vec<u8> {
     out
 }
 
+/// A strategy for the struct `$name`: each field drawn from the strategy written beside it.
+macro_rules! struct_of {
+    ($name:ident { $($field:ident: $strategy:expr),+ $(,)? }) => {
+        ($($strategy,)+).prop_map(|($($field,)+)| $name { $($field),+ })
+    };
+}
+
 fn proto_envelope() -> impl Strategy<Value = Envelope> {
-    let retry = (
-        option::of(any::<i32>()),
-        text(),
-        option::of(any::<f64>().prop_filter("finite", |f| f.is_finite())),
-        text(),
-        option::of(any::<bool>()),
-        vec(text(), 0..3),
-        text(),
-    )
-        .prop_map(
-            |(
-                max_attempts,
-                initial_interval,
-                backoff_coefficient,
-                max_interval,
-                jitter,
-                non_retryable_errors,
-                on_exhaustion,
-            )| RetryPolicy {
-                max_attempts,
-                initial_interval,
-                backoff_coefficient,
-                max_interval,
-                jitter,
-                non_retryable_errors,
-                on_exhaustion,
-            },
-        );
-    let unique =
-        (vec(text(), 0..3), text(), text()).prop_map(|(keys, period, on_conflict)| UniquePolicy {
-            keys,
-            period,
-            on_conflict,
-        });
-    let error = (
-        text(),
-        text(),
-        text(),
-        text(),
-        option::of(any::<i32>()),
-        option::of(any::<i32>()),
-    )
-        .prop_map(
-            |(kind, message, backtrace, timeout_kind, limit_seconds, elapsed_seconds)| JobError {
-                r#type: kind,
-                message,
-                backtrace,
-                timeout_kind,
-                limit_seconds,
-                elapsed_seconds,
-            },
-        );
+    let retry = struct_of!(RetryPolicy {
+        max_attempts: option::of(any::<i32>()),
+        initial_interval: text(),
+        backoff_coefficient: option::of(any::<f64>().prop_filter("finite", |f| f.is_finite())),
+        max_interval: text(),
+        jitter: option::of(any::<bool>()),
+        non_retryable_errors: vec(text(), 0..3),
+        on_exhaustion: text(),
+    });
+    let unique = struct_of!(UniquePolicy {
+        keys: vec(text(), 0..3),
+        period: text(),
+        on_conflict: text(),
+    });
+    let error = struct_of!(JobError {
+        r#type: text(),
+        message: text(),
+        backtrace: text(),
+        timeout_kind: text(),
+        limit_seconds: option::of(any::<i32>()),
+        elapsed_seconds: option::of(any::<i32>()),
+    });
     // Unknown fields only inside a submessage that is there: JSON can only send them so.
     let core = (
         (text(), text(), text(), text()),

@@ -36,18 +36,22 @@ pub enum Delivery {
         job_id: String,
     },
     /// The first attempt of a lifecycle event at one webhook subscription.
-    Webhook {
-        /// The subscription.
-        subscription_id: String,
-        /// The delivery's id, the same for every attempt of it.
-        delivery_id: String,
-        /// The event's type (`job.completed`, ...).
-        event_type: String,
-        /// The event's id.
-        event_id: String,
-        /// The event as sent.
-        body: String,
-    },
+    Webhook(PlannedWebhook),
+}
+
+/// The first attempt of a lifecycle event at one webhook subscription, as planned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedWebhook {
+    /// The subscription.
+    pub subscription_id: String,
+    /// The delivery's id, the same for every attempt of it.
+    pub delivery_id: String,
+    /// The event's type (`job.completed`, ...).
+    pub event_type: String,
+    /// The event's id.
+    pub event_id: String,
+    /// The event as sent.
+    pub body: String,
 }
 
 impl Delivery {
@@ -55,16 +59,10 @@ impl Delivery {
     pub fn to_message(&self) -> String {
         match self {
             Delivery::Push { job_id } => json!({"kind": "push", "job_id": job_id}).to_string(),
-            Delivery::Webhook {
-                subscription_id,
-                delivery_id,
-                event_type,
-                event_id,
-                body,
-            } => json!({
-                "kind": "webhook", "subscription_id": subscription_id,
-                "delivery_id": delivery_id, "event_type": event_type,
-                "event_id": event_id, "body": body,
+            Delivery::Webhook(w) => json!({
+                "kind": "webhook", "subscription_id": w.subscription_id,
+                "delivery_id": w.delivery_id, "event_type": w.event_type,
+                "event_id": w.event_id, "body": w.body,
             })
             .to_string(),
         }
@@ -82,13 +80,13 @@ impl Delivery {
             Some("push") => Ok(Delivery::Push {
                 job_id: field("job_id")?,
             }),
-            Some("webhook") => Ok(Delivery::Webhook {
+            Some("webhook") => Ok(Delivery::Webhook(PlannedWebhook {
                 subscription_id: field("subscription_id")?,
                 delivery_id: field("delivery_id")?,
                 event_type: field("event_type")?,
                 event_id: field("event_id")?,
                 body: field("body")?,
-            }),
+            })),
             other => Err(format!("unknown delivery kind {other:?}")),
         }
     }
@@ -137,13 +135,13 @@ impl Planner {
         }
         let events: Vec<_> = changes.iter().flat_map(|c| c.events(time::now())).collect();
         for (sub, event) in self.webhooks.matches(&events).await? {
-            out.push(Delivery::Webhook {
+            out.push(Delivery::Webhook(PlannedWebhook {
                 subscription_id: sub.id.clone(),
                 delivery_id: format!("del_{}", uuid::Uuid::now_v7()),
                 event_type: event.kind.as_str().to_owned(),
                 event_id: event.id.clone(),
                 body: message_sized(&event.body),
-            });
+            }));
         }
         Ok(out)
     }
@@ -170,22 +168,7 @@ impl Deliverer {
             // Boxed: a delivery's future (claim, call, settle, catch-up) is large, and a
             // debug build's copies of it overflowed a 2 MiB stack.
             Delivery::Push { job_id } => Box::pin(self.push.offer(job_id)).await.map(|_| ()),
-            Delivery::Webhook {
-                subscription_id,
-                delivery_id,
-                event_type,
-                event_id,
-                body,
-            } => {
-                Box::pin(self.webhooks.first_attempt_of(
-                    subscription_id,
-                    delivery_id,
-                    event_type,
-                    event_id,
-                    body,
-                ))
-                .await
-            }
+            Delivery::Webhook(planned) => Box::pin(self.webhooks.first_attempt_of(planned)).await,
         }
     }
 }
@@ -373,13 +356,13 @@ mod tests {
             job_id: "019".into(),
         };
         assert_eq!(Delivery::from_message(&push.to_message()), Ok(push));
-        let hook = Delivery::Webhook {
+        let hook = Delivery::Webhook(PlannedWebhook {
             subscription_id: "wh_1".into(),
             delivery_id: "del_1".into(),
             event_type: "job.completed".into(),
             event_id: "evt_1".into(),
             body: "{\"a\":1}".into(),
-        };
+        });
         assert_eq!(Delivery::from_message(&hook.to_message()), Ok(hook));
         assert!(Delivery::from_message("{\"kind\":\"other\"}").is_err());
         assert!(Delivery::from_message("{\"kind\":\"push\"}").is_err());

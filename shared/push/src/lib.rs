@@ -33,7 +33,9 @@ use ojs_store::{
 };
 use tokio::sync::Semaphore;
 
-pub use deliveries::{Deliverer, Delivery, DeliveryQueue, PlannedDeliveries, Planner};
+pub use deliveries::{
+    Deliverer, Delivery, DeliveryQueue, PlannedDeliveries, PlannedWebhook, Planner,
+};
 pub use webhook::{AttemptResult, WebhookConfig, WebhookDispatcher};
 
 /// Runs `round` every `interval` in the background; a round that overruns delays the

@@ -472,7 +472,7 @@ async fn a_hanging_receiver_holds_up_neither_the_stream_nor_other_endpoints() ->
             .ok()
             .and_then(|d| match d {
                 ojs_push::Delivery::Push { job_id } => Some(job_id),
-                ojs_push::Delivery::Webhook { .. } => None,
+                ojs_push::Delivery::Webhook(_) => None,
             })
             .context("a push offer")?;
         let job = store

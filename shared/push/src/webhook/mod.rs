@@ -28,6 +28,8 @@ use ojs_store::{Change, DeliveryAttempt, PendingDelivery, Store, WebhookEntry};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::PlannedWebhook;
+
 pub use send::AttemptResult;
 
 /// Timeout of a §6.6 test delivery, answered within the API's request (API Gateway's
@@ -189,28 +191,25 @@ impl WebhookDispatcher {
         Ok(out)
     }
 
-    /// The first attempt of a planned delivery ([`crate::Delivery::Webhook`]) at
-    /// subscription `subscription_id` (one GetItem), if it still exists and is active.
+    /// The first attempt of a planned delivery at its subscription (one GetItem), if
+    /// that still exists and is active.
     pub async fn first_attempt_of(
         &self,
-        subscription_id: &str,
-        delivery_id: &str,
-        event_type: &str,
-        event_id: &str,
-        body: &str,
+        planned: &PlannedWebhook,
     ) -> Result<(), ojs_store::StoreError> {
-        match self.inner.store.webhooks().get(subscription_id).await? {
+        let webhooks = self.inner.store.webhooks();
+        match webhooks.get(&planned.subscription_id).await? {
             Some(sub) if sub.subscription.active => {
                 let delivery = Delivery {
-                    id: delivery_id.to_owned(),
-                    event_type,
-                    event_id: event_id.to_owned(),
-                    body,
+                    id: planned.delivery_id.clone(),
+                    event_type: &planned.event_type,
+                    event_id: planned.event_id.clone(),
+                    body: &planned.body,
                 };
                 self.attempt(&sub, &delivery, 1).await;
             }
             _ => {
-                tracing::info!(%delivery_id, "webhook delivery dropped: its subscription is gone or inactive")
+                tracing::info!(delivery_id = %planned.delivery_id, "webhook delivery dropped: its subscription is gone or inactive")
             }
         }
         Ok(())

@@ -7,12 +7,10 @@
 //! (`make fuzz`) keeps drawing fresh inputs for that long. A failure prints the shrunk
 //! input: add it to [`REGRESSIONS`] so it is checked on every run from then on.
 
-use std::time::{Duration, Instant};
-
 use ojs_core::job::JobSpec;
 use ojs_core::{Job, NewJob, OjsError};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError};
 use serde_json::{json, Value};
 
 /// Inputs that once broke a property (from fuzzing or review), checked on every run.
@@ -26,55 +24,18 @@ const REGRESSIONS: &[&str] = &[
     r#"{"type":"a","args":[],"options":{"unique":{"period":18446744073709551615}}}"#,
 ];
 
+#[path = "support/fuzz.rs"]
+mod fuzz;
+
+use fuzz::fuzz;
+
+/// A round of the fuzz driver: 1,000 inputs unless `PROPTEST_CASES` says otherwise.
 fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
     Config {
-        cases,
+        cases: 1_000,
         max_shrink_iters: 2_000,
-        failure_persistence: None,
         ..Config::default()
     }
-}
-
-/// Runs `property` over `strategy` for `cases` inputs, or for `OJS_FUZZ_SECONDS` when set;
-/// returns how many inputs were tried.
-fn fuzz<S: Strategy>(
-    name: &str,
-    strategy: S,
-    property: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) -> Result<u64, String>
-where
-    S::Value: std::fmt::Debug,
-{
-    let budget = std::env::var("OJS_FUZZ_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_secs);
-    let started = Instant::now();
-    let mut tried = 0u64;
-    loop {
-        let config = config();
-        let cases = u64::from(config.cases);
-        let mut runner = TestRunner::new(config);
-        match runner.run(&strategy, &property) {
-            Ok(()) => tried += cases,
-            Err(TestError::Fail(why, input)) => {
-                return Err(format!("{name}: {why}\nminimal failing input: {input:?}"))
-            }
-            Err(TestError::Abort(why)) => return Err(format!("{name}: aborted: {why}")),
-        }
-        if budget.is_none_or(|b| started.elapsed() >= b) {
-            break;
-        }
-    }
-    println!(
-        "{name}: {tried} inputs in {:.1?}, no failure",
-        started.elapsed()
-    );
-    Ok(tried)
 }
 
 fn string() -> impl Strategy<Value = String> {
@@ -398,12 +359,14 @@ fn regressions_still_hold() -> Result<(), String> {
 
 #[test]
 fn envelope_shaped_json_is_refused_cleanly_or_round_trips() -> Result<(), String> {
-    run("envelopes", fuzz("envelope-shaped JSON", envelope(), check)).map(drop)
+    let tried = fuzz("envelope-shaped JSON", &config(), envelope(), check);
+    run("envelopes", tried).map(drop)
 }
 
 #[test]
 fn arbitrary_json_is_refused_cleanly_or_round_trips() -> Result<(), String> {
-    run("any JSON", fuzz("arbitrary JSON", any_json(), check)).map(drop)
+    let tried = fuzz("arbitrary JSON", &config(), any_json(), check);
+    run("any JSON", tried).map(drop)
 }
 
 /// Bytes: valid envelopes with random byte edits (flips, inserts, cuts), plus noise.
@@ -430,7 +393,7 @@ fn arbitrary_and_mutated_bytes_never_panic() -> Result<(), String> {
             bytes
         });
     let bytes = prop_oneof![mutated, prop::collection::vec(any::<u8>(), 0..256)];
-    let tried = fuzz("arbitrary and mutated bytes", bytes, |raw| {
+    let tried = fuzz("arbitrary and mutated bytes", &config(), bytes, |raw| {
         if let Ok(v) = serde_json::from_slice::<Value>(&raw) {
             check(v)?;
         }
@@ -444,6 +407,7 @@ fn arbitrary_and_mutated_bytes_never_panic() -> Result<(), String> {
 fn the_other_parsers_never_panic() -> Result<(), String> {
     let tried = fuzz(
         "retry/unique/rate_limit/failure/cron/workflow/schema parsers",
+        &config(),
         (any_json(), retry(), unique(), rate_limit(), string()),
         |(any, retry, unique, rate, text)| {
             for v in [&any, &retry] {

@@ -5,45 +5,20 @@
 //! CI runs `PROPTEST_CASES` inputs per property (default 2,000). `OJS_FUZZ_SECONDS=600`
 //! (`make fuzz`) keeps drawing fresh inputs for that long.
 
-use std::time::{Duration, Instant};
-
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError};
 use serde_json::{json, Value};
 
+#[path = "../../core/tests/support/fuzz.rs"]
+mod fuzz;
+
+use fuzz::fuzz;
+
+/// A round of the fuzz driver: 2,000 inputs unless `PROPTEST_CASES` says otherwise.
 fn config() -> Config {
     Config {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2_000),
-        failure_persistence: None,
+        cases: 2_000,
         ..Config::default()
-    }
-}
-
-/// Runs `property` for the configured cases, or for `OJS_FUZZ_SECONDS`; returns the count.
-fn fuzz<S: Strategy>(strategy: S, property: impl Fn(S::Value) -> Result<(), TestCaseError>) -> u64
-where
-    S::Value: std::fmt::Debug,
-{
-    let budget = std::env::var("OJS_FUZZ_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_secs);
-    let started = Instant::now();
-    let mut tried = 0;
-    loop {
-        let config = config();
-        let cases = u64::from(config.cases);
-        let mut runner = TestRunner::new(config);
-        if let Err(e) = runner.run(&strategy, &property) {
-            panic!("fuzz failure: {e}");
-        }
-        tried += cases;
-        if budget.is_none_or(|b| started.elapsed() >= b) {
-            return tried;
-        }
     }
 }
 
@@ -79,15 +54,16 @@ fn seed_envelopes() -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn arbitrary_bytes_never_panic() {
-    let tried = fuzz(proptest::collection::vec(any::<u8>(), 0..512), |bytes| {
+fn arbitrary_bytes_never_panic() -> Result<(), String> {
+    let bytes = proptest::collection::vec(any::<u8>(), 0..512);
+    fuzz("arbitrary bytes", &config(), bytes, |bytes| {
         decode_all(&bytes)
-    });
-    eprintln!("arbitrary bytes: {tried} inputs");
+    })
+    .map(drop)
 }
 
 #[test]
-fn mutated_envelopes_never_panic_and_decode_to_fixed_points() {
+fn mutated_envelopes_never_panic_and_decode_to_fixed_points() -> Result<(), String> {
     let seeds = seed_envelopes();
     assert_eq!(seeds.len(), 2);
     let strategy = (
@@ -96,20 +72,25 @@ fn mutated_envelopes_never_panic_and_decode_to_fixed_points() {
         any::<prop::sample::Index>(),
         proptest::collection::vec(any::<u8>(), 0..16),
     );
-    let tried = fuzz(strategy, |(which, flips, cut, splice)| {
-        let mut bytes = seeds[which].clone();
-        for (at, value) in flips {
-            let i = at.index(bytes.len());
-            bytes[i] = value;
-        }
-        decode_all(&bytes)?;
-        // Truncated, and with junk spliced in at a random point.
-        let at = cut.index(bytes.len() + 1);
-        decode_all(&bytes[..at])?;
-        let mut spliced = bytes[..at].to_vec();
-        spliced.extend_from_slice(&splice);
-        spliced.extend_from_slice(&bytes[at..]);
-        decode_all(&spliced)
-    });
-    eprintln!("mutated envelopes: {tried} inputs");
+    let tried = fuzz(
+        "mutated envelopes",
+        &config(),
+        strategy,
+        |(which, flips, cut, splice)| {
+            let mut bytes = seeds[which].clone();
+            for (at, value) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] = value;
+            }
+            decode_all(&bytes)?;
+            // Truncated, and with junk spliced in at a random point.
+            let at = cut.index(bytes.len() + 1);
+            decode_all(&bytes[..at])?;
+            let mut spliced = bytes[..at].to_vec();
+            spliced.extend_from_slice(&splice);
+            spliced.extend_from_slice(&bytes[at..]);
+            decode_all(&spliced)
+        },
+    );
+    tried.map(drop)
 }

@@ -131,28 +131,19 @@ impl SchemaDoc {
         let Value::Object(mut doc) = doc else {
             return Err(OjsError::invalid_request("stored schema is not an object"));
         };
-        let uri = match doc.remove("uri") {
-            Some(Value::String(u)) => u,
-            _ => return Err(OjsError::invalid_request("stored schema without uri")),
-        };
-        let job_type = match doc.remove("type") {
-            Some(Value::String(t)) => Some(t),
+        let string = |doc: &mut Map<String, Value>, key: &str| match doc.remove(key) {
+            Some(Value::String(s)) => Some(s),
             _ => None,
         };
-        let version = doc.remove("version").filter(|v| !v.is_null());
-        let description = match doc.remove("description") {
-            Some(Value::String(d)) => Some(d),
-            _ => None,
-        };
-        let schema = doc
-            .remove("schema")
-            .ok_or_else(|| OjsError::invalid_request("stored schema without document"))?;
         Ok(Self {
-            uri,
-            job_type,
-            version,
-            description,
-            schema,
+            uri: string(&mut doc, "uri")
+                .ok_or_else(|| OjsError::invalid_request("stored schema without uri"))?,
+            job_type: string(&mut doc, "type"),
+            version: doc.remove("version").filter(|v| !v.is_null()),
+            description: string(&mut doc, "description"),
+            schema: doc
+                .remove("schema")
+                .ok_or_else(|| OjsError::invalid_request("stored schema without document"))?,
         })
     }
 

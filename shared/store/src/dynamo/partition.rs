@@ -2,8 +2,11 @@
 //! Query of one partition key. These partitions hold one small item
 //! per registration, so reading them whole is bounded by the number of registrations.
 
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
 use crate::dynamo::table::Table;
-use crate::error::StoreError;
+use crate::error::{is_condition_failure, StoreError};
 use crate::item::{s, Item};
 use crate::usage::Kind;
 
@@ -77,6 +80,28 @@ impl Table {
     pub(crate) async fn put_plain(&self, item: Item) -> Result<(), StoreError> {
         let out = self.put_item().set_item(Some(item)).send().await;
         self.tally(Kind::Write, out).map(|_| ())
+    }
+
+    /// Writes `item` unless an item has its key (one conditional PutItem): `None` when it
+    /// was written, else the item holding the key as the failed condition returned it
+    /// (empty if it did not), for a caller to tell a retry of its own write, whose answer
+    /// was lost, from another's item.
+    pub(crate) async fn put_unless_taken(&self, item: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .put_item()
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match self.metered(Kind::Write, out) {
+            Ok(_) => Ok(None),
+            Err(e) if is_condition_failure(&e) => Ok(Some(match e.into_service_error() {
+                PutItemError::ConditionalCheckFailedException(c) => c.item.unwrap_or_default(),
+                _ => Item::new(),
+            })),
+            Err(e) => Err(StoreError::from_sdk(e)),
+        }
     }
 
     /// Sends `update` (its key and expression set) on the condition that its item exists:

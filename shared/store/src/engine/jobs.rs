@@ -1,10 +1,6 @@
 //! PUSH, INFO, CANCEL, ACK and FAIL: one conditional write each (FAIL reads first, to
 //! apply the job's retry policy, and writes under the version it read).
 
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use ojs_core::failure::Failure;
 use ojs_core::retry::FailDecision;
 use ojs_core::time::Timestamp;
@@ -13,13 +9,12 @@ use serde_json::Value;
 
 use crate::effects::{Before, Moved, OwingError};
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, Missing, StoreError};
+use crate::error::{Missing, StoreError};
 use crate::item::{self, ts, Item};
 use crate::job_item::write_id;
 use crate::settle::{FailureGuard, FailureOutcome};
 use crate::transition::{Field, JobWrite, Place};
 use crate::unique::PushOutcome;
-use crate::usage::Kind;
 use ojs_core::unique::UniquePolicy;
 
 /// An ACK.
@@ -139,43 +134,22 @@ impl Engine {
     /// [`Engine::put_unique`]); nothing is owed.
     async fn put_plain(&self, job: &Job, body: Option<Vec<u8>>) -> Result<PushOutcome, StoreError> {
         let (job_item, payload) = self.new_job_item(job, body).await?;
-        let out = self
-            .table
-            .put_item()
-            .set_item(Some(job_item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let out = self.table.metered(Kind::Write, out);
-        // The write took when it succeeded, or when a lost answer's retry finds this job.
-        let written = match &out {
-            Ok(_) => true,
-            Err(e) => {
-                is_condition_failure(e)
-                    && put_conflict_item(e).and_then(|i| i.get("created_at"))
-                        == Some(&ts(&job.status.created_at))
-            }
+        let taken = self.table.put_unless_taken(job_item).await;
+        // The write took when it succeeded, or when the SDK retried it after its answer was
+        // lost and the item it finds is this very job, recognised by its creation instant
+        // (immutable).
+        let written = match &taken {
+            Ok(None) => true,
+            Ok(Some(existing)) => existing.get("created_at") == Some(&ts(&job.status.created_at)),
+            Err(_) => false,
         };
         self.settle_offload(payload.as_ref(), written).await;
-        match out {
-            Ok(_) => {
-                self.after_push(job).await;
-                Ok(PushOutcome::Created)
-            }
-            Err(e) => {
-                if !is_condition_failure(&e) {
-                    return Err(StoreError::from_sdk(e));
-                }
-                // The SDK retries a write whose answer was lost: the item it then finds
-                // may be this very job, recognised by its creation instant (immutable).
-                if written {
-                    self.after_push(job).await;
-                    return Ok(PushOutcome::Created);
-                }
-                Err(StoreError::Duplicate)
-            }
+        taken?;
+        if !written {
+            return Err(StoreError::Duplicate);
         }
+        self.after_push(job).await;
+        Ok(PushOutcome::Created)
     }
 
     /// Reads a job with a strongly consistent read, its request whole
@@ -325,13 +299,5 @@ impl Engine {
         };
         self.record_failure(job, failure, outcome, FailureGuard::Holder(fence), now)
             .await
-    }
-}
-
-/// The item a failed conditional PutItem found.
-fn put_conflict_item(e: &SdkError<PutItemError, HttpResponse>) -> Option<&Item> {
-    match e.as_service_error() {
-        Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
-        _ => None,
     }
 }

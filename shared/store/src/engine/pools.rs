@@ -56,27 +56,14 @@ impl Engine {
 
     /// Removes pool `name`; whether it existed.
     pub async fn delete_pool(&self, name: &str) -> Result<bool, StoreError> {
-        let out = self
-            .table
-            .delete_item()
-            .set_key(Some(pool_key(name)))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .send()
-            .await;
-        let out = self.table.tally(Kind::Write, out)?;
+        let held = self.table.delete_returning(pool_key(name)).await?;
         self.forget_pools();
-        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+        Ok(held.is_some())
     }
 
     /// Every pool, by name (one strongly consistent Query).
     pub async fn list_pools(&self) -> Result<Vec<Pool>, StoreError> {
-        let query = self
-            .table
-            .query_table()
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", s(POOLS_PK))
-            .consistent_read(true);
-        let items = self.table.pages(query).items().await?;
+        let items = self.table.query_partition(POOLS_PK, true).await?;
         Ok(items.iter().filter_map(pool_of).collect())
     }
 

@@ -4,14 +4,12 @@
 //! revoked one by one by flagging their item, which every instance sees within its cache
 //! lifetime.
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::time::{self, Timestamp};
 
 use crate::engine::Engine;
-use crate::error::{is_condition_failure, Missing, StoreError};
+use crate::error::{Missing, StoreError};
 use crate::item::{item_key, s, ts, Item};
-use crate::usage::Kind;
 
 /// Partition of every API key record.
 const API_KEYS_PK: &str = "APIKEYS";
@@ -101,28 +99,11 @@ impl ApiKeys<'_> {
         item.insert("name".into(), s(name));
         item.insert("hash".into(), s(hash));
         item.insert("created_at".into(), ts(&now));
-        let out = self
-            .engine
-            .table
-            .put_item()
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        if let Err(e) = self.engine.table.metered(Kind::Write, out) {
-            if !is_condition_failure(&e) {
-                return Err(StoreError::from_sdk(e));
-            }
-            // The SDK retries a write whose answer was lost: the record it then finds may
-            // be this very one, recognised by its hash (of a secret only this call holds).
-            let existing = match e.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(c)) => c.item(),
-                _ => None,
-            };
-            if existing.and_then(|i| i.get("hash")) != Some(&s(hash)) {
-                return Err(StoreError::Duplicate);
-            }
+        // The SDK retries a write whose answer was lost: the record it then finds may be
+        // this very one, recognised by its hash (of a secret only this call holds).
+        let taken = self.engine.table.put_unless_taken(item).await?;
+        if taken.is_some_and(|existing| existing.get("hash") != Some(&s(hash))) {
+            return Err(StoreError::Duplicate);
         }
         Ok(ApiKeyRecord {
             id: id.to_owned(),

@@ -313,6 +313,25 @@ fn get_json(item: &Item, key: &str) -> Result<Option<Value>, StoreError> {
         .transpose()
 }
 
+/// A list attribute of job ids.
+pub(crate) fn job_id_list<'a>(ids: impl IntoIterator<Item = &'a JobId>) -> AttributeValue {
+    AttributeValue::L(ids.into_iter().map(|id| s(id.to_string())).collect())
+}
+
+/// The job ids the list attribute `name` of `item` holds (none without it), skipping an
+/// entry that is not one.
+pub(crate) fn job_ids_of(item: &Item, name: &str) -> Vec<JobId> {
+    item.get(name)
+        .and_then(|v| v.as_l().ok())
+        .map(|l| {
+            l.iter()
+                .filter_map(|v| v.as_s().ok())
+                .filter_map(|raw| JobId::parse(raw).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The state recorded in an item, if it has a readable one.
 pub(crate) fn state_of(item: &Item) -> Option<JobState> {
     get_s(item, "state").and_then(|s| s.parse().ok())
@@ -498,6 +517,21 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         let item = job_to_item(&Job::enqueue(new, time::now()), 1);
         assert!(item.contains_key("gsi2pk") && !item.contains_key("gsi1pk"));
+    }
+
+    #[test]
+    fn ids_read_back_in_order_and_skip_what_is_not_an_id() {
+        let a = JobId::generate();
+        let b = JobId::generate();
+        let mut item = Item::new();
+        item.insert("ids".into(), job_id_list(&[a, b]));
+        assert_eq!(job_ids_of(&item, "ids"), vec![a, b]);
+        item.insert(
+            "ids".into(),
+            AttributeValue::L(vec![s("junk"), s(b.to_string())]),
+        );
+        assert_eq!(job_ids_of(&item, "ids"), vec![b]);
+        assert_eq!(job_ids_of(&item, "answer_ids"), Vec::<JobId>::new());
     }
 
     #[test]

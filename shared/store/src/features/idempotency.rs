@@ -8,14 +8,13 @@
 //! answer (its status and the ids it answered with: a unique job's `ignore` answers with
 //! the job already there) is recorded when it is known, and replayed after.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::idempotency::{IdempotencyKey, WINDOW_SECS};
 use ojs_core::time::Timestamp;
 use ojs_core::JobId;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{item_key, n, s, ts, Item};
+use crate::item::{item_key, job_id_list, job_ids_of, n, s, ts, Item};
 use crate::usage::Kind;
 
 /// What an idempotency key's item says about a request that carries it.
@@ -44,22 +43,6 @@ pub enum KeyClaim {
 
 fn key_item(key: &IdempotencyKey) -> Item {
     item_key(key.partition(), "IDEM")
-}
-
-fn id_list(ids: &[JobId]) -> AttributeValue {
-    AttributeValue::L(ids.iter().map(|id| s(id.to_string())).collect())
-}
-
-fn ids_of(item: &Item, field: &str) -> Vec<JobId> {
-    item.get(field)
-        .and_then(|v| v.as_l().ok())
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| v.as_s().ok())
-                .filter_map(|raw| JobId::parse(raw).ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 service! {
@@ -104,7 +87,7 @@ impl IdempotencyKeys<'_> {
             .put_item()
             .set_item(Some(key_item(key)))
             .item("fp", s(fingerprint))
-            .item("ids", id_list(ids))
+            .item("ids", job_id_list(ids))
             .item("created_at", ts(&now))
             .item(crate::schema::TTL_ATTRIBUTE, n(key_expiry(now)))
             // A key whose window ended may still be there: TTL deletes it within days.
@@ -135,13 +118,13 @@ impl IdempotencyKeys<'_> {
             Some(status) => KeyClaim::Answered {
                 status,
                 ids: if item.contains_key("answer_ids") {
-                    ids_of(&item, "answer_ids")
+                    job_ids_of(&item, "answer_ids")
                 } else {
-                    ids_of(&item, "ids")
+                    job_ids_of(&item, "ids")
                 },
             },
             None => KeyClaim::Unfinished {
-                ids: ids_of(&item, "ids"),
+                ids: job_ids_of(&item, "ids"),
             },
         }))
     }
@@ -167,7 +150,7 @@ impl IdempotencyKeys<'_> {
         let req = match other_ids {
             Some(ids) => req
                 .update_expression("SET #status = :status, answer_ids = :ids")
-                .expression_attribute_values(":ids", id_list(ids)),
+                .expression_attribute_values(":ids", job_id_list(ids)),
             None => req.update_expression("SET #status = :status"),
         };
         let out = req.send().await;
@@ -209,21 +192,6 @@ mod tests {
         let item = key_item(&k);
         assert_eq!(item["pk"], s("IDEM#/batch-42"));
         assert_eq!(item["sk"], s("IDEM"));
-    }
-
-    #[test]
-    fn ids_read_back_in_order_and_skip_what_is_not_an_id() {
-        let a = JobId::generate();
-        let b = JobId::generate();
-        let mut item = Item::new();
-        item.insert("ids".into(), id_list(&[a, b]));
-        assert_eq!(ids_of(&item, "ids"), vec![a, b]);
-        item.insert(
-            "ids".into(),
-            AttributeValue::L(vec![s("junk"), s(b.to_string())]),
-        );
-        assert_eq!(ids_of(&item, "ids"), vec![b]);
-        assert_eq!(ids_of(&item, "answer_ids"), Vec::<JobId>::new());
     }
 
     #[test]

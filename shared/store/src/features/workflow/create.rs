@@ -3,7 +3,6 @@
 
 use super::callbacks::callback_job;
 use super::views::WorkflowRecord;
-use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::time::Timestamp;
 use ojs_core::workflow::{WorkflowSpec, WorkflowState};
 use ojs_core::{Job, JobState};
@@ -139,7 +138,7 @@ fn workflow_item(spec: &WorkflowSpec, id: &str, jobs: &[Job], now: Timestamp) ->
     );
     wf.insert(
         "job_ids".into(),
-        AttributeValue::L(jobs.iter().map(|j| s(j.id.to_string())).collect()),
+        crate::item::job_id_list(jobs.iter().map(|j| &j.id)),
     );
     wf
 }

@@ -196,16 +196,9 @@ pub(crate) fn ids_of_steps(doc: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The ids of a workflow's jobs, in step order.
 pub(crate) fn job_ids(item: &Item) -> Vec<JobId> {
-    item.get("job_ids")
-        .and_then(|v| v.as_l().ok())
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| v.as_s().ok())
-                .filter_map(|s| JobId::parse(s).ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::item::job_ids_of(item, "job_ids")
 }
 
 impl Workflows<'_> {

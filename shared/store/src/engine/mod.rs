@@ -69,7 +69,7 @@ pub struct Engine {
     /// per queue per cold start rather than on every job.
     pub(crate) known_queues: Arc<Mutex<HashSet<String>>>,
     /// Queue settings read by FETCH, with when they were read.
-    pub(crate) settings_cache: Arc<Mutex<queues::SettingsCache>>,
+    pub(crate) settings_cache: Arc<remembered::Remembered<queues::QueueSettings>>,
     /// Queues on which this instance lately lost claims (FETCH spreads over them).
     pub(crate) contention: Arc<fetch_memory::Contention>,
     /// Queue shards whose due query this instance lately found empty (FETCH skips it).
@@ -80,7 +80,7 @@ pub struct Engine {
     /// Lanes this instance's FETCH lately found empty (they take no first turn).
     pub(crate) quiet_lanes: Arc<fetch_memory::QuietLanes>,
     /// Tenants' settings read by FETCH and PUSH, with when they were read.
-    pub(crate) tenant_config_cache: Arc<Mutex<tenant_config::ConfigCache>>,
+    pub(crate) tenant_config_cache: Arc<remembered::Remembered<ojs_core::tenant::TenantConfig>>,
     /// The scheduling pools as this instance lately listed them.
     pub(crate) pool_cache: Arc<Mutex<pools::PoolCache>>,
     /// Which queue of a pooled FETCH this instance's next one starts at.

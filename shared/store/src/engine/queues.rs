@@ -2,14 +2,12 @@
 //! queue per cold start, so listing queues is a Query, never a Scan.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use ojs_core::backpressure::Backpressure;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
-use crate::engine::remembered::{self, Remembered};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{s, ts};
@@ -89,7 +87,7 @@ impl Engine {
             .await;
         self.table.tally(Kind::Write, out)?;
         // This instance's next FETCH for any tenant reads the new lane at once.
-        self.forget_queue_settings(queue);
+        self.settings_cache.forget(queue);
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
             set.insert(known_as);
@@ -168,12 +166,6 @@ pub struct QueuePressure {
     pub pressure: f64,
 }
 
-/// Queue settings as last read, per queue name, with when they were read.
-pub(crate) type SettingsCache = Remembered<QueueSettings>;
-
-/// Most queues whose settings one instance remembers (the cache is emptied when full).
-const SETTINGS_CACHE_CAP: usize = 10_000;
-
 impl Engine {
     /// Pauses or resumes a queue (creating its registry item if the queue is new).
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<QueueInfo, StoreError> {
@@ -186,7 +178,7 @@ impl Engine {
             .send()
             .await;
         let out = self.table.tally(Kind::Write, out)?;
-        self.forget_queue_settings(queue);
+        self.settings_cache.forget(queue);
         if let Ok(mut set) = self.known_queues.lock() {
             set.insert(queue.to_owned());
         }
@@ -212,26 +204,14 @@ impl Engine {
         queues: &[ojs_core::QueueName],
     ) -> Result<HashMap<String, QueueSettings>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
-        let now = Instant::now();
-        let (mut found, missing) =
-            remembered::recall(&self.settings_cache, queues, |q| q.as_str(), ttl, now);
-        if missing.is_empty() {
-            return Ok(found);
-        }
-        let read = self.read_queue_settings(&missing).await?;
-        let settings_of = |q: &ojs_core::QueueName| {
-            let settings = read.get(q.as_str()).cloned().unwrap_or_default();
-            (q.as_str().to_owned(), settings)
-        };
-        remembered::remember(
-            &self.settings_cache,
-            ttl,
-            SETTINGS_CACHE_CAP,
-            now,
-            missing.iter().map(settings_of),
-        );
-        found.extend(read);
-        Ok(found)
+        self.settings_cache
+            .recall_or_read(
+                queues,
+                |q| q.as_str(),
+                ttl,
+                |missing| async move { self.read_queue_settings(&missing).await },
+            )
+            .await
     }
 
     /// With `OJS_PAUSED_QUEUE_PUSH=reject`: [`StoreError::QueuePaused`] when one of
@@ -267,13 +247,6 @@ impl Engine {
             .expression_attribute_names("#name", "name")
             .expression_attribute_values(":name", s(queue))
             .expression_attribute_values(":now", ts(now))
-    }
-
-    /// Forgets what this instance read of a queue's settings, after changing them.
-    fn forget_queue_settings(&self, queue: &str) {
-        if let Ok(mut cache) = self.settings_cache.lock() {
-            cache.remove(queue);
-        }
     }
 
     /// The settings of `queues` in BatchGetItems (queues without an item are absent).
@@ -368,7 +341,7 @@ impl Engine {
         };
         let out = req.send().await;
         self.table.tally(Kind::Write, out)?;
-        self.forget_queue_settings(queue);
+        self.settings_cache.forget(queue);
         Ok(())
     }
 

@@ -5,13 +5,12 @@
 //! PUSH of a tenant's job reads that tenant's limits, and its counts only when it has one.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ojs_core::rate_limit::{Window, MAX_CONCURRENCY};
 use ojs_core::tenant::{TenantConfig, TenantId};
 use ojs_core::time;
 
-use crate::engine::remembered::{self, Remembered};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
@@ -85,12 +84,6 @@ fn tenant_of(item: &Item) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Tenant settings as last read, per tenant, with when they were read.
-pub(crate) type ConfigCache = Remembered<TenantConfig>;
-
-/// Most tenants whose settings one instance remembers (emptied when full).
-const CONFIG_CACHE_CAP: usize = 10_000;
-
 impl Engine {
     /// Stores `config` as `tenant`'s settings (one PutItem; this instance obeys it at
     /// once, others within the settings' time to live).
@@ -122,7 +115,7 @@ impl Engine {
         }
         let out = self.table.put_item().set_item(Some(item)).send().await;
         self.table.tally(Kind::Write, out)?;
-        self.forget_tenant_config(tenant.as_str());
+        self.tenant_config_cache.forget(tenant.as_str());
         Ok(())
     }
 
@@ -141,27 +134,17 @@ impl Engine {
 
     /// Removes `tenant`'s settings (its jobs and counts stay); whether it had any.
     pub async fn delete_tenant_config(&self, tenant: &TenantId) -> Result<bool, StoreError> {
-        let out = self
+        let held = self
             .table
-            .delete_item()
-            .set_key(Some(tenant_key(tenant.as_str())))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .send()
-            .await;
-        let out = self.table.tally(Kind::Write, out)?;
-        self.forget_tenant_config(tenant.as_str());
-        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+            .delete_returning(tenant_key(tenant.as_str()))
+            .await?;
+        self.tenant_config_cache.forget(tenant.as_str());
+        Ok(held.is_some())
     }
 
     /// Every configured tenant with its settings, by tenant (one Query: an admin read).
     pub async fn list_tenant_configs(&self) -> Result<Vec<(String, TenantRecord)>, StoreError> {
-        let query = self
-            .table
-            .query_table()
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", s(TENANTS_PK))
-            .consistent_read(true);
-        let items = self.table.pages(query).items().await?;
+        let items = self.table.query_partition(TENANTS_PK, true).await?;
         Ok(items
             .iter()
             .filter_map(|i| Some((tenant_of(i)?, record_of(i))))
@@ -176,36 +159,33 @@ impl Engine {
         tenants: &[&TenantId],
     ) -> Result<HashMap<String, TenantConfig>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
-        let now = Instant::now();
-        let (mut found, missing) =
-            remembered::recall(&self.tenant_config_cache, tenants, |t| t.as_str(), ttl, now);
-        if missing.is_empty() {
-            return Ok(found);
-        }
+        self.tenant_config_cache
+            .recall_or_read(
+                tenants,
+                |t| t.as_str(),
+                ttl,
+                |missing| async move { self.read_tenant_configs(&missing).await },
+            )
+            .await
+    }
+
+    /// The settings of `tenants` in BatchGetItems (tenants without settings are absent).
+    async fn read_tenant_configs(
+        &self,
+        tenants: &[&TenantId],
+    ) -> Result<HashMap<String, TenantConfig>, StoreError> {
         let how = crate::batch_read::BatchRead {
             consistent: false,
             ..Default::default()
         };
-        let keys = missing.iter().map(|t| tenant_key(t.as_str())).collect();
-        let mut read: HashMap<String, TenantConfig> = self
+        let keys = tenants.iter().map(|t| tenant_key(t.as_str())).collect();
+        Ok(self
             .table
             .batch_get(keys, &how)
             .await?
             .iter()
             .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
-            .collect();
-        for t in &missing {
-            read.entry(t.to_string()).or_default();
-        }
-        remembered::remember(
-            &self.tenant_config_cache,
-            ttl,
-            CONFIG_CACHE_CAP,
-            now,
-            read.iter().map(|(t, c)| (t.clone(), c.clone())),
-        );
-        found.extend(read);
-        Ok(found)
+            .collect())
     }
 
     /// The weight of each of `tenants` in a FETCH for any tenant (1 without settings).
@@ -222,12 +202,6 @@ impl Engine {
             .into_iter()
             .map(|(t, c)| (t, c.weight()))
             .collect())
-    }
-
-    fn forget_tenant_config(&self, tenant: &str) {
-        if let Ok(mut cache) = self.tenant_config_cache.lock() {
-            cache.remove(tenant);
-        }
     }
 }
 

@@ -206,11 +206,60 @@ fn set_indexed(
 }
 
 /// The primary key of an item of the `QUEUES` partition.
-fn counts_key(sk: &str) -> Item {
+pub(crate) fn counts_key(sk: &str) -> Item {
     HashMap::from([
         ("pk".to_owned(), s(keys::QUEUES_PK)),
         ("sk".to_owned(), s(sk)),
     ])
+}
+
+/// One counter item's update in a stream batch's transaction: an `ADD` of each counter's
+/// delta (`#f<i> :d<i>`) after the item's own `ADD` clauses, then its other clauses.
+pub(crate) struct CounterAdd {
+    /// The `ADD` clauses before the deltas'.
+    pub(crate) adds: Vec<String>,
+    /// What follows the `ADD` clauses (a `SET`), if anything.
+    pub(crate) then: Option<&'static str>,
+    /// The names of both.
+    pub(crate) names: HashMap<String, String>,
+    /// The values of both.
+    pub(crate) values: Item,
+}
+
+impl CounterAdd {
+    /// The transaction action adding `deltas` to the counters of the item at `key`;
+    /// `None` when every delta is zero. `what` names the update in an error.
+    pub(crate) fn action(
+        mut self,
+        table: &str,
+        key: Item,
+        deltas: BTreeMap<&'static str, i64>,
+        what: &str,
+    ) -> Option<Result<TransactWriteItem, StoreError>> {
+        let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
+        if deltas.is_empty() {
+            return None;
+        }
+        for (i, (name, delta)) in deltas.into_iter().enumerate() {
+            self.adds.push(format!("#f{i} :d{i}"));
+            self.names.insert(format!("#f{i}"), name.to_owned());
+            self.values.insert(format!(":d{i}"), n(delta));
+        }
+        let adds = self.adds.join(", ");
+        let update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression(match self.then {
+                Some(then) => format!("ADD {adds} {then}"),
+                None => format!("ADD {adds}"),
+            })
+            .set_expression_attribute_names(Some(self.names))
+            .set_expression_attribute_values(Some(self.values))
+            .build()
+            .map(|update| TransactWriteItem::builder().update(update).build())
+            .map_err(|e| StoreError::Invalid(format!("{what}: {e}")));
+        Some(update)
+    }
 }
 
 /// Counter changes of a batch of transitions, summed per counter item.
@@ -281,30 +330,16 @@ impl Derived {
             .per_item
             .into_iter()
             .filter_map(|((queue, shard), deltas)| {
-                let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
-                if deltas.is_empty() {
-                    return None;
-                }
                 // `moves` counts the ADDs themselves: the sweep's healing knows a shard was
                 // quiet by it not changing (see [`crate::Derived::heal_counters`]).
-                let mut adds = vec!["moves :one".to_owned()];
-                let mut names = HashMap::new();
-                let mut values = HashMap::from([(":one".to_owned(), n(1))]);
-                for (i, (name, delta)) in deltas.into_iter().enumerate() {
-                    adds.push(format!("#f{i} :d{i}"));
-                    names.insert(format!("#f{i}"), name.to_owned());
-                    values.insert(format!(":d{i}"), n(delta));
-                }
-                let update = Update::builder()
-                    .table_name(self.engine.table())
-                    .set_key(Some(counts_key(&keys::queue_counts_sk(&queue, shard))))
-                    .update_expression(format!("ADD {}", adds.join(", ")))
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
-                    .build()
-                    .map(|update| TransactWriteItem::builder().update(update).build())
-                    .map_err(|e| StoreError::Invalid(format!("counter update: {e}")));
-                Some(update)
+                let add = CounterAdd {
+                    adds: vec!["moves :one".to_owned()],
+                    then: None,
+                    names: HashMap::new(),
+                    values: HashMap::from([(":one".to_owned(), n(1))]),
+                };
+                let key = counts_key(&keys::queue_counts_sk(&queue, shard));
+                add.action(self.engine.table(), key, deltas, "counter update")
             })
             .collect();
         Ok(queues?.into_iter().chain(tenants).collect())

@@ -10,11 +10,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use ojs_core::tenant::TenantId;
 use ojs_core::QueueName;
 
-use crate::counts::QueueStats;
+use crate::counts::{counts_key, CounterAdd, QueueStats};
 use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};
@@ -67,35 +67,14 @@ impl TenantMoves {
         self.per_item
             .into_iter()
             .filter_map(|((tenant, queue), deltas)| {
-                let deltas: Vec<_> = deltas.into_iter().filter(|(_, d)| *d != 0).collect();
-                if deltas.is_empty() {
-                    return None;
-                }
-                let mut adds = Vec::new();
-                let mut names = HashMap::from([("#first".to_owned(), FIRST_SEEN.to_owned())]);
-                let mut values = HashMap::from([(":first".to_owned(), n(now_us))]);
-                for (i, (name, delta)) in deltas.into_iter().enumerate() {
-                    adds.push(format!("#f{i} :d{i}"));
-                    names.insert(format!("#f{i}"), name.to_owned());
-                    values.insert(format!(":d{i}"), n(delta));
-                }
-                let key = HashMap::from([
-                    ("pk".to_owned(), s(keys::QUEUES_PK)),
-                    ("sk".to_owned(), s(tenant_counts_sk(&tenant, &queue))),
-                ]);
-                let update = Update::builder()
-                    .table_name(table)
-                    .set_key(Some(key))
-                    .update_expression(format!(
-                        "ADD {} SET #first = if_not_exists(#first, :first)",
-                        adds.join(", ")
-                    ))
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
-                    .build()
-                    .map(|update| TransactWriteItem::builder().update(update).build())
-                    .map_err(|e| StoreError::Invalid(format!("tenant counter update: {e}")));
-                Some(update)
+                let add = CounterAdd {
+                    adds: Vec::new(),
+                    then: Some("SET #first = if_not_exists(#first, :first)"),
+                    names: HashMap::from([("#first".to_owned(), FIRST_SEEN.to_owned())]),
+                    values: HashMap::from([(":first".to_owned(), n(now_us))]),
+                };
+                let key = counts_key(&tenant_counts_sk(&tenant, &queue));
+                add.action(table, key, deltas, "tenant counter update")
             })
             .collect()
     }

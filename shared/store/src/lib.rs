@@ -302,80 +302,61 @@ impl Store {
 
     /// The same store with each queue spread over `shards` partitions (clamped to
     /// 1..=[`MAX_QUEUE_SHARDS`]); see [`StoreConfig::queue_shards`].
-    pub fn with_queue_shards(mut self, shards: u16) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS));
-        self
+    pub fn with_queue_shards(self, shards: u16) -> Self {
+        self.reconfigured(|c| c.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS))
     }
 
     /// The same store with each sweep bounded by `budget`; see
     /// [`StoreConfig::sweep_budget`].
-    pub fn with_sweep_budget(mut self, budget: Duration) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.sweep_budget = budget);
-        self
+    pub fn with_sweep_budget(self, budget: Duration) -> Self {
+        self.reconfigured(|c| c.sweep_budget = budget)
     }
 
     /// The same store with each FETCH's claim attempts bounded by `budget`; see
     /// [`StoreConfig::fetch_budget`].
-    pub fn with_fetch_budget(mut self, budget: Duration) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.fetch_budget = budget);
-        self
+    pub fn with_fetch_budget(self, budget: Duration) -> Self {
+        self.reconfigured(|c| c.fetch_budget = budget)
     }
 
     /// The same store repairing a queue shard's counters only once they stood still for
     /// `quiet`; see [`StoreConfig::counter_heal_quiet`].
-    pub fn with_counter_heal_quiet(mut self, quiet: Duration) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.counter_heal_quiet = quiet);
-        self
+    pub fn with_counter_heal_quiet(self, quiet: Duration) -> Self {
+        self.reconfigured(|c| c.counter_heal_quiet = quiet)
     }
 
     /// The same store remembering queue settings for `ttl`; see
     /// [`StoreConfig::queue_settings_ttl`].
-    pub fn with_queue_settings_ttl(mut self, ttl: Duration) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.queue_settings_ttl = ttl);
-        self
+    pub fn with_queue_settings_ttl(self, ttl: Duration) -> Self {
+        self.reconfigured(|c| c.queue_settings_ttl = ttl)
     }
 
     /// The same store trusting a due query that found nothing for `memory`; see
     /// [`StoreConfig::quiet_due_memory`].
-    pub fn with_quiet_due_memory(mut self, memory: Duration) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.quiet_due_memory = memory);
-        self
+    pub fn with_quiet_due_memory(self, memory: Duration) -> Self {
+        self.reconfigured(|c| c.quiet_due_memory = memory)
     }
 
     /// The same store with each FETCH's answer bounded by `bound`; see
     /// [`StoreConfig::fetch_answer`].
-    pub fn with_fetch_answer(mut self, bound: AnswerBound) -> Self {
-        self.derived.engine.reconfigured(|c| c.fetch_answer = bound);
-        self
+    pub fn with_fetch_answer(self, bound: AnswerBound) -> Self {
+        self.reconfigured(|c| c.fetch_answer = bound)
     }
 
     /// The same store printing EMF metrics in `namespace` (none: metrics off); see
     /// [`StoreConfig::metrics_namespace`].
-    pub fn with_metrics_namespace(mut self, namespace: Option<&str>) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.metrics_namespace = namespace.map(str::to_owned));
-        self
+    pub fn with_metrics_namespace(self, namespace: Option<&str>) -> Self {
+        self.reconfigured(|c| c.metrics_namespace = namespace.map(str::to_owned))
     }
 
     /// The same store refusing (or taking) pushes to paused queues; see
     /// [`StoreConfig::reject_paused_pushes`].
-    pub fn with_paused_push_rejected(mut self, reject: bool) -> Self {
-        self.derived
-            .engine
-            .reconfigured(|c| c.reject_paused_pushes = reject);
+    pub fn with_paused_push_rejected(self, reject: bool) -> Self {
+        self.reconfigured(|c| c.reject_paused_pushes = reject)
+    }
+
+    /// The same store with its configuration changed by `change` (the builders above).
+    fn reconfigured(mut self, change: impl FnOnce(&mut StoreConfig)) -> Self {
+        self.derived.engine.reconfigured(change);
         self
     }
 

@@ -18,29 +18,44 @@ use crate::item::Item;
 use crate::schema::IndexDef;
 use crate::usage::{Consumed, Kind};
 
+/// Builders of requests that name the table and ask for their consumed capacity, each
+/// `name: the client's operation -> its builder`.
+macro_rules! on_the_table {
+    ($($(#[$doc:meta])* $name:ident: $operation:ident -> $builder:ty;)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $name(&self) -> $builder {
+            self.client
+                .$operation()
+                .table_name(self.name())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        }
+    )*};
+}
+
 impl Table {
-    /// A GetItem on the table.
-    pub(crate) fn get_item(&self) -> GetItemFluentBuilder {
+    on_the_table! {
+        /// A GetItem on the table.
+        get_item: get_item -> GetItemFluentBuilder;
+        /// A PutItem on the table.
+        put_item: put_item -> PutItemFluentBuilder;
+        /// An UpdateItem on the table.
+        update_item: update_item -> UpdateItemFluentBuilder;
+        /// A DeleteItem on the table.
+        delete_item: delete_item -> DeleteItemFluentBuilder;
+        /// A Query of the table itself.
+        query_table: query -> QueryFluentBuilder;
+    }
+
+    /// A TransactWriteItems (its actions name the table themselves).
+    pub(crate) fn transact_write(&self) -> TransactWriteItemsFluentBuilder {
         self.client
-            .get_item()
-            .table_name(self.name())
+            .transact_write_items()
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
     }
 
-    /// A PutItem on the table.
-    pub(crate) fn put_item(&self) -> PutItemFluentBuilder {
-        self.client
-            .put_item()
-            .table_name(self.name())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-    }
-
-    /// An UpdateItem on the table.
-    pub(crate) fn update_item(&self) -> UpdateItemFluentBuilder {
-        self.client
-            .update_item()
-            .table_name(self.name())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    /// A Query of one of the table's indexes.
+    pub(crate) fn query_index(&self, index: &IndexDef) -> QueryFluentBuilder {
+        self.query_table().index_name(index.name)
     }
 
     /// Sends `update`, built for a transaction, as an UpdateItem of its own: `None` when
@@ -61,34 +76,6 @@ impl Table {
         Ok(self
             .tally_conditional(crate::usage::Kind::Write, out)?
             .map(|_| ()))
-    }
-
-    /// A DeleteItem on the table.
-    pub(crate) fn delete_item(&self) -> DeleteItemFluentBuilder {
-        self.client
-            .delete_item()
-            .table_name(self.name())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-    }
-
-    /// A TransactWriteItems (its actions name the table themselves).
-    pub(crate) fn transact_write(&self) -> TransactWriteItemsFluentBuilder {
-        self.client
-            .transact_write_items()
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-    }
-
-    /// A Query of the table itself.
-    pub(crate) fn query_table(&self) -> QueryFluentBuilder {
-        self.client
-            .query()
-            .table_name(self.name())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-    }
-
-    /// A Query of one of the table's indexes.
-    pub(crate) fn query_index(&self, index: &IndexDef) -> QueryFluentBuilder {
-        self.query_table().index_name(index.name)
     }
 
     /// Records a call's capacity and hands its answer back as the SDK gave it, for a

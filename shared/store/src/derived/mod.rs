@@ -2,6 +2,7 @@
 //! lifecycle events, queue counters and job metrics ([`stream`] applies a batch).
 //! Reads the engine's items; never moves a job.
 
+pub(crate) mod counter_add;
 pub(crate) mod counts;
 pub(crate) mod events;
 pub(crate) mod metrics;

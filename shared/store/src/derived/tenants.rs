@@ -14,7 +14,8 @@ use aws_sdk_dynamodb::types::TransactWriteItem;
 use ojs_core::tenant::TenantId;
 use ojs_core::QueueName;
 
-use crate::counts::{counts_key, CounterAdd, QueueStats};
+use crate::counts::{counts_key, QueueStats};
+use crate::derived::counter_add::CounterAdd;
 use crate::derived::Derived;
 use crate::error::StoreError;
 use crate::item::{n, s, Item};

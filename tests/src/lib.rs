@@ -740,6 +740,16 @@ impl TestApp {
             .await
     }
 
+    /// A workflow's GET.
+    pub async fn workflow(&self, id: &str) -> anyhow::Result<Reply> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/ojs/v1/workflows/{id}"),
+            None,
+        )
+        .await
+    }
+
     /// CANCEL.
     pub async fn cancel(&self, id: &str) -> anyhow::Result<Reply> {
         self.call(reqwest::Method::DELETE, &format!("/ojs/v1/jobs/{id}"), None)

@@ -1073,13 +1073,7 @@ async fn a_throttled_workflow_follow_up_is_retried_within_the_ack() -> anyhow::R
     let ack = app.ack(json!({"job_id": id, "worker_id": "w"})).await?;
     assert_eq!(ack.status, 200, "{:?}", ack.body);
     assert_eq!(rig.proxy.scripted_left(), 0, "every throttle was met");
-    let got = app
-        .call(
-            reqwest::Method::GET,
-            &format!("/ojs/v1/workflows/{wf}"),
-            None,
-        )
-        .await?;
+    let got = app.workflow(&wf).await?;
     assert_eq!(got.body["workflow"]["state"], "completed", "{:?}", got.body);
     rig.teardown().await;
     Ok(())
@@ -1128,13 +1122,7 @@ async fn a_fetch_that_fails_after_finishing_a_step_still_moves_its_workflow_on(
         .await?;
     assert!(backend_error(&fetched), "{:?}", fetched.body);
     assert_eq!(rig.proxy.scripted_left(), 0, "every fault was met");
-    let got = app
-        .call(
-            reqwest::Method::GET,
-            &format!("/ojs/v1/workflows/{wf}"),
-            None,
-        )
-        .await?;
+    let got = app.workflow(&wf).await?;
     assert_eq!(got.body["workflow"]["state"], "failed", "{:?}", got.body);
     rig.teardown().await;
     Ok(())

@@ -621,13 +621,7 @@ async fn an_info_whose_payload_read_fails_after_settling_a_step_still_moves_its_
     assert!(read.is_err(), "{read:?}");
     let settled = app.store.engine().get_job(&step).await?.context("gone")?;
     assert_eq!(settled.status.state, JobState::Discarded);
-    let got = app
-        .call(
-            reqwest::Method::GET,
-            &format!("/ojs/v1/workflows/{wf}"),
-            None,
-        )
-        .await?;
+    let got = app.workflow(&wf).await?;
     assert_eq!(got.body["workflow"]["state"], "failed", "{:?}", got.body);
     app.teardown().await;
     Ok(())

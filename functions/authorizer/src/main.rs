@@ -11,7 +11,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ojs_http::init_lambda_logging();
+    ojs_runtime::init_logging();
     let mode = AuthMode::parse(std::env::var("OJS_AUTH").ok().as_deref());
     let auth = Arc::new(Authenticator::new(mode, Store::from_env().await));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ojs_http::init_lambda_logging();
+    ojs_runtime::init_logging();
     let store = Store::from_env().await;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let store = store.clone();

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ojs_runtime::init_event_logging();
+    ojs_runtime::init_logging();
     let store = Store::from_env().await;
     let sdk = aws_config::load_from_env().await;
     let (push, webhooks) = ojs_push::dispatchers_from_env(store.clone(), &sdk)?;

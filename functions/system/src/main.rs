@@ -5,7 +5,7 @@ use ojs_store::Store;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    ojs_http::init_lambda_logging();
+    ojs_runtime::init_logging();
     let store = Store::from_env().await;
     let router = app(
         AppState::new(store, HttpConfig::from_env()),

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ojs_runtime::init_event_logging();
+    ojs_runtime::init_logging();
     let store = Store::from_env().await;
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {

@@ -237,15 +237,3 @@ pub fn app(state: AppState, groups: &[Group]) -> Router {
     }
     layer::wrap(layer::guard_routes(router).with_state(state.clone()), state)
 }
-
-/// Logging of a Lambda function: JSON lines for CloudWatch (the runtime adds the time),
-/// filtered by `RUST_LOG`, each with the span it was logged in (a request's id).
-pub fn init_lambda_logging() {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_current_span(true)
-        .with_span_list(false)
-        .without_time()
-        .init();
-}

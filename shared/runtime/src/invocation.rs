@@ -1,10 +1,11 @@
-//! Logging of the event-driven functions (stream, timer, scheduler): JSON lines, each
-//! carrying the span of the invocation it was logged in, so a batch's lines are found by
+//! Logging of every Lambda function: JSON lines, each carrying the span it was logged in,
+//! so an endpoint's request is found by its request id and an event function's batch by
 //! the Lambda request id (`span.request_id`) or its X-Ray trace (`span.xray_trace_id`).
 
-/// JSON log lines on stdout (CloudWatch's JSON log format), filtered by `RUST_LOG`, with
-/// the current span's fields on every line.
-pub fn init_event_logging() {
+/// JSON log lines on stdout (CloudWatch's JSON log format; the runtime adds the time),
+/// filtered by `RUST_LOG`, with the current span's fields on every line. Endpoint and
+/// event functions alike call it, so their lines read the same.
+pub fn init_logging() {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

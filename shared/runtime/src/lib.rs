@@ -7,7 +7,7 @@ mod invocation;
 mod scheduler;
 mod services;
 
-pub use invocation::{init_event_logging, invocation_span};
+pub use invocation::{init_logging, invocation_span};
 
 pub use scheduler::{Scheduler, TickReport};
 pub use services::{QueueSweep, Service};

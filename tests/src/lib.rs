@@ -478,7 +478,7 @@ impl TestApp {
     /// deployed stack's does after ten minutes: a repair counts from the indexes, which a
     /// sweep right behind a write (the strict layer's lag) would find short of it.
     pub async fn spawn_with_sweeper_on(store: Store, config: HttpConfig) -> anyhow::Result<Self> {
-        let store = store.with_counter_heal_quiet(SWEPT_HEAL_QUIET);
+        let store = store.with_config(|c| c.counter_heal_quiet = SWEPT_HEAL_QUIET);
         let mut app = Self::spawn_configured(store, config).await?;
         let store = app.store.clone();
         app.sweeper = Some(tokio::spawn(async move {
@@ -626,7 +626,7 @@ impl TestApp {
         let client = ojs_store::streams_client_for(sdk, &fault_proxy::raw_dynamodb_endpoint());
         // The consumer attached here (with the observer) is the one `serve` finds.
         let store = store
-            .with_counter_heal_quiet(SWEPT_HEAL_QUIET)
+            .with_config(|c| c.counter_heal_quiet = SWEPT_HEAL_QUIET)
             .with_change_observer(observer)
             .with_local_stream(client, true, Some(Duration::from_millis(50)))
             .await

@@ -167,49 +167,29 @@ impl StoreConfig {
     /// `OJS_FETCH_BUDGET_MS` (default 5000).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let days: u64 = var("OJS_RETENTION_DAYS")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(7);
-        let event_hours: u64 = var("OJS_EVENT_RETENTION_HOURS")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(24);
+        let number = |k: &str, default: u64| var(k).and_then(|v| v.parse().ok()).unwrap_or(default);
+        let millis = |k: &str, default: u64| Duration::from_millis(number(k, default));
+        let secs = |k: &str, default: u64| Duration::from_secs(number(k, default));
         Self {
             table: var("OJS_TABLE").unwrap_or_else(|| "ojs".to_owned()),
-            retention: Duration::from_secs(days * 86_400),
+            retention: Duration::from_secs(number("OJS_RETENTION_DAYS", 7) * 86_400),
             events: !matches!(var("OJS_EVENTS").as_deref(), Some("off" | "false" | "0")),
-            event_retention: Duration::from_secs(event_hours * 3_600),
+            event_retention: Duration::from_secs(number("OJS_EVENT_RETENTION_HOURS", 24) * 3_600),
             metrics_namespace: (var("OJS_METRICS").as_deref() == Some("emf"))
                 .then(|| var("OJS_METRICS_NAMESPACE").unwrap_or_else(|| "OpenJobSpec".into())),
             queue_shards: var("OJS_QUEUE_SHARDS")
                 .and_then(|v| v.parse::<u16>().ok())
                 .unwrap_or(1)
                 .clamp(1, MAX_QUEUE_SHARDS),
-            queue_settings_ttl: Duration::from_millis(
-                var("OJS_QUEUE_SETTINGS_TTL_MS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_QUEUE_SETTINGS_TTL_MS),
-            ),
-            quiet_due_memory: Duration::from_millis(
-                var("OJS_QUIET_DUE_MS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_QUIET_DUE_MS),
-            ),
+            queue_settings_ttl: millis("OJS_QUEUE_SETTINGS_TTL_MS", DEFAULT_QUEUE_SETTINGS_TTL_MS),
+            quiet_due_memory: millis("OJS_QUIET_DUE_MS", DEFAULT_QUIET_DUE_MS),
             reject_paused_pushes: var("OJS_PAUSED_QUEUE_PUSH").as_deref() == Some("reject"),
-            counter_heal_quiet: Duration::from_secs(
-                var("OJS_COUNTER_HEAL_QUIET_SECS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_COUNTER_HEAL_QUIET_SECS),
+            counter_heal_quiet: secs(
+                "OJS_COUNTER_HEAL_QUIET_SECS",
+                DEFAULT_COUNTER_HEAL_QUIET_SECS,
             ),
-            sweep_budget: Duration::from_millis(
-                var("OJS_SWEEP_BUDGET_MS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_SWEEP_BUDGET_MS),
-            ),
-            fetch_budget: Duration::from_millis(
-                var("OJS_FETCH_BUDGET_MS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_FETCH_BUDGET_MS),
-            ),
+            sweep_budget: millis("OJS_SWEEP_BUDGET_MS", DEFAULT_SWEEP_BUDGET_MS),
+            fetch_budget: millis("OJS_FETCH_BUDGET_MS", DEFAULT_FETCH_BUDGET_MS),
             fetch_answer: AnswerBound::default(),
         }
     }
@@ -300,63 +280,14 @@ impl Store {
         self
     }
 
-    /// The same store with each queue spread over `shards` partitions (clamped to
-    /// 1..=[`MAX_QUEUE_SHARDS`]); see [`StoreConfig::queue_shards`].
-    pub fn with_queue_shards(self, shards: u16) -> Self {
-        self.reconfigured(|c| c.queue_shards = shards.clamp(1, MAX_QUEUE_SHARDS))
-    }
-
-    /// The same store with each sweep bounded by `budget`; see
-    /// [`StoreConfig::sweep_budget`].
-    pub fn with_sweep_budget(self, budget: Duration) -> Self {
-        self.reconfigured(|c| c.sweep_budget = budget)
-    }
-
-    /// The same store with each FETCH's claim attempts bounded by `budget`; see
-    /// [`StoreConfig::fetch_budget`].
-    pub fn with_fetch_budget(self, budget: Duration) -> Self {
-        self.reconfigured(|c| c.fetch_budget = budget)
-    }
-
-    /// The same store repairing a queue shard's counters only once they stood still for
-    /// `quiet`; see [`StoreConfig::counter_heal_quiet`].
-    pub fn with_counter_heal_quiet(self, quiet: Duration) -> Self {
-        self.reconfigured(|c| c.counter_heal_quiet = quiet)
-    }
-
-    /// The same store remembering queue settings for `ttl`; see
-    /// [`StoreConfig::queue_settings_ttl`].
-    pub fn with_queue_settings_ttl(self, ttl: Duration) -> Self {
-        self.reconfigured(|c| c.queue_settings_ttl = ttl)
-    }
-
-    /// The same store trusting a due query that found nothing for `memory`; see
-    /// [`StoreConfig::quiet_due_memory`].
-    pub fn with_quiet_due_memory(self, memory: Duration) -> Self {
-        self.reconfigured(|c| c.quiet_due_memory = memory)
-    }
-
-    /// The same store with each FETCH's answer bounded by `bound`; see
-    /// [`StoreConfig::fetch_answer`].
-    pub fn with_fetch_answer(self, bound: AnswerBound) -> Self {
-        self.reconfigured(|c| c.fetch_answer = bound)
-    }
-
-    /// The same store printing EMF metrics in `namespace` (none: metrics off); see
-    /// [`StoreConfig::metrics_namespace`].
-    pub fn with_metrics_namespace(self, namespace: Option<&str>) -> Self {
-        self.reconfigured(|c| c.metrics_namespace = namespace.map(str::to_owned))
-    }
-
-    /// The same store refusing (or taking) pushes to paused queues; see
-    /// [`StoreConfig::reject_paused_pushes`].
-    pub fn with_paused_push_rejected(self, reject: bool) -> Self {
-        self.reconfigured(|c| c.reject_paused_pushes = reject)
-    }
-
-    /// The same store with its configuration changed by `change` (the builders above).
-    fn reconfigured(mut self, change: impl FnOnce(&mut StoreConfig)) -> Self {
-        self.derived.engine.reconfigured(change);
+    /// The same store with its configuration changed by `change`, e.g.
+    /// `store.with_config(|c| c.queue_shards = 4)` (tests: a store like another but for a
+    /// setting); [`StoreConfig::queue_shards`] is then clamped to 1..=[`MAX_QUEUE_SHARDS`].
+    pub fn with_config(mut self, change: impl FnOnce(&mut StoreConfig)) -> Self {
+        self.derived.engine.reconfigured(|c| {
+            change(c);
+            c.queue_shards = c.queue_shards.clamp(1, MAX_QUEUE_SHARDS);
+        });
         self
     }
 

@@ -156,7 +156,7 @@ async fn a_deployment_may_refuse_pushes_to_paused_queues() -> anyhow::Result<()>
     let app = TestApp::spawn_on_store(
         ojs_tests::fresh_store()
             .await?
-            .with_paused_push_rejected(true),
+            .with_config(|c| c.reject_paused_pushes = true),
     )
     .await?;
     let job = json!({"type": "p.job", "args": [], "options": {"queue": "pq"}});

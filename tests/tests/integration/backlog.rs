@@ -30,8 +30,8 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
     let namespace = "OJS/backlog-test";
     let store = fresh_store()
         .await?
-        .with_queue_shards(3)
-        .with_metrics_namespace(Some(namespace));
+        .with_config(|c| c.queue_shards = 3)
+        .with_config(|c| c.metrics_namespace = Some(namespace.to_owned()));
     let app = TestApp::spawn_on_store(store.clone()).await?;
 
     // Queue "bl-fifo": five jobs of one priority spread over three shards; the first is
@@ -52,7 +52,8 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
     // Queue "bl-prio", pushed through an unsharded server on the same table (one shard:
     // strict order): an old low-priority job, then a newer high-priority one. The head
     // (what FETCH takes next, and what the metric reports) is the newer one.
-    let unsharded = TestApp::spawn_on_store(store.clone().with_queue_shards(1)).await?;
+    let unsharded =
+        TestApp::spawn_on_store(store.clone().with_config(|c| c.queue_shards = 1)).await?;
     push(
         &unsharded,
         json!({"type": "bl.job", "queue": "bl-prio", "args": [], "priority": -5}),
@@ -128,7 +129,7 @@ async fn oldest_ready_job_age_is_the_wait_of_the_next_job_per_queue() -> anyhow:
     assert!(clean.iter().all(|d| d.get("SweepFailures").is_none()));
     // Metrics off: nothing printed, nothing read.
     assert!(store
-        .with_metrics_namespace(None)
+        .with_config(|c| c.metrics_namespace = None)
         .engine()
         .emit_sweep_metrics(&report, now)
         .await?

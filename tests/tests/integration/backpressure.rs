@@ -286,7 +286,7 @@ async fn a_bound_set_through_one_instance_reaches_another_within_the_settings_tt
             ojs_store::client_for(&sdk),
             ojs_store::StoreConfig::for_table(a.store.table()),
         )
-        .with_queue_settings_ttl(ttl),
+        .with_config(|c| c.queue_settings_ttl = ttl),
     )
     .await?;
     // b remembers the queue as unbounded.

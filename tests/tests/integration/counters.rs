@@ -67,7 +67,8 @@ async fn push(app: &TestApp, job: Value) -> anyhow::Result<String> {
 #[tokio::test]
 async fn counters_follow_every_kind_of_transition() -> anyhow::Result<()> {
     // Four shards, so moves land on several counter items that stats must add up.
-    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(4)).await?;
+    let app =
+        TestApp::spawn_on_store(fresh_store().await?.with_config(|c| c.queue_shards = 4)).await?;
     let q = "cnt";
     let in_ten_minutes =
         ojs_core::time::format(&(ojs_core::time::now() + chrono::Duration::minutes(10)));
@@ -220,7 +221,8 @@ async fn workflow_steps_and_dead_letter_retries_are_counted() -> anyhow::Result<
 
 #[tokio::test]
 async fn counters_stay_exact_under_racing_workers() -> anyhow::Result<()> {
-    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(2)).await?;
+    let app =
+        TestApp::spawn_on_store(fresh_store().await?.with_config(|c| c.queue_shards = 2)).await?;
     let jobs: Vec<Value> = (0..200)
         .map(|i| json!({"type": "race.job", "args": [i], "options": {"queue": "cr"}}))
         .collect();
@@ -301,7 +303,7 @@ async fn stats_read_one_batch_of_counter_items_whatever_the_backlog() -> anyhow:
 async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyhow::Result<()> {
     let store = fresh_store()
         .await?
-        .with_counter_heal_quiet(Duration::from_secs(3_600));
+        .with_config(|c| c.counter_heal_quiet = Duration::from_secs(3_600));
     let app = TestApp::spawn_on_store(store).await?;
     let q = QueueName::parse("hq").map_err(|e| anyhow::anyhow!("{e:?}"))?;
     pushed_with_one_counted_thrice(&app, "hq", 3).await?;
@@ -317,7 +319,10 @@ async fn the_sweep_leaves_a_shard_still_for_less_than_its_quiet_period() -> anyh
         );
     }
     assert_eq!(app.store.derived().queue_stats(&q).await?.available, 5);
-    let eager = app.store.clone().with_counter_heal_quiet(Duration::ZERO);
+    let eager = app
+        .store
+        .clone()
+        .with_config(|c| c.counter_heal_quiet = Duration::ZERO);
     assert_eq!(
         eager
             .derived()

@@ -131,7 +131,8 @@ async fn a_fetch_answers_no_more_bytes_than_its_bound_and_claims_nothing_it_leav
         bytes: 60_000,
         reserve: 20_000,
     };
-    let app = TestApp::spawn_on_store(fresh_store().await?.with_fetch_answer(bound)).await?;
+    let app = TestApp::spawn_on_store(fresh_store().await?.with_config(|c| c.fetch_answer = bound))
+        .await?;
     // Half of it quotes: in Lambda's envelope each becomes four bytes.
     let text = "\"a".repeat(2_500);
     let ids = push_jobs(&app, "tight", 10, &text).await?;

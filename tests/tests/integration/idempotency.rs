@@ -281,7 +281,7 @@ async fn a_key_costs_a_push_two_calls_and_a_replay_three() -> anyhow::Result<()>
     // Queue settings remembered for the whole test: only what the key adds is counted.
     let store = ojs_tests::fresh_store()
         .await?
-        .with_queue_settings_ttl(std::time::Duration::from_secs(600));
+        .with_config(|c| c.queue_settings_ttl = std::time::Duration::from_secs(600));
     let app = TestApp::spawn_on_store(store).await?;
     assert_eq!(push(&app, None, &job("icost", 0)).await?.status, 201);
     let u0 = app.store.usage();
@@ -323,7 +323,7 @@ async fn a_first_try_overtaken_by_its_retry_answers_with_the_retrys_job() -> any
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     // One attempt per call and time to spare: the held write must not become a retry.
     let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, base.table())
-        .with_queue_settings_ttl(Duration::from_secs(600));
+        .with_config(|c| c.queue_settings_ttl = Duration::from_secs(600));
     let first_app = Arc::new(TestApp::spawn_on_store_without_stream(slow).await?);
     // The queue registered and its settings remembered: the first try's PutItems are
     // its key's claim, then its job.

@@ -326,7 +326,9 @@ async fn spawn_with_tight_bound() -> anyhow::Result<(TestApp, ojs_store::AnswerB
         bytes: 700_000,
         reserve: 100_000,
     };
-    let store = ojs_tests::fresh_store().await?.with_fetch_answer(bound);
+    let store = ojs_tests::fresh_store()
+        .await?
+        .with_config(|c| c.fetch_answer = bound);
     Ok((TestApp::spawn_on_store(store).await?, bound))
 }
 

@@ -177,7 +177,9 @@ async fn delayed_timers(app: &TestApp) -> anyhow::Result<u32> {
 async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<()> {
     const QUEUES: usize = 12;
     const SHARDS: u16 = 32;
-    let store = ojs_tests::fresh_store().await?.with_queue_shards(SHARDS);
+    let store = ojs_tests::fresh_store()
+        .await?
+        .with_config(|c| c.queue_shards = SHARDS);
     let sdk = aws_config::load_from_env().await;
     let name = format!("{}-timer", store.table());
     let store = store.with_local_timer_queue(&sdk, &name).await?;
@@ -209,7 +211,7 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     let unhurried = app
         .store
         .clone()
-        .with_sweep_budget(Duration::from_secs(600));
+        .with_config(|c| c.sweep_budget = Duration::from_secs(600));
     let full = ojs_tests::sweep(&unhurried, at).await?;
     let full_took = started.elapsed();
     assert_eq!(full.timer_partitions_left, 0, "{full:?}");
@@ -220,7 +222,7 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     );
 
     let budget = (full_took / 8).min(Duration::from_millis(400));
-    let hurried = app.store.clone().with_sweep_budget(budget);
+    let hurried = app.store.clone().with_config(|c| c.sweep_budget = budget);
     let started = std::time::Instant::now();
     let report = ojs_tests::sweep(&hurried, at).await?;
     let took = started.elapsed();

@@ -243,7 +243,7 @@ async fn a_schema_costs_push_exactly_one_extra_read() -> anyhow::Result<()> {
     // the whole test: only what the schema adds is counted, however slow the machine.
     let store = ojs_tests::fresh_store()
         .await?
-        .with_queue_settings_ttl(std::time::Duration::from_secs(600));
+        .with_config(|c| c.queue_settings_ttl = std::time::Duration::from_secs(600));
     let app = TestApp::spawn_on_store(store).await?;
     app.call(Method::POST, "/ojs/v1/schemas", Some(registration()))
         .await?;

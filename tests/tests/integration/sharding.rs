@@ -55,7 +55,12 @@ async fn partitions(table: &str, attr: &str) -> anyhow::Result<BTreeSet<String>>
 
 #[tokio::test]
 async fn entries_spread_over_every_shard_and_stats_add_them_up() -> anyhow::Result<()> {
-    let app = TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(SHARDS)).await?;
+    let app = TestApp::spawn_on_store(
+        fresh_store()
+            .await?
+            .with_config(|c| c.queue_shards = SHARDS),
+    )
+    .await?;
     // 40 of each: a shard left empty by chance has odds of 4 x (3/4)^40, about 1 in 25,000.
     for i in 0..40 {
         let r = app
@@ -127,7 +132,13 @@ async fn growing_the_shard_count_strands_nothing() -> anyhow::Result<()> {
         anyhow::ensure!(r.status == 201, "{:?}", r.body);
         pushed.insert(id_of(&r));
     }
-    let after = TestApp::spawn_on_store(before.store.clone().with_queue_shards(SHARDS)).await?;
+    let after = TestApp::spawn_on_store(
+        before
+            .store
+            .clone()
+            .with_config(|c| c.queue_shards = SHARDS),
+    )
+    .await?;
     let mut fetched = BTreeSet::new();
     for _ in 0..30 {
         let r = after.fetch(json!({"queues": ["grow"], "count": 4})).await?;
@@ -157,8 +168,14 @@ type Deliveries = Arc<Mutex<HashMap<(String, u64), usize>>>;
 async fn sharded_queue_delivers_every_job_exactly_once_to_32_racing_fetchers() -> anyhow::Result<()>
 {
     const JOBS: usize = 200;
-    let app =
-        Arc::new(TestApp::spawn_on_store(fresh_store().await?.with_queue_shards(SHARDS)).await?);
+    let app = Arc::new(
+        TestApp::spawn_on_store(
+            fresh_store()
+                .await?
+                .with_config(|c| c.queue_shards = SHARDS),
+        )
+        .await?,
+    );
     // Every fifth job fails its first attempt and comes back through its shard of the due
     // index, so both sharded indexes are raced over.
     let mut retried = BTreeSet::new();
@@ -298,8 +315,15 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
     // A spent budget (here from the start) ends the FETCH after its first claim attempt,
     // across the shards and queues it had left: 32 racing workers or a slow table cannot
     // hold a FETCH past API Gateway's 29 s.
-    let store = fresh_store().await?.with_queue_shards(SHARDS);
-    let app = TestApp::spawn_on_store(store.clone().with_fetch_budget(Duration::ZERO)).await?;
+    let store = fresh_store()
+        .await?
+        .with_config(|c| c.queue_shards = SHARDS);
+    let app = TestApp::spawn_on_store(
+        store
+            .clone()
+            .with_config(|c| c.fetch_budget = Duration::ZERO),
+    )
+    .await?;
     let mut pushed = BTreeSet::new();
     for i in 0..8 {
         let queue = if i % 2 == 0 { "budget-a" } else { "budget-b" };
@@ -323,7 +347,7 @@ async fn a_fetch_stops_claiming_when_its_time_budget_is_spent() -> anyhow::Resul
     assert_eq!(first.len(), 1, "{:?}", r.body);
     // With time to spend, the rest are claimed by one FETCH.
     let rest = store
-        .with_fetch_budget(Duration::from_secs(5))
+        .with_config(|c| c.fetch_budget = Duration::from_secs(5))
         .workers()
         .fetch(
             &ojs_store::FetchRequest {
@@ -379,7 +403,7 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     proxy.set_hang(Duration::from_secs(20));
     let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
     let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, rival.table())
-        .with_fetch_budget(Duration::from_secs(60));
+        .with_config(|c| c.fetch_budget = Duration::from_secs(60));
     let request = |queues: &[&str], worker: &str| -> anyhow::Result<ojs_store::FetchRequest> {
         Ok(ojs_store::FetchRequest {
             queues: queues

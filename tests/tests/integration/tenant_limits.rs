@@ -322,8 +322,8 @@ async fn heartbeats_keep_a_tenants_slot_with_the_lease() -> anyhow::Result<()> {
 async fn a_fetch_leaves_a_tenant_at_its_limit_at_once() -> anyhow::Result<()> {
     let app = TestApp::spawn_rules_only_on(|store| {
         store
-            .with_queue_settings_ttl(std::time::Duration::ZERO)
-            .with_quiet_due_memory(std::time::Duration::ZERO)
+            .with_config(|c| c.queue_settings_ttl = std::time::Duration::ZERO)
+            .with_config(|c| c.quiet_due_memory = std::time::Duration::ZERO)
     })
     .await?;
     let queries = |app: &TestApp| {

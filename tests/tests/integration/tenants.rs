@@ -276,8 +276,8 @@ async fn a_worker_for_any_tenant_takes_the_tenants_of_a_queue_in_turn() -> anyho
 async fn a_queues_rate_limit_refusal_ends_the_queue_not_one_lane() -> anyhow::Result<()> {
     let app = TestApp::spawn_rules_only_on(|store| {
         store
-            .with_queue_settings_ttl(Duration::ZERO)
-            .with_quiet_due_memory(Duration::ZERO)
+            .with_config(|c| c.queue_settings_ttl = Duration::ZERO)
+            .with_config(|c| c.quiet_due_memory = Duration::ZERO)
     })
     .await?;
     let mut refused_calls = Vec::new();

@@ -230,27 +230,30 @@ mod tests {
         c.split('#').next().unwrap_or_default()
     }
 
-    #[test]
-    fn spread_picks_only_among_the_first_priority() {
-        let page = ["1#a", "1#b", "1#c", "2#d", "2#e"];
+    /// `order` spread from `from` picking the last candidate offered: the range offered
+    /// and the order after.
+    fn spread_to_last<const N: usize>(
+        mut order: [&str; N],
+        from: usize,
+    ) -> (Option<Range<usize>>, [&str; N]) {
         let mut offered = None;
-        let mut order = page;
-        spread(&mut order, 0, level, |r| {
+        spread(&mut order, from, level, |r| {
             offered = Some(r.clone());
             r.end - 1
         });
+        (offered, order)
+    }
+
+    #[test]
+    fn spread_picks_only_among_the_first_priority() {
+        let (offered, order) = spread_to_last(["1#a", "1#b", "1#c", "2#d", "2#e"], 0);
         assert_eq!(offered, Some(0..3));
         assert_eq!(order, ["1#c", "1#b", "1#a", "2#d", "2#e"]);
     }
 
     #[test]
     fn spread_from_the_middle_keeps_what_came_before() {
-        let mut order = ["1#a", "1#b", "1#c", "1#d", "2#e"];
-        let mut offered = None;
-        spread(&mut order, 2, level, |r| {
-            offered = Some(r.clone());
-            r.end - 1
-        });
+        let (offered, order) = spread_to_last(["1#a", "1#b", "1#c", "1#d", "2#e"], 2);
         assert_eq!(offered, Some(2..4));
         assert_eq!(order, ["1#a", "1#b", "1#d", "1#c", "2#e"]);
     }

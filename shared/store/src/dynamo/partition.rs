@@ -66,12 +66,7 @@ impl Table {
 
     /// One item by key, strongly consistent (read-your-writes after PUSH, ACK, PUT...).
     pub(crate) async fn read_item(&self, key: Item) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .get_item()
-            .set_key(Some(key))
-            .consistent_read(true)
-            .send()
-            .await;
+        let out = self.get_at(key).consistent_read(true).send().await;
         Ok(self.tally(Kind::Read, out)?.item)
     }
 
@@ -120,8 +115,7 @@ impl Table {
     /// Deletes the item at `key`: [`StoreError::NotFound`] when there is none.
     pub(crate) async fn delete_existing(&self, key: Item) -> Result<(), StoreError> {
         let out = self
-            .delete_item()
-            .set_key(Some(key))
+            .delete_at(key)
             .condition_expression("attribute_exists(pk)")
             .send()
             .await;
@@ -131,8 +125,7 @@ impl Table {
     /// Deletes an item and returns what it held (`None` when there was nothing).
     pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self
-            .delete_item()
-            .set_key(Some(key))
+            .delete_at(key)
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await;

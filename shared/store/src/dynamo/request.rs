@@ -46,6 +46,21 @@ impl Table {
         query_table: query -> QueryFluentBuilder;
     }
 
+    /// A GetItem of the item at `key`.
+    pub(crate) fn get_at(&self, key: Item) -> GetItemFluentBuilder {
+        self.get_item().set_key(Some(key))
+    }
+
+    /// An UpdateItem of the item at `key`.
+    pub(crate) fn update_at(&self, key: Item) -> UpdateItemFluentBuilder {
+        self.update_item().set_key(Some(key))
+    }
+
+    /// A DeleteItem of the item at `key`.
+    pub(crate) fn delete_at(&self, key: Item) -> DeleteItemFluentBuilder {
+        self.delete_item().set_key(Some(key))
+    }
+
     /// A TransactWriteItems (its actions name the table themselves).
     pub(crate) fn transact_write(&self) -> TransactWriteItemsFluentBuilder {
         self.client
@@ -65,8 +80,7 @@ impl Table {
         update: &aws_sdk_dynamodb::types::Update,
     ) -> Result<Option<()>, StoreError> {
         let out = self
-            .update_item()
-            .set_key(Some(update.key().clone()))
+            .update_at(update.key().clone())
             .update_expression(update.update_expression())
             .set_condition_expression(update.condition_expression().map(str::to_owned))
             .set_expression_attribute_names(update.expression_attribute_names().cloned())

@@ -445,7 +445,7 @@ impl Engine {
                 == Some("JOB");
             let mut key = key.clone();
             let ours = key.remove(OURS);
-            let mut del = self.table.delete_item().set_key(Some(key));
+            let mut del = self.table.delete_at(key);
             del = match (is_job, ours) {
                 (true, Some(created)) => del
                     .condition_expression(

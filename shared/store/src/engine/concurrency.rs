@@ -259,8 +259,7 @@ impl Engine {
             let mut condition = format!("attribute_exists(holders.#job) AND {size}");
             let mut req = self
                 .table
-                .update_item()
-                .set_key(Some(holders_key(key)))
+                .update_at(holders_key(key))
                 .update_expression(expression)
                 .expression_attribute_names("#job", holder)
                 .expression_attribute_values(":one", n(1));
@@ -294,8 +293,7 @@ impl Engine {
         for key in self.slot_keys_of(job).await {
             let out = self
                 .table
-                .update_item()
-                .set_key(Some(holders_key(&key)))
+                .update_at(holders_key(&key))
                 .update_expression("SET holders.#job = :lease")
                 .condition_expression("attribute_exists(holders.#job)")
                 .expression_attribute_names("#job", job.id.to_string())

@@ -26,8 +26,7 @@ impl Engine {
     /// An UpdateItem on a job, returning the new item, or the old one on a failed condition.
     pub(crate) fn update(&self, id: &JobId) -> UpdateItemFluentBuilder {
         self.table
-            .update_item()
-            .set_key(Some(item::job_key(id)))
+            .update_at(item::job_key(id))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }

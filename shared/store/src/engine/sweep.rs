@@ -67,7 +67,7 @@ impl Engine {
 
     /// Remembers the queue the next sweep starts at (or forgets it with `None`).
     pub async fn set_sweep_cursor(&self, queue: Option<&QueueName>) -> Result<(), StoreError> {
-        let req = self.table.update_item().set_key(Some(cursor_key()));
+        let req = self.table.update_at(cursor_key());
         let req = match queue {
             Some(q) => req
                 .update_expression("SET next_queue = :q")

@@ -138,7 +138,7 @@ impl Engine {
     pub(crate) async fn set_aside(&self, id: &JobId, why: &str) {
         tracing::error!(job_id = %id, reason = why, "job set aside: it cannot be processed");
         let out = crate::transition::set_aside(why.to_owned())
-            .apply(self.table.update_item().set_key(Some(item::job_key(id))))
+            .apply(self.table.update_at(item::job_key(id)))
             .send()
             .await;
         if let Err(e) = self.table.tally_existing(Kind::Write, out) {

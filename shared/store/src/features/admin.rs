@@ -276,8 +276,7 @@ impl Admin<'_> {
             .derived
             .engine
             .table
-            .delete_item()
-            .set_key(Some(item::job_key(id)))
+            .delete_at(item::job_key(id))
             .condition_expression("#state = :state AND attribute_not_exists(dead_sk)")
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":state", s(state.as_str()))
@@ -416,8 +415,7 @@ impl Admin<'_> {
             .derived
             .engine
             .table
-            .delete_item()
-            .set_key(Some(crate::workers::worker_key(id)))
+            .delete_at(crate::workers::worker_key(id))
             .condition_expression(
                 "attribute_exists(pk) AND (attribute_not_exists(last_seen) OR last_seen < :stale)",
             )

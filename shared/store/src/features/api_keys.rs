@@ -139,8 +139,7 @@ impl ApiKeys<'_> {
         let revoke = self
             .engine
             .table
-            .update_item()
-            .set_key(Some(api_key_key(id)))
+            .update_at(api_key_key(id))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)));
         self.engine

@@ -42,8 +42,7 @@ impl Checkpoints<'_> {
         let out = self
             .engine
             .table
-            .update_item()
-            .set_key(Some(item::job_key(id)))
+            .update_at(item::job_key(id))
             .update_expression(update)
             .condition_expression(conditions)
             .expression_attribute_names("#state", "state")
@@ -71,8 +70,7 @@ impl Checkpoints<'_> {
         let remove = self
             .engine
             .table
-            .update_item()
-            .set_key(Some(item::job_key(id)))
+            .update_at(item::job_key(id))
             .update_expression(format!("REMOVE {}", CHECKPOINT_ATTRS.join(", ")));
         self.engine
             .table

@@ -142,8 +142,7 @@ impl IdempotencyKeys<'_> {
         let req = self
             .engine
             .table
-            .update_item()
-            .set_key(Some(key_item(key)))
+            .update_at(key_item(key))
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":status", n(status));
@@ -165,8 +164,7 @@ impl IdempotencyKeys<'_> {
         let out = self
             .engine
             .table
-            .delete_item()
-            .set_key(Some(key_item(key)))
+            .delete_at(key_item(key))
             .condition_expression("fp = :fp AND attribute_not_exists(#status)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":fp", s(fingerprint))

@@ -507,8 +507,7 @@ impl Workers<'_> {
         let out = self
             .engine
             .table
-            .get_item()
-            .set_key(Some(worker_key(id)))
+            .get_at(worker_key(id))
             .projection_expression("worker_id, directive, wstate, #ttl")
             .expression_attribute_names("#ttl", "ttl")
             .send()
@@ -531,8 +530,7 @@ impl Workers<'_> {
     fn worker_update(&self, id: &str) -> UpdateItemFluentBuilder {
         self.engine
             .table
-            .update_item()
-            .set_key(Some(worker_key(id)))
+            .update_at(worker_key(id))
             .return_values(ReturnValue::AllNew)
     }
 

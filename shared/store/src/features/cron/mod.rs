@@ -136,11 +136,7 @@ impl Cron<'_> {
     ) -> UpdateItemFluentBuilder {
         CronWrite::register(cron, created_by, &now)
             .next(next, cron.enabled)
-            .on(self
-                .engine
-                .table
-                .update_item()
-                .set_key(Some(cron_key(&cron.name))))
+            .on(self.engine.table.update_at(cron_key(&cron.name)))
     }
 
     /// Every registration, sorted by name. One that no longer reads (stored by an older

@@ -298,8 +298,7 @@ impl PushEndpoints<'_> {
         let out = self
             .engine
             .table
-            .update_item()
-            .set_key(Some(item::job_key(&ready.job.id)))
+            .update_at(item::job_key(&ready.job.id))
             .update_expression("SET #nudged = :now")
             .condition_expression("#state = :available AND gsi1sk = :sk")
             .expression_attribute_names("#nudged", NUDGED)

@@ -101,8 +101,7 @@ impl Webhooks<'_> {
                 continue;
             };
             let claim = self
-                .engine.table.update_item()
-                .set_key(Some(p.key()))
+                .engine.table.update_at(p.key())
                 .update_expression("SET claimed_until = :until")
                 .condition_expression(
                     "attribute_exists(pk) AND (attribute_not_exists(claimed_until) OR claimed_until < :now)",
@@ -121,13 +120,7 @@ impl Webhooks<'_> {
 
     /// Removes a pending retry once its attempt ended (one DeleteItem).
     pub async fn finish_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
-        let out = self
-            .engine
-            .table
-            .delete_item()
-            .set_key(Some(p.key()))
-            .send()
-            .await;
+        let out = self.engine.table.delete_at(p.key()).send().await;
         self.engine.table.tally(Kind::Write, out).map(|_| ())
     }
 }

@@ -70,8 +70,7 @@ impl Workflows<'_> {
         let out = self
             .engine
             .table
-            .get_item()
-            .set_key(Some(wf_key(id)))
+            .get_at(wf_key(id))
             .consistent_read(true)
             .projection_expression("pk")
             .send()

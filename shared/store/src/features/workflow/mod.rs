@@ -62,7 +62,7 @@ service! {
 impl Workflows<'_> {
     /// An UpdateItem of workflow `wf_id`'s item.
     pub(crate) fn wf_update(&self, wf_id: &str) -> UpdateItemFluentBuilder {
-        self.engine.table.update_item().set_key(Some(wf_key(wf_id)))
+        self.engine.table.update_at(wf_key(wf_id))
     }
 
     /// The one write of a workflow's own state: out of `running` (the only state a

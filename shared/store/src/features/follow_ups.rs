@@ -4,6 +4,8 @@
 //! occurrence move on ([`crate::Workflows::after_terminal`]), in a loop, never by the
 //! engine calling up into the features.
 
+use std::future::Future;
+
 use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, QueueName};
 
@@ -21,6 +23,15 @@ service! {
 }
 
 impl Lifecycle<'_> {
+    /// What `moved` answers once what it owes has run at `now` ([`follow`]).
+    async fn followed<T, E: Into<OwingError>>(
+        &self,
+        now: Timestamp,
+        moved: impl Future<Output = Result<Moved<T>, E>>,
+    ) -> Result<T, StoreError> {
+        follow(self.engine, now, moved.await).await
+    }
+
     /// PUSH: [`Engine::put_job_moved`] (a unique policy's `replace` cancels the job it
     /// replaces).
     pub async fn put_job(&self, job: &Job) -> Result<PushOutcome, StoreError> {
@@ -30,14 +41,14 @@ impl Lifecycle<'_> {
 
     /// CANCEL: [`Engine::cancel_job_moved`].
     pub async fn cancel_job(&self, id: &JobId, now: Timestamp) -> Result<Job, StoreError> {
-        let moved = self.engine.cancel_job_moved(id, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.cancel_job_moved(id, now))
+            .await
     }
 
     /// ACK: [`Engine::ack_job_moved`].
     pub async fn ack_job(&self, ack: &AckRequest, now: Timestamp) -> Result<Job, StoreError> {
-        let moved = self.engine.ack_job_moved(ack, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.ack_job_moved(ack, now))
+            .await
     }
 
     /// FAIL: [`Engine::fail_job_moved`].
@@ -46,15 +57,14 @@ impl Lifecycle<'_> {
         fail: FailRequest<'_>,
         now: Timestamp,
     ) -> Result<FailOutcome, StoreError> {
-        let moved = self.engine.fail_job_moved(fail, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.fail_job_moved(fail, now))
+            .await
     }
 
     /// [`Engine::settle_moved`]: an overdue job moved on (a lease or deadline passed,
     /// a time come, the job expired).
     pub async fn settle(&self, job: &Job, now: Timestamp) -> Result<Option<Job>, StoreError> {
-        let moved = self.engine.settle_moved(job, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.settle_moved(job, now)).await
     }
 
     /// INFO: [`Engine::get_job_settled_moved`] (an overdue job is settled first).
@@ -63,8 +73,8 @@ impl Lifecycle<'_> {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
-        let moved = self.engine.get_job_settled_moved(id, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.get_job_settled_moved(id, now))
+            .await
     }
 
     /// [`Engine::promote_due_moved`]: a queue's due jobs made available (expired ones
@@ -74,8 +84,8 @@ impl Lifecycle<'_> {
         queue: &QueueName,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        let moved = self.engine.promote_due_moved(queue, now).await;
-        follow(self.engine, now, moved).await
+        self.followed(now, self.engine.promote_due_moved(queue, now))
+            .await
     }
 }
 

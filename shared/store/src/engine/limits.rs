@@ -10,7 +10,7 @@ use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
 use crate::concurrency::Slot;
-use crate::effects::{Before, FollowUps, Moved};
+use crate::effects::{FollowUps, Moved};
 use crate::engine::candidates::Candidate;
 use crate::engine::claim_attempt::Claim;
 use crate::engine::fetching::FullLimits;
@@ -235,7 +235,7 @@ impl Engine {
         .version(job.status.version)
         .request(&spec)
         .clear(Field::EnqueuedAt);
-        match self.transition(&job.id, write, Some(Before::of(job))).await {
+        match self.transition_read(job, write).await {
             Ok(deferred) => {
                 deferred.unfinished();
                 Ok(())
@@ -264,7 +264,7 @@ impl Engine {
         .version(job.status.version)
         .stamp(Field::DiscardedAt, &now)
         .error(&error);
-        match self.transition(&job.id, write, Some(Before::of(job))).await {
+        match self.transition_read(job, write).await {
             Ok(dropped) => Ok(dropped.split().1),
             Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(FollowUps::none()),
             Err(e) => Err(e),

@@ -269,10 +269,7 @@ impl Engine {
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::NextAttemptAt);
-        Ok(self
-            .transition(&job.id, write, Some(Before::of(job)))
-            .await?
-            .unfinished())
+        Ok(self.transition_read(job, write).await?.unfinished())
     }
 
     /// Where a job that becomes available at `now` is listed: at the back of its
@@ -333,7 +330,7 @@ impl Engine {
         .version(job.status.version)
         .stamp(Field::DiscardedAt, &now)
         .error(&expired_error(&now));
-        self.transition(&job.id, write, Some(Before::of(job))).await
+        self.transition_read(job, write).await
     }
 
     /// Reads a job and settles it first if it is overdue, so INFO never shows a job

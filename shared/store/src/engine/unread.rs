@@ -17,7 +17,7 @@ use ojs_core::failure::Failure;
 use ojs_core::time::Timestamp;
 use ojs_core::{Job, JobState, Transition};
 
-use crate::effects::{Before, FollowUps, Moved};
+use crate::effects::{FollowUps, Moved};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item;
@@ -104,10 +104,7 @@ impl Engine {
             .attempt(job.status.attempt.saturating_sub(1))
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::StartedAt);
-        Ok(self
-            .transition(&job.id, req, Some(Before::of(job)))
-            .await?
-            .unfinished())
+        Ok(self.transition_read(job, req).await?.unfinished())
     }
 
     /// `job` (just claimed) discarded for its damaged payload, as its policy discards.

@@ -53,6 +53,15 @@ impl Engine {
         Ok(self.followed(job, before, quiet).await)
     }
 
+    /// [`Engine::transition`] of `job` as it was read (its state before the write).
+    pub(crate) async fn transition_read(
+        &self,
+        job: &Job,
+        write: JobWrite,
+    ) -> Result<Moved<Job>, StoreError> {
+        self.transition(&job.id, write, Some(Before::of(job))).await
+    }
+
     /// Sends `write` of job `id` together with `other` in one transaction (a dead letter
     /// entry written or removed with the job), reads the job back (transactions return no
     /// item) and applies its effects. Refusals as for [`Engine::transition`].

@@ -22,7 +22,6 @@ use ojs_core::time::{self, Timestamp};
 use ojs_core::{Job, JobId, JobState, QueueName, Transition};
 
 use crate::derived::Derived;
-use crate::effects::Before;
 use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::features::dead_letter::DeadLetter;
 use crate::item::{self, item_key, s, ts, Item};
@@ -251,10 +250,7 @@ impl Admin<'_> {
         .restart(&now)
         .write_id(&crate::job_item::write_id());
         let engine = &self.derived.engine;
-        let done = engine
-            .transition(id, write, Some(Before::of(&job)))
-            .await?
-            .unfinished();
+        let done = engine.transition_read(&job, write).await?.unfinished();
         Ok(engine.shown_job(done).await)
     }
 

@@ -286,16 +286,11 @@ impl Workflows<'_> {
         job: &Job,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let id = &job.id;
         let write = JobWrite::new(Transition::Activate, self.engine.ready_place(job, &now))
             .version(job.status.version)
             .stamp(Field::EnqueuedAt, &now)
             .clear(Field::DepsLeft);
-        match self
-            .engine
-            .transition(id, write, Some(Before::of(job)))
-            .await
-        {
+        match self.engine.transition_read(job, write).await {
             Ok(activated) => {
                 activated.unfinished();
                 Ok(())

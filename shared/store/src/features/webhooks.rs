@@ -24,7 +24,7 @@ pub use ojs_core::webhook::MAX_SUBSCRIPTIONS;
 pub use retries::PendingDelivery;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::ReturnValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
@@ -53,6 +53,29 @@ fn get_n(item: &Item, k: &str) -> Option<i64> {
     item.get(k)
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse().ok())
+}
+
+/// The item at `key` of delivery `delivery_id` (of an `event_type` event to subscription
+/// `subscription_id`) with `more`: the attributes the delivery log and a pending retry
+/// both name a delivery by, then their own.
+fn delivery_item<const N: usize>(
+    key: Item,
+    (delivery_id, subscription_id, event_type): (&str, &str, &str),
+    more: [(&str, AttributeValue); N],
+) -> Item {
+    let named = [
+        ("delivery_id", s(delivery_id)),
+        ("subscription_id", s(subscription_id)),
+        ("event_type", s(event_type)),
+    ];
+    let mut item = key;
+    item.extend(
+        named
+            .into_iter()
+            .chain(more)
+            .map(|(k, v)| (k.to_owned(), v)),
+    );
+    item
 }
 
 /// A stored subscription.

@@ -5,9 +5,9 @@
 use ojs_core::time::{self, Timestamp};
 use serde_json::{json, Value};
 
-use super::{get, get_n, Webhooks};
+use super::{delivery_item, get, get_n, Webhooks};
 use crate::error::StoreError;
-use crate::item::{n, s, Item};
+use crate::item::{item_key, n, s, Item};
 use crate::usage::Kind;
 
 /// How long an attempt's log item is kept (DynamoDB's TTL deletes it after).
@@ -84,22 +84,21 @@ impl DeliveryAttempt {
 impl Webhooks<'_> {
     /// Logs one attempt (one PutItem, expired by TTL).
     pub async fn log_attempt(&self, a: &DeliveryAttempt, now: Timestamp) -> Result<(), StoreError> {
-        let mut item = Item::from([
-            ("pk".to_owned(), s(log_pk(&a.subscription_id))),
-            (
-                "sk".to_owned(),
-                s(format!("{}#{:02}", a.delivery_id, a.attempt)),
+        let mut item = delivery_item(
+            item_key(
+                log_pk(&a.subscription_id),
+                format!("{}#{:02}", a.delivery_id, a.attempt),
             ),
-            ("delivery_id".to_owned(), s(a.delivery_id.clone())),
-            ("subscription_id".to_owned(), s(a.subscription_id.clone())),
-            ("event_type".to_owned(), s(a.event_type.clone())),
-            ("event_id".to_owned(), s(a.event_id.clone())),
-            ("attempt".to_owned(), n(a.attempt)),
-            ("duration_ms".to_owned(), n(a.duration_ms)),
-            ("outcome".to_owned(), s(a.outcome)),
-            ("at".to_owned(), s(time::format(&now))),
-            ("ttl".to_owned(), n(now.timestamp() + LOG_RETENTION_SECS)),
-        ]);
+            (&a.delivery_id, &a.subscription_id, &a.event_type),
+            [
+                ("event_id", s(&a.event_id)),
+                ("attempt", n(a.attempt)),
+                ("duration_ms", n(a.duration_ms)),
+                ("outcome", s(a.outcome)),
+                ("at", s(time::format(&now))),
+                ("ttl", n(now.timestamp() + LOG_RETENTION_SECS)),
+            ],
+        );
         if let Some(code) = a.status_code {
             item.insert("status_code".into(), n(code));
         }

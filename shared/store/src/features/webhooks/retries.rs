@@ -5,7 +5,7 @@
 
 use ojs_core::time::Timestamp;
 
-use super::{get, get_n, Webhooks};
+use super::{delivery_item, get, get_n, Webhooks};
 use crate::error::StoreError;
 use crate::item::{item_key, n, s, Item};
 use crate::usage::Kind;
@@ -59,17 +59,16 @@ impl PendingDelivery {
 impl Webhooks<'_> {
     /// Records a delivery's next attempt (one PutItem in `WHDUE`).
     pub async fn schedule_retry(&self, p: &PendingDelivery) -> Result<(), StoreError> {
-        let item = Item::from([
-            ("pk".to_owned(), s(DUE_PK)),
-            ("sk".to_owned(), s(p.sk())),
-            ("delivery_id".to_owned(), s(p.delivery_id.clone())),
-            ("subscription_id".to_owned(), s(p.subscription_id.clone())),
-            ("event_type".to_owned(), s(p.event_type.clone())),
-            ("body".to_owned(), s(p.body.clone())),
-            ("attempt".to_owned(), n(p.attempt)),
-            ("due_us".to_owned(), n(p.due_us)),
-            ("ttl".to_owned(), n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
-        ]);
+        let item = delivery_item(
+            p.key(),
+            (&p.delivery_id, &p.subscription_id, &p.event_type),
+            [
+                ("body", s(&p.body)),
+                ("attempt", n(p.attempt)),
+                ("due_us", n(p.due_us)),
+                ("ttl", n(p.due_us / 1_000_000 + PENDING_TTL_SECS)),
+            ],
+        );
         self.engine.table.put_plain(item).await
     }
 

@@ -14,6 +14,12 @@
 //! purge, dead letter delete) reaches the change stream with its old image, and the
 //! stream consumer deletes the object it names ([`crate::Derived::apply_changes`]).
 
+use aws_sdk_s3::operation::delete_object::builders::DeleteObjectFluentBuilder;
+use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
+use aws_sdk_s3::operation::get_object_tagging::builders::GetObjectTaggingFluentBuilder;
+use aws_sdk_s3::operation::head_object::builders::HeadObjectFluentBuilder;
+use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
+use aws_sdk_s3::operation::put_object_tagging::builders::PutObjectTaggingFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
 use ojs_core::job::JobSpec;
 use ojs_core::JobId;
@@ -111,6 +117,17 @@ pub(crate) fn merge(
     Ok(skeleton)
 }
 
+/// Builders of requests on one object of the bucket, each `name: the client's operation
+/// -> its builder`.
+macro_rules! on_an_object {
+    ($($(#[$doc:meta])* $name:ident: $operation:ident -> $builder:ty;)*) => {$(
+        $(#[$doc])*
+        fn $name(&self, key: &str) -> $builder {
+            self.client.$operation().bucket(&self.bucket).key(key)
+        }
+    )*};
+}
+
 /// The payload bucket: put, get and delete of job requests.
 #[derive(Clone, Debug)]
 pub struct Payloads {
@@ -119,6 +136,21 @@ pub struct Payloads {
 }
 
 impl Payloads {
+    on_an_object! {
+        /// A PutObject at `key`.
+        put_at: put_object -> PutObjectFluentBuilder;
+        /// A GetObject of `key`.
+        get_at: get_object -> GetObjectFluentBuilder;
+        /// A HeadObject of `key`.
+        head_at: head_object -> HeadObjectFluentBuilder;
+        /// A DeleteObject of `key`.
+        delete_at: delete_object -> DeleteObjectFluentBuilder;
+        /// A PutObjectTagging of `key`.
+        put_tags_at: put_object_tagging -> PutObjectTaggingFluentBuilder;
+        /// A GetObjectTagging of `key`.
+        get_tags_at: get_object_tagging -> GetObjectTaggingFluentBuilder;
+    }
+
     /// Payloads kept in `bucket` through `client`.
     pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
         Self {
@@ -192,10 +224,7 @@ impl Payloads {
             key,
             unreadable: None,
         };
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&r.key)
+        self.put_at(&r.key)
             .content_type("application/json")
             .tagging(PENDING_TAG)
             .body(ByteStream::from(body))
@@ -219,10 +248,7 @@ impl Payloads {
             .tag_set(tag)
             .build()
             .map_err(|e| StoreError::Backend(format!("S3 tagging: {e}")))?;
-        self.client
-            .put_object_tagging()
-            .bucket(&self.bucket)
-            .key(key)
+        self.put_tags_at(key)
             .tagging(written)
             .send()
             .await
@@ -236,20 +262,13 @@ impl Payloads {
         skeleton: JobSpec,
         r: &PayloadRef,
     ) -> Result<JobSpec, StoreError> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(&r.key)
-            .send()
-            .await
-            .map_err(|e| {
-                if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
-                    StoreError::Corrupt(format!("payload {} is missing", r.key))
-                } else {
-                    backend("get", e)
-                }
-            })?;
+        let out = self.get_at(&r.key).send().await.map_err(|e| {
+            if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
+                StoreError::Corrupt(format!("payload {} is missing", r.key))
+            } else {
+                backend("get", e)
+            }
+        })?;
         let body = out
             .body
             .collect()
@@ -261,10 +280,7 @@ impl Payloads {
 
     /// Deletes the object at `key` (deleting a missing one succeeds).
     pub(crate) async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
+        self.delete_at(key)
             .send()
             .await
             .map(|_| ())
@@ -274,10 +290,7 @@ impl Payloads {
     /// Overwrites the object at `key` (tests: a tampered payload).
     #[doc(hidden)]
     pub async fn overwrite(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
+        self.put_at(key)
             .body(ByteStream::from(body))
             .send()
             .await
@@ -312,14 +325,7 @@ impl Payloads {
     /// Whether an object exists at `key` (tests).
     #[doc(hidden)]
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
+        match self.head_at(key).send().await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
             Err(e) => Err(backend("head", e)),
@@ -330,10 +336,7 @@ impl Payloads {
     #[doc(hidden)]
     pub async fn tags(&self, key: &str) -> Result<Vec<String>, StoreError> {
         let out = self
-            .client
-            .get_object_tagging()
-            .bucket(&self.bucket)
-            .key(key)
+            .get_tags_at(key)
             .send()
             .await
             .map_err(|e| backend("get tags", e))?;
@@ -382,16 +385,21 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The record of `body` kept at a test key.
+    fn ref_of(body: &[u8]) -> PayloadRef {
+        PayloadRef {
+            key: "jobs/t/1".into(),
+            sha256: sha256_hex(body),
+            bytes: body.len() as u64,
+            unreadable: None,
+        }
+    }
+
     #[test]
     fn a_request_split_into_skeleton_and_body_comes_back_whole() {
         let full = spec();
         let body = body_of(&full);
-        let r = PayloadRef {
-            key: "jobs/t/1".into(),
-            sha256: sha256_hex(&body),
-            bytes: body.len() as u64,
-            unreadable: None,
-        };
+        let r = ref_of(&body);
         let skeleton = skeleton_of(&full);
         assert!(skeleton.args.is_empty() && skeleton.meta.is_empty());
         assert_eq!(merge(skeleton, &r, &body).ok(), Some(full));
@@ -414,12 +422,7 @@ mod tests {
     fn a_tampered_or_cut_body_is_corrupt() {
         let full = spec();
         let body = body_of(&full);
-        let r = PayloadRef {
-            key: "jobs/t/1".into(),
-            sha256: sha256_hex(&body),
-            bytes: body.len() as u64,
-            unreadable: None,
-        };
+        let r = ref_of(&body);
         let mut tampered = body.clone();
         tampered[10] ^= 1;
         for bad in [tampered, body[..body.len() - 1].to_vec(), Vec::new()] {

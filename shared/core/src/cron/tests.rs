@@ -43,195 +43,144 @@ fn expression_error(expr: &str) -> String {
     }
 }
 
+/// Where most fire-time rows start from: a Thursday.
+const FROM: &str = "2026-02-12T20:15:30Z";
+
+/// The zone of the DST rows.
+const NEW_YORK: Option<&str> = Some("America/New_York");
+
+/// Asserts that `expr` in `tz`, asked after `from`, fires next at `want`: as many fire
+/// times as `want` lists.
+fn assert_fires(expr: &str, tz: Option<&str>, from: &str, want: &[&str]) {
+    assert_eq!(
+        fires(expr, tz, from, want.len()),
+        want,
+        "{expr} in {tz:?} after {from}"
+    );
+}
+
+/// Asserts that two expressions fire at the same `n` times after [`FROM`].
+fn assert_same_fires(expr: &str, same_as: &str, n: usize) {
+    assert_eq!(
+        fires(expr, None, FROM, n),
+        fires(same_as, None, FROM, n),
+        "{expr} and {same_as}"
+    );
+}
+
+/// Rows `expression, zone, after => fire times`, each checked by [`assert_fires`]: one
+/// line a case (a failing row names its expression, zone and start).
+macro_rules! fires_table {
+    ($($expr:literal, $tz:expr, $from:expr => $want:expr;)*) => {
+        $(assert_fires($expr, $tz, $from, &$want);)*
+    };
+}
+
 // ---------------------------------------------------------------- syntax
 
 #[test]
 fn wildcard_and_steps() {
-    let from = "2026-02-12T20:15:30Z";
-    assert_eq!(
-        fires("* * * * *", None, from, 2),
-        ["2026-02-12T20:16:00Z", "2026-02-12T20:17:00Z"]
-    );
-    assert_eq!(
-        fires("*/5 * * * *", None, from, 2),
-        ["2026-02-12T20:20:00Z", "2026-02-12T20:25:00Z"]
-    );
-    assert_eq!(
-        fires("10-20/5 * * * *", None, from, 3),
-        [
-            "2026-02-12T20:20:00Z",
-            "2026-02-12T21:10:00Z",
-            "2026-02-12T21:15:00Z"
-        ]
-    );
-    // `a/n` is `a-max/n`.
-    assert_eq!(
-        fires("50/5 * * * *", None, from, 3),
-        [
-            "2026-02-12T20:50:00Z",
-            "2026-02-12T20:55:00Z",
-            "2026-02-12T21:50:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("0 */6 * * *", None, from, 2),
-        ["2026-02-13T00:00:00Z", "2026-02-13T06:00:00Z"]
-    );
+    fires_table! {
+        "* * * * *", None, FROM => ["2026-02-12T20:16:00Z", "2026-02-12T20:17:00Z"];
+        "*/5 * * * *", None, FROM => ["2026-02-12T20:20:00Z", "2026-02-12T20:25:00Z"];
+        "10-20/5 * * * *", None, FROM => [
+            "2026-02-12T20:20:00Z", "2026-02-12T21:10:00Z", "2026-02-12T21:15:00Z",
+        ];
+        // `a/n` is `a-max/n`.
+        "50/5 * * * *", None, FROM => [
+            "2026-02-12T20:50:00Z", "2026-02-12T20:55:00Z", "2026-02-12T21:50:00Z",
+        ];
+        "0 */6 * * *", None, FROM => ["2026-02-13T00:00:00Z", "2026-02-13T06:00:00Z"];
+    }
 }
 
 #[test]
 fn lists_and_ranges() {
-    let from = "2026-02-12T20:15:30Z";
-    assert_eq!(
-        fires("1,15 * * * *", None, from, 3),
-        [
-            "2026-02-12T21:01:00Z",
-            "2026-02-12T21:15:00Z",
-            "2026-02-12T22:01:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("1-3 * * * *", None, from, 3),
-        [
-            "2026-02-12T21:01:00Z",
-            "2026-02-12T21:02:00Z",
-            "2026-02-12T21:03:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("0 8-9,17 * * *", None, from, 3),
-        [
-            "2026-02-13T08:00:00Z",
-            "2026-02-13T09:00:00Z",
-            "2026-02-13T17:00:00Z"
-        ]
-    );
+    fires_table! {
+        "1,15 * * * *", None, FROM => [
+            "2026-02-12T21:01:00Z", "2026-02-12T21:15:00Z", "2026-02-12T22:01:00Z",
+        ];
+        "1-3 * * * *", None, FROM => [
+            "2026-02-12T21:01:00Z", "2026-02-12T21:02:00Z", "2026-02-12T21:03:00Z",
+        ];
+        "0 8-9,17 * * *", None, FROM => [
+            "2026-02-13T08:00:00Z", "2026-02-13T09:00:00Z", "2026-02-13T17:00:00Z",
+        ];
+    }
 }
 
 #[test]
 fn month_and_day_names_are_case_insensitive() {
-    let from = "2026-02-12T20:15:30Z"; // a Thursday
-    assert_eq!(
-        fires("0 0 1 jan,Jul *", None, from, 2),
-        ["2026-07-01T00:00:00Z", "2027-01-01T00:00:00Z"]
-    );
-    assert_eq!(
-        fires("0 0 1 MAR-may *", None, from, 3),
-        [
-            "2026-03-01T00:00:00Z",
-            "2026-04-01T00:00:00Z",
-            "2026-05-01T00:00:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("0 9 * * mon-FRI", None, from, 3),
-        [
-            "2026-02-13T09:00:00Z",
-            "2026-02-16T09:00:00Z",
-            "2026-02-17T09:00:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("0 9 * * 1-5", None, from, 3),
-        fires("0 9 * * MON-FRI", None, from, 3)
-    );
+    fires_table! {
+        "0 0 1 jan,Jul *", None, FROM => ["2026-07-01T00:00:00Z", "2027-01-01T00:00:00Z"];
+        "0 0 1 MAR-may *", None, FROM => [
+            "2026-03-01T00:00:00Z", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z",
+        ];
+        "0 9 * * mon-FRI", None, FROM => [
+            "2026-02-13T09:00:00Z", "2026-02-16T09:00:00Z", "2026-02-17T09:00:00Z",
+        ];
+    }
+    assert_same_fires("0 9 * * 1-5", "0 9 * * MON-FRI", 3);
 }
 
 #[test]
 fn sunday_is_zero_or_seven() {
-    let from = "2026-02-12T20:15:30Z";
     let sundays = ["2026-02-15T00:00:00Z", "2026-02-22T00:00:00Z"];
-    assert_eq!(fires("0 0 * * 0", None, from, 2), sundays);
-    assert_eq!(fires("0 0 * * 7", None, from, 2), sundays);
-    assert_eq!(fires("0 0 * * SUN", None, from, 2), sundays);
-    // 5-7 is Friday, Saturday, Sunday.
-    assert_eq!(
-        fires("0 0 * * 5-7", None, from, 4),
-        [
-            "2026-02-13T00:00:00Z",
-            "2026-02-14T00:00:00Z",
-            "2026-02-15T00:00:00Z",
-            "2026-02-20T00:00:00Z"
-        ]
-    );
+    fires_table! {
+        "0 0 * * 0", None, FROM => sundays;
+        "0 0 * * 7", None, FROM => sundays;
+        "0 0 * * SUN", None, FROM => sundays;
+        // 5-7 is Friday, Saturday, Sunday.
+        "0 0 * * 5-7", None, FROM => [
+            "2026-02-13T00:00:00Z", "2026-02-14T00:00:00Z", "2026-02-15T00:00:00Z", "2026-02-20T00:00:00Z",
+        ];
+    }
 }
 
 #[test]
 fn day_of_month_or_day_of_week_when_both_are_restricted() {
-    // Vixie rule: the 13th, and also every Friday.
-    let from = "2026-02-12T20:15:30Z";
-    assert_eq!(
-        fires("0 0 13 * 5", None, from, 4),
-        [
-            "2026-02-13T00:00:00Z",
-            "2026-02-20T00:00:00Z",
-            "2026-02-27T00:00:00Z",
-            "2026-03-06T00:00:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("0 0 1,15 * MON", None, from, 3),
-        [
-            "2026-02-15T00:00:00Z",
-            "2026-02-16T00:00:00Z",
-            "2026-02-23T00:00:00Z"
-        ]
-    );
-    // A field starting with `*` counts as unrestricted, so both must match (odd days that are Mondays).
-    assert_eq!(
-        fires("0 0 */2 * MON", None, from, 2),
-        ["2026-02-23T00:00:00Z", "2026-03-09T00:00:00Z"]
-    );
+    fires_table! {
+        // Vixie rule: the 13th, and also every Friday.
+        "0 0 13 * 5", None, FROM => [
+            "2026-02-13T00:00:00Z", "2026-02-20T00:00:00Z", "2026-02-27T00:00:00Z", "2026-03-06T00:00:00Z",
+        ];
+        "0 0 1,15 * MON", None, FROM => [
+            "2026-02-15T00:00:00Z", "2026-02-16T00:00:00Z", "2026-02-23T00:00:00Z",
+        ];
+        // A field starting with `*` counts as unrestricted, so both must match (odd days that are Mondays).
+        "0 0 */2 * MON", None, FROM => ["2026-02-23T00:00:00Z", "2026-03-09T00:00:00Z"];
+    }
 }
 
 #[test]
 fn quartz_extensions() {
-    let from = "2026-02-12T20:15:30Z";
-    // Spec §10.5: last day of the month at 23:00 Chicago time.
-    assert_eq!(
-        fires("0 23 L * *", Some("America/Chicago"), from, 2),
-        ["2026-03-01T05:00:00Z", "2026-04-01T04:00:00Z"]
-    );
-    // Last weekday: Feb 27 (Fri), Mar 31 (Tue), Apr 30 (Thu), May 29 (Fri; the 31st is a Sunday).
-    assert_eq!(
-        fires("0 0 LW * *", None, from, 4),
-        [
-            "2026-02-27T00:00:00Z",
-            "2026-03-31T00:00:00Z",
-            "2026-04-30T00:00:00Z",
-            "2026-05-29T00:00:00Z"
-        ]
-    );
-    // Nearest weekday to the 15th: Feb 15 2026 is a Sunday -> Mon 16; Mar 15 is a Sunday -> 16; Aug 15 is a Saturday -> 14.
-    assert_eq!(
-        fires("0 0 15W * *", None, from, 2),
-        ["2026-02-16T00:00:00Z", "2026-03-16T00:00:00Z"]
-    );
-    assert_eq!(
-        fires("0 0 15W 8 *", None, from, 1),
-        ["2026-08-14T00:00:00Z"]
-    );
-    // 1W never leaves the month: Aug 1 2026 is a Saturday -> Monday the 3rd.
-    assert_eq!(fires("0 0 1W 8 *", None, from, 1), ["2026-08-03T00:00:00Z"]);
-    // Third Friday, written both ways.
     let third_fridays = ["2026-02-20T00:00:00Z", "2026-03-20T00:00:00Z"];
-    assert_eq!(fires("0 0 * * 5#3", None, from, 2), third_fridays);
-    assert_eq!(fires("0 0 * * fri#3", None, from, 2), third_fridays);
-    // Last Friday of the month.
-    assert_eq!(
-        fires("0 0 * * 5L", None, from, 2),
-        ["2026-02-27T00:00:00Z", "2026-03-27T00:00:00Z"]
-    );
-    // Fifth Sunday (7#5): only months that have one.
-    assert_eq!(
-        fires("0 0 * * 7#5", None, from, 2),
-        ["2026-03-29T00:00:00Z", "2026-05-31T00:00:00Z"]
-    );
+    fires_table! {
+        // Spec §10.5: last day of the month at 23:00 Chicago time.
+        "0 23 L * *", Some("America/Chicago"), FROM => [
+            "2026-03-01T05:00:00Z", "2026-04-01T04:00:00Z",
+        ];
+        // Last weekday: Feb 27 (Fri), Mar 31 (Tue), Apr 30 (Thu), May 29 (Fri; the 31st is a Sunday).
+        "0 0 LW * *", None, FROM => [
+            "2026-02-27T00:00:00Z", "2026-03-31T00:00:00Z", "2026-04-30T00:00:00Z", "2026-05-29T00:00:00Z",
+        ];
+        // Nearest weekday to the 15th: Feb 15 2026 is a Sunday -> Mon 16; Mar 15 is a Sunday -> 16; Aug 15 is a Saturday -> 14.
+        "0 0 15W * *", None, FROM => ["2026-02-16T00:00:00Z", "2026-03-16T00:00:00Z"];
+        "0 0 15W 8 *", None, FROM => ["2026-08-14T00:00:00Z"];
+        // 1W never leaves the month: Aug 1 2026 is a Saturday -> Monday the 3rd.
+        "0 0 1W 8 *", None, FROM => ["2026-08-03T00:00:00Z"];
+        // Third Friday, written both ways.
+        "0 0 * * 5#3", None, FROM => third_fridays;
+        "0 0 * * fri#3", None, FROM => third_fridays;
+        // Last Friday of the month.
+        "0 0 * * 5L", None, FROM => ["2026-02-27T00:00:00Z", "2026-03-27T00:00:00Z"];
+        // Fifth Sunday (7#5): only months that have one.
+        "0 0 * * 7#5", None, FROM => ["2026-03-29T00:00:00Z", "2026-05-31T00:00:00Z"];
+    }
 }
 
 #[test]
 fn special_expressions() {
-    let from = "2026-02-12T20:15:30Z"; // Thursday
     let cases: [(&str, &str); 9] = [
         ("@yearly", "2027-01-01T00:00:00Z"),
         ("@annually", "2027-01-01T00:00:00Z"),
@@ -244,20 +193,11 @@ fn special_expressions() {
         ("  @hourly  ", "2026-02-12T21:00:00Z"),
     ];
     for (expr, next) in cases {
-        assert_eq!(fires(expr, None, from, 1), [next], "{expr}");
+        assert_fires(expr, None, FROM, &[next]);
     }
-    assert_eq!(
-        fires("@daily", None, from, 3),
-        fires("0 0 * * *", None, from, 3)
-    );
-    assert_eq!(
-        fires("@hourly", None, from, 3),
-        fires("0 * * * *", None, from, 3)
-    );
-    assert_eq!(
-        fires("@weekly", None, from, 3),
-        fires("0 0 * * 0", None, from, 3)
-    );
+    assert_same_fires("@daily", "0 0 * * *", 3);
+    assert_same_fires("@hourly", "0 * * * *", 3);
+    assert_same_fires("@weekly", "0 0 * * 0", 3);
 }
 
 #[test]
@@ -420,128 +360,74 @@ fn warns_about_days_missing_from_selected_months() {
 #[test]
 fn fires_in_the_given_zone() {
     let from = "2026-02-12T20:15:00Z";
-    // 09:00 JST is 00:00 UTC.
-    assert_eq!(
-        fires("0 9 * * *", Some("Asia/Tokyo"), from, 2),
-        ["2026-02-13T00:00:00Z", "2026-02-14T00:00:00Z"]
-    );
-    // Spec §8.1 example: 09:00 New York registered at 2026-02-12T20:15Z -> 2026-02-13T14:00Z.
-    assert_eq!(
-        fires("0 9 * * *", Some("America/New_York"), from, 1),
-        ["2026-02-13T14:00:00Z"]
-    );
-    // In summer (EDT) 09:00 is 13:00 UTC.
-    assert_eq!(
-        fires(
-            "0 9 * * *",
-            Some("America/New_York"),
-            "2026-07-01T00:00:00Z",
-            1
-        ),
-        ["2026-07-01T13:00:00Z"]
-    );
-    // Half-hour offset: 20:15Z is already 01:45 on the 13th in India.
-    assert_eq!(
-        fires("0 0 * * *", Some("Asia/Kolkata"), from, 1),
-        ["2026-02-13T18:30:00Z"]
-    );
-    // The schedule is evaluated on the zone's calendar: 00:00 Tokyo Monday is Sunday in UTC.
-    assert_eq!(
-        fires("0 0 * * MON", Some("Asia/Tokyo"), from, 1),
-        ["2026-02-15T15:00:00Z"]
-    );
+    fires_table! {
+        // 09:00 JST is 00:00 UTC.
+        "0 9 * * *", Some("Asia/Tokyo"), from => ["2026-02-13T00:00:00Z", "2026-02-14T00:00:00Z"];
+        // Spec §8.1 example: 09:00 New York registered at 2026-02-12T20:15Z -> 2026-02-13T14:00Z.
+        "0 9 * * *", NEW_YORK, from => ["2026-02-13T14:00:00Z"];
+        // In summer (EDT) 09:00 is 13:00 UTC.
+        "0 9 * * *", NEW_YORK, "2026-07-01T00:00:00Z" => ["2026-07-01T13:00:00Z"];
+        // Half-hour offset: 20:15Z is already 01:45 on the 13th in India.
+        "0 0 * * *", Some("Asia/Kolkata"), from => ["2026-02-13T18:30:00Z"];
+        // The schedule is evaluated on the zone's calendar: 00:00 Tokyo Monday is Sunday in UTC.
+        "0 0 * * MON", Some("Asia/Tokyo"), from => ["2026-02-15T15:00:00Z"];
+    }
 }
 
 #[test]
 fn spring_forward_skips_the_missing_time() {
     // 2026-03-08 02:00 EST -> 03:00 EDT in New York; 02:30 does not exist that day.
-    let ny = Some("America/New_York");
-    assert_eq!(
-        fires("30 2 * * *", ny, "2026-03-06T12:00:00Z", 3),
-        [
-            "2026-03-07T07:30:00Z",
-            "2026-03-09T06:30:00Z",
-            "2026-03-10T06:30:00Z"
-        ]
-    );
-    // Schedules that select every hour lose no real time: 01:30 EST is followed by 03:00 EDT.
-    assert_eq!(
-        fires("*/30 * * * *", ny, "2026-03-08T06:00:00Z", 3),
-        [
-            "2026-03-08T06:30:00Z",
-            "2026-03-08T07:00:00Z",
-            "2026-03-08T07:30:00Z"
-        ]
-    );
-    // Only 02:xx is skipped; 01:59 and 03:00 fire.
-    assert_eq!(
-        fires("59 1 * * *", ny, "2026-03-08T00:00:00Z", 1),
-        ["2026-03-08T06:59:00Z"]
-    );
-    assert_eq!(
-        fires("0 3 * * *", ny, "2026-03-08T00:00:00Z", 1),
-        ["2026-03-08T07:00:00Z"]
-    );
+    fires_table! {
+        "30 2 * * *", NEW_YORK, "2026-03-06T12:00:00Z" => [
+            "2026-03-07T07:30:00Z", "2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z",
+        ];
+        // Schedules that select every hour lose no real time: 01:30 EST is followed by 03:00 EDT.
+        "*/30 * * * *", NEW_YORK, "2026-03-08T06:00:00Z" => [
+            "2026-03-08T06:30:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:30:00Z",
+        ];
+        // Only 02:xx is skipped; 01:59 and 03:00 fire.
+        "59 1 * * *", NEW_YORK, "2026-03-08T00:00:00Z" => ["2026-03-08T06:59:00Z"];
+        "0 3 * * *", NEW_YORK, "2026-03-08T00:00:00Z" => ["2026-03-08T07:00:00Z"];
+    }
 }
 
 #[test]
 fn fall_back_fires_once_at_the_first_occurrence() {
     // 2026-11-01 02:00 EDT -> 01:00 EST in New York; 01:30 happens at 05:30Z and 06:30Z.
-    let ny = Some("America/New_York");
-    assert_eq!(
-        fires("30 1 * * *", ny, "2026-10-31T12:00:00Z", 3),
-        [
-            "2026-11-01T05:30:00Z",
-            "2026-11-02T06:30:00Z",
-            "2026-11-03T06:30:00Z"
-        ]
-    );
-    // Asked from inside the second pass, the repeated 01:30 is not fired again.
-    assert_eq!(
-        fires("30 1 * * *", ny, "2026-11-01T06:10:00Z", 1),
-        ["2026-11-02T06:30:00Z"]
-    );
-    assert_eq!(
-        fires("15,45 1 * * *", ny, "2026-11-01T05:20:00Z", 2),
-        ["2026-11-01T05:45:00Z", "2026-11-02T06:15:00Z"]
-    );
-    // Every-hour schedules keep their real-time rhythm through the repeated hour.
-    assert_eq!(
-        fires("0 * * * *", ny, "2026-11-01T04:30:00Z", 3),
-        [
-            "2026-11-01T05:00:00Z",
-            "2026-11-01T06:00:00Z",
-            "2026-11-01T07:00:00Z"
-        ]
-    );
-    // ... including when asked from late in the first pass (01:58 EDT).
-    assert_eq!(
-        fires("* * * * *", ny, "2026-11-01T05:58:00Z", 3),
-        [
-            "2026-11-01T05:59:00Z",
-            "2026-11-01T06:00:00Z",
-            "2026-11-01T06:01:00Z"
-        ]
-    );
-    assert_eq!(
-        fires("*/15 * * * *", ny, "2026-11-01T05:50:00Z", 2),
-        ["2026-11-01T06:00:00Z", "2026-11-01T06:15:00Z"]
-    );
+    fires_table! {
+        "30 1 * * *", NEW_YORK, "2026-10-31T12:00:00Z" => [
+            "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z", "2026-11-03T06:30:00Z",
+        ];
+        // Asked from inside the second pass, the repeated 01:30 is not fired again.
+        "30 1 * * *", NEW_YORK, "2026-11-01T06:10:00Z" => ["2026-11-02T06:30:00Z"];
+        "15,45 1 * * *", NEW_YORK, "2026-11-01T05:20:00Z" => [
+            "2026-11-01T05:45:00Z", "2026-11-02T06:15:00Z",
+        ];
+        // Every-hour schedules keep their real-time rhythm through the repeated hour.
+        "0 * * * *", NEW_YORK, "2026-11-01T04:30:00Z" => [
+            "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z",
+        ];
+        // ... including when asked from late in the first pass (01:58 EDT).
+        "* * * * *", NEW_YORK, "2026-11-01T05:58:00Z" => [
+            "2026-11-01T05:59:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:01:00Z",
+        ];
+        "*/15 * * * *", NEW_YORK, "2026-11-01T05:50:00Z" => [
+            "2026-11-01T06:00:00Z", "2026-11-01T06:15:00Z",
+        ];
+    }
 }
 
 // ---------------------------------------------------------------- rare and impossible dates
 
 #[test]
 fn february_29() {
-    assert_eq!(
-        fires("0 0 29 2 *", None, "2026-01-01T00:00:00Z", 2),
-        ["2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"]
-    );
-    // 2100 is not a leap year: an eight-year gap.
-    assert_eq!(
-        fires("0 0 29 2 *", None, "2096-03-01T00:00:00Z", 1),
-        ["2104-02-29T00:00:00Z"]
-    );
+    fires_table! {
+        "0 0 29 2 *", None, "2026-01-01T00:00:00Z" => [
+            "2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z",
+        ];
+        // 2100 is not a leap year: an eight-year gap.
+        "0 0 29 2 *", None, "2096-03-01T00:00:00Z" => ["2104-02-29T00:00:00Z"];
+    }
 }
 
 #[test]
@@ -558,22 +444,24 @@ fn impossible_dates_never_fire() {
     }
     // 02:30 on the second Sunday of March never exists in New York, as long as the bundled tz
     // tables carry DST (chrono-tz's end in 2099; later years keep the last offset).
-    let next = schedule("30 2 * 3 0#2", Some("America/New_York")).next_after(from);
+    let next = schedule("30 2 * 3 0#2", NEW_YORK).next_after(from);
     assert!(
         next.is_none_or(|n| n > utc("2100-01-01T00:00:00Z")),
         "{next:?}"
     );
     // Far-apart but possible: a fifth Monday in February needs a leap year starting on Monday.
-    assert_eq!(
-        fires("0 0 * 2 1#5", None, "2026-01-01T00:00:00Z", 2),
-        ["2044-02-29T00:00:00Z", "2072-02-29T00:00:00Z"]
+    assert_fires(
+        "0 0 * 2 1#5",
+        None,
+        "2026-01-01T00:00:00Z",
+        &["2044-02-29T00:00:00Z", "2072-02-29T00:00:00Z"],
     );
 }
 
 #[test]
 fn extreme_instants_do_not_panic() {
     for expr in ["* * * * *", "0 0 29 2 *", "@every 1h"] {
-        let s = schedule(expr, Some("America/New_York"));
+        let s = schedule(expr, NEW_YORK);
         assert_eq!(s.next_after(DateTime::<Utc>::MAX_UTC), None, "{expr}");
         let _ = s.next_after(DateTime::<Utc>::MIN_UTC);
         let _ = schedule(expr, Some("Asia/Tokyo"))

@@ -81,68 +81,74 @@ fn paths_and_methods_the_api_does_not_serve_have_no_route() {
     }
 }
 
-#[test]
-fn a_data_key_enqueues_and_works_but_configures_nothing() {
-    let data = Scopes::DATA;
-    for (method, path) in [
-        (Method::POST, "/ojs/v1/jobs"),
-        (Method::POST, "/ojs/v1/workers/fetch"),
-        (Method::POST, "/ojs/v1/workers/ack"),
-        (Method::GET, "/ojs/v1/jobs/x"),
-    ] {
-        assert!(check(data, &method, path).is_ok(), "{method} {path}");
-    }
-    for (method, path) in [
-        (Method::POST, "/ojs/v1/push/endpoints"),
-        (Method::GET, "/ojs/v1/push/endpoints"),
-        (Method::POST, "/ojs/v1/webhooks/subscriptions"),
-        (Method::POST, "/ojs/v1/cron"),
-        (Method::DELETE, "/ojs/v1/cron/x"),
-        (Method::POST, "/ojs/v1/schemas"),
-        (Method::POST, "/ojs/v1/queues/q/pause"),
-        (Method::POST, "/ojs/v1/queues/q/resume"),
-        (Method::POST, "/ojs/v1/admin/workers/w/terminate"),
-    ] {
-        let err = check(data, &method, path).err();
-        assert_eq!(
-            err.as_ref().map(|e| e.code),
-            Some(ErrorCode::Forbidden),
-            "{method} {path}"
-        );
-    }
+/// `keys method path verdict` rows, one a line: a request a key makes and whether
+/// [`check`] lets it through (`allowed`) or answers the 403 (`refused`). Each row is
+/// `(key name, keys, method, path, allowed)`.
+macro_rules! access {
+    (@allowed) => {
+        true
+    };
+    (@refused) => {
+        false
+    };
+    ($($keys:ident $method:ident $path:literal $verdict:ident;)*) => {
+        [$((stringify!($keys), $keys, Method::$method, $path, access!(@$verdict))),*]
+    };
 }
 
 #[test]
-fn producer_and_worker_keys_hold_only_their_side() {
+fn each_key_makes_the_requests_its_scopes_grant_and_no_others() {
+    let data = Scopes::DATA;
     let producer = Scopes::of(&[Scope::DataEnqueue, Scope::DataRead]);
     let worker = Scopes::of(&[Scope::DataProcess]);
-    assert!(check(producer, &Method::POST, "/ojs/v1/jobs").is_ok());
-    assert!(check(producer, &Method::GET, "/ojs/v1/jobs/x").is_ok());
-    assert!(check(producer, &Method::POST, "/ojs/v1/workers/fetch").is_err());
-    assert!(check(worker, &Method::POST, "/ojs/v1/workers/fetch").is_ok());
-    assert!(check(worker, &Method::POST, "/ojs/v1/workers/nack").is_ok());
-    assert!(check(worker, &Method::POST, "/ojs/v1/jobs").is_err());
-    assert!(check(worker, &Method::GET, "/ojs/v1/jobs/x").is_err());
-    assert!(check(worker, &Method::POST, "/ojs/v1/push/endpoints").is_err());
-}
-
-#[test]
-fn configuration_is_granted_by_the_config_scope_or_admin_write_alone() {
     let config = Scopes::of(&[Scope::ConfigWrite]);
     let admin = Scopes::of(&[Scope::AdminWrite]);
     let reader = Scopes::of(&[Scope::AdminRead]);
-    for keys in [config, admin] {
-        assert!(check(keys, &Method::POST, "/ojs/v1/push/endpoints").is_ok());
-        assert!(check(keys, &Method::POST, "/ojs/v1/cron").is_ok());
-        assert!(check(keys, &Method::PUT, "/ojs/v1/admin/queues/q/config").is_ok());
-        assert!(check(keys, &Method::POST, "/ojs/v1/jobs").is_err());
+    let cases = access! {
+        // A data key enqueues and works but configures nothing.
+        data     POST   "/ojs/v1/jobs"                      allowed;
+        data     POST   "/ojs/v1/workers/fetch"             allowed;
+        data     POST   "/ojs/v1/workers/ack"               allowed;
+        data     GET    "/ojs/v1/jobs/x"                    allowed;
+        data     POST   "/ojs/v1/push/endpoints"            refused;
+        data     GET    "/ojs/v1/push/endpoints"            refused;
+        data     POST   "/ojs/v1/webhooks/subscriptions"    refused;
+        data     POST   "/ojs/v1/cron"                      refused;
+        data     DELETE "/ojs/v1/cron/x"                    refused;
+        data     POST   "/ojs/v1/schemas"                   refused;
+        data     POST   "/ojs/v1/queues/q/pause"            refused;
+        data     POST   "/ojs/v1/queues/q/resume"           refused;
+        data     POST   "/ojs/v1/admin/workers/w/terminate" refused;
+        // Producer and worker keys hold only their side.
+        producer POST   "/ojs/v1/jobs"                      allowed;
+        producer GET    "/ojs/v1/jobs/x"                    allowed;
+        producer POST   "/ojs/v1/workers/fetch"             refused;
+        worker   POST   "/ojs/v1/workers/fetch"             allowed;
+        worker   POST   "/ojs/v1/workers/nack"              allowed;
+        worker   POST   "/ojs/v1/jobs"                      refused;
+        worker   GET    "/ojs/v1/jobs/x"                    refused;
+        worker   POST   "/ojs/v1/push/endpoints"            refused;
+        // Configuration is granted by the config scope or admin write alone.
+        config   POST   "/ojs/v1/push/endpoints"            allowed;
+        config   POST   "/ojs/v1/cron"                      allowed;
+        config   PUT    "/ojs/v1/admin/queues/q/config"     allowed;
+        config   POST   "/ojs/v1/jobs"                      refused;
+        admin    POST   "/ojs/v1/push/endpoints"            allowed;
+        admin    POST   "/ojs/v1/cron"                      allowed;
+        admin    PUT    "/ojs/v1/admin/queues/q/config"     allowed;
+        admin    POST   "/ojs/v1/jobs"                      refused;
+        config   GET    "/ojs/v1/webhooks/subscriptions"    allowed;
+        config   POST   "/ojs/v1/admin/jobs/x/retry"        refused;
+        config   GET    "/ojs/v1/admin/stats"               refused;
+        reader   GET    "/ojs/v1/push/endpoints"            allowed;
+        reader   POST   "/ojs/v1/push/endpoints"            refused;
+        admin    DELETE "/ojs/v1/admin/queues/q/jobs"       refused;
+    };
+    for (name, keys, method, path, allowed) in cases {
+        let code = check(keys, &method, path).err().map(|e| e.code);
+        let want = (!allowed).then_some(ErrorCode::Forbidden);
+        assert_eq!(code, want, "{name} key: {method} {path}");
     }
-    assert!(check(config, &Method::GET, "/ojs/v1/webhooks/subscriptions").is_ok());
-    assert!(check(config, &Method::POST, "/ojs/v1/admin/jobs/x/retry").is_err());
-    assert!(check(config, &Method::GET, "/ojs/v1/admin/stats").is_err());
-    assert!(check(reader, &Method::GET, "/ojs/v1/push/endpoints").is_ok());
-    assert!(check(reader, &Method::POST, "/ojs/v1/push/endpoints").is_err());
-    assert!(check(admin, &Method::DELETE, "/ojs/v1/admin/queues/q/jobs").is_err());
 }
 
 #[test]

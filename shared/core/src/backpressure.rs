@@ -184,28 +184,35 @@ mod tests {
         Backpressure::from_json(&body)
     }
 
+    /// A bound of `max_depth` jobs, under pressure from `warning_threshold` of it.
+    fn bound_of(max_depth: u64, warning_threshold: f64) -> Backpressure {
+        Backpressure {
+            max_depth,
+            warning_threshold,
+        }
+    }
+
+    /// `body => path code` rows, one a line: a refused `backpressure` body, the path its
+    /// refusal names and the refusal's code.
+    macro_rules! refusals {
+        ($($body:tt => $path:literal $code:ident;)*) => {
+            [$((json!($body), $path, ErrorCode::$code)),*]
+        };
+    }
+
     #[test]
     fn a_bound_takes_its_fields_and_defaults_the_threshold() {
         assert_eq!(
             bound(json!({"max_depth": 10, "strategy": "reject", "warning_threshold": 0.5})),
-            Ok(Some(Backpressure {
-                max_depth: 10,
-                warning_threshold: 0.5
-            }))
+            Ok(Some(bound_of(10, 0.5)))
         );
         assert_eq!(
             bound(json!({"max_depth": 3})),
-            Ok(Some(Backpressure {
-                max_depth: 3,
-                warning_threshold: DEFAULT_WARNING_THRESHOLD
-            }))
+            Ok(Some(bound_of(3, DEFAULT_WARNING_THRESHOLD)))
         );
         assert_eq!(
             bound(json!({"max_depth": 3, "warning_threshold": 1})),
-            Ok(Some(Backpressure {
-                max_depth: 3,
-                warning_threshold: 1.0
-            }))
+            Ok(Some(bound_of(3, 1.0)))
         );
     }
 
@@ -222,64 +229,21 @@ mod tests {
 
     #[test]
     fn bad_fields_are_refused_by_name() {
-        for (body, path, code) in [
-            (
-                json!({"max_depth": -1}),
-                "$.backpressure.max_depth",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": 1.5}),
-                "$.backpressure.max_depth",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": "9"}),
-                "$.backpressure.max_depth",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": 9, "warning_threshold": 0}),
-                "$.backpressure.warning_threshold",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": 9, "warning_threshold": 1.01}),
-                "$.backpressure.warning_threshold",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": 9, "strategy": "wait"}),
-                "$.backpressure.strategy",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depth": 9, "strategy": "block"}),
-                "$.backpressure.strategy",
-                ErrorCode::Unsupported,
-            ),
-            (
-                json!({"max_depth": 9, "strategy": "drop_oldest"}),
-                "$.backpressure.strategy",
-                ErrorCode::Unsupported,
-            ),
-            (
-                json!({"max_size_bytes": 1024}),
-                "$.backpressure.max_size_bytes",
-                ErrorCode::Unsupported,
-            ),
-            (
-                json!({"max_size_bytes": "big"}),
-                "$.backpressure.max_size_bytes",
-                ErrorCode::ValidationError,
-            ),
-            (
-                json!({"max_depht": 9}),
-                "$.backpressure.max_depht",
-                ErrorCode::ValidationError,
-            ),
-            (json!([1]), "$.backpressure", ErrorCode::ValidationError),
-        ] {
+        let cases = refusals! {
+            {"max_depth": -1} => "$.backpressure.max_depth" ValidationError;
+            {"max_depth": 1.5} => "$.backpressure.max_depth" ValidationError;
+            {"max_depth": "9"} => "$.backpressure.max_depth" ValidationError;
+            {"max_depth": 9, "warning_threshold": 0} => "$.backpressure.warning_threshold" ValidationError;
+            {"max_depth": 9, "warning_threshold": 1.01} => "$.backpressure.warning_threshold" ValidationError;
+            {"max_depth": 9, "strategy": "wait"} => "$.backpressure.strategy" ValidationError;
+            {"max_depth": 9, "strategy": "block"} => "$.backpressure.strategy" Unsupported;
+            {"max_depth": 9, "strategy": "drop_oldest"} => "$.backpressure.strategy" Unsupported;
+            {"max_size_bytes": 1024} => "$.backpressure.max_size_bytes" Unsupported;
+            {"max_size_bytes": "big"} => "$.backpressure.max_size_bytes" ValidationError;
+            {"max_depht": 9} => "$.backpressure.max_depht" ValidationError;
+            [1] => "$.backpressure" ValidationError;
+        };
+        for (body, path, code) in cases {
             let Err(err) = bound(body.clone()) else {
                 panic!("{body} was accepted");
             };
@@ -290,10 +254,7 @@ mod tests {
 
     #[test]
     fn the_stored_form_reads_back() {
-        let b = Backpressure {
-            max_depth: 50_000,
-            warning_threshold: 0.8,
-        };
+        let b = bound_of(50_000, 0.8);
         assert_eq!(
             b.to_json(),
             json!({"max_depth": 50_000, "strategy": "reject", "warning_threshold": 0.8})
@@ -304,10 +265,7 @@ mod tests {
 
     #[test]
     fn an_enqueue_past_the_bound_is_full_and_one_to_the_bound_is_not() {
-        let b = Backpressure {
-            max_depth: 2,
-            warning_threshold: 0.8,
-        };
+        let b = bound_of(2, 0.8);
         assert_eq!(b.judge(0, 1), Verdict::Clear);
         assert_eq!(b.judge(1, 1), Verdict::Pressure(1.0));
         assert_eq!(b.judge(2, 1), Verdict::Full);
@@ -317,10 +275,7 @@ mod tests {
 
     #[test]
     fn pressure_starts_at_the_threshold() {
-        let b = Backpressure {
-            max_depth: 10,
-            warning_threshold: 0.5,
-        };
+        let b = bound_of(10, 0.5);
         assert_eq!(b.judge(3, 1), Verdict::Clear);
         assert_eq!(b.judge(4, 1), Verdict::Pressure(0.5));
         assert_eq!(b.judge(6, 1), Verdict::Pressure(0.7));

@@ -24,10 +24,8 @@ pub struct JsonBody(pub Value);
 /// is read as [`JsonBody`] reads it.
 pub struct OptionalJsonBody(pub Option<Value>);
 
-/// A JSON request body of at most [`MAX_BATCH_BYTES`] (a batch of envelopes).
-pub struct BatchBody(pub Value);
-
-/// Largest batch body: what a Lambda function can receive (6 MB) less headroom.
+/// Largest batch body (a batch of envelopes): what a Lambda function can receive (6 MB)
+/// less headroom.
 pub const MAX_BATCH_BYTES: usize = 5 * 1024 * 1024;
 
 /// An oversized body is read and thrown away up to this many times its limit (for at most
@@ -131,15 +129,8 @@ impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
     }
 }
 
-impl<S: Send + Sync> FromRequest<S> for BatchBody {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
-        read_json(req, MAX_BATCH_BYTES).await.map(Self)
-    }
-}
-
-async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> {
+/// A JSON body of at most `limit` bytes, of an accepted media type.
+pub(crate) async fn read_json(req: Request<Body>, limit: usize) -> Result<Value, ApiError> {
     {
         if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
             let essence = ct
@@ -183,12 +174,19 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(Caller(
+        Ok(Caller::of(parts))
+    }
+}
+
+impl Caller {
+    /// The caller of the request with `parts`.
+    pub(crate) fn of(parts: &axum::http::request::Parts) -> Self {
+        Caller(
             parts
                 .extensions
                 .get::<crate::auth::Principal>()
                 .map(|p| p.key_id.clone()),
-        ))
+        )
     }
 }
 

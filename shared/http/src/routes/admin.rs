@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::admin_jobs as jobs;
 use super::admin_stats::{self as stats, counts, with_stats};
 use super::admin_tenants as tenants;
+use super::path_ids::WorkerId;
 use super::{queues, reply};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathParam};
@@ -31,11 +32,11 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/queues/{name}", get(get_queue))
         .route(
             "/ojs/v1/admin/queues/{name}/pause",
-            post(queues::pause_queue),
+            post(queues::set_paused::<true>),
         )
         .route(
             "/ojs/v1/admin/queues/{name}/resume",
-            post(queues::resume_queue),
+            post(queues::set_paused::<false>),
         )
         .route("/ojs/v1/admin/queues/{name}/config", put(configure_queue))
         .route(
@@ -240,9 +241,8 @@ async fn configure_queue(
 /// its jobs.
 async fn deregister_worker(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(WorkerId(id)): PathParam<WorkerId>,
 ) -> Result<Response, ApiError> {
-    super::heartbeat::check_worker_id(&id)?;
     let stale_before = time::now() - chrono::Duration::seconds(STALE_AFTER_SECS);
     app.store
         .admin()

@@ -1,20 +1,21 @@
 //! Cron registrations: register, list, remove.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{delete, get};
 use axum::Router;
 use ojs_core::cron_job::CronJob;
-use ojs_core::{time, OjsError};
+use ojs_core::time;
 use serde_json::{json, Map, Value};
 
+use super::path_ids::CronName;
 use super::queues::{page_of, Page};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody};
+use crate::extract::{Caller, JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -71,12 +72,8 @@ async fn list_crons(
 
 async fn delete_cron(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(CronName(name)): PathParam<CronName>,
 ) -> Result<Response, ApiError> {
-    if !ojs_core::cron_job::valid_name(&name) {
-        // Never registered, and not a key to hand to the store (it may be over its size).
-        return Err(OjsError::not_found(format!("no cron job named {name:?}")).into());
-    }
     let entry = app.store.cron().delete(&name).await?;
     let entry = entry.view();
     Ok(reply(

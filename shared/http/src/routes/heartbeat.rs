@@ -11,10 +11,11 @@ use ojs_core::{time, JobId, OjsError};
 use ojs_store::{Directive, WorkerInfo, WorkerState};
 use serde_json::{json, Map, Value};
 
+use super::path_ids::{found, WorkerId};
 use super::reply;
 use super::workers::{attempt, bounded, job_id, object, worker_id};
 use crate::error::ApiError;
-use crate::extract::{JsonBody, Tenant};
+use crate::extract::{FromPathParam, JsonBody, PathParam, Tenant};
 use crate::AppState;
 
 pub(super) fn router() -> Router<AppState> {
@@ -27,22 +28,6 @@ pub(super) fn router() -> Router<AppState> {
             "/ojs/v1/admin/workers/{id}/{directive}",
             post(set_directive),
         )
-}
-
-/// A worker id that no heartbeat accepts (empty, or longer than [`worker_id`] allows)
-/// names no worker: the 404 is answered without a lookup.
-pub(crate) fn check_worker_id(id: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > 256 {
-        return Err(OjsError::not_found(format!("worker {id:.64} not found")).into());
-    }
-    Ok(())
-}
-
-/// The 404 for a worker id that names no registered worker.
-pub(crate) fn no_such_worker(id: &str) -> ApiError {
-    ApiError(crate::error::not_found(&ojs_store::Missing::Worker(
-        id.to_owned(),
-    )))
 }
 
 /// Most job ids one heartbeat may extend.
@@ -215,15 +200,9 @@ fn shown_state(w: &WorkerInfo, stale_before: time::Timestamp) -> &'static str {
 /// readiness probe's "not ready"), with its state either way; 404 for an unknown worker.
 async fn worker_health(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<WorkerId>,
 ) -> Result<Response, ApiError> {
-    check_worker_id(&id)?;
-    let w = app
-        .store
-        .workers()
-        .worker(&id)
-        .await?
-        .ok_or_else(|| no_such_worker(&id))?;
+    let w = found(&id, app.store.workers().worker(&id.0).await?)?;
     let stale_before = time::now() - chrono::Duration::seconds(super::admin::STALE_AFTER_SECS);
     let state = shown_state(&w, stale_before);
     let ready = state == "running";
@@ -301,7 +280,7 @@ async fn set_directive(
             .into())
         }
     };
-    check_worker_id(&id)?;
+    WorkerId::from_path_param(&id)?;
     let w = app.store.workers().set_directive(&id, directive).await?;
     Ok(reply(
         StatusCode::OK,

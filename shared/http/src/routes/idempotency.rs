@@ -5,7 +5,9 @@
 //! nothing; the same key with another body is 422. See `ojs_store::KeyClaim` for how
 //! every try of one request makes the same jobs.
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::body::Body;
+use axum::extract::FromRequest;
+use axum::http::{HeaderMap, HeaderValue, Request};
 use axum::response::Response;
 use ojs_core::idempotency::{fingerprint, reused_with_another_body, IdempotencyKey};
 use ojs_core::time::Timestamp;
@@ -14,7 +16,25 @@ use ojs_store::KeyClaim;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::extract::{read_json, Caller};
 use crate::AppState;
+
+/// The JSON body of a PUSH (of at most `LIMIT` bytes) with its idempotency key taken out
+/// ([`Idempotent::take`]), after the body is read; the key is the calling API key's own.
+pub(crate) struct IdempotentBody<const LIMIT: usize>(pub Option<Idempotent>, pub Value);
+
+impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for IdempotentBody<LIMIT> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let Caller(caller) = Caller::of(&parts);
+        let headers = parts.headers.clone();
+        let mut body = read_json(Request::from_parts(parts, body), LIMIT).await?;
+        let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
+        Ok(Self(idempotent, body))
+    }
+}
 
 /// The header (ojs-bulk-operations.md §11).
 pub(crate) const HEADER: &str = "idempotency-key";

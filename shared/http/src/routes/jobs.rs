@@ -1,7 +1,7 @@
 //! PUSH, INFO and CANCEL.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
@@ -10,11 +10,12 @@ use serde_json::json;
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BatchBody, Caller, JsonBody, PathParam, Tenant, TraceHeaders};
+use crate::extract::{PathParam, Tenant, TraceHeaders, MAX_BATCH_BYTES};
 use crate::AppState;
+use ojs_core::validate::MAX_ENVELOPE_BYTES;
 use ojs_store::{KeyClaim, PushOutcome, StoreError};
 
-use super::idempotency::{jobs_gone, replayed, Idempotent};
+use super::idempotency::{jobs_gone, replayed, IdempotentBody};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -25,13 +26,10 @@ pub(crate) fn router() -> Router<AppState> {
 
 async fn enqueue_job(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    Caller(caller): Caller,
     trace: TraceHeaders,
     tenant: Tenant,
-    JsonBody(mut body): JsonBody,
+    IdempotentBody(idempotent, body): IdempotentBody<MAX_ENVELOPE_BYTES>,
 ) -> Result<Response, ApiError> {
-    let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
     let mut new = NewJob::from_json(body)?;
     tenant.adopt(&mut new.spec.meta, "$.meta")?;
     trace.adopt_into(&mut new.spec.meta);
@@ -274,13 +272,10 @@ const MAX_BATCH: usize = 1000;
 /// whole batch, with an error per index), then all are stored or none.
 async fn enqueue_batch(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    Caller(caller): Caller,
     trace: TraceHeaders,
     tenant: Tenant,
-    BatchBody(mut body): BatchBody,
+    IdempotentBody(idempotent, body): IdempotentBody<MAX_BATCH_BYTES>,
 ) -> Result<Response, ApiError> {
-    let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;
     let parsed = parse_batch(&app, &tenant, &trace, batch_entries(body)?).await?;
     let now = time::now();
     let mut jobs = enqueue_in_order(parsed, now);

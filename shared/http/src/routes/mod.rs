@@ -13,6 +13,7 @@ mod heartbeat;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
 mod metrics;
+pub(crate) mod path_ids;
 mod pools;
 mod progress;
 pub(crate) mod push;
@@ -111,8 +112,7 @@ pub(crate) fn check_prefixed_uuid(
     prefix: &str,
     unknown: fn(&str) -> crate::error::ApiError,
 ) -> Result<(), crate::error::ApiError> {
-    let is_uuid = |u: &str| u.len() == 36 && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-    if id.strip_prefix(prefix).is_some_and(is_uuid) {
+    if path_ids::is_prefixed_uuid(id, prefix) {
         Ok(())
     } else {
         Err(unknown(id))

@@ -4,7 +4,7 @@
 //! `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
@@ -13,9 +13,10 @@ use ojs_core::push::PushEndpoint;
 use ojs_core::{time, ErrorCode, OjsError};
 use serde_json::{json, Value};
 
+use super::path_ids::{found, PushEndpointId};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody};
+use crate::extract::{Caller, JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -28,12 +29,6 @@ pub(crate) fn router() -> Router<AppState> {
             "/ojs/v1/push/endpoints/{id}",
             get(get_push_endpoint).delete(delete_push_endpoint),
         )
-}
-
-fn unknown(id: &str) -> ApiError {
-    ApiError(crate::error::not_found(&ojs_store::Missing::PushEndpoint(
-        id.to_owned(),
-    )))
 }
 
 async fn register_push_endpoint(
@@ -74,24 +69,17 @@ async fn list_push_endpoints(State(app): State<AppState>) -> Result<Response, Ap
 
 async fn get_push_endpoint(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<PushEndpointId>,
 ) -> Result<Response, ApiError> {
-    super::check_prefixed_uuid(&id, "pe_", unknown)?;
-    let entry = app
-        .store
-        .push_endpoints()
-        .get(&id)
-        .await?
-        .ok_or_else(|| unknown(&id))?;
+    let entry = found(&id, app.store.push_endpoints().get(&id.0).await?)?;
     Ok(reply(StatusCode::OK, json!({ "endpoint": entry.view() })))
 }
 
 async fn delete_push_endpoint(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<PushEndpointId>,
 ) -> Result<Response, ApiError> {
-    super::check_prefixed_uuid(&id, "pe_", unknown)?;
-    let entry = app.store.push_endpoints().delete(&id).await?;
+    let entry = app.store.push_endpoints().delete(&id.0).await?;
     tracing::info!(id = %entry.id, "push endpoint deleted");
     Ok(reply(
         StatusCode::OK,

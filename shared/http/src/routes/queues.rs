@@ -21,8 +21,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/queues", get(list_queues))
         .route("/ojs/v1/queues/{name}", get(queue_info))
         .route("/ojs/v1/queues/{name}/stats", get(queue_stats))
-        .route("/ojs/v1/queues/{name}/pause", post(pause_queue))
-        .route("/ojs/v1/queues/{name}/resume", post(resume_queue))
+        .route("/ojs/v1/queues/{name}/pause", post(set_paused::<true>))
+        .route("/ojs/v1/queues/{name}/resume", post(set_paused::<false>))
         .route("/ojs/v1/admin/queues/{name}/recount", post(recount_queue))
         .route(
             "/ojs/v1/admin/queues/{name}/rate-limit",
@@ -169,22 +169,22 @@ fn stats_body(
     serde_json::Value::Object(body)
 }
 
-/// Pause and resume answer with the queue's new state: `queue` is the binding's name
-/// (§11.3, §11.4) or the OpenAPI document's object (see [`Dialect`]), and `status` is at
-/// the top level either way (the Python SDK reads it there).
-async fn set_paused(
-    app: AppState,
+/// `POST …/{name}/pause` (`PAUSED`) and `…/resume`: they answer with the queue's new
+/// state, where `queue` is the binding's name (§11.3, §11.4) or the OpenAPI document's
+/// object (see [`Dialect`]), and `status` is at the top level either way (the Python SDK
+/// reads it there).
+pub(crate) async fn set_paused<const PAUSED: bool>(
+    State(app): State<AppState>,
     dialect: Dialect,
-    queue: QueueName,
-    paused: bool,
+    PathParam(queue): PathParam<QueueName>,
 ) -> Result<Response, ApiError> {
     let q = app
         .store
         .engine()
-        .set_paused(queue.as_str(), paused)
+        .set_paused(queue.as_str(), PAUSED)
         .await?;
-    tracing::info!(queue = %q.name, paused, "queue state changed");
-    if !paused {
+    tracing::info!(queue = %q.name, paused = PAUSED, "queue state changed");
+    if !PAUSED {
         // Best effort: what this misses, the scheduler's nudge delivers later.
         if let Err(e) = app
             .store
@@ -210,22 +210,6 @@ async fn set_paused(
     });
     body[if q.paused { "paused_at" } else { "resumed_at" }] = now;
     Ok(reply(StatusCode::OK, body))
-}
-
-pub(crate) async fn pause_queue(
-    State(app): State<AppState>,
-    dialect: Dialect,
-    PathParam(queue): PathParam<QueueName>,
-) -> Result<Response, ApiError> {
-    set_paused(app, dialect, queue, true).await
-}
-
-pub(crate) async fn resume_queue(
-    State(app): State<AppState>,
-    dialect: Dialect,
-    PathParam(queue): PathParam<QueueName>,
-) -> Result<Response, ApiError> {
-    set_paused(app, dialect, queue, false).await
 }
 
 /// `limit`/`offset` as the binding defines them, or `per_page`/`page` (1-based), which the

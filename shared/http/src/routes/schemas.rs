@@ -3,7 +3,7 @@
 //! segment also accepts URIs whose `/` were sent unencoded.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
@@ -13,10 +13,11 @@ use ojs_core::{time, ErrorCode, NewJob, OjsError};
 use ojs_store::{SchemaPut, StoreError};
 use serde_json::json;
 
+use super::path_ids::{found, SchemaUri};
 use super::queues::{page_of, Page};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody};
+use crate::extract::{Caller, JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -28,22 +29,6 @@ pub(crate) fn router() -> Router<AppState> {
         )
         // Served with the registry they show (the function that owns its partition).
         .merge(super::schema_versions::router())
-}
-
-fn unknown(uri: &str) -> ApiError {
-    ApiError(crate::error::not_found(&ojs_store::Missing::Schema(
-        uri.to_owned(),
-    )))
-}
-
-/// A URI that is not one a schema can be registered under is unknown without being looked
-/// up.
-fn check_uri(uri: &str) -> Result<(), ApiError> {
-    if schema_registry::is_valid_uri(uri) {
-        Ok(())
-    } else {
-        Err(unknown(uri))
-    }
 }
 
 async fn register_schema(
@@ -100,24 +85,17 @@ async fn list_schemas(
 
 async fn get_schema(
     State(app): State<AppState>,
-    Path(uri): Path<String>,
+    PathParam(uri): PathParam<SchemaUri>,
 ) -> Result<Response, ApiError> {
-    check_uri(&uri)?;
-    let entry = app
-        .store
-        .schemas()
-        .get(&uri)
-        .await?
-        .ok_or_else(|| unknown(&uri))?;
+    let entry = found(&uri, app.store.schemas().get(&uri.0).await?)?;
     Ok(reply(StatusCode::OK, json!({ "schema": entry.view() })))
 }
 
 async fn delete_schema(
     State(app): State<AppState>,
-    Path(uri): Path<String>,
+    PathParam(uri): PathParam<SchemaUri>,
 ) -> Result<Response, ApiError> {
-    check_uri(&uri)?;
-    let entry = app.store.schemas().delete(&uri).await?;
+    let entry = app.store.schemas().delete(&uri.0).await?;
     tracing::info!(uri = %entry.doc.uri, "schema deleted");
     Ok(reply(
         StatusCode::OK,

@@ -1,7 +1,7 @@
 //! Workflows: create, inspect, cancel.
 
 use crate::entry_views;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -10,9 +10,10 @@ use ojs_core::workflow::WorkflowSpec;
 use ojs_core::{time, OjsError};
 use ojs_store::StoreError;
 
+use super::path_ids::WorkflowId;
 use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -22,16 +23,6 @@ pub(crate) fn router() -> Router<AppState> {
             "/ojs/v1/workflows/{id}",
             get(get_workflow).delete(cancel_workflow),
         )
-}
-
-fn workflow_id(raw: &str) -> Result<String, ApiError> {
-    uuid::Uuid::parse_str(raw)
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| {
-            ApiError(OjsError::invalid_request(format!(
-                "{raw:?} is not a workflow id"
-            )))
-        })
 }
 
 /// A workflow's 409 when it has finished (its 404 is the store's own, naming it).
@@ -62,17 +53,15 @@ async fn create_workflow(
 
 async fn get_workflow(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(WorkflowId(id)): PathParam<WorkflowId>,
 ) -> Result<Response, ApiError> {
-    let id = workflow_id(&id)?;
     workflow_answer(&id, app.store.workflows().get(&id).await)
 }
 
 async fn cancel_workflow(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(WorkflowId(id)): PathParam<WorkflowId>,
 ) -> Result<Response, ApiError> {
-    let id = workflow_id(&id)?;
     workflow_answer(&id, app.store.workflows().cancel(&id, time::now()).await)
 }
 

@@ -1,10 +1,12 @@
 //! Request body extraction: media type, size limit, JSON syntax, each answered with the
 //! OJS error a client can act on.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::FromRequest;
+use axum::http::request::Parts;
 use axum::http::{header, Request};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -167,26 +169,40 @@ pub(crate) async fn read_json(req: Request<Body>, limit: usize) -> Result<Value,
 /// record as `created_by`.
 pub struct Caller(pub Option<String>);
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(Caller::of(parts))
-    }
+/// What a request's head alone gives (not its state, nor its body): each such type is
+/// an extractor through [`from_head!`].
+pub trait FromHead: Sized {
+    /// The answer to a head that gives none.
+    type Rejection: axum::response::IntoResponse;
+    /// What the head `parts` give.
+    fn from_head(parts: &Parts) -> Result<Self, Self::Rejection>;
 }
 
-impl Caller {
-    /// The caller of the request with `parts`.
-    pub(crate) fn of(parts: &axum::http::request::Parts) -> Self {
-        Caller(
-            parts
-                .extensions
-                .get::<crate::auth::Principal>()
-                .map(|p| p.key_id.clone()),
-        )
+/// The extractor of each [`FromHead`] type listed.
+macro_rules! from_head {
+    ($($t:ty),* $(,)?) => {$(
+        impl<S: Send + Sync> axum::extract::FromRequestParts<S> for $t {
+            type Rejection = <$t as $crate::extract::FromHead>::Rejection;
+
+            async fn from_request_parts(
+                parts: &mut axum::http::request::Parts,
+                _state: &S,
+            ) -> Result<Self, Self::Rejection> {
+                <$t as $crate::extract::FromHead>::from_head(parts)
+            }
+        }
+    )*};
+}
+pub(crate) use from_head;
+
+from_head!(Caller, Tenant, ListingTenant, TraceHeaders);
+
+impl FromHead for Caller {
+    type Rejection = Infallible;
+
+    fn from_head(parts: &Parts) -> Result<Self, Infallible> {
+        let principal = parts.extensions.get::<crate::auth::Principal>();
+        Ok(Caller(principal.map(|p| p.key_id.clone())))
     }
 }
 
@@ -214,13 +230,10 @@ impl Tenant {
     }
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
+impl FromHead for Tenant {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
+    fn from_head(parts: &Parts) -> Result<Self, ApiError> {
         let bound = parts
             .extensions
             .get::<crate::auth::Principal>()
@@ -301,14 +314,11 @@ impl ListingTenant {
     }
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ListingTenant {
+impl FromHead for ListingTenant {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        let Tenant(acts_for) = Tenant::from_request_parts(parts, state).await?;
+    fn from_head(parts: &Parts) -> Result<Self, ApiError> {
+        let Tenant(acts_for) = Tenant::from_head(parts)?;
         let bound = parts
             .extensions
             .get::<crate::auth::Principal>()
@@ -336,13 +346,10 @@ impl TraceHeaders {
     }
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeaders {
-    type Rejection = std::convert::Infallible;
+impl FromHead for TraceHeaders {
+    type Rejection = Infallible;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
+    fn from_head(parts: &Parts) -> Result<Self, Infallible> {
         let header = |name: &str| {
             parts
                 .headers
@@ -359,9 +366,13 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeaders {
 
 /// A route's one path parameter, parsed into `T` before the handler runs: a value `T`
 /// refuses is answered with `T`'s own error, the one its `parse` gives. A handler that
-/// also reads a body parses its parameter after the body instead, so that a body's error
-/// keeps answering first.
+/// also reads a body takes [`BodyAndPath`] instead, so that a body's error keeps
+/// answering first.
 pub struct PathParam<T>(pub T);
+
+/// A request body `B` and the route's one path parameter `T`, parsed after the body as
+/// [`PathParam`] parses it: a body's error answers before the parameter's.
+pub struct BodyAndPath<B, T>(pub B, pub T);
 
 /// What a path parameter parses into (an id the handler acts on).
 pub trait FromPathParam: Sized {
@@ -389,15 +400,47 @@ impl<S: Send + Sync, T: FromPathParam> axum::extract::FromRequestParts<S> for Pa
         state: &S,
     ) -> Result<Self, Self::Rejection> {
         use axum::response::IntoResponse;
-        // A parameter that does not decode is axum's own rejection, as with `Path`.
-        let axum::extract::Path(raw) =
-            axum::extract::Path::<String>::from_request_parts(parts, state)
-                .await
-                .map_err(IntoResponse::into_response)?;
+        let raw = raw_path_param(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
         T::from_path_param(&raw)
             .map(Self)
             .map_err(|e| ApiError(e).into_response())
     }
+}
+
+impl<S, B, T> FromRequest<S> for BodyAndPath<B, T>
+where
+    S: Send + Sync,
+    B: FromRequest<S, Rejection = ApiError>,
+    T: FromPathParam,
+{
+    type Rejection = axum::response::Response;
+
+    async fn from_request(req: Request<Body>, state: &S) -> Result<Self, Self::Rejection> {
+        use axum::response::IntoResponse;
+        let (mut parts, body) = req.into_parts();
+        let raw = raw_path_param(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let body = B::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let param = T::from_path_param(&raw).map_err(|e| ApiError(e).into_response())?;
+        Ok(Self(body, param))
+    }
+}
+
+/// The route's one path parameter as decoded; one that does not decode is axum's own
+/// rejection, as with `Path`.
+async fn raw_path_param<S: Send + Sync>(
+    parts: &mut axum::http::request::Parts,
+    state: &S,
+) -> Result<String, axum::extract::rejection::PathRejection> {
+    use axum::extract::FromRequestParts;
+    let axum::extract::Path(raw) =
+        axum::extract::Path::<String>::from_request_parts(parts, state).await?;
+    Ok(raw)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use super::admin_tenants as tenants;
 use super::path_ids::WorkerId;
 use super::{queues, reply};
 use crate::error::ApiError;
-use crate::extract::{JsonBody, PathParam};
+use crate::extract::{BodyAndPath, JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -167,10 +167,8 @@ async fn get_queue(
 /// stored: a refused request changes nothing.
 async fn configure_queue(
     State(app): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody,
+    BodyAndPath(JsonBody(body), queue): BodyAndPath<JsonBody, QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     let Value::Object(fields) = &body else {
         return Err(OjsError::invalid_request("the request body must be a JSON object").into());
     };

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, ListingTenant, PathParam, Tenant};
+use crate::extract::{BodyAndPath, JsonBody, ListingTenant, PathParam, Tenant};
 use crate::AppState;
 
 /// States a listing without a state filter looks in.
@@ -495,10 +495,8 @@ pub(crate) async fn purge_dead_letter(
 /// `older_than`.
 pub(crate) async fn purge_queue(
     State(app): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody,
+    BodyAndPath(JsonBody(body), queue): BodyAndPath<JsonBody, QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     let mut body: PurgeBody = confirmed(body)?;
     let names = body.states.take().unwrap_or_default();
     if names.is_empty() {
@@ -523,7 +521,7 @@ pub(crate) async fn purge_queue(
     }
     let before = body.before()?;
     let filter = Filter {
-        queue: Some(queue),
+        queue: Some(queue.clone()),
         ..Default::default()
     };
     let mut jobs = find_jobs(&app, &filter, &states).await?;
@@ -542,7 +540,7 @@ pub(crate) async fn purge_queue(
             Err(e) => return Err(e.into()),
         }
     }
-    tracing::info!(queue = %name, purged, "queue purged");
+    tracing::info!(queue = %queue, purged, "queue purged");
     Ok(reply(
         StatusCode::OK,
         json!({"purged_count": purged, "states": names}),

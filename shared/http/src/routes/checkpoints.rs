@@ -11,7 +11,7 @@
 //! same fields at the top level; GET `{"checkpoint": {...}}` (§4.3) with its fields also
 //! at the top level, where the conformance suite and the Rust SDK read `state`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::put;
@@ -22,7 +22,7 @@ use serde_json::json;
 
 use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
-use crate::extract::{JsonBody, PathParam};
+use crate::extract::{BodyAndPath, JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -39,10 +39,8 @@ pub(crate) fn router() -> Router<AppState> {
 /// `worker_id`, `attempt`, `sequence`.
 async fn save_checkpoint(
     State(app): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
+    BodyAndPath(JsonBody(body), id): BodyAndPath<JsonBody, JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let save = CheckpointSave::from_body(&body)?;
     let saved = app
         .store

@@ -16,7 +16,7 @@ use ojs_store::KeyClaim;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::extract::{read_json, Caller};
+use crate::extract::{read_json, Caller, FromHead};
 use crate::AppState;
 
 /// The JSON body of a PUSH (of at most `LIMIT` bytes) with its idempotency key taken out
@@ -28,7 +28,7 @@ impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for IdempotentBody<LIMIT
 
     async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, Self::Rejection> {
         let (parts, body) = req.into_parts();
-        let Caller(caller) = Caller::of(&parts);
+        let Ok(Caller(caller)) = Caller::from_head(&parts);
         let headers = parts.headers.clone();
         let mut body = read_json(Request::from_parts(parts, body), LIMIT).await?;
         let idempotent = Idempotent::take(&headers, &mut body, caller.as_deref())?;

@@ -6,11 +6,11 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::{time, Job, JobId, NewJob, OjsError};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{PathParam, Tenant, TraceHeaders, MAX_BATCH_BYTES};
+use crate::extract::{FromHead, PathParam, Tenant, TraceHeaders, MAX_BATCH_BYTES};
 use crate::AppState;
 use ojs_core::validate::MAX_ENVELOPE_BYTES;
 use ojs_store::{KeyClaim, PushOutcome, StoreError};
@@ -24,16 +24,47 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ojs/v1/jobs/{id}", get(get_job).delete(cancel_job))
 }
 
+/// What PUSH gives every job it is sent: the request's tenant and trace.
+struct Producer {
+    tenant: Tenant,
+    trace: TraceHeaders,
+}
+
+crate::extract::from_head!(Producer);
+
+impl FromHead for Producer {
+    type Rejection = ApiError;
+
+    fn from_head(parts: &axum::http::request::Parts) -> Result<Self, ApiError> {
+        let Ok(trace) = TraceHeaders::from_head(parts);
+        let tenant = Tenant::from_head(parts)?;
+        Ok(Self { tenant, trace })
+    }
+}
+
+impl Producer {
+    /// `raw` as a new job: parsed, given the request's tenant (its `meta` being at
+    /// `meta_path` in the request) and trace, its args checked against its schema.
+    async fn new_job(
+        &self,
+        app: &AppState,
+        raw: Value,
+        meta_path: &str,
+    ) -> Result<NewJob, ApiError> {
+        let mut new = NewJob::from_json(raw)?;
+        self.tenant.adopt(&mut new.spec.meta, meta_path)?;
+        self.trace.adopt_into(&mut new.spec.meta);
+        super::schemas::check_args(app, &new).await?;
+        Ok(new)
+    }
+}
+
 async fn enqueue_job(
     State(app): State<AppState>,
-    trace: TraceHeaders,
-    tenant: Tenant,
+    producer: Producer,
     IdempotentBody(idempotent, body): IdempotentBody<MAX_ENVELOPE_BYTES>,
 ) -> Result<Response, ApiError> {
-    let mut new = NewJob::from_json(body)?;
-    tenant.adopt(&mut new.spec.meta, "$.meta")?;
-    trace.adopt_into(&mut new.spec.meta);
-    super::schemas::check_args(&app, &new).await?;
+    let new = producer.new_job(&app, body, "$.meta").await?;
     let now = time::now();
     let mut job = Job::enqueue(new, now);
     let Some(idempotent) = idempotent else {
@@ -272,11 +303,10 @@ const MAX_BATCH: usize = 1000;
 /// whole batch, with an error per index), then all are stored or none.
 async fn enqueue_batch(
     State(app): State<AppState>,
-    trace: TraceHeaders,
-    tenant: Tenant,
+    producer: Producer,
     IdempotentBody(idempotent, body): IdempotentBody<MAX_BATCH_BYTES>,
 ) -> Result<Response, ApiError> {
-    let parsed = parse_batch(&app, &tenant, &trace, batch_entries(body)?).await?;
+    let parsed = parse_batch(&app, &producer, batch_entries(body)?).await?;
     let now = time::now();
     let mut jobs = enqueue_in_order(parsed, now);
     let Some(idempotent) = idempotent else {
@@ -333,16 +363,16 @@ fn batch_entries(body: serde_json::Value) -> Result<Vec<serde_json::Value>, ApiE
 /// batch, with an error per index.
 async fn parse_batch(
     app: &AppState,
-    tenant: &Tenant,
-    trace: &TraceHeaders,
+    producer: &Producer,
     jobs: Vec<serde_json::Value>,
 ) -> Result<Vec<NewJob>, ApiError> {
     let mut parsed = Vec::with_capacity(jobs.len());
     let mut errors = Vec::new();
     for (index, raw) in jobs.into_iter().enumerate() {
-        match batch_job(app, tenant, trace, index, raw).await {
+        let meta_path = format!("$.jobs[{index}].meta");
+        match producer.new_job(app, raw, &meta_path).await {
             Ok(new) => parsed.push(new),
-            Err(e) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
+            Err(ApiError(e)) => errors.push(json!({"index": index, "code": e.code.as_str(), "message": e.message, "details": e.details})),
         }
     }
     if !errors.is_empty() {
@@ -355,26 +385,6 @@ async fn parse_batch(
         .into());
     }
     Ok(parsed)
-}
-
-/// The batch's job at `index`: parsed, given the request's tenant and trace, its args
-/// checked against its type's schema.
-async fn batch_job(
-    app: &AppState,
-    tenant: &Tenant,
-    trace: &TraceHeaders,
-    index: usize,
-    raw: serde_json::Value,
-) -> Result<NewJob, OjsError> {
-    let mut new = NewJob::from_json(raw)?;
-    tenant
-        .adopt(&mut new.spec.meta, &format!("$.jobs[{index}].meta"))
-        .map_err(|e| e.0)?;
-    trace.adopt_into(&mut new.spec.meta);
-    super::schemas::check_args(app, &new)
-        .await
-        .map_err(|e| e.0)?;
-    Ok(new)
 }
 
 /// The batch's jobs enqueued at `now`, a microsecond apart, which keeps the batch's order

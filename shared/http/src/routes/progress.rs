@@ -1,7 +1,7 @@
 //! Job progress (ojs-progress.md): reported by the worker holding the job, in the spec's
 //! form or the SDKs', and read by anyone who may see the job.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{post, put};
@@ -11,7 +11,7 @@ use ojs_core::{time, JobId};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, PathParam, Tenant};
+use crate::extract::{BodyAndPath, JsonBody, PathParam, Tenant};
 use crate::AppState;
 
 pub(super) fn router() -> Router<AppState> {
@@ -46,10 +46,8 @@ async fn record_progress(
 async fn put_progress(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
+    BodyAndPath(JsonBody(body), id): BodyAndPath<JsonBody, JobId>,
 ) -> Result<Response, ApiError> {
-    let id = JobId::parse(&id)?;
     let report = ProgressReport::from_spec_body(&body)?;
     record_progress(&app, &tenant, &id, &report).await
 }

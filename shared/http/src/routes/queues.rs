@@ -1,6 +1,6 @@
 //! Queue listing.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
-use crate::extract::{PathParam, Tenant};
+use crate::extract::{BodyAndPath, JsonBody, PathParam, Tenant};
 use crate::AppState;
 use ojs_core::tenant::Scope;
 
@@ -293,10 +293,8 @@ async fn list_queues(
 /// fit, on top of each job's own (`{rate: {limit, period}, throttle: {...}}`).
 async fn set_rate_limit(
     State(app): State<AppState>,
-    Path(name): Path<String>,
-    crate::extract::JsonBody(body): crate::extract::JsonBody,
+    BodyAndPath(JsonBody(body), queue): BodyAndPath<JsonBody, QueueName>,
 ) -> Result<Response, ApiError> {
-    let queue = QueueName::parse(&name)?;
     // One partition per queue, whatever the body says.
     let policy = ojs_core::rate_limit::RateLimitPolicy::for_queue(&body, queue.as_str())?;
     // A queue-wide limit is checked at claim time only; concurrency also needs every
@@ -317,7 +315,7 @@ async fn set_rate_limit(
         .await?;
     Ok(reply(
         StatusCode::OK,
-        json!({"queue": {"name": name, "rate_limit": policy.to_json()}}),
+        json!({"queue": {"name": queue.as_str(), "rate_limit": policy.to_json()}}),
     ))
 }
 

@@ -1,7 +1,7 @@
 //! Cron registrations: register, list, remove.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{delete, get};
@@ -11,7 +11,7 @@ use ojs_core::time;
 use serde_json::{json, Map, Value};
 
 use super::path_ids::CronName;
-use super::queues::{page_of, Page};
+use super::queues::Paged;
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
@@ -57,17 +57,9 @@ async fn register_cron(
     Ok(reply(status, Value::Object(body)))
 }
 
-async fn list_crons(
-    State(app): State<AppState>,
-    Query(page): Query<Page>,
-) -> Result<Response, ApiError> {
-    let page = page.parse()?;
+async fn list_crons(State(app): State<AppState>, paged: Paged) -> Result<Response, ApiError> {
     let all = app.store.cron().list().await?;
-    let (crons, pagination) = page_of(&all, page, |e| e.view());
-    Ok(reply(
-        StatusCode::OK,
-        json!({"crons": crons, "cron_jobs": crons, "pagination": pagination}),
-    ))
+    Ok(paged.reply(&all, &["crons", "cron_jobs"], EntryView::view))
 }
 
 async fn delete_cron(

@@ -268,13 +268,47 @@ pub(crate) fn page_of<T>(
     (items, pagination)
 }
 
-async fn list_queues(
-    State(app): State<AppState>,
-    Query(page): Query<Page>,
-) -> Result<Response, ApiError> {
-    let page = page.parse()?;
+/// The page a listing's query asks for ([`Page`]), checked before the listing is read.
+pub(crate) struct Paged((usize, usize));
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Paged {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        use axum::response::IntoResponse;
+        let Query(page) = Query::<Page>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let page = page.parse().map_err(|e| ApiError(e).into_response())?;
+        Ok(Self(page))
+    }
+}
+
+impl Paged {
+    /// The answer of this page of `all` (a listing read whole): its items, each as `view`
+    /// shows it, under each of `keys`, and its `pagination` (see [`page_of`]).
+    pub(crate) fn reply<T>(
+        &self,
+        all: &[T],
+        keys: &[&str],
+        view: impl FnMut(&T) -> Value,
+    ) -> Response {
+        let (items, pagination) = page_of(all, self.0, view);
+        let mut body: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|k| ((*k).to_owned(), json!(items)))
+            .collect();
+        body.insert("pagination".into(), pagination);
+        reply(StatusCode::OK, Value::Object(body))
+    }
+}
+
+async fn list_queues(State(app): State<AppState>, paged: Paged) -> Result<Response, ApiError> {
     let queues = app.store.engine().list_queues().await?;
-    let (items, pagination) = page_of(&queues, page, |q| {
+    Ok(paged.reply(&queues, &["queues"], |q| {
         json!({
             "name": q.name,
             "state": if q.paused { "paused" } else { "active" },
@@ -282,11 +316,7 @@ async fn list_queues(
             "paused": q.paused,
             "created_at": q.created_at,
         })
-    });
-    Ok(reply(
-        StatusCode::OK,
-        json!({"queues": items, "pagination": pagination}),
-    ))
+    }))
 }
 
 /// `PUT /ojs/v1/admin/queues/{name}/rate-limit`: a limit every job start of the queue must

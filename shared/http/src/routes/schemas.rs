@@ -3,7 +3,7 @@
 //! segment also accepts URIs whose `/` were sent unencoded.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
@@ -14,7 +14,7 @@ use ojs_store::{SchemaPut, StoreError};
 use serde_json::json;
 
 use super::path_ids::{found, SchemaUri};
-use super::queues::{page_of, Page};
+use super::queues::Paged;
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{Caller, JsonBody, PathParam};
@@ -70,17 +70,9 @@ async fn register_schema(
     }
 }
 
-async fn list_schemas(
-    State(app): State<AppState>,
-    Query(page): Query<Page>,
-) -> Result<Response, ApiError> {
-    let page = page.parse()?;
+async fn list_schemas(State(app): State<AppState>, paged: Paged) -> Result<Response, ApiError> {
     let all = app.store.schemas().list().await?;
-    let (schemas, pagination) = page_of(&all, page, crate::entry_views::schema_summary);
-    Ok(reply(
-        StatusCode::OK,
-        json!({"schemas": schemas, "pagination": pagination}),
-    ))
+    Ok(paged.reply(&all, &["schemas"], crate::entry_views::schema_summary))
 }
 
 async fn get_schema(

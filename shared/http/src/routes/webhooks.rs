@@ -20,7 +20,7 @@ use ojs_store::{DeadDelivery, PendingDelivery, StoreError, WebhookEntry, MAX_LOG
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::queues::{page_of, Page};
+use super::queues::Paged;
 use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
 use crate::extract::{Caller, JsonBody, OptionalJsonBody, Tenant};
@@ -162,17 +162,12 @@ async fn create_subscription(
 async fn list_subscriptions(
     State(app): State<AppState>,
     tenant: Tenant,
-    Query(page): Query<Page>,
+    paged: Paged,
 ) -> Result<Response, ApiError> {
-    let page = page.parse()?;
     let mut all = app.store.webhooks().list(true).await?;
     all.retain(|entry| entry.visible_to(&tenant.0));
-    let (subs, pagination) = page_of(&all, page, WebhookEntry::view);
-    Ok(reply(
-        StatusCode::OK,
-        // `items` as the admin API's listings name them (the dashboard's webhooks page).
-        json!({"subscriptions": subs, "items": subs, "pagination": pagination}),
-    ))
+    // `items` as the admin API's listings name them (the dashboard's webhooks page).
+    Ok(paged.reply(&all, &["subscriptions", "items"], WebhookEntry::view))
 }
 
 async fn get_subscription(

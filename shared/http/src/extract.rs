@@ -180,22 +180,47 @@ pub trait FromHead: Sized {
 
 /// The extractor of each [`FromHead`] type listed.
 macro_rules! from_head {
-    ($($t:ty),* $(,)?) => {$(
-        impl<S: Send + Sync> axum::extract::FromRequestParts<S> for $t {
-            type Rejection = <$t as $crate::extract::FromHead>::Rejection;
+    ($($t:ident $(<$g:ident: $bound:path>)?),* $(,)?) => {$(
+        impl<S: Send + Sync $(, $g: $bound)?> axum::extract::FromRequestParts<S>
+            for $t $(<$g>)?
+        {
+            type Rejection = <Self as $crate::extract::FromHead>::Rejection;
 
             async fn from_request_parts(
                 parts: &mut axum::http::request::Parts,
                 _state: &S,
             ) -> Result<Self, Self::Rejection> {
-                <$t as $crate::extract::FromHead>::from_head(parts)
+                $crate::extract::FromHead::from_head(parts)
             }
         }
     )*};
 }
 pub(crate) use from_head;
 
-from_head!(Caller, Tenant, ListingTenant, TraceHeaders);
+from_head!(Caller, Tenant, ListingTenant, TraceHeaders, CheckedQuery<Q: QueryCheck>);
+
+/// A query string checked as a whole before the handler runs (a listing's page).
+pub trait QueryCheck: serde::de::DeserializeOwned {
+    /// What a query that passes gives.
+    type Checked;
+    /// The query checked, or the error that answers it.
+    fn check(self) -> Result<Self::Checked, ApiError>;
+}
+
+/// The query string as `Q` checks it ([`QueryCheck`]): one that does not decode is
+/// axum's own rejection, as with `Query`.
+pub struct CheckedQuery<Q: QueryCheck>(pub Q::Checked);
+
+impl<Q: QueryCheck> FromHead for CheckedQuery<Q> {
+    type Rejection = axum::response::Response;
+
+    fn from_head(parts: &Parts) -> Result<Self, Self::Rejection> {
+        use axum::response::IntoResponse;
+        let axum::extract::Query(query) = axum::extract::Query::<Q>::try_from_uri(&parts.uri)
+            .map_err(IntoResponse::into_response)?;
+        query.check().map(Self).map_err(IntoResponse::into_response)
+    }
+}
 
 impl FromHead for Caller {
     type Rejection = Infallible;
@@ -433,7 +458,7 @@ where
 
 /// The route's one path parameter as decoded; one that does not decode is axum's own
 /// rejection, as with `Path`.
-async fn raw_path_param<S: Send + Sync>(
+pub(crate) async fn raw_path_param<S: Send + Sync>(
     parts: &mut axum::http::request::Parts,
     state: &S,
 ) -> Result<String, axum::extract::rejection::PathRejection> {

@@ -1,6 +1,6 @@
 //! Queue listing.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::reply;
 use crate::dialect::Dialect;
 use crate::error::ApiError;
-use crate::extract::{BodyAndPath, JsonBody, PathParam, Tenant};
+use crate::extract::{BodyAndPath, CheckedQuery, JsonBody, PathParam, QueryCheck, Tenant};
 use crate::AppState;
 use ojs_core::tenant::Scope;
 
@@ -268,24 +268,16 @@ pub(crate) fn page_of<T>(
     (items, pagination)
 }
 
-/// The page a listing's query asks for ([`Page`]), checked before the listing is read.
-pub(crate) struct Paged((usize, usize));
+impl QueryCheck for Page {
+    type Checked = (usize, usize);
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Paged {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        use axum::response::IntoResponse;
-        let Query(page) = Query::<Page>::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let page = page.parse().map_err(|e| ApiError(e).into_response())?;
-        Ok(Self(page))
+    fn check(self) -> Result<(usize, usize), ApiError> {
+        Ok(self.parse()?)
     }
 }
+
+/// The page a listing's query asks for ([`Page`]), checked before the listing is read.
+pub(crate) type Paged = CheckedQuery<Page>;
 
 impl Paged {
     /// The answer of this page of `all` (a listing read whole): its items, each as `view`

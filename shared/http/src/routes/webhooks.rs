@@ -7,9 +7,10 @@
 //! addresses unless `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use ojs_core::webhook::{
@@ -23,7 +24,9 @@ use serde_json::{json, Value};
 use super::queues::Paged;
 use super::{reply, wrapped_and_bare};
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody, OptionalJsonBody, Tenant};
+use crate::extract::{
+    raw_path_param, Caller, CheckedQuery, FromHead, JsonBody, OptionalJsonBody, QueryCheck, Tenant,
+};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -76,12 +79,38 @@ async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEn
         .ok_or_else(|| unknown(id))
 }
 
-/// For a change made without reading the subscription first: a request acting for one
-/// tenant reads it to learn whether it may (one GetItem); an operator's makes none.
-async fn check_visible(app: &AppState, id: &str, tenant: &Tenant) -> Result<(), ApiError> {
-    match tenant.0 {
-        ojs_core::tenant::Scope::Any => super::check_prefixed_uuid(id, "sub_", unknown),
-        ojs_core::tenant::Scope::One(_) => existing(app, id, tenant).await.map(|_| ()),
+/// The subscription a path names, and the tenant the request acts for: its id is checked
+/// (and the subscription read) by the handler, after any body.
+struct NamedSubscription {
+    id: String,
+    tenant: Tenant,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NamedSubscription {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let tenant = Tenant::from_head(parts).map_err(IntoResponse::into_response)?;
+        let id = raw_path_param(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self { id, tenant })
+    }
+}
+
+impl NamedSubscription {
+    /// The subscription, if the request's tenant may see it ([`existing`]).
+    async fn read(&self, app: &AppState) -> Result<WebhookEntry, ApiError> {
+        existing(app, &self.id, &self.tenant).await
+    }
+
+    /// For a change made without reading the subscription first: a request acting for
+    /// one tenant reads it to learn whether it may (one GetItem); an operator's makes none.
+    async fn check_visible(&self, app: &AppState) -> Result<(), ApiError> {
+        match self.tenant.0 {
+            ojs_core::tenant::Scope::Any => super::check_prefixed_uuid(&self.id, "sub_", unknown),
+            ojs_core::tenant::Scope::One(_) => self.read(app).await.map(|_| ()),
+        }
     }
 }
 
@@ -172,24 +201,26 @@ async fn list_subscriptions(
 
 async fn get_subscription(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
+    sub: NamedSubscription,
 ) -> Result<Response, ApiError> {
-    let entry = existing(&app, &id, &tenant).await?;
-    Ok(reply(
+    Ok(answer(&sub.read(&app).await?))
+}
+
+/// A subscription's answer: its view under `subscription` and at the top level.
+fn answer(entry: &WebhookEntry) -> Response {
+    reply(
         StatusCode::OK,
         wrapped_and_bare("subscription", entry.view()),
-    ))
+    )
 }
 
 async fn update_subscription(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
+    sub: NamedSubscription,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let allow_private = app.config.push_allow_private;
-    let entry = existing(&app, &id, &tenant).await?;
+    let entry = sub.read(&app).await?;
     let next = entry.subscription.patched(&body, allow_private)?;
     if next.url != entry.subscription.url {
         check_address(&next.url, allow_private).await?;
@@ -197,38 +228,37 @@ async fn update_subscription(
     let updated = match app
         .store
         .webhooks()
-        .update(&id, &next, Some(&entry.updated_at), time::now())
+        .update(&sub.id, &next, Some(&entry.updated_at), time::now())
         .await
     {
         Ok(u) => u,
         // Deleted, or changed since it was read (its fields are not overwritten).
         Err(StoreError::NotFound(_)) => {
-            return Err(match app.store.webhooks().get(&id).await? {
-                None => unknown(&id),
+            return Err(match app.store.webhooks().get(&sub.id).await? {
+                None => unknown(&sub.id),
                 Some(_) => ApiError(
                     OjsError::conflict("the subscription changed meanwhile; read it and try again")
-                        .with_detail("id", id.as_str()),
+                        .with_detail("id", sub.id.as_str()),
                 ),
             })
         }
         Err(e) => return Err(e.into()),
     };
-    tracing::info!(id = %id, "webhook subscription updated");
-    Ok(reply(
-        StatusCode::OK,
-        wrapped_and_bare("subscription", updated.view()),
-    ))
+    tracing::info!(id = %sub.id, "webhook subscription updated");
+    Ok(answer(&updated))
 }
 
 async fn delete_subscription(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
+    sub: NamedSubscription,
 ) -> Result<Response, ApiError> {
-    check_visible(&app, &id, &tenant).await?;
-    app.store.webhooks().delete(&id).await?;
-    tracing::info!(event = "webhook.subscription.deleted", id = %id, "webhook subscription deleted");
-    Ok(reply(StatusCode::OK, json!({ "deleted": true, "id": id })))
+    sub.check_visible(&app).await?;
+    app.store.webhooks().delete(&sub.id).await?;
+    tracing::info!(event = "webhook.subscription.deleted", id = %sub.id, "webhook subscription deleted");
+    Ok(reply(
+        StatusCode::OK,
+        json!({ "deleted": true, "id": sub.id }),
+    ))
 }
 
 /// §8.3: a new secret, answered once; the old one keeps signing deliveries (a second
@@ -236,11 +266,10 @@ async fn delete_subscription(
 /// (`grace_period_seconds`, 0 to retire a leaked secret at once), a day by default.
 async fn rotate_secret(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
+    sub: NamedSubscription,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    check_visible(&app, &id, &tenant).await?;
+    sub.check_visible(&app).await?;
     let grace = rotation_grace(body.as_ref())?;
     let now = time::now();
     let secret = new_secret();
@@ -248,9 +277,9 @@ async fn rotate_secret(
     let entry = app
         .store
         .webhooks()
-        .rotate_secret(&id, secret.clone(), grace_until, now)
+        .rotate_secret(&sub.id, secret.clone(), grace_until, now)
         .await?;
-    tracing::info!(id = %id, "webhook secret rotated");
+    tracing::info!(id = %sub.id, "webhook secret rotated");
     let mut view = entry.view();
     if let Some(o) = view.as_object_mut() {
         o.insert("secret".into(), json!(secret));
@@ -265,10 +294,9 @@ async fn rotate_secret(
 /// §6.6: one synthetic `webhook.test` delivery, answered with its outcome.
 async fn test_subscription(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
+    sub: NamedSubscription,
 ) -> Result<Response, ApiError> {
-    let entry = existing(&app, &id, &tenant).await?;
+    let entry = sub.read(&app).await?;
     let sent = app.webhooks()?.test(&entry).await;
     let body: String = sent.body.chars().take(1024).collect();
     Ok(reply(
@@ -323,16 +351,29 @@ impl LogPage {
     }
 }
 
+/// A page of the delivery log as the query asks for it, checked before anything is read.
+pub(crate) struct LogQuery {
+    page: LogPage,
+    limit: usize,
+}
+
+impl QueryCheck for LogPage {
+    type Checked = LogQuery;
+
+    fn check(self) -> Result<LogQuery, ApiError> {
+        let limit = self.limit()?;
+        self.check_cursor()?;
+        Ok(LogQuery { page: self, limit })
+    }
+}
+
 async fn list_subscription_deliveries(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
-    Query(page): Query<LogPage>,
+    sub: NamedSubscription,
+    CheckedQuery(log): CheckedQuery<LogPage>,
 ) -> Result<Response, ApiError> {
-    let limit = page.limit()?;
-    page.check_cursor()?;
-    let entry = existing(&app, &id, &tenant).await?;
-    deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
+    let entry = sub.read(&app).await?;
+    deliveries_of(&app, &entry.id, &log).await
 }
 
 /// `GET /ojs/v1/webhooks/deliveries`: the log of one subscription (`subscription_id`,
@@ -340,25 +381,19 @@ async fn list_subscription_deliveries(
 async fn list_deliveries(
     State(app): State<AppState>,
     tenant: Tenant,
-    Query(page): Query<LogPage>,
+    CheckedQuery(log): CheckedQuery<LogPage>,
 ) -> Result<Response, ApiError> {
-    let limit = page.limit()?;
-    page.check_cursor()?;
-    let Some(id) = page.subscription_id.as_deref() else {
+    let Some(id) = log.page.subscription_id.as_deref() else {
         return Err(ApiError(
             OjsError::invalid_request("subscription_id is required").with_path("$.subscription_id"),
         ));
     };
     let entry = existing(&app, id, &tenant).await?;
-    deliveries_of(&app, &entry.id, limit, page.cursor.as_deref()).await
+    deliveries_of(&app, &entry.id, &log).await
 }
 
-async fn deliveries_of(
-    app: &AppState,
-    id: &str,
-    limit: usize,
-    cursor: Option<&str>,
-) -> Result<Response, ApiError> {
+async fn deliveries_of(app: &AppState, id: &str, log: &LogQuery) -> Result<Response, ApiError> {
+    let (limit, cursor) = (log.limit, log.page.cursor.as_deref());
     // The cursor is a log item's sort key, with `~` for its `#` so it needs no escaping
     // in a query string.
     let from = cursor.map(|c| c.replace('~', "#"));

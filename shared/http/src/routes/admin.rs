@@ -343,14 +343,8 @@ fn schema_view(e: &ojs_store::SchemaEntry) -> Value {
 
 /// `GET /ojs/v1/admin/schemas`.
 async fn list_schemas(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let schemas: Vec<Value> = app
-        .store
-        .schemas()
-        .list()
-        .await?
-        .iter()
-        .map(schema_view)
-        .collect();
+    let all = app.store.schemas().list().await?;
+    let schemas = super::views(&all, schema_view);
     Ok(reply(StatusCode::OK, json!({ "schemas": schemas })))
 }
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::admin_query::{detail, older, summary, Filter, Paging, RawFilter, RawPaging};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{BodyAndPath, JsonBody, ListingTenant, PathParam, Tenant};
+use crate::extract::{BodyAndPath, FromHead, JsonBody, ListingTenant, PathParam, Tenant};
 use crate::AppState;
 
 /// States a listing without a state filter looks in.
@@ -46,6 +46,28 @@ impl ListParams {
         let mut filter = self.filter.parse("$")?;
         filter.tenant = listing.scope(self.filter.tenant.as_deref(), "$.tenant")?;
         Ok((filter, self.paging.parse()?))
+    }
+}
+
+/// A job listing's filter and page, as its query asks within the request's tenant
+/// ([`ListParams::parse`]), checked before anything is read.
+pub(crate) struct JobListing {
+    filter: Filter,
+    paging: Paging,
+}
+
+crate::extract::from_head!(JobListing);
+
+impl FromHead for JobListing {
+    type Rejection = Response;
+
+    fn from_head(parts: &axum::http::request::Parts) -> Result<Self, Response> {
+        use axum::response::IntoResponse;
+        let tenant = ListingTenant::from_head(parts).map_err(IntoResponse::into_response)?;
+        let Query(p) =
+            Query::<ListParams>::try_from_uri(&parts.uri).map_err(IntoResponse::into_response)?;
+        let (filter, paging) = p.parse(&tenant).map_err(IntoResponse::into_response)?;
+        Ok(Self { filter, paging })
     }
 }
 
@@ -97,11 +119,9 @@ fn states_of(filter: &Filter, default: &[JobState]) -> Vec<JobState> {
 /// `GET /ojs/v1/admin/jobs`.
 pub(crate) async fn list_jobs(
     State(app): State<AppState>,
-    tenant: ListingTenant,
-    Query(p): Query<ListParams>,
+    jobs: JobListing,
 ) -> Result<Response, ApiError> {
-    let (filter, paging) = p.parse(&tenant)?;
-    listing(&app, &filter, &paging).await
+    listing(&app, &jobs.filter, &jobs.paging).await
 }
 
 /// `GET /ojs/v1/admin/tenants/{id}/jobs` (the dashboard's tenant page): the job listing
@@ -333,10 +353,8 @@ pub(crate) async fn bulk_jobs(
 /// type and tenant, paginated as the job listing.
 pub(crate) async fn list_dead_letter(
     State(app): State<AppState>,
-    tenant: ListingTenant,
-    Query(p): Query<ListParams>,
+    JobListing { filter, paging }: JobListing,
 ) -> Result<Response, ApiError> {
-    let (filter, paging) = p.parse(&tenant)?;
     let (items, total) = if filter.needs_jobs() || paging.needs_jobs() {
         let mut jobs = dead_jobs(&app, &filter).await?;
         paging.page_of(&mut jobs, dead_view)

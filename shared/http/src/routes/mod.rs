@@ -119,6 +119,11 @@ pub(crate) fn check_prefixed_uuid(
     }
 }
 
+/// Every item of `all` (a listing read whole) as `view` shows it.
+pub(crate) fn views<T>(all: &[T], view: impl FnMut(&T) -> Value) -> Vec<Value> {
+    all.iter().map(view).collect()
+}
+
 /// A JSON response with a status, tagged with the job it is about (for the request log).
 pub(crate) fn reply(status: StatusCode, body: Value) -> Response {
     let subject = crate::layer::LogSubject::of(&body);

@@ -35,14 +35,8 @@ async fn list_pools(State(app): State<AppState>) -> Result<Response, ApiError> {
 
 /// Every scheduling pool as the admin API shows it.
 pub(super) async fn pool_views(app: &AppState) -> Result<Vec<Value>, ApiError> {
-    Ok(app
-        .store
-        .engine()
-        .list_pools()
-        .await?
-        .iter()
-        .map(|p| p.to_json())
-        .collect())
+    let pools = app.store.engine().list_pools().await?;
+    Ok(super::views(&pools, ojs_core::pool::Pool::to_json))
 }
 
 fn no_pool(name: &str) -> ApiError {

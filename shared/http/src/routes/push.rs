@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::Router;
 use ojs_core::push::PushEndpoint;
 use ojs_core::{time, ErrorCode, OjsError};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::path_ids::{found, PushEndpointId};
 use super::reply;
@@ -56,15 +56,9 @@ async fn register_push_endpoint(
 }
 
 async fn list_push_endpoints(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let all: Vec<Value> = app
-        .store
-        .push_endpoints()
-        .list()
-        .await?
-        .iter()
-        .map(|e| e.view())
-        .collect();
-    Ok(reply(StatusCode::OK, json!({ "endpoints": all })))
+    let all = app.store.push_endpoints().list().await?;
+    let endpoints = super::views(&all, EntryView::view);
+    Ok(reply(StatusCode::OK, json!({ "endpoints": endpoints })))
 }
 
 async fn get_push_endpoint(

@@ -7,9 +7,10 @@
 //! recommends), so a schema registered either way is the one both show and PUSH checks.
 
 use crate::entry_views::EntryView;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use ojs_core::schema_registry::{self, SchemaDoc};
@@ -17,6 +18,7 @@ use ojs_core::{time, ErrorCode, JobType, OjsError};
 use ojs_store::{SchemaEntry, SchemaPut, StoreError};
 use serde_json::{json, Value};
 
+use super::path_ids::{found, PathId};
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{Caller, JsonBody};
@@ -54,15 +56,42 @@ pub(crate) fn no_versions(job_type: &str) -> ApiError {
     )
 }
 
-/// The URI of `(type, version)` from the path, or their 404 when either is not one a
-/// schema can be registered under (then it names nothing and is not looked up).
-fn key_of(job_type: &str, version: &str) -> Result<String, ApiError> {
-    let uri = || {
-        let parsed_type = JobType::parse(job_type).ok()?;
-        let parsed_version = schema_registry::parse_version(version).ok()?;
-        schema_registry::versioned_uri(parsed_type.as_str(), &parsed_version)
-    };
-    uri().ok_or_else(|| no_version(job_type, version))
+/// The `(type, version)` a path names, with the URI it is registered under; their 404
+/// when either is not one a schema can be registered under (then it names nothing and is
+/// not looked up).
+struct VersionKey {
+    job_type: String,
+    version: String,
+    uri: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for VersionKey {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path((job_type, version)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let uri = || {
+            let parsed_type = JobType::parse(&job_type).ok()?;
+            let parsed_version = schema_registry::parse_version(&version).ok()?;
+            schema_registry::versioned_uri(parsed_type.as_str(), &parsed_version)
+        };
+        match uri() {
+            Some(uri) => Ok(Self {
+                job_type,
+                version,
+                uri,
+            }),
+            None => Err(no_version(&job_type, &version).into_response()),
+        }
+    }
+}
+
+impl PathId for VersionKey {
+    fn missing(&self) -> ApiError {
+        no_version(&self.job_type, &self.version)
+    }
 }
 
 /// A version as the versioned registry shows it: the registration with its document.
@@ -106,38 +135,31 @@ async fn register_schema_version(
 /// `GET /ojs/v1/admin/schemas/{type}/{version}` (one strongly consistent GetItem).
 async fn get_schema_version(
     State(app): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    key: VersionKey,
 ) -> Result<Response, ApiError> {
-    let uri = key_of(&job_type, &version)?;
-    let entry = app
-        .store
-        .schemas()
-        .get(&uri)
-        .await?
-        .filter(|e| e.doc.registry_version(&job_type).is_some())
-        .ok_or_else(|| no_version(&job_type, &version))?;
-    Ok(reply(StatusCode::OK, version_view(&entry)))
+    let entry = app.store.schemas().get(&key.uri).await?;
+    let entry = entry.filter(|e| e.doc.registry_version(&key.job_type).is_some());
+    Ok(reply(StatusCode::OK, version_view(&found(&key, entry)?)))
 }
 
 /// `DELETE /ojs/v1/admin/schemas/{type}/{version}` (one DeleteItem returning the old
 /// item). The type's latest version is then the highest one left.
 async fn delete_schema_version(
     State(app): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    key: VersionKey,
 ) -> Result<Response, ApiError> {
-    let uri = key_of(&job_type, &version)?;
     let entry = app
         .store
         .schemas()
-        .delete(&uri)
+        .delete(&key.uri)
         .await
-        .map_err(super::not_found_as(|| no_version(&job_type, &version)))?;
+        .map_err(super::not_found_as(|| key.missing()))?;
     tracing::info!(uri = %entry.doc.uri, "schema version deleted");
     Ok(reply(
         StatusCode::OK,
         json!({
             "deleted": true,
-            "type": job_type,
+            "type": key.job_type,
             "version": entry.doc.version,
             "uri": entry.doc.uri,
         }),

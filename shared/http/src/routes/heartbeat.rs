@@ -13,9 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::path_ids::{found, WorkerId};
 use super::reply;
-use super::workers::{attempt, bounded, job_id, object, worker_id};
+use super::workers::{attempt, bounded, job_id, worker_id, ObjectBody};
 use crate::error::ApiError;
-use crate::extract::{FromPathParam, JsonBody, PathParam, Tenant};
+use crate::extract::{FromPathParam, PathParam, Tenant};
 use crate::AppState;
 
 pub(super) fn router() -> Router<AppState> {
@@ -93,9 +93,8 @@ fn beat_jobs(body: &Map<String, Value>) -> Result<BeatJobs, OjsError> {
 async fn heartbeat(
     State(app): State<AppState>,
     tenant: Tenant,
-    JsonBody(body): JsonBody,
+    ObjectBody(body): ObjectBody,
 ) -> Result<Response, ApiError> {
-    let body = object(body)?;
     let worker = worker_id(&body)?.ok_or_else(|| {
         OjsError::invalid_request("worker_id is required").with_path("$.worker_id")
     })?;

@@ -1,8 +1,9 @@
 //! FETCH, ACK and FAIL (nack); heartbeats and the workers they tell of in `heartbeat`,
 //! job progress in `progress`, checkpoints in `checkpoints`.
 
-use axum::extract::Path;
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{FromRequest, State};
+use axum::http::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
@@ -15,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, OptionalJsonBody, Tenant};
+use crate::extract::{BodyAndPath, JsonBody, OptionalJsonBody, Tenant};
 use crate::negotiate::Format;
 use crate::AppState;
 
@@ -39,6 +40,22 @@ pub(super) fn object(body: Value) -> Result<Map<String, Value>, OjsError> {
         _ => Err(OjsError::invalid_request(
             "the request body must be a JSON object",
         )),
+    }
+}
+
+/// A JSON body that must be an object; with `OPTIONAL`, one left out is `{}`.
+pub(super) struct ObjectBody<const OPTIONAL: bool = false>(pub Map<String, Value>);
+
+impl<S: Send + Sync, const OPTIONAL: bool> FromRequest<S> for ObjectBody<OPTIONAL> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, state: &S) -> Result<Self, Self::Rejection> {
+        let body = if OPTIONAL {
+            OptionalJsonBody::from_request(req, state).await?.0
+        } else {
+            Some(JsonBody::from_request(req, state).await?.0)
+        };
+        Ok(Self(body.map(object).transpose()?.unwrap_or_default()))
     }
 }
 
@@ -222,9 +239,9 @@ fn within_proto_bound(views: &[Value], bound: usize) -> usize {
 async fn ack_job(
     State(app): State<AppState>,
     tenant: Tenant,
-    JsonBody(body): JsonBody,
+    ObjectBody(body): ObjectBody,
 ) -> Result<Response, ApiError> {
-    ack(&app, &tenant, object(body)?).await
+    ack(&app, &tenant, body).await
 }
 
 /// `POST /ojs/v1/jobs/{id}/ack` (ojs-results.md §10.1, ojs-serverless.md §3): the ACK of
@@ -233,14 +250,8 @@ async fn ack_job(
 async fn ack_job_by_path(
     State(app): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
-    OptionalJsonBody(body): OptionalJsonBody,
+    BodyAndPath(ObjectBody(mut body), named): BodyAndPath<ObjectBody<true>, JobId>,
 ) -> Result<Response, ApiError> {
-    let mut body = match body {
-        Some(b) => object(b)?,
-        None => Map::new(),
-    };
-    let named = JobId::parse(&id)?;
     if let Some(given) = body.get("job_id").or_else(|| body.get("id")) {
         if given.as_str().and_then(|g| JobId::parse(g).ok()).as_ref() != Some(&named) {
             return Err(OjsError::invalid_request(
@@ -285,9 +296,8 @@ async fn ack(
 async fn fail_job(
     State(app): State<AppState>,
     tenant: Tenant,
-    JsonBody(body): JsonBody,
+    ObjectBody(body): ObjectBody,
 ) -> Result<Response, ApiError> {
-    let body = object(body)?;
     let id = job_id(&body)?;
     super::tenant_owns(&app, &tenant, &id).await?;
     let failure = Failure::from_json(body.get("error"))?;

@@ -222,6 +222,15 @@ impl<Q: QueryCheck> FromHead for CheckedQuery<Q> {
     }
 }
 
+/// Nothing more.
+impl FromHead for () {
+    type Rejection = Infallible;
+
+    fn from_head(_parts: &Parts) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
 impl FromHead for Caller {
     type Rejection = Infallible;
 

@@ -7,7 +7,7 @@
 //! addresses unless `OJS_PUSH_ALLOW_PRIVATE=on`) and again at every delivery.
 
 use crate::entry_views::EntryView;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -79,14 +79,23 @@ async fn existing(app: &AppState, id: &str, tenant: &Tenant) -> Result<WebhookEn
         .ok_or_else(|| unknown(id))
 }
 
-/// The subscription a path names, and the tenant the request acts for: its id is checked
-/// (and the subscription read) by the handler, after any body.
-struct NamedSubscription {
+/// The subscription or delivery a path names, the tenant the request acts for, and what
+/// else the query says of where to look (`L`): the id is checked (and what it names read)
+/// by the handler, after any body.
+struct Named<L = ()> {
     id: String,
     tenant: Tenant,
+    lookup: L,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for NamedSubscription {
+/// The subscription a path names.
+type NamedSubscription = Named;
+
+/// The delivery a path names, and the subscription whose log it is in when the query
+/// says.
+type NamedDelivery = Named<CheckedQuery<DeliveryLookup>>;
+
+impl<S: Send + Sync, L: FromHead<Rejection: IntoResponse>> FromRequestParts<S> for Named<L> {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
@@ -94,7 +103,8 @@ impl<S: Send + Sync> FromRequestParts<S> for NamedSubscription {
         let id = raw_path_param(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        Ok(Self { id, tenant })
+        let lookup = L::from_head(parts).map_err(IntoResponse::into_response)?;
+        Ok(Self { id, tenant, lookup })
     }
 }
 
@@ -425,16 +435,22 @@ fn unknown_delivery(id: &str) -> ApiError {
     )
 }
 
+impl QueryCheck for DeliveryLookup {
+    type Checked = Self;
+
+    fn check(self) -> Result<Self, ApiError> {
+        Ok(self)
+    }
+}
+
 type Found = (String, Vec<Value>, Option<DeadDelivery>);
 
-async fn find_delivery(
-    app: &AppState,
-    id: &str,
-    lookup: &DeliveryLookup,
-    tenant: &Tenant,
-) -> Result<Found, ApiError> {
+/// The delivery `named` as the store finds it among the subscriptions the request sees
+/// (its subscription's id, its attempts, and what a retry sends again); its 404 otherwise.
+async fn find_delivery(app: &AppState, named: &NamedDelivery) -> Result<Found, ApiError> {
+    let (id, tenant) = (named.id.as_str(), &named.tenant);
     super::check_prefixed_uuid(id, "del_", unknown_delivery)?;
-    let subs = match &lookup.subscription_id {
+    let subs = match &named.lookup.0.subscription_id {
         Some(sub) => vec![existing(app, sub, tenant).await?.id],
         None => app
             .store
@@ -456,16 +472,14 @@ async fn find_delivery(
 /// `GET /ojs/v1/webhooks/deliveries/{id}`: every attempt of one delivery, oldest first.
 async fn get_delivery(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
-    Query(lookup): Query<DeliveryLookup>,
+    delivery: NamedDelivery,
 ) -> Result<Response, ApiError> {
-    let (sub, attempts, _) = find_delivery(&app, &id, &lookup, &tenant).await?;
+    let (sub, attempts, _) = find_delivery(&app, &delivery).await?;
     let last = attempts.last().cloned().unwrap_or(Value::Null);
     Ok(reply(
         StatusCode::OK,
         json!({
-            "id": id,
+            "id": delivery.id,
             "subscription_id": sub,
             "event_type": last["event_type"],
             "event_id": last["event_id"],
@@ -480,11 +494,9 @@ async fn get_delivery(
 /// AWS) under the same delivery id.
 async fn retry_delivery(
     State(app): State<AppState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
-    Query(lookup): Query<DeliveryLookup>,
+    delivery: NamedDelivery,
 ) -> Result<Response, ApiError> {
-    let (sub, attempts, dead) = find_delivery(&app, &id, &lookup, &tenant).await?;
+    let (sub, attempts, dead) = find_delivery(&app, &delivery).await?;
     let status = attempts
         .last()
         .map(|a| a["status"].clone())
@@ -496,12 +508,12 @@ async fn retry_delivery(
             format!("only a dead delivery can be retried; this one is {status}")
         };
         return Err(ApiError(
-            OjsError::conflict(why).with_detail("id", id.as_str()),
+            OjsError::conflict(why).with_detail("id", delivery.id.as_str()),
         ));
     };
     let now = time::now();
     let pending = PendingDelivery {
-        delivery_id: id.clone(),
+        delivery_id: delivery.id.clone(),
         subscription_id: sub.clone(),
         event_type: dead.event_type,
         body: dead.body,
@@ -509,11 +521,11 @@ async fn retry_delivery(
         due_us: now.timestamp_micros(),
     };
     app.store.webhooks().schedule_retry(&pending).await?;
-    tracing::info!(delivery_id = %id, subscription = %sub, "webhook delivery retried by hand");
+    tracing::info!(delivery_id = %delivery.id, subscription = %sub, "webhook delivery retried by hand");
     Ok(reply(
         StatusCode::ACCEPTED,
         json!({
-            "id": id,
+            "id": delivery.id,
             "subscription_id": sub,
             "status": "pending",
             "attempt": pending.attempt,

@@ -8,6 +8,7 @@ use axum::Router;
 use ojs_core::{time, Job, JobId, NewJob, OjsError};
 use serde_json::{json, Value};
 
+use super::path_ids::found;
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{FromHead, PathParam, Tenant, TraceHeaders, MAX_BATCH_BYTES};
@@ -279,9 +280,8 @@ async fn get_job(
         .store
         .lifecycle()
         .get_job_settled(&id, time::now())
-        .await?
-        .filter(|job| tenant.sees(job))
-        .ok_or_else(|| super::no_such_job(&id))?;
+        .await?;
+    let job = found(&id, job.filter(|job| tenant.sees(job)))?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 

@@ -46,7 +46,7 @@ pub(crate) fn wrapped_and_bare(key: &str, view: Value) -> Value {
     Value::Object(body)
 }
 
-/// For a request acting for one tenant, the 404 of [`no_such_job`] unless `id` is that
+/// For a request acting for one tenant, the 404 of job `id` unless it is that
 /// tenant's job (one strongly consistent read: a job's tenant never changes, so what the
 /// request then does to the job is done to that tenant's). A request for any tenant
 /// reads nothing.
@@ -66,11 +66,7 @@ pub(crate) async fn stored_job(
     app: &crate::AppState,
     id: &ojs_core::JobId,
 ) -> Result<ojs_core::Job, crate::error::ApiError> {
-    app.store
-        .engine()
-        .get_job(id)
-        .await?
-        .ok_or_else(|| no_such_job(id).into())
+    path_ids::found(id, app.store.engine().get_job(id).await?)
 }
 
 /// [`stored_job`] if the request's tenant may see it: another tenant's job answers as one
@@ -84,13 +80,8 @@ pub(crate) async fn visible_job(
     if tenant.sees(&job) {
         Ok(job)
     } else {
-        Err(no_such_job(id).into())
+        Err(path_ids::PathId::missing(id))
     }
-}
-
-/// The 404 for a job id that names no stored job.
-pub(crate) fn no_such_job(id: &ojs_core::JobId) -> ojs_core::OjsError {
-    crate::error::not_found(&ojs_store::Missing::Job(id.to_string()))
 }
 
 /// A store error as answered, with `NotFound` as `missing`: for a path that names what

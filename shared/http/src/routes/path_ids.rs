@@ -57,6 +57,12 @@ path_ids! {
     CronName: ojs_core::cron_job::valid_name => Missing::Cron;
 }
 
+impl PathId for ojs_core::JobId {
+    fn missing(&self) -> ApiError {
+        ApiError(not_found(&Missing::Job(self.to_string())))
+    }
+}
+
 /// A worker's id: what a heartbeat accepts as one (1 to 256 characters).
 pub(crate) struct WorkerId(pub String);
 

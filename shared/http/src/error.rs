@@ -192,49 +192,46 @@ mod tests {
 
     #[test]
     fn a_missing_entity_is_a_404_naming_it() {
-        let cases = [
-            (Missing::Job("j".into()), "job j not found", None),
-            (
-                Missing::DeadLetter("j".into()),
-                "job j is not in the dead letter queue",
-                None,
-            ),
-            (Missing::Workflow("w".into()), "workflow w not found", None),
-            (Missing::Worker("w".into()), "worker w not found", None),
-            (Missing::Cron("c".into()), "no cron job named \"c\"", None),
-            (
-                Missing::Schema("u".into()),
-                "no schema registered with URI \"u\"",
-                Some(("uri", "u")),
-            ),
-            (
-                Missing::Webhook("s".into()),
-                "no webhook subscription with id \"s\"",
-                Some(("id", "s")),
-            ),
-            (
-                Missing::PushEndpoint("p".into()),
-                "no push endpoint with id \"p\"",
-                Some(("id", "p")),
-            ),
-            (
-                Missing::ApiKey("k".into()),
-                "no API key with id \"k\"",
-                Some(("id", "k")),
-            ),
-            (Missing::Item, "not found", None),
-        ];
-        for (what, message, detail) in cases {
+        let check = |what: Missing, message: &str, detail: Option<(&str, &str)>| {
             let ApiError(e) = ApiError::from(StoreError::NotFound(what.clone()));
             assert_eq!(e.code, ErrorCode::NotFound, "{what:?}");
             assert_eq!(e.message, message, "{what:?}");
             if let Some((key, value)) = detail {
-                assert_eq!(
-                    e.details.get(key),
-                    Some(&serde_json::json!(value)),
-                    "{what:?}"
-                );
+                let value = serde_json::json!(value);
+                assert_eq!(e.details.get(key), Some(&value), "{what:?}");
             }
+        };
+        for (what, message) in [
+            (Missing::Job("j".into()), "job j not found"),
+            (
+                Missing::DeadLetter("j".into()),
+                "job j is not in the dead letter queue",
+            ),
+            (Missing::Workflow("w".into()), "workflow w not found"),
+            (Missing::Worker("w".into()), "worker w not found"),
+            (Missing::Cron("c".into()), "no cron job named \"c\""),
+            (Missing::Item, "not found"),
+        ] {
+            check(what, message, None);
+        }
+        let schema = Missing::Schema("u".into());
+        check(
+            schema,
+            "no schema registered with URI \"u\"",
+            Some(("uri", "u")),
+        );
+        // What a client names by id in the path comes back as the `id` detail.
+        let by_id = [
+            (
+                Missing::Webhook as fn(String) -> Missing,
+                "webhook subscription",
+            ),
+            (Missing::PushEndpoint, "push endpoint"),
+            (Missing::ApiKey, "API key"),
+        ];
+        for (what, noun) in by_id {
+            let message = format!("no {noun} with id \"x\"");
+            check(what("x".into()), &message, Some(("id", "x")));
         }
     }
 }

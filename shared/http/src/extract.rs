@@ -222,7 +222,8 @@ impl<Q: QueryCheck> FromHead for CheckedQuery<Q> {
     }
 }
 
-/// Nothing more.
+/// Nothing: the part of an extractor that reads no more of the head (`Named`'s lookup
+/// on the webhook subscription routes).
 impl FromHead for () {
     type Rejection = Infallible;
 

@@ -624,27 +624,45 @@ async fn push_available(store: &ojs_store::Store, queue: &str) -> anyhow::Result
     Ok(())
 }
 
-/// Pushes a job due `delay_ms` from now straight into the store (no timer queue).
-async fn push_scheduled(store: &ojs_store::Store, delay_ms: i64) -> anyhow::Result<String> {
-    let at = ojs_core::time::now() + chrono::Duration::milliseconds(delay_ms);
+/// Pushes a job due `delay_ms` from now straight into the store (no timer queue), and
+/// answers its id and due time. A push that took longer than the delay stores the job
+/// as available: it is pushed again with twice the delay, so a slow machine only waits
+/// longer.
+async fn push_scheduled(
+    store: &ojs_store::Store,
+    delay_ms: i64,
+) -> anyhow::Result<(String, ojs_core::time::Timestamp)> {
     let app = ojs_tests::TestApp::spawn_on_store(store.clone()).await?;
-    let reply = app
-        .push(json!({
-            "type": "report.build",
-            "queue": "timed",
-            "args": [],
-            "scheduled_at": ojs_core::time::format(&at),
-        }))
-        .await?;
-    // Not teardown(): that deletes the table the functions use.
-    drop(app);
-    if reply.status != 201 || reply.body["job"]["state"] != "scheduled" {
-        bail!("scheduled push: {} {}", reply.status, reply.body);
+    let mut delay = chrono::Duration::milliseconds(delay_ms);
+    let mut last = None;
+    for _ in 0..6 {
+        let at = ojs_core::time::now() + delay;
+        let reply = app
+            .push(json!({
+                "type": "report.build",
+                "queue": "timed",
+                "args": [],
+                "scheduled_at": ojs_core::time::format(&at),
+            }))
+            .await?;
+        if reply.status == 201 && reply.body["job"]["state"] == "scheduled" {
+            let id = reply.body["job"]["id"].as_str().unwrap_or_default();
+            // Not teardown(): that deletes the table the functions use.
+            return Ok((id.to_owned(), at));
+        }
+        if reply.status != 201 || reply.body["job"]["state"] != "available" {
+            bail!("scheduled push: {} {}", reply.status, reply.body);
+        }
+        last = Some(reply.body);
+        delay = delay * 2;
     }
-    Ok(reply.body["job"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+    bail!("every scheduled push came due before it was stored: {last:?}")
+}
+
+/// Sleeps until `at` has passed.
+async fn sleep_until(at: ojs_core::time::Timestamp) {
+    let left = (at - ojs_core::time::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(1)).await;
 }
 
 async fn state_of(store: &ojs_store::Store, id: &str) -> anyhow::Result<String> {
@@ -659,8 +677,9 @@ async fn state_of(store: &ojs_store::Store, id: &str) -> anyhow::Result<String> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
     let store = fresh_store().await?;
-    let id = push_scheduled(&store, 300).await?;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (id, due) = push_scheduled(&store, 300).await?;
+    // Due now, and still scheduled: nothing but the scheduler promotes it here.
+    sleep_until(due).await;
     assert_eq!(state_of(&store, &id).await?, "scheduled");
     let mut scheduler = start(
         "scheduler",
@@ -723,9 +742,10 @@ async fn the_scheduler_sweeps_on_an_eventbridge_event() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Result<()> {
     let store = fresh_store().await?;
-    let first = push_scheduled(&store, 200).await?;
-    let second = push_scheduled(&store, 200).await?;
-    let due_us = (ojs_core::time::now() + chrono::Duration::milliseconds(200)).timestamp_micros();
+    let (first, first_due) = push_scheduled(&store, 200).await?;
+    let (second, second_due) = push_scheduled(&store, 200).await?;
+    let due = first_due.max(second_due);
+    let due_us = due.timestamp_micros();
     let record = |msg_id: &str, body: String| {
         json!({
             "messageId": msg_id,
@@ -746,6 +766,7 @@ async fn the_timer_reports_only_the_bad_record_of_an_sqs_batch() -> anyhow::Resu
         record("m-2", good(&second)),
     ]});
     let mut timer = start("timer", store.table(), &[]).await?;
+    sleep_until(due).await;
     let done = timer.invoke(event, INVOKE_TIMEOUT).await?;
     let Outcome::Response(res) = done.outcome else {
         bail!("the timer batch failed as a whole");

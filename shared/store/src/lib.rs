@@ -18,7 +18,7 @@ pub use derived::Derived;
 use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
-use dynamo::{batch_read, error, item, keys, payloads, usage};
+use dynamo::{batch_read, error, item, keys, payloads, registry, usage};
 pub use engine::Engine;
 use engine::{
     answer, backlog, batch, claim, concurrency, due, effects, fetch_order, job_item, jobs, queues,

@@ -8,6 +8,7 @@ pub(crate) mod item;
 pub(crate) mod keys;
 pub(crate) mod partition;
 pub mod payloads;
+pub(crate) mod registry;
 pub(crate) mod request;
 pub mod schema;
 pub(crate) mod table;

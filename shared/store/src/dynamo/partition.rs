@@ -173,33 +173,4 @@ impl Table {
     ) -> Result<Option<T>, StoreError> {
         self.read_item(key).await?.as_ref().map(read).transpose()
     }
-
-    /// Every item of partition `pk` (strongly consistent), in sort-key order, as `read`
-    /// reads each: one that does not read fails the whole listing.
-    pub(crate) async fn list_as<T>(
-        &self,
-        pk: &str,
-        read: impl Fn(&Item) -> Result<T, StoreError>,
-    ) -> Result<Vec<T>, StoreError> {
-        self.query_partition(pk, true)
-            .await?
-            .iter()
-            .map(read)
-            .collect()
-    }
-
-    /// Deletes the item at `key` and returns what it held, as `read` reads it;
-    /// [`StoreError::NotFound`] when there was nothing.
-    pub(crate) async fn delete_as<T>(
-        &self,
-        key: Item,
-        read: impl Fn(&Item) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.delete_returning(key)
-            .await?
-            .as_ref()
-            .map(read)
-            .transpose()?
-            .ok_or_else(StoreError::missing)
-    }
 }

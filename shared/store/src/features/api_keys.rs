@@ -9,14 +9,16 @@ use ojs_core::time::{self, Timestamp};
 
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
-use crate::item::{item_key, s, ts, Item};
+use crate::item::{s, ts, Item};
+use crate::registry::Registry;
 
-/// Partition of every API key record.
-const API_KEYS_PK: &str = "APIKEYS";
-
-fn api_key_key(id: &str) -> Item {
-    item_key(API_KEYS_PK, format!("K#{id}"))
-}
+/// Every API key record, by key id.
+const API_KEYS: Registry<ApiKeyRecord> = Registry {
+    pk: "APIKEYS",
+    sk: |id| format!("K#{id}"),
+    read: record_from_item,
+    missing: Missing::ApiKey,
+};
 
 /// A stored API key: its public id, a label, and the hash of its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +88,7 @@ impl ApiKeys<'_> {
         tenant: Option<&str>,
         now: Timestamp,
     ) -> Result<ApiKeyRecord, StoreError> {
-        let mut item = api_key_key(id);
+        let mut item = API_KEYS.key(id);
         if let Some(tenant) = tenant {
             item.insert("tenant".into(), s(tenant));
         }
@@ -119,18 +121,12 @@ impl ApiKeys<'_> {
     /// The record of key `id`, if any (one strongly consistent GetItem, so a revocation
     /// is seen by the next lookup).
     pub async fn get(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        self.engine
-            .table
-            .read_as(api_key_key(id), record_from_item)
-            .await
+        API_KEYS.get(&self.engine.table, id).await
     }
 
     /// Every key record, sorted by id.
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.engine
-            .table
-            .list_as(API_KEYS_PK, record_from_item)
-            .await
+        API_KEYS.list(&self.engine.table).await
     }
 
     /// Marks key `id` revoked (conditional UpdateItem; NotFound when there is no such key;
@@ -139,13 +135,13 @@ impl ApiKeys<'_> {
         let revoke = self
             .engine
             .table
-            .update_at(api_key_key(id))
+            .update_at(API_KEYS.key(id))
             .update_expression("SET revoked_at = if_not_exists(revoked_at, :now)")
             .expression_attribute_values(":now", AttributeValue::S(time::format(&now)));
         self.engine
             .table
             .update_existing(revoke)
             .await
-            .map_err(|e| e.naming(|| Missing::ApiKey(id.to_owned())))
+            .map_err(API_KEYS.naming(id))
     }
 }

@@ -23,10 +23,17 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
-use crate::item::{self, item_key, s, Item};
+use crate::item::{self, s, Item};
+use crate::registry::Registry;
 
-/// Partition of every registration (the API's listing).
-const PUSH_PK: &str = "PUSH";
+/// Every registration, by id: the API's listing, in partition `PUSH` (the queues'
+/// copies are elsewhere).
+const ENDPOINTS: Registry<PushEntry> = Registry {
+    pk: "PUSH",
+    sk: entry_sk,
+    read: PushEntry::from_item,
+    missing: Missing::PushEndpoint,
+};
 /// Most registrations the store takes: the listing is one Query of one partition.
 pub const MAX_PUSH_ENDPOINTS: usize = 100;
 /// The item counting the registrations (outside the listing's partition). Every write of
@@ -41,7 +48,7 @@ fn queue_pk(queue: &QueueName) -> String {
 /// The partitions holding a registration: the listing's, and one per queue it serves
 /// (written and deleted together).
 fn entry_pks(queues: &[QueueName]) -> impl Iterator<Item = String> + '_ {
-    std::iter::once(PUSH_PK.to_owned()).chain(queues.iter().map(queue_pk))
+    std::iter::once(ENDPOINTS.pk.to_owned()).chain(queues.iter().map(queue_pk))
 }
 
 fn entry_sk(id: &str) -> String {
@@ -199,17 +206,13 @@ impl PushEndpoints<'_> {
 
     /// The registration `id`, if any (one strongly consistent GetItem).
     pub async fn get(&self, id: &str) -> Result<Option<PushEntry>, StoreError> {
-        let key = item_key(PUSH_PK, entry_sk(id));
-        self.engine.table.read_as(key, PushEntry::from_item).await
+        ENDPOINTS.get(&self.engine.table, id).await
     }
 
     /// Every registration, oldest first (one strongly consistent Query; bounded by
     /// [`MAX_PUSH_ENDPOINTS`]).
     pub async fn list(&self) -> Result<Vec<PushEntry>, StoreError> {
-        self.engine
-            .table
-            .list_as(PUSH_PK, PushEntry::from_item)
-            .await
+        ENDPOINTS.list(&self.engine.table).await
     }
 
     /// The registrations serving `queue` (one Query of `PUSHQ#<queue>`: the dispatch
@@ -267,7 +270,7 @@ impl PushEndpoints<'_> {
             .iter()
             .find(|e| e.id == id)
             .cloned()
-            .ok_or_else(|| StoreError::NotFound(Missing::PushEndpoint(id.to_owned())))?;
+            .ok_or_else(|| ENDPOINTS.not_found(id))?;
         let mut items = Vec::new();
         for pk in entry_pks(&entry.endpoint.queues) {
             let delete = Delete::builder()

@@ -9,18 +9,20 @@ use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
-use crate::item::{item_key, s, ts, Item};
+use crate::item::{s, ts, Item};
+use crate::registry::Registry;
 
-/// Partition of every schema registration.
-const SCHEMAS_PK: &str = "SCHEMAS";
+/// Every schema registration, by URI.
+const SCHEMAS: Registry<SchemaEntry> = Registry {
+    pk: "SCHEMAS",
+    sk: schema_sk,
+    read: entry_from_item,
+    missing: Missing::Schema,
+};
 
 /// Sort key of a schema registration.
 fn schema_sk(uri: &str) -> String {
     format!("S#{uri}")
-}
-
-fn schema_key(uri: &str) -> Item {
-    item_key(SCHEMAS_PK, schema_sk(uri))
 }
 
 /// A registration with its system-managed fields.
@@ -75,7 +77,7 @@ impl Schemas<'_> {
     ) -> Result<SchemaPut, StoreError> {
         // A registration deleted between the failed put and the read is retried once.
         for _ in 0..2 {
-            let mut item = schema_key(&doc.uri);
+            let mut item = SCHEMAS.key(&doc.uri);
             item.insert("doc".into(), s(doc.to_json().to_string()));
             item.insert("uri".into(), s(doc.uri.clone()));
             item.insert("created_at".into(), ts(&now));
@@ -110,15 +112,12 @@ impl Schemas<'_> {
 
     /// The registration of `uri`, if any (one strongly consistent GetItem).
     pub async fn get(&self, uri: &str) -> Result<Option<SchemaEntry>, StoreError> {
-        self.engine
-            .table
-            .read_as(schema_key(uri), entry_from_item)
-            .await
+        SCHEMAS.get(&self.engine.table, uri).await
     }
 
     /// Every registration, sorted by URI (strongly consistent Query, paged through).
     pub async fn list(&self) -> Result<Vec<SchemaEntry>, StoreError> {
-        self.engine.table.list_as(SCHEMAS_PK, entry_from_item).await
+        SCHEMAS.list(&self.engine.table).await
     }
 
     /// The versions of `job_type` in the versioned registry (the registrations under its
@@ -131,7 +130,7 @@ impl Schemas<'_> {
         for item in self
             .engine
             .table
-            .query_partition_prefix(SCHEMAS_PK, Some(&prefix), true)
+            .query_partition_prefix(SCHEMAS.pk, Some(&prefix), true)
             .await?
         {
             let entry = entry_from_item(&item)?;
@@ -145,10 +144,6 @@ impl Schemas<'_> {
 
     /// Removes the registration of `uri`; NotFound when there is none.
     pub async fn delete(&self, uri: &str) -> Result<SchemaEntry, StoreError> {
-        self.engine
-            .table
-            .delete_as(schema_key(uri), entry_from_item)
-            .await
-            .map_err(|e| e.naming(|| Missing::Schema(uri.to_owned())))
+        SCHEMAS.delete(&self.engine.table, uri).await
     }
 }

@@ -32,18 +32,17 @@ use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::{Missing, StoreError};
-use crate::item::{item_key, n, s, Item};
+use crate::item::{n, s, Item};
+use crate::registry::Registry;
 use crate::usage::Kind;
 
-const SUBS_PK: &str = "WEBHOOKS";
-
-fn sub_sk(id: &str) -> String {
-    format!("S#{id}")
-}
-
-fn sub_key(id: &str) -> Item {
-    item_key(SUBS_PK, sub_sk(id))
-}
+/// Every subscription, by id.
+const SUBSCRIPTIONS: Registry<WebhookEntry> = Registry {
+    pk: "WEBHOOKS",
+    sk: |id| format!("S#{id}"),
+    read: WebhookEntry::from_item,
+    missing: Missing::Webhook,
+};
 
 fn get<'a>(item: &'a Item, k: &str) -> Option<&'a String> {
     item.get(k).and_then(|v| v.as_s().ok())
@@ -128,9 +127,8 @@ impl WebhookEntry {
     }
 
     fn to_item(&self) -> Item {
-        let mut item = Item::from([
-            ("pk".to_owned(), s(SUBS_PK)),
-            ("sk".to_owned(), s(sub_sk(&self.id))),
+        let mut item = SUBSCRIPTIONS.key(&self.id);
+        item.extend([
             ("id".to_owned(), s(self.id.clone())),
             ("doc".to_owned(), s(self.subscription.to_doc().to_string())),
             ("secret".to_owned(), s(self.secret.clone())),
@@ -216,10 +214,7 @@ impl Webhooks<'_> {
 
     /// Subscription `id`, if any (one strongly consistent GetItem).
     pub async fn get(&self, id: &str) -> Result<Option<WebhookEntry>, StoreError> {
-        self.engine
-            .table
-            .read_as(sub_key(id), WebhookEntry::from_item)
-            .await
+        SUBSCRIPTIONS.get(&self.engine.table, id).await
     }
 
     /// Every subscription, oldest first (one Query of one partition, bounded by
@@ -228,7 +223,7 @@ impl Webhooks<'_> {
         self.engine
             .table
             .list_readable(
-                SUBS_PK,
+                SUBSCRIPTIONS.pk,
                 consistent,
                 WebhookEntry::from_item,
                 "webhook subscription",
@@ -265,9 +260,7 @@ impl Webhooks<'_> {
             )
             .expression_attribute_values(":doc", s(subscription.to_doc().to_string()))
             .expression_attribute_values(":at", s(time::format(&now)));
-        self.update_subscription(id, req)
-            .await
-            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
+        self.update_subscription(id, req).await
     }
 
     /// Gives subscription `id` the secret `secret`; the one it replaces keeps signing
@@ -290,24 +283,27 @@ impl Webhooks<'_> {
             .expression_attribute_values(":until", n(grace_until))
             .expression_attribute_values(":new", s(secret))
             .expression_attribute_values(":at", s(time::format(&now)));
-        self.update_subscription(id, req)
-            .await
-            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
+        self.update_subscription(id, req).await
     }
 
     /// Sends `req` (an UpdateItem conditional on the subscription existing) on
-    /// subscription `id`'s item, and returns the subscription as written.
+    /// subscription `id`'s item, and returns the subscription as written (NotFound
+    /// naming it when the condition fails).
     async fn update_subscription(
         &self,
         id: &str,
         req: UpdateItemFluentBuilder,
     ) -> Result<WebhookEntry, StoreError> {
         let out = req
-            .set_key(Some(sub_key(id)))
+            .set_key(Some(SUBSCRIPTIONS.key(id)))
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let out = self.engine.table.tally_existing(Kind::Write, out)?;
+        let out = self
+            .engine
+            .table
+            .tally_existing(Kind::Write, out)
+            .map_err(SUBSCRIPTIONS.naming(id))?;
         WebhookEntry::from_item(out.attributes().unwrap_or(&Item::new()))
     }
 
@@ -316,8 +312,8 @@ impl Webhooks<'_> {
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
         self.engine
             .table
-            .delete_existing(sub_key(id))
+            .delete_existing(SUBSCRIPTIONS.key(id))
             .await
-            .map_err(|e| e.naming(|| Missing::Webhook(id.to_owned())))
+            .map_err(SUBSCRIPTIONS.naming(id))
     }
 }

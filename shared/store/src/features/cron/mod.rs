@@ -19,8 +19,9 @@ use write::CronWrite;
 use crate::engine::Engine;
 use crate::error::{is_condition_failure, Missing, StoreError};
 use crate::features::follow_ups::follow;
-use crate::item::{self, item_key, s, Item};
+use crate::item::{self, s, Item};
 use crate::keys;
+use crate::registry::Registry;
 use crate::usage::Kind;
 
 /// A registration with its system-managed state.
@@ -54,9 +55,13 @@ impl CronEntry {
     }
 }
 
-fn cron_key(name: &str) -> Item {
-    item_key(keys::CRON_PK, keys::cron_sk(name))
-}
+/// Every cron registration, by name.
+const CRONS: Registry<CronEntry> = Registry {
+    pk: keys::CRON_PK,
+    sk: keys::cron_sk,
+    read: entry_from_item,
+    missing: Missing::Cron,
+};
 
 fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
     let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -136,7 +141,7 @@ impl Cron<'_> {
     ) -> UpdateItemFluentBuilder {
         CronWrite::register(cron, created_by, &now)
             .next(next, cron.enabled)
-            .on(self.engine.table.update_at(cron_key(&cron.name)))
+            .on(self.engine.table.update_at(CRONS.key(&cron.name)))
     }
 
     /// Every registration, sorted by name. One that no longer reads (stored by an older
@@ -144,7 +149,7 @@ impl Cron<'_> {
     /// the others.
     pub async fn list(&self) -> Result<Vec<CronEntry>, StoreError> {
         Ok(self
-            .engine.table.query_partition(keys::CRON_PK, true)
+            .engine.table.query_partition(CRONS.pk, true)
             .await?
             .iter()
             .filter_map(|item| match entry_from_item(item) {
@@ -160,18 +165,7 @@ impl Cron<'_> {
 
     /// Removes a registration; NotFound when there is none.
     pub async fn delete(&self, name: &str) -> Result<CronEntry, StoreError> {
-        self.engine
-            .table
-            .delete_as(cron_key(name), entry_from_item)
-            .await
-            .map_err(|e| e.naming(|| Missing::Cron(name.to_owned())))
-    }
-
-    async fn get_cron(&self, name: &str) -> Result<Option<CronEntry>, StoreError> {
-        self.engine
-            .table
-            .read_as(cron_key(name), entry_from_item)
-            .await
+        CRONS.delete(&self.engine.table, name).await
     }
 
     /// Fires every cron occurrence due at `now` (at most one catch-up occurrence per
@@ -201,7 +195,7 @@ impl Cron<'_> {
 
     /// Fires the named registration's occurrence if it is due (the timer's entry point).
     pub(crate) async fn fire_cron(&self, name: &str, now: Timestamp) -> Result<bool, StoreError> {
-        match self.get_cron(name).await? {
+        match CRONS.get(&self.engine.table, name).await? {
             Some(entry) => self.fire(&entry, now).await,
             None => Ok(false),
         }
@@ -291,7 +285,7 @@ impl Cron<'_> {
             Some(job) => write.fired(&job.id),
             None => write,
         };
-        write.update(self.engine.table(), cron_key(&entry.cron.name))
+        write.update(self.engine.table(), CRONS.key(&entry.cron.name))
     }
 
     /// The fire transaction's items that store an occurrence's `job` (its queue

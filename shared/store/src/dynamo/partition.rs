@@ -3,7 +3,7 @@
 //! per registration, so reading them whole is bounded by the number of registrations.
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use crate::dynamo::table::Table;
 use crate::error::{is_condition_failure, StoreError};
@@ -112,6 +112,16 @@ impl Table {
         self.tally_existing(Kind::Write, out).map(|_| ())
     }
 
+    /// Sends `update` (its key, expression and a condition that its item exists set),
+    /// asking for the item as written: [`StoreError::NotFound`] when the condition fails.
+    pub(crate) async fn update_returning(
+        &self,
+        update: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    ) -> Result<Option<Item>, StoreError> {
+        let out = update.return_values(ReturnValue::AllNew).send().await;
+        Ok(self.tally_existing(Kind::Write, out)?.attributes)
+    }
+
     /// Deletes the item at `key`: [`StoreError::NotFound`] when there is none.
     pub(crate) async fn delete_existing(&self, key: Item) -> Result<(), StoreError> {
         let out = self
@@ -126,7 +136,7 @@ impl Table {
     pub(crate) async fn delete_returning(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let out = self
             .delete_at(key)
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .return_values(ReturnValue::AllOld)
             .send()
             .await;
         Ok(self

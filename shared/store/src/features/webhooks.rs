@@ -24,7 +24,7 @@ pub use ojs_core::webhook::MAX_SUBSCRIPTIONS;
 pub use retries::PendingDelivery;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::AttributeValue;
 use ojs_core::tenant::{Scope, TenantId};
 use ojs_core::time::{self, Timestamp};
 use ojs_core::webhook::Subscription;
@@ -294,17 +294,14 @@ impl Webhooks<'_> {
         id: &str,
         req: UpdateItemFluentBuilder,
     ) -> Result<WebhookEntry, StoreError> {
-        let out = req
-            .set_key(Some(SUBSCRIPTIONS.key(id)))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
-        let out = self
+        let req = req.set_key(Some(SUBSCRIPTIONS.key(id)));
+        let written = self
             .engine
             .table
-            .tally_existing(Kind::Write, out)
+            .update_returning(req)
+            .await
             .map_err(SUBSCRIPTIONS.naming(id))?;
-        WebhookEntry::from_item(out.attributes().unwrap_or(&Item::new()))
+        WebhookEntry::from_item(&written.unwrap_or_default())
     }
 
     /// Deletes subscription `id` (NotFound when there is none). Its pending retries are

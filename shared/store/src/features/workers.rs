@@ -444,19 +444,18 @@ impl Workers<'_> {
         worker_id: &str,
         directive: Directive,
     ) -> Result<WorkerInfo, StoreError> {
-        let out = self
+        let req = self
             .worker_update(worker_id)
             .update_expression("SET directive = :d")
             .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":d", s(directive.as_str()))
-            .send()
-            .await;
+            .expression_attribute_values(":d", s(directive.as_str()));
         let worker = self
             .engine
             .table
-            .tally_existing(Kind::Write, out)
+            .update_returning(req)
+            .await
             .map_err(|e| e.naming(|| Missing::Worker(worker_id.to_owned())))?
-            .attributes()
+            .as_ref()
             .and_then(worker_from_item)
             .ok_or_else(|| StoreError::Corrupt("worker item".into()))?;
         self.admissions.remember(&worker.id, worker.takes_jobs());

@@ -8,9 +8,11 @@ use ojs_core::backpressure::Backpressure;
 use ojs_core::rate_limit::RateLimitPolicy;
 use ojs_core::time::{self, Timestamp};
 
+use crate::batch_read::BatchRead;
+use crate::engine::remembered::Remembered;
 use crate::engine::Engine;
 use crate::error::StoreError;
-use crate::item::{s, ts};
+use crate::item::{item_key, s, ts, Item};
 use crate::keys;
 use crate::usage::Kind;
 
@@ -205,12 +207,7 @@ impl Engine {
     ) -> Result<HashMap<String, QueueSettings>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
         self.settings_cache
-            .recall_or_read(
-                queues,
-                |q| q.as_str(),
-                ttl,
-                |missing| async move { self.read_queue_settings(&missing).await },
-            )
+            .recall_or_read(&self.table, queues, |q| q.as_str(), ttl)
             .await
     }
 
@@ -247,67 +244,6 @@ impl Engine {
             .expression_attribute_names("#name", "name")
             .expression_attribute_values(":name", s(queue))
             .expression_attribute_values(":now", ts(now))
-    }
-
-    /// The settings of `queues` in BatchGetItems (queues without an item are absent).
-    async fn read_queue_settings(
-        &self,
-        queues: &[ojs_core::QueueName],
-    ) -> Result<HashMap<String, QueueSettings>, StoreError> {
-        let keys: Vec<_> = queues
-            .iter()
-            .map(|q| {
-                std::collections::HashMap::from([
-                    ("pk".to_owned(), s(keys::QUEUES_PK)),
-                    ("sk".to_owned(), s(keys::queue_sk(q.as_str()))),
-                ])
-            })
-            .collect();
-        let how = crate::batch_read::BatchRead {
-            consistent: false,
-            projection: Some((
-                "#name, paused, paused_at, rl, bp, tenants",
-                &[("#name", "name")],
-            )),
-        };
-        Ok(self
-            .table
-            .batch_get(keys, &how)
-            .await?
-            .iter()
-            .filter_map(|i| {
-                let name = i.get("name").and_then(|v| v.as_s().ok())?.clone();
-                let paused = i
-                    .get("paused")
-                    .and_then(|v| v.as_bool().ok())
-                    .copied()
-                    .unwrap_or(false);
-                let rate_limit = i
-                    .get("rl")
-                    .and_then(|v| v.as_s().ok())
-                    .and_then(|raw| serde_json::from_str(raw).ok())
-                    .and_then(|v| RateLimitPolicy::from_stored(&v, &name).ok());
-                let paused_at = i.get("paused_at").and_then(|v| v.as_s().ok()).cloned();
-                let mut tenants: Vec<_> = i
-                    .get("tenants")
-                    .and_then(|v| v.as_ss().ok())
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|t| ojs_core::tenant::TenantId::parse(t).ok().flatten())
-                    .collect();
-                tenants.sort();
-                Some((
-                    name,
-                    QueueSettings {
-                        paused,
-                        rate_limit,
-                        paused_at,
-                        backpressure: stored_backpressure(i),
-                        tenants,
-                    },
-                ))
-            })
-            .collect())
     }
 
     /// Sets (or with `None` removes) a queue's depth bound (ojs-backpressure.md §6).
@@ -376,8 +312,58 @@ impl Engine {
     }
 }
 
+/// What this instance remembers of queues' settings: their registry items, read
+/// eventually consistent and only the attributes the settings are made of.
+pub(crate) fn remembered_settings() -> Remembered<QueueSettings> {
+    Remembered::new(
+        |queue| item_key(keys::QUEUES_PK, keys::queue_sk(queue)),
+        settings_of,
+        BatchRead {
+            consistent: false,
+            projection: Some((
+                "#name, paused, paused_at, rl, bp, tenants",
+                &[("#name", "name")],
+            )),
+        },
+    )
+}
+
+/// The name and settings a queue's registry item holds (`None` without a name).
+fn settings_of(i: &Item) -> Option<(String, QueueSettings)> {
+    let name = i.get("name").and_then(|v| v.as_s().ok())?.clone();
+    let paused = i
+        .get("paused")
+        .and_then(|v| v.as_bool().ok())
+        .copied()
+        .unwrap_or(false);
+    let rate_limit = i
+        .get("rl")
+        .and_then(|v| v.as_s().ok())
+        .and_then(|raw| serde_json::from_str(raw).ok())
+        .and_then(|v| RateLimitPolicy::from_stored(&v, &name).ok());
+    let paused_at = i.get("paused_at").and_then(|v| v.as_s().ok()).cloned();
+    let mut tenants: Vec<_> = i
+        .get("tenants")
+        .and_then(|v| v.as_ss().ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| ojs_core::tenant::TenantId::parse(t).ok().flatten())
+        .collect();
+    tenants.sort();
+    Some((
+        name,
+        QueueSettings {
+            paused,
+            rate_limit,
+            paused_at,
+            backpressure: stored_backpressure(i),
+            tenants,
+        },
+    ))
+}
+
 /// The depth bound stored on a queue's registry item (`bp`), if any.
-pub(crate) fn stored_backpressure(item: &crate::item::Item) -> Option<Backpressure> {
+pub(crate) fn stored_backpressure(item: &Item) -> Option<Backpressure> {
     item.get("bp")
         .and_then(|v| v.as_s().ok())
         .and_then(|raw| serde_json::from_str(raw).ok())

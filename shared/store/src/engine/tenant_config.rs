@@ -11,6 +11,8 @@ use ojs_core::rate_limit::{Window, MAX_CONCURRENCY};
 use ojs_core::tenant::{TenantConfig, TenantId};
 use ojs_core::time;
 
+use crate::batch_read::BatchRead;
+use crate::engine::remembered::Remembered;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::item::{n, s, ts, Item};
@@ -75,6 +77,19 @@ fn record_of(item: &Item) -> TenantRecord {
 
 /// The attribute of when a tenant's settings were first stored (microseconds).
 const CREATED: &str = "created_us";
+
+/// What this instance remembers of tenants' settings: their items, read eventually
+/// consistent.
+pub(crate) fn remembered_configs() -> Remembered<TenantConfig> {
+    Remembered::new(
+        tenant_key,
+        |i| Some((tenant_of(i)?, config_of(i))),
+        BatchRead {
+            consistent: false,
+            projection: None,
+        },
+    )
+}
 
 fn tenant_of(item: &Item) -> Option<String> {
     item.get("sk")?
@@ -160,32 +175,8 @@ impl Engine {
     ) -> Result<HashMap<String, TenantConfig>, StoreError> {
         let ttl = self.config.queue_settings_ttl;
         self.tenant_config_cache
-            .recall_or_read(
-                tenants,
-                |t| t.as_str(),
-                ttl,
-                |missing| async move { self.read_tenant_configs(&missing).await },
-            )
+            .recall_or_read(&self.table, tenants, |t| t.as_str(), ttl)
             .await
-    }
-
-    /// The settings of `tenants` in BatchGetItems (tenants without settings are absent).
-    async fn read_tenant_configs(
-        &self,
-        tenants: &[&TenantId],
-    ) -> Result<HashMap<String, TenantConfig>, StoreError> {
-        let how = crate::batch_read::BatchRead {
-            consistent: false,
-            ..Default::default()
-        };
-        let keys = tenants.iter().map(|t| tenant_key(t.as_str())).collect();
-        Ok(self
-            .table
-            .batch_get(keys, &how)
-            .await?
-            .iter()
-            .filter_map(|i| Some((tenant_of(i)?, config_of(i))))
-            .collect())
     }
 
     /// The weight of each of `tenants` in a FETCH for any tenant (1 without settings).

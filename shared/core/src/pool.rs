@@ -140,14 +140,19 @@ fn weights_of(v: &Value, path: &str) -> Result<Vec<(QueueName, u64)>, OjsError> 
         .collect()
 }
 
-/// A pool's name, from the request's path.
-fn check_name(name: &str) -> Result<(), OjsError> {
-    if name.is_empty()
-        || name.len() > MAX_POOL_NAME
-        || !name
+/// Whether `name` can name a pool: 1 to [`MAX_POOL_NAME`] letters, digits, `-`, `_`,
+/// `.` or `:` (a path naming another names no pool).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_POOL_NAME
+        && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
-    {
+}
+
+/// A pool's name, from the request's path.
+fn check_name(name: &str) -> Result<(), OjsError> {
+    if !valid_name(name) {
         return Err(OjsError::invalid_request(format!(
             "a pool name is 1 to {MAX_POOL_NAME} letters, digits, '-', '_', '.' or ':'"
         )));

@@ -92,6 +92,7 @@ pub(crate) fn not_found(what: &Missing) -> OjsError {
         Missing::ApiKey(id) => {
             OjsError::not_found(format!("no API key with id {id:?}")).with_detail("id", id.as_str())
         }
+        Missing::Pool(name) => OjsError::not_found(format!("no pool named {name:.128}")),
     }
 }
 

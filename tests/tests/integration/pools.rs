@@ -77,6 +77,11 @@ async fn a_pool_mixes_the_queues_of_a_fetch() -> anyhow::Result<()> {
     assert_eq!(split(&app, both(4), &[a, b]).await?, vec![3, 1]);
     let list = app.call(Method::GET, "/ojs/v1/admin/pools", None).await?;
     assert_eq!(list.body["items"][0]["weights"][a], 3, "{}", list.body);
+    let one = app
+        .call(Method::GET, "/ojs/v1/admin/pools/fs-pool", None)
+        .await?;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(one.body["pool"], list.body["items"][0], "{}", one.body);
     let stats = app
         .call(Method::GET, "/ojs/v1/admin/scheduling/stats", None)
         .await?;
@@ -108,6 +113,19 @@ async fn a_pool_mixes_the_queues_of_a_fetch() -> anyhow::Result<()> {
         .call(Method::GET, "/ojs/v1/admin/pools/fs-pool", None)
         .await?;
     assert_eq!(r.status, 404, "{}", r.body);
+    // A name no pool can have (past DynamoDB's key size, or not of a pool name's
+    // characters) is not looked up: the same 404 as a name not defined, never a 500.
+    let long = "p".repeat(2_000);
+    for name in [long.as_str(), "no%20such", "fs-pool"] {
+        for method in [Method::GET, Method::DELETE] {
+            let path = format!("/ojs/v1/admin/pools/{name}");
+            let r = app.call(method.clone(), &path, None).await?;
+            assert_eq!(r.status, 404, "{method} {name:.20}: {}", r.body);
+            assert_eq!(r.body["error"]["code"], "not_found", "{}", r.body);
+            let message = r.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.starts_with("no pool named "), "{message}");
+        }
+    }
     app.teardown().await;
     Ok(())
 }

@@ -275,21 +275,12 @@ async fn apply(app: &AppState, action: &str, jobs: &[Job]) -> BulkReport {
         ..Default::default()
     };
     let now = time::now();
+    let (admin, lifecycle) = (app.store.admin(), app.store.lifecycle());
     for job in jobs {
         let outcome = match action {
-            "retry" => app
-                .store
-                .admin()
-                .admin_retry_job(&job.id, now)
-                .await
-                .map(drop),
-            "cancel" => app
-                .store
-                .lifecycle()
-                .cancel_job(&job.id, now)
-                .await
-                .map(drop),
-            _ => app.store.admin().admin_delete_job(&job.id).await,
+            "retry" => admin.admin_retry_job(&job.id, now).await.map(drop),
+            "cancel" => lifecycle.cancel_job(&job.id, now).await.map(drop),
+            _ => admin.admin_delete_job(&job.id).await,
         };
         report.record(&job.id, outcome);
     }

@@ -55,6 +55,8 @@ path_ids! {
     /// A cron job's name: one a cron job can be registered under (so also a key to hand
     /// the store, not over its size).
     CronName: ojs_core::cron_job::valid_name => Missing::Cron;
+    /// A scheduling pool's name: one a pool can be defined under.
+    PoolName: ojs_core::pool::valid_name => Missing::Pool;
 }
 
 impl PathId for ojs_core::JobId {

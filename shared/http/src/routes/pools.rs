@@ -6,12 +6,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use ojs_core::OjsError;
 use serde_json::{json, Value};
 
+use super::path_ids::{found, PathId, PoolName};
 use super::reply;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, PathParam};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -39,24 +39,14 @@ pub(super) async fn pool_views(app: &AppState) -> Result<Vec<Value>, ApiError> {
     Ok(super::views(&pools, ojs_core::pool::Pool::to_json))
 }
 
-fn no_pool(name: &str) -> ApiError {
-    ApiError(OjsError::not_found(format!("no pool named {name:.128}")))
-}
-
+/// `GET /ojs/v1/admin/pools/{name}`: one GetItem (a name no pool can have is not looked
+/// up).
 async fn get_pool(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<PoolName>,
 ) -> Result<Response, ApiError> {
-    let pool = app
-        .store
-        .engine()
-        .list_pools()
-        .await?
-        .into_iter()
-        .find(|p| p.name == name)
-        .ok_or_else(|| no_pool(&name))?;
-    let view = pool.to_json();
-    Ok(reply(StatusCode::OK, json!({"pool": view})))
+    let pool = found(&name, app.store.engine().pool(&name.0).await?)?;
+    Ok(reply(StatusCode::OK, json!({"pool": pool.to_json()})))
 }
 
 /// `PUT /ojs/v1/admin/pools/{name}`: creates or replaces the pool; a FETCH over two of
@@ -80,13 +70,13 @@ async fn put_pool(
 
 async fn delete_pool(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<PoolName>,
 ) -> Result<Response, ApiError> {
-    if !app.store.engine().delete_pool(&name).await? {
-        return Err(no_pool(&name));
+    if !app.store.engine().delete_pool(&name.0).await? {
+        return Err(name.missing());
     }
     Ok(reply(
         StatusCode::OK,
-        json!({"deleted": true, "name": name}),
+        json!({"deleted": true, "name": name.0}),
     ))
 }

@@ -28,6 +28,8 @@ pub enum Missing {
     PushEndpoint(String),
     /// An API key, by id.
     ApiKey(String),
+    /// A scheduling pool, by name.
+    Pool(String),
 }
 
 impl std::fmt::Display for Missing {
@@ -43,6 +45,7 @@ impl std::fmt::Display for Missing {
             Self::Webhook(id) => write!(f, "webhook subscription {id:?}"),
             Self::PushEndpoint(id) => write!(f, "push endpoint {id:?}"),
             Self::ApiKey(id) => write!(f, "API key {id:?}"),
+            Self::Pool(name) => write!(f, "pool {name:?}"),
         }
     }
 }

@@ -61,6 +61,16 @@ impl Engine {
         Ok(held.is_some())
     }
 
+    /// Pool `name`, if one is stored (one strongly consistent GetItem).
+    pub async fn pool(&self, name: &str) -> Result<Option<Pool>, StoreError> {
+        Ok(self
+            .table
+            .read_item(pool_key(name))
+            .await?
+            .as_ref()
+            .and_then(pool_of))
+    }
+
     /// Every pool, by name (one strongly consistent Query).
     pub async fn list_pools(&self) -> Result<Vec<Pool>, StoreError> {
         let items = self.table.query_partition(POOLS_PK, true).await?;

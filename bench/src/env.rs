@@ -72,7 +72,7 @@ pub fn dynamodb_endpoint() -> String {
 
 /// The SDK configuration of the environment.
 pub async fn sdk() -> aws_config::SdkConfig {
-    aws_config::load_from_env().await
+    ojs_store::sdk_config().await
 }
 
 /// A unique table name with a prefix that says who made it.

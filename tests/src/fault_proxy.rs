@@ -314,7 +314,7 @@ pub fn patient_store_through(sdk: &aws_config::SdkConfig, table: &str) -> Store 
 /// A store on `table` whose DynamoDB client goes through `proxy_url`, built with the
 /// product's own [`ojs_store::client_for`] so its retry and timeout settings apply.
 pub async fn store_through(proxy_url: &str, table: &str) -> Store {
-    let sdk = aws_config::from_env().endpoint_url(proxy_url).load().await;
+    let sdk = ojs_store::sdk_loader().endpoint_url(proxy_url).load().await;
     Store::new(ojs_store::client_for(&sdk), StoreConfig::for_table(table))
 }
 
@@ -488,7 +488,7 @@ pub type RawItem = HashMap<String, aws_sdk_dynamodb::types::AttributeValue>;
 /// Every item of `table`, read straight from DynamoDB (no proxy, no API): what was really
 /// written, for "nothing lost, nothing duplicated, nothing written" checks.
 pub async fn table_items(table: &str) -> anyhow::Result<Vec<RawItem>> {
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let client = ojs_store::client_for(&sdk);
     let mut items = Vec::new();
     let mut start = None;

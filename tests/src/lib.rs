@@ -171,7 +171,7 @@ pub async fn fresh_store() -> anyhow::Result<Store> {
 pub async fn store_on(table: &str) -> anyhow::Result<Store> {
     default_local_env();
     let sdk = match strict_proxy::process_proxy() {
-        Some(url) => aws_config::from_env().endpoint_url(url).load().await,
+        Some(url) => ojs_store::sdk_loader().endpoint_url(url).load().await,
         None => aws_config_load().await,
     };
     // The product's retries, with timeouts for DynamoDB Local behind the strict layer on a
@@ -305,7 +305,7 @@ pub async fn raw_dynamodb() -> aws_sdk_dynamodb::Client {
 }
 
 async fn aws_config_load() -> aws_config::SdkConfig {
-    aws_config::load_from_env().await
+    ojs_store::sdk_config().await
 }
 
 /// Sends `req` and reads its answer: status, headers, and the body as JSON (null when it

@@ -10,7 +10,7 @@ use tracing::Instrument;
 async fn main() -> Result<(), lambda_runtime::Error> {
     ojs_runtime::init_logging();
     let store = Store::from_env().await;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let (push, webhooks) = ojs_push::dispatchers_from_env(store, &sdk)?;
     let deliverer = ojs_push::Deliverer::new(push, webhooks);
     lambda_runtime::run(service_fn(

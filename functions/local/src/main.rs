@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
     let mut webhooks = None;
     let mut stream_redrive = None;
     if std::env::var("OJS_LOCAL_STREAM").as_deref() != Ok("off") {
-        let sdk = aws_config::load_from_env().await;
+        let sdk = ojs_store::sdk_config().await;
         let client = ojs_store::streams_client_from_env(&sdk);
         // Push delivery, fed by the same consumer (the stream function's job on AWS).
         let dispatcher = ojs_push::Dispatcher::new(
@@ -107,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     // The timer queue: the one named by OJS_TIMER_QUEUE_URL, else one created on the local
     // SQS endpoint; consumed in-process as the timer function would be on AWS.
     if store.engine().timer().is_none() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some() {
-        let sdk = aws_config::load_from_env().await;
+        let sdk = ojs_store::sdk_config().await;
         let name = format!("{}-timer", store.table());
         store = store
             .with_local_timer_queue(&sdk, &name)

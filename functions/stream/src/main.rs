@@ -14,7 +14,7 @@ use tracing::Instrument;
 async fn main() -> Result<(), lambda_runtime::Error> {
     ojs_runtime::init_logging();
     let store = Store::from_env().await;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let (push, webhooks) = ojs_push::dispatchers_from_env(store.clone(), &sdk)?;
     let planner = Planner::new(push.clone(), webhooks.clone());
     let queue = DeliveryQueue::from_env(&sdk).unwrap_or_else(|| {

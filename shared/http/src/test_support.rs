@@ -9,6 +9,7 @@ pub(crate) fn unreachable_store() -> Store {
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
         .endpoint_url("http://127.0.0.1:9")
+        .http_client(ojs_store::https_client())
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
             "x", "x", None, None, "test",
         ))

@@ -18,6 +18,7 @@ pub use derived::Derived;
 use derived::{counts, events, metrics, stream, tenants};
 pub use dynamo::payloads::Payloads;
 pub use dynamo::schema;
+pub use dynamo::sdk::{https_client, sdk_config, sdk_loader};
 use dynamo::{batch_read, error, item, keys, payloads, registry, usage};
 pub use engine::Engine;
 use engine::{
@@ -251,7 +252,7 @@ impl Store {
     /// region, credentials), [`StoreConfig::from_env`] and `OJS_PAYLOAD_BUCKET` (the S3
     /// bucket of large requests; none by default).
     pub async fn from_env() -> Self {
-        let sdk = aws_config::load_from_env().await;
+        let sdk = sdk_config().await;
         let mut store = Self::new(client_for(&sdk), StoreConfig::from_env());
         if let Some(bucket) = std::env::var("OJS_PAYLOAD_BUCKET")
             .ok()

@@ -25,7 +25,10 @@ async fn setup(config: StrictConfig) -> (StrictProxy, Client, String) {
 async fn setup_through(config: StrictConfig, upstream: &str) -> (StrictProxy, Client, String) {
     crate::default_local_env();
     let proxy = StrictProxy::start(upstream, config).await.expect("proxy");
-    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let sdk = ojs_store::sdk_loader()
+        .endpoint_url(&proxy.url)
+        .load()
+        .await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .retry_config(aws_config::retry::RetryConfig::disabled())
         .build();
@@ -513,7 +516,10 @@ async fn a_write_whose_client_hangs_up_still_leaves_the_lag() {
         &[Fault::HangAfter],
         Filter::Operation("PutItem".into()),
     );
-    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let sdk = ojs_store::sdk_loader()
+        .endpoint_url(&proxy.url)
+        .load()
+        .await;
     let impatient = Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&sdk)
             .retry_config(aws_config::retry::RetryConfig::disabled())

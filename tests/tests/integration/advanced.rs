@@ -842,7 +842,7 @@ async fn queue_settings_are_remembered_per_instance_for_their_ttl() -> anyhow::R
     // Two instances over one table, as two Lambda instances: `a` pauses, `b` fetches.
     let a = TestApp::spawn().await?;
     let ttl = std::time::Duration::from_secs(2);
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let b = TestApp::spawn_on_store(ojs_store::Store::new(
         ojs_store::client_for(&sdk),
         ojs_store::StoreConfig {
@@ -1388,7 +1388,7 @@ async fn a_fetch_skips_the_due_query_a_moment_after_one_found_nothing_due() -> a
     ojs_tests::after_index_lag().await;
     // Straight to DynamoDB Local: the strict layer's short pages would add calls. The
     // settings are remembered for the whole test, so only the due query comes and goes.
-    let sdk = aws_config::from_env()
+    let sdk = ojs_store::sdk_loader()
         .endpoint_url(ojs_tests::fault_proxy::raw_dynamodb_endpoint())
         .load()
         .await;

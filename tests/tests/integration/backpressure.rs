@@ -280,7 +280,7 @@ async fn a_bound_set_through_one_instance_reaches_another_within_the_settings_tt
 ) -> anyhow::Result<()> {
     let a = TestApp::spawn().await?;
     let ttl = Duration::from_secs(1);
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let b = TestApp::spawn_on_store(
         ojs_store::Store::new(
             ojs_store::client_for(&sdk),

@@ -413,7 +413,10 @@ async fn a_holders_fail_lands_though_its_own_heartbeats_move_the_job() -> anyhow
 
     let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
     proxy.set_hang(Duration::from_secs(60));
-    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let sdk = ojs_store::sdk_loader()
+        .endpoint_url(&proxy.url)
+        .load()
+        .await;
     let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, direct.table());
     proxy.script(Filter::op("UpdateItem"), &[Fault::Hold; 3]);
     let job_id = ojs_core::JobId::parse(&id)?;

@@ -306,10 +306,11 @@ fn recording_store(
 }
 
 fn base_client_config() -> aws_sdk_dynamodb::Config {
-    CLIENT_CONFIG
-        .get()
-        .cloned()
-        .unwrap_or_else(|| aws_sdk_dynamodb::Config::builder().build())
+    CLIENT_CONFIG.get().cloned().unwrap_or_else(|| {
+        aws_sdk_dynamodb::Config::builder()
+            .http_client(ojs_store::https_client())
+            .build()
+    })
 }
 
 static CLIENT_CONFIG: std::sync::OnceLock<aws_sdk_dynamodb::Config> = std::sync::OnceLock::new();
@@ -610,7 +611,7 @@ fn every_dynamodb_action_a_function_uses_is_granted_by_its_policy() -> anyhow::R
 async fn every_function_s_workload() -> anyhow::Result<()> {
     let (base, _) = ojs_tests::with_payloads(fresh_store().await?).await?;
     let setup = TestApp::spawn_on_store(base).await?;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let _ = CLIENT_CONFIG.set(ojs_store::client_for(&sdk).config().clone());
     let key = ojs_http::auth::issue_key(&setup.store, "iam").await?.key;
     let recorder = Recorder::default();

@@ -320,7 +320,10 @@ async fn a_first_try_overtaken_by_its_retry_answers_with_the_retrys_job() -> any
     let retry_app = TestApp::spawn_on_store(base.clone()).await?;
     let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
     proxy.set_hang(Duration::from_secs(20));
-    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let sdk = ojs_store::sdk_loader()
+        .endpoint_url(&proxy.url)
+        .load()
+        .await;
     // One attempt per call and time to spare: the held write must not become a retry.
     let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, base.table())
         .with_config(|c| c.queue_settings_ttl = Duration::from_secs(600));

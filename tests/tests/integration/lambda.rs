@@ -388,7 +388,7 @@ async fn register_endpoint(store: &ojs_store::Store, url: &str, queue: &str) -> 
 
 /// A delivery queue of this test on the local SQS, and a client of it.
 async fn delivery_queue() -> anyhow::Result<(aws_sdk_sqs::Client, String)> {
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let name = format!("ojs-deliveries-{}", uuid::Uuid::now_v7().simple());
     let out = sqs.create_queue().queue_name(name).send().await?;

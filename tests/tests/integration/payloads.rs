@@ -177,7 +177,7 @@ async fn a_tampered_payload_is_never_served() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_job_that_fits_its_item_makes_no_s3_call() -> anyhow::Result<()> {
     // Every call of this bucket's client would fail: nothing listens on port 9.
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let conf = aws_sdk_s3::config::Builder::from(&sdk)
         .endpoint_url("http://127.0.0.1:9")
         .force_path_style(true)

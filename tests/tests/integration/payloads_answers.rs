@@ -104,7 +104,7 @@ async fn with_s3_down(store: &Store) -> Store {
 
 /// A store on `store`'s table whose payload bucket is reached at `endpoint`.
 async fn with_s3_at(store: &Store, endpoint: &str) -> Store {
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let conf = aws_sdk_s3::config::Builder::from(&sdk)
         .endpoint_url(endpoint)
         .force_path_style(true)

@@ -470,7 +470,7 @@ async fn poison_stored_request(app: &TestApp, id: &str, queue: &str) -> anyhow::
     use aws_sdk_dynamodb::types::AttributeValue as Av;
     let spec = json!({"type": "poison.job", "args": [], "queue": queue,
         "timeout_ms": 10_000_000_000_000_000u64});
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     ojs_store::client_for(&sdk)
         .update_item()
         .table_name(app.store.table())
@@ -535,7 +535,7 @@ async fn a_job_whose_stored_rate_limit_no_longer_reads_is_set_aside_not_run_unli
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     ojs_store::client_for(&sdk)
         .update_item()
         .table_name(app.store.table())

@@ -72,7 +72,7 @@ async fn the_timer_alone_promotes_delayed_jobs_never_early() -> anyhow::Result<(
 #[tokio::test]
 async fn the_sweep_hands_far_future_jobs_to_the_timer_queue() -> anyhow::Result<()> {
     let store = ojs_tests::fresh_store().await?;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let name = format!("{}-timer", store.table());
     let store = store.with_local_timer_queue(&sdk, &name).await?;
     let app = TestApp::spawn_on_store(store).await?;
@@ -180,7 +180,7 @@ async fn the_timer_hand_over_keeps_within_the_sweep_budget() -> anyhow::Result<(
     let store = ojs_tests::fresh_store()
         .await?
         .with_config(|c| c.queue_shards = SHARDS);
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let name = format!("{}-timer", store.table());
     let store = store.with_local_timer_queue(&sdk, &name).await?;
     let app = TestApp::spawn_on_store(store).await?;
@@ -538,7 +538,7 @@ async fn a_registration_that_cannot_fire_holds_up_no_other_cron_and_no_queue() -
     let later = json!({"type": "iso.later", "args": [], "queue": "iso-q",
         "scheduled_at": (ojs_core::time::now() + chrono::Duration::milliseconds(200)).to_rfc3339()});
     assert_eq!(app.push(later).await?.status, 201);
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     ojs_store::client_for(&sdk)
         .update_item()
         .table_name(app.store.table())

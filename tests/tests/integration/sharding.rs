@@ -401,7 +401,10 @@ async fn a_fetch_leaves_a_queue_after_three_claims_lost_to_other_workers() -> an
     // into a timeout and a retry), and a FETCH budget to match.
     let proxy = FaultProxy::start(&raw_dynamodb_endpoint(), 1).await?;
     proxy.set_hang(Duration::from_secs(20));
-    let sdk = aws_config::from_env().endpoint_url(&proxy.url).load().await;
+    let sdk = ojs_store::sdk_loader()
+        .endpoint_url(&proxy.url)
+        .load()
+        .await;
     let slow = ojs_tests::fault_proxy::patient_store_through(&sdk, rival.table())
         .with_config(|c| c.fetch_budget = Duration::from_secs(60));
     let request = |queues: &[&str], worker: &str| -> anyhow::Result<ojs_store::FetchRequest> {

@@ -242,7 +242,7 @@ async fn a_beat_with_a_state_no_worker_has_is_refused() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_drain_reported_through_one_instance_holds_on_another() -> anyhow::Result<()> {
     let a = TestApp::spawn().await?;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let over_table = |ttl: Duration| {
         ojs_store::Store::new(
             ojs_store::client_for(&sdk),

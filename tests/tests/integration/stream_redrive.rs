@@ -202,7 +202,7 @@ pub(crate) async fn only_shard(
 async fn job_records(table: &str) -> anyhow::Result<(String, String, Vec<Value>)> {
     let (arn, records) = stream_records(table).await?;
     let streams =
-        ojs_store::streams_client_for(&aws_config::load_from_env().await, &raw_dynamodb_endpoint());
+        ojs_store::streams_client_for(&ojs_store::sdk_config().await, &raw_dynamodb_endpoint());
     let shard = only_shard(&streams, &arn).await?;
     Ok((
         arn,
@@ -213,7 +213,7 @@ async fn job_records(table: &str) -> anyhow::Result<(String, String, Vec<Value>)
 
 /// A failure queue of this test on the local SQS, and the redrive of it.
 async fn failure_queue() -> anyhow::Result<(aws_sdk_sqs::Client, String, StreamRedrive)> {
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let name = format!("ojs-stream-failures-{}", uuid::Uuid::now_v7().simple());
     let url = sqs
@@ -559,7 +559,7 @@ async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
     send_all(&sqs, &url, &[invocation_record(&arn, &shard, &jobs)]).await?;
 
     // Made where the stream function's deliveries are made, waited for here.
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let push = ojs_push::Dispatcher::new(
         app.store.clone(),
         ojs_push::lambda_client(&sdk),
@@ -612,7 +612,7 @@ async fn a_redriven_batch_makes_its_deliveries() -> anyhow::Result<()> {
 async fn a_batch_the_local_consumer_gives_up_is_reported_and_redriven() -> anyhow::Result<()> {
     let app = TestApp::spawn_on_store_without_stream(fresh_store().await?).await?;
     let table = app.store.table().to_owned();
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let name = format!("ojs-local-failures-{}", uuid::Uuid::now_v7().simple());
     let failures = FailureQueue::create(&sdk, &name).await?;
     let streams = ojs_store::streams_client_for(&sdk, &raw_dynamodb_endpoint());

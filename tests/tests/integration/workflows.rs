@@ -158,7 +158,7 @@ async fn graph_steps_wait_for_all_parents_and_a_failure_cancels_the_rest() -> an
 /// write would have left it: the workflow never heard of it.
 async fn complete_behind_the_workflows_back(app: &TestApp, id: &str) -> anyhow::Result<()> {
     use aws_sdk_dynamodb::types::AttributeValue as Av;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = ojs_store::sdk_config().await;
     let client = ojs_store::client_for(&sdk);
     client
         .update_item()

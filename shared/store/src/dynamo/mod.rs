@@ -11,5 +11,6 @@ pub mod payloads;
 pub(crate) mod registry;
 pub(crate) mod request;
 pub mod schema;
+pub mod sdk;
 pub(crate) mod table;
 pub(crate) mod usage;

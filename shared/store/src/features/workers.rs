@@ -27,9 +27,6 @@ use crate::usage::Kind;
 
 /// How long a worker is remembered after its last heartbeat.
 const WORKER_TTL_SECS: i64 = 3_600;
-/// Reads of a job one progress report makes at most while other extensions of its lease
-/// keep going first.
-const PROGRESS_TRIES: usize = 3;
 
 /// A worker directive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,6 +412,9 @@ impl Workers<'_> {
         report: &ProgressReport,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
+        /// Reads of a job one progress report makes at most while other extensions of its
+        /// lease keep going first.
+        const PROGRESS_TRIES: usize = 3;
         let fence = Fence {
             worker_id: report.worker_id.as_deref(),
             attempt: report.attempt,

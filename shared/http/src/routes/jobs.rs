@@ -8,7 +8,6 @@ use axum::Router;
 use ojs_core::{time, Job, JobId, NewJob, OjsError};
 use serde_json::{json, Value};
 
-use super::path_ids::found;
 use super::reply;
 use crate::error::ApiError;
 use crate::extract::{FromHead, PathParam, Tenant, TraceHeaders, MAX_BATCH_BYTES};
@@ -276,12 +275,9 @@ async fn get_job(
     tenant: Tenant,
     PathParam(id): PathParam<JobId>,
 ) -> Result<Response, ApiError> {
-    let job = app
-        .store
-        .lifecycle()
-        .get_job_settled(&id, time::now())
-        .await?;
-    let job = found(&id, job.filter(|job| tenant.sees(job)))?;
+    let now = time::now();
+    let job = app.store.lifecycle().get_job_settled(&id, now).await?;
+    let job = super::seen_job(&tenant, &id, job)?;
     Ok(reply(StatusCode::OK, super::job_and_bare_job(&job)))
 }
 

@@ -69,19 +69,24 @@ pub(crate) async fn stored_job(
     path_ids::found(id, app.store.engine().get_job(id).await?)
 }
 
-/// [`stored_job`] if the request's tenant may see it: another tenant's job answers as one
-/// that is not stored.
+/// The stored job `id` (one strongly consistent read) if the request's tenant may see it
+/// ([`seen_job`]).
 pub(crate) async fn visible_job(
     app: &crate::AppState,
     tenant: &crate::extract::Tenant,
     id: &ojs_core::JobId,
 ) -> Result<ojs_core::Job, crate::error::ApiError> {
-    let job = stored_job(app, id).await?;
-    if tenant.sees(&job) {
-        Ok(job)
-    } else {
-        Err(path_ids::PathId::missing(id))
-    }
+    seen_job(tenant, id, app.store.engine().get_job(id).await?)
+}
+
+/// `job`, what a read of job `id` found, if the request's tenant may see it: another
+/// tenant's job answers as one that is not stored (the 404 of `id`).
+pub(crate) fn seen_job(
+    tenant: &crate::extract::Tenant,
+    id: &ojs_core::JobId,
+    job: Option<ojs_core::Job>,
+) -> Result<ojs_core::Job, crate::error::ApiError> {
+    path_ids::found(id, job.filter(|job| tenant.sees(job)))
 }
 
 /// A store error as answered, with `NotFound` as `missing`: for a path that names what

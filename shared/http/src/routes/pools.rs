@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use ojs_core::pool::Pool;
 use serde_json::{json, Value};
 
 use super::path_ids::{found, PathId, PoolName};
@@ -36,7 +37,7 @@ async fn list_pools(State(app): State<AppState>) -> Result<Response, ApiError> {
 /// Every scheduling pool as the admin API shows it.
 pub(super) async fn pool_views(app: &AppState) -> Result<Vec<Value>, ApiError> {
     let pools = app.store.engine().list_pools().await?;
-    Ok(super::views(&pools, ojs_core::pool::Pool::to_json))
+    Ok(super::views(&pools, Pool::to_json))
 }
 
 /// `GET /ojs/v1/admin/pools/{name}`: one GetItem (a name no pool can have is not looked
@@ -46,7 +47,7 @@ async fn get_pool(
     PathParam(name): PathParam<PoolName>,
 ) -> Result<Response, ApiError> {
     let pool = found(&name, app.store.engine().pool(&name.0).await?)?;
-    Ok(reply(StatusCode::OK, json!({"pool": pool.to_json()})))
+    Ok(answer(StatusCode::OK, &pool))
 }
 
 /// `PUT /ojs/v1/admin/pools/{name}`: creates or replaces the pool; a FETCH over two of
@@ -57,7 +58,7 @@ async fn put_pool(
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let pool = ojs_core::pool::Pool::from_json(&name, &body)?;
+    let pool = Pool::from_json(&name, &body)?;
     let created = app.store.engine().put_pool(&pool).await?;
     tracing::info!(event = "scheduling.rebalanced", pool = %name, strategy = pool.scheduling.strategy.as_str(), "pool set");
     let status = if created {
@@ -65,7 +66,12 @@ async fn put_pool(
     } else {
         StatusCode::OK
     };
-    Ok(reply(status, json!({"pool": pool.to_json()})))
+    Ok(answer(status, &pool))
+}
+
+/// A pool's answer: its view under `pool`.
+fn answer(status: StatusCode, pool: &Pool) -> Response {
+    reply(status, json!({"pool": pool.to_json()}))
 }
 
 async fn delete_pool(

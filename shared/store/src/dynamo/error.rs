@@ -163,6 +163,11 @@ impl StoreError {
         Self::NotFound(Missing::Item)
     }
 
+    /// A stored value the model refuses (`e` says why): a corrupt item.
+    pub(crate) fn corrupt(e: ojs_core::OjsError) -> Self {
+        Self::Corrupt(e.message)
+    }
+
     /// Whether the same request may succeed if sent again soon: throttling, or a backend
     /// failure (network, 5xx, timeout) the SDK's own retries did not outlast.
     pub(crate) fn is_transient(&self) -> bool {

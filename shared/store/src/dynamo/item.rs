@@ -283,7 +283,7 @@ fn get_n<T: std::str::FromStr>(item: &Item, key: &str) -> Option<T> {
 
 fn get_ts(item: &Item, key: &str) -> Result<Option<Timestamp>, StoreError> {
     get_s(item, key)
-        .map(|raw| time::parse(raw, key).map_err(|e| StoreError::Corrupt(e.message)))
+        .map(|raw| time::parse(raw, key).map_err(StoreError::corrupt))
         .transpose()
 }
 
@@ -363,7 +363,7 @@ pub(crate) fn job_from_item(item: &Item) -> Result<Job, StoreError> {
         .and_then(|raw| JobId::parse(raw).ok())
         .ok_or_else(|| corrupt("pk"))?;
     let spec_json = spec_of(item)?.ok_or_else(|| corrupt("spec"))?;
-    let spec = JobSpec::from_stored(spec_json).map_err(|e| StoreError::Corrupt(e.message))?;
+    let spec = JobSpec::from_stored(spec_json).map_err(StoreError::corrupt)?;
     // Args and meta kept in the payload bucket: the job says where, and `Engine::full_job`
     // brings them (a half reference is corrupt, never an empty job).
     let payload = match item.contains_key(payloads::REF_ATTR) {

@@ -244,8 +244,7 @@ impl Engine {
     fn plan(&self, index: usize, job: &Job, job_item: Item) -> Result<Planned, StoreError> {
         let lock = match &job.spec.unique {
             Some(u) => {
-                let policy =
-                    UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?;
+                let policy = UniquePolicy::from_json(u).map_err(StoreError::corrupt)?;
                 let key = format!("UNIQ#{}", policy.fingerprint(&job.spec));
                 let item = crate::unique::lock_item(&key, &job.id, &policy, job.status.created_at);
                 Some(PlannedLock {

@@ -111,9 +111,7 @@ impl Engine {
         self.refuse_if_paused(&[job.spec.queue.as_str()]).await?;
         self.register_lane(&crate::keys::Lane::of(job)).await?;
         let policy = match &job.spec.unique {
-            Some(u) => {
-                Some(UniquePolicy::from_json(u).map_err(|e| StoreError::Corrupt(e.message))?)
-            }
+            Some(u) => Some(UniquePolicy::from_json(u).map_err(StoreError::corrupt)?),
             None => None,
         };
         if let Some(policy) = policy {

@@ -53,7 +53,7 @@ fn entry_from_item(item: &Item) -> Result<SchemaEntry, StoreError> {
     let raw: Value = get("doc")
         .and_then(|raw| serde_json::from_str(raw).ok())
         .ok_or_else(|| StoreError::Corrupt("schema item without doc".into()))?;
-    let doc = SchemaDoc::from_stored(raw).map_err(|e| StoreError::Corrupt(e.message))?;
+    let doc = SchemaDoc::from_stored(raw).map_err(StoreError::corrupt)?;
     Ok(SchemaEntry {
         doc,
         created_at: get("created_at").cloned().unwrap_or_default(),

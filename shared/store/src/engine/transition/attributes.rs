@@ -336,7 +336,7 @@ mod tests {
     fn a_rewritten_request_is_stored_in_one_form_and_the_other_removed(
     ) -> Result<(), crate::StoreError> {
         let new = ojs_core::job::NewJob::from_json(serde_json::json!({"type": "t", "args": [1]}))
-            .map_err(|e| crate::StoreError::Corrupt(e.message))?;
+            .map_err(crate::StoreError::corrupt)?;
         let job = ojs_core::Job::enqueue(new, time::now());
         let p = JobWrite::new(Transition::Defer, due())
             .request(&job.spec)

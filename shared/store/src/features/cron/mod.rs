@@ -73,7 +73,7 @@ fn entry_from_item(item: &Item) -> Result<CronEntry, StoreError> {
     let doc: Value = get("doc")
         .and_then(|raw| serde_json::from_str(&raw).ok())
         .ok_or_else(|| StoreError::Corrupt("cron item without doc".into()))?;
-    let cron = CronJob::from_json(doc).map_err(|e| StoreError::Corrupt(e.message))?;
+    let cron = CronJob::from_json(doc).map_err(StoreError::corrupt)?;
     Ok(CronEntry {
         cron,
         created_at: get("created_at").unwrap_or_default(),
@@ -105,9 +105,7 @@ impl Cron<'_> {
     ) -> Result<(CronEntry, bool), StoreError> {
         // Every occurrence must fit its item (the template is checked as PUSH checks a job
         // in core, with the meta each occurrence adds).
-        let occurrence = cron
-            .job_for(&time::max())
-            .map_err(|e| StoreError::Corrupt(e.message))?;
+        let occurrence = cron.job_for(&time::max()).map_err(StoreError::corrupt)?;
         item::check_spec_size(&Job::enqueue(occurrence, now))?;
         let next = cron.schedule.next_after(now);
         let out = self
@@ -336,10 +334,7 @@ fn occurrence_job(
     now: Timestamp,
     waits: bool,
 ) -> Result<Job, StoreError> {
-    let new = entry
-        .cron
-        .job_for(&due)
-        .map_err(|e| StoreError::Corrupt(e.message))?;
+    let new = entry.cron.job_for(&due).map_err(StoreError::corrupt)?;
     let mut job = Job::enqueue(new, now);
     if waits {
         job.status.state = JobState::Pending;

@@ -98,7 +98,7 @@ pub(crate) fn callback_job(
     // tightened since) fires without them.
     let new = NewJob::from_json(Value::Object(body))
         .or_else(|_| NewJob::from_json(Value::Object(template.clone())))
-        .map_err(|e| StoreError::Corrupt(e.message))?;
+        .map_err(StoreError::corrupt)?;
     let mut job = Job::enqueue(new, now);
     job.status.workflow_id = Some(wf_id.to_owned());
     job.status.workflow_callback = Some(name.to_owned());

@@ -2,7 +2,7 @@
 //! `:uri` path parameter is URL-encoded by the client and decoded here; a wildcard
 //! segment also accepts URIs whose `/` were sent unencoded.
 
-use crate::entry_views::EntryView;
+use crate::entry_views::{schema_summary, EntryView};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -11,7 +11,7 @@ use axum::Router;
 use ojs_core::schema_registry::{self, SchemaDoc};
 use ojs_core::{time, ErrorCode, NewJob, OjsError};
 use ojs_store::{SchemaPut, StoreError};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::path_ids::{found, SchemaUri};
 use super::queues::Paged;
@@ -54,15 +54,9 @@ async fn register_schema(
     {
         Ok(SchemaPut::Created(entry)) => {
             tracing::info!(uri = %doc.uri, "schema registered");
-            Ok(reply(
-                StatusCode::CREATED,
-                json!({ "schema": crate::entry_views::schema_summary(&entry) }),
-            ))
+            Ok(answer(StatusCode::CREATED, schema_summary(&entry)))
         }
-        Ok(SchemaPut::Unchanged(entry)) => Ok(reply(
-            StatusCode::OK,
-            json!({ "schema": crate::entry_views::schema_summary(&entry) }),
-        )),
+        Ok(SchemaPut::Unchanged(entry)) => Ok(answer(StatusCode::OK, schema_summary(&entry))),
         Ok(SchemaPut::Taken(_)) | Err(StoreError::Conflict { .. }) => {
             Err(ApiError(taken(&doc.uri)))
         }
@@ -70,9 +64,14 @@ async fn register_schema(
     }
 }
 
+/// A schema's answer: `view` (its summary, or its whole view) under `schema`.
+fn answer(status: StatusCode, view: Value) -> Response {
+    reply(status, json!({ "schema": view }))
+}
+
 async fn list_schemas(State(app): State<AppState>, paged: Paged) -> Result<Response, ApiError> {
     let all = app.store.schemas().list().await?;
-    Ok(paged.reply(&all, &["schemas"], crate::entry_views::schema_summary))
+    Ok(paged.reply(&all, &["schemas"], schema_summary))
 }
 
 async fn get_schema(
@@ -80,7 +79,7 @@ async fn get_schema(
     PathParam(uri): PathParam<SchemaUri>,
 ) -> Result<Response, ApiError> {
     let entry = found(&uri, app.store.schemas().get(&uri.0).await?)?;
-    Ok(reply(StatusCode::OK, json!({ "schema": entry.view() })))
+    Ok(answer(StatusCode::OK, entry.view()))
 }
 
 async fn delete_schema(
